@@ -1,0 +1,1 @@
+//! The DMA API as drivers see it (being written).

@@ -1,0 +1,1 @@
+//! Sparse simulated physical memory (being written).
