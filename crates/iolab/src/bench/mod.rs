@@ -1,0 +1,177 @@
+//! `iolab bench`: the stack's native speed on host threads, against peer crates in the same run.
+//!
+//! Every benchmark runs the iolab operation and, where one exists, the same operation on a peer
+//! crate, interleaved in one process so that both see the same machine state. Each figure is
+//! the median of several timed samples; the ratio is `peer / iolab` (above 1: iolab is faster).
+
+mod harness;
+mod iolab_side;
+mod peers;
+
+use serde::Serialize;
+
+pub use harness::Sampling;
+
+/// One benchmark's result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BenchRecord {
+    /// `iova_alloc_free/<allocator>/<live>`, `pgtable_map_unmap/<format>/<size>`,
+    /// `translate/<path>`.
+    pub name: String,
+    /// Median nanoseconds per operation of iolab's implementation.
+    pub ns_per_op: f64,
+    /// The main peer crate measured on the same operation, if any.
+    pub peer: Option<String>,
+    /// The main peer's median nanoseconds per operation.
+    pub peer_ns_per_op: Option<f64>,
+    /// `peer_ns_per_op / ns_per_op`: how many times faster iolab is than the peer.
+    pub speedup_vs_peer: Option<f64>,
+    /// Further peers measured on the same operation.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_peers: Vec<PeerFigure>,
+    /// Exact work counted per operation by the stack (for example tree nodes visited),
+    /// averaged over the timed operations; absent for peers, which count nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub work_per_op: Vec<(String, f64)>,
+}
+
+/// A peer crate's figure.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PeerFigure {
+    /// The peer crate and the API used.
+    pub peer: String,
+    /// Median nanoseconds per operation.
+    pub ns_per_op: f64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// How the figures were taken.
+    pub sampling: Sampling,
+    /// One record per benchmark.
+    pub results: Vec<BenchRecord>,
+}
+
+/// Live-allocation counts the allocator benchmarks are run at.
+pub const LIVE_COUNTS: [usize; 3] = [0, 10_000, 100_000];
+
+/// Runs every benchmark.
+pub fn run_all(sampling: Sampling) -> BenchReport {
+    let mut results = Vec::new();
+    for live in LIVE_COUNTS {
+        let peers = vec![
+            PeerFigure {
+                peer: "vm-allocator AddressAllocator".into(),
+                ns_per_op: peers::vm_allocator_alloc_free(live, &sampling),
+            },
+            PeerFigure {
+                peer: "range-alloc RangeAllocator".into(),
+                ns_per_op: peers::range_alloc_alloc_free(live, &sampling),
+            },
+        ];
+        for (allocator, ns, work) in iolab_side::iova_alloc_free(live, &sampling) {
+            results.push(record(
+                format!("iova_alloc_free/{allocator}/{live}"),
+                ns,
+                work,
+                &peers,
+            ));
+        }
+    }
+    for (size_name, size) in [("4k", 4096u64), ("2m", 2 << 20)] {
+        let peers = vec![PeerFigure {
+            peer: "aarch64-paging IdMap".into(),
+            ns_per_op: peers::aarch64_paging_map_unmap(size, &sampling),
+        }];
+        for (format, ns, work) in iolab_side::pgtable_map_unmap(size, &sampling) {
+            results.push(record(
+                format!("pgtable_map_unmap/{format}/{size_name}"),
+                ns,
+                work,
+                &peers,
+            ));
+        }
+    }
+    for (path, ns, work) in iolab_side::translate(&sampling) {
+        results.push(record(format!("translate/{path}"), ns, work, &[]));
+    }
+    BenchReport { sampling, results }
+}
+
+fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure]) -> BenchRecord {
+    let main = peers.first();
+    BenchRecord {
+        name,
+        ns_per_op: round2(ns),
+        peer: main.map(|p| p.peer.clone()),
+        peer_ns_per_op: main.map(|p| round2(p.ns_per_op)),
+        speedup_vs_peer: main.map(|p| round2(p.ns_per_op / ns)),
+        other_peers: peers
+            .iter()
+            .skip(1)
+            .map(|p| PeerFigure {
+                peer: p.peer.clone(),
+                ns_per_op: round2(p.ns_per_op),
+            })
+            .collect(),
+        work_per_op: work,
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Renders the report as an aligned text table.
+pub fn render_text(report: &BenchReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "iolab bench: median of {} samples, {} ({} mode)",
+        report.sampling.samples,
+        if report.sampling.quick {
+            "quick"
+        } else {
+            "full"
+        },
+        report.sampling.build_profile
+    );
+    let _ = writeln!(
+        out,
+        "{:<40} {:>10} {:>12}  {:<30} {:>8}",
+        "benchmark", "ns/op", "peer ns/op", "peer", "speedup"
+    );
+    for r in &report.results {
+        let peer_ns = r
+            .peer_ns_per_op
+            .map(|v| format!("{v:.1}"))
+            .unwrap_or_else(|| "-".into());
+        let speedup = r
+            .speedup_vs_peer
+            .map(|v| format!("{v:.1}x"))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:<40} {:>10.1} {:>12}  {:<30} {:>8}",
+            r.name,
+            r.ns_per_op,
+            peer_ns,
+            r.peer.as_deref().unwrap_or("-"),
+            speedup
+        );
+        for p in &r.other_peers {
+            let _ = writeln!(
+                out,
+                "{:<40} {:>10} {:>12.1}  {:<30} {:>7.1}x",
+                "",
+                "",
+                p.ns_per_op,
+                p.peer,
+                p.ns_per_op / r.ns_per_op
+            );
+        }
+    }
+    out
+}

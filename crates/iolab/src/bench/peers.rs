@@ -1,0 +1,67 @@
+//! The same operations on peer crates.
+
+use aarch64_paging::descriptor::El1Attributes;
+use aarch64_paging::idmap::IdMap;
+use aarch64_paging::paging::{El1And0, MemoryRegion};
+use range_alloc::RangeAllocator;
+use vm_allocator::{AddressAllocator, AllocPolicy};
+
+use super::harness::{churn_ns_per_op, median_ns_per_op, Sampling};
+
+/// The IOVA space every allocator benchmark uses: 4 KiB pages from 4 KiB up to 2^40.
+pub const SPACE_START: u64 = 4096;
+/// One past the last byte of the benchmark IOVA space.
+pub const SPACE_END: u64 = 1 << 40;
+/// Page size of the benchmarks.
+pub const PAGE: u64 = 4096;
+
+/// vm-allocator's `AddressAllocator` under the churn workload (size-aligned like IOVAs).
+pub fn vm_allocator_alloc_free(live: usize, sampling: &Sampling) -> f64 {
+    let mut a = AddressAllocator::new(SPACE_START, SPACE_END - SPACE_START).expect("valid range");
+    let a = std::cell::RefCell::new(&mut a);
+    churn_ns_per_op(
+        sampling,
+        live,
+        |pages| {
+            let size = pages * PAGE;
+            a.borrow_mut()
+                .allocate(size, size.next_power_of_two(), AllocPolicy::FirstMatch)
+                .expect("benchmark space is large enough")
+        },
+        |r| a.borrow_mut().free(&r).expect("allocated range"),
+    )
+}
+
+/// range-alloc's `RangeAllocator` under the churn workload.
+pub fn range_alloc_alloc_free(live: usize, sampling: &Sampling) -> f64 {
+    let a = std::cell::RefCell::new(RangeAllocator::new(SPACE_START..SPACE_END));
+    churn_ns_per_op(
+        sampling,
+        live,
+        |pages| {
+            let size = pages * PAGE;
+            a.borrow_mut()
+                .allocate_range_aligned(size, size.next_power_of_two())
+                .expect("benchmark space is large enough")
+        },
+        |r| a.borrow_mut().free_range(r),
+    )
+}
+
+/// aarch64-paging's identity map: map `size` bytes then unmap them (remap as invalid).
+pub fn aarch64_paging_map_unmap(size: u64, sampling: &Sampling) -> f64 {
+    let mut idmap = IdMap::with_asid(1, 1, El1And0);
+    let flags = El1Attributes::ATTRIBUTE_INDEX_1
+        | El1Attributes::INNER_SHAREABLE
+        | El1Attributes::VALID
+        | El1Attributes::ACCESSED;
+    let invalid = El1Attributes::ATTRIBUTE_INDEX_1 | El1Attributes::INNER_SHAREABLE;
+    // Rotate over 64 slots so tables stay allocated, as in iolab's benchmark.
+    let base = 0x4000_0000u64;
+    median_ns_per_op(sampling, |i| {
+        let start = (base + (i % 64) * size) as usize;
+        let region = MemoryRegion::new(start, start + size as usize);
+        idmap.map_range(&region, flags).expect("map");
+        idmap.map_range(&region, invalid).expect("unmap");
+    })
+}
