@@ -1,0 +1,2 @@
+//! # iolab-sim: the virtual-time lab (being written)
+#![warn(missing_docs)]
