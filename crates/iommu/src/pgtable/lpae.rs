@@ -359,13 +359,11 @@ impl LpaeWalk {
     }
 }
 
-/// One table page of the arena.
-#[derive(Debug)]
-struct TablePage {
-    /// The descriptors (`2^(g-3)` of them; fewer for a small root).
-    entries: Box<[u64]>,
+/// Bookkeeping of one table page of the arena.
+#[derive(Clone, Copy, Debug, Default)]
+struct PageMeta {
     /// Number of valid descriptors: the page is freed when an unmap brings it to zero.
-    valid: usize,
+    valid: u32,
     /// Whether the page is in use (freed pages keep their zeroed memory for reuse).
     live: bool,
 }
@@ -378,13 +376,19 @@ pub struct LpaeTable {
     start_level: u32,
     /// Bytes mapped by one entry at each level (log2), indexed by level.
     shifts: [u32; 4],
+    /// Index mask of a table at each level (the root may be smaller than a page).
+    index_masks: [u64; 4],
     /// Whether a leaf (page or block) may sit at each level.
     leaf_level: [bool; 4],
     page_sizes: u64,
     table_base: u64,
     max_pages: usize,
-    /// Arena of table pages; slot 0 is the root.
-    pages: Vec<TablePage>,
+    /// log2 of the descriptors per table page: slot `s` holds `entries[s << stride..]`.
+    stride: u32,
+    /// Every table page's descriptors, one page-sized stride per slot; slot 0 is the root.
+    entries: Vec<u64>,
+    /// Per-slot bookkeeping.
+    meta: Vec<PageMeta>,
     /// Slots of freed pages, reused last-freed first.
     free: Vec<usize>,
     live_pages: usize,
@@ -398,6 +402,12 @@ struct MapPlan {
     delta: u64,
     /// Leaf attribute and permission bits (without type bits or address).
     attrs: u64,
+}
+
+/// Outcome of a single-table fast path: done (either way), or take the general path.
+enum Fast {
+    Done(Result<(), PgTableError>),
+    General,
 }
 
 impl LpaeTable {
@@ -444,37 +454,45 @@ impl LpaeTable {
             }
         }
 
-        let bpl = spec::bits_per_level(granule_shift);
-        let levels = (config.ias - granule_shift).div_ceil(bpl);
+        let stride = spec::bits_per_level(granule_shift);
+        let levels = (config.ias - granule_shift).div_ceil(stride);
         let start_level = 4 - levels;
         let mut shifts = [0; 4];
+        let mut index_masks = [0; 4];
         let mut leaf_level = [false; 4];
         let mut page_sizes = 0;
         for level in start_level..4 {
-            shifts[level as usize] = spec::level_shift(granule_shift, level);
+            let shift = spec::level_shift(granule_shift, level);
+            shifts[level as usize] = shift;
+            let bits = if level == start_level {
+                config.ias - shift
+            } else {
+                stride
+            };
+            index_masks[level as usize] = (1u64 << bits) - 1;
             // Blocks: 4K granule at levels 1 and 2; 16K and 64K at level 2 only.
             let leaf = level == 3 || level == 2 || (granule_shift == 12 && level == 1);
             leaf_level[level as usize] = leaf;
             if leaf {
-                page_sizes |= 1u64 << shifts[level as usize];
+                page_sizes |= 1u64 << shift;
             }
         }
-        let root_bits = config.ias - shifts[start_level as usize];
-        let root = TablePage {
-            entries: vec![0u64; 1 << root_bits].into_boxed_slice(),
-            valid: 0,
-            live: true,
-        };
         Ok(Self {
             config,
             granule_shift,
             start_level,
             shifts,
+            index_masks,
             leaf_level,
             page_sizes,
             table_base,
             max_pages,
-            pages: vec![root],
+            stride,
+            entries: vec![0u64; 1 << stride],
+            meta: vec![PageMeta {
+                valid: 0,
+                live: true,
+            }],
             free: Vec::new(),
             live_pages: 1,
             mapped: 0,
@@ -491,7 +509,7 @@ impl LpaeTable {
         self.granule_shift
     }
 
-    /// The level of the root table (0 to 3; 3 - start level + 1 levels in all).
+    /// The level of the root table: 0 to 2, so a walk reads `4 - start_level` levels.
     pub fn start_level(&self) -> u32 {
         self.start_level
     }
@@ -503,10 +521,10 @@ impl LpaeTable {
 
     /// Number of descriptors in the root table.
     pub fn root_entries(&self) -> usize {
-        self.pages[0].entries.len()
+        self.index_masks[self.start_level as usize] as usize + 1
     }
 
-    /// log2 of the bytes one entry at `level` maps.
+    /// log2 of the bytes one entry at `level` (0..=3) maps.
     pub fn level_shift(&self, level: u32) -> u32 {
         spec::level_shift(self.granule_shift, level)
     }
@@ -526,7 +544,12 @@ impl LpaeTable {
     /// allocated, or not a table address) or `index` is past its end.
     pub fn read_descriptor(&self, table_pa: PhysAddr, index: usize) -> Option<u64> {
         let slot = self.slot_at(table_pa.get())?;
-        self.pages[slot].entries.get(index).copied()
+        let len = if slot == 0 {
+            self.root_entries()
+        } else {
+            1 << self.stride
+        };
+        (index < len).then(|| self.entries[(slot << self.stride) + index])
     }
 
     /// Walks the table for `iova` from the root, recording every descriptor read. Counts
@@ -553,9 +576,8 @@ impl LpaeTable {
             let Some(slot) = self.slot_at(table_pa) else {
                 return walk;
             };
-            let entries = &self.pages[slot].entries;
-            let index = self.index(entries, level, iova);
-            let desc = entries[index];
+            let index = self.index(level, iova);
+            let desc = self.entries[(slot << self.stride) + index];
             walk.steps[walk.len] = WalkStep {
                 level,
                 table_pa: PhysAddr::new(table_pa),
@@ -564,20 +586,15 @@ impl LpaeTable {
             };
             walk.len += 1;
             match spec::decode(desc, level, self.granule_shift) {
-                spec::Descriptor::Invalid => return walk,
-                spec::Descriptor::Table { next_table } if level < 3 => {
+                spec::Descriptor::Table { next_table } => {
                     table_pa = next_table.get();
                     level += 1;
                 }
-                spec::Descriptor::Table { .. } => return walk,
                 spec::Descriptor::Leaf {
                     pa,
                     size_shift,
                     prot,
-                } => {
-                    if !self.leaf_level[level as usize] {
-                        return walk;
-                    }
+                } if self.leaf_level[level as usize] => {
                     let page_size = 1u64 << size_shift;
                     walk.translation = Some(Translation {
                         pa: pa.add(iova & (page_size - 1)),
@@ -586,6 +603,7 @@ impl LpaeTable {
                     });
                     return walk;
                 }
+                _ => return walk,
             }
         }
     }
@@ -597,13 +615,14 @@ impl LpaeTable {
             return None;
         }
         let slot = usize::try_from(off >> self.granule_shift).ok()?;
-        self.pages.get(slot).filter(|p| p.live).map(|_| slot)
+        self.meta.get(slot).filter(|m| m.live).map(|_| slot)
     }
 
+    /// The slot a (valid, table) descriptor points at.
     #[inline]
     fn slot_of_desc(&self, desc: u64) -> usize {
-        ((desc & spec::oa_mask(self.granule_shift)) - self.table_base) as usize
-            >> self.granule_shift
+        (((desc & spec::oa_mask(self.granule_shift)) - self.table_base) >> self.granule_shift)
+            as usize
     }
 
     #[inline]
@@ -611,9 +630,16 @@ impl LpaeTable {
         self.table_base + ((slot as u64) << self.granule_shift)
     }
 
+    /// Index of the descriptor for `iova` in a table at `level`.
     #[inline]
-    fn index(&self, entries: &[u64], level: u32, iova: u64) -> usize {
-        (iova >> self.shifts[level as usize]) as usize & (entries.len() - 1)
+    fn index(&self, level: u32, iova: u64) -> usize {
+        ((iova >> self.shifts[level as usize]) & self.index_masks[level as usize]) as usize
+    }
+
+    /// Position in `entries` of the descriptor for `iova` in the table in `slot` at `level`.
+    #[inline]
+    fn pos(&self, slot: usize, level: u32, iova: u64) -> usize {
+        (slot << self.stride) + self.index(level, iova)
     }
 
     /// Whether a descriptor read at `level` is a table descriptor (the table's own invariant:
@@ -629,10 +655,21 @@ impl LpaeTable {
         self.leaf_level[level as usize] && delta & ((1u64 << self.shifts[level as usize]) - 1) == 0
     }
 
+    /// Whether `[start, end)` lies under one entry of the table at `level - 1`, that is in
+    /// one table at `level`.
+    #[inline]
+    fn in_one_table(&self, level: u32, start: u64, end: u64) -> bool {
+        level == self.start_level || {
+            let parent = self.shifts[level as usize - 1];
+            start >> parent == (end - 1) >> parent
+        }
+    }
+
+    #[inline]
     fn check_args(&self, iova: u64, size: u64, pa: Option<u64>) -> Result<(), PgTableError> {
         let granule = self.config.granule;
         let mask = granule - 1;
-        if iova & mask != 0 || size & mask != 0 {
+        if (iova | size) & mask != 0 {
             return Err(PgTableError::Misaligned {
                 addr: iova,
                 size,
@@ -674,6 +711,174 @@ impl LpaeTable {
         Ok(())
     }
 
+    /// Takes a zeroed table page from the free list or grows the arena. The caller has
+    /// checked the cap.
+    #[inline]
+    fn alloc_table(&mut self, work: &mut WorkRecord) -> usize {
+        work.tables_allocated += 1;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        self.live_pages += 1;
+        if let Some(slot) = self.free.pop() {
+            self.meta[slot].live = true;
+            return slot;
+        }
+        self.entries
+            .resize(self.entries.len() + (1 << self.stride), 0);
+        self.meta.push(PageMeta {
+            valid: 0,
+            live: true,
+        });
+        self.meta.len() - 1
+    }
+
+    /// Returns an emptied table page to the free list.
+    #[inline]
+    fn free_table(&mut self, slot: usize, work: &mut WorkRecord) {
+        debug_assert!(self.meta[slot].valid == 0);
+        debug_assert!(self.entries[slot << self.stride..][..1 << self.stride]
+            .iter()
+            .all(|&d| d == 0));
+        self.meta[slot].live = false;
+        self.free.push(slot);
+        self.live_pages -= 1;
+        work.tables_freed += 1;
+    }
+
+    /// Writes a table descriptor for a new table at `pos` (in `slot`) and returns the new
+    /// table's slot.
+    #[inline(always)]
+    fn install_table(&mut self, slot: usize, pos: usize, work: &mut WorkRecord) -> usize {
+        let child = self.alloc_table(work);
+        self.entries[pos] = spec::encode_table(self.slot_pa(child), self.granule_shift);
+        self.meta[slot].valid += 1;
+        work.ptes_written += 1;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        child
+    }
+
+    /// Clears the table descriptor at `pos` (in `slot`, at `level`) for the emptied table
+    /// `child` covering `iova`, frees the child and reports it.
+    #[inline(always)]
+    fn remove_table(
+        &mut self,
+        slot: usize,
+        pos: usize,
+        level: u32,
+        child: usize,
+        iova: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) {
+        self.entries[pos] = 0;
+        self.meta[slot].valid -= 1;
+        work.ptes_cleared += 1;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        self.free_table(child, work);
+        let shift = self.shifts[level as usize];
+        gather.add_freed_table(FreedTable {
+            table_pa: PhysAddr::new(self.slot_pa(child)),
+            level: level + 1,
+            iova: Iova::new(iova & !((1u64 << shift) - 1)),
+            size: 1u64 << shift,
+        });
+    }
+
+    // ---- Map ----
+
+    /// The map of `[start, end)` when it is a run of leaves of one size in one table, the
+    /// common DMA case: one walk down, then the writes.
+    #[inline]
+    fn map_fast(&mut self, start: u64, end: u64, plan: MapPlan, work: &mut WorkRecord) -> Fast {
+        let size = end - start;
+        // The largest leaf level every piece can use; level 3 always qualifies.
+        let mut leaf = self.start_level;
+        while !(self.leaf_level[leaf as usize]
+            && (start | size | plan.delta) & ((1u64 << self.shifts[leaf as usize]) - 1) == 0)
+        {
+            leaf += 1;
+        }
+        // Within one table at `leaf`, no larger page fits (the leaf level above would have
+        // qualified), so this is exactly the general path's plan.
+        if !self.in_one_table(leaf, start, end) {
+            return Fast::General;
+        }
+        let mut reads = 0;
+        let mut slot = 0;
+        let mut level = self.start_level;
+        while level < leaf {
+            let desc = self.entries[self.pos(slot, level, start)];
+            reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                break;
+            }
+            if !Self::is_table(desc, level) {
+                work.pte_reads += reads;
+                return Fast::Done(Err(PgTableError::AlreadyMapped { iova: start }));
+            }
+            slot = self.slot_of_desc(desc);
+            level += 1;
+        }
+        let shift = self.shifts[leaf as usize];
+        let first = self.pos(slot, leaf, start);
+        let count = (size >> shift) as usize;
+        if level == leaf {
+            for (i, &desc) in self.entries[first..first + count].iter().enumerate() {
+                reads += 1;
+                if desc & spec::DESC_VALID != 0 {
+                    if Self::is_table(desc, leaf) {
+                        // A table where a block would go: the general path finds the first
+                        // mapped IOVA below it.
+                        return Fast::General;
+                    }
+                    work.pte_reads += reads;
+                    let iova = start + ((i as u64) << shift);
+                    return Fast::Done(Err(PgTableError::AlreadyMapped { iova }));
+                }
+            }
+        } else {
+            let needed = (leaf - level) as usize;
+            if self.live_pages + needed > self.max_pages {
+                work.pte_reads += reads;
+                return Fast::Done(Err(PgTableError::TooManyTables {
+                    limit: self.max_pages,
+                }));
+            }
+        }
+        work.pte_reads += reads;
+        // Commit: new tables from `level` down, then the leaves.
+        let mut first = first;
+        while level < leaf {
+            let pos = self.pos(slot, level, start);
+            slot = self.install_table(slot, pos, work);
+            level += 1;
+            first = self.pos(slot, leaf, start);
+        }
+        let kind = if leaf == 3 {
+            spec::DESC_TYPE_PAGE
+        } else {
+            spec::DESC_TYPE_BLOCK
+        };
+        let oa_mask = spec::oa_mask(self.granule_shift);
+        let mut pa = start.wrapping_add(plan.delta);
+        for desc in &mut self.entries[first..first + count] {
+            *desc = (pa & oa_mask) | plan.attrs | kind;
+            pa = pa.wrapping_add(1 << shift);
+        }
+        self.meta[slot].valid += count as u32;
+        work.ptes_written += count as u64;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        self.mapped += size;
+        Fast::Done(Ok(()))
+    }
+
     /// Validation walk for a map of `[start, end)` under the table in `slot` at `level`:
     /// fails if anything in the range is mapped, else returns the table pages the map needs.
     fn check_map(
@@ -685,15 +890,13 @@ impl LpaeTable {
         delta: u64,
         work: &mut WorkRecord,
     ) -> Result<usize, PgTableError> {
-        let shift = self.shifts[level as usize];
-        let size = 1u64 << shift;
-        let entries = &self.pages[slot].entries;
+        let size = 1u64 << self.shifts[level as usize];
         let mut needed = 0usize;
         let mut x = start;
         while x < end {
             let entry_start = x & !(size - 1);
             let sub_end = end.min(entry_start + size);
-            let desc = entries[self.index(entries, level, x)];
+            let desc = self.entries[self.pos(slot, level, x)];
             work.pte_reads += 1;
             if desc & spec::DESC_VALID == 0 {
                 let whole = x == entry_start && sub_end - x == size;
@@ -702,14 +905,8 @@ impl LpaeTable {
                 }
             } else if Self::is_table(desc, level) {
                 let child = self.slot_of_desc(desc);
-                needed = needed.saturating_add(self.check_map(
-                    child,
-                    level + 1,
-                    x,
-                    sub_end,
-                    delta,
-                    work,
-                )?);
+                let below = self.check_map(child, level + 1, x, sub_end, delta, work)?;
+                needed = needed.saturating_add(below);
             } else {
                 return Err(PgTableError::AlreadyMapped { iova: x });
             }
@@ -748,31 +945,10 @@ impl LpaeTable {
         if self.leaf_fits(level, delta) {
             return 1;
         }
-        let per_table = 1usize << spec::bits_per_level(self.granule_shift);
+        let per_table = 1usize << self.stride;
         per_table
             .saturating_mul(self.full_subtree_tables(level + 1, delta))
             .saturating_add(1)
-    }
-
-    /// Takes a zeroed table page from the free list or grows the arena. The caller has
-    /// checked the cap.
-    fn alloc_table(&mut self, work: &mut WorkRecord) -> usize {
-        work.tables_allocated += 1;
-        if !self.config.coherent_walk {
-            work.cache_cleans += 1;
-        }
-        self.live_pages += 1;
-        if let Some(slot) = self.free.pop() {
-            self.pages[slot].live = true;
-            return slot;
-        }
-        let len = 1usize << spec::bits_per_level(self.granule_shift);
-        self.pages.push(TablePage {
-            entries: vec![0u64; len].into_boxed_slice(),
-            valid: 0,
-            live: true,
-        });
-        self.pages.len() - 1
     }
 
     /// Writes the mapping of `[start, end)` under the table in `slot` at `level`. The range
@@ -786,8 +962,7 @@ impl LpaeTable {
         plan: MapPlan,
         work: &mut WorkRecord,
     ) {
-        let shift = self.shifts[level as usize];
-        let size = 1u64 << shift;
+        let size = 1u64 << self.shifts[level as usize];
         let leaf_fits = self.leaf_fits(level, plan.delta);
         let kind = if level == 3 {
             spec::DESC_TYPE_PAGE
@@ -800,8 +975,8 @@ impl LpaeTable {
         while x < end {
             let entry_start = x & !(size - 1);
             let sub_end = end.min(entry_start + size);
-            let index = self.index(&self.pages[slot].entries, level, x);
-            let desc = self.pages[slot].entries[index];
+            let pos = self.pos(slot, level, x);
+            let desc = self.entries[pos];
             if desc & spec::DESC_VALID != 0 {
                 // Validated: a valid entry in range is a table with room below it.
                 let child = self.slot_of_desc(desc);
@@ -809,29 +984,109 @@ impl LpaeTable {
                 in_batch = false;
             } else if leaf_fits && x == entry_start && sub_end - x == size {
                 let pa = x.wrapping_add(plan.delta);
-                let page = &mut self.pages[slot];
-                page.entries[index] = (pa & oa_mask) | plan.attrs | kind;
-                page.valid += 1;
+                self.entries[pos] = (pa & oa_mask) | plan.attrs | kind;
+                self.meta[slot].valid += 1;
                 work.ptes_written += 1;
                 if !in_batch && !self.config.coherent_walk {
                     work.cache_cleans += 1;
                 }
                 in_batch = true;
             } else {
-                let child = self.alloc_table(work);
-                let child_pa = self.slot_pa(child);
-                let page = &mut self.pages[slot];
-                page.entries[index] = spec::encode_table(child_pa, self.granule_shift);
-                page.valid += 1;
-                work.ptes_written += 1;
-                if !self.config.coherent_walk {
-                    work.cache_cleans += 1;
-                }
+                let child = self.install_table(slot, pos, work);
                 self.do_map(child, level + 1, x, sub_end, plan, work);
                 in_batch = false;
             }
             x = sub_end;
         }
+    }
+
+    // ---- Unmap ----
+
+    /// The unmap of `[start, end)` when it is a run of leaves of one size in one table: one
+    /// walk down, the clears, then back up freeing emptied tables.
+    #[inline]
+    fn unmap_fast(
+        &mut self,
+        start: u64,
+        end: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) -> Fast {
+        // (slot, position) of the descriptor read at each level.
+        let mut path = [(0usize, 0usize); 4];
+        let mut reads = 0;
+        let mut slot = 0;
+        let mut level = self.start_level;
+        let desc = loop {
+            let pos = self.pos(slot, level, start);
+            let desc = self.entries[pos];
+            reads += 1;
+            path[level as usize] = (slot, pos);
+            if desc & spec::DESC_VALID == 0 {
+                work.pte_reads += reads;
+                return Fast::Done(Err(PgTableError::NotMapped { iova: start }));
+            }
+            if !Self::is_table(desc, level) {
+                break desc;
+            }
+            slot = self.slot_of_desc(desc);
+            level += 1;
+        };
+        let _ = desc;
+        let shift = self.shifts[level as usize];
+        let size = end - start;
+        if start & ((1u64 << shift) - 1) != 0 {
+            work.pte_reads += reads;
+            let block_size = 1u64 << shift;
+            return Fast::Done(Err(PgTableError::SplitsBlock {
+                iova: start,
+                size,
+                block_iova: start & !(block_size - 1),
+                block_size,
+            }));
+        }
+        if size & ((1u64 << shift) - 1) != 0 || !self.in_one_table(level, start, end) {
+            return Fast::General;
+        }
+        let first = path[level as usize].1;
+        let count = (size >> shift) as usize;
+        // The first entry was read on the way down.
+        for (i, &desc) in self.entries[first..first + count]
+            .iter()
+            .enumerate()
+            .skip(1)
+        {
+            reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                work.pte_reads += reads;
+                let iova = start + ((i as u64) << shift);
+                return Fast::Done(Err(PgTableError::NotMapped { iova }));
+            }
+            if Self::is_table(desc, level) {
+                return Fast::General;
+            }
+        }
+        work.pte_reads += reads;
+        if count == 1 {
+            // The common single-page unmap; `fill` would call memset.
+            self.entries[first] = 0;
+        } else {
+            self.entries[first..first + count].fill(0);
+        }
+        self.meta[slot].valid -= count as u32;
+        work.ptes_cleared += count as u64;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        gather.add(Iova::new(start), size, 1u64 << shift);
+        self.mapped -= size;
+        while level > self.start_level && self.meta[slot].valid == 0 {
+            let (parent, pos) = path[level as usize - 1];
+            self.remove_table(parent, pos, level - 1, slot, start, gather, work);
+            slot = parent;
+            level -= 1;
+        }
+        Fast::Done(Ok(()))
     }
 
     /// Validation walk for an unmap of `[start, end)`: every entry must be valid, and no
@@ -845,14 +1100,12 @@ impl LpaeTable {
         request: (u64, u64),
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        let shift = self.shifts[level as usize];
-        let size = 1u64 << shift;
-        let entries = &self.pages[slot].entries;
+        let size = 1u64 << self.shifts[level as usize];
         let mut x = start;
         while x < end {
             let entry_start = x & !(size - 1);
             let sub_end = end.min(entry_start + size);
-            let desc = entries[self.index(entries, level, x)];
+            let desc = self.entries[self.pos(slot, level, x)];
             work.pte_reads += 1;
             if desc & spec::DESC_VALID == 0 {
                 return Err(PgTableError::NotMapped { iova: x });
@@ -889,8 +1142,7 @@ impl LpaeTable {
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) -> u64 {
-        let shift = self.shifts[level as usize];
-        let size = 1u64 << shift;
+        let size = 1u64 << self.shifts[level as usize];
         let coherent = self.config.coherent_walk;
         let mut removed = 0;
         // The run of leaves cleared since the last descent: one gather range, one clean.
@@ -900,8 +1152,8 @@ impl LpaeTable {
         while x < end {
             let entry_start = x & !(size - 1);
             let sub_end = end.min(entry_start + size);
-            let index = self.index(&self.pages[slot].entries, level, x);
-            let desc = self.pages[slot].entries[index];
+            let pos = self.pos(slot, level, x);
+            let desc = self.entries[pos];
             if Self::is_table(desc, level) {
                 if run_len != 0 {
                     gather.add(Iova::new(run_start), run_len, size);
@@ -913,26 +1165,12 @@ impl LpaeTable {
                 }
                 let child = self.slot_of_desc(desc);
                 removed += self.do_unmap(child, level + 1, x, sub_end, gather, work);
-                if self.pages[child].valid == 0 {
-                    let page = &mut self.pages[slot];
-                    page.entries[index] = 0;
-                    page.valid -= 1;
-                    work.ptes_cleared += 1;
-                    if !coherent {
-                        work.cache_cleans += 1;
-                    }
-                    self.free_table(child, work);
-                    gather.add_freed_table(FreedTable {
-                        table_pa: PhysAddr::new(self.slot_pa(child)),
-                        level: level + 1,
-                        iova: Iova::new(entry_start),
-                        size,
-                    });
+                if self.meta[child].valid == 0 {
+                    self.remove_table(slot, pos, level, child, x, gather, work);
                 }
             } else {
-                let page = &mut self.pages[slot];
-                page.entries[index] = 0;
-                page.valid -= 1;
+                self.entries[pos] = 0;
+                self.meta[slot].valid -= 1;
                 work.ptes_cleared += 1;
                 if run_len == 0 {
                     run_start = x;
@@ -949,15 +1187,6 @@ impl LpaeTable {
             }
         }
         removed
-    }
-
-    fn free_table(&mut self, slot: usize, work: &mut WorkRecord) {
-        let page = &mut self.pages[slot];
-        debug_assert!(page.valid == 0 && page.entries.iter().all(|&d| d == 0));
-        page.live = false;
-        self.free.push(slot);
-        self.live_pages -= 1;
-        work.tables_freed += 1;
     }
 }
 
@@ -1000,16 +1229,19 @@ impl IoPageTable for LpaeTable {
         }
         let end = start + size;
         let delta = pa.wrapping_sub(start);
+        let plan = MapPlan {
+            delta,
+            attrs: spec::LEAF_ATTRS | spec::prot_bits(prot),
+        };
+        if let Fast::Done(result) = self.map_fast(start, end, plan, work) {
+            return result;
+        }
         let needed = self.check_map(0, self.start_level, start, end, delta, work)?;
         if self.live_pages.saturating_add(needed) > self.max_pages {
             return Err(PgTableError::TooManyTables {
                 limit: self.max_pages,
             });
         }
-        let plan = MapPlan {
-            delta,
-            attrs: spec::LEAF_ATTRS | spec::prot_bits(prot),
-        };
         self.do_map(0, self.start_level, start, end, plan, work);
         self.mapped += size;
         Ok(())
@@ -1028,6 +1260,9 @@ impl IoPageTable for LpaeTable {
             return Ok(());
         }
         let end = start + size;
+        if let Fast::Done(result) = self.unmap_fast(start, end, gather, work) {
+            return result;
+        }
         self.check_unmap(0, self.start_level, start, end, (start, size), work)?;
         let removed = self.do_unmap(0, self.start_level, start, end, gather, work);
         debug_assert_eq!(removed, size);
@@ -1042,27 +1277,28 @@ impl IoPageTable for LpaeTable {
         }
         let mut slot = 0;
         let mut level = self.start_level;
-        loop {
-            let entries = &self.pages[slot].entries;
-            let desc = entries[self.index(entries, level, iova)];
-            work.pte_reads += 1;
+        let mut reads = 0;
+        let result = loop {
+            let desc = self.entries[self.pos(slot, level, iova)];
+            reads += 1;
             if desc & spec::DESC_VALID == 0 {
-                return None;
+                break None;
             }
             if Self::is_table(desc, level) {
                 slot = self.slot_of_desc(desc);
                 level += 1;
                 continue;
             }
-            let shift = self.shifts[level as usize];
-            let page_size = 1u64 << shift;
+            let page_size = 1u64 << self.shifts[level as usize];
             let base = desc & spec::oa_mask(self.granule_shift) & !(page_size - 1);
-            return Some(Translation {
+            break Some(Translation {
                 pa: PhysAddr::new(base | (iova & (page_size - 1))),
                 prot: spec::decode_prot(desc),
                 page_size,
             });
-        }
+        };
+        work.pte_reads += reads;
+        result
     }
 
     fn table_pages(&self) -> usize {
