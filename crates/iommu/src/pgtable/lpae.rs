@@ -760,19 +760,19 @@ impl LpaeTable {
         child
     }
 
-    /// Clears the table descriptor at `pos` (in `slot`, at `level`) for the emptied table
-    /// `child` covering `iova`, frees the child and reports it.
+    /// Clears the table descriptor for `iova` in `slot` (at `level`), which points at the
+    /// emptied table `child`, frees the child and reports it.
     #[inline(always)]
     fn remove_table(
         &mut self,
         slot: usize,
-        pos: usize,
         level: u32,
         child: usize,
         iova: u64,
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) {
+        let pos = self.pos(slot, level, iova);
         self.entries[pos] = 0;
         self.meta[slot].valid -= 1;
         work.ptes_cleared += 1;
@@ -1012,8 +1012,8 @@ impl LpaeTable {
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) -> Fast {
-        // (slot, position) of the descriptor read at each level.
-        let mut path = [(0usize, 0usize); 4];
+        // The slot of the table read at each level.
+        let mut path = [0usize; 4];
         let mut reads = 0;
         let mut slot = 0;
         let mut level = self.start_level;
@@ -1021,7 +1021,7 @@ impl LpaeTable {
             let pos = self.pos(slot, level, start);
             let desc = self.entries[pos];
             reads += 1;
-            path[level as usize] = (slot, pos);
+            path[level as usize] = slot;
             if desc & spec::DESC_VALID == 0 {
                 work.pte_reads += reads;
                 return Fast::Done(Err(PgTableError::NotMapped { iova: start }));
@@ -1048,7 +1048,7 @@ impl LpaeTable {
         if size & ((1u64 << shift) - 1) != 0 || !self.in_one_table(level, start, end) {
             return Fast::General;
         }
-        let first = path[level as usize].1;
+        let first = self.pos(slot, level, start);
         let count = (size >> shift) as usize;
         // The first entry was read on the way down.
         for (i, &desc) in self.entries[first..first + count]
@@ -1081,8 +1081,8 @@ impl LpaeTable {
         gather.add(Iova::new(start), size, 1u64 << shift);
         self.mapped -= size;
         while level > self.start_level && self.meta[slot].valid == 0 {
-            let (parent, pos) = path[level as usize - 1];
-            self.remove_table(parent, pos, level - 1, slot, start, gather, work);
+            let parent = path[level as usize - 1];
+            self.remove_table(parent, level - 1, slot, start, gather, work);
             slot = parent;
             level -= 1;
         }
@@ -1166,7 +1166,7 @@ impl LpaeTable {
                 let child = self.slot_of_desc(desc);
                 removed += self.do_unmap(child, level + 1, x, sub_end, gather, work);
                 if self.meta[child].valid == 0 {
-                    self.remove_table(slot, pos, level, child, x, gather, work);
+                    self.remove_table(slot, level, child, x, gather, work);
                 }
             } else {
                 self.entries[pos] = 0;
