@@ -923,3 +923,537 @@ impl Domain {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{SZ_1G, SZ_4G, SZ_64K};
+    use crate::dma::testutil::{dev32, dev64, lpae_domain, map_domain, memory, Fx, MapTable, SimpleAllocator};
+    use crate::dma::ImmediateInvalidator;
+    use crate::pgtable::PgTableError;
+
+    const TO: Direction = Direction::ToDevice;
+    const FROM: Direction = Direction::FromDevice;
+
+    fn strict() -> Fx {
+        lpae_domain(DomainMode::Strict, |_| {})
+    }
+
+    fn lazy() -> Fx {
+        lpae_domain(DomainMode::Lazy, |_| {})
+    }
+
+    fn direct(mode: DomainMode) -> Domain {
+        Domain::direct(DomainConfig::new(DomainId(3), mode)).unwrap()
+    }
+
+    fn pa(v: u64) -> PhysAddr {
+        PhysAddr::new(v)
+    }
+
+    // ---- construction ----
+
+    #[test]
+    fn constructors_reject_the_wrong_mode() {
+        assert!(matches!(
+            Domain::direct(DomainConfig::new(DomainId(1), DomainMode::Strict)),
+            Err(DmaError::Config { .. })
+        ));
+        let fx = strict();
+        let table = Box::new(MapTable::new(SZ_4K, (Iova::new(0), Iova::new(SZ_4G)), 48));
+        let c = DomainConfig::new(DomainId(1), DomainMode::Identity);
+        let r = Domain::translated(c, table, fx.alloc.clone(), fx.inv.clone());
+        assert!(matches!(r, Err(DmaError::Config { .. })));
+    }
+
+    #[test]
+    fn translated_constructor_checks_granule_aperture_and_cpus() {
+        let inv: Arc<dyn Invalidator> = Arc::new(ImmediateInvalidator::new());
+        let table = || Box::new(MapTable::new(SZ_4K, (Iova::new(0), Iova::new(SZ_4G)), 48));
+        let alloc = |g, s| -> Arc<dyn IovaAllocator> {
+            Arc::new(SimpleAllocator::new(g, Iova::new(s), Iova::new(SZ_4G)))
+        };
+        let base = DomainConfig::new(DomainId(1), DomainMode::Strict);
+        let try_with = |c: DomainConfig, a| Domain::translated(c, table(), a, inv.clone()).map(|_| ());
+        let cfg_err = |r: Result<(), DmaError>| matches!(r, Err(DmaError::Config { .. }));
+        assert!(try_with(base, alloc(SZ_4K, SZ_4K)).is_ok());
+        assert!(cfg_err(try_with(base, alloc(SZ_64K, SZ_64K))), "granule mismatch");
+        let c = DomainConfig { aperture: Some((Iova::new(0), Iova::new(2 * SZ_4G))), ..base };
+        assert!(cfg_err(try_with(c, alloc(SZ_4K, SZ_4K))), "aperture beyond table");
+        let c = DomainConfig { aperture: Some((Iova::new(SZ_1G), Iova::new(SZ_4G))), ..base };
+        assert!(cfg_err(try_with(c, alloc(SZ_4K, SZ_4K))), "allocator below aperture");
+        assert!(cfg_err(try_with(DomainConfig { cpus: 0, ..base }, alloc(SZ_4K, SZ_4K))));
+        assert!(cfg_err(try_with(DomainConfig { max_mappings: 0, ..base }, alloc(SZ_4K, SZ_4K))));
+    }
+
+    // ---- map_page ----
+
+    #[test]
+    fn map_page_keeps_the_offset_and_maps_whole_granules() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0x12_3456), 0x2000, TO, 0, &mut w).unwrap();
+        assert_eq!(m.dma_addr().0 & 0xfff, 0x456);
+        assert_eq!(m.len(), 0x2000);
+        assert_eq!(fx.state(), (1, 1, 3 * SZ_4K));
+        assert_eq!(w.lock_count(LockId::PageTable), 1);
+        fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_32_bit_device_gets_iovas_below_4g() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        for i in 0..16 {
+            let m = fx.domain.map_page(&dev32(), pa(i * SZ_64K), SZ_64K, FROM, 0, &mut w).unwrap();
+            assert!(m.dma_addr().0 + SZ_64K <= SZ_4G, "{:?}", m.dma_addr());
+            let _ = std::mem::ManuallyDrop::new(m);
+        }
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, FROM, 0, &mut w).unwrap();
+        assert!(m.dma_addr().0 >= SZ_4G, "the 64-bit device is not limited");
+        let _ = std::mem::ManuallyDrop::new(m);
+    }
+
+    #[test]
+    fn map_page_rejects_empty_and_wrapping_buffers_without_change() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let d = dev64();
+        assert_eq!(
+            fx.domain.map_page(&d, pa(0x1000), 0, TO, 0, &mut w),
+            Err(DmaError::BadBuffer { pa: 0x1000, len: 0 })
+        );
+        assert_eq!(
+            fx.domain.map_page(&d, pa(u64::MAX - 1), 4, TO, 0, &mut w),
+            Err(DmaError::BadBuffer { pa: u64::MAX - 1, len: 4 })
+        );
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn exhausted_iova_space_is_an_error_with_its_source() {
+        let fx = map_domain(DomainMode::Strict, 64 * SZ_4K, 48, |_| {});
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0), 32 * SZ_4K, TO, 0, &mut w).unwrap();
+        let before = fx.state();
+        let err = fx.domain.map_page(&dev64(), pa(0), 32 * SZ_4K, TO, 0, &mut w).unwrap_err();
+        assert!(matches!(err, DmaError::IovaSpace { pages: 32, source: IovaError::Exhausted { .. }, .. }));
+        assert_eq!(fx.state(), before);
+        fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn a_mask_below_the_aperture_is_mask_too_small() {
+        let fx = lpae_domain(DomainMode::Strict, |c| {
+            c.aperture = Some((Iova::new(SZ_4G), Iova::new(1 << 40)));
+        });
+        let mut w = WorkRecord::new();
+        let err = fx.domain.map_page(&dev32(), pa(0), SZ_4K, TO, 0, &mut w).unwrap_err();
+        assert_eq!(err, DmaError::MaskTooSmall { device: 11, mask_bits: 32, addr: SZ_4G });
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn direct_modes_return_the_physical_address_or_mask_too_small() {
+        for mode in [DomainMode::NoIommu, DomainMode::Identity] {
+            let d = direct(mode);
+            let mut w = WorkRecord::new();
+            let m = d.map_page(&dev32(), pa(0x1234), 100, TO, 0, &mut w).unwrap();
+            assert_eq!(m.dma_addr(), DmaAddr(0x1234));
+            let err = d.map_page(&dev32(), pa(SZ_4G - 10), 100, TO, 0, &mut w).unwrap_err();
+            assert_eq!(err, DmaError::MaskTooSmall { device: 11, mask_bits: 32, addr: SZ_4G });
+            assert_eq!(d.live_mappings(), 1);
+            d.unmap_page(m, 0, 0, &mut w).unwrap();
+            assert!(w.is_empty(), "direct mappings do no counted work: {w:?}");
+        }
+    }
+
+    #[test]
+    fn a_page_table_refusal_frees_the_iova() {
+        let fx = map_domain(DomainMode::Strict, SZ_4G, 32, |_| {});
+        let mut w = WorkRecord::new();
+        let err = fx.domain.map_page(&dev64(), pa(SZ_4G), SZ_4K, TO, 0, &mut w).unwrap_err();
+        assert!(matches!(err, DmaError::PageTable { source: PgTableError::PhysOutOfRange { .. }, .. }));
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_mapping_cap_is_enforced() {
+        let fx = lpae_domain(DomainMode::Strict, |c| c.max_mappings = 2);
+        let mut w = WorkRecord::new();
+        let a = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let b = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let before = fx.state();
+        let err = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap_err();
+        assert_eq!(err, DmaError::TooManyMappings { domain: DomainId(1), limit: 2 });
+        assert_eq!(fx.state(), before);
+        let err = fx.domain.map_sg(&dev64(), &[SgEntry::new(pa(0), 8)], TO, 0, &mut w).unwrap_err();
+        assert!(matches!(err, DmaError::TooManyMappings { .. }));
+        assert_eq!(fx.state(), before);
+        fx.domain.unmap_page(a, 0, 0, &mut w).unwrap();
+        fx.domain.unmap_page(b, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn a_bad_cpu_is_rejected_everywhere() {
+        let fx = lazy();
+        let mut w = WorkRecord::new();
+        let bad = DmaError::BadCpu { cpu: 4, cpus: 4 };
+        assert_eq!(fx.domain.map_page(&dev64(), pa(0), 1, TO, 4, &mut w), Err(bad.clone()));
+        let m = fx.domain.map_page(&dev64(), pa(0), 1, TO, 0, &mut w).unwrap();
+        let r = fx.domain.unmap_page(m, 4, 0, &mut w).unwrap_err();
+        assert_eq!(r.error, bad);
+        assert_eq!(fx.state(), (1, 1, SZ_4K));
+        fx.domain.unmap_page(r.handle, 3, 0, &mut w).unwrap();
+    }
+
+    // ---- strict and lazy unmap ----
+
+    #[test]
+    fn strict_unmap_invalidates_ranges_and_syncs_each_time() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        for _ in 0..3 {
+            let m = fx.domain.map_page(&dev64(), pa(0x10000), 3 * SZ_4K, TO, 0, &mut w).unwrap();
+            let mut u = WorkRecord::new();
+            fx.domain.unmap_page(m, 0, 0, &mut u).unwrap();
+            assert_eq!((u.inval_ranges, u.inval_pages, u.inval_syncs), (1, 3, 1));
+            assert_eq!((u.inval_domains, u.flush_queue_adds), (0, 0));
+        }
+        assert_eq!(fx.alloc.live_blocks(), 0);
+    }
+
+    #[test]
+    fn strict_unmap_invalidates_freed_tables_before_the_sync() {
+        let fx = map_domain(DomainMode::Strict, SZ_4G, 48, |_| {});
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let mut u = WorkRecord::new();
+        fx.domain.unmap_page(m, 0, 0, &mut u).unwrap();
+        assert_eq!((u.inval_ranges, u.inval_walks, u.inval_syncs), (1, 1, 1));
+    }
+
+    #[test]
+    fn lazy_unmap_defers_until_the_256th_entry_then_flushes_once() {
+        let fx = lazy();
+        let mut w = WorkRecord::new();
+        // Keeps the leaf table alive, so no unmap frees a table (which is invalidated at once).
+        let pin = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let mut w = WorkRecord::new();
+        for i in 0..255u64 {
+            let m = fx.domain.map_page(&dev64(), pa(i * SZ_4K), SZ_4K, TO, 0, &mut w).unwrap();
+            fx.domain.unmap_page(m, 0, i, &mut w).unwrap();
+        }
+        assert_eq!((w.inval_ranges, w.inval_domains, w.inval_syncs, w.inval_walks), (0, 0, 0, 0));
+        assert_eq!(fx.alloc.live_blocks(), 256, "queued IOVAs stay allocated");
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let mut u = WorkRecord::new();
+        fx.domain.unmap_page(m, 0, 300, &mut u).unwrap();
+        assert_eq!((u.inval_domains, u.inval_syncs, u.inval_ranges), (1, 1, 0));
+        assert_eq!(u.flush_queue_frees, 255);
+        assert_eq!(fx.alloc.live_blocks(), 2);
+        assert_eq!(fx.domain.mapped_bytes(), SZ_4K);
+        fx.domain.unmap_page(pin, 0, 400, &mut w).unwrap();
+    }
+
+    #[test]
+    fn lazy_timeout_flushes_through_poll_or_the_next_unmap() {
+        let fx = lazy();
+        let pin = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut WorkRecord::new()).unwrap();
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 1, &mut w).unwrap();
+        fx.domain.unmap_page(m, 1, 1_000, &mut w).unwrap();
+        assert!(!fx.domain.poll_timeout(10_000_999, &mut w));
+        assert!(fx.domain.poll_timeout(10_001_000, &mut w));
+        assert_eq!((w.inval_domains, w.inval_syncs), (1, 1));
+        assert_eq!(fx.alloc.live_blocks(), 1);
+        // Through the next unmap's clock.
+        let a = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let b = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        fx.domain.unmap_page(a, 0, 20_000_000, &mut w).unwrap();
+        fx.domain.unmap_page(b, 2, 40_000_000, &mut w).unwrap();
+        assert_eq!(w.inval_domains, 2);
+        assert_eq!(fx.alloc.live_blocks(), 2, "only b (and the pin) wait");
+        let _ = std::mem::ManuallyDrop::new(pin);
+    }
+
+    #[test]
+    fn lazy_unmap_still_invalidates_freed_tables_synchronously() {
+        let fx = map_domain(DomainMode::Lazy, SZ_4G, 48, |_| {});
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let mut u = WorkRecord::new();
+        fx.domain.unmap_page(m, 0, 0, &mut u).unwrap();
+        assert_eq!((u.inval_walks, u.inval_syncs, u.inval_ranges, u.inval_domains), (1, 1, 0, 0));
+        assert_eq!(u.flush_queue_adds, 1);
+    }
+
+    #[test]
+    fn a_lazily_unmapped_iova_is_not_reused_before_its_flush() {
+        let fx = lazy();
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let first = m.dma_addr();
+        fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
+        let again = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        assert_ne!(again.dma_addr(), first);
+        fx.domain.unmap_page(again, 0, 0, &mut w).unwrap();
+        fx.domain.flush_all(&mut w);
+        assert_eq!(fx.alloc.live_blocks(), 0);
+        let after = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        assert_eq!(after.dma_addr(), first, "after the flush the top IOVA is free again");
+        fx.domain.unmap_page(after, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn a_strictly_unmapped_iova_is_reused_at_once() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let first = m.dma_addr();
+        fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
+        let again = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        assert_eq!(again.dma_addr(), first);
+        fx.domain.unmap_page(again, 0, 0, &mut w).unwrap();
+    }
+
+    // ---- unmap errors ----
+
+    #[test]
+    fn a_handle_from_another_domain_is_returned_with_wrong_domain() {
+        let a = strict();
+        let b = map_domain(DomainMode::Strict, SZ_4G, 48, |_| {});
+        let mut w = WorkRecord::new();
+        let m = a.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let r = b.domain.unmap_page(m, 0, 0, &mut w).unwrap_err();
+        assert_eq!(r.error, DmaError::WrongDomain { mapping_domain: DomainId(1), domain: DomainId(2) });
+        assert_eq!((a.state(), b.state()), ((1, 1, SZ_4K), (0, 0, 0)));
+        a.domain.unmap_page(r.handle, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn unmap_raw_detects_double_unknown_size_and_direction_errors() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let m = fx.domain.map_page(&dev64(), pa(0x5000), 0x1800, FROM, 0, &mut w).unwrap();
+        let dma = m.dma_addr();
+        let _ = std::mem::ManuallyDrop::new(m);
+        let before = fx.state();
+        let nm = |d: DmaAddr| DmaError::NotMapped { domain: DomainId(1), dma: d.0 };
+        let other = DmaAddr(dma.0 + SZ_4K);
+        assert_eq!(fx.domain.unmap_raw(other, 0x1800, FROM, 0, 0, &mut w), Err(nm(other)));
+        assert_eq!(
+            fx.domain.unmap_raw(dma, 0x1000, FROM, 0, 0, &mut w),
+            Err(DmaError::SizeMismatch { dma: dma.0, mapped: 0x1800, given: 0x1000 })
+        );
+        assert_eq!(
+            fx.domain.unmap_raw(dma, 0x1800, TO, 0, 0, &mut w),
+            Err(DmaError::DirectionMismatch { dma: dma.0, mapped: FROM, given: TO })
+        );
+        assert_eq!(fx.state(), before);
+        fx.domain.unmap_raw(dma, 0x1800, FROM, 0, 0, &mut w).unwrap();
+        assert_eq!(fx.state(), (0, 0, 0));
+        assert_eq!(fx.domain.unmap_raw(dma, 0x1800, FROM, 0, 0, &mut w), Err(nm(dma)));
+    }
+
+    #[test]
+    fn unmap_raw_refuses_scatter_gather_and_coherent_mappings() {
+        let fx = strict();
+        let (_mem, phys) = memory();
+        let mut w = WorkRecord::new();
+        let sg = fx.domain.map_sg(&dev64(), &[SgEntry::new(pa(0), 100)], TO, 0, &mut w).unwrap();
+        let dma = sg.segments()[0].dma;
+        assert_eq!(
+            fx.domain.unmap_raw(dma, 100, TO, 0, 0, &mut w),
+            Err(DmaError::KindMismatch { dma: dma.0, mapped: MappingKind::Sg, given: MappingKind::Single })
+        );
+        let c = fx.domain.alloc_coherent(&dev64(), &phys, 10, 0, &mut w).unwrap();
+        let r = fx.domain.unmap_raw(c.dma_addr(), SZ_4K, Direction::Bidirectional, 0, 0, &mut w);
+        assert!(matches!(r, Err(DmaError::KindMismatch { mapped: MappingKind::Coherent, .. })));
+        assert_eq!(fx.domain.live_mappings(), 2);
+        fx.domain.unmap_sg(sg, 0, 0, &mut w).unwrap();
+        fx.domain.free_coherent(c, &phys, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn a_stale_handle_does_not_unmap_the_mapping_that_reused_its_address() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let old = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        fx.domain.unmap_raw(old.dma_addr(), SZ_4K, TO, 0, 0, &mut w).unwrap();
+        let new = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        assert_eq!(new.dma_addr(), old.dma_addr());
+        let r = fx.domain.unmap_page(old, 0, 0, &mut w).unwrap_err();
+        assert!(matches!(r.error, DmaError::NotMapped { .. }));
+        assert_eq!(fx.state(), (1, 1, SZ_4K));
+        fx.domain.unmap_page(new, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn direct_mode_tracks_repeated_mappings_of_one_buffer() {
+        let d = direct(DomainMode::NoIommu);
+        let mut w = WorkRecord::new();
+        let a = d.map_page(&dev64(), pa(0x9000), 64, TO, 0, &mut w).unwrap();
+        let b = d.map_page(&dev64(), pa(0x9000), 64, TO, 0, &mut w).unwrap();
+        let _ = (std::mem::ManuallyDrop::new(a), std::mem::ManuallyDrop::new(b));
+        d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w).unwrap();
+        d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w).unwrap();
+        assert!(matches!(d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w), Err(DmaError::NotMapped { .. })));
+    }
+
+    // ---- scatter-gather ----
+
+    #[test]
+    fn map_sg_uses_one_allocation_and_merges_segments() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let list: Vec<_> = [0x10000, 0x50000, 0x30000, 0x90000].iter().map(|&p| SgEntry::new(pa(p), SZ_4K)).collect();
+        let m = fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w).unwrap();
+        assert_eq!(m.segments().len(), 1);
+        assert_eq!(m.segments()[0].len, 4 * SZ_4K);
+        assert_eq!(m.nents(), 4);
+        assert_eq!(fx.state(), (1, 1, 4 * SZ_4K));
+        let mut u = WorkRecord::new();
+        fx.domain.unmap_sg(m, 0, 0, &mut u).unwrap();
+        assert_eq!(fx.state(), (0, 0, 0));
+        assert_eq!(u.inval_syncs, 1);
+        assert_eq!(u.inval_pages, 4);
+    }
+
+    #[test]
+    fn map_sg_respects_the_device_segment_limits() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let dev = dev64().with_max_segment_size(2 * SZ_4K).unwrap();
+        let list: Vec<_> = (0..4).map(|i| SgEntry::new(pa(0x100_0000 + i * 0x10000), SZ_4K)).collect();
+        let m = fx.domain.map_sg(&dev, &list, TO, 0, &mut w).unwrap();
+        assert_eq!(m.segments().iter().map(|s| s.len).collect::<Vec<_>>(), vec![8192, 8192]);
+        fx.domain.unmap_sg(m, 0, 0, &mut w).unwrap();
+        let dev = dev64().with_segment_boundary_mask(SZ_64K - 1).unwrap();
+        let list: Vec<_> = (0..20).map(|i| SgEntry::new(pa(0x100_0000 + i * 0x10000), SZ_4K)).collect();
+        let m = fx.domain.map_sg(&dev, &list, TO, 0, &mut w).unwrap();
+        for s in m.segments() {
+            assert_eq!(s.dma.0 / SZ_64K, (s.dma.0 + s.len - 1) / SZ_64K);
+        }
+        assert_eq!(m.segments().len(), 2);
+        fx.domain.unmap_sg(m, 0, 0, &mut w).unwrap();
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn map_sg_padding_is_not_mapped_and_unmaps_cleanly() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        let dev = dev64().with_segment_boundary_mask(4 * SZ_4K - 1).unwrap();
+        let list = [SgEntry::new(pa(0x10000), 3 * SZ_4K), SgEntry::new(pa(0x50000), 2 * SZ_4K)];
+        let m = fx.domain.map_sg(&dev, &list, TO, 0, &mut w).unwrap();
+        assert_eq!(fx.domain.mapped_bytes(), 5 * SZ_4K);
+        assert_eq!(m.segments()[1].dma.0 - m.segments()[0].dma.0, 4 * SZ_4K);
+        fx.domain.unmap_sg(m, 0, 0, &mut w).unwrap();
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn bad_sg_lists_are_rejected_without_change() {
+        let fx = strict();
+        let mut w = WorkRecord::new();
+        assert_eq!(fx.domain.map_sg(&dev64(), &[], TO, 0, &mut w), Err(DmaError::EmptySgList));
+        let list = [SgEntry::new(pa(0), 10), SgEntry::new(pa(0x2000), 0)];
+        assert_eq!(
+            fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w),
+            Err(DmaError::BadSgEntry { index: 1, pa: 0x2000, len: 0 })
+        );
+        let list = [SgEntry::new(pa(u64::MAX), 2)];
+        assert!(matches!(fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w), Err(DmaError::BadSgEntry { .. })));
+        assert_eq!(fx.state(), (0, 0, 0));
+        let d = direct(DomainMode::NoIommu);
+        assert_eq!(d.map_sg(&dev64(), &[], TO, 0, &mut w), Err(DmaError::EmptySgList));
+        assert_eq!(d.live_mappings(), 0);
+    }
+
+    #[test]
+    fn a_sg_page_table_refusal_rolls_back_every_piece() {
+        let fx = map_domain(DomainMode::Strict, SZ_4G, 32, |_| {});
+        let mut w = WorkRecord::new();
+        let list = [SgEntry::new(pa(0x1000), SZ_4K), SgEntry::new(pa(SZ_4G + 0x1000), SZ_4K)];
+        let err = fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w).unwrap_err();
+        assert!(matches!(err, DmaError::PageTable { .. }));
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn direct_sg_mappings_are_not_merged_and_must_fit_the_mask() {
+        let d = direct(DomainMode::Identity);
+        let mut w = WorkRecord::new();
+        let list = [SgEntry::new(pa(0x1000), SZ_4K), SgEntry::new(pa(0x2000), SZ_4K)];
+        let m = d.map_sg(&dev32(), &list, TO, 0, &mut w).unwrap();
+        assert_eq!(m.segments().len(), 2);
+        assert_eq!(m.segments()[1].dma, DmaAddr(0x2000));
+        let high = [SgEntry::new(pa(0x1000), 1), SgEntry::new(pa(SZ_4G), 1)];
+        assert!(matches!(d.map_sg(&dev32(), &high, TO, 0, &mut w), Err(DmaError::MaskTooSmall { .. })));
+        assert_eq!(d.live_mappings(), 1);
+        d.unmap_sg(m, 0, 0, &mut w).unwrap();
+        assert_eq!(d.live_mappings(), 0);
+    }
+
+    // ---- coherent ----
+
+    #[test]
+    fn coherent_buffers_are_zeroed_mapped_and_freed() {
+        let fx = strict();
+        let (mem, phys) = memory();
+        let mut w = WorkRecord::new();
+        // Dirty the memory the allocator will hand out first.
+        mem.write(pa(SZ_4K), &[0xaa; 8192]).unwrap();
+        let c = fx.domain.alloc_coherent(&dev64(), &phys, 5000, 0, &mut w).unwrap();
+        assert_eq!((c.phys_addr(), c.size()), (pa(SZ_4K), 2 * SZ_4K));
+        let mut b = [1u8; 8192];
+        mem.read(c.phys_addr(), &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+        assert_eq!(fx.state(), (1, 1, 2 * SZ_4K));
+        fx.domain.free_coherent(c, &phys, 0, 0, &mut w).unwrap();
+        assert_eq!(fx.state(), (0, 0, 0));
+        assert_eq!(phys.live_allocations(), 0);
+    }
+
+    #[test]
+    fn direct_coherent_buffers_come_from_below_the_mask() {
+        let d = direct(DomainMode::NoIommu);
+        let mem = Arc::new(crate::mem::PhysMemory::new(16 << 30).unwrap());
+        let phys = PhysAllocator::new(mem, pa(SZ_4G - SZ_4K), pa(16 << 30)).unwrap();
+        let mut w = WorkRecord::new();
+        let c = d.alloc_coherent(&dev32(), &phys, SZ_4K, 0, &mut w).unwrap();
+        assert_eq!(c.dma_addr(), DmaAddr(SZ_4G - SZ_4K));
+        let err = d.alloc_coherent(&dev32(), &phys, SZ_4K, 0, &mut w).unwrap_err();
+        assert!(matches!(err, DmaError::Memory { source: MemError::OutOfMemory { .. }, .. }));
+        assert_eq!((d.live_mappings(), phys.live_allocations()), (1, 1));
+        d.free_coherent(c, &phys, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn free_coherent_with_the_wrong_allocator_changes_nothing() {
+        let fx = strict();
+        let (_m, phys) = memory();
+        let (_m2, other) = memory();
+        let mut w = WorkRecord::new();
+        let c = fx.domain.alloc_coherent(&dev64(), &phys, 1, 0, &mut w).unwrap();
+        let r = fx.domain.free_coherent(c, &other, 0, 0, &mut w).unwrap_err();
+        assert!(matches!(r.error, DmaError::Memory { source: MemError::NotAllocated { .. }, .. }));
+        assert_eq!(fx.state(), (1, 1, SZ_4K));
+        fx.domain.free_coherent(r.handle, &phys, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn a_failed_coherent_mapping_returns_the_pages() {
+        let fx = lpae_domain(DomainMode::Strict, |c| {
+            c.aperture = Some((Iova::new(SZ_4G), Iova::new(1 << 40)));
+        });
+        let (_m, phys) = memory();
+        let mut w = WorkRecord::new();
+        let err = fx.domain.alloc_coherent(&dev32(), &phys, 1, 0, &mut w).unwrap_err();
+        assert!(matches!(err, DmaError::MaskTooSmall { .. }));
+        assert_eq!(phys.live_allocations(), 0);
+        assert_eq!(fx.domain.alloc_coherent(&dev64(), &phys, 0, 0, &mut w), Err(DmaError::BadBuffer { pa: 0, len: 0 }));
+    }
+}

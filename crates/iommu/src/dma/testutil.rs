@@ -230,3 +230,76 @@ impl IovaAllocator for SimpleAllocator {
         self.blocks.lock().len()
     }
 }
+
+// ---- Domain fixtures ----
+
+use std::sync::Arc;
+
+use crate::addr::SZ_4K;
+use crate::dma::{Device, Domain, DomainConfig, DomainId, DomainMode, ImmediateInvalidator};
+use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+use crate::mem::{PhysAllocator, PhysMemory};
+use crate::pgtable::lpae::{LpaeConfig, LpaeTable};
+
+/// A domain and the shared pieces a test inspects.
+pub struct Fx {
+    pub domain: Domain,
+    pub alloc: Arc<dyn IovaAllocator>,
+    pub inv: Arc<ImmediateInvalidator>,
+}
+
+impl Fx {
+    /// (live mappings, allocator live blocks, mapped bytes): what a failed call must not
+    /// change.
+    pub fn state(&self) -> (usize, usize, u64) {
+        (self.domain.live_mappings(), self.alloc.live_blocks(), self.domain.mapped_bytes())
+    }
+}
+
+/// A translated domain over a real LPAE table (4K, 48-bit) and the Linux allocator.
+pub fn lpae_domain(mode: DomainMode, tweak: impl FnOnce(&mut DomainConfig)) -> Fx {
+    let mut config = DomainConfig::new(DomainId(1), mode);
+    config.cpus = 4;
+    tweak(&mut config);
+    let table = LpaeTable::new(LpaeConfig::new(config.granule, 48, 48)).unwrap();
+    let end = config.aperture.map_or(Iova::new(1 << 48), |a| a.1);
+    let mut space = IovaSpaceConfig::new(config.granule, end);
+    if let Some((start, _)) = config.aperture {
+        space.start_pfn = (start.get() / config.granule).max(1);
+    }
+    let alloc: Arc<dyn IovaAllocator> = Arc::new(LinuxIovaAllocator::new(space).unwrap());
+    let inv = Arc::new(ImmediateInvalidator::new());
+    let domain = Domain::translated(config, Box::new(table), alloc.clone(), inv.clone()).unwrap();
+    Fx { domain, alloc, inv }
+}
+
+/// A translated domain over the test map table and allocator (IOVAs `4K..range_end`,
+/// physical addresses below `2^pa_bits`).
+pub fn map_domain(mode: DomainMode, range_end: u64, pa_bits: u32, tweak: impl FnOnce(&mut DomainConfig)) -> Fx {
+    let mut config = DomainConfig::new(DomainId(2), mode);
+    config.cpus = 4;
+    tweak(&mut config);
+    let table = MapTable::new(config.granule, (Iova::new(0), Iova::new(range_end)), pa_bits);
+    let alloc: Arc<dyn IovaAllocator> =
+        Arc::new(SimpleAllocator::new(config.granule, Iova::new(config.granule), Iova::new(range_end)));
+    let inv = Arc::new(ImmediateInvalidator::new());
+    let domain = Domain::translated(config, Box::new(table), alloc.clone(), inv.clone()).unwrap();
+    Fx { domain, alloc, inv }
+}
+
+/// A 64-bit device with default segment limits.
+pub fn dev64() -> Device {
+    Device::new(10, 64).unwrap()
+}
+
+/// A 32-bit device with default segment limits.
+pub fn dev32() -> Device {
+    Device::new(11, 32).unwrap()
+}
+
+/// 64 GiB of memory and an allocator over all of it but the first page.
+pub fn memory() -> (Arc<PhysMemory>, PhysAllocator) {
+    let mem = Arc::new(PhysMemory::new(64 << 30).unwrap());
+    let phys = PhysAllocator::new(mem.clone(), PhysAddr::new(SZ_4K), PhysAddr::new(64 << 30)).unwrap();
+    (mem, phys)
+}
