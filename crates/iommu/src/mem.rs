@@ -342,7 +342,9 @@ impl PhysAllocator {
     /// Whether `pages` pages at `pa` are allocated, exactly as given.
     pub fn is_allocated(&self, pa: PhysAddr, pages: u64) -> bool {
         let st = self.state.lock();
-        pages.checked_mul(PAGE_SIZE).is_some_and(|len| st.allocated.get(&pa.get()) == Some(&len))
+        pages
+            .checked_mul(PAGE_SIZE)
+            .is_some_and(|len| st.allocated.get(&pa.get()) == Some(&len))
     }
 
     /// Number of ranges currently allocated.

@@ -219,18 +219,28 @@ pub(super) struct LiveMap {
 
 impl LiveMap {
     fn new(domain: DomainId, limit: usize) -> Self {
-        Self { map: BTreeMap::new(), limit, domain }
+        Self {
+            map: BTreeMap::new(),
+            limit,
+            domain,
+        }
     }
 
     fn check_room(&self) -> Result<(), DmaError> {
         if self.map.len() >= self.limit {
-            return Err(DmaError::TooManyMappings { domain: self.domain, limit: self.limit });
+            return Err(DmaError::TooManyMappings {
+                domain: self.domain,
+                limit: self.limit,
+            });
         }
         Ok(())
     }
 
     fn not_mapped(&self, dma: u64) -> DmaError {
-        DmaError::NotMapped { domain: self.domain, dma }
+        DmaError::NotMapped {
+            domain: self.domain,
+            dma,
+        }
     }
 
     /// The record a handle refers to.
@@ -249,11 +259,23 @@ impl LiveMap {
         let mut first_err = None;
         for (&key, live) in self.map.range((dma, 0)..=(dma, u64::MAX)) {
             let err = if live.kind != MappingKind::Single {
-                DmaError::KindMismatch { dma, mapped: live.kind, given: MappingKind::Single }
+                DmaError::KindMismatch {
+                    dma,
+                    mapped: live.kind,
+                    given: MappingKind::Single,
+                }
             } else if live.len != len {
-                DmaError::SizeMismatch { dma, mapped: live.len, given: len }
+                DmaError::SizeMismatch {
+                    dma,
+                    mapped: live.len,
+                    given: len,
+                }
             } else if live.dir != dir {
-                DmaError::DirectionMismatch { dma, mapped: live.dir, given: dir }
+                DmaError::DirectionMismatch {
+                    dma,
+                    mapped: live.dir,
+                    given: dir,
+                }
             } else {
                 return Ok(key);
             };
@@ -309,15 +331,23 @@ impl std::fmt::Debug for Domain {
 }
 
 /// The mapped-or-not outcome of one allocation, for the error paths.
-fn release_unmapped(allocator: &dyn IovaAllocator, block: IovaBlock, cpu: usize, w: &mut WorkRecord) {
+fn release_unmapped(
+    allocator: &dyn IovaAllocator,
+    block: IovaBlock,
+    cpu: usize,
+    w: &mut WorkRecord,
+) {
     let freed = FreeableIova::never_mapped(block).free(allocator, cpu, w);
-    debug_assert!(freed.is_ok(), "freeing a just-allocated IOVA failed: {freed:?}");
+    debug_assert!(
+        freed.is_ok(),
+        "freeing a just-allocated IOVA failed: {freed:?}"
+    );
 }
 
 impl Translated {
     /// Exclusive IOVA limit for `dev`: its mask and the aperture.
     fn limit(&self, dev: &Device) -> Result<u64, DmaError> {
-        let end = dev.dma_mask().checked_add(1).unwrap_or(u64::MAX);
+        let end = dev.dma_mask().saturating_add(1);
         let limit = end.min(self.aperture.1.get());
         if limit <= self.aperture.0.get() {
             return Err(DmaError::MaskTooSmall {
@@ -338,14 +368,20 @@ impl Translated {
     ) -> Result<IovaBlock, DmaError> {
         let limit = self.limit(dev)?;
         let req = AllocRequest::new(pages, Iova::new(limit), cpu);
-        self.allocator.alloc(req, work).map_err(|source| match source {
-            IovaError::LimitTooLow { start, .. } => DmaError::MaskTooSmall {
-                device: dev.id(),
-                mask_bits: dev.mask_bits(),
-                addr: start,
-            },
-            source => DmaError::IovaSpace { pages, limit, source },
-        })
+        self.allocator
+            .alloc(req, work)
+            .map_err(|source| match source {
+                IovaError::LimitTooLow { start, .. } => DmaError::MaskTooSmall {
+                    device: dev.id(),
+                    mask_bits: dev.mask_bits(),
+                    addr: start,
+                },
+                source => DmaError::IovaSpace {
+                    pages,
+                    limit,
+                    source,
+                },
+            })
     }
 
     /// Strict invalidation of everything in `gather`: ranges, walks, one sync.
@@ -397,7 +433,9 @@ impl Domain {
     /// The granule, aperture and flush-queue settings are unused.
     pub fn direct(config: DomainConfig) -> Result<Self, DmaError> {
         if config.mode.is_translated() {
-            return Err(DmaError::Config { reason: "a translated mode needs a page table" });
+            return Err(DmaError::Config {
+                reason: "a translated mode needs a page table",
+            });
         }
         Self::check_common(&config)?;
         let live = LiveMap::new(config.domain_id, config.max_mappings);
@@ -457,23 +495,40 @@ impl Domain {
             )?),
             _ => None,
         };
-        let state = TState { table, live: LiveMap::new(config.domain_id, config.max_mappings) };
-        let t = Translated { state: Mutex::new(state), allocator, invalidator, fq, aperture };
+        let state = TState {
+            table,
+            live: LiveMap::new(config.domain_id, config.max_mappings),
+        };
+        let t = Translated {
+            state: Mutex::new(state),
+            allocator,
+            invalidator,
+            fq,
+            aperture,
+        };
         Ok(Self::assemble(config, Backend::Translated(t)))
     }
 
     fn check_common(config: &DomainConfig) -> Result<(), DmaError> {
         if config.cpus == 0 {
-            return Err(DmaError::Config { reason: "a domain needs at least one CPU" });
+            return Err(DmaError::Config {
+                reason: "a domain needs at least one CPU",
+            });
         }
         if config.max_mappings == 0 {
-            return Err(DmaError::Config { reason: "the mapping cap must be at least 1" });
+            return Err(DmaError::Config {
+                reason: "the mapping cap must be at least 1",
+            });
         }
         Ok(())
     }
 
     fn assemble(config: DomainConfig, backend: Backend) -> Self {
-        let granule = if config.mode.is_translated() { config.granule } else { SZ_4K };
+        let granule = if config.mode.is_translated() {
+            config.granule
+        } else {
+            SZ_4K
+        };
         Self {
             id: config.domain_id,
             mode: config.mode,
@@ -555,7 +610,8 @@ impl Domain {
     /// Lazy mode: fires the flush-queue timer if `now_ns` is past its deadline. Returns
     /// whether it fired (always `false` in other modes).
     pub fn poll_timeout(&self, now_ns: u64, work: &mut WorkRecord) -> bool {
-        self.flush_queue().is_some_and(|fq| fq.poll_timeout(now_ns, work))
+        self.flush_queue()
+            .is_some_and(|fq| fq.poll_timeout(now_ns, work))
     }
 
     /// Lazy mode: flushes and frees everything queued (teardown). No-op in other modes.
@@ -567,7 +623,10 @@ impl Domain {
 
     fn check_cpu(&self, cpu: usize) -> Result<(), DmaError> {
         if cpu >= self.cpus {
-            return Err(DmaError::BadCpu { cpu, cpus: self.cpus });
+            return Err(DmaError::BadCpu {
+                cpu,
+                cpus: self.cpus,
+            });
         }
         Ok(())
     }
@@ -617,8 +676,19 @@ impl Domain {
             return Err(bad);
         }
         let generation = self.generation();
-        let handle = |dma: u64| DmaMapping { domain: self.id, dma: DmaAddr(dma), len, dir, generation };
-        let record = |translated| Live { kind, dir, len, translated };
+        let handle = |dma: u64| DmaMapping {
+            domain: self.id,
+            dma: DmaAddr(dma),
+            len,
+            dir,
+            generation,
+        };
+        let record = |translated| Live {
+            kind,
+            dir,
+            len,
+            translated,
+        };
         match &self.backend {
             Backend::Direct(live) => {
                 if !dev.reaches(pa.get(), len) {
@@ -653,7 +723,9 @@ impl Domain {
                 }
                 let dma = block.start.get() + off;
                 let runs = Runs::One((block.start, map_len));
-                st.live.map.insert((dma, generation), record(Some((block, runs))));
+                st.live
+                    .map
+                    .insert((dma, generation), record(Some((block, runs))));
                 Ok(handle(dma))
             }
         }
@@ -670,8 +742,13 @@ impl Domain {
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<DmaMapping>> {
         let (dma, generation) = (mapping.dma.0, mapping.generation);
-        self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| l.find_handle(dma, generation))
-            .map_err(|error| Rejected { handle: mapping, error })
+        self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| {
+            l.find_handle(dma, generation)
+        })
+        .map_err(|error| Rejected {
+            handle: mapping,
+            error,
+        })
     }
 
     /// Unmaps by address, as drivers that keep only the address do: `dma_addr`, `len` and
@@ -699,7 +776,10 @@ impl Domain {
         select: impl FnOnce(&LiveMap) -> Result<(u64, u64), DmaError>,
     ) -> Result<(), DmaError> {
         if domain != self.id {
-            return Err(DmaError::WrongDomain { mapping_domain: domain, domain: self.id });
+            return Err(DmaError::WrongDomain {
+                mapping_domain: domain,
+                domain: self.id,
+            });
         }
         self.remove(cpu, now_ns, work, select)
     }
@@ -736,7 +816,11 @@ impl Domain {
                     if let Err(source) = st.table.unmap(iova, len, &mut gather, work) {
                         // The table refused to unmap what it mapped: a page-table bug. Keep
                         // the record so the state stays explainable.
-                        let err = DmaError::PageTable { iova: iova.get(), len, source };
+                        let err = DmaError::PageTable {
+                            iova: iova.get(),
+                            len,
+                            source,
+                        };
                         st.live.map.insert(key, live);
                         return Err(err);
                     }
@@ -779,11 +863,21 @@ impl Domain {
                     }
                     total = total.checked_add(e.len).ok_or(DmaError::SgTooLarge)?;
                 }
-                let segments: Vec<_> =
-                    entries.iter().map(|e| DmaSegment { dma: DmaAddr(e.pa.get()), len: e.len }).collect();
+                let segments: Vec<_> = entries
+                    .iter()
+                    .map(|e| DmaSegment {
+                        dma: DmaAddr(e.pa.get()),
+                        len: e.len,
+                    })
+                    .collect();
                 let mut live = live.lock();
                 live.check_room()?;
-                let rec = Live { kind: MappingKind::Sg, dir, len: total, translated: None };
+                let rec = Live {
+                    kind: MappingKind::Sg,
+                    dir,
+                    len: total,
+                    translated: None,
+                };
                 live.map.insert((entries[0].pa.get(), generation), rec);
                 Ok(handle(segments))
             }
@@ -827,11 +921,19 @@ impl Domain {
                             );
                             debug_assert!(freed.is_ok());
                         }
-                        return Err(DmaError::PageTable { iova: iova.get(), len, source });
+                        return Err(DmaError::PageTable {
+                            iova: iova.get(),
+                            len,
+                            source,
+                        });
                     }
                 }
-                let segments =
-                    sg_finalise(&layout, block.start, dev.max_segment_size(), dev.segment_boundary_mask());
+                let segments = sg_finalise(
+                    &layout,
+                    block.start,
+                    dev.max_segment_size(),
+                    dev.segment_boundary_mask(),
+                );
                 let key = segments[0].dma.0;
                 let rec = Live {
                     kind: MappingKind::Sg,
@@ -855,8 +957,13 @@ impl Domain {
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<DmaSgMapping>> {
         let (key, generation) = (mapping.key(), mapping.generation);
-        self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| l.find_handle(key, generation))
-            .map_err(|error| Rejected { handle: mapping, error })
+        self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| {
+            l.find_handle(key, generation)
+        })
+        .map_err(|error| Rejected {
+            handle: mapping,
+            error,
+        })
     }
 
     /// Allocates a zeroed buffer of at least `size` bytes from `phys` and maps it
@@ -885,7 +992,15 @@ impl Domain {
         let pa = phys
             .alloc(bytes / SZ_4K, g / SZ_4K, PhysAddr::new(limit), work)
             .map_err(|source| DmaError::Memory { bytes, source })?;
-        match self.map_single(dev, pa, bytes, Direction::Bidirectional, MappingKind::Coherent, cpu, work) {
+        match self.map_single(
+            dev,
+            pa,
+            bytes,
+            Direction::Bidirectional,
+            MappingKind::Coherent,
+            cpu,
+            work,
+        ) {
             Ok(mapping) => Ok(CoherentBuffer { mapping, pa }),
             Err(e) => {
                 let freed = phys.free(pa, bytes / SZ_4K, work);
@@ -908,18 +1023,27 @@ impl Domain {
     ) -> Result<(), Rejected<CoherentBuffer>> {
         let pages = buf.mapping.len / SZ_4K;
         if !phys.is_allocated(buf.pa, pages) {
-            let source = MemError::NotAllocated { pa: buf.pa.get(), pages };
-            let error = DmaError::Memory { bytes: buf.mapping.len, source };
+            let source = MemError::NotAllocated {
+                pa: buf.pa.get(),
+                pages,
+            };
+            let error = DmaError::Memory {
+                bytes: buf.mapping.len,
+                source,
+            };
             return Err(Rejected { handle: buf, error });
         }
         let (dma, generation) = (buf.mapping.dma.0, buf.mapping.generation);
-        if let Err(error) =
-            self.unmap_handle(buf.mapping.domain, cpu, now_ns, work, |l| l.find_handle(dma, generation))
-        {
+        if let Err(error) = self.unmap_handle(buf.mapping.domain, cpu, now_ns, work, |l| {
+            l.find_handle(dma, generation)
+        }) {
             return Err(Rejected { handle: buf, error });
         }
         let freed = phys.free(buf.pa, pages, work);
-        debug_assert!(freed.is_ok(), "freeing checked coherent pages failed: {freed:?}");
+        debug_assert!(
+            freed.is_ok(),
+            "freeing checked coherent pages failed: {freed:?}"
+        );
         Ok(())
     }
 }
@@ -928,7 +1052,9 @@ impl Domain {
 mod tests {
     use super::*;
     use crate::addr::{SZ_1G, SZ_4G, SZ_64K};
-    use crate::dma::testutil::{dev32, dev64, lpae_domain, map_domain, memory, Fx, MapTable, SimpleAllocator};
+    use crate::dma::testutil::{
+        dev32, dev64, lpae_domain, map_domain, memory, Fx, MapTable, SimpleAllocator,
+    };
     use crate::dma::ImmediateInvalidator;
     use crate::pgtable::PgTableError;
 
@@ -974,16 +1100,41 @@ mod tests {
             Arc::new(SimpleAllocator::new(g, Iova::new(s), Iova::new(SZ_4G)))
         };
         let base = DomainConfig::new(DomainId(1), DomainMode::Strict);
-        let try_with = |c: DomainConfig, a| Domain::translated(c, table(), a, inv.clone()).map(|_| ());
+        let try_with =
+            |c: DomainConfig, a| Domain::translated(c, table(), a, inv.clone()).map(|_| ());
         let cfg_err = |r: Result<(), DmaError>| matches!(r, Err(DmaError::Config { .. }));
         assert!(try_with(base, alloc(SZ_4K, SZ_4K)).is_ok());
-        assert!(cfg_err(try_with(base, alloc(SZ_64K, SZ_64K))), "granule mismatch");
-        let c = DomainConfig { aperture: Some((Iova::new(0), Iova::new(2 * SZ_4G))), ..base };
-        assert!(cfg_err(try_with(c, alloc(SZ_4K, SZ_4K))), "aperture beyond table");
-        let c = DomainConfig { aperture: Some((Iova::new(SZ_1G), Iova::new(SZ_4G))), ..base };
-        assert!(cfg_err(try_with(c, alloc(SZ_4K, SZ_4K))), "allocator below aperture");
-        assert!(cfg_err(try_with(DomainConfig { cpus: 0, ..base }, alloc(SZ_4K, SZ_4K))));
-        assert!(cfg_err(try_with(DomainConfig { max_mappings: 0, ..base }, alloc(SZ_4K, SZ_4K))));
+        assert!(
+            cfg_err(try_with(base, alloc(SZ_64K, SZ_64K))),
+            "granule mismatch"
+        );
+        let c = DomainConfig {
+            aperture: Some((Iova::new(0), Iova::new(2 * SZ_4G))),
+            ..base
+        };
+        assert!(
+            cfg_err(try_with(c, alloc(SZ_4K, SZ_4K))),
+            "aperture beyond table"
+        );
+        let c = DomainConfig {
+            aperture: Some((Iova::new(SZ_1G), Iova::new(SZ_4G))),
+            ..base
+        };
+        assert!(
+            cfg_err(try_with(c, alloc(SZ_4K, SZ_4K))),
+            "allocator below aperture"
+        );
+        assert!(cfg_err(try_with(
+            DomainConfig { cpus: 0, ..base },
+            alloc(SZ_4K, SZ_4K)
+        )));
+        assert!(cfg_err(try_with(
+            DomainConfig {
+                max_mappings: 0,
+                ..base
+            },
+            alloc(SZ_4K, SZ_4K)
+        )));
     }
 
     // ---- map_page ----
@@ -992,7 +1143,10 @@ mod tests {
     fn map_page_keeps_the_offset_and_maps_whole_granules() {
         let fx = strict();
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0x12_3456), 0x2000, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0x12_3456), 0x2000, TO, 0, &mut w)
+            .unwrap();
         assert_eq!(m.dma_addr().0 & 0xfff, 0x456);
         assert_eq!(m.len(), 0x2000);
         assert_eq!(fx.state(), (1, 1, 3 * SZ_4K));
@@ -1006,11 +1160,17 @@ mod tests {
         let fx = strict();
         let mut w = WorkRecord::new();
         for i in 0..16 {
-            let m = fx.domain.map_page(&dev32(), pa(i * SZ_64K), SZ_64K, FROM, 0, &mut w).unwrap();
+            let m = fx
+                .domain
+                .map_page(&dev32(), pa(i * SZ_64K), SZ_64K, FROM, 0, &mut w)
+                .unwrap();
             assert!(m.dma_addr().0 + SZ_64K <= SZ_4G, "{:?}", m.dma_addr());
             let _ = std::mem::ManuallyDrop::new(m);
         }
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, FROM, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, FROM, 0, &mut w)
+            .unwrap();
         assert!(m.dma_addr().0 >= SZ_4G, "the 64-bit device is not limited");
         let _ = std::mem::ManuallyDrop::new(m);
     }
@@ -1026,7 +1186,10 @@ mod tests {
         );
         assert_eq!(
             fx.domain.map_page(&d, pa(u64::MAX - 1), 4, TO, 0, &mut w),
-            Err(DmaError::BadBuffer { pa: u64::MAX - 1, len: 4 })
+            Err(DmaError::BadBuffer {
+                pa: u64::MAX - 1,
+                len: 4
+            })
         );
         assert_eq!(fx.state(), (0, 0, 0));
     }
@@ -1035,10 +1198,23 @@ mod tests {
     fn exhausted_iova_space_is_an_error_with_its_source() {
         let fx = map_domain(DomainMode::Strict, 64 * SZ_4K, 48, |_| {});
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0), 32 * SZ_4K, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), 32 * SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let before = fx.state();
-        let err = fx.domain.map_page(&dev64(), pa(0), 32 * SZ_4K, TO, 0, &mut w).unwrap_err();
-        assert!(matches!(err, DmaError::IovaSpace { pages: 32, source: IovaError::Exhausted { .. }, .. }));
+        let err = fx
+            .domain
+            .map_page(&dev64(), pa(0), 32 * SZ_4K, TO, 0, &mut w)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            DmaError::IovaSpace {
+                pages: 32,
+                source: IovaError::Exhausted { .. },
+                ..
+            }
+        ));
         assert_eq!(fx.state(), before);
         fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
     }
@@ -1049,8 +1225,18 @@ mod tests {
             c.aperture = Some((Iova::new(SZ_4G), Iova::new(1 << 40)));
         });
         let mut w = WorkRecord::new();
-        let err = fx.domain.map_page(&dev32(), pa(0), SZ_4K, TO, 0, &mut w).unwrap_err();
-        assert_eq!(err, DmaError::MaskTooSmall { device: 11, mask_bits: 32, addr: SZ_4G });
+        let err = fx
+            .domain
+            .map_page(&dev32(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            DmaError::MaskTooSmall {
+                device: 11,
+                mask_bits: 32,
+                addr: SZ_4G
+            }
+        );
         assert_eq!(fx.state(), (0, 0, 0));
     }
 
@@ -1059,10 +1245,21 @@ mod tests {
         for mode in [DomainMode::NoIommu, DomainMode::Identity] {
             let d = direct(mode);
             let mut w = WorkRecord::new();
-            let m = d.map_page(&dev32(), pa(0x1234), 100, TO, 0, &mut w).unwrap();
+            let m = d
+                .map_page(&dev32(), pa(0x1234), 100, TO, 0, &mut w)
+                .unwrap();
             assert_eq!(m.dma_addr(), DmaAddr(0x1234));
-            let err = d.map_page(&dev32(), pa(SZ_4G - 10), 100, TO, 0, &mut w).unwrap_err();
-            assert_eq!(err, DmaError::MaskTooSmall { device: 11, mask_bits: 32, addr: SZ_4G });
+            let err = d
+                .map_page(&dev32(), pa(SZ_4G - 10), 100, TO, 0, &mut w)
+                .unwrap_err();
+            assert_eq!(
+                err,
+                DmaError::MaskTooSmall {
+                    device: 11,
+                    mask_bits: 32,
+                    addr: SZ_4G
+                }
+            );
             assert_eq!(d.live_mappings(), 1);
             d.unmap_page(m, 0, 0, &mut w).unwrap();
             assert!(w.is_empty(), "direct mappings do no counted work: {w:?}");
@@ -1073,8 +1270,17 @@ mod tests {
     fn a_page_table_refusal_frees_the_iova() {
         let fx = map_domain(DomainMode::Strict, SZ_4G, 32, |_| {});
         let mut w = WorkRecord::new();
-        let err = fx.domain.map_page(&dev64(), pa(SZ_4G), SZ_4K, TO, 0, &mut w).unwrap_err();
-        assert!(matches!(err, DmaError::PageTable { source: PgTableError::PhysOutOfRange { .. }, .. }));
+        let err = fx
+            .domain
+            .map_page(&dev64(), pa(SZ_4G), SZ_4K, TO, 0, &mut w)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            DmaError::PageTable {
+                source: PgTableError::PhysOutOfRange { .. },
+                ..
+            }
+        ));
         assert_eq!(fx.state(), (0, 0, 0));
     }
 
@@ -1082,13 +1288,31 @@ mod tests {
     fn the_mapping_cap_is_enforced() {
         let fx = lpae_domain(DomainMode::Strict, |c| c.max_mappings = 2);
         let mut w = WorkRecord::new();
-        let a = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
-        let b = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let a = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
+        let b = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let before = fx.state();
-        let err = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap_err();
-        assert_eq!(err, DmaError::TooManyMappings { domain: DomainId(1), limit: 2 });
+        let err = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            DmaError::TooManyMappings {
+                domain: DomainId(1),
+                limit: 2
+            }
+        );
         assert_eq!(fx.state(), before);
-        let err = fx.domain.map_sg(&dev64(), &[SgEntry::new(pa(0), 8)], TO, 0, &mut w).unwrap_err();
+        let err = fx
+            .domain
+            .map_sg(&dev64(), &[SgEntry::new(pa(0), 8)], TO, 0, &mut w)
+            .unwrap_err();
         assert!(matches!(err, DmaError::TooManyMappings { .. }));
         assert_eq!(fx.state(), before);
         fx.domain.unmap_page(a, 0, 0, &mut w).unwrap();
@@ -1100,8 +1324,14 @@ mod tests {
         let fx = lazy();
         let mut w = WorkRecord::new();
         let bad = DmaError::BadCpu { cpu: 4, cpus: 4 };
-        assert_eq!(fx.domain.map_page(&dev64(), pa(0), 1, TO, 4, &mut w), Err(bad.clone()));
-        let m = fx.domain.map_page(&dev64(), pa(0), 1, TO, 0, &mut w).unwrap();
+        assert_eq!(
+            fx.domain.map_page(&dev64(), pa(0), 1, TO, 4, &mut w),
+            Err(bad.clone())
+        );
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), 1, TO, 0, &mut w)
+            .unwrap();
         let r = fx.domain.unmap_page(m, 4, 0, &mut w).unwrap_err();
         assert_eq!(r.error, bad);
         assert_eq!(fx.state(), (1, 1, SZ_4K));
@@ -1115,7 +1345,10 @@ mod tests {
         let fx = strict();
         let mut w = WorkRecord::new();
         for _ in 0..3 {
-            let m = fx.domain.map_page(&dev64(), pa(0x10000), 3 * SZ_4K, TO, 0, &mut w).unwrap();
+            let m = fx
+                .domain
+                .map_page(&dev64(), pa(0x10000), 3 * SZ_4K, TO, 0, &mut w)
+                .unwrap();
             let mut u = WorkRecord::new();
             fx.domain.unmap_page(m, 0, 0, &mut u).unwrap();
             assert_eq!((u.inval_ranges, u.inval_pages, u.inval_syncs), (1, 3, 1));
@@ -1128,7 +1361,10 @@ mod tests {
     fn strict_unmap_invalidates_freed_tables_before_the_sync() {
         let fx = map_domain(DomainMode::Strict, SZ_4G, 48, |_| {});
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let mut u = WorkRecord::new();
         fx.domain.unmap_page(m, 0, 0, &mut u).unwrap();
         assert_eq!((u.inval_ranges, u.inval_walks, u.inval_syncs), (1, 1, 1));
@@ -1139,15 +1375,32 @@ mod tests {
         let fx = lazy();
         let mut w = WorkRecord::new();
         // Keeps the leaf table alive, so no unmap frees a table (which is invalidated at once).
-        let pin = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let pin = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let mut w = WorkRecord::new();
         for i in 0..255u64 {
-            let m = fx.domain.map_page(&dev64(), pa(i * SZ_4K), SZ_4K, TO, 0, &mut w).unwrap();
+            let m = fx
+                .domain
+                .map_page(&dev64(), pa(i * SZ_4K), SZ_4K, TO, 0, &mut w)
+                .unwrap();
             fx.domain.unmap_page(m, 0, i, &mut w).unwrap();
         }
-        assert_eq!((w.inval_ranges, w.inval_domains, w.inval_syncs, w.inval_walks), (0, 0, 0, 0));
+        assert_eq!(
+            (
+                w.inval_ranges,
+                w.inval_domains,
+                w.inval_syncs,
+                w.inval_walks
+            ),
+            (0, 0, 0, 0)
+        );
         assert_eq!(fx.alloc.live_blocks(), 256, "queued IOVAs stay allocated");
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let mut u = WorkRecord::new();
         fx.domain.unmap_page(m, 0, 300, &mut u).unwrap();
         assert_eq!((u.inval_domains, u.inval_syncs, u.inval_ranges), (1, 1, 0));
@@ -1160,17 +1413,29 @@ mod tests {
     #[test]
     fn lazy_timeout_flushes_through_poll_or_the_next_unmap() {
         let fx = lazy();
-        let pin = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut WorkRecord::new()).unwrap();
+        let pin = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut WorkRecord::new())
+            .unwrap();
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 1, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 1, &mut w)
+            .unwrap();
         fx.domain.unmap_page(m, 1, 1_000, &mut w).unwrap();
         assert!(!fx.domain.poll_timeout(10_000_999, &mut w));
         assert!(fx.domain.poll_timeout(10_001_000, &mut w));
         assert_eq!((w.inval_domains, w.inval_syncs), (1, 1));
         assert_eq!(fx.alloc.live_blocks(), 1);
         // Through the next unmap's clock.
-        let a = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
-        let b = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let a = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
+        let b = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         fx.domain.unmap_page(a, 0, 20_000_000, &mut w).unwrap();
         fx.domain.unmap_page(b, 2, 40_000_000, &mut w).unwrap();
         assert_eq!(w.inval_domains, 2);
@@ -1182,10 +1447,21 @@ mod tests {
     fn lazy_unmap_still_invalidates_freed_tables_synchronously() {
         let fx = map_domain(DomainMode::Lazy, SZ_4G, 48, |_| {});
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let mut u = WorkRecord::new();
         fx.domain.unmap_page(m, 0, 0, &mut u).unwrap();
-        assert_eq!((u.inval_walks, u.inval_syncs, u.inval_ranges, u.inval_domains), (1, 1, 0, 0));
+        assert_eq!(
+            (
+                u.inval_walks,
+                u.inval_syncs,
+                u.inval_ranges,
+                u.inval_domains
+            ),
+            (1, 1, 0, 0)
+        );
         assert_eq!(u.flush_queue_adds, 1);
     }
 
@@ -1193,16 +1469,29 @@ mod tests {
     fn a_lazily_unmapped_iova_is_not_reused_before_its_flush() {
         let fx = lazy();
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let first = m.dma_addr();
         fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
-        let again = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let again = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         assert_ne!(again.dma_addr(), first);
         fx.domain.unmap_page(again, 0, 0, &mut w).unwrap();
         fx.domain.flush_all(&mut w);
         assert_eq!(fx.alloc.live_blocks(), 0);
-        let after = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
-        assert_eq!(after.dma_addr(), first, "after the flush the top IOVA is free again");
+        let after = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
+        assert_eq!(
+            after.dma_addr(),
+            first,
+            "after the flush the top IOVA is free again"
+        );
         fx.domain.unmap_page(after, 0, 0, &mut w).unwrap();
     }
 
@@ -1210,10 +1499,16 @@ mod tests {
     fn a_strictly_unmapped_iova_is_reused_at_once() {
         let fx = strict();
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let first = m.dma_addr();
         fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
-        let again = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let again = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         assert_eq!(again.dma_addr(), first);
         fx.domain.unmap_page(again, 0, 0, &mut w).unwrap();
     }
@@ -1225,9 +1520,18 @@ mod tests {
         let a = strict();
         let b = map_domain(DomainMode::Strict, SZ_4G, 48, |_| {});
         let mut w = WorkRecord::new();
-        let m = a.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let m = a
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         let r = b.domain.unmap_page(m, 0, 0, &mut w).unwrap_err();
-        assert_eq!(r.error, DmaError::WrongDomain { mapping_domain: DomainId(1), domain: DomainId(2) });
+        assert_eq!(
+            r.error,
+            DmaError::WrongDomain {
+                mapping_domain: DomainId(1),
+                domain: DomainId(2)
+            }
+        );
         assert_eq!((a.state(), b.state()), ((1, 1, SZ_4K), (0, 0, 0)));
         a.domain.unmap_page(r.handle, 0, 0, &mut w).unwrap();
     }
@@ -1236,25 +1540,47 @@ mod tests {
     fn unmap_raw_detects_double_unknown_size_and_direction_errors() {
         let fx = strict();
         let mut w = WorkRecord::new();
-        let m = fx.domain.map_page(&dev64(), pa(0x5000), 0x1800, FROM, 0, &mut w).unwrap();
+        let m = fx
+            .domain
+            .map_page(&dev64(), pa(0x5000), 0x1800, FROM, 0, &mut w)
+            .unwrap();
         let dma = m.dma_addr();
         let _ = std::mem::ManuallyDrop::new(m);
         let before = fx.state();
-        let nm = |d: DmaAddr| DmaError::NotMapped { domain: DomainId(1), dma: d.0 };
+        let nm = |d: DmaAddr| DmaError::NotMapped {
+            domain: DomainId(1),
+            dma: d.0,
+        };
         let other = DmaAddr(dma.0 + SZ_4K);
-        assert_eq!(fx.domain.unmap_raw(other, 0x1800, FROM, 0, 0, &mut w), Err(nm(other)));
+        assert_eq!(
+            fx.domain.unmap_raw(other, 0x1800, FROM, 0, 0, &mut w),
+            Err(nm(other))
+        );
         assert_eq!(
             fx.domain.unmap_raw(dma, 0x1000, FROM, 0, 0, &mut w),
-            Err(DmaError::SizeMismatch { dma: dma.0, mapped: 0x1800, given: 0x1000 })
+            Err(DmaError::SizeMismatch {
+                dma: dma.0,
+                mapped: 0x1800,
+                given: 0x1000
+            })
         );
         assert_eq!(
             fx.domain.unmap_raw(dma, 0x1800, TO, 0, 0, &mut w),
-            Err(DmaError::DirectionMismatch { dma: dma.0, mapped: FROM, given: TO })
+            Err(DmaError::DirectionMismatch {
+                dma: dma.0,
+                mapped: FROM,
+                given: TO
+            })
         );
         assert_eq!(fx.state(), before);
-        fx.domain.unmap_raw(dma, 0x1800, FROM, 0, 0, &mut w).unwrap();
+        fx.domain
+            .unmap_raw(dma, 0x1800, FROM, 0, 0, &mut w)
+            .unwrap();
         assert_eq!(fx.state(), (0, 0, 0));
-        assert_eq!(fx.domain.unmap_raw(dma, 0x1800, FROM, 0, 0, &mut w), Err(nm(dma)));
+        assert_eq!(
+            fx.domain.unmap_raw(dma, 0x1800, FROM, 0, 0, &mut w),
+            Err(nm(dma))
+        );
     }
 
     #[test]
@@ -1262,15 +1588,33 @@ mod tests {
         let fx = strict();
         let (_mem, phys) = memory();
         let mut w = WorkRecord::new();
-        let sg = fx.domain.map_sg(&dev64(), &[SgEntry::new(pa(0), 100)], TO, 0, &mut w).unwrap();
+        let sg = fx
+            .domain
+            .map_sg(&dev64(), &[SgEntry::new(pa(0), 100)], TO, 0, &mut w)
+            .unwrap();
         let dma = sg.segments()[0].dma;
         assert_eq!(
             fx.domain.unmap_raw(dma, 100, TO, 0, 0, &mut w),
-            Err(DmaError::KindMismatch { dma: dma.0, mapped: MappingKind::Sg, given: MappingKind::Single })
+            Err(DmaError::KindMismatch {
+                dma: dma.0,
+                mapped: MappingKind::Sg,
+                given: MappingKind::Single
+            })
         );
-        let c = fx.domain.alloc_coherent(&dev64(), &phys, 10, 0, &mut w).unwrap();
-        let r = fx.domain.unmap_raw(c.dma_addr(), SZ_4K, Direction::Bidirectional, 0, 0, &mut w);
-        assert!(matches!(r, Err(DmaError::KindMismatch { mapped: MappingKind::Coherent, .. })));
+        let c = fx
+            .domain
+            .alloc_coherent(&dev64(), &phys, 10, 0, &mut w)
+            .unwrap();
+        let r = fx
+            .domain
+            .unmap_raw(c.dma_addr(), SZ_4K, Direction::Bidirectional, 0, 0, &mut w);
+        assert!(matches!(
+            r,
+            Err(DmaError::KindMismatch {
+                mapped: MappingKind::Coherent,
+                ..
+            })
+        ));
         assert_eq!(fx.domain.live_mappings(), 2);
         fx.domain.unmap_sg(sg, 0, 0, &mut w).unwrap();
         fx.domain.free_coherent(c, &phys, 0, 0, &mut w).unwrap();
@@ -1280,9 +1624,17 @@ mod tests {
     fn a_stale_handle_does_not_unmap_the_mapping_that_reused_its_address() {
         let fx = strict();
         let mut w = WorkRecord::new();
-        let old = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
-        fx.domain.unmap_raw(old.dma_addr(), SZ_4K, TO, 0, 0, &mut w).unwrap();
-        let new = fx.domain.map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w).unwrap();
+        let old = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
+        fx.domain
+            .unmap_raw(old.dma_addr(), SZ_4K, TO, 0, 0, &mut w)
+            .unwrap();
+        let new = fx
+            .domain
+            .map_page(&dev64(), pa(0), SZ_4K, TO, 0, &mut w)
+            .unwrap();
         assert_eq!(new.dma_addr(), old.dma_addr());
         let r = fx.domain.unmap_page(old, 0, 0, &mut w).unwrap_err();
         assert!(matches!(r.error, DmaError::NotMapped { .. }));
@@ -1296,10 +1648,16 @@ mod tests {
         let mut w = WorkRecord::new();
         let a = d.map_page(&dev64(), pa(0x9000), 64, TO, 0, &mut w).unwrap();
         let b = d.map_page(&dev64(), pa(0x9000), 64, TO, 0, &mut w).unwrap();
-        let _ = (std::mem::ManuallyDrop::new(a), std::mem::ManuallyDrop::new(b));
+        let _ = (
+            std::mem::ManuallyDrop::new(a),
+            std::mem::ManuallyDrop::new(b),
+        );
         d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w).unwrap();
         d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w).unwrap();
-        assert!(matches!(d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w), Err(DmaError::NotMapped { .. })));
+        assert!(matches!(
+            d.unmap_raw(DmaAddr(0x9000), 64, TO, 0, 0, &mut w),
+            Err(DmaError::NotMapped { .. })
+        ));
     }
 
     // ---- scatter-gather ----
@@ -1308,7 +1666,10 @@ mod tests {
     fn map_sg_uses_one_allocation_and_merges_segments() {
         let fx = strict();
         let mut w = WorkRecord::new();
-        let list: Vec<_> = [0x10000, 0x50000, 0x30000, 0x90000].iter().map(|&p| SgEntry::new(pa(p), SZ_4K)).collect();
+        let list: Vec<_> = [0x10000, 0x50000, 0x30000, 0x90000]
+            .iter()
+            .map(|&p| SgEntry::new(pa(p), SZ_4K))
+            .collect();
         let m = fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w).unwrap();
         assert_eq!(m.segments().len(), 1);
         assert_eq!(m.segments()[0].len, 4 * SZ_4K);
@@ -1326,12 +1687,19 @@ mod tests {
         let fx = strict();
         let mut w = WorkRecord::new();
         let dev = dev64().with_max_segment_size(2 * SZ_4K).unwrap();
-        let list: Vec<_> = (0..4).map(|i| SgEntry::new(pa(0x100_0000 + i * 0x10000), SZ_4K)).collect();
+        let list: Vec<_> = (0..4)
+            .map(|i| SgEntry::new(pa(0x100_0000 + i * 0x10000), SZ_4K))
+            .collect();
         let m = fx.domain.map_sg(&dev, &list, TO, 0, &mut w).unwrap();
-        assert_eq!(m.segments().iter().map(|s| s.len).collect::<Vec<_>>(), vec![8192, 8192]);
+        assert_eq!(
+            m.segments().iter().map(|s| s.len).collect::<Vec<_>>(),
+            vec![8192, 8192]
+        );
         fx.domain.unmap_sg(m, 0, 0, &mut w).unwrap();
         let dev = dev64().with_segment_boundary_mask(SZ_64K - 1).unwrap();
-        let list: Vec<_> = (0..20).map(|i| SgEntry::new(pa(0x100_0000 + i * 0x10000), SZ_4K)).collect();
+        let list: Vec<_> = (0..20)
+            .map(|i| SgEntry::new(pa(0x100_0000 + i * 0x10000), SZ_4K))
+            .collect();
         let m = fx.domain.map_sg(&dev, &list, TO, 0, &mut w).unwrap();
         for s in m.segments() {
             assert_eq!(s.dma.0 / SZ_64K, (s.dma.0 + s.len - 1) / SZ_64K);
@@ -1346,7 +1714,10 @@ mod tests {
         let fx = strict();
         let mut w = WorkRecord::new();
         let dev = dev64().with_segment_boundary_mask(4 * SZ_4K - 1).unwrap();
-        let list = [SgEntry::new(pa(0x10000), 3 * SZ_4K), SgEntry::new(pa(0x50000), 2 * SZ_4K)];
+        let list = [
+            SgEntry::new(pa(0x10000), 3 * SZ_4K),
+            SgEntry::new(pa(0x50000), 2 * SZ_4K),
+        ];
         let m = fx.domain.map_sg(&dev, &list, TO, 0, &mut w).unwrap();
         assert_eq!(fx.domain.mapped_bytes(), 5 * SZ_4K);
         assert_eq!(m.segments()[1].dma.0 - m.segments()[0].dma.0, 4 * SZ_4K);
@@ -1358,17 +1729,30 @@ mod tests {
     fn bad_sg_lists_are_rejected_without_change() {
         let fx = strict();
         let mut w = WorkRecord::new();
-        assert_eq!(fx.domain.map_sg(&dev64(), &[], TO, 0, &mut w), Err(DmaError::EmptySgList));
+        assert_eq!(
+            fx.domain.map_sg(&dev64(), &[], TO, 0, &mut w),
+            Err(DmaError::EmptySgList)
+        );
         let list = [SgEntry::new(pa(0), 10), SgEntry::new(pa(0x2000), 0)];
         assert_eq!(
             fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w),
-            Err(DmaError::BadSgEntry { index: 1, pa: 0x2000, len: 0 })
+            Err(DmaError::BadSgEntry {
+                index: 1,
+                pa: 0x2000,
+                len: 0
+            })
         );
         let list = [SgEntry::new(pa(u64::MAX), 2)];
-        assert!(matches!(fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w), Err(DmaError::BadSgEntry { .. })));
+        assert!(matches!(
+            fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w),
+            Err(DmaError::BadSgEntry { .. })
+        ));
         assert_eq!(fx.state(), (0, 0, 0));
         let d = direct(DomainMode::NoIommu);
-        assert_eq!(d.map_sg(&dev64(), &[], TO, 0, &mut w), Err(DmaError::EmptySgList));
+        assert_eq!(
+            d.map_sg(&dev64(), &[], TO, 0, &mut w),
+            Err(DmaError::EmptySgList)
+        );
         assert_eq!(d.live_mappings(), 0);
     }
 
@@ -1376,8 +1760,14 @@ mod tests {
     fn a_sg_page_table_refusal_rolls_back_every_piece() {
         let fx = map_domain(DomainMode::Strict, SZ_4G, 32, |_| {});
         let mut w = WorkRecord::new();
-        let list = [SgEntry::new(pa(0x1000), SZ_4K), SgEntry::new(pa(SZ_4G + 0x1000), SZ_4K)];
-        let err = fx.domain.map_sg(&dev64(), &list, TO, 0, &mut w).unwrap_err();
+        let list = [
+            SgEntry::new(pa(0x1000), SZ_4K),
+            SgEntry::new(pa(SZ_4G + 0x1000), SZ_4K),
+        ];
+        let err = fx
+            .domain
+            .map_sg(&dev64(), &list, TO, 0, &mut w)
+            .unwrap_err();
         assert!(matches!(err, DmaError::PageTable { .. }));
         assert_eq!(fx.state(), (0, 0, 0));
     }
@@ -1386,12 +1776,18 @@ mod tests {
     fn direct_sg_mappings_are_not_merged_and_must_fit_the_mask() {
         let d = direct(DomainMode::Identity);
         let mut w = WorkRecord::new();
-        let list = [SgEntry::new(pa(0x1000), SZ_4K), SgEntry::new(pa(0x2000), SZ_4K)];
+        let list = [
+            SgEntry::new(pa(0x1000), SZ_4K),
+            SgEntry::new(pa(0x2000), SZ_4K),
+        ];
         let m = d.map_sg(&dev32(), &list, TO, 0, &mut w).unwrap();
         assert_eq!(m.segments().len(), 2);
         assert_eq!(m.segments()[1].dma, DmaAddr(0x2000));
         let high = [SgEntry::new(pa(0x1000), 1), SgEntry::new(pa(SZ_4G), 1)];
-        assert!(matches!(d.map_sg(&dev32(), &high, TO, 0, &mut w), Err(DmaError::MaskTooSmall { .. })));
+        assert!(matches!(
+            d.map_sg(&dev32(), &high, TO, 0, &mut w),
+            Err(DmaError::MaskTooSmall { .. })
+        ));
         assert_eq!(d.live_mappings(), 1);
         d.unmap_sg(m, 0, 0, &mut w).unwrap();
         assert_eq!(d.live_mappings(), 0);
@@ -1406,7 +1802,10 @@ mod tests {
         let mut w = WorkRecord::new();
         // Dirty the memory the allocator will hand out first.
         mem.write(pa(SZ_4K), &[0xaa; 8192]).unwrap();
-        let c = fx.domain.alloc_coherent(&dev64(), &phys, 5000, 0, &mut w).unwrap();
+        let c = fx
+            .domain
+            .alloc_coherent(&dev64(), &phys, 5000, 0, &mut w)
+            .unwrap();
         assert_eq!((c.phys_addr(), c.size()), (pa(SZ_4K), 2 * SZ_4K));
         let mut b = [1u8; 8192];
         mem.read(c.phys_addr(), &mut b).unwrap();
@@ -1425,8 +1824,16 @@ mod tests {
         let mut w = WorkRecord::new();
         let c = d.alloc_coherent(&dev32(), &phys, SZ_4K, 0, &mut w).unwrap();
         assert_eq!(c.dma_addr(), DmaAddr(SZ_4G - SZ_4K));
-        let err = d.alloc_coherent(&dev32(), &phys, SZ_4K, 0, &mut w).unwrap_err();
-        assert!(matches!(err, DmaError::Memory { source: MemError::OutOfMemory { .. }, .. }));
+        let err = d
+            .alloc_coherent(&dev32(), &phys, SZ_4K, 0, &mut w)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            DmaError::Memory {
+                source: MemError::OutOfMemory { .. },
+                ..
+            }
+        ));
         assert_eq!((d.live_mappings(), phys.live_allocations()), (1, 1));
         d.free_coherent(c, &phys, 0, 0, &mut w).unwrap();
     }
@@ -1437,11 +1844,25 @@ mod tests {
         let (_m, phys) = memory();
         let (_m2, other) = memory();
         let mut w = WorkRecord::new();
-        let c = fx.domain.alloc_coherent(&dev64(), &phys, 1, 0, &mut w).unwrap();
-        let r = fx.domain.free_coherent(c, &other, 0, 0, &mut w).unwrap_err();
-        assert!(matches!(r.error, DmaError::Memory { source: MemError::NotAllocated { .. }, .. }));
+        let c = fx
+            .domain
+            .alloc_coherent(&dev64(), &phys, 1, 0, &mut w)
+            .unwrap();
+        let r = fx
+            .domain
+            .free_coherent(c, &other, 0, 0, &mut w)
+            .unwrap_err();
+        assert!(matches!(
+            r.error,
+            DmaError::Memory {
+                source: MemError::NotAllocated { .. },
+                ..
+            }
+        ));
         assert_eq!(fx.state(), (1, 1, SZ_4K));
-        fx.domain.free_coherent(r.handle, &phys, 0, 0, &mut w).unwrap();
+        fx.domain
+            .free_coherent(r.handle, &phys, 0, 0, &mut w)
+            .unwrap();
     }
 
     #[test]
@@ -1451,9 +1872,15 @@ mod tests {
         });
         let (_m, phys) = memory();
         let mut w = WorkRecord::new();
-        let err = fx.domain.alloc_coherent(&dev32(), &phys, 1, 0, &mut w).unwrap_err();
+        let err = fx
+            .domain
+            .alloc_coherent(&dev32(), &phys, 1, 0, &mut w)
+            .unwrap_err();
         assert!(matches!(err, DmaError::MaskTooSmall { .. }));
         assert_eq!(phys.live_allocations(), 0);
-        assert_eq!(fx.domain.alloc_coherent(&dev64(), &phys, 0, 0, &mut w), Err(DmaError::BadBuffer { pa: 0, len: 0 }));
+        assert_eq!(
+            fx.domain.alloc_coherent(&dev64(), &phys, 0, 0, &mut w),
+            Err(DmaError::BadBuffer { pa: 0, len: 0 })
+        );
     }
 }

@@ -53,7 +53,10 @@ impl FlushQueueConfig {
 
 impl Default for FlushQueueConfig {
     fn default() -> Self {
-        Self { ring_size: 256, timeout_ns: 10_000_000 }
+        Self {
+            ring_size: 256,
+            timeout_ns: 10_000_000,
+        }
     }
 }
 
@@ -159,7 +162,9 @@ impl FlushQueue {
         allocator: Arc<dyn IovaAllocator>,
     ) -> Result<Self, DmaError> {
         if cpus == 0 {
-            return Err(DmaError::Config { reason: "a flush queue needs at least one CPU" });
+            return Err(DmaError::Config {
+                reason: "a flush queue needs at least one CPU",
+            });
         }
         if !(2..=FlushQueueConfig::MAX_RING_SIZE).contains(&config.ring_size) {
             return Err(DmaError::Config {
@@ -167,7 +172,9 @@ impl FlushQueue {
             });
         }
         let cap = config.ring_size.min(1024);
-        let rings = (0..cpus).map(|_| Mutex::new(VecDeque::with_capacity(cap))).collect();
+        let rings = (0..cpus)
+            .map(|_| Mutex::new(VecDeque::with_capacity(cap)))
+            .collect();
         Ok(Self {
             id: NEXT_QUEUE_ID.fetch_add(1, Ordering::Relaxed),
             domain,
@@ -196,7 +203,10 @@ impl FlushQueue {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), DmaError> {
-        let ring = self.rings.get(cpu).ok_or(DmaError::BadCpu { cpu, cpus: self.rings.len() })?;
+        let ring = self.rings.get(cpu).ok_or(DmaError::BadCpu {
+            cpu,
+            cpus: self.rings.len(),
+        })?;
         self.poll_timeout(now_ns, work);
         work.lock(LockId::FlushQueue);
         let mut ring = ring.lock();
@@ -207,16 +217,19 @@ impl FlushQueue {
             self.free_ready(&mut ring, &done, cpu, work);
         }
         let stamp = self.start_cnt.load(Ordering::SeqCst);
-        ring.push_back(StaleIova { block, queue: self.id, stamp });
+        ring.push_back(StaleIova {
+            block,
+            queue: self.id,
+            stamp,
+        });
         work.flush_queue_adds += 1;
         drop(ring);
-        let deadline = now_ns.saturating_add(self.config.timeout_ns).min(TIMER_OFF - 1);
-        let _ = self.deadline.compare_exchange(
-            TIMER_OFF,
-            deadline,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        let deadline = now_ns
+            .saturating_add(self.config.timeout_ns)
+            .min(TIMER_OFF - 1);
+        let _ =
+            self.deadline
+                .compare_exchange(TIMER_OFF, deadline, Ordering::SeqCst, Ordering::SeqCst);
         Ok(())
     }
 
@@ -228,7 +241,10 @@ impl FlushQueue {
         let _synced = sync(&*self.invalidator, work);
         let finished = self.finish_cnt.fetch_add(1, Ordering::SeqCst) + 1;
         work.flush_queue_flushes += 1;
-        FlushCompleted { queue: self.id, finished }
+        FlushCompleted {
+            queue: self.id,
+            finished,
+        }
     }
 
     /// Fires the timer if it is armed and `now_ns` is at or past its deadline: flushes once
@@ -264,7 +280,10 @@ impl FlushQueue {
 
     /// The `(start, finish)` flush counters.
     pub fn flush_counts(&self) -> (u64, u64) {
-        (self.start_cnt.load(Ordering::SeqCst), self.finish_cnt.load(Ordering::SeqCst))
+        (
+            self.start_cnt.load(Ordering::SeqCst),
+            self.finish_cnt.load(Ordering::SeqCst),
+        )
     }
 
     /// When the timer will fire, if it is armed.
@@ -275,7 +294,10 @@ impl FlushQueue {
 
     /// Proof of every flush finished so far.
     fn completed(&self) -> FlushCompleted {
-        FlushCompleted { queue: self.id, finished: self.finish_cnt.load(Ordering::SeqCst) }
+        FlushCompleted {
+            queue: self.id,
+            finished: self.finish_cnt.load(Ordering::SeqCst),
+        }
     }
 
     fn free_all_rings(&self, done: &FlushCompleted, work: &mut WorkRecord) {
@@ -328,14 +350,23 @@ mod tests {
 
     fn fixture(cpus: usize, ring_size: usize) -> Fixture {
         let inv = Arc::new(ImmediateInvalidator::new());
-        let alloc = Arc::new(SimpleAllocator::new(4096, Iova::new(4096), Iova::new(SZ_4G)));
-        let config = FlushQueueConfig { ring_size, timeout_ns: 10_000_000 };
+        let alloc = Arc::new(SimpleAllocator::new(
+            4096,
+            Iova::new(4096),
+            Iova::new(SZ_4G),
+        ));
+        let config = FlushQueueConfig {
+            ring_size,
+            timeout_ns: 10_000_000,
+        };
         let fq = FlushQueue::new(DomainId(7), cpus, config, inv.clone(), alloc.clone()).unwrap();
         Fixture { fq, inv, alloc }
     }
 
     fn block(f: &Fixture, w: &mut WorkRecord) -> IovaBlock {
-        f.alloc.alloc(AllocRequest::new(1, Iova::new(SZ_4G), 0), w).unwrap()
+        f.alloc
+            .alloc(AllocRequest::new(1, Iova::new(SZ_4G), 0), w)
+            .unwrap()
     }
 
     #[test]
@@ -350,7 +381,10 @@ mod tests {
         assert_eq!(f.fq.pending(), 255);
         let b = block(&f, &mut w);
         f.fq.queue(b, 0, 0, &mut w).unwrap();
-        assert_eq!((w.inval_domains, w.inval_syncs, w.flush_queue_flushes), (1, 1, 1));
+        assert_eq!(
+            (w.inval_domains, w.inval_syncs, w.flush_queue_flushes),
+            (1, 1, 1)
+        );
         assert_eq!(w.flush_queue_frees, 255);
         assert_eq!(w.flush_queue_adds, 256);
         assert_eq!(f.fq.pending(), 1);
@@ -383,8 +417,16 @@ mod tests {
         let b = block(&f, &mut w);
         f.fq.queue(b, 0, 20_000_000, &mut w).unwrap();
         assert_eq!(w.flush_queue_flushes, 1);
-        assert_eq!(f.fq.pending(), 1, "only the entry queued before the flush is freed");
-        assert_eq!(f.fq.deadline(), Some(30_000_000), "the new entry re-arms the timer");
+        assert_eq!(
+            f.fq.pending(),
+            1,
+            "only the entry queued before the flush is freed"
+        );
+        assert_eq!(
+            f.fq.deadline(),
+            Some(30_000_000),
+            "the new entry re-arms the timer"
+        );
     }
 
     #[test]
@@ -396,7 +438,11 @@ mod tests {
         f.fq.queue(a, 0, 0, &mut w).unwrap();
         let mut ring = f.fq.rings[0].lock();
         f.fq.free_ready(&mut ring, &before, 0, &mut w);
-        assert_eq!(ring.len(), 1, "a token from before the entry releases nothing");
+        assert_eq!(
+            ring.len(),
+            1,
+            "a token from before the entry releases nothing"
+        );
         drop(ring);
         f.fq.flush_all(&mut w);
         assert_eq!(f.fq.pending(), 0);
@@ -435,7 +481,10 @@ mod tests {
         let f = fixture(2, 256);
         let mut w = WorkRecord::new();
         let b = block(&f, &mut w);
-        assert_eq!(f.fq.queue(b, 2, 0, &mut w), Err(DmaError::BadCpu { cpu: 2, cpus: 2 }));
+        assert_eq!(
+            f.fq.queue(b, 2, 0, &mut w),
+            Err(DmaError::BadCpu { cpu: 2, cpus: 2 })
+        );
         assert_eq!(f.fq.pending(), 0);
         assert_eq!(f.fq.deadline(), None);
     }
@@ -443,9 +492,15 @@ mod tests {
     #[test]
     fn bad_configurations_are_rejected() {
         let inv: Arc<dyn Invalidator> = Arc::new(ImmediateInvalidator::new());
-        let alloc: Arc<dyn IovaAllocator> =
-            Arc::new(SimpleAllocator::new(4096, Iova::new(4096), Iova::new(SZ_4G)));
-        let c = FlushQueueConfig { ring_size: 1, timeout_ns: 1 };
+        let alloc: Arc<dyn IovaAllocator> = Arc::new(SimpleAllocator::new(
+            4096,
+            Iova::new(4096),
+            Iova::new(SZ_4G),
+        ));
+        let c = FlushQueueConfig {
+            ring_size: 1,
+            timeout_ns: 1,
+        };
         assert!(FlushQueue::new(DomainId(1), 1, c, inv.clone(), alloc.clone()).is_err());
         assert!(FlushQueue::new(DomainId(1), 0, FlushQueueConfig::default(), inv, alloc).is_err());
     }

@@ -120,23 +120,51 @@ mod tests {
     fn immediate_invalidator_counts_ranges_in_pages_of_their_size() {
         let inv = ImmediateInvalidator::new();
         let mut w = WorkRecord::new();
-        let r = GatherRange { start: Iova::new(0x1000), size: 3 * SZ_4K, page_size: SZ_4K };
+        let r = GatherRange {
+            start: Iova::new(0x1000),
+            size: 3 * SZ_4K,
+            page_size: SZ_4K,
+        };
         inv.invalidate_range(DomainId(1), &r, &mut w);
-        let b = GatherRange { start: Iova::new(0), size: 2 * SZ_2M, page_size: SZ_2M };
+        let b = GatherRange {
+            start: Iova::new(0),
+            size: 2 * SZ_2M,
+            page_size: SZ_2M,
+        };
         inv.invalidate_range(DomainId(1), &b, &mut w);
         assert_eq!((w.inval_ranges, w.inval_pages), (2, 5));
-        assert_eq!(inv.stats(), InvalStats { ranges: 2, pages: 5, ..Default::default() });
+        assert_eq!(
+            inv.stats(),
+            InvalStats {
+                ranges: 2,
+                pages: 5,
+                ..Default::default()
+            }
+        );
     }
 
     #[test]
     fn immediate_invalidator_counts_walks_domains_and_syncs() {
         let inv = ImmediateInvalidator::new();
         let mut w = WorkRecord::new();
-        let t = FreedTable { table_pa: PhysAddr::new(0), level: 3, iova: Iova::new(0), size: SZ_2M };
+        let t = FreedTable {
+            table_pa: PhysAddr::new(0),
+            level: 3,
+            iova: Iova::new(0),
+            size: SZ_2M,
+        };
         inv.invalidate_walk(DomainId(2), &t, &mut w);
         inv.invalidate_domain(DomainId(2), &mut w);
         let _done = sync(&inv, &mut w);
         assert_eq!((w.inval_walks, w.inval_domains, w.inval_syncs), (1, 1, 1));
-        assert_eq!(inv.stats(), InvalStats { walks: 1, domains: 1, syncs: 1, ..Default::default() });
+        assert_eq!(
+            inv.stats(),
+            InvalStats {
+                walks: 1,
+                domains: 1,
+                syncs: 1,
+                ..Default::default()
+            }
+        );
     }
 }

@@ -155,7 +155,11 @@ impl Device {
     /// The same device with a maximum DMA segment size of `bytes` (at least 1).
     pub fn with_max_segment_size(mut self, bytes: u64) -> Result<Self, DmaError> {
         if bytes == 0 {
-            return Err(DmaError::BadDevice { device: self.id, field: "max_segment_size", value: 0 });
+            return Err(DmaError::BadDevice {
+                device: self.id,
+                field: "max_segment_size",
+                value: 0,
+            });
         }
         self.max_segment_size = bytes;
         Ok(self)
@@ -204,7 +208,8 @@ impl Device {
 
     /// Whether the device can reach every byte of `addr..addr+len` (`len` at least 1).
     pub fn reaches(&self, addr: u64, len: u64) -> bool {
-        addr.checked_add(len - 1).is_some_and(|last| last <= self.dma_mask())
+        addr.checked_add(len - 1)
+            .is_some_and(|last| last <= self.dma_mask())
     }
 }
 
@@ -400,7 +405,13 @@ mod tests {
 
     #[test]
     fn invalid_devices_are_rejected() {
-        assert!(matches!(Device::new(1, 65), Err(DmaError::BadDevice { field: "dma_mask_bits", .. })));
+        assert!(matches!(
+            Device::new(1, 65),
+            Err(DmaError::BadDevice {
+                field: "dma_mask_bits",
+                ..
+            })
+        ));
         assert!(Device::new(1, 8).is_err());
         let d = Device::new(1, 64).unwrap();
         assert!(d.clone().with_max_segment_size(0).is_err());
@@ -422,11 +433,17 @@ mod tests {
         let e = DmaError::IovaSpace {
             pages: 2,
             limit: 0x1000,
-            source: IovaError::Exhausted { pages: 2, limit: 0x1000 },
+            source: IovaError::Exhausted {
+                pages: 2,
+                limit: 0x1000,
+            },
         };
         assert!(e.to_string().starts_with(char::is_uppercase));
         assert!(e.source().is_some());
-        let r = Rejected { handle: 5u8, error: DmaError::EmptySgList };
+        let r = Rejected {
+            handle: 5u8,
+            error: DmaError::EmptySgList,
+        };
         assert_eq!(r.to_string(), "Scatter-gather list is empty");
         assert_eq!(DmaError::from(r), DmaError::EmptySgList);
     }

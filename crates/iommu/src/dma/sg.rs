@@ -101,7 +101,11 @@ impl SgLayout {
                     continue;
                 }
             }
-            runs.push(MapRun { iova_offset: p.iova_offset, pa: p.map_pa, len: p.map_len });
+            runs.push(MapRun {
+                iova_offset: p.iova_offset,
+                pa: p.map_pa,
+                len: p.map_len,
+            });
         }
         runs
     }
@@ -127,12 +131,19 @@ pub fn sg_layout(
         return Err(DmaError::EmptySgList);
     }
     if boundary_mask < granule - 1 {
-        return Err(DmaError::SegmentBoundaryTooSmall { mask: boundary_mask, granule });
+        return Err(DmaError::SegmentBoundaryTooSmall {
+            mask: boundary_mask,
+            granule,
+        });
     }
     let mut pieces = Vec::with_capacity(entries.len());
     let mut iova_len: u64 = 0;
     for (index, e) in entries.iter().enumerate() {
-        let bad = DmaError::BadSgEntry { index, pa: e.pa.get(), len: e.len };
+        let bad = DmaError::BadSgEntry {
+            index,
+            pa: e.pa.get(),
+            len: e.len,
+        };
         if e.len == 0 || e.pa.checked_add(e.len).is_none() {
             return Err(bad);
         }
@@ -154,7 +165,11 @@ pub fn sg_layout(
         });
         iova_len = iova_len.checked_add(map_len).ok_or(DmaError::SgTooLarge)?;
     }
-    Ok(SgLayout { pieces, iova_len, granule })
+    Ok(SgLayout {
+        pieces,
+        iova_len,
+        granule,
+    })
 }
 
 /// Merges a laid-out list mapped at `base` into DMA segments. See the module docs.
@@ -172,20 +187,28 @@ pub fn sg_finalise(
         let merge = cur_len != 0
             && p.offset == 0
             && start & boundary_mask != 0
-            && cur_len.checked_add(p.len).is_some_and(|n| n <= max_segment_size);
+            && cur_len
+                .checked_add(p.len)
+                .is_some_and(|n| n <= max_segment_size);
         match (merge, segments.last_mut()) {
             (true, Some(seg)) => {
                 cur_len += p.len;
                 seg.len = cur_len;
             }
             _ => {
-                segments.push(DmaSegment { dma: DmaAddr(start + p.offset), len: p.len });
+                segments.push(DmaSegment {
+                    dma: DmaAddr(start + p.offset),
+                    len: p.len,
+                });
                 cur_len = p.len;
             }
         }
         // The span of this piece includes any padding after it; a segment can only continue
         // when the data runs right up to the next piece.
-        let next = layout.pieces.get(i + 1).map_or(layout.iova_len, |n| n.iova_offset);
+        let next = layout
+            .pieces
+            .get(i + 1)
+            .map_or(layout.iova_len, |n| n.iova_offset);
         if p.offset + p.len < next - p.iova_offset {
             cur_len = 0;
         }
@@ -216,12 +239,20 @@ mod tests {
     }
 
     fn seg(dma: u64, len: u64) -> DmaSegment {
-        DmaSegment { dma: DmaAddr(dma), len }
+        DmaSegment {
+            dma: DmaAddr(dma),
+            len,
+        }
     }
 
     #[test]
     fn four_page_aligned_pages_merge_into_one_segment() {
-        let list = [e(0x10000, 4096), e(0x50000, 4096), e(0x30000, 4096), e(0x90000, 4096)];
+        let list = [
+            e(0x10000, 4096),
+            e(0x50000, 4096),
+            e(0x30000, 4096),
+            e(0x90000, 4096),
+        ];
         let s = segs(&list, 0x100000, SZ_64K, NO_BOUNDARY);
         assert_eq!(s, vec![seg(0x100000, 0x4000)]);
     }
@@ -232,7 +263,10 @@ mod tests {
         let s = segs(&list, 0x100000, SZ_64K, NO_BOUNDARY);
         // The second piece has an offset; it also ends short of its granule, so the third
         // starts a new segment as well.
-        assert_eq!(s, vec![seg(0x100000, 4096), seg(0x101010, 100), seg(0x102000, 4096)]);
+        assert_eq!(
+            s,
+            vec![seg(0x100000, 4096), seg(0x101010, 100), seg(0x102000, 4096)]
+        );
     }
 
     #[test]
@@ -251,7 +285,12 @@ mod tests {
 
     #[test]
     fn max_segment_size_splits_segments() {
-        let list = [e(0x10000, 4096), e(0x20000, 4096), e(0x30000, 4096), e(0x40000, 4096)];
+        let list = [
+            e(0x10000, 4096),
+            e(0x20000, 4096),
+            e(0x30000, 4096),
+            e(0x40000, 4096),
+        ];
         let s = segs(&list, 0x100000, 8192, NO_BOUNDARY);
         assert_eq!(s, vec![seg(0x100000, 8192), seg(0x102000, 8192)]);
     }
@@ -288,25 +327,49 @@ mod tests {
         let l = sg_layout(&list, SZ_4K, NO_BOUNDARY).unwrap();
         let runs = l.map_runs();
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0], MapRun { iova_offset: 0, pa: PhysAddr::new(0x10000), len: 8192 });
+        assert_eq!(
+            runs[0],
+            MapRun {
+                iova_offset: 0,
+                pa: PhysAddr::new(0x10000),
+                len: 8192
+            }
+        );
     }
 
     #[test]
     fn errors_name_the_bad_entry() {
-        assert_eq!(sg_layout(&[], SZ_4K, NO_BOUNDARY), Err(DmaError::EmptySgList));
+        assert_eq!(
+            sg_layout(&[], SZ_4K, NO_BOUNDARY),
+            Err(DmaError::EmptySgList)
+        );
         assert_eq!(
             sg_layout(&[e(0, 1), e(0x1000, 0)], SZ_4K, NO_BOUNDARY),
-            Err(DmaError::BadSgEntry { index: 1, pa: 0x1000, len: 0 })
+            Err(DmaError::BadSgEntry {
+                index: 1,
+                pa: 0x1000,
+                len: 0
+            })
         );
         assert_eq!(
             sg_layout(&[e(u64::MAX - 10, 20)], SZ_4K, NO_BOUNDARY),
-            Err(DmaError::BadSgEntry { index: 0, pa: u64::MAX - 10, len: 20 })
+            Err(DmaError::BadSgEntry {
+                index: 0,
+                pa: u64::MAX - 10,
+                len: 20
+            })
         );
         let huge = [e(0, u64::MAX / 2), e(0, u64::MAX / 2), e(0, u64::MAX / 2)];
-        assert_eq!(sg_layout(&huge, SZ_4K, NO_BOUNDARY), Err(DmaError::SgTooLarge));
+        assert_eq!(
+            sg_layout(&huge, SZ_4K, NO_BOUNDARY),
+            Err(DmaError::SgTooLarge)
+        );
         assert_eq!(
             sg_layout(&[e(0, 1)], SZ_64K, SZ_4K - 1),
-            Err(DmaError::SegmentBoundaryTooSmall { mask: SZ_4K - 1, granule: SZ_64K })
+            Err(DmaError::SegmentBoundaryTooSmall {
+                mask: SZ_4K - 1,
+                granule: SZ_64K
+            })
         );
     }
 
@@ -357,7 +420,10 @@ mod tests {
             if joinable {
                 out.last_mut().unwrap().len += en.len;
             } else {
-                out.push(DmaSegment { dma: DmaAddr(data), len: en.len });
+                out.push(DmaSegment {
+                    dma: DmaAddr(data),
+                    len: en.len,
+                });
             }
         }
         out
@@ -366,7 +432,11 @@ mod tests {
     fn arb_case() -> impl Strategy<Value = (Vec<SgEntry>, u64, u64, u64, u64)> {
         let granule = prop::sample::select(vec![SZ_4K, SZ_16K, SZ_64K]);
         granule.prop_flat_map(|g| {
-            let entry = (0u64..64, 0u64..g, prop_oneof![1u64..=64, Just(g), 1u64..=4 * g])
+            let entry = (
+                0u64..64,
+                0u64..g,
+                prop_oneof![1u64..=64, Just(g), 1u64..=4 * g],
+            )
                 .prop_map(move |(page, off_sel, len)| {
                     // Half the entries are granule aligned, as real lists mostly are.
                     let off = if off_sel % 2 == 0 { 0 } else { off_sel };
@@ -381,7 +451,13 @@ mod tests {
                 (1 << 20) - 1,
             ]);
             let max = prop::sample::select(vec![g, 2 * g, SZ_64K, 1 << 20, 3 * SZ_4K]);
-            (prop::collection::vec(entry, 1..24), Just(g), mask, max, 1u64..64)
+            (
+                prop::collection::vec(entry, 1..24),
+                Just(g),
+                mask,
+                max,
+                1u64..64,
+            )
         })
     }
 

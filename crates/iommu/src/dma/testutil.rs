@@ -26,7 +26,13 @@ pub struct MapTable {
 
 impl MapTable {
     pub fn new(granule: u64, range: (Iova, Iova), pa_bits: u32) -> Self {
-        Self { granule, range, pa_bits, pages: BTreeMap::new(), tables: BTreeMap::new() }
+        Self {
+            granule,
+            range,
+            pa_bits,
+            pages: BTreeMap::new(),
+            tables: BTreeMap::new(),
+        }
     }
 }
 
@@ -53,7 +59,11 @@ impl IoPageTable for MapTable {
     ) -> Result<(), PgTableError> {
         let g = self.granule;
         if !iova.is_aligned(g) || !pa.is_aligned(g) || size % g != 0 || size == 0 {
-            return Err(PgTableError::Misaligned { addr: iova.get(), size, granule: g });
+            return Err(PgTableError::Misaligned {
+                addr: iova.get(),
+                size,
+                granule: g,
+            });
         }
         let end = iova.get().checked_add(size);
         if iova < self.range.0 || !matches!(end, Some(e) if e <= self.range.1.get()) {
@@ -65,7 +75,10 @@ impl IoPageTable for MapTable {
             });
         }
         if !matches!(pa.get().checked_add(size), Some(e) if e <= 1u64 << self.pa_bits) {
-            return Err(PgTableError::PhysOutOfRange { pa: pa.get(), bits: self.pa_bits });
+            return Err(PgTableError::PhysOutOfRange {
+                pa: pa.get(),
+                bits: self.pa_bits,
+            });
         }
         if prot == Prot::NONE {
             return Err(PgTableError::NoPermission);
@@ -95,7 +108,11 @@ impl IoPageTable for MapTable {
     ) -> Result<(), PgTableError> {
         let g = self.granule;
         if !iova.is_aligned(g) || size % g != 0 || size == 0 {
-            return Err(PgTableError::Misaligned { addr: iova.get(), size, granule: g });
+            return Err(PgTableError::Misaligned {
+                addr: iova.get(),
+                size,
+                granule: g,
+            });
         }
         for i in 0..size / g {
             let v = iova.get() + i * g;
@@ -153,7 +170,11 @@ pub struct SimpleAllocator {
 
 impl SimpleAllocator {
     pub fn new(granule: u64, start: Iova, end: Iova) -> Self {
-        Self { granule, range: (start, end), blocks: Mutex::new(BTreeMap::new()) }
+        Self {
+            granule,
+            range: (start, end),
+            blocks: Mutex::new(BTreeMap::new()),
+        }
     }
 }
 
@@ -182,7 +203,11 @@ impl IovaAllocator for SimpleAllocator {
             });
         }
         let size = req.pages * g;
-        let align = if req.size_aligned { req.pages.next_power_of_two() * g } else { g };
+        let align = if req.size_aligned {
+            req.pages.next_power_of_two() * g
+        } else {
+            g
+        };
         let lo = self.range.0.get();
         let fit = |low: u64, high: u64| -> Option<u64> {
             let c = high.checked_sub(size)? & !(align - 1);
@@ -207,11 +232,17 @@ impl IovaAllocator for SimpleAllocator {
         match found {
             Some(c) => {
                 blocks.insert(c, size);
-                Ok(IovaBlock { start: Iova::new(c), pages: req.pages })
+                Ok(IovaBlock {
+                    start: Iova::new(c),
+                    pages: req.pages,
+                })
             }
             None => {
                 work.alloc_failures += 1;
-                Err(IovaError::Exhausted { pages: req.pages, limit: req.limit.get() })
+                Err(IovaError::Exhausted {
+                    pages: req.pages,
+                    limit: req.limit.get(),
+                })
             }
         }
     }
@@ -220,7 +251,10 @@ impl IovaAllocator for SimpleAllocator {
         work.lock(LockId::IovaTree);
         let mut blocks = self.blocks.lock();
         if blocks.get(&block.start.get()) != Some(&(block.pages * self.granule)) {
-            return Err(IovaError::NotAllocated { start: block.start.get(), pages: block.pages });
+            return Err(IovaError::NotAllocated {
+                start: block.start.get(),
+                pages: block.pages,
+            });
         }
         blocks.remove(&block.start.get());
         Ok(())
@@ -252,7 +286,11 @@ impl Fx {
     /// (live mappings, allocator live blocks, mapped bytes): what a failed call must not
     /// change.
     pub fn state(&self) -> (usize, usize, u64) {
-        (self.domain.live_mappings(), self.alloc.live_blocks(), self.domain.mapped_bytes())
+        (
+            self.domain.live_mappings(),
+            self.alloc.live_blocks(),
+            self.domain.mapped_bytes(),
+        )
     }
 }
 
@@ -275,13 +313,25 @@ pub fn lpae_domain(mode: DomainMode, tweak: impl FnOnce(&mut DomainConfig)) -> F
 
 /// A translated domain over the test map table and allocator (IOVAs `4K..range_end`,
 /// physical addresses below `2^pa_bits`).
-pub fn map_domain(mode: DomainMode, range_end: u64, pa_bits: u32, tweak: impl FnOnce(&mut DomainConfig)) -> Fx {
+pub fn map_domain(
+    mode: DomainMode,
+    range_end: u64,
+    pa_bits: u32,
+    tweak: impl FnOnce(&mut DomainConfig),
+) -> Fx {
     let mut config = DomainConfig::new(DomainId(2), mode);
     config.cpus = 4;
     tweak(&mut config);
-    let table = MapTable::new(config.granule, (Iova::new(0), Iova::new(range_end)), pa_bits);
-    let alloc: Arc<dyn IovaAllocator> =
-        Arc::new(SimpleAllocator::new(config.granule, Iova::new(config.granule), Iova::new(range_end)));
+    let table = MapTable::new(
+        config.granule,
+        (Iova::new(0), Iova::new(range_end)),
+        pa_bits,
+    );
+    let alloc: Arc<dyn IovaAllocator> = Arc::new(SimpleAllocator::new(
+        config.granule,
+        Iova::new(config.granule),
+        Iova::new(range_end),
+    ));
     let inv = Arc::new(ImmediateInvalidator::new());
     let domain = Domain::translated(config, Box::new(table), alloc.clone(), inv.clone()).unwrap();
     Fx { domain, alloc, inv }
@@ -300,6 +350,7 @@ pub fn dev32() -> Device {
 /// 64 GiB of memory and an allocator over all of it but the first page.
 pub fn memory() -> (Arc<PhysMemory>, PhysAllocator) {
     let mem = Arc::new(PhysMemory::new(64 << 30).unwrap());
-    let phys = PhysAllocator::new(mem.clone(), PhysAddr::new(SZ_4K), PhysAddr::new(64 << 30)).unwrap();
+    let phys =
+        PhysAllocator::new(mem.clone(), PhysAddr::new(SZ_4K), PhysAddr::new(64 << 30)).unwrap();
     (mem, phys)
 }
