@@ -98,7 +98,8 @@ impl Invalidator for ImmediateInvalidator {
     }
 }
 
-/// Proof that an invalidation sync has completed: obtained only from [`sync`], and spent to
+/// Proof that an invalidation sync has completed: made only by the DMA layer right after an
+/// [`Invalidator::sync`] returns, and spent to
 /// release one IOVA range whose invalidation was issued before it (see
 /// [`super::flush_queue::FreeableIova`]).
 #[derive(Debug)]
