@@ -651,3 +651,47 @@ fn dma_32_bit_device_iovas_stay_below_4g() {
     }
     assert_eq!(s.alloc.live_blocks(), 0);
 }
+
+#[test]
+fn dma_domains_and_memory_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Domain>();
+    check::<PhysMemory>();
+    check::<iolab_iommu::dma::FlushQueue>();
+    check::<iolab_iommu::mem::PhysAllocator>();
+}
+
+#[test]
+fn dma_lazy_domain_survives_concurrent_map_unmap_and_device_traffic() {
+    let s = build(1, DomainMode::Lazy, SZ_4K);
+    let mem = PhysMemory::new(1 << 36).unwrap();
+    let dev = Device::new(1, 64).unwrap();
+    std::thread::scope(|scope| {
+        for cpu in 0..2usize {
+            let (s, mem, dev) = (&s, &mem, &dev);
+            scope.spawn(move || {
+                let mut w = WorkRecord::new();
+                for i in 0..2_000u64 {
+                    let pa = PhysAddr::new((cpu as u64 * 1_000_000 + i) * SZ_4K + 8);
+                    let m = s
+                        .domain
+                        .map_page(dev, pa, 100, Direction::FromDevice, cpu, &mut w)
+                        .unwrap();
+                    let data = [cpu as u8 + 1; 100];
+                    s.domain
+                        .dma_write(dev, mem, m.dma_addr(), &data, &mut w)
+                        .unwrap();
+                    let mut back = [0; 100];
+                    mem.read(pa, &mut back).unwrap();
+                    assert_eq!(back, data);
+                    s.domain.unmap_page(m, cpu, i * 10_000, &mut w).unwrap();
+                }
+            });
+        }
+    });
+    let mut w = WorkRecord::new();
+    s.domain.flush_all(&mut w);
+    assert_eq!(s.domain.live_mappings(), 0);
+    assert_eq!(s.alloc.live_blocks(), 0);
+    assert_eq!(s.domain.mapped_bytes(), 0);
+}

@@ -1757,6 +1757,41 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_boundary_below_the_granule_is_rejected() {
+        let fx = lpae_domain(DomainMode::Strict, |c| c.granule = crate::addr::SZ_16K);
+        let mut w = WorkRecord::new();
+        let dev = dev64().with_segment_boundary_mask(SZ_4K - 1).unwrap();
+        let err = fx
+            .domain
+            .map_sg(&dev, &[SgEntry::new(pa(0), 8)], TO, 0, &mut w)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            DmaError::SegmentBoundaryTooSmall {
+                mask: SZ_4K - 1,
+                granule: 1 << 14
+            }
+        );
+        assert_eq!(fx.state(), (0, 0, 0));
+    }
+
+    #[test]
+    fn map_sg_out_of_iova_space_changes_nothing() {
+        let fx = map_domain(DomainMode::Lazy, 16 * SZ_4K, 48, |_| {});
+        let mut w = WorkRecord::new();
+        let list: Vec<_> = (0..20)
+            .map(|i| SgEntry::new(pa(i * SZ_64K), SZ_4K))
+            .collect();
+        let err = fx
+            .domain
+            .map_sg(&dev64(), &list, TO, 0, &mut w)
+            .unwrap_err();
+        assert!(matches!(err, DmaError::IovaSpace { pages: 20, .. }));
+        assert_eq!(fx.state(), (0, 0, 0));
+        assert_eq!(fx.domain.flush_queue().unwrap().pending(), 0);
+    }
+
+    #[test]
     fn a_sg_page_table_refusal_rolls_back_every_piece() {
         let fx = map_domain(DomainMode::Strict, SZ_4G, 32, |_| {});
         let mut w = WorkRecord::new();

@@ -18,6 +18,15 @@
 //! [`StaleIova::release`], which takes a [`FlushCompleted`] token that only a finished
 //! flush of the same queue hands out, and checks the stamp against it. The strict path uses
 //! the same discipline with [`SyncCompleted`].
+//!
+//! ```compile_fail
+//! use iolab_iommu::dma::flush_queue::StaleIova;
+//! use iolab_iommu::iova::IovaBlock;
+//! // The range inside a stale IOVA cannot be taken out to free it early.
+//! fn sneak(stale: StaleIova) -> IovaBlock {
+//!     stale.block
+//! }
+//! ```
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
