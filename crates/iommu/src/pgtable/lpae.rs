@@ -54,16 +54,16 @@ pub mod spec {
 
     /// Bit 0: the descriptor is valid.
     pub const DESC_VALID: u64 = 1 << 0;
-    /// Bits [1:0] of a descriptor.
+    /// Bits `[1:0]` of a descriptor.
     pub const DESC_TYPE_MASK: u64 = 0b11;
-    /// Bits [1:0] of a block descriptor (levels 0 to 2).
+    /// Bits `[1:0]` of a block descriptor (levels 0 to 2).
     pub const DESC_TYPE_BLOCK: u64 = 0b01;
-    /// Bits [1:0] of a table descriptor (levels 0 to 2).
+    /// Bits `[1:0]` of a table descriptor (levels 0 to 2).
     pub const DESC_TYPE_TABLE: u64 = 0b11;
-    /// Bits [1:0] of a page descriptor (level 3).
+    /// Bits `[1:0]` of a page descriptor (level 3).
     pub const DESC_TYPE_PAGE: u64 = 0b11;
 
-    /// Shift of `AttrIndx[2:0]`, bits [4:2]: index into MAIR.
+    /// Shift of `AttrIndx[2:0]`, bits `[4:2]`: index into MAIR.
     pub const ATTR_INDX_SHIFT: u32 = 2;
     /// Mask of `AttrIndx[2:0]`.
     pub const ATTR_INDX_MASK: u64 = 0b111 << ATTR_INDX_SHIFT;
@@ -79,7 +79,7 @@ pub mod spec {
     /// `AP[2]`, bit 7: read-only (Linux `ARM_LPAE_PTE_AP_RDONLY`).
     pub const AP_RDONLY: u64 = 1 << 7;
 
-    /// Shift of `SH[1:0]`, bits [9:8]: shareability.
+    /// Shift of `SH[1:0]`, bits `[9:8]`: shareability.
     pub const SH_SHIFT: u32 = 8;
     /// Mask of `SH[1:0]`.
     pub const SH_MASK: u64 = 0b11 << SH_SHIFT;

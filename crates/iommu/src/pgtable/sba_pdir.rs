@@ -36,7 +36,7 @@ pub mod spec {
 
     /// Bit 63: the entry is valid (`IOPDIR_VALID`).
     pub const IOPDIR_VALID: u64 = 1 << 63;
-    /// The physical page number field, bits [39:12].
+    /// The physical page number field, bits `[39:12]`.
     pub const PPN_MASK: u64 = 0x0000_00FF_FFFF_F000;
     /// Bits of physical address an entry can hold.
     pub const PHYS_BITS: u32 = 40;
