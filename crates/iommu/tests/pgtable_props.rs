@@ -423,71 +423,79 @@ fn ops() -> impl Strategy<Value = Vec<RawOp>> {
     prop::collection::vec(raw_op(), 1..40)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+/// Named so that `cargo test -p iolab-iommu pgtable` selects these tests too.
+mod pgtable {
+    use super::*;
 
-    #[test]
-    fn lpae_4k_48_matches_model(ops in ops()) {
-        run(lpae(SZ_4K, 48, None), &ops);
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn lpae_4k_48_matches_model(ops in ops()) {
+            run(lpae(SZ_4K, 48, None), &ops);
+        }
+
+        #[test]
+        fn lpae_4k_39_matches_model(ops in ops()) {
+            run(lpae(SZ_4K, 39, None), &ops);
+        }
+
+        #[test]
+        fn lpae_4k_32_matches_model(ops in ops()) {
+            run(lpae(SZ_4K, 32, None), &ops);
+        }
+
+        #[test]
+        fn lpae_4k_capped_tables_fail_cleanly(ops in ops()) {
+            run(lpae(SZ_4K, 48, Some(8)), &ops);
+        }
+
+        #[test]
+        fn lpae_16k_48_matches_model(ops in ops()) {
+            run(lpae(SZ_16K, 48, None), &ops);
+        }
+
+        #[test]
+        fn lpae_16k_36_matches_model(ops in ops()) {
+            run(lpae(SZ_16K, 36, None), &ops);
+        }
+
+        #[test]
+        fn tce_4k_matches_model(ops in ops()) {
+            run(tce(0x8000_0000, 1 << 30, 12), &ops);
+        }
+
+        #[test]
+        fn tce_64k_matches_model(ops in ops()) {
+            run(tce(1 << 59, 256 << 30, 16), &ops);
+        }
+
+        #[test]
+        fn tce_2m_and_16m_match_model(ops in ops(), big in any::<bool>()) {
+            run(if big { tce(0, 64 << 30, 24) } else { tce(1 << 40, 8 << 30, 21) }, &ops);
+        }
+
+        #[test]
+        fn sba_4k_matches_model(ops in ops()) {
+            run(sba(1 << 30, 1 << 30, 12), &ops);
+        }
+
+        #[test]
+        fn sba_64k_matches_model(ops in ops()) {
+            run(sba(0, 1 << 32, 16), &ops);
+        }
     }
 
-    #[test]
-    fn lpae_4k_39_matches_model(ops in ops()) {
-        run(lpae(SZ_4K, 39, None), &ops);
-    }
+    proptest! {
+        // 64K granule blocks are 8192 pages: fewer, cheaper cases.
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
-    #[test]
-    fn lpae_4k_32_matches_model(ops in ops()) {
-        run(lpae(SZ_4K, 32, None), &ops);
-    }
-
-    #[test]
-    fn lpae_4k_capped_tables_fail_cleanly(ops in ops()) {
-        run(lpae(SZ_4K, 48, Some(8)), &ops);
-    }
-
-    #[test]
-    fn lpae_16k_48_matches_model(ops in ops()) {
-        run(lpae(SZ_16K, 48, None), &ops);
-    }
-
-    #[test]
-    fn lpae_16k_36_matches_model(ops in ops()) {
-        run(lpae(SZ_16K, 36, None), &ops);
-    }
-
-    #[test]
-    fn tce_4k_matches_model(ops in ops()) {
-        run(tce(0x8000_0000, 1 << 30, 12), &ops);
-    }
-
-    #[test]
-    fn tce_64k_matches_model(ops in ops()) {
-        run(tce(1 << 59, 256 << 30, 16), &ops);
-    }
-
-    #[test]
-    fn tce_2m_and_16m_match_model(ops in ops(), big in any::<bool>()) {
-        run(if big { tce(0, 64 << 30, 24) } else { tce(1 << 40, 8 << 30, 21) }, &ops);
-    }
-
-    #[test]
-    fn sba_4k_matches_model(ops in ops()) {
-        run(sba(1 << 30, 1 << 30, 12), &ops);
-    }
-
-    #[test]
-    fn sba_64k_matches_model(ops in ops()) {
-        run(sba(0, 1 << 32, 16), &ops);
-    }
-}
-
-proptest! {
-    // 64K granule blocks are 8192 pages: fewer, cheaper cases.
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
-
-    #[test]
-    fn lpae_64k_matches_model(ops in prop::collection::vec(raw_op(), 1..24), ias in prop_oneof![Just(48u32), Just(42), Just(32)]) {
-        run(lpae(SZ_64K, ias, None), &ops);
+        #[test]
+        fn lpae_64k_matches_model(
+            ops in prop::collection::vec(raw_op(), 1..24),
+            ias in prop_oneof![Just(48u32), Just(42), Just(32)],
+        ) {
+            run(lpae(SZ_64K, ias, None), &ops);
+        }
     }
 }

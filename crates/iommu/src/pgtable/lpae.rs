@@ -1017,9 +1017,9 @@ impl LpaeTable {
         let mut reads = 0;
         let mut slot = 0;
         let mut level = self.start_level;
-        let desc = loop {
-            let pos = self.pos(slot, level, start);
-            let desc = self.entries[pos];
+        // Down to the leaf that maps `start`.
+        loop {
+            let desc = self.entries[self.pos(slot, level, start)];
             reads += 1;
             path[level as usize] = slot;
             if desc & spec::DESC_VALID == 0 {
@@ -1027,12 +1027,11 @@ impl LpaeTable {
                 return Fast::Done(Err(PgTableError::NotMapped { iova: start }));
             }
             if !Self::is_table(desc, level) {
-                break desc;
+                break;
             }
             slot = self.slot_of_desc(desc);
             level += 1;
-        };
-        let _ = desc;
+        }
         let shift = self.shifts[level as usize];
         let size = end - start;
         if start & ((1u64 << shift) - 1) != 0 {
