@@ -20,7 +20,15 @@
 //! IOVA and the physical address and the remaining size allow (Linux's `iommu_pgsize`).
 //! Operations validate first and then mutate, so an error leaves the table unchanged. Unmap
 //! frees every table page it leaves empty and reports it in the gather; it never splits a
-//! block ([`PgTableError::SplitsBlock`]).
+//! block ([`PgTableError::SplitsBlock`]). A freed page goes on a free list and the next map
+//! that needs a table may take it (same physical address), so the walk-cache invalidation the
+//! gather asks for must be done before the next map, as in Linux, where the page returns to
+//! the allocator only after the gather is synced. Reusing pages keeps map and unmap free of
+//! heap allocation once the arena has grown; the number of pages in use is capped
+//! ([`PgTableError::TooManyTables`]).
+//!
+//! Maps and unmaps that stay within one table at one page size (the common DMA case) take a
+//! single walk down; anything else takes a recursive validate-then-write path.
 //!
 //! Work counted: `ptes_written` (leaf and table descriptors), `ptes_cleared`,
 //! `tables_allocated`, `tables_freed`, `pte_reads` (each descriptor examined once per
@@ -369,7 +377,7 @@ struct PageMeta {
 }
 
 /// An ARM LPAE stage-1 IO page table. See the [module docs](self).
-#[derive(Debug)]
+#[derive(Clone)]
 pub struct LpaeTable {
     config: LpaeConfig,
     granule_shift: u32,
@@ -404,6 +412,21 @@ struct MapPlan {
     attrs: u64,
 }
 
+impl std::fmt::Debug for LpaeTable {
+    /// A summary: the geometry and occupancy, not the descriptors.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LpaeTable")
+            .field("format", &self.format_name())
+            .field("ias", &self.config.ias)
+            .field("oas", &self.config.oas)
+            .field("start_level", &self.start_level)
+            .field("root_pa", &self.root_pa())
+            .field("table_pages", &self.live_pages)
+            .field("mapped_bytes", &self.mapped)
+            .finish()
+    }
+}
+
 /// Outcome of a single-table fast path: done (either way), or take the general path.
 enum Fast {
     Done(Result<(), PgTableError>),
@@ -411,7 +434,7 @@ enum Fast {
 }
 
 impl LpaeTable {
-    /// Builds an empty table (just the root) from a validated `config`.
+    /// Validates `config` and builds an empty table: just the root.
     pub fn new(config: LpaeConfig) -> Result<Self, LpaeConfigError> {
         let granule_shift = match config.granule {
             0x1000 => 12,

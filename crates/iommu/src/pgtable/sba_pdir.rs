@@ -130,7 +130,7 @@ pub enum SbaConfigError {
 }
 
 /// An HP zx1 SBA I/O page directory. See the [module docs](self).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SbaPdir {
     config: SbaConfig,
     entries: SparseEntries,
@@ -225,6 +225,18 @@ impl SbaPdir {
                 end,
             }),
         }
+    }
+}
+
+impl std::fmt::Debug for SbaPdir {
+    /// A summary: the window and occupancy, not the entries.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SbaPdir")
+            .field("iova_base", &format_args!("{:#x}", self.config.iova_base))
+            .field("iova_size", &format_args!("{:#x}", self.config.iova_size))
+            .field("page_size", &format_args!("{:#x}", self.page_size()))
+            .field("mapped_bytes", &self.mapped)
+            .finish()
     }
 }
 

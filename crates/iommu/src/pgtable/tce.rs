@@ -197,7 +197,7 @@ impl SparseEntries {
 }
 
 /// A POWER TCE table over one DMA window. See the [module docs](self).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct TceTable {
     config: TceConfig,
     entries: SparseEntries,
@@ -298,6 +298,24 @@ impl TceTable {
                 end,
             }),
         }
+    }
+}
+
+impl std::fmt::Debug for TceTable {
+    /// A summary: the window and occupancy, not the entries.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TceTable")
+            .field(
+                "window_offset",
+                &format_args!("{:#x}", self.config.window_offset),
+            )
+            .field(
+                "window_size",
+                &format_args!("{:#x}", self.config.window_size),
+            )
+            .field("page_size", &format_args!("{:#x}", self.page_size()))
+            .field("mapped_bytes", &self.mapped)
+            .finish()
     }
 }
 
