@@ -137,7 +137,7 @@ impl Tree {
             }
             None => {
                 self.nodes.push(node);
-                self.room.extend(std::iter::repeat_n(0, self.orders));
+                self.room.resize(self.room.len() + self.orders, 0);
                 (self.nodes.len() - 1) as u32
             }
         };
