@@ -730,6 +730,33 @@ impl LinuxIovaAllocator {
         }
     }
 
+    /// `remove_iova` for the exact range `lo..=hi`, with the lock held. False if the range is
+    /// not allocated exactly so (nothing changes then).
+    fn free_locked(&self, st: &mut State, lo: u64, hi: u64, w: &mut WorkRecord) -> bool {
+        let node = st.tree.find(lo, w);
+        if node == NIL || node == st.anchor {
+            return false;
+        }
+        let n = *st.tree.node(node);
+        if n.lo != lo || n.hi != hi {
+            return false;
+        }
+        // __cached_rbnode_delete_update
+        let c32 = *st.tree.node(st.cached32_node);
+        if node == st.cached32_node || (n.hi < self.dma_32bit_pfn && n.lo >= c32.lo) {
+            st.cached32_node = st.tree.next(node, w);
+        }
+        if n.lo < self.dma_32bit_pfn {
+            st.max32_alloc_size = self.dma_32bit_pfn;
+        }
+        let c = *st.tree.node(st.cached_node);
+        if n.lo >= c.lo {
+            st.cached_node = st.tree.next(node, w);
+        }
+        st.tree.erase(node, w);
+        true
+    }
+
     /// `iova_find_limit`: a node to start the second pass from, at or just above the limit.
     fn find_limit(&self, st: &State, limit_pfn: u64, w: &mut WorkRecord) -> u32 {
         if limit_pfn > self.dma_32bit_pfn {
@@ -861,34 +888,32 @@ impl IovaAllocator for LinuxIovaAllocator {
         let (lo, hi) = check_tree_block(&block, self.granule, self.start_pfn, self.end_pfn)?;
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
-        let node = st.tree.find(lo, work);
-        if node == NIL || node == st.anchor {
-            return Err(IovaError::NotAllocated {
+        if self.free_locked(&mut st, lo, hi, work) {
+            Ok(())
+        } else {
+            Err(IovaError::NotAllocated {
                 start: block.start.get(),
                 pages: block.pages,
-            });
+            })
         }
-        let n = *st.tree.node(node);
-        if n.lo != lo || n.hi != hi {
-            return Err(IovaError::NotAllocated {
-                start: block.start.get(),
-                pages: block.pages,
-            });
+    }
+
+    fn free_batch(&self, blocks: &[IovaBlock], cpu: usize, work: &mut WorkRecord) -> usize {
+        let _ = cpu;
+        if blocks.is_empty() {
+            return 0;
         }
-        // __cached_rbnode_delete_update
-        let c32 = *st.tree.node(st.cached32_node);
-        if node == st.cached32_node || (n.hi < self.dma_32bit_pfn && n.lo >= c32.lo) {
-            st.cached32_node = st.tree.next(node, work);
+        work.lock(LockId::IovaTree);
+        let mut st = self.state.lock();
+        let mut freed = 0;
+        for block in blocks {
+            if let Ok((lo, hi)) =
+                check_tree_block(block, self.granule, self.start_pfn, self.end_pfn)
+            {
+                freed += usize::from(self.free_locked(&mut st, lo, hi, work));
+            }
         }
-        if n.lo < self.dma_32bit_pfn {
-            st.max32_alloc_size = self.dma_32bit_pfn;
-        }
-        let c = *st.tree.node(st.cached_node);
-        if n.lo >= c.lo {
-            st.cached_node = st.tree.next(node, work);
-        }
-        st.tree.erase(node, work);
-        Ok(())
+        freed
     }
 
     fn live_blocks(&self) -> usize {
@@ -1186,6 +1211,26 @@ mod tests {
             a.alloc(req(1, END), &mut w).unwrap().start,
             Iova::new(END - G)
         );
+    }
+
+    #[test]
+    fn free_batch_takes_the_tree_lock_once_and_skips_bad_ranges() {
+        let a = alloc_64(END);
+        let mut w = WorkRecord::new();
+        let mut blocks: Vec<_> = (0..10)
+            .map(|_| a.alloc(req(1, END), &mut w).unwrap())
+            .collect();
+        blocks.push(IovaBlock {
+            start: Iova::new(G),
+            pages: 1,
+        });
+
+        let mut w2 = WorkRecord::new();
+        let freed = a.free_batch(&blocks, 0, &mut w2);
+
+        assert_eq!(freed, 10);
+        assert_eq!(w2.lock_count(LockId::IovaTree), 1);
+        assert_eq!(a.live_blocks(), 0);
     }
 
     #[test]

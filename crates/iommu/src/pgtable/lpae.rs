@@ -20,7 +20,15 @@
 //! IOVA and the physical address and the remaining size allow (Linux's `iommu_pgsize`).
 //! Operations validate first and then mutate, so an error leaves the table unchanged. Unmap
 //! frees every table page it leaves empty and reports it in the gather; it never splits a
-//! block ([`PgTableError::SplitsBlock`]).
+//! block ([`PgTableError::SplitsBlock`]). A freed page goes on a free list and the next map
+//! that needs a table may take it (same physical address), so the walk-cache invalidation the
+//! gather asks for must be done before the next map, as in Linux, where the page returns to
+//! the allocator only after the gather is synced. Reusing pages keeps map and unmap free of
+//! heap allocation once the arena has grown; the number of pages in use is capped
+//! ([`PgTableError::TooManyTables`]).
+//!
+//! Maps and unmaps that stay within one table at one page size (the common DMA case) take a
+//! single walk down; anything else takes a recursive validate-then-write path.
 //!
 //! Work counted: `ptes_written` (leaf and table descriptors), `ptes_cleared`,
 //! `tables_allocated`, `tables_freed`, `pte_reads` (each descriptor examined once per
@@ -54,16 +62,16 @@ pub mod spec {
 
     /// Bit 0: the descriptor is valid.
     pub const DESC_VALID: u64 = 1 << 0;
-    /// Bits [1:0] of a descriptor.
+    /// Bits `[1:0]` of a descriptor.
     pub const DESC_TYPE_MASK: u64 = 0b11;
-    /// Bits [1:0] of a block descriptor (levels 0 to 2).
+    /// Bits `[1:0]` of a block descriptor (levels 0 to 2).
     pub const DESC_TYPE_BLOCK: u64 = 0b01;
-    /// Bits [1:0] of a table descriptor (levels 0 to 2).
+    /// Bits `[1:0]` of a table descriptor (levels 0 to 2).
     pub const DESC_TYPE_TABLE: u64 = 0b11;
-    /// Bits [1:0] of a page descriptor (level 3).
+    /// Bits `[1:0]` of a page descriptor (level 3).
     pub const DESC_TYPE_PAGE: u64 = 0b11;
 
-    /// Shift of `AttrIndx[2:0]`, bits [4:2]: index into MAIR.
+    /// Shift of `AttrIndx[2:0]`, bits `[4:2]`: index into MAIR.
     pub const ATTR_INDX_SHIFT: u32 = 2;
     /// Mask of `AttrIndx[2:0]`.
     pub const ATTR_INDX_MASK: u64 = 0b111 << ATTR_INDX_SHIFT;
@@ -79,7 +87,7 @@ pub mod spec {
     /// `AP[2]`, bit 7: read-only (Linux `ARM_LPAE_PTE_AP_RDONLY`).
     pub const AP_RDONLY: u64 = 1 << 7;
 
-    /// Shift of `SH[1:0]`, bits [9:8]: shareability.
+    /// Shift of `SH[1:0]`, bits `[9:8]`: shareability.
     pub const SH_SHIFT: u32 = 8;
     /// Mask of `SH[1:0]`.
     pub const SH_MASK: u64 = 0b11 << SH_SHIFT;
@@ -369,7 +377,7 @@ struct PageMeta {
 }
 
 /// An ARM LPAE stage-1 IO page table. See the [module docs](self).
-#[derive(Debug)]
+#[derive(Clone)]
 pub struct LpaeTable {
     config: LpaeConfig,
     granule_shift: u32,
@@ -404,6 +412,21 @@ struct MapPlan {
     attrs: u64,
 }
 
+impl std::fmt::Debug for LpaeTable {
+    /// A summary: the geometry and occupancy, not the descriptors.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LpaeTable")
+            .field("format", &self.format_name())
+            .field("ias", &self.config.ias)
+            .field("oas", &self.config.oas)
+            .field("start_level", &self.start_level)
+            .field("root_pa", &self.root_pa())
+            .field("table_pages", &self.live_pages)
+            .field("mapped_bytes", &self.mapped)
+            .finish()
+    }
+}
+
 /// Outcome of a single-table fast path: done (either way), or take the general path.
 enum Fast {
     Done(Result<(), PgTableError>),
@@ -411,7 +434,7 @@ enum Fast {
 }
 
 impl LpaeTable {
-    /// Builds an empty table (just the root) from a validated `config`.
+    /// Validates `config` and builds an empty table: just the root.
     pub fn new(config: LpaeConfig) -> Result<Self, LpaeConfigError> {
         let granule_shift = match config.granule {
             0x1000 => 12,
@@ -1017,9 +1040,9 @@ impl LpaeTable {
         let mut reads = 0;
         let mut slot = 0;
         let mut level = self.start_level;
-        let desc = loop {
-            let pos = self.pos(slot, level, start);
-            let desc = self.entries[pos];
+        // Down to the leaf that maps `start`.
+        loop {
+            let desc = self.entries[self.pos(slot, level, start)];
             reads += 1;
             path[level as usize] = slot;
             if desc & spec::DESC_VALID == 0 {
@@ -1027,12 +1050,11 @@ impl LpaeTable {
                 return Fast::Done(Err(PgTableError::NotMapped { iova: start }));
             }
             if !Self::is_table(desc, level) {
-                break desc;
+                break;
             }
             slot = self.slot_of_desc(desc);
             level += 1;
-        };
-        let _ = desc;
+        }
         let shift = self.shifts[level as usize];
         let size = end - start;
         if start & ((1u64 << shift) - 1) != 0 {
