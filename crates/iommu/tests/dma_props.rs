@@ -25,10 +25,14 @@ use iolab_iommu::dma::{
     Device, Direction, DmaError, DmaMapping, DmaSgMapping, Domain, DomainConfig, DomainId,
     DomainMode, ImmediateInvalidator, MappingKind, PhysRange, SgEntry,
 };
+use iolab_iommu::iova::gaptree::GapTreeAllocator;
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
 use iolab_iommu::iova::IovaAllocator;
 use iolab_iommu::mem::PhysMemory;
 use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
+use iolab_iommu::pgtable::tce::{TceConfig, TceTable};
+use iolab_iommu::pgtable::IoPageTable;
 use iolab_iommu::work::WorkRecord;
 use proptest::prelude::*;
 
@@ -38,18 +42,53 @@ struct Setup {
     alloc: Arc<dyn IovaAllocator>,
 }
 
+/// Which real page table and allocator a domain is assembled from.
+#[derive(Clone, Copy, Debug)]
+enum Stack {
+    /// LPAE 48-bit table, Linux tree allocator.
+    LpaeLinux,
+    /// LPAE table, Linux tree allocator behind per-CPU magazines (Linux's default stack).
+    LpaeMagazine,
+    /// LPAE table, iolab's gap-tree allocator.
+    LpaeGapTree,
+    /// A POWER TCE table over a 2 GiB window, Linux tree allocator over the window.
+    TceLinux,
+}
+
 fn build(id: u32, mode: DomainMode, granule: u64) -> Setup {
+    build_on(Stack::LpaeLinux, id, mode, granule)
+}
+
+fn build_on(stack: Stack, id: u32, mode: DomainMode, granule: u64) -> Setup {
     let mut config = DomainConfig::new(DomainId(id), mode);
     config.granule = granule;
     config.cpus = 2;
     // Small rings, so full-ring flushes happen within a test case.
     config.flush_queue.ring_size = 8;
-    let table = LpaeTable::new(LpaeConfig::new(granule, 48, 48)).expect("LPAE config");
+    let lpae = || -> Box<dyn IoPageTable> {
+        Box::new(LpaeTable::new(LpaeConfig::new(granule, 48, 48)).expect("LPAE config"))
+    };
     let space = IovaSpaceConfig::new(granule, Iova::new(1 << 48));
-    let alloc: Arc<dyn IovaAllocator> =
-        Arc::new(LinuxIovaAllocator::new(space).expect("IOVA config"));
+    let linux = |space| LinuxIovaAllocator::new(space).expect("IOVA config");
+    let (table, alloc): (Box<dyn IoPageTable>, Arc<dyn IovaAllocator>) = match stack {
+        Stack::LpaeLinux => (lpae(), Arc::new(linux(space))),
+        Stack::LpaeMagazine => {
+            let cache = MagazineCache::new(linux(space), MagazineConfig::new(2)).expect("rcache");
+            (lpae(), Arc::new(cache))
+        }
+        Stack::LpaeGapTree => (
+            lpae(),
+            Arc::new(GapTreeAllocator::new(space).expect("gap tree config")),
+        ),
+        Stack::TceLinux => {
+            let shift = granule.trailing_zeros();
+            let tce = TceTable::new(TceConfig::new(0, 2 << 30, shift)).expect("TCE config");
+            let window = IovaSpaceConfig::new(granule, Iova::new(2 << 30));
+            (Box::new(tce), Arc::new(linux(window)))
+        }
+    };
     let inv = Arc::new(ImmediateInvalidator::new());
-    let domain = Domain::translated(config, Box::new(table), alloc.clone(), inv).expect("domain");
+    let domain = Domain::translated(config, table, alloc.clone(), inv).expect("domain");
     Setup { domain, alloc }
 }
 
@@ -220,8 +259,8 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(mode: DomainMode, g: u64) -> Self {
-        let s = build(1, mode, g);
+    fn new(stack: Stack, mode: DomainMode, g: u64) -> Self {
+        let s = build_on(stack, 1, mode, g);
         let empty_table_pages = s.domain.table_pages();
         Self {
             s,
@@ -598,8 +637,8 @@ fn fail(e: impl std::fmt::Display) -> TestCaseError {
     TestCaseError::fail(e.to_string())
 }
 
-fn run(mode: DomainMode, g: u64, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(mode, g);
+fn run(stack: Stack, mode: DomainMode, g: u64, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(stack, mode, g);
     for op in ops {
         h.step(op)?;
     }
@@ -611,17 +650,32 @@ proptest! {
 
     #[test]
     fn dma_strict_matches_the_model(ops in prop::collection::vec(arb_op(), 1..60)) {
-        run(DomainMode::Strict, SZ_4K, &ops)?;
+        run(Stack::LpaeLinux, DomainMode::Strict, SZ_4K, &ops)?;
     }
 
     #[test]
     fn dma_lazy_matches_the_model(ops in prop::collection::vec(arb_op(), 1..60)) {
-        run(DomainMode::Lazy, SZ_4K, &ops)?;
+        run(Stack::LpaeLinux, DomainMode::Lazy, SZ_4K, &ops)?;
     }
 
     #[test]
     fn dma_strict_16k_granule_matches_the_model(ops in prop::collection::vec(arb_op(), 1..40)) {
-        run(DomainMode::Strict, SZ_16K, &ops)?;
+        run(Stack::LpaeLinux, DomainMode::Strict, SZ_16K, &ops)?;
+    }
+
+    #[test]
+    fn dma_lazy_magazines_match_the_model(ops in prop::collection::vec(arb_op(), 1..60)) {
+        run(Stack::LpaeMagazine, DomainMode::Lazy, SZ_4K, &ops)?;
+    }
+
+    #[test]
+    fn dma_strict_gap_tree_matches_the_model(ops in prop::collection::vec(arb_op(), 1..60)) {
+        run(Stack::LpaeGapTree, DomainMode::Strict, SZ_4K, &ops)?;
+    }
+
+    #[test]
+    fn dma_lazy_tce_window_matches_the_model(ops in prop::collection::vec(arb_op(), 1..60)) {
+        run(Stack::TceLinux, DomainMode::Lazy, SZ_4K, &ops)?;
     }
 }
 

@@ -330,7 +330,7 @@ impl std::fmt::Debug for Domain {
     }
 }
 
-/// The mapped-or-not outcome of one allocation, for the error paths.
+/// Returns an IOVA range that was allocated but never mapped (the map error paths).
 fn release_unmapped(
     allocator: &dyn IovaAllocator,
     block: IovaBlock,
@@ -384,7 +384,8 @@ impl Translated {
             })
     }
 
-    /// Strict invalidation of everything in `gather`: ranges, walks, one sync.
+    /// Issues strict invalidation of everything in `gather` (leaf ranges, then freed
+    /// tables); the caller syncs.
     fn invalidate_now(&self, domain: DomainId, gather: &UnmapGather, work: &mut WorkRecord) {
         for r in &gather.ranges {
             self.invalidator.invalidate_range(domain, r, work);

@@ -99,9 +99,8 @@ impl Invalidator for ImmediateInvalidator {
 }
 
 /// Proof that an invalidation sync has completed: made only by the DMA layer right after an
-/// [`Invalidator::sync`] returns, and spent to
-/// release one IOVA range whose invalidation was issued before it (see
-/// [`super::flush_queue::FreeableIova`]).
+/// [`Invalidator::sync`] returns, and spent to release one IOVA range whose invalidation was
+/// issued before it (see [`super::flush_queue::FreeableIova`]).
 #[derive(Debug)]
 #[must_use = "a completed sync is what allows the IOVA to be freed"]
 pub struct SyncCompleted(());

@@ -122,7 +122,10 @@ pub trait IovaAllocator: Send + Sync {
     /// (Linux `iova_magazine_free_pfns`). Allocators with one lock take it once for the whole
     /// batch. Ranges that are not allocated are skipped; returns how many were freed.
     fn free_batch(&self, blocks: &[IovaBlock], cpu: usize, work: &mut WorkRecord) -> usize {
-        blocks.iter().filter(|b| self.free(**b, cpu, work).is_ok()).count()
+        blocks
+            .iter()
+            .filter(|b| self.free(**b, cpu, work).is_ok())
+            .count()
     }
 
     /// Number of ranges currently handed out and not freed (cached ranges count as free).
