@@ -1,1 +1,1158 @@
-//! (being written)
+//! Per-CPU IOVA magazine caches over any allocator (Linux "rcache", after Peleg et al.,
+//! USENIX ATC'15).
+//!
+//! Requests of up to [`MAX_CACHED_PAGES`] pages are rounded up to a power of two and served
+//! from one of six size classes (1, 2, 4, 8, 16, 32 pages). Each class has, per CPU, a
+//! `loaded` and a `prev` magazine of [`MAGAZINE_SIZE`] ranges behind a per-CPU lock
+//! ([`LockId::RcacheCpu`]), and a shared depot of full magazines behind its own lock
+//! ([`LockId::RcacheDepot`]). The ranges in the caches stay allocated in the inner allocator.
+//!
+//! - **alloc**: `loaded` non-empty: take the last range that fits below the limit (a hit; if
+//!   none fits, a miss); else `prev` non-empty: swap and take; else a full magazine from the
+//!   depot replaces the empty `loaded` (a depot exchange); else a miss: the inner allocator is
+//!   asked for the rounded size, size-aligned (as Linux's fast path always is). Bigger requests
+//!   go straight to the inner allocator. If the inner allocator is exhausted, every CPU's
+//!   magazines and the depots are flushed back to it once (`rcache_flushes`) and the request
+//!   is retried once (Linux `alloc_iova_fast`).
+//! - **free**: `loaded` not full: push; else `prev` empty: swap and push; else `loaded` goes to
+//!   the depot (a depot exchange) and a new empty magazine takes its place.
+//!
+//! The per-CPU lock is a small spin lock (as Linux's `spin_lock_irqsave`) whose release is a
+//! plain store, and the magazines it guards are arrays of atomics accessed with relaxed loads
+//! and stores, so a hit costs one atomic read-modify-write for the lock and one for the live
+//! table below, with no unsafe code. Each CPU's state sits on its own cache lines. Swapping
+//! `loaded` and `prev` flips an index; depot exchanges copy a magazine.
+//!
+//! # Depot trimming
+//!
+//! Linux trims each depot by one magazine every 100 ms while it holds more magazines than there
+//! are online CPUs. There is no time here, so [`MagazineConfig::eager_depot_trim`] chooses:
+//!
+//! - `true` (the default): a push that would take a depot past `ncpus` magazines frees the
+//!   pushed magazine's ranges to the inner allocator instead. The depot is a stack and the
+//!   trim pops its top, so this is exactly Linux's push followed by one trim, without the delay.
+//! - `false`: the depot keeps growing (up to [`MagazineConfig::max_depot`] magazines, a bound
+//!   on state; past it the pushed magazine is freed) and the caller runs
+//!   [`MagazineCache::trim_depot`] as its 100 ms timer.
+//!
+//! # Checking frees
+//!
+//! Linux trusts the caller of `free_iova_fast`. Here a free of a range that is not live returns
+//! [`IovaError::NotAllocated`], so the cache keeps a lock-free table of the small ranges it has
+//! handed out (one compare-and-swap per alloc and per free). The table has room for
+//! [`MagazineConfig::max_live`] live small ranges with a load factor of one half; past twice
+//! that, allocations fail with [`IovaError::Exhausted`]. Its atomics are not counted as locks
+//! (Linux has no such table). Large ranges are checked by the inner allocator. Setting
+//! [`MagazineConfig::check_frees`] to `false` drops the table and trusts frees as Linux does.
+//!
+//! On the 2-core AMD EPYC build machine (shared, under load) a hit alloc plus its free take
+//! about 25 ns with the check and about 21 ns without it.
+//!
+//! # Work counted
+//!
+//! `magazine_hits` and `magazine_misses` count requests of cacheable size served from a
+//! magazine or passed to the inner allocator; bigger requests count as neither.
+//! `depot_exchanges` counts magazines taken from or given to a depot. Flushed or trimmed
+//! magazines go back to the inner allocator with [`IovaAllocator::free_batch`] (one tree lock
+//! per magazine, as `iova_magazine_free_pfns`). The inner allocator counts its own work,
+//! failures included.
+
+use crate::addr::Iova;
+use crate::iova::linux::{order_base_2, IovaConfigError};
+use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
+use crate::work::{LockId, WorkRecord};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Ranges per magazine (Linux `IOVA_MAG_SIZE`).
+pub const MAGAZINE_SIZE: usize = 127;
+/// Number of size classes (1, 2, 4, 8, 16 and 32 pages).
+pub const SIZE_CLASSES: usize = 6;
+/// The largest request, in pages, that the caches serve.
+pub const MAX_CACHED_PAGES: u64 = 1 << (SIZE_CLASSES - 1);
+/// Largest number of CPUs a cache accepts.
+pub const MAX_CPUS: usize = 4096;
+/// Largest `max_live` accepted.
+pub const MAX_LIVE_CACHED: usize = 1 << 26;
+
+/// Configuration of a [`MagazineCache`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MagazineConfig {
+    /// Number of CPUs (1..=[`MAX_CPUS`]). A request's CPU index is taken modulo this.
+    pub ncpus: usize,
+    /// Trim depots when pushing rather than by [`MagazineCache::trim_depot`]. See the module
+    /// docs.
+    pub eager_depot_trim: bool,
+    /// Hard cap on magazines per depot (at least `ncpus`); only reached without eager trims.
+    pub max_depot: usize,
+    /// Small (at most 32-page) ranges that can be live at once through the cache (at least 1).
+    pub max_live: usize,
+    /// Check frees against a table of live small ranges (the default). Without it, frees are
+    /// trusted as in Linux: a double free is not detected and the range can be handed out
+    /// twice. The check costs two atomic read-modify-writes per alloc/free pair.
+    pub check_frees: bool,
+}
+
+impl MagazineConfig {
+    /// Defaults for `ncpus` CPUs: eager trimming, a depot cap of 64 magazines per CPU and
+    /// room for 32K live small ranges.
+    pub fn new(ncpus: usize) -> Self {
+        Self {
+            ncpus,
+            eager_depot_trim: true,
+            max_depot: ncpus.saturating_mul(64),
+            max_live: 1 << 15,
+            check_frees: true,
+        }
+    }
+}
+
+/// A full magazine in a depot.
+type FullMagazine = Box<[u64; MAGAZINE_SIZE]>;
+
+/// A test-and-set spin lock whose release is a plain store. It guards only atomics, so it
+/// needs no unsafe code: it provides ordering and exclusion, the atomics provide soundness.
+#[derive(Debug, Default)]
+struct SpinFlag(AtomicBool);
+
+/// Holds a [`SpinFlag`]; releases it on drop.
+struct SpinGuard<'a>(&'a SpinFlag);
+
+impl SpinFlag {
+    #[inline(always)]
+    fn lock(&self) -> SpinGuard<'_> {
+        if self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_slow();
+        }
+        SpinGuard(self)
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.0.load(Ordering::Relaxed) {
+                if spins < 100 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    // The holder may have been preempted on a shared machine.
+                    std::thread::yield_now();
+                }
+            }
+            if self
+                .0
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for SpinGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0 .0.store(false, Ordering::Release);
+    }
+}
+
+/// One CPU's `loaded` and `prev` magazines of one size class, behind its lock, on its own
+/// cache lines. Magazine `loaded` is `mags[loaded]`, `prev` is the other one. All fields
+/// other than `lock` are read and written only with the lock held.
+#[derive(Debug)]
+#[repr(align(128))]
+struct CpuSlot {
+    lock: SpinFlag,
+    loaded: AtomicUsize,
+    sizes: [AtomicUsize; 2],
+    mags: [[AtomicU64; MAGAZINE_SIZE]; 2],
+}
+
+impl CpuSlot {
+    fn new() -> Self {
+        Self {
+            lock: SpinFlag::default(),
+            loaded: AtomicUsize::new(0),
+            sizes: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            mags: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+
+    #[inline]
+    fn get(a: &AtomicUsize) -> usize {
+        a.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(a: &AtomicUsize, v: usize) {
+        a.store(v, Ordering::Relaxed);
+    }
+
+    /// Swaps `loaded` and `prev`.
+    #[inline(always)]
+    fn swap(&self, _g: &SpinGuard<'_>) {
+        Self::set(&self.loaded, 1 - Self::get(&self.loaded));
+    }
+
+    /// Which magazine is `loaded`, and its size.
+    #[inline(always)]
+    fn loaded(&self, _g: &SpinGuard<'_>) -> (usize, usize) {
+        let l = Self::get(&self.loaded);
+        (l, Self::get(&self.sizes[l]))
+    }
+
+    /// Takes the last start of magazine `l` (of `size` ranges) that is at most `max_start`
+    /// (`iova_magazine_pop`).
+    #[inline(always)]
+    fn pop(&self, _g: &SpinGuard<'_>, (l, size): (usize, usize), max_start: u64) -> Option<u64> {
+        let mag = &self.mags[l];
+        let mut i = size.min(MAGAZINE_SIZE);
+        while i > 0 {
+            i -= 1;
+            let s = mag[i].load(Ordering::Relaxed);
+            if s <= max_start {
+                let last = mag[size - 1].load(Ordering::Relaxed);
+                mag[i].store(last, Ordering::Relaxed);
+                Self::set(&self.sizes[l], size - 1);
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Pushes onto magazine `l` (of `size < MAGAZINE_SIZE` ranges).
+    #[inline(always)]
+    fn push(&self, _g: &SpinGuard<'_>, (l, size): (usize, usize), start: u64) {
+        self.mags[l][size].store(start, Ordering::Relaxed);
+        Self::set(&self.sizes[l], size + 1);
+    }
+
+    /// Sizes of `(loaded, prev)`.
+    #[inline(always)]
+    fn sizes(&self, _g: &SpinGuard<'_>) -> (usize, usize) {
+        let l = Self::get(&self.loaded);
+        (Self::get(&self.sizes[l]), Self::get(&self.sizes[1 - l]))
+    }
+
+    /// Replaces the (empty) `loaded` magazine with a full one from the depot.
+    fn load_full(&self, _g: &SpinGuard<'_>, full: &[u64; MAGAZINE_SIZE]) {
+        let l = Self::get(&self.loaded);
+        for (slot, &s) in self.mags[l].iter().zip(full.iter()) {
+            slot.store(s, Ordering::Relaxed);
+        }
+        Self::set(&self.sizes[l], MAGAZINE_SIZE);
+    }
+
+    /// Takes the full `loaded` magazine out, leaving an empty one.
+    fn take_full(&self, _g: &SpinGuard<'_>) -> FullMagazine {
+        let l = Self::get(&self.loaded);
+        let full = Box::new(std::array::from_fn(|i| {
+            self.mags[l][i].load(Ordering::Relaxed)
+        }));
+        Self::set(&self.sizes[l], 0);
+        full
+    }
+
+    /// Empties both magazines into `out` as blocks of `pages` pages.
+    fn drain_into(&self, _g: &SpinGuard<'_>, pages: u64, out: &mut Vec<IovaBlock>) {
+        for (mag, size) in self.mags.iter().zip(self.sizes.iter()) {
+            let n = Self::get(size);
+            out.extend(mag[..n].iter().map(|s| IovaBlock {
+                start: Iova::new(s.load(Ordering::Relaxed)),
+                pages,
+            }));
+            Self::set(size, 0);
+        }
+    }
+}
+
+/// A size class's depot of full magazines, on its own cache lines.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Depot(Mutex<Vec<FullMagazine>>);
+
+/// One size class: per-CPU caches and the depot.
+#[derive(Debug)]
+struct Rcache {
+    cpus: Box<[CpuSlot]>,
+    depot: Depot,
+}
+
+fn blocks_of(mag: &[u64; MAGAZINE_SIZE], pages: u64) -> Vec<IovaBlock> {
+    mag.iter()
+        .map(|&s| IovaBlock {
+            start: Iova::new(s),
+            pages,
+        })
+        .collect()
+}
+
+const EMPTY: u64 = 0;
+const TOMBSTONE: u64 = u64::MAX;
+
+/// A fixed-size lock-free set of live small ranges (open addressing, linear probing).
+///
+/// Keys are `start | class`: starts are granule-aligned (granule >= 8) and never 0, so a key
+/// is never [`EMPTY`] or [`TOMBSTONE`]. Removed keys leave tombstones, which inserts reuse;
+/// a key is therefore always found before the first empty slot after its hash.
+#[derive(Debug)]
+struct LiveSet {
+    slots: Box<[AtomicU64]>,
+    mask: usize,
+    shift: u32,
+    hash_shift: u32,
+}
+
+impl LiveSet {
+    fn new(max_live: usize, granule: u64) -> Self {
+        let len = (max_live * 2).next_power_of_two().max(2);
+        Self {
+            slots: (0..len).map(|_| AtomicU64::new(EMPTY)).collect(),
+            mask: len - 1,
+            shift: granule.trailing_zeros(),
+            hash_shift: 64 - len.trailing_zeros(),
+        }
+    }
+
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        ((key >> self.shift).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.hash_shift) as usize
+    }
+
+    /// Adds a key that is not present. False if the table is full.
+    #[inline(always)]
+    fn insert(&self, key: u64) -> bool {
+        let mut i = self.home(key);
+        for _ in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            let mut v = slot.load(Ordering::Relaxed);
+            while v == EMPTY || v == TOMBSTONE {
+                match slot.compare_exchange_weak(v, key, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => return true,
+                    Err(now) => v = now,
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+        false
+    }
+
+    /// Removes a key. False if it is not present.
+    #[inline(always)]
+    fn remove(&self, key: u64) -> bool {
+        let mut i = self.home(key);
+        for _ in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            let v = slot.load(Ordering::Acquire);
+            if v == key {
+                if slot
+                    .compare_exchange(key, TOMBSTONE, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                // Someone else removed it at the same moment: it is gone.
+                return false;
+            }
+            if v == EMPTY {
+                return false;
+            }
+            i = (i + 1) & self.mask;
+        }
+        false
+    }
+}
+
+/// Per-CPU magazine caches over an inner allocator. See the module docs.
+#[derive(Debug)]
+pub struct MagazineCache<A: IovaAllocator> {
+    inner: A,
+    granule: u64,
+    ncpus: usize,
+    eager_trim: bool,
+    max_depot: usize,
+    rcaches: [Rcache; SIZE_CLASSES],
+    live: LiveSet,
+    check_frees: bool,
+}
+
+impl<A: IovaAllocator> MagazineCache<A> {
+    /// Wraps `inner` with empty caches.
+    pub fn new(inner: A, config: MagazineConfig) -> Result<Self, IovaConfigError> {
+        if config.ncpus == 0 || config.ncpus > MAX_CPUS {
+            return Err(IovaConfigError::OutOfBounds {
+                field: "ncpus",
+                value: config.ncpus as u64,
+                min: 1,
+                max: MAX_CPUS as u64,
+            });
+        }
+        if config.max_depot < config.ncpus || config.max_depot > MAX_CPUS * 1024 {
+            return Err(IovaConfigError::OutOfBounds {
+                field: "max_depot",
+                value: config.max_depot as u64,
+                min: config.ncpus as u64,
+                max: (MAX_CPUS * 1024) as u64,
+            });
+        }
+        if config.max_live == 0 || config.max_live > MAX_LIVE_CACHED {
+            return Err(IovaConfigError::OutOfBounds {
+                field: "max_live",
+                value: config.max_live as u64,
+                min: 1,
+                max: MAX_LIVE_CACHED as u64,
+            });
+        }
+        let granule = inner.granule();
+        if !granule.is_power_of_two() || granule < 8 {
+            return Err(IovaConfigError::BadPageSize {
+                size: granule,
+                min: 8,
+                max: 1 << 63,
+            });
+        }
+        let rcaches = std::array::from_fn(|_| Rcache {
+            cpus: (0..config.ncpus).map(|_| CpuSlot::new()).collect(),
+            depot: Depot(Mutex::new(Vec::new())),
+        });
+        Ok(Self {
+            live: LiveSet::new(
+                if config.check_frees {
+                    config.max_live
+                } else {
+                    1
+                },
+                granule,
+            ),
+            check_frees: config.check_frees,
+            inner,
+            granule,
+            ncpus: config.ncpus,
+            eager_trim: config.eager_depot_trim,
+            max_depot: config.max_depot,
+            rcaches,
+        })
+    }
+
+    /// The allocator underneath.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+
+    /// Number of CPUs the caches are built for.
+    pub fn ncpus(&self) -> usize {
+        self.ncpus
+    }
+
+    /// Ranges sitting in magazines and depots (allocated in the inner allocator, free here).
+    pub fn cached_ranges(&self) -> usize {
+        let mut n = 0;
+        for rc in &self.rcaches {
+            for slot in rc.cpus.iter() {
+                let g = slot.lock.lock();
+                let (l, p) = slot.sizes(&g);
+                n += l + p;
+            }
+            n += rc.depot.0.lock().len() * MAGAZINE_SIZE;
+        }
+        n
+    }
+
+    /// Magazines in each size class's depot, smallest class first.
+    pub fn depot_lens(&self) -> [usize; SIZE_CLASSES] {
+        std::array::from_fn(|i| self.rcaches[i].depot.0.lock().len())
+    }
+
+    /// One tick of Linux's 100 ms depot timer: every depot holding more than `ncpus`
+    /// magazines gives its top magazine's ranges back to the inner allocator. Returns the
+    /// number of magazines trimmed.
+    pub fn trim_depot(&self, work: &mut WorkRecord) -> usize {
+        let mut trimmed = 0;
+        for (class, rc) in self.rcaches.iter().enumerate() {
+            work.lock(LockId::RcacheDepot);
+            let mag = {
+                let mut depot = rc.depot.0.lock();
+                if depot.len() > self.ncpus {
+                    depot.pop()
+                } else {
+                    None
+                }
+            };
+            if let Some(mag) = mag {
+                self.inner.free_batch(&blocks_of(&mag, 1 << class), 0, work);
+                trimmed += 1;
+            }
+        }
+        trimmed
+    }
+
+    /// Gives every cached range back to the inner allocator: each CPU's magazines
+    /// (`free_cpu_cached_iovas`), then the depots (`free_global_cached_iovas`).
+    fn flush_all(&self, work: &mut WorkRecord) {
+        let mut blocks = Vec::new();
+        for (class, rc) in self.rcaches.iter().enumerate() {
+            let pages = 1u64 << class;
+            for (cpu, slot) in rc.cpus.iter().enumerate() {
+                work.lock(LockId::RcacheCpu);
+                let g = slot.lock.lock();
+                blocks.clear();
+                slot.drain_into(&g, pages, &mut blocks);
+                if !blocks.is_empty() {
+                    self.inner.free_batch(&blocks, cpu, work);
+                }
+            }
+            work.lock(LockId::RcacheDepot);
+            let mags = std::mem::take(&mut *rc.depot.0.lock());
+            for mag in mags {
+                self.inner.free_batch(&blocks_of(&mag, pages), 0, work);
+            }
+        }
+    }
+
+    /// `__iova_rcache_get`: a cached start at most `max_start`, or `None`.
+    #[inline(always)]
+    fn cache_get(
+        &self,
+        class: usize,
+        cpu: usize,
+        max_start: u64,
+        w: &mut WorkRecord,
+    ) -> Option<u64> {
+        let slot = &self.rcaches[class].cpus[cpu];
+        w.lock(LockId::RcacheCpu);
+        let g = slot.lock.lock();
+        let loaded = slot.loaded(&g);
+        if loaded.1 == 0 {
+            return self.cache_get_refill(class, slot, &g, max_start, w);
+        }
+        slot.pop(&g, loaded, max_start)
+    }
+
+    /// The rest of `__iova_rcache_get` when `loaded` is empty: swap in `prev`, or take a full
+    /// magazine from the depot.
+    #[cold]
+    #[inline(never)]
+    fn cache_get_refill(
+        &self,
+        class: usize,
+        slot: &CpuSlot,
+        g: &SpinGuard<'_>,
+        max_start: u64,
+        w: &mut WorkRecord,
+    ) -> Option<u64> {
+        if slot.sizes(g).1 != 0 {
+            slot.swap(g);
+        } else {
+            w.lock(LockId::RcacheDepot);
+            let full = self.rcaches[class].depot.0.lock().pop()?;
+            w.depot_exchanges += 1;
+            slot.load_full(g, &full);
+        }
+        slot.pop(g, slot.loaded(g), max_start)
+    }
+
+    /// `__iova_rcache_insert`. Always succeeds; a magazine pushed out of a full depot comes
+    /// back to be freed to the inner allocator.
+    #[inline(always)]
+    fn cache_put(
+        &self,
+        class: usize,
+        cpu: usize,
+        start: u64,
+        w: &mut WorkRecord,
+    ) -> Option<FullMagazine> {
+        let slot = &self.rcaches[class].cpus[cpu];
+        w.lock(LockId::RcacheCpu);
+        let g = slot.lock.lock();
+        let loaded = slot.loaded(&g);
+        if loaded.1 >= MAGAZINE_SIZE {
+            return self.cache_put_full(class, slot, &g, start, w);
+        }
+        slot.push(&g, loaded, start);
+        None
+    }
+
+    /// The rest of `__iova_rcache_insert` when `loaded` is full: swap with an empty `prev`,
+    /// or move `loaded` to the depot (or out, if the depot is at its cap).
+    #[cold]
+    #[inline(never)]
+    fn cache_put_full(
+        &self,
+        class: usize,
+        slot: &CpuSlot,
+        g: &SpinGuard<'_>,
+        start: u64,
+        w: &mut WorkRecord,
+    ) -> Option<FullMagazine> {
+        let mut overflow = None;
+        if slot.sizes(g).1 == 0 {
+            slot.swap(g);
+        } else {
+            let full = slot.take_full(g);
+            w.lock(LockId::RcacheDepot);
+            let mut depot = self.rcaches[class].depot.0.lock();
+            let cap = if self.eager_trim {
+                self.ncpus
+            } else {
+                self.max_depot
+            };
+            if depot.len() < cap {
+                depot.push(full);
+                w.depot_exchanges += 1;
+            } else {
+                overflow = Some(full);
+            }
+        }
+        slot.push(g, slot.loaded(g), start);
+        overflow
+    }
+
+    /// A cache hit whose range could not be entered in the full live table: put it back, fail.
+    #[cold]
+    #[inline(never)]
+    fn alloc_table_full(
+        &self,
+        req: AllocRequest,
+        class: usize,
+        cpu: usize,
+        start: u64,
+        w: &mut WorkRecord,
+    ) -> Result<IovaBlock, IovaError> {
+        if let Some(mag) = self.cache_put(class, cpu, start, w) {
+            self.free_magazine(&mag, 1 << class, req.cpu, w);
+        }
+        w.alloc_failures += 1;
+        Err(IovaError::Exhausted {
+            pages: 1 << class,
+            limit: req.limit.get(),
+        })
+    }
+
+    /// Everything but a hit: bad sizes, large requests, misses.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&self, req: AllocRequest, w: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
+        if req.pages == 0 {
+            w.alloc_failures += 1;
+            return Err(IovaError::BadSize { pages: 0 });
+        }
+        if req.pages > MAX_CACHED_PAGES {
+            return self.inner_alloc(req, w);
+        }
+        let class = order_base_2(req.pages) as usize;
+        let pages = 1u64 << class;
+        w.magazine_misses += 1;
+        let inner_req = AllocRequest {
+            pages,
+            limit: req.limit,
+            size_aligned: true,
+            cpu: req.cpu,
+        };
+        let b = self.inner_alloc(inner_req, w)?;
+        if !self.check_frees || self.live.insert(Self::key(b.start.get(), class)) {
+            Ok(b)
+        } else {
+            let _ = self.inner.free(b, req.cpu, w);
+            w.alloc_failures += 1;
+            Err(IovaError::Exhausted {
+                pages,
+                limit: req.limit.get(),
+            })
+        }
+    }
+
+    /// Frees of large ranges and of ranges that cannot be cached ones.
+    #[cold]
+    #[inline(never)]
+    fn free_slow(&self, block: IovaBlock, cpu: usize, w: &mut WorkRecord) -> Result<(), IovaError> {
+        if block.pages > MAX_CACHED_PAGES {
+            return self.inner.free(block, cpu, w);
+        }
+        Err(IovaError::NotAllocated {
+            start: block.start.get(),
+            pages: block.pages,
+        })
+    }
+
+    /// Returns a magazine's ranges to the inner allocator.
+    #[cold]
+    #[inline(never)]
+    fn free_magazine(
+        &self,
+        mag: &[u64; MAGAZINE_SIZE],
+        pages: u64,
+        cpu: usize,
+        w: &mut WorkRecord,
+    ) {
+        self.inner.free_batch(&blocks_of(mag, pages), cpu, w);
+    }
+
+    /// The cache slot for a CPU index (modulo the CPU count, without a division in the
+    /// common case).
+    #[inline(always)]
+    fn cpu_index(&self, cpu: usize) -> usize {
+        if cpu < self.ncpus {
+            cpu
+        } else {
+            cpu % self.ncpus
+        }
+    }
+
+    #[inline(always)]
+    fn key(start: u64, class: usize) -> u64 {
+        start | class as u64
+    }
+
+    /// Inner allocation with Linux's flush-and-retry on exhaustion.
+    fn inner_alloc(&self, req: AllocRequest, w: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
+        match self.inner.alloc(req, w) {
+            Err(IovaError::Exhausted { .. }) => {
+                w.rcache_flushes += 1;
+                self.flush_all(w);
+                self.inner.alloc(req, w)
+            }
+            r => r,
+        }
+    }
+}
+
+impl<A: IovaAllocator> IovaAllocator for MagazineCache<A> {
+    fn name(&self) -> &'static str {
+        "magazine"
+    }
+
+    fn granule(&self) -> u64 {
+        self.granule
+    }
+
+    fn range(&self) -> (Iova, Iova) {
+        self.inner.range()
+    }
+
+    fn alloc(&self, req: AllocRequest, work: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
+        // The hit path; everything else is out of line so this stays small.
+        if req.pages.wrapping_sub(1) < MAX_CACHED_PAGES {
+            let class = order_base_2(req.pages) as usize;
+            let bytes = self.granule << class;
+            if let Some(max_start) = req.limit.get().checked_sub(bytes) {
+                let cpu = self.cpu_index(req.cpu);
+                if let Some(start) = self.cache_get(class, cpu, max_start, work) {
+                    if !self.check_frees || self.live.insert(Self::key(start, class)) {
+                        work.magazine_hits += 1;
+                        return Ok(IovaBlock {
+                            start: Iova::new(start),
+                            pages: 1 << class,
+                        });
+                    }
+                    return self.alloc_table_full(req, class, cpu, start, work);
+                }
+            }
+        }
+        self.alloc_slow(req, work)
+    }
+
+    fn free(&self, block: IovaBlock, cpu: usize, work: &mut WorkRecord) -> Result<(), IovaError> {
+        let start = block.start.get();
+        if block.pages <= MAX_CACHED_PAGES
+            && block.pages.is_power_of_two()
+            && start & (self.granule - 1) == 0
+        {
+            let class = block.pages.trailing_zeros() as usize;
+            if self.check_frees && !self.live.remove(Self::key(start, class)) {
+                return Err(IovaError::NotAllocated {
+                    start,
+                    pages: block.pages,
+                });
+            }
+            if let Some(mag) = self.cache_put(class, self.cpu_index(cpu), start, work) {
+                self.free_magazine(&mag, block.pages, cpu, work);
+            }
+            return Ok(());
+        }
+        self.free_slow(block, cpu, work)
+    }
+
+    fn live_blocks(&self) -> usize {
+        // Cached ranges are allocated in the inner allocator but free here. Read the cache
+        // first: under concurrent use the answer is a snapshot, exact when quiescent.
+        let cached = self.cached_ranges();
+        self.inner.live_blocks().saturating_sub(cached)
+    }
+
+    fn drain_caches(&self, work: &mut WorkRecord) {
+        self.flush_all(work);
+        self.inner.drain_caches(work);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::SZ_4K;
+    use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+
+    const G: u64 = SZ_4K;
+    const END: u64 = 1 << 36;
+
+    fn linux(end: u64) -> LinuxIovaAllocator {
+        LinuxIovaAllocator::new(IovaSpaceConfig::new(G, Iova::new(end))).unwrap()
+    }
+
+    fn cache(end: u64, ncpus: usize) -> MagazineCache<LinuxIovaAllocator> {
+        MagazineCache::new(linux(end), MagazineConfig::new(ncpus)).unwrap()
+    }
+
+    fn req(pages: u64, cpu: usize) -> AllocRequest {
+        AllocRequest::new(pages, Iova::new(END), cpu)
+    }
+
+    #[test]
+    fn first_alloc_misses_and_a_reuse_hits() {
+        let c = cache(END, 2);
+        let mut w = WorkRecord::new();
+        let b = c.alloc(req(1, 0), &mut w).unwrap();
+        c.free(b, 0, &mut w).unwrap();
+
+        let mut w2 = WorkRecord::new();
+        let again = c.alloc(req(1, 0), &mut w2).unwrap();
+
+        assert_eq!(again, b);
+        assert_eq!((w.magazine_misses, w.magazine_hits), (1, 0));
+        assert_eq!(w2.magazine_hits, 1);
+        assert_eq!(w2.lock_count(LockId::RcacheCpu), 1);
+        assert_eq!(w2.lock_count(LockId::IovaTree), 0);
+    }
+
+    #[test]
+    fn small_sizes_are_rounded_up_to_a_power_of_two() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+
+        let b = c
+            .alloc(
+                AllocRequest {
+                    size_aligned: false,
+                    ..req(3, 0)
+                },
+                &mut w,
+            )
+            .unwrap();
+
+        assert_eq!(b.pages, 4);
+        assert!(b.start.is_aligned(4 * G));
+        c.free(b, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn large_requests_bypass_the_caches() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+
+        let b = c.alloc(req(33, 0), &mut w).unwrap();
+        c.free(b, 0, &mut w).unwrap();
+
+        assert_eq!(b.pages, 33);
+        assert_eq!((w.magazine_hits, w.magazine_misses), (0, 0));
+        assert_eq!(c.cached_ranges(), 0);
+        assert_eq!(c.inner().live_blocks(), 0);
+    }
+
+    #[test]
+    fn scripted_sequence_counts_hits_misses_and_depot_exchanges() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+        let n = 2 * MAGAZINE_SIZE + 1;
+        let blocks: Vec<_> = (0..n)
+            .map(|_| c.alloc(req(1, 0), &mut w).unwrap())
+            .collect();
+        for b in &blocks {
+            c.free(*b, 0, &mut w).unwrap();
+        }
+        // loaded and prev full, then loaded went to the depot and a new one holds the last.
+        assert_eq!(w.magazine_misses, n as u64);
+        assert_eq!(w.depot_exchanges, 1);
+        assert_eq!(c.depot_lens()[0], 1);
+
+        let mut w2 = WorkRecord::new();
+        for _ in 0..n {
+            c.alloc(req(1, 0), &mut w2).unwrap();
+        }
+
+        // 1 from loaded, 127 after swapping in prev, 127 from the depot's magazine.
+        assert_eq!((w2.magazine_hits, w2.magazine_misses), (n as u64, 0));
+        assert_eq!(w2.depot_exchanges, 1);
+        assert_eq!(w2.lock_count(LockId::IovaTree), 0);
+        assert_eq!(c.live_blocks(), n);
+    }
+
+    #[test]
+    fn eager_trim_frees_a_magazine_pushed_past_the_cap() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+        let n = 3 * MAGAZINE_SIZE + 1;
+        let blocks: Vec<_> = (0..n)
+            .map(|_| c.alloc(req(1, 0), &mut w).unwrap())
+            .collect();
+
+        let mut w2 = WorkRecord::new();
+        for b in &blocks {
+            c.free(*b, 0, &mut w2).unwrap();
+        }
+
+        // The depot holds one magazine (ncpus); the second push went back to the tree.
+        assert_eq!(c.depot_lens()[0], 1);
+        assert_eq!(c.inner().live_blocks(), n - MAGAZINE_SIZE);
+        assert_eq!(w2.lock_count(LockId::IovaTree), 1);
+        assert_eq!(c.live_blocks(), 0);
+    }
+
+    #[test]
+    fn trim_depot_drops_one_magazine_per_tick_down_to_ncpus() {
+        let cfg = MagazineConfig {
+            eager_depot_trim: false,
+            ..MagazineConfig::new(1)
+        };
+        let c = MagazineCache::new(linux(END), cfg).unwrap();
+        let mut w = WorkRecord::new();
+        let n = 4 * MAGAZINE_SIZE + 1;
+        let blocks: Vec<_> = (0..n)
+            .map(|_| c.alloc(req(1, 0), &mut w).unwrap())
+            .collect();
+        for b in &blocks {
+            c.free(*b, 0, &mut w).unwrap();
+        }
+        assert_eq!(c.depot_lens()[0], 3);
+
+        let t1 = c.trim_depot(&mut w);
+        let t2 = c.trim_depot(&mut w);
+        let t3 = c.trim_depot(&mut w);
+
+        assert_eq!((t1, t2, t3), (1, 1, 0));
+        assert_eq!(c.depot_lens()[0], 1);
+        assert_eq!(c.inner().live_blocks(), n - 2 * MAGAZINE_SIZE);
+    }
+
+    #[test]
+    fn exhaustion_flushes_all_caches_once_and_retries() {
+        // 15 usable pages, all cached on CPU 0 after use.
+        let c = cache(16 * G, 2);
+        let mut w = WorkRecord::new();
+        let lim = Iova::new(16 * G);
+        let blocks: Vec<_> = (0..15)
+            .map(|_| c.alloc(AllocRequest::new(1, lim, 0), &mut w).unwrap())
+            .collect();
+        for b in &blocks {
+            c.free(*b, 0, &mut w).unwrap();
+        }
+
+        let mut w2 = WorkRecord::new();
+        let b = c.alloc(AllocRequest::new(2, lim, 1), &mut w2).unwrap();
+
+        assert_eq!(
+            b,
+            IovaBlock {
+                start: Iova::new(14 * G),
+                pages: 2
+            }
+        );
+        assert_eq!(w2.rcache_flushes, 1);
+        assert_eq!(w2.magazine_misses, 1);
+        assert_eq!(c.cached_ranges(), 0);
+    }
+
+    #[test]
+    fn exhaustion_after_the_flush_is_an_error() {
+        let c = cache(16 * G, 1);
+        let mut w = WorkRecord::new();
+        let lim = Iova::new(16 * G);
+        let _held: Vec<_> = (0..15)
+            .map(|_| c.alloc(AllocRequest::new(1, lim, 0), &mut w).unwrap())
+            .collect();
+
+        let mut w2 = WorkRecord::new();
+        let r = c.alloc(AllocRequest::new(1, lim, 0), &mut w2);
+
+        assert!(matches!(r, Err(IovaError::Exhausted { .. })));
+        assert_eq!(w2.rcache_flushes, 1);
+        assert_eq!(c.live_blocks(), 15);
+    }
+
+    #[test]
+    fn out_of_range_cpu_wraps_modulo_ncpus() {
+        let c = cache(END, 2);
+        let mut w = WorkRecord::new();
+        let b = c.alloc(req(1, 0), &mut w).unwrap();
+        c.free(b, 5, &mut w).unwrap();
+
+        let mut w2 = WorkRecord::new();
+        let again = c.alloc(req(1, 1), &mut w2).unwrap();
+
+        assert_eq!(again, b);
+        assert_eq!(w2.magazine_hits, 1);
+    }
+
+    #[test]
+    fn cached_ranges_above_the_limit_are_not_used() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+        let high = c.alloc(req(1, 0), &mut w).unwrap();
+        c.free(high, 0, &mut w).unwrap();
+
+        let mut w2 = WorkRecord::new();
+        let low = c
+            .alloc(AllocRequest::new(1, Iova::new(1 << 32), 0), &mut w2)
+            .unwrap();
+
+        assert!(low.start.get() < 1 << 32);
+        assert_eq!(w2.magazine_misses, 1);
+        assert_eq!(c.cached_ranges(), 1);
+    }
+
+    #[test]
+    fn bad_frees_are_rejected_and_change_nothing() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+        let b = c.alloc(req(4, 0), &mut w).unwrap();
+        let keep = c.alloc(req(4, 0), &mut w).unwrap();
+        c.free(b, 0, &mut w).unwrap();
+
+        let double = c.free(b, 0, &mut w);
+        let unrounded = c.free(
+            IovaBlock {
+                start: keep.start,
+                pages: 3,
+            },
+            0,
+            &mut w,
+        );
+        let other_class = c.free(
+            IovaBlock {
+                start: keep.start,
+                pages: 2,
+            },
+            0,
+            &mut w,
+        );
+        let never = c.free(
+            IovaBlock {
+                start: Iova::new(1 << 30),
+                pages: 1,
+            },
+            0,
+            &mut w,
+        );
+        let never_large = c.free(
+            IovaBlock {
+                start: Iova::new(1 << 30),
+                pages: 64,
+            },
+            0,
+            &mut w,
+        );
+
+        for r in [double, unrounded, other_class, never, never_large] {
+            assert!(matches!(r, Err(IovaError::NotAllocated { .. })), "{r:?}");
+        }
+        assert_eq!(c.live_blocks(), 1);
+        assert_eq!(c.alloc(req(4, 0), &mut w).unwrap(), b);
+        c.free(keep, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn zero_pages_and_low_limits_are_rejected() {
+        let c = cache(END, 1);
+        let mut w = WorkRecord::new();
+
+        assert_eq!(
+            c.alloc(req(0, 0), &mut w),
+            Err(IovaError::BadSize { pages: 0 })
+        );
+        let low = c.alloc(AllocRequest::new(1, Iova::new(G), 0), &mut w);
+        assert!(matches!(low, Err(IovaError::LimitTooLow { .. })), "{low:?}");
+        assert_eq!(c.live_blocks(), 0);
+        assert_eq!(w.rcache_flushes, 0);
+    }
+
+    #[test]
+    fn drain_returns_everything_to_the_inner_allocator() {
+        let c = cache(END, 2);
+        let mut w = WorkRecord::new();
+        let blocks: Vec<_> = (0..300)
+            .map(|i| c.alloc(req(1 << (i % 6), i % 3), &mut w).unwrap())
+            .collect();
+        for (i, b) in blocks.iter().enumerate() {
+            c.free(*b, i % 2, &mut w).unwrap();
+        }
+        assert!(c.cached_ranges() > 0);
+
+        c.drain_caches(&mut w);
+
+        assert_eq!(c.cached_ranges(), 0);
+        assert_eq!(c.inner().live_blocks(), 0);
+        assert_eq!(c.live_blocks(), 0);
+    }
+
+    #[test]
+    fn bad_configs_are_errors() {
+        let bad = [
+            MagazineConfig::new(0),
+            MagazineConfig {
+                max_depot: 1,
+                ..MagazineConfig::new(4)
+            },
+            MagazineConfig {
+                max_live: 0,
+                ..MagazineConfig::new(1)
+            },
+        ];
+        for cfg in bad {
+            assert!(MagazineCache::new(linux(END), cfg).is_err(), "{cfg:?}");
+        }
+    }
+
+    #[test]
+    fn unchecked_frees_are_trusted_like_linux() {
+        let cfg = MagazineConfig {
+            check_frees: false,
+            ..MagazineConfig::new(1)
+        };
+        let c = MagazineCache::new(linux(END), cfg).unwrap();
+        let mut w = WorkRecord::new();
+        let b = c.alloc(req(1, 0), &mut w).unwrap();
+        c.free(b, 0, &mut w).unwrap();
+
+        let r = c.free(b, 0, &mut w);
+
+        assert_eq!(r, Ok(()));
+        assert_eq!(c.cached_ranges(), 2);
+    }
+
+    #[test]
+    fn live_table_full_fails_cleanly() {
+        let cfg = MagazineConfig {
+            max_live: 2,
+            ..MagazineConfig::new(1)
+        };
+        let c = MagazineCache::new(linux(END), cfg).unwrap();
+        let mut w = WorkRecord::new();
+        // Four slots: four live small ranges fit, the fifth does not.
+        let held: Vec<_> = (0..4)
+            .map(|_| c.alloc(req(1, 0), &mut w).unwrap())
+            .collect();
+
+        let r = c.alloc(req(1, 0), &mut w);
+
+        assert!(matches!(r, Err(IovaError::Exhausted { .. })), "{r:?}");
+        assert_eq!(c.live_blocks(), 4);
+        for b in held {
+            c.free(b, 0, &mut w).unwrap();
+        }
+        assert_eq!(c.live_blocks(), 0);
+    }
+}

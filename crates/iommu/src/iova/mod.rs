@@ -118,6 +118,16 @@ pub trait IovaAllocator: Send + Sync {
     /// completed); the DMA layer enforces that with types, see `dma::flush_queue`.
     fn free(&self, block: IovaBlock, cpu: usize, work: &mut WorkRecord) -> Result<(), IovaError>;
 
+    /// Returns many ranges at once, as a magazine cache does when it flushes a magazine back
+    /// (Linux `iova_magazine_free_pfns`). Allocators with one lock take it once for the whole
+    /// batch. Ranges that are not allocated are skipped; returns how many were freed.
+    fn free_batch(&self, blocks: &[IovaBlock], cpu: usize, work: &mut WorkRecord) -> usize {
+        blocks
+            .iter()
+            .filter(|b| self.free(**b, cpu, work).is_ok())
+            .count()
+    }
+
     /// Number of ranges currently handed out and not freed (cached ranges count as free).
     fn live_blocks(&self) -> usize;
 

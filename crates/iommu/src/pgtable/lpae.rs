@@ -1,1 +1,1966 @@
-//! (being written)
+//! ARM VMSAv8-64 long-descriptor (LPAE) stage-1 translation tables, as walked by SMMUv3 and
+//! IPMMU-VMSA.
+//!
+//! The geometry follows the architecture (and Linux's `io-pgtable-arm.c`):
+//!
+//! - A granule of 4 KiB, 16 KiB or 64 KiB (`g` = 12, 14 or 16 bits). Each table page holds
+//!   `2^(g-3)` 8-byte descriptors, so each level resolves `g - 3` bits of the input address.
+//! - Level 3 is the leaf level. `levels = ceil((IAS - g) / (g - 3))` and the walk starts at
+//!   level `4 - levels`. The start-level (root) table holds only as many entries as the input
+//!   address size needs (4 entries for a 32-bit IAS with 4K granule), like a stage-1 TTBR table.
+//! - Block mappings: 2 MiB (level 2) and 1 GiB (level 1) with a 4K granule; 32 MiB (level 2)
+//!   with 16K; 512 MiB (level 2) with 64K. Larger blocks need FEAT_LPA/LPA2 and are not modelled.
+//!
+//! Table pages live in an arena. Each page has a simulated physical address
+//! (`table_base + slot * granule`), so table descriptors hold the real output address of the
+//! next-level table and every walk decodes it, as the hardware walker does. [`LpaeTable::walk`]
+//! and [`LpaeTable::read_descriptor`] expose those reads to hardware models (walk caches).
+//!
+//! Mapping picks, for every piece of the range, the largest page size the alignment of both the
+//! IOVA and the physical address and the remaining size allow (Linux's `iommu_pgsize`).
+//! Operations validate first and then mutate, so an error leaves the table unchanged. Unmap
+//! frees every table page it leaves empty and reports it in the gather; it never splits a
+//! block ([`PgTableError::SplitsBlock`]). A freed page goes on a free list and the next map
+//! that needs a table may take it (same physical address), so the walk-cache invalidation the
+//! gather asks for must be done before the next map, as in Linux, where the page returns to
+//! the allocator only after the gather is synced. Reusing pages keeps map and unmap free of
+//! heap allocation once the arena has grown; the number of pages in use is capped
+//! ([`PgTableError::TooManyTables`]).
+//!
+//! Maps and unmaps that stay within one table at one page size (the common DMA case) take a
+//! single walk down; anything else takes a recursive validate-then-write path.
+//!
+//! Work counted: `ptes_written` (leaf and table descriptors), `ptes_cleared`,
+//! `tables_allocated`, `tables_freed`, `pte_reads` (each descriptor examined once per
+//! operation: map and unmap validate with one walk over the range and then write without
+//! re-reading) and, for a non-coherent walker, `cache_cleans` (one per batch of contiguous
+//! descriptor writes in one table, plus one per newly allocated table page, as Linux syncs them).
+
+use crate::addr::{Iova, PhysAddr, Prot};
+use crate::pgtable::{FreedTable, IoPageTable, PgTableError, Translation, UnmapGather};
+use crate::work::WorkRecord;
+
+/// Descriptor encodings of the VMSAv8-64 long-descriptor format, as used for stage-1 IOMMU
+/// mappings. Bit positions come from the Arm ARM (D8.3); the attribute choices are Linux's
+/// (`arm_lpae_prot_to_pte` for a coherent stage-1 domain).
+///
+/// Leaf attributes written for every mapping:
+///
+/// - `AF` (access flag) set, so the walker never takes an access-flag fault;
+/// - `SH` = inner shareable and `AttrIndx` = 1 (Linux's `ARM_LPAE_MAIR_ATTR_IDX_CACHE`), the
+///   `IOMMU_CACHE` case of a coherent device;
+/// - `nG` set (stage-1 IOMMU mappings are per-ASID);
+/// - `AP[1]` set (`ARM_LPAE_PTE_AP_UNPRIV`: the mapping is not privileged-only) and `AP[2]` set
+///   only for read-only mappings;
+/// - both execute-never bits (`PXN`, `UXN`): a [`Prot`] has no execute permission, so every
+///   mapping is Linux's `IOMMU_NOEXEC` case.
+///
+/// Stage-1 access permissions cannot express write-only: `AP[2] = 0` grants read and write.
+/// As in Linux, a mapping asked for with write but not read gets read/write.
+pub mod spec {
+    use crate::addr::{PhysAddr, Prot};
+
+    /// Bit 0: the descriptor is valid.
+    pub const DESC_VALID: u64 = 1 << 0;
+    /// Bits `[1:0]` of a descriptor.
+    pub const DESC_TYPE_MASK: u64 = 0b11;
+    /// Bits `[1:0]` of a block descriptor (levels 0 to 2).
+    pub const DESC_TYPE_BLOCK: u64 = 0b01;
+    /// Bits `[1:0]` of a table descriptor (levels 0 to 2).
+    pub const DESC_TYPE_TABLE: u64 = 0b11;
+    /// Bits `[1:0]` of a page descriptor (level 3).
+    pub const DESC_TYPE_PAGE: u64 = 0b11;
+
+    /// Shift of `AttrIndx[2:0]`, bits `[4:2]`: index into MAIR.
+    pub const ATTR_INDX_SHIFT: u32 = 2;
+    /// Mask of `AttrIndx[2:0]`.
+    pub const ATTR_INDX_MASK: u64 = 0b111 << ATTR_INDX_SHIFT;
+    /// MAIR index of normal non-cacheable memory (Linux `ARM_LPAE_MAIR_ATTR_IDX_NC`).
+    pub const MAIR_ATTR_IDX_NC: u64 = 0;
+    /// MAIR index of normal write-back cacheable memory (Linux `ARM_LPAE_MAIR_ATTR_IDX_CACHE`).
+    pub const MAIR_ATTR_IDX_CACHE: u64 = 1;
+    /// MAIR index of device memory (Linux `ARM_LPAE_MAIR_ATTR_IDX_DEV`).
+    pub const MAIR_ATTR_IDX_DEV: u64 = 2;
+
+    /// `AP[1]`, bit 6: accessible at EL0 (Linux `ARM_LPAE_PTE_AP_UNPRIV`).
+    pub const AP_UNPRIV: u64 = 1 << 6;
+    /// `AP[2]`, bit 7: read-only (Linux `ARM_LPAE_PTE_AP_RDONLY`).
+    pub const AP_RDONLY: u64 = 1 << 7;
+
+    /// Shift of `SH[1:0]`, bits `[9:8]`: shareability.
+    pub const SH_SHIFT: u32 = 8;
+    /// Mask of `SH[1:0]`.
+    pub const SH_MASK: u64 = 0b11 << SH_SHIFT;
+    /// Outer shareable.
+    pub const SH_OS: u64 = 0b10 << SH_SHIFT;
+    /// Inner shareable.
+    pub const SH_IS: u64 = 0b11 << SH_SHIFT;
+
+    /// Bit 10: access flag.
+    pub const AF: u64 = 1 << 10;
+    /// Bit 11: not global (the translation is tagged with the ASID).
+    pub const NG: u64 = 1 << 11;
+    /// Bit 53: privileged execute-never.
+    pub const PXN: u64 = 1 << 53;
+    /// Bit 54: unprivileged execute-never.
+    pub const UXN: u64 = 1 << 54;
+    /// Both execute-never bits (Linux `ARM_LPAE_PTE_XN`).
+    pub const XN: u64 = PXN | UXN;
+
+    /// Highest output-address bit a descriptor holds without FEAT_LPA (bit 47).
+    pub const OA_TOP_BIT: u32 = 47;
+
+    /// The attribute bits of every leaf this table writes, permissions aside.
+    pub const LEAF_ATTRS: u64 =
+        AF | SH_IS | NG | AP_UNPRIV | XN | (MAIR_ATTR_IDX_CACHE << ATTR_INDX_SHIFT);
+
+    /// Mask of the output-address field for a granule of `2^granule_shift` bytes: bits
+    /// `[47:granule_shift]`.
+    #[inline]
+    pub const fn oa_mask(granule_shift: u32) -> u64 {
+        ((1u64 << (OA_TOP_BIT + 1)) - 1) & !((1u64 << granule_shift) - 1)
+    }
+
+    /// Number of input-address bits one level resolves with this granule (`granule_shift - 3`).
+    #[inline]
+    pub const fn bits_per_level(granule_shift: u32) -> u32 {
+        granule_shift - 3
+    }
+
+    /// log2 of the bytes one entry at `level` (0..=3) maps with this granule.
+    #[inline]
+    pub const fn level_shift(granule_shift: u32, level: u32) -> u32 {
+        granule_shift + (3 - level) * bits_per_level(granule_shift)
+    }
+
+    /// Encodes a leaf: a page descriptor at level 3, a block descriptor above it. `pa` must be
+    /// aligned to the leaf size and fit in 48 bits.
+    #[inline]
+    pub const fn encode_leaf(pa: u64, prot: Prot, level: u32, granule_shift: u32) -> u64 {
+        let kind = if level == 3 {
+            DESC_TYPE_PAGE
+        } else {
+            DESC_TYPE_BLOCK
+        };
+        (pa & oa_mask(granule_shift)) | LEAF_ATTRS | prot_bits(prot) | kind
+    }
+
+    /// The access-permission bits for `prot`: `AP[2]` when the mapping cannot be written.
+    #[inline]
+    pub const fn prot_bits(prot: Prot) -> u64 {
+        if prot.write {
+            0
+        } else {
+            AP_RDONLY
+        }
+    }
+
+    /// Encodes a table descriptor pointing at the next-level table at `table_pa`.
+    #[inline]
+    pub const fn encode_table(table_pa: u64, granule_shift: u32) -> u64 {
+        (table_pa & oa_mask(granule_shift)) | DESC_TYPE_TABLE
+    }
+
+    /// What a descriptor means at a given level.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Descriptor {
+        /// Bit 0 clear (or the reserved type `0b01` at level 3): a translation fault.
+        Invalid,
+        /// A table descriptor: the next level's table is at `next_table`.
+        Table {
+            /// Physical address of the next-level table.
+            next_table: PhysAddr,
+        },
+        /// A page (level 3) or block (levels 0 to 2) descriptor.
+        Leaf {
+            /// Physical address of the page or block (aligned to its size).
+            pa: PhysAddr,
+            /// log2 of the page or block size.
+            size_shift: u32,
+            /// The access the descriptor grants (stage 1: read always, write unless `AP[2]`).
+            prot: Prot,
+        },
+    }
+
+    /// Decodes `desc` read at `level` of a table with granule `2^granule_shift`. Whether the
+    /// level may hold blocks at all is not checked here.
+    #[inline]
+    pub const fn decode(desc: u64, level: u32, granule_shift: u32) -> Descriptor {
+        if desc & DESC_VALID == 0 {
+            return Descriptor::Invalid;
+        }
+        let kind = desc & DESC_TYPE_MASK;
+        if level == 3 {
+            if kind != DESC_TYPE_PAGE {
+                return Descriptor::Invalid;
+            }
+        } else if kind == DESC_TYPE_TABLE {
+            return Descriptor::Table {
+                next_table: PhysAddr::new(desc & oa_mask(granule_shift)),
+            };
+        }
+        let size_shift = level_shift(granule_shift, level);
+        let pa = desc & oa_mask(granule_shift) & !((1u64 << size_shift) - 1);
+        Descriptor::Leaf {
+            pa: PhysAddr::new(pa),
+            size_shift,
+            prot: decode_prot(desc),
+        }
+    }
+
+    /// The permissions of a leaf descriptor. Stage 1 always allows reads.
+    #[inline]
+    pub const fn decode_prot(desc: u64) -> Prot {
+        if desc & AP_RDONLY != 0 {
+            Prot::READ
+        } else {
+            Prot::READ_WRITE
+        }
+    }
+}
+
+/// Default cap on table pages (the root included), as cloud-hypervisor caps mappings per
+/// domain. Lowered automatically for small output address sizes; see [`LpaeConfig`].
+pub const DEFAULT_MAX_TABLE_PAGES: usize = 1 << 20;
+
+/// Output address sizes the architecture defines without FEAT_LPA (`TCR.IPS` values).
+pub const SUPPORTED_OAS: [u32; 6] = [32, 36, 40, 42, 44, 48];
+
+/// Smallest input address size accepted.
+pub const MIN_IAS: u32 = 32;
+/// Largest input address size accepted (48 bits; 52 needs FEAT_LVA).
+pub const MAX_IAS: u32 = 48;
+
+/// Configuration of an [`LpaeTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LpaeConfig {
+    /// Translation granule in bytes: 4096, 16384 or 65536.
+    pub granule: u64,
+    /// Input (IOVA) address size in bits, 32..=48.
+    pub ias: u32,
+    /// Output (physical) address size in bits: 32, 36, 40, 42, 44 or 48.
+    pub oas: u32,
+    /// Simulated physical address of table page slot 0 (the root). `None` places the table
+    /// region at the top of the output address space. Must be granule-aligned.
+    pub table_base_pa: Option<PhysAddr>,
+    /// Cap on table pages, the root included. `None` means [`DEFAULT_MAX_TABLE_PAGES`], or
+    /// half the output address space in table pages if that is smaller.
+    pub max_table_pages: Option<usize>,
+    /// Whether the walker snoops CPU caches. A non-coherent walker (IPMMU-VMSA) needs a cache
+    /// clean after each batch of descriptor writes; those are counted as `cache_cleans`.
+    pub coherent_walk: bool,
+}
+
+impl LpaeConfig {
+    /// A coherent table with the given granule (bytes) and address sizes (bits), default table
+    /// placement and cap.
+    pub const fn new(granule: u64, ias: u32, oas: u32) -> Self {
+        Self {
+            granule,
+            ias,
+            oas,
+            table_base_pa: None,
+            max_table_pages: None,
+            coherent_walk: true,
+        }
+    }
+
+    /// Places table page slot 0 at `pa`.
+    pub const fn with_table_base(mut self, pa: PhysAddr) -> Self {
+        self.table_base_pa = Some(pa);
+        self
+    }
+
+    /// Caps the number of table pages (the root included).
+    pub const fn with_max_table_pages(mut self, pages: usize) -> Self {
+        self.max_table_pages = Some(pages);
+        self
+    }
+
+    /// Sets whether the walker is cache coherent.
+    pub const fn with_coherent_walk(mut self, coherent: bool) -> Self {
+        self.coherent_walk = coherent;
+        self
+    }
+}
+
+/// Why an [`LpaeConfig`] was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LpaeConfigError {
+    /// The granule is not 4 KiB, 16 KiB or 64 KiB.
+    #[error("Unsupported LPAE granule {granule:#x}: expected 4K, 16K or 64K")]
+    UnsupportedGranule {
+        /// The granule asked for.
+        granule: u64,
+    },
+    /// The input address size is outside 32..=48 bits.
+    #[error("Unsupported input address size {ias} bits: expected 32 to 48")]
+    UnsupportedInputSize {
+        /// The size asked for.
+        ias: u32,
+    },
+    /// The output address size is not one the architecture defines.
+    #[error("Unsupported output address size {oas} bits: expected 32, 36, 40, 42, 44 or 48")]
+    UnsupportedOutputSize {
+        /// The size asked for.
+        oas: u32,
+    },
+    /// The table cap is zero (the root needs a page).
+    #[error("The table page cap must allow at least the root table")]
+    ZeroTableCap,
+    /// The table base is not aligned to the granule.
+    #[error("Table base {base:#x} is not aligned to the {granule:#x}-byte granule")]
+    MisalignedTableBase {
+        /// The base asked for.
+        base: u64,
+        /// The granule.
+        granule: u64,
+    },
+    /// The table region does not fit in the output address space.
+    #[error(
+        "Table region at {base:#x} for {pages} pages does not fit in {oas} output address bits"
+    )]
+    TableRegionOutOfRange {
+        /// The table base.
+        base: u64,
+        /// The table cap.
+        pages: usize,
+        /// The output address size.
+        oas: u32,
+    },
+}
+
+/// One descriptor read by a walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct WalkStep {
+    /// The level of the table read (the start level for the root).
+    pub level: u32,
+    /// Physical address of the table read.
+    pub table_pa: PhysAddr,
+    /// Index of the descriptor within that table.
+    pub index: usize,
+    /// The descriptor read.
+    pub desc: u64,
+}
+
+impl WalkStep {
+    /// Physical address of the descriptor itself (what a walker's memory read targets).
+    pub fn desc_pa(&self) -> PhysAddr {
+        self.table_pa.add(self.index as u64 * 8)
+    }
+}
+
+/// The result of a read-only walk: every descriptor read, in order, and the translation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LpaeWalk {
+    steps: [WalkStep; 4],
+    len: usize,
+    /// The translation, or `None` on a translation fault (invalid descriptor, out-of-range
+    /// IOVA, or a table address that is not a live table page).
+    pub translation: Option<Translation>,
+}
+
+impl LpaeWalk {
+    /// The descriptors read, from the first table to the last (at most four).
+    pub fn steps(&self) -> &[WalkStep] {
+        &self.steps[..self.len]
+    }
+}
+
+/// Bookkeeping of one table page of the arena.
+#[derive(Clone, Copy, Debug, Default)]
+struct PageMeta {
+    /// Number of valid descriptors: the page is freed when an unmap brings it to zero.
+    valid: u32,
+    /// Whether the page is in use (freed pages keep their zeroed memory for reuse).
+    live: bool,
+}
+
+/// An ARM LPAE stage-1 IO page table. See the [module docs](self).
+#[derive(Clone)]
+pub struct LpaeTable {
+    config: LpaeConfig,
+    granule_shift: u32,
+    start_level: u32,
+    /// Bytes mapped by one entry at each level (log2), indexed by level.
+    shifts: [u32; 4],
+    /// Index mask of a table at each level (the root may be smaller than a page).
+    index_masks: [u64; 4],
+    /// Whether a leaf (page or block) may sit at each level.
+    leaf_level: [bool; 4],
+    page_sizes: u64,
+    table_base: u64,
+    max_pages: usize,
+    /// log2 of the descriptors per table page: slot `s` holds `entries[s << stride..]`.
+    stride: u32,
+    /// Every table page's descriptors, one page-sized stride per slot; slot 0 is the root.
+    entries: Vec<u64>,
+    /// Per-slot bookkeeping.
+    meta: Vec<PageMeta>,
+    /// Slots of freed pages, reused last-freed first.
+    free: Vec<usize>,
+    live_pages: usize,
+    mapped: u64,
+}
+
+/// Where a mapping is going: the translation `pa - iova` and the leaf bits to write.
+#[derive(Clone, Copy)]
+struct MapPlan {
+    /// `pa - iova` (wrapping): the physical address of IOVA `x` is `x + delta`.
+    delta: u64,
+    /// Leaf attribute and permission bits (without type bits or address).
+    attrs: u64,
+}
+
+impl std::fmt::Debug for LpaeTable {
+    /// A summary: the geometry and occupancy, not the descriptors.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LpaeTable")
+            .field("format", &self.format_name())
+            .field("ias", &self.config.ias)
+            .field("oas", &self.config.oas)
+            .field("start_level", &self.start_level)
+            .field("root_pa", &self.root_pa())
+            .field("table_pages", &self.live_pages)
+            .field("mapped_bytes", &self.mapped)
+            .finish()
+    }
+}
+
+/// Outcome of a single-table fast path: done (either way), or take the general path.
+enum Fast {
+    Done(Result<(), PgTableError>),
+    General,
+}
+
+impl LpaeTable {
+    /// Validates `config` and builds an empty table: just the root.
+    pub fn new(config: LpaeConfig) -> Result<Self, LpaeConfigError> {
+        let granule_shift = match config.granule {
+            0x1000 => 12,
+            0x4000 => 14,
+            0x1_0000 => 16,
+            granule => return Err(LpaeConfigError::UnsupportedGranule { granule }),
+        };
+        if !(MIN_IAS..=MAX_IAS).contains(&config.ias) {
+            return Err(LpaeConfigError::UnsupportedInputSize { ias: config.ias });
+        }
+        if !SUPPORTED_OAS.contains(&config.oas) {
+            return Err(LpaeConfigError::UnsupportedOutputSize { oas: config.oas });
+        }
+        let max_pages = config.max_table_pages.unwrap_or_else(|| {
+            DEFAULT_MAX_TABLE_PAGES.min(((1u64 << (config.oas - 1)) >> granule_shift) as usize)
+        });
+        if max_pages == 0 {
+            return Err(LpaeConfigError::ZeroTableCap);
+        }
+        let oa_limit = 1u64 << config.oas;
+        let region = (max_pages as u64).checked_mul(config.granule);
+        let table_base = match config.table_base_pa {
+            Some(base) => base.get(),
+            None => oa_limit.saturating_sub(region.unwrap_or(u64::MAX)),
+        };
+        if table_base & (config.granule - 1) != 0 {
+            return Err(LpaeConfigError::MisalignedTableBase {
+                base: table_base,
+                granule: config.granule,
+            });
+        }
+        match region.and_then(|r| table_base.checked_add(r)) {
+            Some(end) if end <= oa_limit => {}
+            _ => {
+                return Err(LpaeConfigError::TableRegionOutOfRange {
+                    base: table_base,
+                    pages: max_pages,
+                    oas: config.oas,
+                })
+            }
+        }
+
+        let stride = spec::bits_per_level(granule_shift);
+        let levels = (config.ias - granule_shift).div_ceil(stride);
+        let start_level = 4 - levels;
+        let mut shifts = [0; 4];
+        let mut index_masks = [0; 4];
+        let mut leaf_level = [false; 4];
+        let mut page_sizes = 0;
+        for level in start_level..4 {
+            let shift = spec::level_shift(granule_shift, level);
+            shifts[level as usize] = shift;
+            let bits = if level == start_level {
+                config.ias - shift
+            } else {
+                stride
+            };
+            index_masks[level as usize] = (1u64 << bits) - 1;
+            // Blocks: 4K granule at levels 1 and 2; 16K and 64K at level 2 only.
+            let leaf = level == 3 || level == 2 || (granule_shift == 12 && level == 1);
+            leaf_level[level as usize] = leaf;
+            if leaf {
+                page_sizes |= 1u64 << shift;
+            }
+        }
+        Ok(Self {
+            config,
+            granule_shift,
+            start_level,
+            shifts,
+            index_masks,
+            leaf_level,
+            page_sizes,
+            table_base,
+            max_pages,
+            stride,
+            entries: vec![0u64; 1 << stride],
+            meta: vec![PageMeta {
+                valid: 0,
+                live: true,
+            }],
+            free: Vec::new(),
+            live_pages: 1,
+            mapped: 0,
+        })
+    }
+
+    /// The configuration the table was built from.
+    pub fn config(&self) -> &LpaeConfig {
+        &self.config
+    }
+
+    /// log2 of the granule.
+    pub fn granule_shift(&self) -> u32 {
+        self.granule_shift
+    }
+
+    /// The level of the root table: 0 to 2, so a walk reads `4 - start_level` levels.
+    pub fn start_level(&self) -> u32 {
+        self.start_level
+    }
+
+    /// Number of levels walked.
+    pub fn levels(&self) -> u32 {
+        4 - self.start_level
+    }
+
+    /// Number of descriptors in the root table.
+    pub fn root_entries(&self) -> usize {
+        self.index_masks[self.start_level as usize] as usize + 1
+    }
+
+    /// log2 of the bytes one entry at `level` (0..=3) maps.
+    pub fn level_shift(&self, level: u32) -> u32 {
+        spec::level_shift(self.granule_shift, level)
+    }
+
+    /// Physical address of the root table (what TTBR / the context descriptor holds).
+    pub fn root_pa(&self) -> PhysAddr {
+        PhysAddr::new(self.table_base)
+    }
+
+    /// The cap on table pages, the root included.
+    pub fn max_table_pages(&self) -> usize {
+        self.max_pages
+    }
+
+    /// Reads descriptor `index` of the live table page at `table_pa`, as a hardware walker's
+    /// memory read would. `None` when `table_pa` is not a live table page (freed, never
+    /// allocated, or not a table address) or `index` is past its end.
+    pub fn read_descriptor(&self, table_pa: PhysAddr, index: usize) -> Option<u64> {
+        let slot = self.slot_at(table_pa.get())?;
+        let len = if slot == 0 {
+            self.root_entries()
+        } else {
+            1 << self.stride
+        };
+        (index < len).then(|| self.entries[(slot << self.stride) + index])
+    }
+
+    /// Walks the table for `iova` from the root, recording every descriptor read. Counts
+    /// nothing: a hardware model counts `walk_reads` from [`LpaeWalk::steps`].
+    pub fn walk(&self, iova: Iova) -> LpaeWalk {
+        self.walk_from(self.start_level, self.root_pa(), iova)
+    }
+
+    /// Walks for `iova` starting at the table of `level` at `table_pa` (a walk-cache hit
+    /// resumes here). A `table_pa` that is not a live table page ends the walk with a fault.
+    pub fn walk_from(&self, level: u32, table_pa: PhysAddr, iova: Iova) -> LpaeWalk {
+        let mut walk = LpaeWalk {
+            steps: [WalkStep::default(); 4],
+            len: 0,
+            translation: None,
+        };
+        let iova = iova.get();
+        if iova >> self.config.ias != 0 || level < self.start_level || level > 3 {
+            return walk;
+        }
+        let mut level = level;
+        let mut table_pa = table_pa.get();
+        loop {
+            let Some(slot) = self.slot_at(table_pa) else {
+                return walk;
+            };
+            let index = self.index(level, iova);
+            let desc = self.entries[(slot << self.stride) + index];
+            walk.steps[walk.len] = WalkStep {
+                level,
+                table_pa: PhysAddr::new(table_pa),
+                index,
+                desc,
+            };
+            walk.len += 1;
+            match spec::decode(desc, level, self.granule_shift) {
+                spec::Descriptor::Table { next_table } => {
+                    table_pa = next_table.get();
+                    level += 1;
+                }
+                spec::Descriptor::Leaf {
+                    pa,
+                    size_shift,
+                    prot,
+                } if self.leaf_level[level as usize] => {
+                    let page_size = 1u64 << size_shift;
+                    walk.translation = Some(Translation {
+                        pa: pa.add(iova & (page_size - 1)),
+                        prot,
+                        page_size,
+                    });
+                    return walk;
+                }
+                _ => return walk,
+            }
+        }
+    }
+
+    /// The arena slot of the live table page at `pa`, if there is one.
+    fn slot_at(&self, pa: u64) -> Option<usize> {
+        let off = pa.checked_sub(self.table_base)?;
+        if off & (self.config.granule - 1) != 0 {
+            return None;
+        }
+        let slot = usize::try_from(off >> self.granule_shift).ok()?;
+        self.meta.get(slot).filter(|m| m.live).map(|_| slot)
+    }
+
+    /// The slot a (valid, table) descriptor points at.
+    #[inline]
+    fn slot_of_desc(&self, desc: u64) -> usize {
+        (((desc & spec::oa_mask(self.granule_shift)) - self.table_base) >> self.granule_shift)
+            as usize
+    }
+
+    #[inline]
+    fn slot_pa(&self, slot: usize) -> u64 {
+        self.table_base + ((slot as u64) << self.granule_shift)
+    }
+
+    /// Index of the descriptor for `iova` in a table at `level`.
+    #[inline]
+    fn index(&self, level: u32, iova: u64) -> usize {
+        ((iova >> self.shifts[level as usize]) & self.index_masks[level as usize]) as usize
+    }
+
+    /// Position in `entries` of the descriptor for `iova` in the table in `slot` at `level`.
+    #[inline]
+    fn pos(&self, slot: usize, level: u32, iova: u64) -> usize {
+        (slot << self.stride) + self.index(level, iova)
+    }
+
+    /// Whether a descriptor read at `level` is a table descriptor (the table's own invariant:
+    /// it only ever writes valid tables, pages and legal blocks).
+    #[inline]
+    fn is_table(desc: u64, level: u32) -> bool {
+        level < 3 && desc & spec::DESC_TYPE_MASK == spec::DESC_TYPE_TABLE
+    }
+
+    /// Whether a whole entry at `level` can be one leaf for a mapping with this `delta`.
+    #[inline]
+    fn leaf_fits(&self, level: u32, delta: u64) -> bool {
+        self.leaf_level[level as usize] && delta & ((1u64 << self.shifts[level as usize]) - 1) == 0
+    }
+
+    /// Whether `[start, end)` lies under one entry of the table at `level - 1`, that is in
+    /// one table at `level`.
+    #[inline]
+    fn in_one_table(&self, level: u32, start: u64, end: u64) -> bool {
+        level == self.start_level || {
+            let parent = self.shifts[level as usize - 1];
+            start >> parent == (end - 1) >> parent
+        }
+    }
+
+    #[inline]
+    fn check_args(&self, iova: u64, size: u64, pa: Option<u64>) -> Result<(), PgTableError> {
+        let granule = self.config.granule;
+        let mask = granule - 1;
+        if (iova | size) & mask != 0 {
+            return Err(PgTableError::Misaligned {
+                addr: iova,
+                size,
+                granule,
+            });
+        }
+        if let Some(pa) = pa {
+            if pa & mask != 0 {
+                return Err(PgTableError::Misaligned {
+                    addr: pa,
+                    size,
+                    granule,
+                });
+            }
+        }
+        let limit = 1u64 << self.config.ias;
+        match iova.checked_add(size) {
+            Some(end) if end <= limit => {}
+            _ => {
+                return Err(PgTableError::OutOfRange {
+                    iova,
+                    size,
+                    start: 0,
+                    end: limit,
+                })
+            }
+        }
+        if let Some(pa) = pa {
+            match pa.checked_add(size) {
+                Some(end) if end <= 1u64 << self.config.oas => {}
+                _ => {
+                    return Err(PgTableError::PhysOutOfRange {
+                        pa,
+                        bits: self.config.oas,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a zeroed table page from the free list or grows the arena. The caller has
+    /// checked the cap.
+    #[inline]
+    fn alloc_table(&mut self, work: &mut WorkRecord) -> usize {
+        work.tables_allocated += 1;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        self.live_pages += 1;
+        if let Some(slot) = self.free.pop() {
+            self.meta[slot].live = true;
+            return slot;
+        }
+        self.entries
+            .resize(self.entries.len() + (1 << self.stride), 0);
+        self.meta.push(PageMeta {
+            valid: 0,
+            live: true,
+        });
+        self.meta.len() - 1
+    }
+
+    /// Returns an emptied table page to the free list.
+    #[inline]
+    fn free_table(&mut self, slot: usize, work: &mut WorkRecord) {
+        debug_assert!(self.meta[slot].valid == 0);
+        debug_assert!(self.entries[slot << self.stride..][..1 << self.stride]
+            .iter()
+            .all(|&d| d == 0));
+        self.meta[slot].live = false;
+        self.free.push(slot);
+        self.live_pages -= 1;
+        work.tables_freed += 1;
+    }
+
+    /// Writes a table descriptor for a new table at `pos` (in `slot`) and returns the new
+    /// table's slot.
+    #[inline(always)]
+    fn install_table(&mut self, slot: usize, pos: usize, work: &mut WorkRecord) -> usize {
+        let child = self.alloc_table(work);
+        self.entries[pos] = spec::encode_table(self.slot_pa(child), self.granule_shift);
+        self.meta[slot].valid += 1;
+        work.ptes_written += 1;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        child
+    }
+
+    /// Clears the table descriptor for `iova` in `slot` (at `level`), which points at the
+    /// emptied table `child`, frees the child and reports it.
+    #[inline(always)]
+    fn remove_table(
+        &mut self,
+        slot: usize,
+        level: u32,
+        child: usize,
+        iova: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) {
+        let pos = self.pos(slot, level, iova);
+        self.entries[pos] = 0;
+        self.meta[slot].valid -= 1;
+        work.ptes_cleared += 1;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        self.free_table(child, work);
+        let shift = self.shifts[level as usize];
+        gather.add_freed_table(FreedTable {
+            table_pa: PhysAddr::new(self.slot_pa(child)),
+            level: level + 1,
+            iova: Iova::new(iova & !((1u64 << shift) - 1)),
+            size: 1u64 << shift,
+        });
+    }
+
+    // ---- Map ----
+
+    /// The map of `[start, end)` when it is a run of leaves of one size in one table, the
+    /// common DMA case: one walk down, then the writes.
+    #[inline]
+    fn map_fast(&mut self, start: u64, end: u64, plan: MapPlan, work: &mut WorkRecord) -> Fast {
+        let size = end - start;
+        // The largest leaf level every piece can use; level 3 always qualifies.
+        let mut leaf = self.start_level;
+        while !(self.leaf_level[leaf as usize]
+            && (start | size | plan.delta) & ((1u64 << self.shifts[leaf as usize]) - 1) == 0)
+        {
+            leaf += 1;
+        }
+        // Within one table at `leaf`, no larger page fits (the leaf level above would have
+        // qualified), so this is exactly the general path's plan.
+        if !self.in_one_table(leaf, start, end) {
+            return Fast::General;
+        }
+        let mut reads = 0;
+        let mut slot = 0;
+        let mut level = self.start_level;
+        while level < leaf {
+            let desc = self.entries[self.pos(slot, level, start)];
+            reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                break;
+            }
+            if !Self::is_table(desc, level) {
+                work.pte_reads += reads;
+                return Fast::Done(Err(PgTableError::AlreadyMapped { iova: start }));
+            }
+            slot = self.slot_of_desc(desc);
+            level += 1;
+        }
+        let shift = self.shifts[leaf as usize];
+        let first = self.pos(slot, leaf, start);
+        let count = (size >> shift) as usize;
+        if level == leaf {
+            for (i, &desc) in self.entries[first..first + count].iter().enumerate() {
+                reads += 1;
+                if desc & spec::DESC_VALID != 0 {
+                    if Self::is_table(desc, leaf) {
+                        // A table where a block would go: the general path finds the first
+                        // mapped IOVA below it.
+                        return Fast::General;
+                    }
+                    work.pte_reads += reads;
+                    let iova = start + ((i as u64) << shift);
+                    return Fast::Done(Err(PgTableError::AlreadyMapped { iova }));
+                }
+            }
+        } else {
+            let needed = (leaf - level) as usize;
+            if self.live_pages + needed > self.max_pages {
+                work.pte_reads += reads;
+                return Fast::Done(Err(PgTableError::TooManyTables {
+                    limit: self.max_pages,
+                }));
+            }
+        }
+        work.pte_reads += reads;
+        // Commit: new tables from `level` down, then the leaves.
+        let mut first = first;
+        while level < leaf {
+            let pos = self.pos(slot, level, start);
+            slot = self.install_table(slot, pos, work);
+            level += 1;
+            first = self.pos(slot, leaf, start);
+        }
+        let kind = if leaf == 3 {
+            spec::DESC_TYPE_PAGE
+        } else {
+            spec::DESC_TYPE_BLOCK
+        };
+        let oa_mask = spec::oa_mask(self.granule_shift);
+        let mut pa = start.wrapping_add(plan.delta);
+        for desc in &mut self.entries[first..first + count] {
+            *desc = (pa & oa_mask) | plan.attrs | kind;
+            pa = pa.wrapping_add(1 << shift);
+        }
+        self.meta[slot].valid += count as u32;
+        work.ptes_written += count as u64;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        self.mapped += size;
+        Fast::Done(Ok(()))
+    }
+
+    /// Validation walk for a map of `[start, end)` under the table in `slot` at `level`:
+    /// fails if anything in the range is mapped, else returns the table pages the map needs.
+    fn check_map(
+        &self,
+        slot: usize,
+        level: u32,
+        start: u64,
+        end: u64,
+        delta: u64,
+        work: &mut WorkRecord,
+    ) -> Result<usize, PgTableError> {
+        let size = 1u64 << self.shifts[level as usize];
+        let mut needed = 0usize;
+        let mut x = start;
+        while x < end {
+            let entry_start = x & !(size - 1);
+            let sub_end = end.min(entry_start + size);
+            let desc = self.entries[self.pos(slot, level, x)];
+            work.pte_reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                let whole = x == entry_start && sub_end - x == size;
+                if !(whole && self.leaf_fits(level, delta)) {
+                    needed = needed.saturating_add(self.fresh_tables(level + 1, x, sub_end, delta));
+                }
+            } else if Self::is_table(desc, level) {
+                let child = self.slot_of_desc(desc);
+                let below = self.check_map(child, level + 1, x, sub_end, delta, work)?;
+                needed = needed.saturating_add(below);
+            } else {
+                return Err(PgTableError::AlreadyMapped { iova: x });
+            }
+            x = sub_end;
+        }
+        Ok(needed)
+    }
+
+    /// Table pages needed to map `[start, end)` below an invalid entry, starting with a new
+    /// table at `level`. Computed without reading anything.
+    fn fresh_tables(&self, level: u32, start: u64, end: u64, delta: u64) -> usize {
+        let shift = self.shifts[level as usize];
+        let size = 1u64 << shift;
+        let mut needed = 1usize;
+        let mut x = start;
+        while x < end {
+            let entry_start = x & !(size - 1);
+            if x == entry_start && end - x >= size {
+                let whole = (end - x) >> shift;
+                if !self.leaf_fits(level, delta) {
+                    let each = self.full_subtree_tables(level + 1, delta);
+                    needed = needed.saturating_add((whole as usize).saturating_mul(each));
+                }
+                x += whole << shift;
+            } else {
+                let sub_end = end.min(entry_start + size);
+                needed = needed.saturating_add(self.fresh_tables(level + 1, x, sub_end, delta));
+                x = sub_end;
+            }
+        }
+        needed
+    }
+
+    /// Table pages needed to map the whole span of one new table at `level`.
+    fn full_subtree_tables(&self, level: u32, delta: u64) -> usize {
+        if self.leaf_fits(level, delta) {
+            return 1;
+        }
+        let per_table = 1usize << self.stride;
+        per_table
+            .saturating_mul(self.full_subtree_tables(level + 1, delta))
+            .saturating_add(1)
+    }
+
+    /// Writes the mapping of `[start, end)` under the table in `slot` at `level`. The range
+    /// has been validated by [`Self::check_map`].
+    fn do_map(
+        &mut self,
+        slot: usize,
+        level: u32,
+        start: u64,
+        end: u64,
+        plan: MapPlan,
+        work: &mut WorkRecord,
+    ) {
+        let size = 1u64 << self.shifts[level as usize];
+        let leaf_fits = self.leaf_fits(level, plan.delta);
+        let kind = if level == 3 {
+            spec::DESC_TYPE_PAGE
+        } else {
+            spec::DESC_TYPE_BLOCK
+        };
+        let oa_mask = spec::oa_mask(self.granule_shift);
+        let mut in_batch = false;
+        let mut x = start;
+        while x < end {
+            let entry_start = x & !(size - 1);
+            let sub_end = end.min(entry_start + size);
+            let pos = self.pos(slot, level, x);
+            let desc = self.entries[pos];
+            if desc & spec::DESC_VALID != 0 {
+                // Validated: a valid entry in range is a table with room below it.
+                let child = self.slot_of_desc(desc);
+                self.do_map(child, level + 1, x, sub_end, plan, work);
+                in_batch = false;
+            } else if leaf_fits && x == entry_start && sub_end - x == size {
+                let pa = x.wrapping_add(plan.delta);
+                self.entries[pos] = (pa & oa_mask) | plan.attrs | kind;
+                self.meta[slot].valid += 1;
+                work.ptes_written += 1;
+                if !in_batch && !self.config.coherent_walk {
+                    work.cache_cleans += 1;
+                }
+                in_batch = true;
+            } else {
+                let child = self.install_table(slot, pos, work);
+                self.do_map(child, level + 1, x, sub_end, plan, work);
+                in_batch = false;
+            }
+            x = sub_end;
+        }
+    }
+
+    // ---- Unmap ----
+
+    /// The unmap of `[start, end)` when it is a run of leaves of one size in one table: one
+    /// walk down, the clears, then back up freeing emptied tables.
+    #[inline]
+    fn unmap_fast(
+        &mut self,
+        start: u64,
+        end: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) -> Fast {
+        // The slot of the table read at each level.
+        let mut path = [0usize; 4];
+        let mut reads = 0;
+        let mut slot = 0;
+        let mut level = self.start_level;
+        // Down to the leaf that maps `start`.
+        loop {
+            let desc = self.entries[self.pos(slot, level, start)];
+            reads += 1;
+            path[level as usize] = slot;
+            if desc & spec::DESC_VALID == 0 {
+                work.pte_reads += reads;
+                return Fast::Done(Err(PgTableError::NotMapped { iova: start }));
+            }
+            if !Self::is_table(desc, level) {
+                break;
+            }
+            slot = self.slot_of_desc(desc);
+            level += 1;
+        }
+        let shift = self.shifts[level as usize];
+        let size = end - start;
+        if start & ((1u64 << shift) - 1) != 0 {
+            work.pte_reads += reads;
+            let block_size = 1u64 << shift;
+            return Fast::Done(Err(PgTableError::SplitsBlock {
+                iova: start,
+                size,
+                block_iova: start & !(block_size - 1),
+                block_size,
+            }));
+        }
+        if size & ((1u64 << shift) - 1) != 0 || !self.in_one_table(level, start, end) {
+            return Fast::General;
+        }
+        let first = self.pos(slot, level, start);
+        let count = (size >> shift) as usize;
+        // The first entry was read on the way down.
+        for (i, &desc) in self.entries[first..first + count]
+            .iter()
+            .enumerate()
+            .skip(1)
+        {
+            reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                work.pte_reads += reads;
+                let iova = start + ((i as u64) << shift);
+                return Fast::Done(Err(PgTableError::NotMapped { iova }));
+            }
+            if Self::is_table(desc, level) {
+                return Fast::General;
+            }
+        }
+        work.pte_reads += reads;
+        if count == 1 {
+            // The common single-page unmap; `fill` would call memset.
+            self.entries[first] = 0;
+        } else {
+            self.entries[first..first + count].fill(0);
+        }
+        self.meta[slot].valid -= count as u32;
+        work.ptes_cleared += count as u64;
+        if !self.config.coherent_walk {
+            work.cache_cleans += 1;
+        }
+        gather.add(Iova::new(start), size, 1u64 << shift);
+        self.mapped -= size;
+        while level > self.start_level && self.meta[slot].valid == 0 {
+            let parent = path[level as usize - 1];
+            self.remove_table(parent, level - 1, slot, start, gather, work);
+            slot = parent;
+            level -= 1;
+        }
+        Fast::Done(Ok(()))
+    }
+
+    /// Validation walk for an unmap of `[start, end)`: every entry must be valid, and no
+    /// leaf may be cut. `request` is the caller's `(iova, size)` for error reports.
+    fn check_unmap(
+        &self,
+        slot: usize,
+        level: u32,
+        start: u64,
+        end: u64,
+        request: (u64, u64),
+        work: &mut WorkRecord,
+    ) -> Result<(), PgTableError> {
+        let size = 1u64 << self.shifts[level as usize];
+        let mut x = start;
+        while x < end {
+            let entry_start = x & !(size - 1);
+            let sub_end = end.min(entry_start + size);
+            let desc = self.entries[self.pos(slot, level, x)];
+            work.pte_reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                return Err(PgTableError::NotMapped { iova: x });
+            } else if Self::is_table(desc, level) {
+                self.check_unmap(
+                    self.slot_of_desc(desc),
+                    level + 1,
+                    x,
+                    sub_end,
+                    request,
+                    work,
+                )?;
+            } else if x != entry_start || sub_end - x != size {
+                return Err(PgTableError::SplitsBlock {
+                    iova: request.0,
+                    size: request.1,
+                    block_iova: entry_start,
+                    block_size: size,
+                });
+            }
+            x = sub_end;
+        }
+        Ok(())
+    }
+
+    /// Clears `[start, end)` under the table in `slot` at `level`, freeing table pages left
+    /// empty. Returns the bytes of leaves removed. Validated by [`Self::check_unmap`].
+    fn do_unmap(
+        &mut self,
+        slot: usize,
+        level: u32,
+        start: u64,
+        end: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) -> u64 {
+        let size = 1u64 << self.shifts[level as usize];
+        let coherent = self.config.coherent_walk;
+        let mut removed = 0;
+        // The run of leaves cleared since the last descent: one gather range, one clean.
+        let mut run_start = start;
+        let mut run_len = 0u64;
+        let mut x = start;
+        while x < end {
+            let entry_start = x & !(size - 1);
+            let sub_end = end.min(entry_start + size);
+            let pos = self.pos(slot, level, x);
+            let desc = self.entries[pos];
+            if Self::is_table(desc, level) {
+                if run_len != 0 {
+                    gather.add(Iova::new(run_start), run_len, size);
+                    removed += run_len;
+                    run_len = 0;
+                    if !coherent {
+                        work.cache_cleans += 1;
+                    }
+                }
+                let child = self.slot_of_desc(desc);
+                removed += self.do_unmap(child, level + 1, x, sub_end, gather, work);
+                if self.meta[child].valid == 0 {
+                    self.remove_table(slot, level, child, x, gather, work);
+                }
+            } else {
+                self.entries[pos] = 0;
+                self.meta[slot].valid -= 1;
+                work.ptes_cleared += 1;
+                if run_len == 0 {
+                    run_start = x;
+                }
+                run_len += size;
+            }
+            x = sub_end;
+        }
+        if run_len != 0 {
+            gather.add(Iova::new(run_start), run_len, size);
+            removed += run_len;
+            if !coherent {
+                work.cache_cleans += 1;
+            }
+        }
+        removed
+    }
+}
+
+impl IoPageTable for LpaeTable {
+    fn format_name(&self) -> &'static str {
+        match self.granule_shift {
+            12 => "lpae-4k",
+            14 => "lpae-16k",
+            _ => "lpae-64k",
+        }
+    }
+
+    fn page_size_bitmap(&self) -> u64 {
+        self.page_sizes
+    }
+
+    fn granule(&self) -> u64 {
+        self.config.granule
+    }
+
+    fn iova_range(&self) -> (Iova, Iova) {
+        (Iova::new(0), Iova::new(1u64 << self.config.ias))
+    }
+
+    fn map(
+        &mut self,
+        iova: Iova,
+        pa: PhysAddr,
+        size: u64,
+        prot: Prot,
+        work: &mut WorkRecord,
+    ) -> Result<(), PgTableError> {
+        let (start, pa) = (iova.get(), pa.get());
+        self.check_args(start, size, Some(pa))?;
+        if !prot.read && !prot.write {
+            return Err(PgTableError::NoPermission);
+        }
+        if size == 0 {
+            return Ok(());
+        }
+        let end = start + size;
+        let delta = pa.wrapping_sub(start);
+        let plan = MapPlan {
+            delta,
+            attrs: spec::LEAF_ATTRS | spec::prot_bits(prot),
+        };
+        if let Fast::Done(result) = self.map_fast(start, end, plan, work) {
+            return result;
+        }
+        let needed = self.check_map(0, self.start_level, start, end, delta, work)?;
+        if self.live_pages.saturating_add(needed) > self.max_pages {
+            return Err(PgTableError::TooManyTables {
+                limit: self.max_pages,
+            });
+        }
+        self.do_map(0, self.start_level, start, end, plan, work);
+        self.mapped += size;
+        Ok(())
+    }
+
+    fn unmap(
+        &mut self,
+        iova: Iova,
+        size: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) -> Result<(), PgTableError> {
+        let start = iova.get();
+        self.check_args(start, size, None)?;
+        if size == 0 {
+            return Ok(());
+        }
+        let end = start + size;
+        if let Fast::Done(result) = self.unmap_fast(start, end, gather, work) {
+            return result;
+        }
+        self.check_unmap(0, self.start_level, start, end, (start, size), work)?;
+        let removed = self.do_unmap(0, self.start_level, start, end, gather, work);
+        debug_assert_eq!(removed, size);
+        self.mapped -= removed;
+        Ok(())
+    }
+
+    fn translate(&self, iova: Iova, work: &mut WorkRecord) -> Option<Translation> {
+        let iova = iova.get();
+        if iova >> self.config.ias != 0 {
+            return None;
+        }
+        let mut slot = 0;
+        let mut level = self.start_level;
+        let mut reads = 0;
+        let result = loop {
+            let desc = self.entries[self.pos(slot, level, iova)];
+            reads += 1;
+            if desc & spec::DESC_VALID == 0 {
+                break None;
+            }
+            if Self::is_table(desc, level) {
+                slot = self.slot_of_desc(desc);
+                level += 1;
+                continue;
+            }
+            let page_size = 1u64 << self.shifts[level as usize];
+            let base = desc & spec::oa_mask(self.granule_shift) & !(page_size - 1);
+            break Some(Translation {
+                pa: PhysAddr::new(base | (iova & (page_size - 1))),
+                prot: spec::decode_prot(desc),
+                page_size,
+            });
+        };
+        work.pte_reads += reads;
+        result
+    }
+
+    fn table_pages(&self) -> usize {
+        self.live_pages
+    }
+
+    fn mapped_bytes(&self) -> u64 {
+        self.mapped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{SZ_16K, SZ_1G, SZ_2M, SZ_32M, SZ_4K, SZ_512M, SZ_64K};
+    use crate::pgtable::GatherRange;
+
+    const SZ_4M: u64 = 4 << 20;
+
+    fn table(granule: u64, ias: u32) -> LpaeTable {
+        LpaeTable::new(LpaeConfig::new(granule, ias, 48)).expect("valid config")
+    }
+
+    fn map(t: &mut LpaeTable, iova: u64, pa: u64, size: u64, prot: Prot) -> WorkRecord {
+        let mut work = WorkRecord::new();
+        t.map(Iova::new(iova), PhysAddr::new(pa), size, prot, &mut work)
+            .expect("map");
+        work
+    }
+
+    fn lookup(t: &LpaeTable, iova: u64) -> Option<Translation> {
+        t.translate(Iova::new(iova), &mut WorkRecord::new())
+    }
+
+    /// Everything observable about a table, to check that a failed call changed nothing.
+    fn snapshot(t: &LpaeTable, probes: &[u64]) -> (u64, usize, Vec<Option<Translation>>) {
+        (
+            t.mapped_bytes(),
+            t.table_pages(),
+            probes.iter().map(|&i| lookup(t, i)).collect(),
+        )
+    }
+
+    // ---- Descriptor encodings, worked out by hand ----
+
+    #[test]
+    fn page_descriptor_4k_read_write_matches_hand_encoding() {
+        // PA 0x8000_1000 | AF 0x400 | nG 0x800 | SH=IS 0x300 | AP[1] 0x40 | AttrIndx=1 0x4
+        // | type 0b11 = 0x8000_1F47, plus PXN|UXN (bits 53, 54) = 0x0060_0000_0000_0000.
+        let desc = spec::encode_leaf(0x8000_1000, Prot::READ_WRITE, 3, 12);
+        assert_eq!(desc, 0x0060_0000_8000_1F47);
+    }
+
+    #[test]
+    fn page_descriptor_read_only_sets_ap2() {
+        // As above plus AP[2] (bit 7, 0x80): 0xF47 | 0x80 = 0xFC7.
+        let desc = spec::encode_leaf(0x8000_1000, Prot::READ, 3, 12);
+        assert_eq!(desc, 0x0060_0000_8000_1FC7);
+    }
+
+    #[test]
+    fn block_descriptor_2m_uses_type_01() {
+        // 2M block at PA 0x4020_0000: same attributes, type 0b01: 0xF44 | 0x1 = 0xF45.
+        let desc = spec::encode_leaf(0x4020_0000, Prot::READ_WRITE, 2, 12);
+        assert_eq!(desc, 0x0060_0000_4020_0F45);
+    }
+
+    #[test]
+    fn table_descriptor_holds_next_table_address_and_type_11() {
+        // Next-level table at PA 0x1_2345_6000: address bits [47:12] plus type 0b11.
+        assert_eq!(spec::encode_table(0x1_2345_6000, 12), 0x0000_0001_2345_6003);
+    }
+
+    #[test]
+    fn page_descriptor_64k_masks_address_below_granule() {
+        // 64K granule: output address bits [47:16]; 0x1234_0000 keeps all its bits.
+        assert_eq!(
+            spec::encode_leaf(0x1234_0000, Prot::READ_WRITE, 3, 16),
+            0x0060_0000_1234_0F47
+        );
+        // Bits [15:12] are not address bits with a 64K granule.
+        assert_eq!(spec::oa_mask(16), 0x0000_FFFF_FFFF_0000);
+    }
+
+    #[test]
+    fn decode_inverts_encode() {
+        let page = spec::encode_leaf(0x8000_1000, Prot::READ, 3, 12);
+        let block = spec::encode_leaf(0x4020_0000, Prot::READ_WRITE, 2, 12);
+        let tbl = spec::encode_table(0x1_2345_6000, 12);
+        assert_eq!(
+            spec::decode(page, 3, 12),
+            spec::Descriptor::Leaf {
+                pa: PhysAddr::new(0x8000_1000),
+                size_shift: 12,
+                prot: Prot::READ
+            }
+        );
+        assert_eq!(
+            spec::decode(block, 2, 12),
+            spec::Descriptor::Leaf {
+                pa: PhysAddr::new(0x4020_0000),
+                size_shift: 21,
+                prot: Prot::READ_WRITE
+            }
+        );
+        assert_eq!(
+            spec::decode(tbl, 1, 12),
+            spec::Descriptor::Table {
+                next_table: PhysAddr::new(0x1_2345_6000)
+            }
+        );
+        assert_eq!(spec::decode(0, 1, 12), spec::Descriptor::Invalid);
+        // Type 0b01 is reserved at level 3.
+        assert_eq!(spec::decode(block, 3, 12), spec::Descriptor::Invalid);
+    }
+
+    // ---- Geometry and configuration ----
+
+    #[test]
+    fn geometry_follows_granule_and_ias() {
+        // (granule, ias) -> (start level, root entries)
+        let cases = [
+            (SZ_4K, 48, 0, 512),   // 9+9+9+9+12
+            (SZ_4K, 39, 1, 512),   // 9+9+9+12
+            (SZ_4K, 32, 1, 4),     // 2+9+9+12
+            (SZ_16K, 48, 0, 2),    // 1+11+11+11+14
+            (SZ_16K, 36, 2, 2048), // 11+11+14
+            (SZ_64K, 48, 1, 64),   // 6+13+13+16
+            (SZ_64K, 32, 2, 8),    // 3+13+16
+        ];
+        for (granule, ias, start, root) in cases {
+            let t = table(granule, ias);
+            assert_eq!(
+                (t.start_level(), t.root_entries()),
+                (start, root),
+                "{granule:#x}/{ias}"
+            );
+        }
+    }
+
+    #[test]
+    fn page_size_bitmap_lists_pages_and_blocks() {
+        assert_eq!(table(SZ_4K, 48).page_size_bitmap(), SZ_4K | SZ_2M | SZ_1G);
+        assert_eq!(table(SZ_4K, 32).page_size_bitmap(), SZ_4K | SZ_2M | SZ_1G);
+        assert_eq!(table(SZ_16K, 48).page_size_bitmap(), SZ_16K | SZ_32M);
+        assert_eq!(table(SZ_64K, 32).page_size_bitmap(), SZ_64K | SZ_512M);
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let bad = [
+            (
+                LpaeConfig::new(0x2000, 48, 48),
+                LpaeConfigError::UnsupportedGranule { granule: 0x2000 },
+            ),
+            (
+                LpaeConfig::new(SZ_4K, 31, 48),
+                LpaeConfigError::UnsupportedInputSize { ias: 31 },
+            ),
+            (
+                LpaeConfig::new(SZ_4K, 49, 48),
+                LpaeConfigError::UnsupportedInputSize { ias: 49 },
+            ),
+            (
+                LpaeConfig::new(SZ_4K, 48, 38),
+                LpaeConfigError::UnsupportedOutputSize { oas: 38 },
+            ),
+            (
+                LpaeConfig::new(SZ_4K, 48, 48).with_max_table_pages(0),
+                LpaeConfigError::ZeroTableCap,
+            ),
+            (
+                LpaeConfig::new(SZ_4K, 48, 48).with_table_base(PhysAddr::new(0x1800)),
+                LpaeConfigError::MisalignedTableBase {
+                    base: 0x1800,
+                    granule: SZ_4K,
+                },
+            ),
+            (
+                LpaeConfig::new(SZ_4K, 48, 32)
+                    .with_table_base(PhysAddr::new(0xFFFF_F000))
+                    .with_max_table_pages(2),
+                LpaeConfigError::TableRegionOutOfRange {
+                    base: 0xFFFF_F000,
+                    pages: 2,
+                    oas: 32,
+                },
+            ),
+        ];
+        for (config, err) in bad {
+            assert_eq!(LpaeTable::new(config).unwrap_err(), err);
+        }
+    }
+
+    #[test]
+    fn default_table_region_sits_at_top_of_output_space() {
+        // 1<<20 pages of 4K = 4 GiB below 2^48.
+        assert_eq!(
+            table(SZ_4K, 48).root_pa(),
+            PhysAddr::new((1 << 48) - (1 << 32))
+        );
+        // A 32-bit OAS caps the region at half the space: 2 GiB of 64K pages.
+        let small = LpaeTable::new(LpaeConfig::new(SZ_64K, 32, 32)).unwrap();
+        assert_eq!(small.max_table_pages(), 1 << 15);
+        assert_eq!(small.root_pa(), PhysAddr::new(0x8000_0000));
+    }
+
+    // ---- Page-size choice ----
+
+    #[test]
+    fn aligned_4m_maps_as_two_2m_blocks() {
+        let mut t = table(SZ_4K, 48);
+        let work = map(&mut t, 0x4000_0000, 0x8000_0000, SZ_4M, Prot::READ_WRITE);
+        // Root -> new L1 table -> new L2 table holding two blocks.
+        assert_eq!((work.tables_allocated, work.ptes_written), (2, 4));
+        assert_eq!(lookup(&t, 0x4020_0123).unwrap().page_size, SZ_2M);
+        assert_eq!(
+            lookup(&t, 0x4020_0123).unwrap().pa,
+            PhysAddr::new(0x8020_0123)
+        );
+    }
+
+    #[test]
+    fn misaligned_pa_forces_4k_pages() {
+        let mut t = table(SZ_4K, 48);
+        let work = map(&mut t, 0x4000_0000, 0x8000_1000, SZ_4M, Prot::READ_WRITE);
+        // L1 + L2 + two L3 tables; 1024 pages plus 3 + 1 table descriptors.
+        assert_eq!((work.tables_allocated, work.ptes_written), (4, 1028));
+        assert_eq!(lookup(&t, 0x4020_0000).unwrap().page_size, SZ_4K);
+        assert_eq!(
+            lookup(&t, 0x403F_F000).unwrap().pa,
+            PhysAddr::new(0x8040_0000)
+        );
+    }
+
+    #[test]
+    fn unaligned_ends_use_pages_around_a_block() {
+        let mut t = table(SZ_4K, 48);
+        map(
+            &mut t,
+            0x1F_F000,
+            0x21F_F000,
+            SZ_2M + 2 * SZ_4K,
+            Prot::READ_WRITE,
+        );
+        let sizes: Vec<u64> = [0x1F_F000, 0x20_0000, 0x3F_F000, 0x40_0000]
+            .iter()
+            .map(|&i| lookup(&t, i).unwrap().page_size)
+            .collect();
+        assert_eq!(sizes, [SZ_4K, SZ_2M, SZ_2M, SZ_4K]);
+    }
+
+    #[test]
+    fn aligned_1g_maps_as_one_block() {
+        let mut t = table(SZ_4K, 48);
+        let work = map(&mut t, SZ_1G, 3 * SZ_1G, SZ_1G, Prot::READ_WRITE);
+        assert_eq!((work.tables_allocated, work.ptes_written), (1, 2));
+        assert_eq!(lookup(&t, SZ_1G + 5).unwrap().page_size, SZ_1G);
+    }
+
+    #[test]
+    fn root_level_block_needs_no_table_with_32_bit_input() {
+        let mut t = table(SZ_4K, 32);
+        let work = map(&mut t, SZ_1G, SZ_1G, SZ_1G, Prot::READ_WRITE);
+        assert_eq!((work.tables_allocated, work.ptes_written), (0, 1));
+    }
+
+    #[test]
+    fn larger_granules_use_their_blocks() {
+        let mut t16 = table(SZ_16K, 48);
+        map(
+            &mut t16,
+            SZ_32M,
+            2 * SZ_32M,
+            SZ_32M + SZ_16K,
+            Prot::READ_WRITE,
+        );
+        assert_eq!(lookup(&t16, SZ_32M).unwrap().page_size, SZ_32M);
+        assert_eq!(lookup(&t16, 2 * SZ_32M).unwrap().page_size, SZ_16K);
+        let mut t64 = table(SZ_64K, 42);
+        map(
+            &mut t64,
+            SZ_512M,
+            SZ_512M,
+            SZ_512M + SZ_64K,
+            Prot::READ_WRITE,
+        );
+        assert_eq!(lookup(&t64, SZ_512M).unwrap().page_size, SZ_512M);
+        assert_eq!(lookup(&t64, 2 * SZ_512M).unwrap().page_size, SZ_64K);
+    }
+
+    #[test]
+    fn write_only_is_mapped_read_write_and_read_only_stays_read_only() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x1000, 0x1000, SZ_4K, Prot::WRITE);
+        map(&mut t, 0x2000, 0x2000, SZ_4K, Prot::READ);
+        assert_eq!(lookup(&t, 0x1000).unwrap().prot, Prot::READ_WRITE);
+        assert_eq!(lookup(&t, 0x2000).unwrap().prot, Prot::READ);
+    }
+
+    #[test]
+    fn translate_counts_one_read_per_level() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x1000, 0x1000, SZ_4K, Prot::READ);
+        map(&mut t, SZ_2M, SZ_2M, SZ_2M, Prot::READ);
+        let mut work = WorkRecord::new();
+        t.translate(Iova::new(0x1000), &mut work);
+        assert_eq!(work.pte_reads, 4);
+        let mut work = WorkRecord::new();
+        t.translate(Iova::new(SZ_2M), &mut work);
+        assert_eq!(work.pte_reads, 3);
+        assert_eq!(lookup(&t, 1 << 48), None);
+    }
+
+    #[test]
+    fn non_coherent_walker_counts_cache_cleans() {
+        let config = LpaeConfig::new(SZ_4K, 48, 48).with_coherent_walk(false);
+        let mut t = LpaeTable::new(config).unwrap();
+        let work = map(&mut t, 0x1000, 0x1000, 2 * SZ_4K, Prot::READ);
+        // Three new tables (one clean each), three table descriptors, one batch of leaves.
+        assert_eq!(work.cache_cleans, 7);
+    }
+
+    // ---- Unmap and the gather ----
+
+    #[test]
+    fn unmap_gathers_blocks_and_frees_emptied_tables() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x4000_0000, 0x8000_0000, SZ_4M, Prot::READ_WRITE);
+        let l1 = PhysAddr::new(t.walk(Iova::new(0x4000_0000)).steps()[1].table_pa.get());
+        let l2 = PhysAddr::new(t.walk(Iova::new(0x4000_0000)).steps()[2].table_pa.get());
+        let mut gather = UnmapGather::new();
+        let mut work = WorkRecord::new();
+
+        t.unmap(Iova::new(0x4000_0000), SZ_4M, &mut gather, &mut work)
+            .unwrap();
+
+        assert_eq!(
+            gather.ranges,
+            [GatherRange {
+                start: Iova::new(0x4000_0000),
+                size: SZ_4M,
+                page_size: SZ_2M
+            }]
+        );
+        assert_eq!(
+            gather.freed_tables,
+            [
+                FreedTable {
+                    table_pa: l2,
+                    level: 2,
+                    iova: Iova::new(0x4000_0000),
+                    size: SZ_1G
+                },
+                FreedTable {
+                    table_pa: l1,
+                    level: 1,
+                    iova: Iova::new(0),
+                    size: 1 << 39
+                },
+            ]
+        );
+        assert_eq!((work.ptes_cleared, work.tables_freed), (4, 2));
+        assert_eq!((t.table_pages(), t.mapped_bytes()), (1, 0));
+    }
+
+    #[test]
+    fn unmap_of_some_pages_keeps_the_table() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x10_0000, 0x10_0000, 3 * SZ_4K, Prot::READ);
+        let mut gather = UnmapGather::new();
+
+        t.unmap(
+            Iova::new(0x10_1000),
+            SZ_4K,
+            &mut gather,
+            &mut WorkRecord::new(),
+        )
+        .unwrap();
+
+        assert_eq!(gather.ranges.len(), 1);
+        assert_eq!(gather.bytes(), SZ_4K);
+        assert!(gather.freed_tables.is_empty());
+        assert_eq!(t.table_pages(), 4);
+        assert!(lookup(&t, 0x10_0000).is_some() && lookup(&t, 0x10_1000).is_none());
+    }
+
+    #[test]
+    fn unmap_across_page_and_block_sizes_splits_gather_ranges() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x1F_F000, 0x21F_F000, SZ_2M + SZ_4K, Prot::READ);
+        let mut gather = UnmapGather::new();
+
+        t.unmap(
+            Iova::new(0x1F_F000),
+            SZ_2M + SZ_4K,
+            &mut gather,
+            &mut WorkRecord::new(),
+        )
+        .unwrap();
+
+        let sizes: Vec<(u64, u64, u64)> = gather
+            .ranges
+            .iter()
+            .map(|r| (r.start.get(), r.size, r.page_size))
+            .collect();
+        assert_eq!(
+            sizes,
+            [(0x1F_F000, SZ_4K, SZ_4K), (0x20_0000, SZ_2M, SZ_2M)]
+        );
+        assert_eq!(t.table_pages(), 1);
+    }
+
+    #[test]
+    fn freed_table_pages_are_reused() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x1000, 0x1000, SZ_4K, Prot::READ);
+        let before = t.walk(Iova::new(0x1000));
+        t.unmap(
+            Iova::new(0x1000),
+            SZ_4K,
+            &mut UnmapGather::new(),
+            &mut WorkRecord::new(),
+        )
+        .unwrap();
+        let freed = before.steps()[3].table_pa;
+        assert_eq!(t.read_descriptor(freed, 1), None);
+
+        let work = map(&mut t, 0x1000, 0x1000, SZ_4K, Prot::READ);
+
+        assert_eq!(work.tables_allocated, 3);
+        assert_eq!(t.walk(Iova::new(0x1000)), before);
+    }
+
+    // ---- Errors leave the table unchanged ----
+
+    #[test]
+    fn unmap_of_partly_unmapped_range_fails_and_changes_nothing() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x10_0000, 0x10_0000, 2 * SZ_4K, Prot::READ);
+        let probes = [0x10_0000, 0x10_1000];
+        let before = snapshot(&t, &probes);
+        let mut gather = UnmapGather::new();
+
+        let err = t.unmap(
+            Iova::new(0x10_0000),
+            3 * SZ_4K,
+            &mut gather,
+            &mut WorkRecord::new(),
+        );
+
+        assert_eq!(err, Err(PgTableError::NotMapped { iova: 0x10_2000 }));
+        assert_eq!(snapshot(&t, &probes), before);
+        assert!(gather.is_empty());
+    }
+
+    #[test]
+    fn partial_unmap_of_block_fails_with_splits_block() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, SZ_2M, SZ_2M, SZ_2M, Prot::READ);
+        let before = snapshot(&t, &[SZ_2M]);
+
+        let err = t.unmap(
+            Iova::new(SZ_2M + SZ_4K),
+            SZ_4K,
+            &mut UnmapGather::new(),
+            &mut WorkRecord::new(),
+        );
+
+        assert_eq!(
+            err,
+            Err(PgTableError::SplitsBlock {
+                iova: SZ_2M + SZ_4K,
+                size: SZ_4K,
+                block_iova: SZ_2M,
+                block_size: SZ_2M
+            })
+        );
+        assert_eq!(snapshot(&t, &[SZ_2M]), before);
+    }
+
+    #[test]
+    fn map_over_existing_mapping_fails_and_leaks_no_tables() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x8000_0000, 0x8000_0000, SZ_4K, Prot::READ);
+        let probes = [0x8000_0000, 0x0];
+        let before = snapshot(&t, &probes);
+
+        // Would need new tables for the first 2 GiB (misaligned pa) before reaching the conflict.
+        let err = t.map(
+            Iova::new(0),
+            PhysAddr::new(0x1000),
+            0x8000_1000,
+            Prot::READ,
+            &mut WorkRecord::new(),
+        );
+
+        assert_eq!(err, Err(PgTableError::AlreadyMapped { iova: 0x8000_0000 }));
+        assert_eq!(snapshot(&t, &probes), before);
+    }
+
+    #[test]
+    fn map_block_over_mapped_page_fails() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, SZ_2M + SZ_4K, 0x1000, SZ_4K, Prot::READ);
+        let mut work = WorkRecord::new();
+
+        let err = t.map(
+            Iova::new(SZ_2M),
+            PhysAddr::new(SZ_2M),
+            SZ_2M,
+            Prot::READ,
+            &mut work,
+        );
+
+        assert_eq!(
+            err,
+            Err(PgTableError::AlreadyMapped {
+                iova: SZ_2M + SZ_4K
+            })
+        );
+        assert_eq!(work.ptes_written, 0);
+    }
+
+    #[test]
+    fn table_cap_is_enforced_before_writing() {
+        let config = LpaeConfig::new(SZ_4K, 48, 48).with_max_table_pages(3);
+        let mut t = LpaeTable::new(config).unwrap();
+        let mut work = WorkRecord::new();
+
+        // A 4K page in a 4-level table needs three tables below the root.
+        let err = t.map(Iova::new(0), PhysAddr::new(0), SZ_4K, Prot::READ, &mut work);
+
+        assert_eq!(err, Err(PgTableError::TooManyTables { limit: 3 }));
+        assert_eq!((t.table_pages(), work.tables_allocated), (1, 0));
+        // Two tables fit: a 2M block.
+        map(&mut t, 0, 0, SZ_2M, Prot::READ);
+    }
+
+    #[test]
+    fn bad_arguments_are_rejected() {
+        let mut t = table(SZ_4K, 39);
+        let mut w = WorkRecord::new();
+        let pa = PhysAddr::new(0x1000);
+        assert_eq!(
+            t.map(Iova::new(0x800), pa, SZ_4K, Prot::READ, &mut w),
+            Err(PgTableError::Misaligned {
+                addr: 0x800,
+                size: SZ_4K,
+                granule: SZ_4K
+            })
+        );
+        assert_eq!(
+            t.map(
+                Iova::new(0),
+                PhysAddr::new(0x1800),
+                SZ_4K,
+                Prot::READ,
+                &mut w
+            ),
+            Err(PgTableError::Misaligned {
+                addr: 0x1800,
+                size: SZ_4K,
+                granule: SZ_4K
+            })
+        );
+        assert_eq!(
+            t.map(Iova::new(1 << 39), pa, SZ_4K, Prot::READ, &mut w),
+            Err(PgTableError::OutOfRange {
+                iova: 1 << 39,
+                size: SZ_4K,
+                start: 0,
+                end: 1 << 39
+            })
+        );
+        assert_eq!(
+            t.map(
+                Iova::new(0),
+                PhysAddr::new(1 << 48),
+                SZ_4K,
+                Prot::READ,
+                &mut w
+            ),
+            Err(PgTableError::PhysOutOfRange {
+                pa: 1 << 48,
+                bits: 48
+            })
+        );
+        assert_eq!(
+            t.map(Iova::new(0), pa, SZ_4K, Prot::NONE, &mut w),
+            Err(PgTableError::NoPermission)
+        );
+        assert_eq!(
+            t.unmap(Iova::new(0), SZ_4K + 1, &mut UnmapGather::new(), &mut w),
+            Err(PgTableError::Misaligned {
+                addr: 0,
+                size: SZ_4K + 1,
+                granule: SZ_4K
+            })
+        );
+        assert_eq!((t.table_pages(), t.mapped_bytes()), (1, 0));
+    }
+
+    // ---- The read-only walk ----
+
+    #[test]
+    fn walk_reports_each_level_and_decodes_table_addresses() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x1234_5000, 0x8000_1000, SZ_4K, Prot::READ_WRITE);
+
+        let walk = t.walk(Iova::new(0x1234_5678));
+
+        let steps = walk.steps();
+        assert_eq!(steps.len(), 4);
+        assert_eq!(steps[0].table_pa, t.root_pa());
+        for pair in steps.windows(2) {
+            let spec::Descriptor::Table { next_table } =
+                spec::decode(pair[0].desc, pair[0].level, 12)
+            else {
+                panic!("expected a table descriptor");
+            };
+            assert_eq!(next_table, pair[1].table_pa);
+        }
+        // Level-3 index of 0x1234_5678 is bits [20:12] = 0x145.
+        assert_eq!(steps[3].index, 0x145);
+        assert_eq!(steps[3].desc, 0x0060_0000_8000_1F47);
+        assert_eq!(steps[3].desc_pa(), steps[3].table_pa.add(0x145 * 8));
+        assert_eq!(
+            t.read_descriptor(steps[3].table_pa, 0x145),
+            Some(steps[3].desc)
+        );
+        assert_eq!(walk.translation.unwrap().pa, PhysAddr::new(0x8000_1678));
+        let resumed = t.walk_from(3, steps[3].table_pa, Iova::new(0x1234_5678));
+        assert_eq!(resumed.translation, walk.translation);
+    }
+
+    #[test]
+    fn walk_of_unmapped_iova_stops_at_invalid_descriptor() {
+        let t = table(SZ_4K, 48);
+        let walk = t.walk(Iova::new(0x1000));
+        assert_eq!((walk.steps().len(), walk.translation), (1, None));
+    }
+}
