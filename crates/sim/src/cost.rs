@@ -369,7 +369,9 @@ impl HypervisorCosts {
 ///
 /// Build one with [`PlatformProfile::from_toml_str`], [`PlatformProfile::from_file`] or
 /// [`PlatformProfile::bundled`]; all of them validate (finite, non-negative values, a
-/// positive clock, non-empty sources) so a profile value is always usable.
+/// positive clock, non-empty sources) and resolve every cost to nanoseconds. The fields are
+/// public to read; after editing one in place (a scenario override, a calibrated value),
+/// call [`PlatformProfile::revalidate`] so the checks and the nanosecond values follow.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlatformProfile {
@@ -456,6 +458,22 @@ impl PlatformProfile {
         }
         profile.resolve();
         Ok(profile)
+    }
+
+    /// Re-runs the checks after in-place edits and re-resolves every cost to nanoseconds
+    /// (cycle costs follow a changed `cpu.clock_ghz`). Errors name the field.
+    pub fn revalidate(&mut self) -> Result<(), CostError> {
+        if let Err((field, problem)) = self.validate() {
+            return Err(CostError::Field {
+                origin: self.origin.clone(),
+                line: None,
+                column: None,
+                field,
+                problem,
+            });
+        }
+        self.resolve();
+        Ok(())
     }
 
     /// Reads, parses and validates a profile file. Errors name the file.
@@ -586,7 +604,10 @@ impl PlatformProfile {
             ));
         }
         if self.cpu.cores == 0 {
-            return Err(("cpu.cores".into(), "expected at least 1 core, found 0".into()));
+            return Err((
+                "cpu.cores".into(),
+                "expected at least 1 core, found 0".into(),
+            ));
         }
         non_empty("iommu.model", &self.iommu.model)?;
         non_empty("iommu.source", &self.iommu.source)?;
@@ -594,7 +615,10 @@ impl PlatformProfile {
         if !(bw.gb_per_s.is_finite() && bw.gb_per_s > 0.0) {
             return Err((
                 "memory.memcpy_bandwidth.gb_per_s".into(),
-                format!("expected a finite bandwidth > 0 GB/s, found {}", bw.gb_per_s),
+                format!(
+                    "expected a finite bandwidth > 0 GB/s, found {}",
+                    bw.gb_per_s
+                ),
             ));
         }
         non_empty("memory.memcpy_bandwidth.source", &bw.source)?;
@@ -937,13 +961,28 @@ impl CpuCostModel {
     }
 }
 
+/// The dot product, with four independent accumulators (a single chain of dependent
+/// floating-point adds would dominate the cost) combined in a fixed order, so the result is
+/// deterministic.
 #[inline]
 fn dot(counts: &[u64; N_CHARGED], weights: &[f64; N_CHARGED]) -> f64 {
-    let mut sum = 0.0;
-    for (&c, &w) in counts.iter().zip(weights.iter()) {
-        sum += c as f64 * w;
+    let mut acc = [0.0f64; 4];
+    let mut chunks_c = counts.chunks_exact(4);
+    let mut chunks_w = weights.chunks_exact(4);
+    for (c, w) in (&mut chunks_c).zip(&mut chunks_w) {
+        for lane in 0..4 {
+            acc[lane] += c[lane] as f64 * w[lane];
+        }
     }
-    sum
+    for (lane, (&c, &w)) in chunks_c
+        .remainder()
+        .iter()
+        .zip(chunks_w.remainder())
+        .enumerate()
+    {
+        acc[lane] += c as f64 * w;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
 /// The counter-to-cost mapping as a Markdown table, for docs/MODEL.md.
@@ -1009,7 +1048,9 @@ pub enum CostError {
         problem: String,
     },
     /// A scenario needs an optional group the profile does not have.
-    #[error("Platform profile `{profile}` ({origin}) has no `{group}` group, needed for {needed_for}")]
+    #[error(
+        "Platform profile `{profile}` ({origin}) has no `{group}` group, needed for {needed_for}"
+    )]
     MissingGroup {
         /// The file name (or other origin).
         origin: String,
@@ -1080,10 +1121,7 @@ fn field_error_from_toml(
 ) -> CostError {
     let message = e.message();
     let span = e.span();
-    let mut path = span
-        .clone()
-        .map(|s| path_at(doc, &s))
-        .unwrap_or_default();
+    let mut path = span.clone().map(|s| path_at(doc, &s)).unwrap_or_default();
     // "missing field `x`" points at the table that lacks it: name the field itself.
     if let Some(missing) = backticked_after(message, "missing field ") {
         path.push(missing.to_owned());
@@ -1142,7 +1180,8 @@ fn contains(s: &Range<usize>, target: &Range<usize>) -> bool {
     if s == target {
         return true;
     }
-    s.start <= target.start && target.start < s.end
+    // An empty span (the document root, for a missing top-level field) matches no entry.
+    !target.is_empty() && s.start <= target.start && target.start < s.end
 }
 
 fn search(
@@ -1196,9 +1235,16 @@ mod tests {
 
     #[test]
     fn counter_charges_follow_the_work_record_fields() {
-        let names: Vec<&str> = WorkRecord::new().counters().iter().map(|(n, _)| *n).collect();
+        let names: Vec<&str> = WorkRecord::new()
+            .counters()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
         let charged: Vec<&str> = COUNTER_CHARGES.iter().map(|(n, _)| *n).collect();
-        assert_eq!(charged, names, "every WorkRecord counter needs a charge, in field order");
+        assert_eq!(
+            charged, names,
+            "every WorkRecord counter needs a charge, in field order"
+        );
         assert_eq!(N_CHARGED, WORK_COUNTER_COUNT);
     }
 
@@ -1225,7 +1271,10 @@ mod tests {
         for (name, charge) in COUNTER_CHARGES {
             if let Charge::Cpu(p) | Charge::Translation(p) | Charge::Hypervisor(p) = charge {
                 for part in p.split('+').map(str::trim) {
-                    assert!(paths.iter().any(|q| q == part), "{name}: {part} is not a cost path");
+                    assert!(
+                        paths.iter().any(|q| q == part),
+                        "{name}: {part} is not a cost path"
+                    );
                 }
             }
         }
