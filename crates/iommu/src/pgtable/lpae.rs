@@ -1644,6 +1644,36 @@ mod tests {
         assert_eq!(work.cache_cleans, 7);
     }
 
+    #[test]
+    fn non_coherent_unmap_counts_one_clean_per_batch() {
+        let config = LpaeConfig::new(SZ_4K, 48, 48).with_coherent_walk(false);
+        let mut t = LpaeTable::new(config).unwrap();
+        map(&mut t, 0x1000, 0x1000, 2 * SZ_4K, Prot::READ);
+        let mut work = WorkRecord::new();
+
+        t.unmap(
+            Iova::new(0x1000),
+            2 * SZ_4K,
+            &mut UnmapGather::new(),
+            &mut work,
+        )
+        .unwrap();
+
+        // One batch of two leaves, then three table descriptors as the tables empty.
+        assert_eq!((work.ptes_cleared, work.cache_cleans), (5, 4));
+    }
+
+    #[test]
+    fn read_descriptor_rejects_addresses_that_are_not_live_tables() {
+        let t = table(SZ_4K, 39);
+        let root = t.root_pa();
+        assert_eq!(t.read_descriptor(root, 511), Some(0));
+        assert_eq!(t.read_descriptor(root, 512), None);
+        assert_eq!(t.read_descriptor(root.add(8), 0), None);
+        assert_eq!(t.read_descriptor(root.add(SZ_4K), 0), None);
+        assert_eq!(t.read_descriptor(PhysAddr::new(0), 0), None);
+    }
+
     // ---- Unmap and the gather ----
 
     #[test]
