@@ -738,6 +738,7 @@ impl LpaeTable {
     /// checked the cap.
     #[inline]
     fn alloc_table(&mut self, work: &mut WorkRecord) -> usize {
+        debug_assert!(self.live_pages < self.max_pages, "table cap not checked");
         work.tables_allocated += 1;
         if !self.config.coherent_walk {
             work.cache_cleans += 1;
