@@ -1,21 +1,236 @@
-//! The iolab side of each benchmark (wired to the stack's concrete types).
+//! The iolab side of each benchmark, on the stack's concrete types.
+//!
+//! Timing and work counting are separate passes: the timed pass reports the median ns per
+//! operation, and a fixed-length untimed pass on a fresh instance counts the exact work per
+//! operation (deterministic, so the figures are the same on every machine).
 
-use super::harness::Sampling;
+use std::sync::Arc;
+
+use iolab_iommu::addr::{Access, DmaAddr, Iova, PhysAddr, Prot, SZ_2M, SZ_4K};
+use iolab_iommu::dma::invalidate::ImmediateInvalidator;
+use iolab_iommu::dma::{Device, Direction, Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::iotlb::{Asid, Iotlb, IotlbConfig};
+use iolab_iommu::iova::gaptree::GapTreeAllocator;
+use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
+use iolab_iommu::iova::{AllocRequest, IovaAllocator, IovaBlock};
+use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
+use iolab_iommu::pgtable::sba_pdir::{SbaConfig, SbaPdir};
+use iolab_iommu::pgtable::tce::{TceConfig, TceTable};
+use iolab_iommu::pgtable::{IoPageTable, UnmapGather};
+use iolab_iommu::work::{LockId, WorkRecord};
+
+use super::harness::{churn_ns_per_op, median_ns_per_op, Sampling};
+use super::peers::{PAGE, SPACE_END};
 
 /// `(implementation, ns/op, exact work per op)`.
 pub type Figure = (&'static str, f64, Vec<(String, f64)>);
 
-/// Allocator churn for each iolab allocator.
-pub fn iova_alloc_free(_live: usize, _sampling: &Sampling) -> Vec<Figure> {
-    Vec::new()
+/// Operations in the untimed pass that counts work per operation.
+const WORK_PASS_OPS: u64 = 10_000;
+
+fn allocators() -> Vec<(&'static str, Box<dyn Fn() -> Arc<dyn IovaAllocator>>)> {
+    let space = || IovaSpaceConfig::new(PAGE, Iova::new(SPACE_END));
+    vec![
+        ("linux", Box::new(move || Arc::new(LinuxIovaAllocator::new(space()).expect("valid")))),
+        (
+            "magazine",
+            Box::new(move || {
+                let inner = LinuxIovaAllocator::new(space()).expect("valid");
+                Arc::new(MagazineCache::new(inner, MagazineConfig::new(1)).expect("valid"))
+            }),
+        ),
+        ("gaptree", Box::new(move || Arc::new(GapTreeAllocator::new(space()).expect("valid")))),
+    ]
 }
 
-/// Map+unmap of `size` bytes for each page-table format.
-pub fn pgtable_map_unmap(_size: u64, _sampling: &Sampling) -> Vec<Figure> {
-    Vec::new()
+fn alloc_one(a: &dyn IovaAllocator, pages: u64, work: &mut WorkRecord) -> IovaBlock {
+    a.alloc(AllocRequest::new(pages, Iova::new(SPACE_END), 0), work)
+        .expect("benchmark space is large enough")
 }
 
-/// Translation of a mapped address on each path.
-pub fn translate(_sampling: &Sampling) -> Vec<Figure> {
-    Vec::new()
+/// Allocator churn (see `harness::churn_ns_per_op`) for each iolab allocator.
+pub fn iova_alloc_free(live: usize, sampling: &Sampling) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for (name, make) in allocators() {
+        let timed = make();
+        let mut scratch = WorkRecord::default();
+        let work = std::cell::RefCell::new(&mut scratch);
+        let ns = churn_ns_per_op(
+            sampling,
+            live,
+            |pages| alloc_one(timed.as_ref(), pages, &mut work.borrow_mut()),
+            |b| timed.free(b, 0, &mut work.borrow_mut()).expect("allocated"),
+        );
+        let counted = make();
+        let per_op = count_churn_work(counted.as_ref(), live);
+        out.push((name, ns, per_op));
+    }
+    out
+}
+
+/// Runs the churn workload untimed for [`WORK_PASS_OPS`] operations and returns the work of
+/// the steady-state operations only (the setup of the live set is excluded).
+fn count_churn_work(a: &dyn IovaAllocator, live: usize) -> Vec<(String, f64)> {
+    let mut rng = super::harness::SplitMix64::new(0x10_1AB);
+    let mut setup = WorkRecord::default();
+    let mut held: Vec<IovaBlock> = (0..live).map(|_| alloc_one(a, rng.pages(), &mut setup)).collect();
+    let mut work = WorkRecord::default();
+    for _ in 0..WORK_PASS_OPS {
+        let pages = rng.pages();
+        if live == 0 {
+            let b = alloc_one(a, pages, &mut work);
+            a.free(b, 0, &mut work).expect("allocated");
+        } else {
+            let victim = (rng.next_u64() % live as u64) as usize;
+            a.free(held[victim], 0, &mut work).expect("allocated");
+            held[victim] = alloc_one(a, pages, &mut work);
+        }
+    }
+    per_op(&work, WORK_PASS_OPS)
+}
+
+fn per_op(work: &WorkRecord, ops: u64) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = work
+        .counters()
+        .iter()
+        .filter(|(_, n)| *n != 0)
+        .map(|(name, n)| (name.to_string(), *n as f64 / ops as f64))
+        .collect();
+    for id in LockId::ALL {
+        let n = work.lock_count(id);
+        if n != 0 {
+            v.push((format!("lock.{}", id.name()), n as f64 / ops as f64));
+        }
+    }
+    v
+}
+
+/// Map+unmap of `size` bytes for each page-table format that supports that page size.
+///
+/// Sixty-four slots are used in rotation and one extra page stays mapped in the same region,
+/// so table pages stay allocated, as they do in the peer (aarch64-paging never frees tables).
+pub fn pgtable_map_unmap(size: u64, sampling: &Sampling) -> Vec<Figure> {
+    let mut out = Vec::new();
+    let mut formats: Vec<(&'static str, Box<dyn Fn() -> Box<dyn IoPageTable>>)> = vec![(
+        "lpae-4k",
+        Box::new(|| Box::new(LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).expect("valid"))),
+    )];
+    if size == SZ_4K {
+        formats.push((
+            "tce-4k",
+            Box::new(|| Box::new(TceTable::new(TceConfig::new(0, 1 << 30, 12)).expect("valid"))),
+        ));
+        formats.push((
+            "sba-pdir-4k",
+            Box::new(|| Box::new(SbaPdir::new(SbaConfig::new(0, 1 << 30, 12)).expect("valid"))),
+        ));
+    }
+    for (name, make) in formats {
+        let (base, _) = make().iova_range();
+        let base = base.get().max(size) + 64 * size;
+        let run = |table: &mut Box<dyn IoPageTable>, i: u64, gather: &mut UnmapGather, work: &mut WorkRecord| {
+            let iova = Iova::new(base + (i % 64) * size);
+            let pa = PhysAddr::new(0x8000_0000 + (i % 64) * size);
+            table.map(iova, pa, size, Prot::READ_WRITE, work).expect("map");
+            gather.clear();
+            table.unmap(iova, size, gather, work).expect("unmap");
+        };
+        let keep_alive = |table: &mut Box<dyn IoPageTable>, work: &mut WorkRecord| {
+            table
+                .map(Iova::new(base + 64 * size), PhysAddr::new(0x4000_0000), size, Prot::READ, work)
+                .expect("map");
+        };
+        let mut table = make();
+        let mut gather = UnmapGather::new();
+        let mut work = WorkRecord::default();
+        keep_alive(&mut table, &mut work);
+        let ns = median_ns_per_op(sampling, |i| run(&mut table, i, &mut gather, &mut work));
+
+        let mut table = make();
+        let mut setup = WorkRecord::default();
+        keep_alive(&mut table, &mut setup);
+        for i in 0..64 {
+            run(&mut table, i, &mut gather, &mut setup);
+        }
+        let mut counted = WorkRecord::default();
+        for i in 0..WORK_PASS_OPS {
+            run(&mut table, i, &mut gather, &mut counted);
+        }
+        out.push((name, ns, per_op(&counted, WORK_PASS_OPS)));
+    }
+    out
+}
+
+/// Translation of one mapped address: a software walk of the LPAE table, the DMA domain's
+/// device-side translate (strict mode, LPAE + Linux allocator), and an IOTLB hit.
+pub fn translate(sampling: &Sampling) -> Vec<Figure> {
+    let mut out = Vec::new();
+
+    let mut table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).expect("valid");
+    let mut work = WorkRecord::default();
+    for i in 0..512u64 {
+        table
+            .map(Iova::new(0x10_0000 + i * SZ_4K), PhysAddr::new(0x8000_0000 + i * SZ_4K), SZ_4K, Prot::READ_WRITE, &mut work)
+            .expect("map");
+    }
+    let walk = |i: u64, work: &mut WorkRecord| {
+        let t = table.translate(Iova::new(0x10_0000 + (i % 512) * SZ_4K + 8), work);
+        std::hint::black_box(t);
+    };
+    let ns = median_ns_per_op(sampling, |i| walk(i, &mut work));
+    let mut counted = WorkRecord::default();
+    (0..WORK_PASS_OPS).for_each(|i| walk(i, &mut counted));
+    out.push(("lpae-4k-walk", ns, per_op(&counted, WORK_PASS_OPS)));
+
+    let domain = strict_domain();
+    let dev = Device::new(1, 64).expect("valid device");
+    let mut setup = WorkRecord::default();
+    let mappings: Vec<_> = (0..64u64)
+        .map(|i| {
+            domain
+                .map_page(&dev, PhysAddr::new(0x8000_0000 + i * SZ_4K), SZ_4K, Direction::Bidirectional, 0, &mut setup)
+                .expect("map")
+        })
+        .collect();
+    let addrs: Vec<DmaAddr> = mappings.iter().map(|m| m.dma_addr()).collect();
+    let xlate = |i: u64, work: &mut WorkRecord| {
+        let r = domain.translate(&dev, addrs[(i % 64) as usize], 512, Access::Read, work);
+        std::hint::black_box(r.expect("mapped"));
+    };
+    let mut work = WorkRecord::default();
+    let ns = median_ns_per_op(sampling, |i| xlate(i, &mut work));
+    let mut counted = WorkRecord::default();
+    (0..WORK_PASS_OPS).for_each(|i| xlate(i, &mut counted));
+    out.push(("dma-domain-strict", ns, per_op(&counted, WORK_PASS_OPS)));
+
+    let mut tlb = Iotlb::new(IotlbConfig::gem5_main_tlb()).expect("valid");
+    for i in 0..64u64 {
+        tlb.insert(Asid(1), Iova::new(0x10_0000 + i * SZ_4K), PhysAddr::new(0x8000_0000 + i * SZ_4K), SZ_4K, Prot::READ_WRITE)
+            .expect("insert");
+    }
+    tlb.insert(Asid(1), Iova::new(0x4000_0000), PhysAddr::new(0x4000_0000), SZ_2M, Prot::READ_WRITE)
+        .expect("insert");
+    let mut lookup = |i: u64, work: &mut WorkRecord| {
+        let hit = tlb.lookup(Asid(1), Iova::new(0x10_0000 + (i % 64) * SZ_4K + 8), work);
+        std::hint::black_box(hit.expect("cached"));
+    };
+    let mut work = WorkRecord::default();
+    let ns = median_ns_per_op(sampling, |i| lookup(i, &mut work));
+    let mut counted = WorkRecord::default();
+    (0..WORK_PASS_OPS).for_each(|i| lookup(i, &mut counted));
+    out.push(("iotlb-hit", ns, per_op(&counted, WORK_PASS_OPS)));
+    out
+}
+
+fn strict_domain() -> Domain {
+    let table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).expect("valid");
+    let alloc = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48))).expect("valid");
+    Domain::translated(
+        DomainConfig::new(DomainId(1), DomainMode::Strict),
+        Box::new(table),
+        Arc::new(alloc),
+        Arc::new(ImmediateInvalidator::new()),
+    )
+    .expect("valid domain")
 }
