@@ -84,6 +84,12 @@ impl Bitmap {
         self.words[(i / 64) as usize].load(Ordering::Acquire)
     }
 
+    /// Word `wi` of the bitmap (bits `64 * wi..64 * wi + 64`).
+    #[inline]
+    pub(crate) fn load_word(&self, wi: u64) -> u64 {
+        self.words[wi as usize].load(Ordering::Acquire)
+    }
+
     /// Whether bit `i` is set.
     #[inline]
     pub(crate) fn get(&self, i: u64) -> bool {
