@@ -126,14 +126,19 @@ impl SplitMix64 {
 /// The allocator workload: `live` allocations held, then each operation frees a random held
 /// allocation and allocates a new one of a random size (with `live == 0`: allocate and free
 /// at once). Every allocator gets the same seed, so the same sequence of sizes and victims.
+///
+/// `populate` builds the live set (untimed); it is `alloc` for most allocators, but a peer
+/// whose allocation is O(n) may place the live set directly where a top-down allocator would
+/// have put it, so that setting up 100,000 live ranges does not take minutes.
 pub fn churn_ns_per_op<T>(
     sampling: &Sampling,
     live: usize,
+    mut populate: impl FnMut(u64) -> T,
     mut alloc: impl FnMut(u64) -> T,
     mut free: impl FnMut(T),
 ) -> f64 {
     let mut rng = SplitMix64::new(0x10_1AB);
-    let mut held: Vec<Option<T>> = (0..live).map(|_| Some(alloc(rng.pages()))).collect();
+    let mut held: Vec<Option<T>> = (0..live).map(|_| Some(populate(rng.pages()))).collect();
     let ns = median_ns_per_op(sampling, |_| {
         let pages = rng.pages();
         if live == 0 {

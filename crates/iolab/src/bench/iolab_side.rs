@@ -32,15 +32,25 @@ const WORK_PASS_OPS: u64 = 10_000;
 fn allocators() -> Vec<(&'static str, Box<dyn Fn() -> Arc<dyn IovaAllocator>>)> {
     let space = || IovaSpaceConfig::new(PAGE, Iova::new(SPACE_END));
     vec![
-        ("linux", Box::new(move || Arc::new(LinuxIovaAllocator::new(space()).expect("valid")))),
+        (
+            "linux",
+            Box::new(move || Arc::new(LinuxIovaAllocator::new(space()).expect("valid"))),
+        ),
         (
             "magazine",
             Box::new(move || {
                 let inner = LinuxIovaAllocator::new(space()).expect("valid");
-                Arc::new(MagazineCache::new(inner, MagazineConfig::new(1)).expect("valid"))
+                let config = MagazineConfig {
+                    max_live: 1 << 20,
+                    ..MagazineConfig::new(1)
+                };
+                Arc::new(MagazineCache::new(inner, config).expect("valid"))
             }),
         ),
-        ("gaptree", Box::new(move || Arc::new(GapTreeAllocator::new(space()).expect("valid")))),
+        (
+            "gaptree",
+            Box::new(move || Arc::new(GapTreeAllocator::new(space()).expect("valid"))),
+        ),
     ]
 }
 
@@ -56,12 +66,10 @@ pub fn iova_alloc_free(live: usize, sampling: &Sampling) -> Vec<Figure> {
         let timed = make();
         let mut scratch = WorkRecord::default();
         let work = std::cell::RefCell::new(&mut scratch);
-        let ns = churn_ns_per_op(
-            sampling,
-            live,
-            |pages| alloc_one(timed.as_ref(), pages, &mut work.borrow_mut()),
-            |b| timed.free(b, 0, &mut work.borrow_mut()).expect("allocated"),
-        );
+        let alloc = |pages| alloc_one(timed.as_ref(), pages, &mut work.borrow_mut());
+        let ns = churn_ns_per_op(sampling, live, alloc, alloc, |b| {
+            timed.free(b, 0, &mut work.borrow_mut()).expect("allocated")
+        });
         let counted = make();
         let per_op = count_churn_work(counted.as_ref(), live);
         out.push((name, ns, per_op));
@@ -74,7 +82,9 @@ pub fn iova_alloc_free(live: usize, sampling: &Sampling) -> Vec<Figure> {
 fn count_churn_work(a: &dyn IovaAllocator, live: usize) -> Vec<(String, f64)> {
     let mut rng = super::harness::SplitMix64::new(0x10_1AB);
     let mut setup = WorkRecord::default();
-    let mut held: Vec<IovaBlock> = (0..live).map(|_| alloc_one(a, rng.pages(), &mut setup)).collect();
+    let mut held: Vec<IovaBlock> = (0..live)
+        .map(|_| alloc_one(a, rng.pages(), &mut setup))
+        .collect();
     let mut work = WorkRecord::default();
     for _ in 0..WORK_PASS_OPS {
         let pages = rng.pages();
@@ -129,16 +139,27 @@ pub fn pgtable_map_unmap(size: u64, sampling: &Sampling) -> Vec<Figure> {
     for (name, make) in formats {
         let (base, _) = make().iova_range();
         let base = base.get().max(size) + 64 * size;
-        let run = |table: &mut Box<dyn IoPageTable>, i: u64, gather: &mut UnmapGather, work: &mut WorkRecord| {
+        let run = |table: &mut Box<dyn IoPageTable>,
+                   i: u64,
+                   gather: &mut UnmapGather,
+                   work: &mut WorkRecord| {
             let iova = Iova::new(base + (i % 64) * size);
             let pa = PhysAddr::new(0x8000_0000 + (i % 64) * size);
-            table.map(iova, pa, size, Prot::READ_WRITE, work).expect("map");
+            table
+                .map(iova, pa, size, Prot::READ_WRITE, work)
+                .expect("map");
             gather.clear();
             table.unmap(iova, size, gather, work).expect("unmap");
         };
         let keep_alive = |table: &mut Box<dyn IoPageTable>, work: &mut WorkRecord| {
             table
-                .map(Iova::new(base + 64 * size), PhysAddr::new(0x4000_0000), size, Prot::READ, work)
+                .map(
+                    Iova::new(base + 64 * size),
+                    PhysAddr::new(0x4000_0000),
+                    size,
+                    Prot::READ,
+                    work,
+                )
                 .expect("map");
         };
         let mut table = make();
@@ -171,7 +192,13 @@ pub fn translate(sampling: &Sampling) -> Vec<Figure> {
     let mut work = WorkRecord::default();
     for i in 0..512u64 {
         table
-            .map(Iova::new(0x10_0000 + i * SZ_4K), PhysAddr::new(0x8000_0000 + i * SZ_4K), SZ_4K, Prot::READ_WRITE, &mut work)
+            .map(
+                Iova::new(0x10_0000 + i * SZ_4K),
+                PhysAddr::new(0x8000_0000 + i * SZ_4K),
+                SZ_4K,
+                Prot::READ_WRITE,
+                &mut work,
+            )
             .expect("map");
     }
     let walk = |i: u64, work: &mut WorkRecord| {
@@ -189,7 +216,14 @@ pub fn translate(sampling: &Sampling) -> Vec<Figure> {
     let mappings: Vec<_> = (0..64u64)
         .map(|i| {
             domain
-                .map_page(&dev, PhysAddr::new(0x8000_0000 + i * SZ_4K), SZ_4K, Direction::Bidirectional, 0, &mut setup)
+                .map_page(
+                    &dev,
+                    PhysAddr::new(0x8000_0000 + i * SZ_4K),
+                    SZ_4K,
+                    Direction::Bidirectional,
+                    0,
+                    &mut setup,
+                )
                 .expect("map")
         })
         .collect();
@@ -206,11 +240,23 @@ pub fn translate(sampling: &Sampling) -> Vec<Figure> {
 
     let mut tlb = Iotlb::new(IotlbConfig::gem5_main_tlb()).expect("valid");
     for i in 0..64u64 {
-        tlb.insert(Asid(1), Iova::new(0x10_0000 + i * SZ_4K), PhysAddr::new(0x8000_0000 + i * SZ_4K), SZ_4K, Prot::READ_WRITE)
-            .expect("insert");
-    }
-    tlb.insert(Asid(1), Iova::new(0x4000_0000), PhysAddr::new(0x4000_0000), SZ_2M, Prot::READ_WRITE)
+        tlb.insert(
+            Asid(1),
+            Iova::new(0x10_0000 + i * SZ_4K),
+            PhysAddr::new(0x8000_0000 + i * SZ_4K),
+            SZ_4K,
+            Prot::READ_WRITE,
+        )
         .expect("insert");
+    }
+    tlb.insert(
+        Asid(1),
+        Iova::new(0x4000_0000),
+        PhysAddr::new(0x4000_0000),
+        SZ_2M,
+        Prot::READ_WRITE,
+    )
+    .expect("insert");
     let mut lookup = |i: u64, work: &mut WorkRecord| {
         let hit = tlb.lookup(Asid(1), Iova::new(0x10_0000 + (i % 64) * SZ_4K + 8), work);
         std::hint::black_box(hit.expect("cached"));
@@ -225,7 +271,8 @@ pub fn translate(sampling: &Sampling) -> Vec<Figure> {
 
 fn strict_domain() -> Domain {
     let table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).expect("valid");
-    let alloc = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48))).expect("valid");
+    let alloc =
+        LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48))).expect("valid");
     Domain::translated(
         DomainConfig::new(DomainId(1), DomainMode::Strict),
         Box::new(table),

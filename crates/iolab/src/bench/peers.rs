@@ -19,9 +19,22 @@ pub const PAGE: u64 = 4096;
 pub fn vm_allocator_alloc_free(live: usize, sampling: &Sampling) -> f64 {
     let mut a = AddressAllocator::new(SPACE_START, SPACE_END - SPACE_START).expect("valid range");
     let a = std::cell::RefCell::new(&mut a);
+    // Place the live set top-down, packed and size-aligned, as the IOVA allocators do.
+    let mut cursor = SPACE_END;
     churn_ns_per_op(
         sampling,
         live,
+        |pages| {
+            let size = pages * PAGE;
+            cursor = (cursor - size) & !(size.next_power_of_two() - 1);
+            a.borrow_mut()
+                .allocate(
+                    size,
+                    size.next_power_of_two(),
+                    AllocPolicy::ExactMatch(cursor),
+                )
+                .expect("free space at the cursor")
+        },
         |pages| {
             let size = pages * PAGE;
             a.borrow_mut()
@@ -35,17 +48,15 @@ pub fn vm_allocator_alloc_free(live: usize, sampling: &Sampling) -> f64 {
 /// range-alloc's `RangeAllocator` under the churn workload.
 pub fn range_alloc_alloc_free(live: usize, sampling: &Sampling) -> f64 {
     let a = std::cell::RefCell::new(RangeAllocator::new(SPACE_START..SPACE_END));
-    churn_ns_per_op(
-        sampling,
-        live,
-        |pages| {
-            let size = pages * PAGE;
-            a.borrow_mut()
-                .allocate_range_aligned(size, size.next_power_of_two())
-                .expect("benchmark space is large enough")
-        },
-        |r| a.borrow_mut().free_range(r),
-    )
+    let alloc = |pages: u64| {
+        let size = pages * PAGE;
+        a.borrow_mut()
+            .allocate_range_aligned(size, size.next_power_of_two())
+            .expect("benchmark space is large enough")
+    };
+    churn_ns_per_op(sampling, live, alloc, alloc, |r| {
+        a.borrow_mut().free_range(r)
+    })
 }
 
 /// aarch64-paging's identity map: map `size` bytes then unmap them (remap as invalid).
