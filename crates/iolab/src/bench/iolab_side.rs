@@ -29,7 +29,10 @@ pub type Figure = (&'static str, f64, Vec<(String, f64)>);
 /// Operations in the untimed pass that counts work per operation.
 const WORK_PASS_OPS: u64 = 10_000;
 
-fn allocators() -> Vec<(&'static str, Box<dyn Fn() -> Arc<dyn IovaAllocator>>)> {
+/// A named constructor of a fresh instance.
+type Maker<T> = (&'static str, Box<dyn Fn() -> T>);
+
+fn allocators() -> Vec<Maker<Arc<dyn IovaAllocator>>> {
     let space = || IovaSpaceConfig::new(PAGE, Iova::new(SPACE_END));
     vec![
         (
@@ -122,7 +125,7 @@ fn per_op(work: &WorkRecord, ops: u64) -> Vec<(String, f64)> {
 /// so table pages stay allocated, as they do in the peer (aarch64-paging never frees tables).
 pub fn pgtable_map_unmap(size: u64, sampling: &Sampling) -> Vec<Figure> {
     let mut out = Vec::new();
-    let mut formats: Vec<(&'static str, Box<dyn Fn() -> Box<dyn IoPageTable>>)> = vec![(
+    let mut formats: Vec<Maker<Box<dyn IoPageTable>>> = vec![(
         "lpae-4k",
         Box::new(|| Box::new(LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).expect("valid"))),
     )];
