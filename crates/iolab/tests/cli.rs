@@ -1,0 +1,86 @@
+//! The `iolab` binary as a user runs it: exit codes, messages and output shapes.
+
+use std::process::{Command, Output};
+
+fn iolab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(args)
+        .output()
+        .expect("the iolab binary runs")
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = iolab(&["version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("iolab {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = iolab(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["reproduce", "bench", "version"] {
+        assert!(text.contains(cmd), "--help lacks {cmd}: {text}");
+    }
+}
+
+#[test]
+fn an_unknown_flag_is_bad_input_with_exit_code_2() {
+    let out = iolab(&["bench", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn an_unknown_experiment_is_bad_input_naming_the_choices() {
+    let out = iolab(&["reproduce", "no-such-experiment"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-experiment") && err.contains("smmuv3-cmdq"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_json_has_every_record_the_issue_names() {
+    let out = iolab(&["bench", "--quick", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let results = json["results"].as_array().expect("a results array");
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["name"].as_str().expect("a name"))
+        .collect();
+    for live in [0, 10_000, 100_000] {
+        for allocator in ["linux", "magazine", "gaptree"] {
+            let name = format!("iova_alloc_free/{allocator}/{live}");
+            assert!(
+                names.contains(&name.as_str()),
+                "missing {name} in {names:?}"
+            );
+        }
+    }
+    for name in [
+        "pgtable_map_unmap/lpae-4k/4k",
+        "pgtable_map_unmap/lpae-4k/2m",
+        "translate/lpae-4k-walk",
+    ] {
+        assert!(names.contains(&name), "missing {name}");
+    }
+    for r in results {
+        assert!(r["ns_per_op"].as_f64().expect("ns_per_op is a number") > 0.0);
+        if r["name"].as_str().unwrap().starts_with("iova_alloc_free/") {
+            assert_eq!(r["peer"], "vm-allocator AddressAllocator");
+            assert!(r["peer_ns_per_op"].as_f64().expect("peer figure") > 0.0);
+        }
+    }
+}
