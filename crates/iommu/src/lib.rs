@@ -7,6 +7,7 @@
 //! - [`mem`]: sparse simulated physical memory with real bytes.
 //! - [`pgtable`]: IO page-table formats (ARM LPAE, POWER TCE, SBA I/O pdir).
 //! - [`iova`]: IOVA allocators (Linux tree, magazines, gap tree, POWER pools, SBA bitmap).
+//! - [`iotlb`]: set-associative IOTLB and per-level walk caches, with real stale entries.
 //! - [`dma`]: the DMA API (domains, modes, scatter-gather merging, flush queues) and the
 //!   device side (translate, `dma_read`, `dma_write`).
 //! - [`work`]: work records, the exact counts of primitive steps every operation returns.

@@ -1,3 +1,5 @@
 //! # iolab-sim: the virtual-time lab (being written)
 #![warn(missing_docs)]
+pub mod block;
 pub mod cost;
+pub mod experiment;

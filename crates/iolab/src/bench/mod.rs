@@ -8,6 +8,8 @@ mod harness;
 mod iolab_side;
 mod peers;
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 pub use harness::Sampling;
@@ -31,8 +33,8 @@ pub struct BenchRecord {
     pub other_peers: Vec<PeerFigure>,
     /// Exact work counted per operation by the stack (for example tree nodes visited),
     /// averaged over the timed operations; absent for peers, which count nothing.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub work_per_op: Vec<(String, f64)>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub work_per_op: BTreeMap<String, f64>,
 }
 
 /// A peer crate's figure.
@@ -115,7 +117,7 @@ fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure])
                 ns_per_op: round2(p.ns_per_op),
             })
             .collect(),
-        work_per_op: work,
+        work_per_op: work.into_iter().collect(),
     }
 }
 
