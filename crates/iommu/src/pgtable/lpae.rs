@@ -738,6 +738,7 @@ impl LpaeTable {
     /// checked the cap.
     #[inline]
     fn alloc_table(&mut self, work: &mut WorkRecord) -> usize {
+        debug_assert!(self.live_pages < self.max_pages, "table cap not checked");
         work.tables_allocated += 1;
         if !self.config.coherent_walk {
             work.cache_cleans += 1;
@@ -1642,6 +1643,36 @@ mod tests {
         let work = map(&mut t, 0x1000, 0x1000, 2 * SZ_4K, Prot::READ);
         // Three new tables (one clean each), three table descriptors, one batch of leaves.
         assert_eq!(work.cache_cleans, 7);
+    }
+
+    #[test]
+    fn non_coherent_unmap_counts_one_clean_per_batch() {
+        let config = LpaeConfig::new(SZ_4K, 48, 48).with_coherent_walk(false);
+        let mut t = LpaeTable::new(config).unwrap();
+        map(&mut t, 0x1000, 0x1000, 2 * SZ_4K, Prot::READ);
+        let mut work = WorkRecord::new();
+
+        t.unmap(
+            Iova::new(0x1000),
+            2 * SZ_4K,
+            &mut UnmapGather::new(),
+            &mut work,
+        )
+        .unwrap();
+
+        // One batch of two leaves, then three table descriptors as the tables empty.
+        assert_eq!((work.ptes_cleared, work.cache_cleans), (5, 4));
+    }
+
+    #[test]
+    fn read_descriptor_rejects_addresses_that_are_not_live_tables() {
+        let t = table(SZ_4K, 39);
+        let root = t.root_pa();
+        assert_eq!(t.read_descriptor(root, 511), Some(0));
+        assert_eq!(t.read_descriptor(root, 512), None);
+        assert_eq!(t.read_descriptor(root.add(8), 0), None);
+        assert_eq!(t.read_descriptor(root.add(SZ_4K), 0), None);
+        assert_eq!(t.read_descriptor(PhysAddr::new(0), 0), None);
     }
 
     // ---- Unmap and the gather ----

@@ -138,7 +138,7 @@ pub struct SbaPdir {
 }
 
 impl SbaPdir {
-    /// Builds an empty pdir for a validated `config`.
+    /// Validates `config` and builds an empty pdir.
     pub fn new(config: SbaConfig) -> Result<Self, SbaConfigError> {
         let SbaConfig {
             iova_base: base,

@@ -205,7 +205,7 @@ pub struct TceTable {
 }
 
 impl TceTable {
-    /// Builds an empty table for a validated `config`.
+    /// Validates `config` and builds an empty table.
     pub fn new(config: TceConfig) -> Result<Self, TceConfigError> {
         let TceConfig {
             window_offset: offset,
