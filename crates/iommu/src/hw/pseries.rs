@@ -309,6 +309,20 @@ pub enum PseriesError {
         /// TCEs available.
         available: u64,
     },
+    /// A window size that is not a power of two.
+    #[error("DDW size {size:#x} is not a power of two")]
+    BadWindowSize {
+        /// The size asked for.
+        size: u64,
+    },
+    /// The window would overflow the bus address space or overlap the default window.
+    #[error("A DDW of {size:#x} bytes at {addr:#x} overflows or overlaps the default window")]
+    BadWindowPlace {
+        /// The window address.
+        addr: u64,
+        /// The window size.
+        size: u64,
+    },
     /// The window does not map all memory and the policy allows only direct windows.
     #[error("A window of 2^{window_shift} bytes cannot map all {memory:#x} bytes of memory")]
     NotDirect {
@@ -865,16 +879,20 @@ impl PseriesIommu {
     }
 
     /// `ibm,create-pe-dma-window` with TCE pages of `2^page_shift` bytes and a window of
-    /// `2^window_shift` bytes, then its setup: a direct map when the window holds all memory
-    /// (pre-mapped now, counted in `work` and [`PseriesStats::premap_hypercalls`]), else a
-    /// dynamic window if the policy allows it.
+    /// `window_size` bytes (a power of two), then its setup: a direct map when the window
+    /// holds all memory (pre-mapped now, counted in `work` and
+    /// [`PseriesStats::premap_hypercalls`]), else a dynamic window if the policy allows it.
     pub fn create_ddw(
         &self,
         page_shift: u32,
-        window_shift: u32,
+        window_size: u64,
         work: &mut WorkRecord,
     ) -> Result<DdwInfo, PseriesError> {
         let d = self.ddw_config()?;
+        if !window_size.is_power_of_two() {
+            return Err(PseriesError::BadWindowSize { size: window_size });
+        }
+        let window_shift = window_size.trailing_zeros();
         let mut slot = self.ddw.write();
         if slot.is_some() {
             return Err(PseriesError::DdwExists);
@@ -902,7 +920,15 @@ impl PseriesIommu {
                 available: d.largest_available_block,
             });
         }
-        let size = 1u64 << window_shift;
+        let size = window_size;
+        let overlaps_default = d.window_addr < self.default.offset + self.default.size
+            && self.default.offset < d.window_addr.saturating_add(size);
+        if d.window_addr.checked_add(size).is_none() || overlaps_default {
+            return Err(PseriesError::BadWindowPlace {
+                addr: d.window_addr,
+                size,
+            });
+        }
         let number = match self.ddw_number.fetch_add(1, Ordering::Relaxed) {
             0 => self.ddw_number.fetch_add(1, Ordering::Relaxed),
             n => n,
@@ -984,7 +1010,8 @@ impl PseriesIommu {
         } else {
             return Ok(None);
         };
-        self.create_ddw(page_shift, window_shift, work).map(Some)
+        self.create_ddw(page_shift, 1u64 << window_shift, work)
+            .map(Some)
     }
 
     /// Pre-maps all memory into a direct window: `tce_setrange_multi_pSeriesLP` over one
@@ -1570,7 +1597,7 @@ mod tests {
         });
         assert_eq!(old.enable_ddw(&mut w), Ok(None));
         assert!(matches!(
-            old.create_ddw(16, 38, &mut w),
+            old.create_ddw(16, 256 * GIB, &mut w),
             Err(PseriesError::NotDirect { .. })
         ));
         let off = pseries(|c| {
@@ -1640,15 +1667,19 @@ mod tests {
             (1, GIB >> 16)
         );
         assert!(matches!(
-            p.create_ddw(21, 30, &mut w),
+            p.create_ddw(21, GIB, &mut w),
             Err(PseriesError::UnsupportedPageShift { shift: 21, .. })
         ));
         assert!(matches!(
-            p.create_ddw(16, 31, &mut w),
+            p.create_ddw(16, 2 * GIB, &mut w),
             Err(PseriesError::WindowTooLarge { .. })
         ));
-        p.create_ddw(16, 30, &mut w).unwrap();
-        assert_eq!(p.create_ddw(16, 30, &mut w), Err(PseriesError::DdwExists));
+        assert_eq!(
+            p.create_ddw(16, GIB + 1, &mut w),
+            Err(PseriesError::BadWindowSize { size: GIB + 1 })
+        );
+        p.create_ddw(16, GIB, &mut w).unwrap();
+        assert_eq!(p.create_ddw(16, GIB, &mut w), Err(PseriesError::DdwExists));
         assert_eq!(p.query_pe_dma_window().unwrap().windows_available, 0);
         p.remove_ddw(&mut w).unwrap();
         assert_eq!(p.remove_ddw(&mut w), Err(PseriesError::NoDdw));

@@ -457,6 +457,13 @@ impl SbaIommu {
         dma >= self.cfg.iova_base && dma < self.window_end()
     }
 
+    /// Whether `len` bytes at `pa` can bypass for `dev`: the mask reaches them, and they do
+    /// not overlap the IOV window (firmware places the window where there is no memory;
+    /// a bus address inside it would be translated).
+    fn can_bypass(&self, dev: &Device, pa: u64, len: u64) -> bool {
+        dev.reaches(pa, len) && (pa + len <= self.cfg.iova_base || pa >= self.window_end())
+    }
+
     /// Takes one slot of the live-mapping cap.
     fn take_slot(&self) -> Result<(), DmaError> {
         if self.live.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_mappings {
@@ -631,7 +638,7 @@ impl SbaIommu {
         work: &mut WorkRecord,
     ) -> Result<(u64, Option<StreamMap>), DmaError> {
         check_buffer(pa, len)?;
-        if self.cfg.allow_bypass && dev.reaches(pa.get(), len) {
+        if self.cfg.allow_bypass && self.can_bypass(dev, pa.get(), len) {
             self.totals.bypass_maps.fetch_add(1, Ordering::Relaxed);
             return Ok((pa.get(), None));
         }
@@ -777,7 +784,9 @@ impl DmaPath for SbaIommu {
         };
         let bypass_all = self.cfg.allow_bypass_sg
             && self.cfg.ioc_dma_mask & !dev.dma_mask() == 0
-            && entries.iter().all(|e| dev.reaches(e.pa.get(), e.len));
+            && entries
+                .iter()
+                .all(|e| self.can_bypass(dev, e.pa.get(), e.len));
         if bypass_all {
             self.totals.bypass_sg.fetch_add(1, Ordering::Relaxed);
             let segments = entries
