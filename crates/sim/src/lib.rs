@@ -1,2 +1,3 @@
 //! # iolab-sim: the virtual-time lab (being written)
 #![warn(missing_docs)]
+pub mod cost;

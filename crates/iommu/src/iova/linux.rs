@@ -1100,6 +1100,32 @@ mod tests {
     }
 
     #[test]
+    fn second_pass_finds_space_freed_above_the_32bit_cursor() {
+        // 16 pages below 4 GiB and 4 above.
+        let mut cfg = IovaSpaceConfig::new(G, Iova::new(SZ_4G + 4 * G));
+        cfg.start_pfn = SZ_4G / G - 16;
+        let a = LinuxIovaAllocator::new(cfg).unwrap();
+        let mut w = WorkRecord::new();
+        let unaligned = |pages, limit| AllocRequest {
+            size_aligned: false,
+            ..req(pages, limit)
+        };
+        // A 64-bit block straddling 4 GiB, then the 12 pages below it for 32-bit requests.
+        let straddle = a.alloc(unaligned(8, 1 << 48), &mut w).unwrap();
+        assert_eq!(straddle.start, Iova::new(SZ_4G - 4 * G));
+        for _ in 0..12 {
+            a.alloc(unaligned(1, SZ_4G), &mut w).unwrap();
+        }
+        // Freeing it does not move the 32-bit cursor (the block ends above 4 GiB).
+        a.free(straddle, 0, &mut w).unwrap();
+
+        let b = a.alloc(unaligned(1, SZ_4G), &mut w).unwrap();
+
+        assert_eq!(b.start, Iova::new(SZ_4G - G));
+        check(&a);
+    }
+
+    #[test]
     fn freeing_above_the_cursor_moves_it_up() {
         let a = alloc_64(64 * G);
         let mut w = WorkRecord::new();

@@ -367,6 +367,13 @@ impl LpaeWalk {
     }
 }
 
+/// A level as an index into the per-level arrays (levels are 0..=3; the mask lets the
+/// compiler drop the bounds check).
+#[inline(always)]
+fn lv(level: u32) -> usize {
+    (level & 3) as usize
+}
+
 /// Bookkeeping of one table page of the arena.
 #[derive(Clone, Copy, Debug, Default)]
 struct PageMeta {
@@ -388,6 +395,8 @@ pub struct LpaeTable {
     index_masks: [u64; 4],
     /// Whether a leaf (page or block) may sit at each level.
     leaf_level: [bool; 4],
+    /// The level whose entries map `2^shift` bytes, indexed by `shift` (leaf sizes only).
+    level_of_shift: [u8; 64],
     page_sizes: u64,
     table_base: u64,
     max_pages: usize,
@@ -483,6 +492,7 @@ impl LpaeTable {
         let mut shifts = [0; 4];
         let mut index_masks = [0; 4];
         let mut leaf_level = [false; 4];
+        let mut level_of_shift = [0u8; 64];
         let mut page_sizes = 0;
         for level in start_level..4 {
             let shift = spec::level_shift(granule_shift, level);
@@ -496,6 +506,7 @@ impl LpaeTable {
             // Blocks: 4K granule at levels 1 and 2; 16K and 64K at level 2 only.
             let leaf = level == 3 || level == 2 || (granule_shift == 12 && level == 1);
             leaf_level[level as usize] = leaf;
+            level_of_shift[shift as usize] = level as u8;
             if leaf {
                 page_sizes |= 1u64 << shift;
             }
@@ -507,6 +518,7 @@ impl LpaeTable {
             shifts,
             index_masks,
             leaf_level,
+            level_of_shift,
             page_sizes,
             table_base,
             max_pages,
@@ -617,7 +629,7 @@ impl LpaeTable {
                     pa,
                     size_shift,
                     prot,
-                } if self.leaf_level[level as usize] => {
+                } if self.leaf_level[lv(level)] => {
                     let page_size = 1u64 << size_shift;
                     walk.translation = Some(Translation {
                         pa: pa.add(iova & (page_size - 1)),
@@ -656,7 +668,7 @@ impl LpaeTable {
     /// Index of the descriptor for `iova` in a table at `level`.
     #[inline]
     fn index(&self, level: u32, iova: u64) -> usize {
-        ((iova >> self.shifts[level as usize]) & self.index_masks[level as usize]) as usize
+        ((iova >> self.shifts[lv(level)]) & self.index_masks[lv(level)]) as usize
     }
 
     /// Position in `entries` of the descriptor for `iova` in the table in `slot` at `level`.
@@ -675,7 +687,7 @@ impl LpaeTable {
     /// Whether a whole entry at `level` can be one leaf for a mapping with this `delta`.
     #[inline]
     fn leaf_fits(&self, level: u32, delta: u64) -> bool {
-        self.leaf_level[level as usize] && delta & ((1u64 << self.shifts[level as usize]) - 1) == 0
+        self.leaf_level[lv(level)] && delta & ((1u64 << self.shifts[lv(level)]) - 1) == 0
     }
 
     /// Whether `[start, end)` lies under one entry of the table at `level - 1`, that is in
@@ -683,7 +695,7 @@ impl LpaeTable {
     #[inline]
     fn in_one_table(&self, level: u32, start: u64, end: u64) -> bool {
         level == self.start_level || {
-            let parent = self.shifts[level as usize - 1];
+            let parent = self.shifts[lv(level - 1)];
             start >> parent == (end - 1) >> parent
         }
     }
@@ -804,7 +816,7 @@ impl LpaeTable {
             work.cache_cleans += 1;
         }
         self.free_table(child, work);
-        let shift = self.shifts[level as usize];
+        let shift = self.shifts[lv(level)];
         gather.add_freed_table(FreedTable {
             table_pa: PhysAddr::new(self.slot_pa(child)),
             level: level + 1,
@@ -820,13 +832,13 @@ impl LpaeTable {
     #[inline]
     fn map_fast(&mut self, start: u64, end: u64, plan: MapPlan, work: &mut WorkRecord) -> Fast {
         let size = end - start;
-        // The largest leaf level every piece can use; level 3 always qualifies.
-        let mut leaf = self.start_level;
-        while !(self.leaf_level[leaf as usize]
-            && (start | size | plan.delta) & ((1u64 << self.shifts[leaf as usize]) - 1) == 0)
-        {
-            leaf += 1;
-        }
+        // The largest page size every piece can use: the largest supported size that divides
+        // the IOVA, the size and the physical address (the granule always does).
+        let align = start | size | plan.delta;
+        let low = align & align.wrapping_neg();
+        let fits = self.page_sizes & (low | (low - 1));
+        let leaf_shift = 63 - fits.leading_zeros();
+        let leaf = u32::from(self.level_of_shift[leaf_shift as usize & 63]);
         // Within one table at `leaf`, no larger page fits (the leaf level above would have
         // qualified), so this is exactly the general path's plan.
         if !self.in_one_table(leaf, start, end) {
@@ -848,7 +860,7 @@ impl LpaeTable {
             slot = self.slot_of_desc(desc);
             level += 1;
         }
-        let shift = self.shifts[leaf as usize];
+        let shift = self.shifts[lv(leaf)];
         let first = self.pos(slot, leaf, start);
         let count = (size >> shift) as usize;
         if level == leaf {
@@ -914,7 +926,7 @@ impl LpaeTable {
         delta: u64,
         work: &mut WorkRecord,
     ) -> Result<usize, PgTableError> {
-        let size = 1u64 << self.shifts[level as usize];
+        let size = 1u64 << self.shifts[lv(level)];
         let mut needed = 0usize;
         let mut x = start;
         while x < end {
@@ -942,7 +954,7 @@ impl LpaeTable {
     /// Table pages needed to map `[start, end)` below an invalid entry, starting with a new
     /// table at `level`. Computed without reading anything.
     fn fresh_tables(&self, level: u32, start: u64, end: u64, delta: u64) -> usize {
-        let shift = self.shifts[level as usize];
+        let shift = self.shifts[lv(level)];
         let size = 1u64 << shift;
         let mut needed = 1usize;
         let mut x = start;
@@ -986,7 +998,7 @@ impl LpaeTable {
         plan: MapPlan,
         work: &mut WorkRecord,
     ) {
-        let size = 1u64 << self.shifts[level as usize];
+        let size = 1u64 << self.shifts[lv(level)];
         let leaf_fits = self.leaf_fits(level, plan.delta);
         let kind = if level == 3 {
             spec::DESC_TYPE_PAGE
@@ -1045,7 +1057,7 @@ impl LpaeTable {
         loop {
             let desc = self.entries[self.pos(slot, level, start)];
             reads += 1;
-            path[level as usize] = slot;
+            path[lv(level)] = slot;
             if desc & spec::DESC_VALID == 0 {
                 work.pte_reads += reads;
                 return Fast::Done(Err(PgTableError::NotMapped { iova: start }));
@@ -1056,7 +1068,7 @@ impl LpaeTable {
             slot = self.slot_of_desc(desc);
             level += 1;
         }
-        let shift = self.shifts[level as usize];
+        let shift = self.shifts[lv(level)];
         let size = end - start;
         if start & ((1u64 << shift) - 1) != 0 {
             work.pte_reads += reads;
@@ -1104,7 +1116,7 @@ impl LpaeTable {
         gather.add(Iova::new(start), size, 1u64 << shift);
         self.mapped -= size;
         while level > self.start_level && self.meta[slot].valid == 0 {
-            let parent = path[level as usize - 1];
+            let parent = path[lv(level - 1)];
             self.remove_table(parent, level - 1, slot, start, gather, work);
             slot = parent;
             level -= 1;
@@ -1123,7 +1135,7 @@ impl LpaeTable {
         request: (u64, u64),
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        let size = 1u64 << self.shifts[level as usize];
+        let size = 1u64 << self.shifts[lv(level)];
         let mut x = start;
         while x < end {
             let entry_start = x & !(size - 1);
@@ -1165,7 +1177,7 @@ impl LpaeTable {
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) -> u64 {
-        let size = 1u64 << self.shifts[level as usize];
+        let size = 1u64 << self.shifts[lv(level)];
         let coherent = self.config.coherent_walk;
         let mut removed = 0;
         // The run of leaves cleared since the last descent: one gather range, one clean.
@@ -1312,7 +1324,7 @@ impl IoPageTable for LpaeTable {
                 level += 1;
                 continue;
             }
-            let page_size = 1u64 << self.shifts[level as usize];
+            let page_size = 1u64 << self.shifts[lv(level)];
             let base = desc & spec::oa_mask(self.granule_shift) & !(page_size - 1);
             break Some(Translation {
                 pa: PhysAddr::new(base | (iova & (page_size - 1))),

@@ -1,0 +1,1319 @@
+//! The cost model: platform profiles turn work records into virtual time.
+//!
+//! The functional stack (`iolab-iommu`) reports *what* an operation did as exact step counts
+//! in a [`WorkRecord`]. A [`PlatformProfile`] says what each step costs on one machine: CPU
+//! clock, per-step CPU costs, atomic and cache-line costs, lock costs, MMIO latencies, the
+//! IOMMU's own timings, hypercall costs and copy bandwidth. Every value carries a `source`:
+//! a citation or an `assumption: ...` with its reasoning (docs/MODEL.md lists them all).
+//!
+//! Profiles are TOML files (the bundled ones live in `scenarios/platforms/` and are also
+//! compiled into the binary, see [`PlatformProfile::bundled`]). A cost entry looks like
+//!
+//! ```toml
+//! [cpu.pte_write]
+//! value = 15
+//! unit = "cycles"          # optional: "ns" (the default) or "cycles" at cpu.clock_ghz
+//! source = "assumption: build one descriptor and store it to an L1-resident table"
+//! ```
+//!
+//! # What the conversion covers (the split with the engine)
+//!
+//! [`CpuCostModel`] precomputes one weight per [`WorkRecord`] counter so that a conversion is
+//! a dot product. Each counter is charged in exactly one way, listed in [`COUNTER_CHARGES`]:
+//!
+//! - [`Charge::Cpu`]: uncontended CPU time of the calling thread, summed by
+//!   [`CpuCostModel::cpu_ns`] (page-table and allocator steps, command writes, uncontended
+//!   atomics, MMIO accesses).
+//! - [`Charge::Translation`]: time the IOMMU adds to the device's DMA (IOTLB lookups, walk
+//!   reads), summed by [`CpuCostModel::translation_ns`].
+//! - [`Charge::Hypervisor`]: time spent in the hypervisor (hypercalls and the TCEs they touch),
+//!   summed by [`CpuCostModel::hypervisor_ns`]; it fails if the profile has no hypervisor.
+//! - [`Charge::Engine`]: waits on shared hardware the engine models itself (command-queue
+//!   consumption and syncs, register flush polling, SBA purges), using the profile's
+//!   [`IommuCosts`] accessors. Counting them as CPU time would double-count the wait.
+//! - [`Charge::NotCharged`]: counts that carry no cost of their own (the work is charged
+//!   through another counter, or by the engine's link and device models).
+//!
+//! Lock acquisitions (`WorkRecord::locks`) are *not* in `cpu_ns`: the engine models locks as
+//! contended resources and charges [`CpuCostModel::lock_uncontended_ns`] per acquisition and
+//! [`SyncCosts::lock_handoff`] per hand-off itself. [`CpuCostModel::locks_uncontended_ns`]
+//! is there for callers that do not model a lock as a resource.
+//!
+//! All conversions return `f64` nanoseconds, summed in a fixed order, so results are
+//! deterministic; the engine rounds to its integer time base where it schedules events.
+
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::Path;
+
+use iolab_iommu::work::{LockId, WorkRecord};
+use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+
+// ---------------------------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------------------------
+
+/// The unit a [`Cost`] value is written in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum Unit {
+    /// Nanoseconds (the default).
+    #[default]
+    #[serde(rename = "ns")]
+    Ns,
+    /// CPU cycles at the profile's `cpu.clock_ghz`.
+    #[serde(rename = "cycles")]
+    Cycles,
+}
+
+impl Unit {
+    /// The unit as written in profiles and tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Ns => "ns",
+            Unit::Cycles => "cycles",
+        }
+    }
+}
+
+/// One time cost with its source.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cost {
+    /// The value, in [`Cost::unit`]s; finite and `>= 0`.
+    pub value: f64,
+    /// The unit of `value` (`"ns"` unless the entry says `"cycles"`).
+    #[serde(default)]
+    pub unit: Unit,
+    /// A citation, or `assumption: ...` with the reasoning. Never empty.
+    pub source: String,
+    /// The value in nanoseconds, resolved against the CPU clock when the profile is loaded.
+    #[serde(skip)]
+    ns: f64,
+}
+
+impl Cost {
+    /// The cost in nanoseconds (cycles are converted at the profile's CPU clock).
+    #[inline]
+    pub fn ns(&self) -> f64 {
+        self.ns
+    }
+}
+
+/// A bandwidth with its source.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bandwidth {
+    /// Gigabytes (10^9 bytes) per second, which is also bytes per nanosecond; finite, `> 0`.
+    pub gb_per_s: f64,
+    /// A citation, or `assumption: ...` with the reasoning. Never empty.
+    pub source: String,
+}
+
+impl Bandwidth {
+    /// Nanoseconds to move `bytes` at this bandwidth.
+    #[inline]
+    pub fn ns_for(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.gb_per_s
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups
+// ---------------------------------------------------------------------------------------------
+
+/// Declares a cost group: a struct whose `costs` are all [`Cost`]s (listed in `FIELDS`),
+/// with optional leading `plain` fields of other types.
+macro_rules! cost_group {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            plain { $( $(#[$pmeta:meta])* $pfield:ident : $pty:ty ),* $(,)? }
+            costs { $( $(#[$fmeta:meta])* $field:ident ),* $(,)? }
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $( $(#[$pmeta])* pub $pfield: $pty, )*
+            $( $(#[$fmeta])* pub $field: Cost, )*
+        }
+
+        impl $name {
+            /// The names of this group's cost fields, in declaration order.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            #[allow(dead_code)] // unused by groups without costs
+            fn entries(&self) -> Vec<(&'static str, &Cost)> {
+                vec![$((stringify!($field), &self.$field)),*]
+            }
+
+            #[allow(dead_code)]
+            fn entries_mut(&mut self) -> Vec<(&'static str, &mut Cost)> {
+                vec![$((stringify!($field), &mut self.$field)),*]
+            }
+        }
+    };
+}
+
+cost_group! {
+    /// The CPU: identity and the uncontended cost of each primitive step the stack counts.
+    ///
+    /// Steps are charged per counted unit (see [`COUNTER_CHARGES`] for which counter uses
+    /// which field); the work a step triggers elsewhere (locks, commands, MMIO) is counted
+    /// and charged separately, so these are the step's own costs only.
+    pub struct CpuCosts {
+        plain {
+            /// The core model, e.g. `"Cortex-A57"`.
+            model: String,
+            /// The clock in GHz, used to convert `unit = "cycles"` entries; `> 0`.
+            clock_ghz: f64,
+            /// Cores (logical CPUs) the lab can run threads on; `>= 1`.
+            cores: u32,
+            /// Where model, clock and core count come from.
+            source: String,
+        }
+        costs {
+            /// Writing one page-table entry (leaf or table descriptor).
+            pte_write,
+            /// Clearing one page-table entry.
+            pte_clear,
+            /// Reading one page-table entry during a software walk.
+            pte_read,
+            /// Allocating (and zeroing) one page-table page.
+            table_alloc,
+            /// Freeing one page-table page.
+            table_free,
+            /// One cache clean for a non-coherent table walker (per PTE write batch).
+            cache_clean,
+            /// Visiting one IOVA-tree node (search, insert, delete, rebalance).
+            tree_node_visit,
+            /// One tree rotation while rebalancing.
+            tree_rotation,
+            /// A per-CPU magazine cache hit.
+            magazine_hit,
+            /// A per-CPU magazine cache miss (the bookkeeping before falling to the tree).
+            magazine_miss,
+            /// Exchanging one magazine with the shared depot.
+            depot_exchange,
+            /// The fixed part of flushing all per-CPU caches after an allocation failure.
+            rcache_flush,
+            /// Scanning one 64-bit bitmap word.
+            bitmap_word_scan,
+            /// The error path of one failed IOVA allocation.
+            alloc_failure,
+            /// Driver bookkeeping for one gathered range invalidation.
+            inval_range,
+            /// Driver bookkeeping per page covered by a range invalidation.
+            inval_page,
+            /// Driver bookkeeping for one walk-cache (table) invalidation.
+            inval_walk,
+            /// Driver bookkeeping for one whole-domain invalidation.
+            inval_domain,
+            /// Queueing one IOVA on a lazy flush queue.
+            flush_queue_add,
+            /// The fixed part of one lazy flush-queue flush.
+            flush_queue_flush,
+            /// Returning one IOVA from a flush queue after its flush completed.
+            flush_queue_free,
+            /// Building and writing one 16-byte command into an IOMMU command queue.
+            command_write,
+            /// The extra work of one command-queue owner election won.
+            owner_election,
+            /// One system call entry and exit (charged by workloads, not by work records).
+            syscall,
+        }
+    }
+}
+
+cost_group! {
+    /// Synchronisation primitives, uncontended; the engine adds contention itself.
+    pub struct SyncCosts {
+        plain {}
+        costs {
+            /// An uncontended atomic read-modify-write (CAS, fetch-add) on an owned line.
+            atomic_rmw,
+            /// Moving one dirty cache line from another core (a failed CAS pays one).
+            cacheline_transfer,
+            /// Acquiring and releasing an uncontended spinlock.
+            lock_acquire_release,
+            /// Handing a contended lock to the next waiter (release to waiter's ownership).
+            lock_handoff,
+        }
+    }
+}
+
+cost_group! {
+    /// Device-register (MMIO) accesses from the CPU.
+    pub struct MmioCosts {
+        plain {}
+        costs {
+            /// A non-posted register read: the CPU stalls for the round trip.
+            read,
+            /// A posted register write: the CPU's cost to issue and order it.
+            write,
+        }
+    }
+}
+
+cost_group! {
+    /// Command-queue timings (SMMUv3-style IOMMUs).
+    pub struct CmdqCosts {
+        plain {}
+        costs {
+            /// Time the IOMMU takes to fetch and execute one command.
+            command_consume,
+            /// Completion latency of a sync once the commands before it are consumed.
+            sync_latency,
+        }
+    }
+}
+
+cost_group! {
+    /// Register-flush timings (IOMMUs invalidated by a register write and a poll or read-back).
+    pub struct RegisterFlushCosts {
+        plain {}
+        costs {
+            /// Time the hardware takes to complete one flush or purge after the register write.
+            flush_duration,
+            /// The step at which software re-checks completion (the poll interval).
+            poll_interval,
+        }
+    }
+}
+
+cost_group! {
+    /// The IOMMU hardware.
+    pub struct IommuCosts {
+        plain {
+            /// The IOMMU model, e.g. `"SMMUv3"`.
+            model: String,
+            /// Where the model facts come from.
+            source: String,
+            /// Command-queue timings; present for command-queue IOMMUs only.
+            cmdq: Option<CmdqCosts>,
+            /// Register-flush timings; present for IOMMUs flushed by register write.
+            register_flush: Option<RegisterFlushCosts>,
+        }
+        costs {
+            /// One IOTLB lookup (hit or miss).
+            iotlb_lookup,
+            /// One memory read by the hardware table walker.
+            walk_read,
+            /// One walk-cache lookup.
+            walk_cache_lookup,
+        }
+    }
+}
+
+cost_group! {
+    /// Hypervisor costs for IOMMUs managed through hypercalls (POWER TCE under PowerVM).
+    pub struct HypervisorCosts {
+        plain {}
+        costs {
+            /// A hypercall's base round trip (a null hypercall).
+            call,
+            /// Per TCE hypercall: invalidating the host bridge's cached TCEs.
+            tce_invalidate,
+            /// Per TCE validated and written by `H_PUT_TCE`.
+            tce_put,
+            /// Per TCE validated and written by `H_PUT_TCE_INDIRECT`.
+            tce_indirect,
+            /// Per TCE cleared by `H_STUFF_TCE`.
+            tce_stuff,
+        }
+    }
+}
+
+cost_group! {
+    /// Memory.
+    pub struct MemoryCosts {
+        plain {
+            /// Single-thread `memcpy` bandwidth (bounce buffers, copies by the CPU).
+            memcpy_bandwidth: Bandwidth,
+        }
+        costs {}
+    }
+}
+
+/// The hypercall kinds that touch TCEs, for [`HypervisorCosts::call_ns`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TceCall {
+    /// `H_PUT_TCE`: one TCE.
+    Put,
+    /// `H_PUT_TCE_INDIRECT`: up to 512 TCEs from a list page.
+    PutIndirect,
+    /// `H_STUFF_TCE`: clear up to 512 TCEs.
+    Stuff,
+}
+
+impl HypervisorCosts {
+    /// Nanoseconds for one hypercall of `kind` touching `tces` TCEs: base round trip,
+    /// host-bridge TCE invalidation, and the per-TCE cost of that call kind.
+    pub fn call_ns(&self, kind: TceCall, tces: u64) -> f64 {
+        let per_tce = match kind {
+            TceCall::Put => &self.tce_put,
+            TceCall::PutIndirect => &self.tce_indirect,
+            TceCall::Stuff => &self.tce_stuff,
+        };
+        self.call.ns() + self.tce_invalidate.ns() + tces as f64 * per_tce.ns()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The profile
+// ---------------------------------------------------------------------------------------------
+
+/// A platform profile: what each primitive step costs on one machine, with sources.
+///
+/// Build one with [`PlatformProfile::from_toml_str`], [`PlatformProfile::from_file`] or
+/// [`PlatformProfile::bundled`]; all of them validate (finite, non-negative values, a
+/// positive clock, non-empty sources) and resolve every cost to nanoseconds. The fields are
+/// public to read; after editing one in place (a scenario override, a calibrated value),
+/// call [`PlatformProfile::revalidate`] so the checks and the nanosecond values follow.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformProfile {
+    /// Short name, e.g. `"rcar-h3"`.
+    pub name: String,
+    /// One line saying what machine this is.
+    pub description: String,
+    /// CPU identity and per-step costs.
+    pub cpu: CpuCosts,
+    /// Atomics, cache-line transfers and locks.
+    pub sync: SyncCosts,
+    /// MMIO accesses.
+    pub mmio: MmioCosts,
+    /// The IOMMU hardware.
+    pub iommu: IommuCosts,
+    /// The hypervisor, for platforms whose IOMMU is driven by hypercalls.
+    pub hypervisor: Option<HypervisorCosts>,
+    /// Memory bandwidth.
+    pub memory: MemoryCosts,
+    /// Where the profile was read from (file name or `bundled:NAME`).
+    #[serde(skip)]
+    origin: String,
+}
+
+/// The bundled profiles, embedded at build time (also on disk in `scenarios/platforms/`).
+const BUNDLED: &[(&str, &str)] = &[
+    (
+        "rcar-h3",
+        include_str!("../../../scenarios/platforms/rcar-h3.toml"),
+    ),
+    (
+        "hisilicon-d05",
+        include_str!("../../../scenarios/platforms/hisilicon-d05.toml"),
+    ),
+    (
+        "hisilicon-d06",
+        include_str!("../../../scenarios/platforms/hisilicon-d06.toml"),
+    ),
+    (
+        "hp-zx1",
+        include_str!("../../../scenarios/platforms/hp-zx1.toml"),
+    ),
+    (
+        "power-lpar",
+        include_str!("../../../scenarios/platforms/power-lpar.toml"),
+    ),
+];
+
+impl PlatformProfile {
+    /// Parses and validates a profile. `origin` names the input in errors (a file name).
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self, CostError> {
+        let doc = match DeTable::parse(text) {
+            Ok(doc) => doc,
+            Err(e) => {
+                let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+                return Err(CostError::Syntax {
+                    origin: origin.to_owned(),
+                    line,
+                    column,
+                    message: e.message().to_owned(),
+                });
+            }
+        };
+        let mut profile: PlatformProfile = match toml::from_str(text) {
+            Ok(p) => p,
+            Err(e) => return Err(field_error_from_toml(text, origin, doc.get_ref(), &e)),
+        };
+        profile.origin = origin.to_owned();
+        if let Err((field, problem)) = profile.validate() {
+            let (line, column) = match span_of_path(doc.get_ref(), &field) {
+                Some(s) => {
+                    let (l, c) = line_col(text, s.start);
+                    (Some(l), Some(c))
+                }
+                None => (None, None),
+            };
+            return Err(CostError::Field {
+                origin: origin.to_owned(),
+                line,
+                column,
+                field,
+                problem,
+            });
+        }
+        profile.resolve();
+        Ok(profile)
+    }
+
+    /// Re-runs the checks after in-place edits and re-resolves every cost to nanoseconds
+    /// (cycle costs follow a changed `cpu.clock_ghz`). Errors name the field.
+    pub fn revalidate(&mut self) -> Result<(), CostError> {
+        if let Err((field, problem)) = self.validate() {
+            return Err(CostError::Field {
+                origin: self.origin.clone(),
+                line: None,
+                column: None,
+                field,
+                problem,
+            });
+        }
+        self.resolve();
+        Ok(())
+    }
+
+    /// Reads, parses and validates a profile file. Errors name the file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, CostError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| CostError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// A bundled profile by name (see [`PlatformProfile::bundled_names`]).
+    pub fn bundled(name: &str) -> Result<Self, CostError> {
+        let text = Self::bundled_toml(name).ok_or_else(|| CostError::UnknownBundled {
+            name: name.to_owned(),
+            known: Self::bundled_names().join(", "),
+        })?;
+        Self::from_toml_str(text, &format!("scenarios/platforms/{name}.toml"))
+    }
+
+    /// The TOML text of a bundled profile, as embedded in the binary.
+    pub fn bundled_toml(name: &str) -> Option<&'static str> {
+        BUNDLED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    }
+
+    /// The names of the bundled profiles.
+    pub fn bundled_names() -> Vec<&'static str> {
+        BUNDLED.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// Where this profile was read from.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The hypervisor costs, or an error naming the profile if it has none.
+    pub fn require_hypervisor(&self) -> Result<&HypervisorCosts, CostError> {
+        self.hypervisor
+            .as_ref()
+            .ok_or_else(|| self.missing("hypervisor", "hypercall costs (H_PUT_TCE, ...)"))
+    }
+
+    /// The IOMMU command-queue costs, or an error naming the profile if it has none.
+    pub fn require_cmdq(&self) -> Result<&CmdqCosts, CostError> {
+        self.iommu
+            .cmdq
+            .as_ref()
+            .ok_or_else(|| self.missing("iommu.cmdq", "a command-queue IOMMU model"))
+    }
+
+    /// The IOMMU register-flush costs, or an error naming the profile if it has none.
+    pub fn require_register_flush(&self) -> Result<&RegisterFlushCosts, CostError> {
+        self.iommu.register_flush.as_ref().ok_or_else(|| {
+            self.missing(
+                "iommu.register_flush",
+                "a register-flushed IOMMU model (IPMMU, SBA)",
+            )
+        })
+    }
+
+    fn missing(&self, group: &str, needed_for: &str) -> CostError {
+        CostError::MissingGroup {
+            origin: self.origin.clone(),
+            profile: self.name.clone(),
+            group: group.to_owned(),
+            needed_for: needed_for.to_owned(),
+        }
+    }
+
+    /// The cost at a dotted path such as `"iommu.cmdq.sync_latency"`, if this profile has it.
+    pub fn cost(&self, path: &str) -> Option<&Cost> {
+        self.costs()
+            .into_iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, c)| c)
+    }
+
+    /// Every cost this profile has, with its dotted path, in a stable order.
+    pub fn costs(&self) -> Vec<(String, &Cost)> {
+        let mut out = Vec::new();
+        collect(&mut out, "cpu", self.cpu.entries());
+        collect(&mut out, "sync", self.sync.entries());
+        collect(&mut out, "mmio", self.mmio.entries());
+        collect(&mut out, "iommu", self.iommu.entries());
+        if let Some(q) = &self.iommu.cmdq {
+            collect(&mut out, "iommu.cmdq", q.entries());
+        }
+        if let Some(f) = &self.iommu.register_flush {
+            collect(&mut out, "iommu.register_flush", f.entries());
+        }
+        if let Some(h) = &self.hypervisor {
+            collect(&mut out, "hypervisor", h.entries());
+        }
+        out
+    }
+
+    /// The dotted path of every cost field a profile can have (optional groups included).
+    pub fn cost_paths() -> Vec<String> {
+        let groups: [(&str, &[&str]); 7] = [
+            ("cpu", CpuCosts::FIELDS),
+            ("sync", SyncCosts::FIELDS),
+            ("mmio", MmioCosts::FIELDS),
+            ("iommu", IommuCosts::FIELDS),
+            ("iommu.cmdq", CmdqCosts::FIELDS),
+            ("iommu.register_flush", RegisterFlushCosts::FIELDS),
+            ("hypervisor", HypervisorCosts::FIELDS),
+        ];
+        groups
+            .iter()
+            .flat_map(|(g, fields)| fields.iter().map(move |f| format!("{g}.{f}")))
+            .collect()
+    }
+
+    /// Semantic checks; on failure returns the field path and what was expected.
+    fn validate(&mut self) -> Result<(), (String, String)> {
+        non_empty("name", &self.name)?;
+        non_empty("description", &self.description)?;
+        non_empty("cpu.model", &self.cpu.model)?;
+        non_empty("cpu.source", &self.cpu.source)?;
+        if !(self.cpu.clock_ghz.is_finite() && self.cpu.clock_ghz > 0.0) {
+            return Err((
+                "cpu.clock_ghz".into(),
+                format!(
+                    "expected a finite clock > 0 GHz, found {}",
+                    self.cpu.clock_ghz
+                ),
+            ));
+        }
+        if self.cpu.cores == 0 {
+            return Err((
+                "cpu.cores".into(),
+                "expected at least 1 core, found 0".into(),
+            ));
+        }
+        non_empty("iommu.model", &self.iommu.model)?;
+        non_empty("iommu.source", &self.iommu.source)?;
+        let bw = &self.memory.memcpy_bandwidth;
+        if !(bw.gb_per_s.is_finite() && bw.gb_per_s > 0.0) {
+            return Err((
+                "memory.memcpy_bandwidth.gb_per_s".into(),
+                format!(
+                    "expected a finite bandwidth > 0 GB/s, found {}",
+                    bw.gb_per_s
+                ),
+            ));
+        }
+        non_empty("memory.memcpy_bandwidth.source", &bw.source)?;
+        for (path, cost) in self.costs() {
+            if !(cost.value.is_finite() && cost.value >= 0.0) {
+                return Err((
+                    format!("{path}.value"),
+                    format!(
+                        "expected a finite number >= 0 ({}), found {}",
+                        cost.unit.name(),
+                        cost.value
+                    ),
+                ));
+            }
+            non_empty(&format!("{path}.source"), &cost.source)?;
+        }
+        Ok(())
+    }
+
+    /// Fills every cost's nanosecond value (cycles at the CPU clock).
+    fn resolve(&mut self) {
+        let clock = self.cpu.clock_ghz;
+        let resolve = |entries: Vec<(&'static str, &mut Cost)>| {
+            for (_, c) in entries {
+                c.ns = match c.unit {
+                    Unit::Ns => c.value,
+                    Unit::Cycles => c.value / clock,
+                };
+            }
+        };
+        resolve(self.cpu.entries_mut());
+        resolve(self.sync.entries_mut());
+        resolve(self.mmio.entries_mut());
+        resolve(self.iommu.entries_mut());
+        if let Some(q) = &mut self.iommu.cmdq {
+            resolve(q.entries_mut());
+        }
+        if let Some(f) = &mut self.iommu.register_flush {
+            resolve(f.entries_mut());
+        }
+        if let Some(h) = &mut self.hypervisor {
+            resolve(h.entries_mut());
+        }
+    }
+
+    /// The precomputed per-counter weights for converting work records.
+    pub fn cpu_cost_model(&self) -> CpuCostModel {
+        CpuCostModel::new(self)
+    }
+
+    /// This profile as Markdown for docs/MODEL.md: a heading, the CPU and IOMMU facts, and a
+    /// table of every cost (field, value, unit, ns, source). Deterministic.
+    pub fn markdown_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "### `{}`: {}", self.name, md_cell(&self.description));
+        let _ = writeln!(s);
+        let _ = writeln!(s, "| field | value | unit | ns | source |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "| cpu.model | {} | | | {} |",
+            md_cell(&self.cpu.model),
+            md_cell(&self.cpu.source)
+        );
+        let _ = writeln!(
+            s,
+            "| cpu.clock_ghz | {} | GHz | | (as cpu.model) |",
+            fmt_num(self.cpu.clock_ghz)
+        );
+        let _ = writeln!(s, "| cpu.cores | {} | | | (as cpu.model) |", self.cpu.cores);
+        let _ = writeln!(
+            s,
+            "| iommu.model | {} | | | {} |",
+            md_cell(&self.iommu.model),
+            md_cell(&self.iommu.source)
+        );
+        for (path, c) in self.costs() {
+            let _ = writeln!(
+                s,
+                "| {path} | {} | {} | {} | {} |",
+                fmt_num(c.value),
+                c.unit.name(),
+                fmt_num(c.ns()),
+                md_cell(&c.source)
+            );
+        }
+        let bw = &self.memory.memcpy_bandwidth;
+        let _ = writeln!(
+            s,
+            "| memory.memcpy_bandwidth | {} | GB/s | | {} |",
+            fmt_num(bw.gb_per_s),
+            md_cell(&bw.source)
+        );
+        let absent: Vec<&str> = [
+            ("iommu.cmdq", self.iommu.cmdq.is_none()),
+            ("iommu.register_flush", self.iommu.register_flush.is_none()),
+            ("hypervisor", self.hypervisor.is_none()),
+        ]
+        .iter()
+        .filter(|(_, a)| *a)
+        .map(|(g, _)| *g)
+        .collect();
+        if !absent.is_empty() {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "Groups this platform does not have: {}.",
+                absent
+                    .iter()
+                    .map(|g| format!("`{g}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        s
+    }
+}
+
+fn collect<'a>(out: &mut Vec<(String, &'a Cost)>, group: &str, entries: Vec<(&str, &'a Cost)>) {
+    for (f, c) in entries {
+        out.push((format!("{group}.{f}"), c));
+    }
+}
+
+fn non_empty(field: &str, value: &str) -> Result<(), (String, String)> {
+    if value.trim().is_empty() {
+        Err((
+            field.to_owned(),
+            "expected a non-empty string (a citation or `assumption: ...`)".to_owned(),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A number for tables: integers without a fraction, others with up to 3 decimals.
+fn fmt_num(v: f64) -> String {
+    if v == v.trunc() && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// Text safe inside a Markdown table cell.
+fn md_cell(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counters -> costs
+// ---------------------------------------------------------------------------------------------
+
+/// How one [`WorkRecord`] counter is charged (see the module docs for the split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Charge {
+    /// CPU time of the calling thread, at the cost path given, per counted unit.
+    Cpu(&'static str),
+    /// Time added to the device's DMA by the IOMMU, at the cost path given, per unit.
+    Translation(&'static str),
+    /// Time in the hypervisor, at the cost path given, per unit.
+    Hypervisor(&'static str),
+    /// A wait on shared hardware that the engine models itself; says which costs it uses.
+    Engine(&'static str),
+    /// Carries no cost of its own; says why.
+    NotCharged(&'static str),
+}
+
+macro_rules! counter_charges {
+    ($( $field:ident => $charge:expr ),* $(,)?) => {
+        /// Every [`WorkRecord`] counter and how it is charged, in the record's field order.
+        pub const COUNTER_CHARGES: &[(&str, Charge)] = &[ $( (stringify!($field), $charge) ),* ];
+
+        const N_CHARGED: usize = [$(stringify!($field)),*].len();
+
+        /// The counters of `w` in [`COUNTER_CHARGES`] order (direct field reads, no copies
+        /// of the names: this is the hot path).
+        #[inline]
+        fn counter_values(w: &WorkRecord) -> [u64; N_CHARGED] {
+            [ $( w.$field ),* ]
+        }
+    };
+}
+
+counter_charges! {
+    ptes_written => Charge::Cpu("cpu.pte_write"),
+    ptes_cleared => Charge::Cpu("cpu.pte_clear"),
+    pte_reads => Charge::Cpu("cpu.pte_read"),
+    tables_allocated => Charge::Cpu("cpu.table_alloc"),
+    tables_freed => Charge::Cpu("cpu.table_free"),
+    cache_cleans => Charge::Cpu("cpu.cache_clean"),
+    tree_nodes_visited => Charge::Cpu("cpu.tree_node_visit"),
+    tree_rotations => Charge::Cpu("cpu.tree_rotation"),
+    magazine_hits => Charge::Cpu("cpu.magazine_hit"),
+    magazine_misses => Charge::Cpu("cpu.magazine_miss"),
+    depot_exchanges => Charge::Cpu("cpu.depot_exchange"),
+    rcache_flushes => Charge::Cpu("cpu.rcache_flush"),
+    bitmap_words_scanned => Charge::Cpu("cpu.bitmap_word_scan"),
+    alloc_failures => Charge::Cpu("cpu.alloc_failure"),
+    inval_ranges => Charge::Cpu("cpu.inval_range"),
+    inval_pages => Charge::Cpu("cpu.inval_page"),
+    inval_walks => Charge::Cpu("cpu.inval_walk"),
+    inval_domains => Charge::Cpu("cpu.inval_domain"),
+    inval_syncs => Charge::Engine(
+        "iommu.cmdq.sync_latency after the queue drains (iommu.cmdq.command_consume per command)"
+    ),
+    flush_queue_adds => Charge::Cpu("cpu.flush_queue_add"),
+    flush_queue_flushes => Charge::Cpu("cpu.flush_queue_flush"),
+    flush_queue_frees => Charge::Cpu("cpu.flush_queue_free"),
+    dma_bytes => Charge::NotCharged(
+        "bytes moved by the device: the engine's link and device models charge them"
+    ),
+    translations => Charge::NotCharged(
+        "each translation's cost is its IOTLB lookups and walk reads, counted separately"
+    ),
+    commands_written => Charge::Cpu("cpu.command_write"),
+    cas_attempts => Charge::Cpu("sync.atomic_rmw"),
+    cas_failures => Charge::Cpu("sync.cacheline_transfer"),
+    owner_elections => Charge::Cpu("cpu.owner_election"),
+    polls => Charge::Engine(
+        "iommu.register_flush.poll_interval until iommu.register_flush.flush_duration has passed"
+    ),
+    hypercalls => Charge::Hypervisor("hypervisor.call + hypervisor.tce_invalidate"),
+    tces_touched => Charge::Hypervisor("hypervisor.tce_put"),
+    purges => Charge::Engine("iommu.register_flush.flush_duration per purge"),
+    iotlb_hits => Charge::Translation("iommu.iotlb_lookup"),
+    iotlb_misses => Charge::Translation("iommu.iotlb_lookup + iommu.walk_cache_lookup"),
+    iotlb_stale_hits => Charge::NotCharged(
+        "a subset of iotlb_hits (already charged); counted for safety reports"
+    ),
+    walk_reads => Charge::Translation("iommu.walk_read"),
+    mmio_writes => Charge::Cpu("mmio.write"),
+    mmio_reads => Charge::Cpu("mmio.read"),
+}
+
+/// Nanoseconds of a `+`-separated list of cost paths in `profile` (0 for absent groups).
+fn path_sum_ns(profile: &PlatformProfile, paths: &str) -> Option<f64> {
+    let mut sum = 0.0;
+    for p in paths.split('+').map(str::trim) {
+        sum += profile.cost(p)?.ns();
+    }
+    Some(sum)
+}
+
+/// Per-counter weights (ns per counted unit) precomputed from a profile, so converting a
+/// [`WorkRecord`] is a dot product. Build one per profile and reuse it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuCostModel {
+    cpu: [f64; N_CHARGED],
+    translation: [f64; N_CHARGED],
+    hypervisor: Option<[f64; N_CHARGED]>,
+    lock_ns: f64,
+    profile_name: String,
+    origin: String,
+}
+
+impl CpuCostModel {
+    /// Precomputes the weights of `profile`.
+    pub fn new(profile: &PlatformProfile) -> Self {
+        let mut cpu = [0.0; N_CHARGED];
+        let mut translation = [0.0; N_CHARGED];
+        let mut hypervisor = [0.0; N_CHARGED];
+        for (i, (_, charge)) in COUNTER_CHARGES.iter().enumerate() {
+            // Every path named here exists in the schema (a unit test checks it); an absent
+            // optional group yields 0 and is reported by the accessor that needs it.
+            match *charge {
+                Charge::Cpu(p) => cpu[i] = path_sum_ns(profile, p).unwrap_or(0.0),
+                Charge::Translation(p) => translation[i] = path_sum_ns(profile, p).unwrap_or(0.0),
+                Charge::Hypervisor(p) => hypervisor[i] = path_sum_ns(profile, p).unwrap_or(0.0),
+                Charge::Engine(_) | Charge::NotCharged(_) => {}
+            }
+        }
+        CpuCostModel {
+            cpu,
+            translation,
+            hypervisor: profile.hypervisor.as_ref().map(|_| hypervisor),
+            lock_ns: profile.sync.lock_acquire_release.ns(),
+            profile_name: profile.name.clone(),
+            origin: profile.origin.clone(),
+        }
+    }
+
+    /// The uncontended CPU time of the counted steps, in ns: the dot product of the
+    /// [`Charge::Cpu`] counters with their costs. Excludes locks, engine-modelled waits,
+    /// hypervisor time and translation time (see the module docs).
+    #[inline]
+    pub fn cpu_ns(&self, work: &WorkRecord) -> f64 {
+        dot(&counter_values(work), &self.cpu)
+    }
+
+    /// The time the IOMMU adds to the device's accesses, in ns ([`Charge::Translation`]).
+    #[inline]
+    pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
+        dot(&counter_values(work), &self.translation)
+    }
+
+    /// Hypervisor time in ns ([`Charge::Hypervisor`]: per call, base plus TCE invalidation;
+    /// per TCE touched, the `H_PUT_TCE` cost). Zero for a record with no hypercalls; an
+    /// error if the record has some and the profile has no hypervisor group.
+    pub fn hypervisor_ns(&self, work: &WorkRecord) -> Result<f64, CostError> {
+        match &self.hypervisor {
+            Some(w) => Ok(dot(&counter_values(work), w)),
+            None if work.hypercalls == 0 && work.tces_touched == 0 => Ok(0.0),
+            None => Err(CostError::MissingGroup {
+                origin: self.origin.clone(),
+                profile: self.profile_name.clone(),
+                group: "hypervisor".into(),
+                needed_for: "a work record with hypercalls".into(),
+            }),
+        }
+    }
+
+    /// One uncontended acquire and release of `lock`, in ns. All locks are spinlocks of the
+    /// same cost today; the id is there so lock classes can differ later.
+    #[inline]
+    pub fn lock_uncontended_ns(&self, lock: LockId) -> f64 {
+        let _ = lock;
+        self.lock_ns
+    }
+
+    /// The uncontended cost of every lock acquisition in `work`, in ns, for callers that do
+    /// not model locks as contended resources.
+    pub fn locks_uncontended_ns(&self, work: &WorkRecord) -> f64 {
+        LockId::ALL
+            .iter()
+            .map(|&id| work.lock_count(id) as f64 * self.lock_uncontended_ns(id))
+            .sum()
+    }
+
+    /// The weight (ns per unit) [`CpuCostModel::cpu_ns`] gives counter `name`, if it exists.
+    pub fn cpu_weight(&self, name: &str) -> Option<f64> {
+        COUNTER_CHARGES
+            .iter()
+            .position(|(n, _)| *n == name)
+            .map(|i| self.cpu[i])
+    }
+}
+
+/// The dot product, with four independent accumulators (a single chain of dependent
+/// floating-point adds would dominate the cost) combined in a fixed order, so the result is
+/// deterministic.
+#[inline]
+fn dot(counts: &[u64; N_CHARGED], weights: &[f64; N_CHARGED]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let mut chunks_c = counts.chunks_exact(4);
+    let mut chunks_w = weights.chunks_exact(4);
+    for (c, w) in (&mut chunks_c).zip(&mut chunks_w) {
+        for lane in 0..4 {
+            acc[lane] += c[lane] as f64 * w[lane];
+        }
+    }
+    for (lane, (&c, &w)) in chunks_c
+        .remainder()
+        .iter()
+        .zip(chunks_w.remainder())
+        .enumerate()
+    {
+        acc[lane] += c as f64 * w;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// The counter-to-cost mapping as a Markdown table, for docs/MODEL.md.
+pub fn counter_charges_markdown() -> String {
+    let mut s = String::from("| counter | charged as | cost |\n|---|---|---|\n");
+    for (name, charge) in COUNTER_CHARGES {
+        let (kind, what) = match charge {
+            Charge::Cpu(p) => ("CPU (`cpu_ns`)", *p),
+            Charge::Translation(p) => ("translation (`translation_ns`)", *p),
+            Charge::Hypervisor(p) => ("hypervisor (`hypervisor_ns`)", *p),
+            Charge::Engine(p) => ("engine-modelled wait", *p),
+            Charge::NotCharged(p) => ("not charged", *p),
+        };
+        let _ = writeln!(s, "| {name} | {kind} | {} |", md_cell(what));
+    }
+    let _ = writeln!(
+        s,
+        "| locks[id] | engine-modelled resource | sync.lock_acquire_release uncontended, sync.lock_handoff per hand-off |"
+    );
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// What went wrong loading or using a platform profile. Every variant names the input.
+#[derive(Debug, thiserror::Error)]
+pub enum CostError {
+    /// The file could not be read.
+    #[error("Cannot read platform profile {path}")]
+    Read {
+        /// The path as given.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML.
+    #[error("Invalid platform profile {origin} at line {line}, column {column}: TOML syntax error: {message}")]
+    Syntax {
+        /// The file name (or other origin).
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column (characters).
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field is missing, unknown, of the wrong type, or out of range.
+    #[error("Invalid platform profile {origin}{}: field `{field}`: {problem}", at(*line, *column))]
+    Field {
+        /// The file name (or other origin).
+        origin: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+        /// The dotted field path, e.g. `iommu.cmdq.sync_latency.value`.
+        field: String,
+        /// What was expected (and what was found).
+        problem: String,
+    },
+    /// A scenario needs an optional group the profile does not have.
+    #[error(
+        "Platform profile `{profile}` ({origin}) has no `{group}` group, needed for {needed_for}"
+    )]
+    MissingGroup {
+        /// The file name (or other origin).
+        origin: String,
+        /// The profile's name.
+        profile: String,
+        /// The missing group's path.
+        group: String,
+        /// What needed it.
+        needed_for: String,
+    },
+    /// No bundled profile has this name.
+    #[error("No bundled platform profile `{name}` (bundled: {known})")]
+    UnknownBundled {
+        /// The name asked for.
+        name: String,
+        /// The bundled names, comma-separated.
+        known: String,
+    },
+}
+
+impl CostError {
+    /// The dotted field path this error is about, if it is about one field.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            CostError::Field { field, .. } => Some(field),
+            CostError::MissingGroup { group, .. } => Some(group),
+            _ => None,
+        }
+    }
+
+    /// The 1-based line this error points at, if known.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            CostError::Syntax { line, .. } => Some(*line),
+            CostError::Field { line, .. } => *line,
+            _ => None,
+        }
+    }
+}
+
+fn at(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" at line {l}, column {c}"),
+        (Some(l), None) => format!(" at line {l}"),
+        _ => String::new(),
+    }
+}
+
+/// 1-based line and column (in characters) of byte offset `pos` in `text`.
+fn line_col(text: &str, pos: usize) -> (usize, usize) {
+    let mut pos = pos.min(text.len());
+    while !text.is_char_boundary(pos) {
+        pos -= 1;
+    }
+    let before = &text[..pos];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = text[line_start..pos].chars().count() + 1;
+    (line, column)
+}
+
+/// Turns a serde error from `toml` into a [`CostError::Field`] with the field's dotted path.
+fn field_error_from_toml(
+    text: &str,
+    origin: &str,
+    doc: &DeTable<'_>,
+    e: &toml::de::Error,
+) -> CostError {
+    let message = e.message();
+    let span = e.span();
+    let mut path = span.clone().map(|s| path_at(doc, &s)).unwrap_or_default();
+    // "missing field `x`" points at the table that lacks it: name the field itself.
+    if let Some(missing) = backticked_after(message, "missing field ") {
+        path.push(missing.to_owned());
+    }
+    let field = if path.is_empty() {
+        "(document)".to_owned()
+    } else {
+        path.join(".")
+    };
+    let (line, column) = match span {
+        Some(s) => {
+            let (l, c) = line_col(text, s.start);
+            (Some(l), Some(c))
+        }
+        None => (None, None),
+    };
+    CostError::Field {
+        origin: origin.to_owned(),
+        line,
+        column,
+        field,
+        problem: friendly(message),
+    }
+}
+
+/// The text between the first pair of backticks after `prefix`, if `message` starts so.
+fn backticked_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = message.strip_prefix(prefix)?.strip_prefix('`')?;
+    rest.split('`').next()
+}
+
+/// Serde's type names rephrased for profile authors.
+fn friendly(message: &str) -> String {
+    message
+        .replace(
+            "expected struct Cost",
+            "expected a cost table `{ value = NUMBER, unit = \"ns\"|\"cycles\", source = \"...\" }`",
+        )
+        .replace(
+            "expected struct Bandwidth",
+            "expected a table `{ gb_per_s = NUMBER, source = \"...\" }`",
+        )
+        .replace("expected f64", "expected a number")
+        .replace("expected u32", "expected a non-negative integer")
+}
+
+/// The dotted path of the most specific key or value whose span contains `span.start`.
+fn path_at(doc: &DeTable<'_>, span: &Range<usize>) -> Vec<String> {
+    let mut best: Option<(usize, Vec<String>)> = None;
+    let mut stack = Vec::new();
+    search(doc, span, &mut stack, &mut best);
+    best.map(|(_, p)| p).unwrap_or_default()
+}
+
+fn contains(s: &Range<usize>, target: &Range<usize>) -> bool {
+    if s == target {
+        return true;
+    }
+    // An empty span (the document root, for a missing top-level field) matches no entry.
+    !target.is_empty() && s.start <= target.start && target.start < s.end
+}
+
+fn search(
+    table: &DeTable<'_>,
+    target: &Range<usize>,
+    stack: &mut Vec<String>,
+    best: &mut Option<(usize, Vec<String>)>,
+) {
+    for (k, v) in table.iter() {
+        stack.push(k.get_ref().to_string());
+        for s in [k.span(), v.span()] {
+            if contains(&s, target) {
+                let len = s.end - s.start;
+                let better = match best {
+                    None => true,
+                    Some((l, p)) => len < *l || (len == *l && stack.len() > p.len()),
+                };
+                if better {
+                    *best = Some((len, stack.clone()));
+                }
+            }
+        }
+        if let DeValue::Table(t) = v.get_ref() {
+            search(t, target, stack, best);
+        }
+        stack.pop();
+    }
+}
+
+/// The span of the value at dotted `path` (or of its deepest existing ancestor).
+fn span_of_path(doc: &DeTable<'_>, path: &str) -> Option<Range<usize>> {
+    let mut table = doc;
+    let mut found = None;
+    for key in path.split('.') {
+        let Some((_, v)) = table.iter().find(|(k, _)| k.get_ref() == key) else {
+            break;
+        };
+        found = Some(v.span());
+        match v.get_ref() {
+            DeValue::Table(t) => table = t,
+            _ => break,
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iolab_iommu::work::WORK_COUNTER_COUNT;
+
+    #[test]
+    fn counter_charges_follow_the_work_record_fields() {
+        let names: Vec<&str> = WorkRecord::new()
+            .counters()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        let charged: Vec<&str> = COUNTER_CHARGES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            charged, names,
+            "every WorkRecord counter needs a charge, in field order"
+        );
+        assert_eq!(N_CHARGED, WORK_COUNTER_COUNT);
+    }
+
+    #[test]
+    fn counter_values_reads_each_field_at_its_position() {
+        let mut w = WorkRecord::new();
+        // Give every counter a distinct value through the public fields' order.
+        let n = COUNTER_CHARGES.len();
+        for (i, v) in counter_values(&w).iter().enumerate() {
+            assert_eq!(*v, 0, "counter {i} starts at zero");
+        }
+        w.ptes_written = 1;
+        w.mmio_reads = 7;
+        let vals = counter_values(&w);
+        assert_eq!(vals[0], 1);
+        assert_eq!(vals[n - 1], 7);
+        let by_name: Vec<u64> = w.counters().iter().map(|(_, v)| *v).collect();
+        assert_eq!(vals.to_vec(), by_name);
+    }
+
+    #[test]
+    fn every_charged_cost_path_exists_in_the_schema() {
+        let paths = PlatformProfile::cost_paths();
+        for (name, charge) in COUNTER_CHARGES {
+            if let Charge::Cpu(p) | Charge::Translation(p) | Charge::Hypervisor(p) = charge {
+                for part in p.split('+').map(str::trim) {
+                    assert!(
+                        paths.iter().any(|q| q == part),
+                        "{name}: {part} is not a cost path"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn line_col_counts_lines_and_characters() {
+        let t = "ab\ncdé\nxyz";
+        assert_eq!(line_col(t, 0), (1, 1));
+        assert_eq!(line_col(t, 3), (2, 1));
+        assert_eq!(line_col(t, 8), (3, 1)); // after 'é' (2 bytes) and the newline
+        assert_eq!(line_col(t, 1000), (3, 4));
+        assert_eq!(line_col("", 0), (1, 1));
+    }
+
+    #[test]
+    fn numbers_print_compactly() {
+        assert_eq!(fmt_num(15.0), "15");
+        assert_eq!(fmt_num(2.5), "2.5");
+        assert_eq!(fmt_num(1.0 / 3.0), "0.333");
+        assert_eq!(fmt_num(10.0 / 1.5), "6.667");
+    }
+
+    #[test]
+    fn path_at_finds_the_innermost_key() {
+        let text = "name = \"x\"\n[g]\na = { value = 1 }\n[g.b]\nvalue = 2\n";
+        let doc = DeTable::parse(text).unwrap();
+        let at = |needle: &str| {
+            let start = text.find(needle).unwrap();
+            path_at(doc.get_ref(), &(start..start + needle.len())).join(".")
+        };
+        assert_eq!(at("[g.b]"), "g.b");
+        assert_eq!(at("{ value = 1 }"), "g.a");
+        assert_eq!(at("2"), "g.b.value");
+        assert_eq!(at("\"x\""), "name");
+    }
+
+    #[test]
+    fn markdown_cells_escape_pipes_and_newlines() {
+        assert_eq!(md_cell("a | b\n c"), "a \\| b c");
+    }
+}
