@@ -611,6 +611,8 @@ impl TceWindow {
     }
 
     /// Builds `n` TCEs at `iova` for the pages from `pa` (page-aligned) through hypercalls.
+    /// A call the hypervisor refuses (a real address it cannot hold) is still a call; the
+    /// TCEs built before it are cleared again, as `tce_buildmulti_pSeriesLP` does on error.
     fn build(
         &self,
         iova: u64,
@@ -627,14 +629,20 @@ impl TceWindow {
             for _ in 0..times {
                 let k = call.tces();
                 let at = done * page;
-                table.map(
+                let put = table.map(
                     Iova::new(iova + at),
                     PhysAddr::new(pa + at),
                     k * page,
                     prot,
                     work,
-                )?;
+                );
                 hv.totals.hcall(call, false, work);
+                if let Err(e) = put {
+                    if done > 0 {
+                        Self::clear_in(&mut table, iova, done, page, hv, work);
+                    }
+                    return Err(e);
+                }
                 done += k;
             }
         }
@@ -643,8 +651,18 @@ impl TceWindow {
 
     /// Clears `n` TCEs at `iova` through hypercalls.
     fn clear(&self, iova: u64, n: u64, hv: Hv<'_>, work: &mut WorkRecord) {
-        let page = self.page();
         let mut table = self.table.lock();
+        Self::clear_in(&mut table, iova, n, self.page(), hv, work);
+    }
+
+    fn clear_in(
+        table: &mut TceTable,
+        iova: u64,
+        n: u64,
+        page: u64,
+        hv: Hv<'_>,
+        work: &mut WorkRecord,
+    ) {
         let mut gather = UnmapGather::new();
         let mut done = 0;
         for (call, times) in clear_calls(n, hv.features) {
@@ -1723,6 +1741,31 @@ mod tests {
             p.unmap_single(b, 0, 0, &mut w).unwrap();
         }
         assert_eq!(p.default_pool().live_blocks(), 0);
+    }
+
+    #[test]
+    fn a_refused_build_clears_what_it_built() {
+        // 4 KiB TCEs hold 52-bit real addresses: a buffer across that limit fails on its
+        // second indirect call.
+        let p = pseries(|_| {});
+        let dev = Device::new(1, 32).unwrap();
+        let mut w = WorkRecord::new();
+        let pa = (1u64 << 52) - 512 * SZ_4K;
+        let e = p
+            .map_single(
+                &dev,
+                PhysAddr::new(pa),
+                600 * SZ_4K,
+                Direction::ToDevice,
+                0,
+                &mut w,
+            )
+            .unwrap_err();
+        assert!(matches!(e, DmaError::PageTable { .. }), "{e}");
+        // Two builds (one refused) and one clear of the 512 built.
+        assert_eq!((w.hypercalls, w.tces_touched), (3, 512 + 88 + 512));
+        assert_eq!(p.default_mapped_bytes(), 0);
+        assert_eq!((p.live_mappings(), p.default_pool().live_blocks()), (0, 0));
     }
 
     #[test]

@@ -51,8 +51,10 @@ use crate::dma::{
 use crate::iova::linux::IovaConfigError;
 use crate::iova::sba::{SbaConfig as ResourceConfig, SbaResourceAllocator};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
-use crate::pgtable::sba_pdir::{SbaConfig as PdirConfig, SbaConfigError, SbaPdir};
-use crate::pgtable::{IoPageTable, UnmapGather};
+use crate::pgtable::sba_pdir::{
+    spec as pdir_spec, SbaConfig as PdirConfig, SbaConfigError, SbaPdir,
+};
+use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
@@ -464,6 +466,21 @@ impl SbaIommu {
         dev.reaches(pa, len) && (pa + len <= self.cfg.iova_base || pa >= self.window_end())
     }
 
+    /// Checks that the pdir can hold `len` bytes at `pa` (40-bit physical page numbers).
+    /// Reported as the pdir refusing a map at the window's base, before anything is
+    /// allocated.
+    fn check_phys(&self, pa: u64, len: u64) -> Result<(), DmaError> {
+        let bits = pdir_spec::PHYS_BITS;
+        match pa.checked_add(len) {
+            Some(end) if end <= 1u64 << bits => Ok(()),
+            _ => Err(DmaError::PageTable {
+                iova: self.cfg.iova_base,
+                len,
+                source: PgTableError::PhysOutOfRange { pa, bits },
+            }),
+        }
+    }
+
     /// Takes one slot of the live-mapping cap.
     fn take_slot(&self) -> Result<(), DmaError> {
         if self.live.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_mappings {
@@ -642,6 +659,7 @@ impl SbaIommu {
             self.totals.bypass_maps.fetch_add(1, Ordering::Relaxed);
             return Ok((pa.get(), None));
         }
+        self.check_phys(pa.get(), len)?;
         let page = self.cfg.page_size;
         let offset = pa.get() & (page - 1);
         let bytes = (offset + len).div_ceil(page) * page;
@@ -809,6 +827,9 @@ impl DmaPath for SbaIommu {
                 len: e.len,
             }];
             return Ok(handle(seg, map.into_iter().collect()));
+        }
+        for e in entries {
+            self.check_phys(e.pa.get(), e.len)?;
         }
         let plan = coalesce_chunks(entries, &self.coalesce_params(dev))?;
         self.take_slot()?;
@@ -1232,6 +1253,30 @@ mod tests {
         let back = t.unmap_single(b, 0, 0, &mut w).unwrap_err();
         assert!(matches!(back.error, DmaError::WrongDomain { .. }));
         s.unmap_single(back.handle, 0, 0, &mut w).unwrap();
+    }
+
+    #[test]
+    fn memory_beyond_40_bits_is_refused_before_allocating() {
+        let s = sba(|_| {});
+        let dev = Device::new(1, 32).unwrap();
+        let mut w = WorkRecord::new();
+        let err = s
+            .map_single(
+                &dev,
+                PhysAddr::new(1 << 40),
+                P,
+                Direction::ToDevice,
+                0,
+                &mut w,
+            )
+            .unwrap_err();
+        assert!(matches!(err, DmaError::PageTable { .. }));
+        let list = [e(0x1000, P), e((1 << 40) - 0x800, P)];
+        assert!(s
+            .map_sg(&dev, &list, Direction::ToDevice, 0, &mut w)
+            .is_err());
+        assert_eq!(s.resource_map().live_blocks(), 0);
+        assert_eq!(s.live_mappings(), 0);
     }
 
     #[test]
