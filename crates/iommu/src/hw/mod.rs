@@ -117,6 +117,7 @@ pub struct MappedBuffer {
     len: u64,
     dir: Direction,
     owner: DomainId,
+    untranslated: bool,
     token: BufferToken,
 }
 
@@ -149,11 +150,7 @@ impl MappedBuffer {
     /// Whether the device reaches the buffer without translation (an SBA bypass or a
     /// direct DDW on POWER, or a domain without translation).
     pub fn is_untranslated(&self) -> bool {
-        match &self.token {
-            BufferToken::Domain(_) => false,
-            BufferToken::Sba(s) => s.is_bypass(),
-            BufferToken::Pseries(p) => p.is_direct(),
-        }
+        self.untranslated
     }
 }
 
@@ -293,6 +290,7 @@ impl DmaPath for Domain {
             len,
             dir,
             owner: self.id(),
+            untranslated: !self.mode().is_translated(),
             token: BufferToken::Domain(m),
         })
     }
@@ -309,6 +307,7 @@ impl DmaPath for Domain {
             len,
             dir,
             owner,
+            untranslated,
             token,
         } = buf;
         match token {
@@ -318,6 +317,7 @@ impl DmaPath for Domain {
                     len,
                     dir,
                     owner,
+                    untranslated,
                     token: BufferToken::Domain(r.handle),
                 },
                 error: r.error,
@@ -329,6 +329,7 @@ impl DmaPath for Domain {
                     len,
                     dir,
                     owner,
+                    untranslated,
                     token,
                 },
             }),
@@ -440,6 +441,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(buf.dma_addr(), DmaAddr(0x1234_5000));
+        assert!(buf.is_untranslated());
         let r = path
             .translate(&dev, buf.dma_addr(), 8192, Access::Read, &mut w)
             .unwrap();

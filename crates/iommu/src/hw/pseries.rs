@@ -437,34 +437,66 @@ impl Totals {
     }
 }
 
-/// The calls that build or clear `n` TCEs with `features` (see the module docs), as
-/// `(call, count)` runs: `count` calls of that kind.
-pub fn build_calls(n: u64, features: HcallFeatures) -> Vec<(Hcall, u64)> {
+/// A sequence of hypercalls as at most two runs of `(call, times)`: what building or
+/// clearing `n` TCEs takes. No heap allocation (it sits on every map and unmap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallPlan {
+    runs: [(Hcall, u64); 2],
+    len: usize,
+}
+
+impl CallPlan {
+    fn one(call: Hcall, times: u64) -> Self {
+        Self {
+            runs: [(call, times), (call, 0)],
+            len: usize::from(times > 0),
+        }
+    }
+
+    /// `n` TCEs in calls of up to [`TCE_BATCH`].
+    fn batched(n: u64, make: impl Fn(u16) -> Hcall) -> Self {
+        let full = n / TCE_BATCH;
+        let rest = n % TCE_BATCH;
+        let mut plan = Self::one(make(TCE_BATCH as u16), 0);
+        if full > 0 {
+            plan.runs[plan.len] = (make(TCE_BATCH as u16), full);
+            plan.len += 1;
+        }
+        if rest > 0 {
+            plan.runs[plan.len] = (make(rest as u16), 1);
+            plan.len += 1;
+        }
+        plan
+    }
+
+    /// The runs, in order: `times` calls of `call` each.
+    pub fn runs(&self) -> &[(Hcall, u64)] {
+        &self.runs[..self.len]
+    }
+
+    /// Total hypercalls.
+    pub fn calls(&self) -> u64 {
+        self.runs().iter().map(|&(_, times)| times).sum()
+    }
+}
+
+/// The calls that build `n` TCEs with `features` (`tce_buildmulti_pSeriesLP`): one
+/// `H_PUT_TCE` per TCE for a single TCE or without the indirect call, else batches of up to
+/// 512 `H_PUT_TCE_INDIRECT`.
+pub fn build_calls(n: u64, features: HcallFeatures) -> CallPlan {
     if n == 1 || !features.put_tce_indirect {
-        return vec![(Hcall::PutTce, n)];
+        return CallPlan::one(Hcall::PutTce, n);
     }
-    batched(n, |count| Hcall::PutTceIndirect { count })
+    CallPlan::batched(n, |count| Hcall::PutTceIndirect { count })
 }
 
-/// The calls that clear `n` TCEs with `features`, as `(call, count)` runs.
-pub fn clear_calls(n: u64, features: HcallFeatures) -> Vec<(Hcall, u64)> {
+/// The calls that clear `n` TCEs with `features` (`tce_freemulti_pSeriesLP`): batches of up
+/// to 512 `H_STUFF_TCE`, or one `H_PUT_TCE(0)` per TCE without it.
+pub fn clear_calls(n: u64, features: HcallFeatures) -> CallPlan {
     if !features.stuff_tce {
-        return vec![(Hcall::PutTce, n)];
+        return CallPlan::one(Hcall::PutTce, n);
     }
-    batched(n, |count| Hcall::StuffTce { count })
-}
-
-fn batched(n: u64, make: impl Fn(u16) -> Hcall) -> Vec<(Hcall, u64)> {
-    let full = n / TCE_BATCH;
-    let rest = n % TCE_BATCH;
-    let mut out = Vec::with_capacity(2);
-    if full > 0 {
-        out.push((make(TCE_BATCH as u16), full));
-    }
-    if rest > 0 {
-        out.push((make(rest as u16), 1));
-    }
-    out
+    CallPlan::batched(n, |count| Hcall::StuffTce { count })
 }
 
 /// The hypervisor interface of a partition: which calls exist, and where to count them.
@@ -515,12 +547,6 @@ pub(crate) struct PseriesSingle {
     instance: u64,
     /// `None`: through a direct DDW.
     map: Option<TceMap>,
-}
-
-impl PseriesSingle {
-    pub(crate) fn is_direct(&self) -> bool {
-        self.map.is_none()
-    }
 }
 
 /// The POWER part of a [`MappedSg`].
@@ -625,7 +651,7 @@ impl TceWindow {
         let page = self.page();
         let mut table = self.table.lock();
         let mut done = 0;
-        for (call, times) in build_calls(n, hv.features) {
+        for &(call, times) in build_calls(n, hv.features).runs() {
             for _ in 0..times {
                 let k = call.tces();
                 let at = done * page;
@@ -665,7 +691,7 @@ impl TceWindow {
     ) {
         let mut gather = UnmapGather::new();
         let mut done = 0;
-        for (call, times) in clear_calls(n, hv.features) {
+        for &(call, times) in clear_calls(n, hv.features).runs() {
             for _ in 0..times {
                 let k = call.tces();
                 let cleared =
@@ -1036,10 +1062,7 @@ impl PseriesIommu {
     /// memory range from 0.
     fn premap(&self, page_shift: u32, work: &mut WorkRecord) {
         let tces = self.cfg.memory_size.div_ceil(1 << page_shift);
-        let calls: u64 = build_calls(tces, self.cfg.features)
-            .iter()
-            .map(|&(_, times)| times)
-            .sum();
+        let calls = build_calls(tces, self.cfg.features).calls();
         work.hypercalls += calls;
         work.tces_touched += tces;
         self.totals
@@ -1181,6 +1204,7 @@ impl DmaPath for PseriesIommu {
             len,
             dir,
             owner: self.cfg.id,
+            untranslated: map.is_none(),
             token: BufferToken::Pseries(PseriesSingle {
                 instance: self.instance,
                 map,
@@ -1436,25 +1460,32 @@ mod tests {
     fn build_and_clear_plans_follow_the_linux_helpers() {
         let m = HcallFeatures::MULTI_TCE;
         let s = HcallFeatures::SINGLE_TCE;
-        assert_eq!(build_calls(1, m), vec![(Hcall::PutTce, 1)]);
+        assert_eq!(build_calls(1, m).runs(), &[(Hcall::PutTce, 1)]);
         assert_eq!(
-            build_calls(16, m),
-            vec![(Hcall::PutTceIndirect { count: 16 }, 1)]
+            build_calls(16, m).runs(),
+            &[(Hcall::PutTceIndirect { count: 16 }, 1)]
         );
         assert_eq!(
-            build_calls(600, m),
-            vec![
+            build_calls(600, m).runs(),
+            &[
                 (Hcall::PutTceIndirect { count: 512 }, 1),
                 (Hcall::PutTceIndirect { count: 88 }, 1)
             ]
         );
-        assert_eq!(build_calls(600, s), vec![(Hcall::PutTce, 600)]);
-        assert_eq!(clear_calls(1, m), vec![(Hcall::StuffTce { count: 1 }, 1)]);
+        assert_eq!(build_calls(600, s).runs(), &[(Hcall::PutTce, 600)]);
         assert_eq!(
-            clear_calls(1024, m),
-            vec![(Hcall::StuffTce { count: 512 }, 2)]
+            clear_calls(1, m).runs(),
+            &[(Hcall::StuffTce { count: 1 }, 1)]
         );
-        assert_eq!(clear_calls(16, s), vec![(Hcall::PutTce, 16)]);
+        assert_eq!(
+            clear_calls(1024, m).runs(),
+            &[(Hcall::StuffTce { count: 512 }, 2)]
+        );
+        assert_eq!(clear_calls(16, s).runs(), &[(Hcall::PutTce, 16)]);
+        assert_eq!(
+            (build_calls(600, m).calls(), build_calls(0, m).calls()),
+            (2, 0)
+        );
     }
 
     #[test]

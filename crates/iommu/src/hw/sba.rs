@@ -311,12 +311,6 @@ pub(crate) struct SbaSingle {
     map: Option<StreamMap>,
 }
 
-impl SbaSingle {
-    pub(crate) fn is_bypass(&self) -> bool {
-        self.map.is_none()
-    }
-}
-
 /// The SBA part of a [`MappedSg`].
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct SbaSg {
@@ -752,6 +746,7 @@ impl DmaPath for SbaIommu {
             len,
             dir,
             owner: self.cfg.id,
+            untranslated: map.is_none(),
             token: BufferToken::Sba(SbaSingle {
                 instance: self.instance,
                 map,
