@@ -5,13 +5,16 @@
 //! ones that may cut a block, and random ranges that often hit holes) run against both; after
 //! every operation each mapped page must translate as the model says, pages around the range
 //! must not translate when the model has them unmapped, `mapped_bytes` must match, and a
-//! failed call must leave everything unchanged. At the end everything is unmapped: the table is
-//! back to its root (no leaked table pages) and the gathers account for every byte mapped.
+//! failed call must leave everything unchanged. LPAE sequences run under both table-reclaim
+//! policies, with occasional reclaim passes in between that must free only empty tables. At
+//! the end everything is unmapped and, with `WholeSpan`, the empty tables left are reclaimed:
+//! the table is back to its root (no leaked table pages) and the gathers account for every
+//! byte mapped and every table page freed.
 
 use std::collections::BTreeMap;
 
 use iolab_iommu::addr::{Iova, PhysAddr, Prot, SZ_16K, SZ_2M, SZ_32M, SZ_4K, SZ_512M, SZ_64K};
-use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
+use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable, TableReclaim};
 use iolab_iommu::pgtable::sba_pdir::{SbaConfig, SbaPdir};
 use iolab_iommu::pgtable::tce::{TceConfig, TceTable};
 use iolab_iommu::pgtable::{IoPageTable, PgTableError, UnmapGather};
@@ -43,6 +46,8 @@ enum RawOp {
         page: u64,
         count: u64,
     },
+    /// A reclaim pass over empty tables (a no-op for formats without table pages).
+    Reclaim,
 }
 
 fn raw_op() -> impl Strategy<Value = RawOp> {
@@ -62,12 +67,33 @@ fn raw_op() -> impl Strategy<Value = RawOp> {
             .prop_map(|(pick, trim_front, trim_back)| RawOp::UnmapEarlier { pick, trim_front, trim_back }),
         1 => (0..3usize, any::<u64>(), 1..64u64)
             .prop_map(|(region, page, count)| RawOp::UnmapRandom { region, page, count }),
+        1 => Just(RawOp::Reclaim),
     ]
 }
 
+/// A table under test: the common trait plus the reclaim pass of formats that have one.
+trait Table: IoPageTable {
+    /// Frees empty table pages into `gather`, returning how many.
+    fn reclaim(&mut self, _gather: &mut UnmapGather, _work: &mut WorkRecord) -> usize {
+        0
+    }
+}
+
+impl Table for LpaeTable {
+    fn reclaim(&mut self, gather: &mut UnmapGather, work: &mut WorkRecord) -> usize {
+        self.reclaim_empty_tables(gather, work)
+    }
+}
+
+impl Table for TceTable {}
+
+impl Table for SbaPdir {}
+
 /// A format under test and how to scale raw operations to it.
 struct Setup {
-    table: Box<dyn IoPageTable>,
+    table: Box<dyn Table>,
+    /// The LPAE reclaim policy (`None` for the one-level formats, which free no tables).
+    reclaim: Option<TableReclaim>,
     /// Pages of the largest block the tests aim for (1 for single-level formats).
     block_pages: u64,
     /// Pages in each region operations fall into.
@@ -80,8 +106,8 @@ struct Setup {
     capped: bool,
 }
 
-fn lpae(granule: u64, ias: u32, cap: Option<usize>) -> Setup {
-    let mut config = LpaeConfig::new(granule, ias, 48);
+fn lpae(granule: u64, ias: u32, cap: Option<usize>, reclaim: TableReclaim) -> Setup {
+    let mut config = LpaeConfig::new(granule, ias, 48).with_table_reclaim(reclaim);
     if let Some(cap) = cap {
         config = config.with_max_table_pages(cap);
     }
@@ -97,6 +123,7 @@ fn lpae(granule: u64, ias: u32, cap: Option<usize>) -> Setup {
     let span = span_pages * granule;
     Setup {
         table: Box::new(table),
+        reclaim: Some(reclaim),
         block_pages,
         span_pages,
         regions: [0, top / 2 - span / 2, top - span],
@@ -112,6 +139,7 @@ fn tce(offset: u64, size: u64, page_shift: u32) -> Setup {
     let end = offset + size;
     Setup {
         table: Box::new(table),
+        reclaim: None,
         block_pages: 1,
         span_pages,
         regions: [offset, offset + size / 2, end - (span_pages << page_shift)],
@@ -126,6 +154,7 @@ fn sba(base: u64, size: u64, page_shift: u32) -> Setup {
     let end = base + size;
     Setup {
         table: Box::new(table),
+        reclaim: None,
         block_pages: 1,
         span_pages,
         regions: [base, base + size / 2, end - (span_pages << page_shift)],
@@ -223,7 +252,37 @@ impl Harness {
                 let count = count.min(span - page);
                 self.unmap(self.s.regions[region] + page * g, count * g);
             }
+            RawOp::Reclaim => {
+                self.reclaim();
+                let lo = self.s.table.iova_range().0.get();
+                self.check_around(lo, 0);
+            }
         }
+    }
+
+    /// A reclaim pass: frees only table pages, changes no mapping, and with `WhenEmpty` finds
+    /// nothing (an unmap already freed every table it emptied).
+    fn reclaim(&mut self) -> usize {
+        let before = (self.s.table.mapped_bytes(), self.s.table.table_pages());
+        let mut gather = UnmapGather::new();
+        let mut work = WorkRecord::new();
+
+        let freed = self.s.table.reclaim(&mut gather, &mut work);
+
+        assert!(gather.ranges.is_empty(), "a reclaim removed mappings");
+        assert_eq!(gather.freed_tables.len(), freed);
+        assert_eq!(work.tables_freed, freed as u64);
+        assert_eq!((work.ptes_written, work.tables_allocated), (0, 0));
+        assert_eq!(
+            (self.s.table.mapped_bytes(), self.s.table.table_pages()),
+            (before.0, before.1 - freed)
+        );
+        if self.s.reclaim == Some(TableReclaim::WhenEmpty) {
+            assert_eq!(freed, 0, "WhenEmpty left empty tables: {gather:?}");
+        }
+        self.freed_tables += freed as u64;
+        self.work += work;
+        freed
     }
 
     fn map(&mut self, iova: u64, pa: u64, size: u64, prot: Prot) {
@@ -293,6 +352,15 @@ impl Harness {
                 self.gathered_total += size;
                 self.freed_tables += gather.freed_tables.len() as u64;
                 assert_eq!(gather.freed_tables.len() as u64, work.tables_freed);
+                if self.s.reclaim == Some(TableReclaim::WholeSpan) {
+                    // Only tables whose whole span the unmap covered are freed.
+                    for t in &gather.freed_tables {
+                        assert!(
+                            t.iova.get() >= iova && t.iova.get() + t.size <= iova + size,
+                            "unmap of {iova:#x}+{size:#x} freed {t:?}"
+                        );
+                    }
+                }
             }
             Err(PgTableError::NotMapped { iova: at }) => {
                 assert_eq!(
@@ -399,6 +467,8 @@ impl Harness {
             self.freed_tables += gather.freed_tables.len() as u64;
             self.work += work;
         }
+        // `WholeSpan` leaves the tables of partial unmaps in place; a reclaim pass frees them.
+        self.reclaim();
         assert_eq!(self.s.table.mapped_bytes(), 0);
         assert_eq!(
             self.s.table.table_pages(),
@@ -419,6 +489,13 @@ fn run(setup: Setup, ops: &[RawOp]) {
     h.finish();
 }
 
+/// Runs `ops` on an LPAE table under each reclaim policy.
+fn run_lpae(granule: u64, ias: u32, cap: Option<usize>, ops: &[RawOp]) {
+    for reclaim in [TableReclaim::WholeSpan, TableReclaim::WhenEmpty] {
+        run(lpae(granule, ias, cap, reclaim), ops);
+    }
+}
+
 fn ops() -> impl Strategy<Value = Vec<RawOp>> {
     prop::collection::vec(raw_op(), 1..40)
 }
@@ -432,32 +509,32 @@ mod pgtable {
 
         #[test]
         fn lpae_4k_48_matches_model(ops in ops()) {
-            run(lpae(SZ_4K, 48, None), &ops);
+            run_lpae(SZ_4K, 48, None, &ops);
         }
 
         #[test]
         fn lpae_4k_39_matches_model(ops in ops()) {
-            run(lpae(SZ_4K, 39, None), &ops);
+            run_lpae(SZ_4K, 39, None, &ops);
         }
 
         #[test]
         fn lpae_4k_32_matches_model(ops in ops()) {
-            run(lpae(SZ_4K, 32, None), &ops);
+            run_lpae(SZ_4K, 32, None, &ops);
         }
 
         #[test]
         fn lpae_4k_capped_tables_fail_cleanly(ops in ops()) {
-            run(lpae(SZ_4K, 48, Some(8)), &ops);
+            run_lpae(SZ_4K, 48, Some(8), &ops);
         }
 
         #[test]
         fn lpae_16k_48_matches_model(ops in ops()) {
-            run(lpae(SZ_16K, 48, None), &ops);
+            run_lpae(SZ_16K, 48, None, &ops);
         }
 
         #[test]
         fn lpae_16k_36_matches_model(ops in ops()) {
-            run(lpae(SZ_16K, 36, None), &ops);
+            run_lpae(SZ_16K, 36, None, &ops);
         }
 
         #[test]
@@ -495,7 +572,7 @@ mod pgtable {
             ops in prop::collection::vec(raw_op(), 1..24),
             ias in prop_oneof![Just(48u32), Just(42), Just(32)],
         ) {
-            run(lpae(SZ_64K, ias, None), &ops);
+            run_lpae(SZ_64K, ias, None, &ops);
         }
     }
 }

@@ -24,8 +24,15 @@
 //!   O(height), and every subtree entered holds a fit.
 //!
 //! Insertion and removal are AVL operations that recompute the room on the way back up and in
-//! each rotation. The cost is `8 * orders` bytes per node (orders = bits of the space in pages
-//! plus one: 38 for a 48-bit space of 4 KiB pages) and `orders` maxima per node touched.
+//! each rotation, stopping as soon as a subtree's height and room come out unchanged.
+//!
+//! The room is only maintained for the orders requests have used so far: the first request of
+//! a new order pays one O(n) pass to compute it for every node (counted in
+//! `tree_nodes_visited`), after which that order is kept up to date. A workload uses a handful
+//! of orders (pages rounded to powers of two), so an update costs a handful of maxima per node
+//! instead of one per possible order. Memory is `8 * orders` bytes per node (orders = bits of
+//! the space in pages plus one: 37 for a 48-bit space of 4 KiB pages). Worst case per
+//! operation, once its order is active: O(orders * log n).
 //!
 //! # Work counted
 //!
@@ -70,11 +77,16 @@ struct Tree {
     orders: usize,
     root: u32,
     len: usize,
+    /// The node whose own gap was just changed by the operation in progress (or `NIL`):
+    /// it must be recomputed even if nothing below it changed.
+    touched: u32,
+    /// Orders whose room is maintained (bit `k`): those requests have asked for so far.
+    active: u64,
 }
 
 /// Room at order `k` of the gap `[gl, gh)`: how many pages fit above the first `2^k`-aligned
 /// page at or after `gl`.
-#[inline]
+#[cfg(test)]
 fn room_of(gl: u64, gh: u64, k: usize) -> u64 {
     let a = (1u64 << k) - 1;
     gh.saturating_sub((gl + a) & !a)
@@ -89,6 +101,8 @@ impl Tree {
             orders,
             root: NIL,
             len: 0,
+            touched: NIL,
+            active: 0,
         }
     }
 
@@ -146,24 +160,58 @@ impl Tree {
     }
 
     /// Recomputes height and room of `i` from its children.
-    fn update(&mut self, i: u32) {
+    /// Recomputes height and room (at the active orders) of `i` from its own gap and its
+    /// children; returns whether either changed.
+    fn update(&mut self, i: u32) -> bool {
         let Node {
             lo,
             gap,
             left,
             right,
+            height,
             ..
         } = *self.n(i);
         let h = 1 + self.height(left).max(self.height(right));
         self.nm(i).height = h;
         let gl = lo - gap;
-        let base = i as usize * self.orders;
-        for k in 0..self.orders {
-            let r = room_of(gl, lo, k)
-                .max(self.room(left, k))
-                .max(self.room(right, k));
-            self.room[base + k] = r;
+        let o = self.orders;
+        let (base, lb, rb) = (i as usize * o, left as usize * o, right as usize * o);
+        let mut changed = h != height;
+        let mut bits = self.active;
+        while bits != 0 {
+            let k = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let a = (1u64 << k) - 1;
+            let mut r = lo.saturating_sub((gl + a) & !a);
+            if left != NIL {
+                r = r.max(self.room[lb + k]);
+            }
+            if right != NIL {
+                r = r.max(self.room[rb + k]);
+            }
+            let slot = &mut self.room[base + k];
+            changed |= *slot != r;
+            *slot = r;
         }
+        changed
+    }
+
+    /// Starts maintaining the room at order `k`: computes it for every node (post-order).
+    fn activate(&mut self, k: usize, w: &mut WorkRecord) {
+        fn fill(t: &mut Tree, i: u32, k: usize, w: &mut WorkRecord) -> u64 {
+            if i == NIL {
+                return 0;
+            }
+            w.tree_nodes_visited += 1;
+            let n = *t.n(i);
+            let a = (1u64 << k) - 1;
+            let own = n.lo.saturating_sub((n.lo - n.gap + a) & !a);
+            let r = own.max(fill(t, n.left, k, w)).max(fill(t, n.right, k, w));
+            t.room[i as usize * t.orders + k] = r;
+            r
+        }
+        fill(self, self.root, k, w);
+        self.active |= 1 << k;
     }
 
     fn rotate_right(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
@@ -186,9 +234,15 @@ impl Tree {
         r
     }
 
-    /// Updates `i` and restores the AVL balance at it; returns the subtree's new root.
-    fn rebalance(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
-        self.update(i);
+    /// After a change below `i` (`dirty`) or to `i`'s own gap: updates `i` and restores the
+    /// AVL balance at it. Returns the subtree's new root and whether its height or room
+    /// changed. A clean node with clean children is left alone, so the recomputation stops
+    /// as soon as the aggregate stops changing.
+    fn rebalance(&mut self, i: u32, dirty: bool, w: &mut WorkRecord) -> (u32, bool) {
+        if !dirty && i != self.touched {
+            return (i, false);
+        }
+        let changed = self.update(i);
         let (l, r) = (self.n(i).left, self.n(i).right);
         let (hl, hr) = (self.height(l), self.height(r));
         if hl > hr + 1 {
@@ -196,56 +250,64 @@ impl Tree {
                 let nl = self.rotate_left(l, w);
                 self.nm(i).left = nl;
             }
-            return self.rotate_right(i, w);
+            return (self.rotate_right(i, w), true);
         }
         if hr > hl + 1 {
             if self.height(self.n(r).right) < self.height(self.n(r).left) {
                 let nr = self.rotate_right(r, w);
                 self.nm(i).right = nr;
             }
-            return self.rotate_left(i, w);
+            return (self.rotate_left(i, w), true);
         }
-        i
+        (i, changed)
     }
 
-    /// Links the leaf `x` into subtree `i`; returns the subtree's new root.
-    fn insert(&mut self, i: u32, x: u32, w: &mut WorkRecord) -> u32 {
+    /// Links the leaf `x` into subtree `i`; returns the subtree's new root and whether it
+    /// changed.
+    fn insert(&mut self, i: u32, x: u32, w: &mut WorkRecord) -> (u32, bool) {
         if i == NIL {
-            return x;
+            return (x, true);
         }
         w.tree_nodes_visited += 1;
-        if self.n(x).lo < self.n(i).lo {
-            let l = self.insert(self.n(i).left, x, w);
+        let dirty = if self.n(x).lo < self.n(i).lo {
+            let (l, d) = self.insert(self.n(i).left, x, w);
             self.nm(i).left = l;
+            d
         } else {
-            let r = self.insert(self.n(i).right, x, w);
+            let (r, d) = self.insert(self.n(i).right, x, w);
             self.nm(i).right = r;
-        }
-        self.rebalance(i, w)
+            d
+        };
+        self.rebalance(i, dirty, w)
     }
 
-    /// Detaches the minimum of subtree `i`; returns `(new root, detached node)`.
-    fn remove_min(&mut self, i: u32, w: &mut WorkRecord) -> (u32, u32) {
+    /// Detaches the minimum of subtree `i`; returns the new root, whether it changed, and the
+    /// detached node.
+    fn remove_min(&mut self, i: u32, w: &mut WorkRecord) -> (u32, bool, u32) {
         w.tree_nodes_visited += 1;
         let l = self.n(i).left;
         if l == NIL {
-            return (self.n(i).right, i);
+            return (self.n(i).right, true, i);
         }
-        let (nl, m) = self.remove_min(l, w);
+        let (nl, d, m) = self.remove_min(l, w);
         self.nm(i).left = nl;
-        (self.rebalance(i, w), m)
+        let (root, changed) = self.rebalance(i, d, w);
+        (root, changed, m)
     }
 
-    /// Removes the node starting at page `lo` (which must exist) from subtree `i`.
-    fn delete(&mut self, i: u32, lo: u64, w: &mut WorkRecord) -> u32 {
+    /// Removes the node starting at page `lo` (which must exist) from subtree `i`; returns
+    /// the new root and whether the subtree changed.
+    fn delete(&mut self, i: u32, lo: u64, w: &mut WorkRecord) -> (u32, bool) {
         w.tree_nodes_visited += 1;
         let n = *self.n(i);
-        if lo < n.lo {
-            let l = self.delete(n.left, lo, w);
+        let dirty = if lo < n.lo {
+            let (l, d) = self.delete(n.left, lo, w);
             self.nm(i).left = l;
+            d
         } else if lo > n.lo {
-            let r = self.delete(n.right, lo, w);
+            let (r, d) = self.delete(n.right, lo, w);
             self.nm(i).right = r;
+            d
         } else if n.left == NIL || n.right == NIL {
             let child = if n.left == NIL { n.right } else { n.left };
             self.free.push(i);
@@ -253,9 +315,9 @@ impl Tree {
                 // The child may be the successor, whose gap just grew.
                 self.update(child);
             }
-            return child;
+            return (child, true);
         } else {
-            let (nr, m) = self.remove_min(n.right, w);
+            let (nr, _, m) = self.remove_min(n.right, w);
             let mn = *self.n(m);
             let node = self.nm(i);
             node.lo = mn.lo;
@@ -263,8 +325,9 @@ impl Tree {
             node.gap = mn.gap;
             node.right = nr;
             self.free.push(m);
-        }
-        self.rebalance(i, w)
+            true
+        };
+        self.rebalance(i, dirty, w)
     }
 
     /// Finds the node starting at `lo`; returns it and its in-order successor.
@@ -386,7 +449,7 @@ impl Tree {
         let hr = self.check(n.right);
         assert!(hl.abs_diff(hr) <= 1, "AVL balance");
         assert_eq!(n.height, 1 + hl.max(hr), "height");
-        for k in 0..self.orders {
+        for k in (0..self.orders).filter(|k| self.active & (1 << k) != 0) {
             let want = room_of(n.lo - n.gap, n.lo, k)
                 .max(self.room(n.left, k))
                 .max(self.room(n.right, k));
@@ -498,6 +561,9 @@ impl IovaAllocator for GapTreeAllocator {
         let mut st = self.state.lock();
         let t = &mut st.tree;
         let found = if k < t.orders && t.len - 1 < self.max_live {
+            if t.active & (1 << k) == 0 {
+                t.activate(k, work);
+            }
             t.search(t.root, limit, s, k, work)
         } else {
             None
@@ -516,7 +582,9 @@ impl IovaAllocator for GapTreeAllocator {
         let x = t.new_node(a, a + s - 1, a - gl);
         // The holder is the new leaf's successor, hence its ancestor: the insertion path
         // recomputes its room.
-        t.root = t.insert(t.root, x, work);
+        t.touched = holder;
+        t.root = t.insert(t.root, x, work).0;
+        t.touched = NIL;
         t.len += 1;
         Ok(IovaBlock {
             start: Iova::new(a * self.granule),
@@ -575,7 +643,9 @@ impl GapTreeAllocator {
         // on the deletion path (an ancestor, the replacement, or the promoted child), so its
         // room is recomputed there.
         t.nm(succ).gap += n.gap + (n.hi - n.lo + 1);
-        t.root = t.delete(t.root, lo, w);
+        t.touched = succ;
+        t.root = t.delete(t.root, lo, w).0;
+        t.touched = NIL;
         t.len -= 1;
         true
     }
@@ -729,6 +799,9 @@ mod tests {
             a.free(*b, 0, &mut w).unwrap();
         }
         let height = a.tree_height() as u64;
+        // The first 2-page aligned request starts maintaining order 1 (a one-off full pass).
+        let first = a.alloc(req(2, lim), &mut w).unwrap();
+        a.free(first, 0, &mut w).unwrap();
 
         let mut w2 = WorkRecord::new();
         let b = a.alloc(req(2, lim), &mut w2).unwrap();

@@ -19,13 +19,30 @@
 //! Mapping picks, for every piece of the range, the largest page size the alignment of both the
 //! IOVA and the physical address and the remaining size allow (Linux's `iommu_pgsize`).
 //! Operations validate first and then mutate, so an error leaves the table unchanged. Unmap
-//! frees every table page it leaves empty and reports it in the gather; it never splits a
-//! block ([`PgTableError::SplitsBlock`]). A freed page goes on a free list and the next map
-//! that needs a table may take it (same physical address), so the walk-cache invalidation the
-//! gather asks for must be done before the next map, as in Linux, where the page returns to
-//! the allocator only after the gather is synced. Reusing pages keeps map and unmap free of
-//! heap allocation once the arena has grown; the number of pages in use is capped
-//! ([`PgTableError::TooManyTables`]).
+//! never splits a block ([`PgTableError::SplitsBlock`]). Which table pages it frees is set by
+//! [`LpaeConfig::table_reclaim`]:
+//!
+//! - [`TableReclaim::WholeSpan`], the default, as Linux's `__arm_lpae_unmap`: a table is freed,
+//!   with everything below it, only when the unmap covers the whole span of the entry pointing
+//!   at it and that entry's level can hold a block (Linux's unmap then reaches the entry with
+//!   the block size). With a 4K granule, unmapping an aligned 2 MiB frees its leaf table and an
+//!   aligned 1 GiB its level-2 table and the leaf tables below. Tables emptied any other way
+//!   (the last 4K page of a leaf table, say) stay in place for later maps, so such unmaps free
+//!   nothing and need no walk invalidation. [`LpaeTable::reclaim_empty_tables`] frees what is
+//!   left empty, as a domain teardown or a memory-pressure pass would.
+//! - [`TableReclaim::WhenEmpty`]: every table page an unmap leaves empty is freed.
+//!
+//! Freed pages are reported in the gather, children before their parent. A freed page goes on
+//! a free list and the next map that needs a table may take it (same physical address), so
+//! the walk-cache invalidation the gather asks for must be done before the next map, as in
+//! Linux, where the page returns to the allocator only after the gather is synced. Reusing
+//! pages keeps map and unmap free of heap allocation once the arena has grown; the number of
+//! pages in use, kept empty tables included, is capped ([`PgTableError::TooManyTables`]).
+//!
+//! A map whose range could take a block where an empty table was kept maps through that table
+//! with the next level's pages. Linux instead replaces the table with the block and frees it
+//! with a synchronous walk invalidation inside its map; [`IoPageTable::map`] has no gather to
+//! report a freed table in, and freeing it unreported would leave walk caches pointing at it.
 //!
 //! Maps and unmaps that stay within one table at one page size (the common DMA case) take a
 //! single walk down; anything else takes a recursive validate-then-write path.
@@ -231,6 +248,19 @@ pub const MIN_IAS: u32 = 32;
 /// Largest input address size accepted (48 bits; 52 needs FEAT_LVA).
 pub const MAX_IAS: u32 = 48;
 
+/// When an unmap frees the table pages it empties. See the [module docs](self).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TableReclaim {
+    /// Linux's `__arm_lpae_unmap`: a table is freed only when the unmap covers the whole span
+    /// of the entry pointing at it, at a level that can hold a block (so Linux's unmap reaches
+    /// that entry with the block size and frees the subtree). Any other table the unmap
+    /// empties stays in place for later maps; [`LpaeTable::reclaim_empty_tables`] frees those.
+    #[default]
+    WholeSpan,
+    /// Every table page an unmap leaves empty is freed at once (the root excepted).
+    WhenEmpty,
+}
+
 /// Configuration of an [`LpaeTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LpaeConfig {
@@ -249,6 +279,8 @@ pub struct LpaeConfig {
     /// Whether the walker snoops CPU caches. A non-coherent walker (IPMMU-VMSA) needs a cache
     /// clean after each batch of descriptor writes; those are counted as `cache_cleans`.
     pub coherent_walk: bool,
+    /// Which emptied tables an unmap frees ([`TableReclaim::WholeSpan`] by default).
+    pub table_reclaim: TableReclaim,
 }
 
 impl LpaeConfig {
@@ -262,6 +294,7 @@ impl LpaeConfig {
             table_base_pa: None,
             max_table_pages: None,
             coherent_walk: true,
+            table_reclaim: TableReclaim::WholeSpan,
         }
     }
 
@@ -280,6 +313,12 @@ impl LpaeConfig {
     /// Sets whether the walker is cache coherent.
     pub const fn with_coherent_walk(mut self, coherent: bool) -> Self {
         self.coherent_walk = coherent;
+        self
+    }
+
+    /// Sets which emptied tables an unmap frees.
+    pub const fn with_table_reclaim(mut self, reclaim: TableReclaim) -> Self {
+        self.table_reclaim = reclaim;
         self
     }
 }
@@ -377,7 +416,7 @@ fn lv(level: u32) -> usize {
 /// Bookkeeping of one table page of the arena.
 #[derive(Clone, Copy, Debug, Default)]
 struct PageMeta {
-    /// Number of valid descriptors: the page is freed when an unmap brings it to zero.
+    /// Number of valid descriptors: zero means the page is empty (and may be freed).
     valid: u32,
     /// Whether the page is in use (freed pages keep their zeroed memory for reuse).
     live: bool,
@@ -572,6 +611,29 @@ impl LpaeTable {
     /// The cap on table pages, the root included.
     pub fn max_table_pages(&self) -> usize {
         self.max_pages
+    }
+
+    /// Frees every table page below the root that holds no valid descriptor, bottom-up (a
+    /// table holding only emptied tables goes too), and reports each in `gather` as an unmap
+    /// does, children before their parent. Returns the number of pages freed. Mappings are
+    /// untouched. This is what a domain teardown or a memory-pressure pass does with the
+    /// tables [`TableReclaim::WholeSpan`] leaves in place; with [`TableReclaim::WhenEmpty`]
+    /// there are none.
+    ///
+    /// Like Linux's `__arm_lpae_free_pgtable`, it reads every descriptor of the non-leaf tables
+    /// (`pte_reads`); whether a leaf-level table is empty comes from the per-page count of valid
+    /// descriptors. Each page freed is counted as an unmap counts it (`ptes_cleared` for the
+    /// table descriptor, `tables_freed`, and a `cache_cleans` for a non-coherent walker). As
+    /// after an unmap, the walk invalidation the gather asks for must be done before the next
+    /// map, which may reuse the pages.
+    pub fn reclaim_empty_tables(
+        &mut self,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) -> usize {
+        let before = self.live_pages;
+        self.reclaim_under(0, self.start_level, 0, gather, work);
+        before - self.live_pages
     }
 
     /// Reads descriptor `index` of the live table page at `table_pa`, as a hardware walker's
@@ -825,6 +887,39 @@ impl LpaeTable {
         });
     }
 
+    /// [`Self::reclaim_empty_tables`] below the table in `slot` at `level` (`level < 3`),
+    /// whose span starts at `base`.
+    fn reclaim_under(
+        &mut self,
+        slot: usize,
+        level: u32,
+        base: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+    ) {
+        let shift = self.shifts[lv(level)];
+        let len = if slot == 0 {
+            self.root_entries()
+        } else {
+            1 << self.stride
+        };
+        work.pte_reads += len as u64;
+        for i in 0..len {
+            let desc = self.entries[(slot << self.stride) + i];
+            if !Self::is_table(desc, level) {
+                continue;
+            }
+            let child = self.slot_of_desc(desc);
+            let iova = base + ((i as u64) << shift);
+            if level + 1 < 3 {
+                self.reclaim_under(child, level + 1, iova, gather, work);
+            }
+            if self.meta[child].valid == 0 {
+                self.remove_table(slot, level, child, iova, gather, work);
+            }
+        }
+    }
+
     // ---- Map ----
 
     /// The map of `[start, end)` when it is a run of leaves of one size in one table, the
@@ -1039,7 +1134,7 @@ impl LpaeTable {
     // ---- Unmap ----
 
     /// The unmap of `[start, end)` when it is a run of leaves of one size in one table: one
-    /// walk down, the clears, then back up freeing emptied tables.
+    /// walk down, the clears, then back up freeing the emptied tables the policy frees.
     #[inline]
     fn unmap_fast(
         &mut self,
@@ -1115,11 +1210,25 @@ impl LpaeTable {
         }
         gather.add(Iova::new(start), size, 1u64 << shift);
         self.mapped -= size;
-        while level > self.start_level && self.meta[slot].valid == 0 {
-            let parent = path[lv(level - 1)];
-            self.remove_table(parent, level - 1, slot, start, gather, work);
-            slot = parent;
-            level -= 1;
+        if self.meta[slot].valid == 0 && level > self.start_level {
+            match self.config.table_reclaim {
+                TableReclaim::WholeSpan => {
+                    // A run in one table covers the span of the entry above only when it fills
+                    // the table, and never covers an entry further up.
+                    if count == 1 << self.stride && self.leaf_level[lv(level - 1)] {
+                        let parent = path[lv(level - 1)];
+                        self.remove_table(parent, level - 1, slot, start, gather, work);
+                    }
+                }
+                TableReclaim::WhenEmpty => {
+                    while level > self.start_level && self.meta[slot].valid == 0 {
+                        let parent = path[lv(level - 1)];
+                        self.remove_table(parent, level - 1, slot, start, gather, work);
+                        slot = parent;
+                        level -= 1;
+                    }
+                }
+            }
         }
         Fast::Done(Ok(()))
     }
@@ -1166,8 +1275,9 @@ impl LpaeTable {
         Ok(())
     }
 
-    /// Clears `[start, end)` under the table in `slot` at `level`, freeing table pages left
-    /// empty. Returns the bytes of leaves removed. Validated by [`Self::check_unmap`].
+    /// Clears `[start, end)` under the table in `slot` at `level`, freeing the emptied table
+    /// pages the reclaim policy frees (children first). Returns the bytes of leaves removed.
+    /// Validated by [`Self::check_unmap`].
     fn do_unmap(
         &mut self,
         slot: usize,
@@ -1200,7 +1310,14 @@ impl LpaeTable {
                 }
                 let child = self.slot_of_desc(desc);
                 removed += self.do_unmap(child, level + 1, x, sub_end, gather, work);
-                if self.meta[child].valid == 0 {
+                let free = match self.config.table_reclaim {
+                    // Validation found the covered span fully mapped, so the child is empty.
+                    TableReclaim::WholeSpan => {
+                        x == entry_start && sub_end - x == size && self.leaf_level[lv(level)]
+                    }
+                    TableReclaim::WhenEmpty => self.meta[child].valid == 0,
+                };
+                if free {
                     self.remove_table(slot, level, child, x, gather, work);
                 }
             } else {
@@ -1355,6 +1472,27 @@ mod tests {
 
     fn table(granule: u64, ias: u32) -> LpaeTable {
         LpaeTable::new(LpaeConfig::new(granule, ias, 48)).expect("valid config")
+    }
+
+    fn table_with(granule: u64, ias: u32, reclaim: TableReclaim) -> LpaeTable {
+        let config = LpaeConfig::new(granule, ias, 48).with_table_reclaim(reclaim);
+        LpaeTable::new(config).expect("valid config")
+    }
+
+    /// Unmaps and returns the gather and the work.
+    fn unmap(t: &mut LpaeTable, iova: u64, size: u64) -> (UnmapGather, WorkRecord) {
+        let mut gather = UnmapGather::new();
+        let mut work = WorkRecord::new();
+        t.unmap(Iova::new(iova), size, &mut gather, &mut work)
+            .expect("unmap");
+        (gather, work)
+    }
+
+    /// The table page the walk for `iova` reads at `level`.
+    fn table_at(t: &LpaeTable, iova: u64, level: u32) -> PhysAddr {
+        let walk = t.walk(Iova::new(iova));
+        let step = walk.steps().iter().find(|s| s.level == level);
+        step.expect("the walk reaches the level").table_pa
     }
 
     fn map(t: &mut LpaeTable, iova: u64, pa: u64, size: u64, prot: Prot) -> WorkRecord {
@@ -1659,21 +1797,26 @@ mod tests {
 
     #[test]
     fn non_coherent_unmap_counts_one_clean_per_batch() {
-        let config = LpaeConfig::new(SZ_4K, 48, 48).with_coherent_walk(false);
-        let mut t = LpaeTable::new(config).unwrap();
-        map(&mut t, 0x1000, 0x1000, 2 * SZ_4K, Prot::READ);
-        let mut work = WorkRecord::new();
+        // One batch of two leaves; with WhenEmpty, then three table descriptors as the tables
+        // empty. WholeSpan keeps the tables.
+        for (reclaim, expected) in [
+            (TableReclaim::WholeSpan, (2, 1)),
+            (TableReclaim::WhenEmpty, (5, 4)),
+        ] {
+            let config = LpaeConfig::new(SZ_4K, 48, 48)
+                .with_coherent_walk(false)
+                .with_table_reclaim(reclaim);
+            let mut t = LpaeTable::new(config).unwrap();
+            map(&mut t, 0x1000, 0x1000, 2 * SZ_4K, Prot::READ);
 
-        t.unmap(
-            Iova::new(0x1000),
-            2 * SZ_4K,
-            &mut UnmapGather::new(),
-            &mut work,
-        )
-        .unwrap();
+            let (_, work) = unmap(&mut t, 0x1000, 2 * SZ_4K);
 
-        // One batch of two leaves, then three table descriptors as the tables empty.
-        assert_eq!((work.ptes_cleared, work.cache_cleans), (5, 4));
+            assert_eq!(
+                (work.ptes_cleared, work.cache_cleans),
+                expected,
+                "{reclaim:?}"
+            );
+        }
     }
 
     #[test]
@@ -1690,8 +1833,8 @@ mod tests {
     // ---- Unmap and the gather ----
 
     #[test]
-    fn unmap_gathers_blocks_and_frees_emptied_tables() {
-        let mut t = table(SZ_4K, 48);
+    fn when_empty_unmap_gathers_blocks_and_frees_emptied_tables() {
+        let mut t = table_with(SZ_4K, 48, TableReclaim::WhenEmpty);
         map(&mut t, 0x4000_0000, 0x8000_0000, SZ_4M, Prot::READ_WRITE);
         let l1 = PhysAddr::new(t.walk(Iova::new(0x4000_0000)).steps()[1].table_pa.get());
         let l2 = PhysAddr::new(t.walk(Iova::new(0x4000_0000)).steps()[2].table_pa.get());
@@ -1774,12 +1917,14 @@ mod tests {
             sizes,
             [(0x1F_F000, SZ_4K, SZ_4K), (0x20_0000, SZ_2M, SZ_2M)]
         );
-        assert_eq!(t.table_pages(), 1);
+        // The one 4K page did not cover its leaf table's 2M span: every table stays.
+        assert!(gather.freed_tables.is_empty());
+        assert_eq!((t.table_pages(), t.mapped_bytes()), (4, 0));
     }
 
     #[test]
     fn freed_table_pages_are_reused() {
-        let mut t = table(SZ_4K, 48);
+        let mut t = table_with(SZ_4K, 48, TableReclaim::WhenEmpty);
         map(&mut t, 0x1000, 0x1000, SZ_4K, Prot::READ);
         let before = t.walk(Iova::new(0x1000));
         t.unmap(
@@ -1796,6 +1941,294 @@ mod tests {
 
         assert_eq!(work.tables_allocated, 3);
         assert_eq!(t.walk(Iova::new(0x1000)), before);
+    }
+
+    // ---- Table reclaim policies ----
+
+    #[test]
+    fn whole_span_is_the_default() {
+        assert_eq!(
+            LpaeConfig::new(SZ_4K, 48, 48).table_reclaim,
+            TableReclaim::WholeSpan
+        );
+        assert_eq!(TableReclaim::default(), TableReclaim::WholeSpan);
+    }
+
+    #[test]
+    fn whole_span_keeps_the_tables_of_a_lone_4k_page_for_the_next_map() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, 0x4000_1000, 0x8000_1000, SZ_4K, Prot::READ_WRITE);
+        let before = t.walk(Iova::new(0x4000_1000));
+
+        let (gather, work) = unmap(&mut t, 0x4000_1000, SZ_4K);
+
+        assert_eq!(gather.bytes(), SZ_4K);
+        assert!(gather.freed_tables.is_empty());
+        assert_eq!((work.ptes_cleared, work.tables_freed), (1, 0));
+        assert_eq!((t.table_pages(), t.mapped_bytes()), (4, 0));
+        let leaf_table = before.steps()[3].table_pa;
+        assert_eq!(t.read_descriptor(leaf_table, 1), Some(0));
+        assert_eq!(lookup(&t, 0x4000_1000), None);
+
+        // The same page and its neighbour map into the kept tables.
+        let again = map(&mut t, 0x4000_1000, 0x8000_1000, SZ_4K, Prot::READ_WRITE);
+        let next = map(&mut t, 0x4000_2000, 0x8000_2000, SZ_4K, Prot::READ_WRITE);
+
+        assert_eq!((again.tables_allocated, again.ptes_written), (0, 1));
+        assert_eq!((next.tables_allocated, next.ptes_written), (0, 1));
+        assert_eq!(t.walk(Iova::new(0x4000_1000)), before);
+        assert_eq!(table_at(&t, 0x4000_2000, 3), leaf_table);
+    }
+
+    #[test]
+    fn whole_span_unmap_of_2m_of_4k_pages_frees_their_leaf_table() {
+        let mut t = table(SZ_4K, 48);
+        // A physical address off by 4K forces 4K pages: one full leaf table.
+        map(&mut t, 0x4000_0000, 0x8000_1000, SZ_2M, Prot::READ_WRITE);
+        let leaf_table = table_at(&t, 0x4000_0000, 3);
+        assert_eq!(lookup(&t, 0x4000_0000).unwrap().page_size, SZ_4K);
+
+        let (gather, work) = unmap(&mut t, 0x4000_0000, SZ_2M);
+
+        assert_eq!(
+            gather.freed_tables,
+            [FreedTable {
+                table_pa: leaf_table,
+                level: 3,
+                iova: Iova::new(0x4000_0000),
+                size: SZ_2M
+            }]
+        );
+        assert_eq!((work.ptes_cleared, work.tables_freed), (513, 1));
+        // Root, level 1 and level 2 stay: the unmap did not cover their spans.
+        assert_eq!((t.table_pages(), t.mapped_bytes()), (3, 0));
+        assert_eq!(t.read_descriptor(leaf_table, 0), None);
+    }
+
+    #[test]
+    fn whole_span_frees_only_the_tables_whose_span_the_unmap_covers() {
+        let mut t = table(SZ_4K, 48);
+        // 2M + 4K of 4K pages: a full leaf table and one page of the next.
+        map(&mut t, 0x4000_0000, 0x8000_1000, SZ_2M + SZ_4K, Prot::READ);
+        let full = table_at(&t, 0x4000_0000, 3);
+        let partial = table_at(&t, 0x4020_0000, 3);
+
+        let (gather, work) = unmap(&mut t, 0x4000_0000, SZ_2M + SZ_4K);
+
+        assert_eq!(gather.bytes(), SZ_2M + SZ_4K);
+        let freed: Vec<PhysAddr> = gather.freed_tables.iter().map(|f| f.table_pa).collect();
+        assert_eq!(freed, [full]);
+        assert_eq!(work.tables_freed, 1);
+        assert_eq!(t.read_descriptor(partial, 0), Some(0));
+        assert_eq!(t.table_pages(), 4);
+    }
+
+    #[test]
+    fn whole_span_unmap_of_1g_frees_the_level_2_table_and_everything_below() {
+        let mut t = table(SZ_4K, 48);
+        // The first 2M as 4K pages, the rest of the gigabyte as 2M blocks.
+        map(&mut t, SZ_1G, 0x8000_1000, SZ_2M, Prot::READ);
+        map(
+            &mut t,
+            SZ_1G + SZ_2M,
+            0x8020_0000,
+            SZ_1G - SZ_2M,
+            Prot::READ,
+        );
+        let (l1, l2, l3) = (
+            table_at(&t, SZ_1G, 1),
+            table_at(&t, SZ_1G, 2),
+            table_at(&t, SZ_1G, 3),
+        );
+
+        let (gather, work) = unmap(&mut t, SZ_1G, SZ_1G);
+
+        assert_eq!(
+            gather.freed_tables,
+            [
+                FreedTable {
+                    table_pa: l3,
+                    level: 3,
+                    iova: Iova::new(SZ_1G),
+                    size: SZ_2M
+                },
+                FreedTable {
+                    table_pa: l2,
+                    level: 2,
+                    iova: Iova::new(SZ_1G),
+                    size: SZ_1G
+                },
+            ]
+        );
+        assert_eq!(work.tables_freed, 2);
+        // Level 0 holds no blocks: Linux never unmaps at its 512G size, so level 1 stays.
+        assert_eq!(t.read_descriptor(l1, 1), Some(0));
+        assert_eq!((t.table_pages(), t.mapped_bytes()), (2, 0));
+    }
+
+    #[test]
+    fn whole_span_unmap_of_a_full_table_of_blocks_takes_the_fast_path_and_frees_it() {
+        let mut t = table(SZ_4K, 48);
+        // 2M-aligned but not 1G-aligned physical address: 512 blocks in one level-2 table.
+        map(&mut t, SZ_1G, 0x8020_0000, SZ_1G, Prot::READ);
+        let l2 = table_at(&t, SZ_1G, 2);
+
+        let (gather, work) = unmap(&mut t, SZ_1G, SZ_1G);
+
+        let freed: Vec<(PhysAddr, u32)> = gather
+            .freed_tables
+            .iter()
+            .map(|f| (f.table_pa, f.level))
+            .collect();
+        assert_eq!(freed, [(l2, 2)]);
+        // The run, its table, and the one table descriptor read above it on the way down.
+        assert_eq!((work.ptes_cleared, work.pte_reads), (513, 514));
+        assert_eq!(t.table_pages(), 2);
+    }
+
+    #[test]
+    fn whole_span_frees_no_table_above_the_block_levels() {
+        // 16K granule: blocks only at level 2, so covering a level-1 entry's 64G span frees
+        // nothing (Linux unmaps it as 2048 blocks of 32M), while WhenEmpty frees both tables.
+        for (reclaim, pages) in [(TableReclaim::WholeSpan, 3), (TableReclaim::WhenEmpty, 1)] {
+            let mut t = table_with(SZ_16K, 48, reclaim);
+            let span = 64 << 30;
+            map(&mut t, span, span + SZ_32M, span, Prot::READ);
+
+            let (gather, _) = unmap(&mut t, span, span);
+
+            assert_eq!(gather.freed_tables.len() + pages, 3, "{reclaim:?}");
+            assert_eq!(t.table_pages(), pages, "{reclaim:?}");
+        }
+    }
+
+    #[test]
+    fn when_empty_frees_the_tables_of_a_lone_4k_page() {
+        let mut t = table_with(SZ_4K, 48, TableReclaim::WhenEmpty);
+        map(&mut t, 0x4000_1000, 0x8000_1000, SZ_4K, Prot::READ);
+        let walk = t.walk(Iova::new(0x4000_1000));
+
+        let (gather, work) = unmap(&mut t, 0x4000_1000, SZ_4K);
+
+        let freed: Vec<(PhysAddr, u32)> = gather
+            .freed_tables
+            .iter()
+            .map(|f| (f.table_pa, f.level))
+            .collect();
+        let expected: Vec<(PhysAddr, u32)> = walk.steps()[1..]
+            .iter()
+            .rev()
+            .map(|s| (s.table_pa, s.level))
+            .collect();
+        assert_eq!(freed, expected);
+        assert_eq!((work.ptes_cleared, work.tables_freed), (4, 3));
+        assert_eq!(t.table_pages(), 1);
+        let again = map(&mut t, 0x4000_1000, 0x8000_1000, SZ_4K, Prot::READ);
+        assert_eq!(again.tables_allocated, 3);
+    }
+
+    #[test]
+    fn reclaim_frees_kept_empty_tables_bottom_up_and_keeps_live_ones() {
+        let mut t = table(SZ_4K, 48);
+        let (a, b, live) = (0x1000, 1 << 39, SZ_1G);
+        map(&mut t, a, 0x1000, SZ_4K, Prot::READ);
+        map(&mut t, b, 0x2000, SZ_4K, Prot::READ);
+        map(&mut t, live, 0x3000, SZ_4K, Prot::READ);
+        let (wa, wb) = (t.walk(Iova::new(a)), t.walk(Iova::new(b)));
+        unmap(&mut t, a, SZ_4K);
+        unmap(&mut t, b, SZ_4K);
+        // Root; level 1 shared by a and live; level 2 and 3 of each of a, b and live; level 1
+        // of b.
+        assert_eq!(t.table_pages(), 9);
+        let mut gather = UnmapGather::new();
+        let mut work = WorkRecord::new();
+
+        let freed = t.reclaim_empty_tables(&mut gather, &mut work);
+
+        let tables: Vec<(PhysAddr, u32, u64, u64)> = gather
+            .freed_tables
+            .iter()
+            .map(|f| (f.table_pa, f.level, f.iova.get(), f.size))
+            .collect();
+        let (sa, sb) = (wa.steps(), wb.steps());
+        assert_eq!(
+            tables,
+            [
+                (sa[3].table_pa, 3, 0, SZ_2M),
+                (sa[2].table_pa, 2, 0, SZ_1G),
+                (sb[3].table_pa, 3, b, SZ_2M),
+                (sb[2].table_pa, 2, b, SZ_1G),
+                (sb[1].table_pa, 1, b, 1 << 39),
+            ]
+        );
+        assert!(gather.ranges.is_empty());
+        assert_eq!(freed, 5);
+        assert_eq!((work.tables_freed, work.ptes_cleared), (5, 5));
+        // Every descriptor of the six non-leaf tables: root, both level-1 tables, and the
+        // level-2 tables of a, b and live.
+        assert_eq!(work.pte_reads, 6 * 512);
+        assert_eq!(t.table_pages(), 4);
+        assert_eq!(lookup(&t, live).unwrap().pa, PhysAddr::new(0x3000));
+        assert_eq!(lookup(&t, a), None);
+
+        // Nothing is left to reclaim; a map under a's old span allocates again.
+        let mut again = UnmapGather::new();
+        assert_eq!(
+            t.reclaim_empty_tables(&mut again, &mut WorkRecord::new()),
+            0
+        );
+        assert!(again.is_empty());
+        assert_eq!(
+            map(&mut t, a, 0x1000, SZ_4K, Prot::READ).tables_allocated,
+            2
+        );
+    }
+
+    #[test]
+    fn reclaim_finds_nothing_when_tables_are_freed_as_they_empty() {
+        let mut t = table_with(SZ_4K, 48, TableReclaim::WhenEmpty);
+        map(&mut t, 0x1000, 0x1000, SZ_4K, Prot::READ);
+        map(&mut t, 0x2000, 0x2000, SZ_4K, Prot::READ);
+        unmap(&mut t, 0x1000, SZ_4K);
+        let mut gather = UnmapGather::new();
+
+        assert_eq!(
+            t.reclaim_empty_tables(&mut gather, &mut WorkRecord::new()),
+            0
+        );
+
+        assert!(gather.is_empty());
+        assert_eq!(t.table_pages(), 4);
+        unmap(&mut t, 0x2000, SZ_4K);
+        assert_eq!(t.table_pages(), 1);
+    }
+
+    #[test]
+    fn block_map_over_a_kept_empty_table_uses_pages_until_it_is_reclaimed() {
+        let mut t = table(SZ_4K, 48);
+        map(&mut t, SZ_2M, SZ_2M, SZ_4K, Prot::READ);
+        unmap(&mut t, SZ_2M, SZ_4K);
+        let mut reclaimed = t.clone();
+        let mut gather = UnmapGather::new();
+        assert_eq!(
+            reclaimed.reclaim_empty_tables(&mut gather, &mut WorkRecord::new()),
+            3
+        );
+
+        // Linux would replace the kept table with the block; this table cannot report the
+        // freed page from a map, so it maps through the table.
+        let kept = map(&mut t, SZ_2M, SZ_2M, SZ_2M, Prot::READ);
+        let fresh = map(&mut reclaimed, SZ_2M, SZ_2M, SZ_2M, Prot::READ);
+
+        assert_eq!((kept.tables_allocated, kept.ptes_written), (0, 512));
+        assert_eq!(lookup(&t, SZ_2M + 5).unwrap().page_size, SZ_4K);
+        assert_eq!((fresh.tables_allocated, fresh.ptes_written), (2, 3));
+        assert_eq!(lookup(&reclaimed, SZ_2M + 5).unwrap().page_size, SZ_2M);
+        // Unmapping the whole 2M frees the leaf table, and the next map gets the block.
+        let (gather, _) = unmap(&mut t, SZ_2M, SZ_2M);
+        assert_eq!(gather.freed_tables.len(), 1);
+        map(&mut t, SZ_2M, SZ_2M, SZ_2M, Prot::READ);
+        assert_eq!(lookup(&t, SZ_2M).unwrap().page_size, SZ_2M);
     }
 
     // ---- Errors leave the table unchanged ----
