@@ -5,9 +5,9 @@
 //! an SMMUv3:
 //!
 //! - **Its walker is not cache coherent** (Linux sets `coherent_walk = false`), so every
-//!   batch of page-table writes is followed by a clean of the cache lines holding them, and
-//!   every new table page is cleaned whole. [`IpmmuPageTable`] wraps an [`LpaeTable`] and
-//!   counts those cleans in cache lines (`cache_cleans`).
+//!   batch of page-table writes is followed by a clean of the cache lines holding them.
+//!   [`IpmmuPageTable`] wraps an [`LpaeTable`] and counts those cleans in cache lines
+//!   (`cache_cleans`); the whole-page clean of a new table goes with `tables_allocated`.
 //! - **It has no invalidation by address.** Every invalidation is a whole-context TLB flush:
 //!   set `IMCTR.FLUSH` (a read-modify-write of the register) and poll it until the hardware
 //!   clears it, in 1 µs steps, giving up after 100 reads. [`IpmmuInvalidator`] models that.
@@ -22,11 +22,13 @@
 //! one flush per pending context in [`Invalidator::sync`]: exactly one flush per unmap. The
 //! flush is synchronous (it waits for the FLUSH bit), so nothing else is waited for.
 //!
-//! Linux additionally flushes from `tlb_flush_walk` when an unmap removes a whole table.
-//! This model's LPAE table frees every table page an unmap leaves empty (Linux keeps them),
-//! so following that rule would flush more often here than Linux does; the freed-table
-//! invalidation is coalesced into the same single flush instead, which is what Linux does in
-//! the common DMA case (unmaps far smaller than a table's span).
+//! Linux also flushes from `tlb_flush_walk` when an unmap removes a table whole (it covers
+//! an aligned 2 MiB or 1 GiB span that was mapped with smaller pages): once per table entry
+//! cleared, not for the tables freed below it. The LPAE table's default reclaim policy
+//! ([`crate::pgtable::lpae::TableReclaim::WholeSpan`]) frees tables exactly then, so by
+//! default each outermost removed table costs one more flush, done at the same sync
+//! ([`IpmmuFlushConfig::flush_per_freed_table`]). Ordinary DMA unmaps, far smaller than a
+//! table's span, remove no table and cost exactly one flush.
 //!
 //! There is no lazy mode: Linux's IPMMU driver has no flush queue support, and
 //! [`ipmmu_domain`] rejects [`DomainMode::Lazy`] with [`IpmmuError::LazyMode`].
@@ -39,7 +41,7 @@ use parking_lot::Mutex;
 use crate::addr::{Iova, PhysAddr, Prot, SZ_4K};
 use crate::dma::{DmaError, Domain, DomainConfig, DomainId, DomainMode, Invalidator};
 use crate::iova::IovaAllocator;
-use crate::pgtable::lpae::{spec, LpaeConfig, LpaeConfigError, LpaeTable};
+use crate::pgtable::lpae::{spec, LpaeConfig, LpaeConfigError, LpaeTable, TableReclaim};
 use crate::pgtable::{
     FreedTable, GatherRange, IoPageTable, PgTableError, Translation, UnmapGather,
 };
@@ -105,7 +107,9 @@ pub struct IpmmuTableConfig {
 ///   4 KiB PTEs are 2 lines, `ceil(128 / 64)`; 8 PTEs starting at index 4 span 2 lines
 ///   although `ceil(64 / 64)` is 1: the clean works on whole lines);
 /// - each table descriptor written to link in a new table: one line;
-/// - each table descriptor cleared when an unmap frees a table: one line.
+/// - each table descriptor cleared when an unmap removes a table whole: one line for the
+///   outermost table of each removed subtree (the leaves and tables below it are not
+///   touched, as in Linux's `__arm_lpae_unmap`).
 ///
 /// A new table page is also cleaned whole when Linux allocates it (`dma_map_single` of the
 /// page, 64 lines); that clean belongs to the table allocation and is charged through
@@ -113,9 +117,9 @@ pub struct IpmmuTableConfig {
 ///
 /// The leaf batches are read off the table itself (a walk to each leaf table touched and
 /// the descriptors read back), since [`LpaeTable`] does not report its batches; the table
-/// counts no cleans of its own (it is built coherent, which changes nothing else). Linux
-/// keeps emptied tables where this table frees them, so an unmap that empties a table costs
-/// one extra line here.
+/// counts no cleans of its own (it is built coherent, which changes nothing else). Tables
+/// are reclaimed as Linux does ([`TableReclaim::WholeSpan`]): only when an unmap covers
+/// their whole span.
 #[derive(Clone, Debug)]
 pub struct IpmmuPageTable {
     inner: LpaeTable,
@@ -124,7 +128,9 @@ pub struct IpmmuPageTable {
 impl IpmmuPageTable {
     /// An empty table.
     pub fn new(config: IpmmuTableConfig) -> Result<Self, LpaeConfigError> {
-        let mut lpae = LpaeConfig::new(SZ_4K, IPMMU_IAS, IPMMU_OAS).with_coherent_walk(true);
+        let mut lpae = LpaeConfig::new(SZ_4K, IPMMU_IAS, IPMMU_OAS)
+            .with_coherent_walk(true)
+            .with_table_reclaim(TableReclaim::WholeSpan);
         if let Some(pa) = config.table_base_pa {
             lpae = lpae.with_table_base(pa);
         }
@@ -148,8 +154,12 @@ impl IpmmuPageTable {
     }
 
     /// Cache lines spanned by the leaf descriptors that map `[iova, iova + size)`, batch by
-    /// batch (one batch per run of leaves in one table). Reads the table, counts nothing.
-    fn leaf_lines(&self, iova: u64, size: u64) -> u64 {
+    /// batch (one batch per run of leaves in one table). With `skip_covered`, batches in a
+    /// table whose whole span the range covers are left out: an unmap removes such a table
+    /// by clearing the descriptor above it and never touches its leaves (Linux's
+    /// `__arm_lpae_unmap` at the block level, which [`TableReclaim::WholeSpan`] mirrors).
+    /// Reads the table, counts nothing.
+    fn leaf_lines(&self, iova: u64, size: u64, skip_covered: bool) -> u64 {
         let t = &self.inner;
         let gshift = t.granule_shift();
         let per_table = (t.config().granule / 8) as usize;
@@ -167,6 +177,12 @@ impl IpmmuPageTable {
                 per_table
             };
             let first = step.index;
+            let span = table_len as u64 * tr.page_size;
+            let span_start = x & !(span - 1);
+            let covered = skip_covered
+                && step.table_pa != t.root_pa()
+                && span_start >= iova
+                && span_start + span <= end;
             let mut n = 1usize;
             x += tr.page_size;
             while x < end && first + n < table_len {
@@ -182,10 +198,28 @@ impl IpmmuPageTable {
                 n += 1;
                 x += tr.page_size;
             }
-            lines += Self::lines(step.desc_pa().get(), n as u64 * 8);
+            if !covered {
+                lines += Self::lines(step.desc_pa().get(), n as u64 * 8);
+            }
         }
         lines
     }
+}
+
+/// How many of `ranges` (IOVA spans of removed tables, each either nested in or disjoint
+/// from every other, as table spans are) are not inside another one.
+fn outermost(ranges: &mut [(u64, u64)]) -> usize {
+    ranges.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut count = 0;
+    let mut cover_end = None;
+    for &(_, end) in ranges.iter() {
+        if cover_end.is_some_and(|c| end <= c) {
+            continue;
+        }
+        count += 1;
+        cover_end = Some(end);
+    }
+    count
 }
 
 impl IoPageTable for IpmmuPageTable {
@@ -213,7 +247,7 @@ impl IoPageTable for IpmmuPageTable {
         self.inner.map(iova, pa, size, prot, work)?;
         // One line per table descriptor installed, plus the leaf batches.
         let new_tables = work.tables_allocated - before;
-        work.cache_cleans += new_tables + self.leaf_lines(iova.get(), size);
+        work.cache_cleans += new_tables + self.leaf_lines(iova.get(), size, false);
         Ok(())
     }
 
@@ -228,11 +262,22 @@ impl IoPageTable for IpmmuPageTable {
         let leaf = if size == 0 {
             0
         } else {
-            self.leaf_lines(iova.get(), size)
+            self.leaf_lines(iova.get(), size, true)
         };
-        let before = work.tables_freed;
+        let before = gather.freed_tables.len();
         self.inner.unmap(iova, size, gather, work)?;
-        work.cache_cleans += leaf + (work.tables_freed - before);
+        // One line per removed subtree: the descriptor cleared above its outermost table.
+        let removed = &gather.freed_tables[before..];
+        let descriptors = if removed.is_empty() {
+            0
+        } else {
+            let mut spans: Vec<(u64, u64)> = removed
+                .iter()
+                .map(|f| (f.iova.get(), f.iova.get() + f.size))
+                .collect();
+            outermost(&mut spans) as u64
+        };
+        work.cache_cleans += leaf + descriptors;
         Ok(())
     }
 
@@ -264,14 +309,19 @@ pub struct IpmmuFlushConfig {
     /// Whether the master sits behind a cache IPMMU (R-Car Gen3 `has_cache_leaf_nodes`):
     /// Linux then writes `IMCTR` in both the cache IPMMU and the root IPMMU-MM (2 writes).
     pub cache_ipmmu: bool,
+    /// Flush once more for every table an unmap removes whole, as Linux's
+    /// `tlb_flush_walk` (-> `ipmmu_tlb_flush_all`) does from inside the unmap. Off: the
+    /// removal is covered by the unmap's single flush.
+    pub flush_per_freed_table: bool,
 }
 
 impl Default for IpmmuFlushConfig {
-    /// One poll, one register write.
+    /// One poll, one register write, Linux's walk flushes.
     fn default() -> Self {
         Self {
             polls_per_flush: 1,
             cache_ipmmu: false,
+            flush_per_freed_table: true,
         }
     }
 }
@@ -279,15 +329,17 @@ impl Default for IpmmuFlushConfig {
 /// Running totals of an [`IpmmuInvalidator`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IpmmuStats {
-    /// Whole-context flushes.
+    /// Whole-context flushes (both kinds).
     pub flushes: u64,
+    /// Of those, flushes for removed tables (`tlb_flush_walk`).
+    pub walk_flushes: u64,
     /// `IMCTR` reads while waiting for the FLUSH bit.
     pub polls: u64,
     /// Register writes.
     pub mmio_writes: u64,
     /// Register reads (the read-modify-write plus the polls).
     pub mmio_reads: u64,
-    /// Invalidation requests absorbed into a pending flush.
+    /// Invalidation requests received.
     pub requests: u64,
     /// Flushes whose wait gave up after [`TLB_LOOP_TIMEOUT`] reads.
     pub timeouts: u64,
@@ -296,6 +348,7 @@ pub struct IpmmuStats {
 #[derive(Debug, Default)]
 struct Totals {
     flushes: AtomicU64,
+    walk_flushes: AtomicU64,
     polls: AtomicU64,
     mmio_writes: AtomicU64,
     mmio_reads: AtomicU64,
@@ -303,9 +356,29 @@ struct Totals {
     timeouts: AtomicU64,
 }
 
-/// The IPMMU's invalidation: every request (range, walk or domain) becomes one pending
-/// whole-context flush of its context, done at the next [`Invalidator::sync`]. See the
-/// module docs.
+/// Most removed-table ranges held for one sync: a 32-bit space has 2048 leaf tables of
+/// 2 MiB, so no unmap of a 32-bit context can overflow it. Beyond it a walk flush is done
+/// at once.
+pub const MAX_PENDING_WALKS: usize = 2048;
+
+/// What the next sync must flush.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Contexts with an unmap flush pending.
+    contexts: Vec<DomainId>,
+    /// Removed tables, as the IOVA ranges they translated, keeping only the outermost: the
+    /// gather lists a subtree child first, and Linux flushes once per table entry it clears,
+    /// not for the tables freed below it.
+    walks: Vec<(DomainId, u64, u64)>,
+}
+
+/// The IPMMU's invalidation. See the module docs.
+///
+/// Every request becomes a pending flush of its context, done at the next
+/// [`Invalidator::sync`] (Linux's `iotlb_sync`): one flush per context per unmap however many
+/// ranges it gathered. With [`IpmmuFlushConfig::flush_per_freed_table`], each table the unmap
+/// removed whole (the outermost of each removed subtree) costs one flush more, Linux's
+/// `tlb_flush_walk`.
 ///
 /// One flush costs, in the caller's [`WorkRecord`]: `inval_domains` 1; `mmio_reads`
 /// 1 + polls (Linux reads `IMCTR` to set the bit, then polls it); `mmio_writes` 1, or 2
@@ -315,9 +388,10 @@ struct Totals {
 pub struct IpmmuInvalidator {
     polls_per_flush: AtomicU32,
     cache_ipmmu: bool,
-    /// Contexts with a flush pending. Holding this lock across the flushes makes a sync
-    /// that finds nothing pending wait for a flush that another CPU is doing.
-    pending: Mutex<Vec<DomainId>>,
+    flush_per_freed_table: bool,
+    /// Holding this lock across the flushes makes a sync that finds nothing pending wait for
+    /// a flush another CPU is doing.
+    pending: Mutex<Pending>,
     totals: Totals,
 }
 
@@ -330,7 +404,11 @@ impl IpmmuInvalidator {
         Ok(Self {
             polls_per_flush: AtomicU32::new(config.polls_per_flush),
             cache_ipmmu: config.cache_ipmmu,
-            pending: Mutex::new(Vec::with_capacity(IPMMU_CTX_MAX)),
+            flush_per_freed_table: config.flush_per_freed_table,
+            pending: Mutex::new(Pending {
+                contexts: Vec::with_capacity(IPMMU_CTX_MAX),
+                walks: Vec::new(),
+            }),
             totals: Totals::default(),
         })
     }
@@ -352,13 +430,15 @@ impl IpmmuInvalidator {
     /// Totals since creation.
     pub fn stats(&self) -> IpmmuStats {
         let t = &self.totals;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         IpmmuStats {
-            flushes: t.flushes.load(Ordering::Relaxed),
-            polls: t.polls.load(Ordering::Relaxed),
-            mmio_writes: t.mmio_writes.load(Ordering::Relaxed),
-            mmio_reads: t.mmio_reads.load(Ordering::Relaxed),
-            requests: t.requests.load(Ordering::Relaxed),
-            timeouts: t.timeouts.load(Ordering::Relaxed),
+            flushes: l(&t.flushes),
+            walk_flushes: l(&t.walk_flushes),
+            polls: l(&t.polls),
+            mmio_writes: l(&t.mmio_writes),
+            mmio_reads: l(&t.mmio_reads),
+            requests: l(&t.requests),
+            timeouts: l(&t.timeouts),
         }
     }
 
@@ -383,17 +463,21 @@ impl IpmmuInvalidator {
         }
     }
 
+    fn flush_walk(&self, domain: DomainId, work: &mut WorkRecord) {
+        self.totals.walk_flushes.fetch_add(1, Ordering::Relaxed);
+        self.flush_context(domain, work);
+    }
+
     /// Records a pending flush of `domain`'s context. More distinct contexts than the
     /// hardware has ([`IPMMU_CTX_MAX`]) are flushed at once instead of queued (early is
     /// always safe: the page table was changed before the request).
-    fn request(&self, domain: DomainId, work: &mut WorkRecord) {
+    fn request(&self, pending: &mut Pending, domain: DomainId, work: &mut WorkRecord) {
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
-        let mut pending = self.pending.lock();
-        if pending.contains(&domain) {
+        if pending.contexts.contains(&domain) {
             return;
         }
-        if pending.len() < IPMMU_CTX_MAX {
-            pending.push(domain);
+        if pending.contexts.len() < IPMMU_CTX_MAX {
+            pending.contexts.push(domain);
         } else {
             self.flush_context(domain, work);
         }
@@ -401,30 +485,54 @@ impl IpmmuInvalidator {
 
     /// Whether a flush of `domain` is pending.
     pub fn is_pending(&self, domain: DomainId) -> bool {
-        self.pending.lock().contains(&domain)
+        let p = self.pending.lock();
+        p.contexts.contains(&domain) || p.walks.iter().any(|w| w.0 == domain)
     }
 }
 
 impl Invalidator for IpmmuInvalidator {
     fn invalidate_range(&self, domain: DomainId, range: &GatherRange, work: &mut WorkRecord) {
         let _ = range;
-        self.request(domain, work);
+        let mut pending = self.pending.lock();
+        self.request(&mut pending, domain, work);
     }
 
     fn invalidate_walk(&self, domain: DomainId, table: &FreedTable, work: &mut WorkRecord) {
-        let _ = table;
-        self.request(domain, work);
+        let mut pending = self.pending.lock();
+        self.request(&mut pending, domain, work);
+        if !self.flush_per_freed_table {
+            return;
+        }
+        let (start, end) = (table.iova.get(), table.iova.get() + table.size);
+        let walks = &mut pending.walks;
+        if walks
+            .iter()
+            .any(|&(d, s, e)| d == domain && s <= start && end <= e)
+        {
+            return;
+        }
+        walks.retain(|&(d, s, e)| !(d == domain && start <= s && e <= end));
+        if walks.len() < MAX_PENDING_WALKS {
+            walks.push((domain, start, end));
+        } else {
+            self.flush_walk(domain, work);
+        }
     }
 
     fn invalidate_domain(&self, domain: DomainId, work: &mut WorkRecord) {
-        self.request(domain, work);
+        let mut pending = self.pending.lock();
+        self.request(&mut pending, domain, work);
     }
 
-    /// Does the pending flushes (one per context). With nothing pending it costs nothing:
-    /// the IPMMU has no separate completion wait, the flush itself waits.
+    /// Does the pending flushes: one per removed table (outermost), then one per context.
+    /// With nothing pending it costs nothing: the IPMMU has no separate completion wait, the
+    /// flush itself waits.
     fn sync(&self, work: &mut WorkRecord) {
         let mut pending = self.pending.lock();
-        for domain in pending.drain(..) {
+        for (domain, _, _) in std::mem::take(&mut pending.walks) {
+            self.flush_walk(domain, work);
+        }
+        for domain in pending.contexts.drain(..) {
             self.flush_context(domain, work);
         }
     }
@@ -491,6 +599,7 @@ mod tests {
             IpmmuInvalidator::new(IpmmuFlushConfig {
                 polls_per_flush: polls,
                 cache_ipmmu: false,
+                ..Default::default()
             })
             .unwrap(),
         )
@@ -567,7 +676,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unmap_that_empties_a_table_cleans_its_descriptor_too() {
+    fn an_unmap_that_empties_a_table_keeps_it() {
         let mut t = table();
         let mut w = WorkRecord::new();
         t.map(
@@ -581,8 +690,55 @@ mod tests {
         let mut w = WorkRecord::new();
         let mut g = UnmapGather::new();
         t.unmap(Iova::new(0x1000), SZ_4K, &mut g, &mut w).unwrap();
-        assert_eq!(w.tables_freed, 2);
-        assert_eq!(w.cache_cleans, 1 + 2);
+        assert_eq!((w.tables_freed, w.cache_cleans), (0, 1));
+        assert!(g.freed_tables.is_empty());
+    }
+
+    #[test]
+    fn removing_a_whole_table_cleans_only_the_descriptor_above_it() {
+        let mut t = table();
+        let mut w = WorkRecord::new();
+        // 2 MiB at a 2 MiB-aligned IOVA but a 4 KiB-aligned PA: one full leaf table.
+        t.map(
+            Iova::new(SZ_2M),
+            PhysAddr::new(SZ_4K),
+            SZ_2M,
+            Prot::READ,
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!((w.ptes_written, w.cache_cleans), (512 + 2, 2 + 64));
+        let mut w = WorkRecord::new();
+        let mut g = UnmapGather::new();
+        t.unmap(Iova::new(SZ_2M), SZ_2M, &mut g, &mut w).unwrap();
+        assert_eq!((w.tables_freed, w.cache_cleans), (1, 1));
+        // Two adjacent 2 MiB spans and a page before them: the page's batch, two descriptors.
+        let mut w = WorkRecord::new();
+        t.map(
+            Iova::new(SZ_2M - SZ_4K),
+            PhysAddr::new(SZ_4K),
+            2 * SZ_2M + SZ_4K,
+            Prot::READ,
+            &mut w,
+        )
+        .unwrap();
+        let mut w = WorkRecord::new();
+        let mut g = UnmapGather::new();
+        t.unmap(Iova::new(SZ_2M - SZ_4K), 2 * SZ_2M + SZ_4K, &mut g, &mut w)
+            .unwrap();
+        assert_eq!((w.tables_freed, w.cache_cleans), (2, 1 + 2));
+    }
+
+    #[test]
+    fn outermost_counts_only_the_top_of_each_subtree() {
+        let mut spans = [
+            (0, 0x20_0000),
+            (0x20_0000, 0x40_0000),
+            (0, 0x4000_0000),
+            (0x8000_0000, 0x8020_0000),
+        ];
+        assert_eq!(outermost(&mut spans), 2);
+        assert_eq!(outermost(&mut []), 0);
     }
 
     #[test]
@@ -652,7 +808,8 @@ mod tests {
         assert_eq!(
             IpmmuInvalidator::new(IpmmuFlushConfig {
                 polls_per_flush: 0,
-                cache_ipmmu: false
+                cache_ipmmu: false,
+                ..Default::default()
             })
             .unwrap_err(),
             IpmmuError::ZeroPolls
@@ -680,13 +837,71 @@ mod tests {
         assert_eq!(w.mmio_writes, 0, "mapping flushes nothing");
         let mut w = WorkRecord::new();
         d.unmap_page(m, 0, 0, &mut w).unwrap();
-        // The unmap empties two tables: 1 range + 2 walk requests, one flush.
+        // One gathered range, one flush; the emptied tables stay (Linux's reclaim).
         assert_eq!(w.inval_domains, 1);
         assert_eq!((w.mmio_writes, w.mmio_reads, w.polls), (1, 4, 3));
         assert_eq!((w.inval_ranges, w.inval_walks, w.inval_syncs), (0, 0, 0));
         let s = i.stats();
-        assert_eq!((s.flushes, s.requests, s.timeouts), (1, 3, 0));
+        assert_eq!((s.flushes, s.requests, s.timeouts), (1, 1, 0));
         assert!(!i.is_pending(DomainId(7)));
+    }
+
+    #[test]
+    fn removing_whole_tables_adds_one_walk_flush_per_subtree() {
+        for (per_table, flushes) in [(true, 3), (false, 1)] {
+            let i = Arc::new(
+                IpmmuInvalidator::new(IpmmuFlushConfig {
+                    flush_per_freed_table: per_table,
+                    ..Default::default()
+                })
+                .unwrap(),
+            );
+            let cfg = DomainConfig::new(DomainId(7), DomainMode::Strict);
+            let d = ipmmu_domain(cfg, alloc_below(SZ_4G), i.clone()).unwrap();
+            let dev = Device::new(1, 32).unwrap();
+            let mut w = WorkRecord::new();
+            // 4 MiB from a 4 KiB-aligned PA: the size-aligned IOVA covers two leaf tables
+            // whole, mapped with 4 KiB pages.
+            let m = d
+                .map_page(
+                    &dev,
+                    PhysAddr::new(SZ_4K),
+                    2 * SZ_2M,
+                    Direction::ToDevice,
+                    0,
+                    &mut w,
+                )
+                .unwrap();
+            let mut w = WorkRecord::new();
+            d.unmap_page(m, 0, 0, &mut w).unwrap();
+            assert_eq!(w.tables_freed, 2);
+            assert_eq!(
+                w.inval_domains, flushes,
+                "flush_per_freed_table {per_table}"
+            );
+            assert_eq!(i.stats().walk_flushes, flushes - 1);
+        }
+    }
+
+    #[test]
+    fn a_removed_subtree_is_one_walk_flush() {
+        let i = inv(1);
+        let mut w = WorkRecord::new();
+        let t = |level, iova, size| FreedTable {
+            table_pa: PhysAddr::new(0),
+            level,
+            iova: Iova::new(iova),
+            size,
+        };
+        // Children first, then their parent, then an unrelated table.
+        i.invalidate_walk(DomainId(1), &t(3, 0, SZ_2M), &mut w);
+        i.invalidate_walk(DomainId(1), &t(3, SZ_2M, SZ_2M), &mut w);
+        i.invalidate_walk(DomainId(1), &t(2, 0, 1 << 30), &mut w);
+        i.invalidate_walk(DomainId(1), &t(3, 1 << 31, SZ_2M), &mut w);
+        assert!(w.is_empty());
+        i.sync(&mut w);
+        assert_eq!(w.inval_domains, 2 + 1);
+        assert_eq!(i.stats().walk_flushes, 2);
     }
 
     #[test]
@@ -694,6 +909,7 @@ mod tests {
         let i = IpmmuInvalidator::new(IpmmuFlushConfig {
             polls_per_flush: 250,
             cache_ipmmu: true,
+            ..Default::default()
         })
         .unwrap();
         let mut w = WorkRecord::new();

@@ -1049,7 +1049,10 @@ impl PseriesIommu {
             if tces == 0 {
                 return Ok(None);
             }
-            // The largest power-of-two window the block holds.
+            // The largest power-of-two window the block holds. Linux takes
+            // `order_base_2(block << page_shift)`, which rounds up and only equals this when
+            // the hypervisor offers a power-of-two block (as it does); rounding down never
+            // asks for more TCEs than offered.
             (63 - tces.leading_zeros()) + page_shift
         } else {
             return Ok(None);
