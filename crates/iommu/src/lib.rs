@@ -20,6 +20,7 @@
 
 pub mod addr;
 pub mod dma;
+pub mod hw;
 pub mod iotlb;
 pub mod iova;
 pub mod mem;
