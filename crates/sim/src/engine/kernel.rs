@@ -5,15 +5,15 @@
 //!   `poll` (never across a task poll);
 //! - task futures in a separate `RefCell<Vec<..>>` slab; the loop moves a task's future out
 //!   of its slot for the poll and back afterwards, so a task may spawn tasks while polled;
-//! - a binary heap of `(time, seq) -> task` wake-ups for the future, and a FIFO `ready`
-//!   queue for wake-ups at the current instant (see [`State::next_event`] for why this
-//!   preserves the total `(time, seq)` order);
+//! - a radix heap ([`EventQueue`]) of future wake-ups, and a FIFO `ready` queue for
+//!   wake-ups at the current instant (see [`State::next_event`] for why this preserves the
+//!   total `(time, scheduling order)` order);
 //! - wake-ups name a task by slot and generation, so stale wake-ups of a finished task are
 //!   dropped and spurious wake-ups of a live task are harmless (every primitive re-checks
 //!   its condition when polled).
 
 use std::cell::RefCell;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::accounting::{Account, CpuTimes, RunReport, TaskCounts};
+use crate::engine::queue::EventQueue;
 use crate::engine::rng::splitmix64;
 use crate::engine::{Ctx, Handle, Limits, SimError, SimTime, TaskId};
 use crate::resources::cacheline::LineState;
@@ -66,34 +67,9 @@ pub(crate) struct CpuState {
     acct: [u64; 3],
 }
 
-/// A future wake-up. Ordered so that `BinaryHeap` (a max-heap) pops the smallest
-/// `(time, seq)` first.
-struct Ev {
-    key: u128,
-    task: TaskRef,
-}
-
-impl PartialEq for Ev {
-    fn eq(&self, o: &Self) -> bool {
-        self.key == o.key
-    }
-}
-impl Eq for Ev {}
-impl PartialOrd for Ev {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Ev {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.key.cmp(&self.key)
-    }
-}
-
 pub(crate) struct State {
     pub(crate) now: u64,
-    seq: u64,
-    heap: BinaryHeap<Ev>,
+    queue: EventQueue,
     ready: VecDeque<TaskRef>,
     events: u64,
     tasks: Vec<TaskSlot>,
@@ -120,7 +96,7 @@ impl State {
     /// run, if the pending-event cap is reached.
     #[inline]
     pub(crate) fn schedule(&mut self, at: u64, task: TaskRef) {
-        if self.heap.len() + self.ready.len() >= self.limits.max_pending_events {
+        if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
             if self.error.is_none() {
                 self.error = Some(SimError::TooManyEvents {
                     max: self.limits.max_pending_events,
@@ -131,37 +107,28 @@ impl State {
         if at <= self.now {
             self.ready.push_back(task);
         } else {
-            self.seq += 1;
-            self.heap.push(Ev {
-                key: (u128::from(at) << 64) | u128::from(self.seq),
-                task,
-            });
+            self.queue.push(at, task);
         }
     }
 
     /// The next wake-up at or before `limit`, advancing the clock to it.
     ///
-    /// Wake-ups for the current instant that were scheduled earlier (still in the heap)
-    /// come before those scheduled at this instant (in `ready`): every heap entry for `now`
-    /// was pushed while the clock was earlier, so its sequence number is smaller. The
-    /// clock only advances when `ready` is empty. Together this is exactly `(time, seq)`
-    /// order, without a heap operation for same-instant wake-ups.
+    /// Wake-ups for the current instant that were scheduled earlier (in the event queue)
+    /// come before those scheduled at this instant (in `ready`): they were pushed while
+    /// the clock was earlier. The clock only advances when `ready` is empty, and then all
+    /// of the next instant's wake-ups move to the front at once. Together this is exactly
+    /// the order of `(time, scheduling order)`.
     #[inline]
     fn next_event(&mut self, limit: u64) -> Option<TaskRef> {
-        if let Some(top) = self.heap.peek() {
-            if (top.key >> 64) as u64 <= self.now {
-                return self.heap.pop().map(|e| e.task);
-            }
+        if let Some(t) = self.queue.pop_at_base() {
+            return Some(t);
         }
         if let Some(t) = self.ready.pop_front() {
             return Some(t);
         }
-        let at = (self.heap.peek()?.key >> 64) as u64;
-        if at > limit {
-            return None;
-        }
+        let (at, t) = self.queue.pop_next(limit)?;
         self.now = at;
-        self.heap.pop().map(|e| e.task)
+        Some(t)
     }
 
     /// Starts a busy interval on `cpu`.
@@ -306,8 +273,7 @@ impl Kernel {
         Kernel {
             st: RefCell::new(State {
                 now: 0,
-                seq: 0,
-                heap: BinaryHeap::new(),
+                queue: EventQueue::new(),
                 ready: VecDeque::new(),
                 events: 0,
                 tasks: Vec::new(),
@@ -359,7 +325,7 @@ impl Kernel {
                     max: st.limits.max_tasks,
                 });
             }
-            if st.heap.len() + st.ready.len() >= st.limits.max_pending_events {
+            if st.queue.len() + st.ready.len() >= st.limits.max_pending_events {
                 return Err(SimError::TooManyEvents {
                     max: st.limits.max_pending_events,
                 });

@@ -30,6 +30,7 @@
 //! do.)
 
 pub(crate) mod kernel;
+pub(crate) mod queue;
 pub mod rng;
 pub mod sync;
 pub mod time;
