@@ -120,13 +120,14 @@ fn own_io(cpus: usize, total_ios: u64) -> (Measure, u64) {
     let per_cpu = total_ios / cpus as u64;
     for cpu in 0..cpus {
         sim.spawn_on(cpu, move |ctx| async move {
-            let h = ctx.handle().clone();
+            // One command slot per thread, recycled (as a driver reuses command ids).
+            let done: Completion<()> = Completion::new(ctx.handle());
             for _ in 0..per_cpu {
                 let submit = ctx.rng().jitter(1_500, 20);
                 ctx.cpu()
                     .spend(SimDuration::ns(submit), Account::System)
                     .await;
-                let done: Completion<()> = Completion::new(&h);
+                done.reset();
                 let service = ctx.rng().jitter(80_000, 25);
                 let _ = done.fire_at(ctx.now() + SimDuration::ns(service), ());
                 done.wait(&ctx).await;

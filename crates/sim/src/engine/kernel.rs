@@ -3,8 +3,8 @@
 //! Layout, chosen for speed without `unsafe`:
 //! - one [`State`] in a `RefCell`, borrowed briefly by the loop and by every primitive's
 //!   `poll` (never across a task poll);
-//! - task futures in a separate `RefCell<Vec<..>>` slab; the loop moves a task's future out
-//!   of its slot for the poll and back afterwards, so a task may spawn tasks while polled;
+//! - task futures in a separate `RefCell<Vec<..>>` slab, borrowed during a task's poll;
+//!   tasks spawned meanwhile wait in a side list and are installed right after the poll;
 //! - a radix heap ([`EventQueue`]) of future wake-ups, and a FIFO `ready` queue for
 //!   wake-ups at the current instant (see [`State::next_event`] for why this preserves the
 //!   total `(time, scheduling order)` order);
@@ -253,9 +253,19 @@ struct TaskFuture {
     waker: Waker,
 }
 
+fn install(futs: &mut Vec<Option<TaskFuture>>, slot: usize, tf: TaskFuture) {
+    if futs.len() <= slot {
+        futs.resize_with(slot + 1, || None);
+    }
+    futs[slot] = Some(tf);
+}
+
 pub(crate) struct Kernel {
     pub(crate) st: RefCell<State>,
+    /// Task futures by slot. Borrowed for the whole of a task's poll.
     futs: RefCell<Vec<Option<TaskFuture>>>,
+    /// Futures of tasks spawned while `futs` was borrowed (by a task being polled).
+    spawned: RefCell<Vec<(usize, TaskFuture)>>,
     foreign: Arc<ForeignWakes>,
 }
 
@@ -292,6 +302,7 @@ impl Kernel {
                 lines: Vec::new(),
             }),
             futs: RefCell::new(Vec::new()),
+            spawned: RefCell::new(Vec::new()),
             foreign: Arc::new(ForeignWakes {
                 pending: AtomicBool::new(false),
                 list: Mutex::new(Vec::new()),
@@ -364,12 +375,12 @@ impl Kernel {
             task,
             shared: self.foreign.clone(),
         }));
-        let mut futs = self.futs.borrow_mut();
-        let slot = slot_of(task);
-        if futs.len() <= slot {
-            futs.resize_with(slot + 1, || None);
+        let tf = TaskFuture { fut, waker };
+        match self.futs.try_borrow_mut() {
+            Ok(mut futs) => install(&mut futs, slot_of(task), tf),
+            // Spawned by a task being polled: installed right after its poll.
+            Err(_) => self.spawned.borrow_mut().push((slot_of(task), tf)),
         }
-        futs[slot] = Some(TaskFuture { fut, waker });
         Ok(TaskId(task))
     }
 
@@ -419,22 +430,30 @@ impl Kernel {
                 task
             };
             let slot = slot_of(task);
-            let mut tf = self.futs.borrow_mut()[slot]
-                .take()
-                .expect("a live task has its future");
+            let mut futs = self.futs.borrow_mut();
+            let tf = futs[slot].as_mut().expect("a live task has its future");
             let poll = tf.fut.as_mut().poll(&mut Context::from_waker(&tf.waker));
             match poll {
                 Poll::Ready(()) => {
+                    let done = futs[slot].take();
+                    drop(futs);
                     self.st.borrow_mut().finish(task);
-                    drop(tf); // outside any borrow: dropping may touch the engine
+                    drop(done); // outside any borrow: dropping may touch the engine
                 }
                 Poll::Pending => {
-                    self.futs.borrow_mut()[slot] = Some(tf);
+                    drop(futs);
                     let mut st = self.st.borrow_mut();
                     st.current = NO_TASK;
                     if !st.keep_cpu {
                         st.block(task);
                     }
+                }
+            }
+            if !self.spawned.borrow().is_empty() {
+                let new = std::mem::take(&mut *self.spawned.borrow_mut());
+                let mut futs = self.futs.borrow_mut();
+                for (slot, tf) in new {
+                    install(&mut futs, slot, tf);
                 }
             }
             if self.foreign.pending.load(Ordering::Acquire) {
@@ -478,7 +497,9 @@ impl Kernel {
     /// Drops every task future (breaking `Rc` cycles through their contexts).
     pub(crate) fn clear_tasks(&self) {
         let futs = std::mem::take(&mut *self.futs.borrow_mut());
+        let spawned = std::mem::take(&mut *self.spawned.borrow_mut());
         drop(futs);
+        drop(spawned);
     }
 }
 

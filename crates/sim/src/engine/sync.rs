@@ -91,6 +91,19 @@ impl<T> Completion<T> {
         Ok(())
     }
 
+    /// Makes a completion whose value was taken reusable, like a driver recycling a
+    /// command slot. Returns `false` (and does nothing) if it has fired but its value was
+    /// not taken yet, or a task is waiting for it.
+    pub fn reset(&self) -> bool {
+        let mut s = self.inner.borrow_mut();
+        if s.value.is_some() || s.waiter != NO_TASK {
+            return false;
+        }
+        s.fired = false;
+        s.at = 0;
+        true
+    }
+
     /// Whether the completion has fired (its time may still be in the future).
     pub fn is_fired(&self) -> bool {
         self.inner.borrow().fired
