@@ -14,7 +14,9 @@
 //!   completion fired by the device model at a future time, complete (spend); three
 //!   events per I/O. Run at 1 to 1024 CPUs to see how the cost per event scales.
 //!
-//! Each measurement is the best of three runs (plain `std::time::Instant` timing).
+//! Each measurement is the best of three runs (plain `std::time::Instant` timing), except
+//! nexosim on several threads (one run). Free arguments select parts: `compare` (the
+//! engine comparison), `io` (all I/O rows) or `io1`, `io4`, ... `io1024`.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -342,8 +344,9 @@ fn compare() {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         if n > 1 {
             let label = format!("nexosim {n} threads");
-            row(&label, "cpus", &best_of(3, || nexo::cpus(n)));
-            row(&label, "ping-pong", &best_of(3, || nexo::ping_pong(n)));
+            // One run each: on a shared machine these take tens of seconds.
+            row(&label, "cpus", &best_of(1, || nexo::cpus(n)));
+            row(&label, "ping-pong", &best_of(1, || nexo::ping_pong(n)));
         }
     }
     #[cfg(not(feature = "nexosim"))]
