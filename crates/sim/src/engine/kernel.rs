@@ -1,0 +1,563 @@
+//! The executor's state and main loop (crate-private).
+//!
+//! Layout, chosen for speed without `unsafe`:
+//! - one [`State`] in a `RefCell`, borrowed briefly by the loop and by every primitive's
+//!   `poll` (never across a task poll);
+//! - task futures in a separate `RefCell<Vec<..>>` slab, borrowed during a task's poll;
+//!   tasks spawned meanwhile wait in a side list and are installed right after the poll;
+//! - a radix heap ([`EventQueue`]) of future wake-ups, and a FIFO `ready` queue for
+//!   wake-ups at the current instant (see [`State::next_event`] for why this preserves the
+//!   total `(time, scheduling order)` order);
+//! - wake-ups name a task by slot and generation, so stale wake-ups of a finished task are
+//!   dropped and spurious wake-ups of a live task are harmless (every primitive re-checks
+//!   its condition when polled).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::accounting::{Account, CpuTimes, RunReport, TaskCounts};
+use crate::engine::queue::EventQueue;
+use crate::engine::rng::splitmix64;
+use crate::engine::{Ctx, Handle, Limits, SimError, SimTime, TaskId};
+use crate::resources::cacheline::LineState;
+use crate::resources::sleeplock::SleepState;
+use crate::resources::spinlock::SpinState;
+
+/// A task reference: `(generation << 32) | slot`.
+pub(crate) type TaskRef = u64;
+/// "No task".
+pub(crate) const NO_TASK: TaskRef = u64::MAX;
+/// "No CPU" (an agent task).
+pub(crate) const NO_CPU: u32 = u32::MAX;
+
+#[inline]
+fn slot_of(t: TaskRef) -> usize {
+    (t & 0xffff_ffff) as usize
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum TaskState {
+    /// Waiting for a wake-up; not on a CPU.
+    Blocked,
+    /// On its CPU's run queue.
+    Queued,
+    /// Owns its CPU (or, for an agent, is being polled).
+    Running,
+    /// Finished; the slot is free.
+    Done,
+}
+
+pub(crate) struct TaskSlot {
+    gen: u32,
+    state: TaskState,
+    cpu: u32,
+}
+
+pub(crate) struct CpuState {
+    occupant: TaskRef,
+    runq: VecDeque<TaskRef>,
+    busy: Option<Account>,
+    since: u64,
+    acct: [u64; 3],
+}
+
+pub(crate) struct State {
+    pub(crate) now: u64,
+    queue: EventQueue,
+    ready: VecDeque<TaskRef>,
+    events: u64,
+    tasks: Vec<TaskSlot>,
+    free: Vec<u32>,
+    cpus: Vec<CpuState>,
+    /// The task being polled.
+    pub(crate) current: TaskRef,
+    /// Set by a primitive that returns `Pending` while its task keeps the CPU (spending or
+    /// spinning). Cleared before every poll.
+    pub(crate) keep_cpu: bool,
+    error: Option<SimError>,
+    limits: Limits,
+    seed: u64,
+    spawned: u64,
+    finished: u64,
+    live: u64,
+    pub(crate) spin: Vec<SpinState>,
+    pub(crate) sleep: Vec<SleepState>,
+    pub(crate) lines: Vec<LineState>,
+}
+
+impl State {
+    /// Wakes `task` at `at` (at once if `at <= now`). Records an error, which stops the
+    /// run, if the pending-event cap is reached.
+    #[inline]
+    pub(crate) fn schedule(&mut self, at: u64, task: TaskRef) {
+        if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
+            if self.error.is_none() {
+                self.error = Some(SimError::TooManyEvents {
+                    max: self.limits.max_pending_events,
+                });
+            }
+            return;
+        }
+        if at <= self.now {
+            self.ready.push_back(task);
+        } else {
+            self.queue.push(at, task);
+        }
+    }
+
+    /// The next wake-up at or before `limit`, advancing the clock to it.
+    ///
+    /// Wake-ups for the current instant that were scheduled earlier (in the event queue)
+    /// come before those scheduled at this instant (in `ready`): they were pushed while
+    /// the clock was earlier. The clock only advances when `ready` is empty, and then all
+    /// of the next instant's wake-ups move to the front at once. Together this is exactly
+    /// the order of `(time, scheduling order)`.
+    #[inline]
+    fn next_event(&mut self, limit: u64) -> Option<TaskRef> {
+        if let Some(t) = self.queue.pop_at_base() {
+            return Some(t);
+        }
+        if let Some(t) = self.ready.pop_front() {
+            return Some(t);
+        }
+        let (at, t) = self.queue.pop_next(limit)?;
+        self.now = at;
+        Some(t)
+    }
+
+    /// Starts a busy interval on `cpu`.
+    #[inline]
+    pub(crate) fn begin_busy(&mut self, cpu: u32, account: Account) {
+        let c = &mut self.cpus[cpu as usize];
+        debug_assert!(c.busy.is_none(), "CPU {cpu} is already busy");
+        c.busy = Some(account);
+        c.since = self.now;
+    }
+
+    /// Ends the busy interval on `cpu`, if any, charging it to its account.
+    #[inline]
+    pub(crate) fn end_busy(&mut self, cpu: u32) {
+        let now = self.now;
+        let c = &mut self.cpus[cpu as usize];
+        if let Some(a) = c.busy.take() {
+            c.acct[a as usize] += now - c.since;
+        }
+    }
+
+    fn release_cpu(&mut self, cpu: u32) {
+        let c = &mut self.cpus[cpu as usize];
+        c.occupant = NO_TASK;
+        if let Some(next) = c.runq.pop_front() {
+            c.occupant = next;
+            self.tasks[slot_of(next)].state = TaskState::Running;
+            // Not counted against the pending-event cap: it replaces the wake-up that put
+            // the task on the run queue.
+            self.ready.push_back(next);
+        }
+    }
+
+    fn finish(&mut self, task: TaskRef) {
+        let slot = slot_of(task);
+        let t = &mut self.tasks[slot];
+        t.state = TaskState::Done;
+        t.gen = t.gen.wrapping_add(1);
+        let cpu = t.cpu;
+        self.free.push(slot as u32);
+        self.live -= 1;
+        self.finished += 1;
+        if cpu != NO_CPU {
+            // A finished future cannot be mid-spend, unless it leaked one; close it anyway.
+            self.end_busy(cpu);
+            if self.cpus[cpu as usize].occupant == task {
+                self.release_cpu(cpu);
+            }
+        }
+    }
+
+    fn block(&mut self, task: TaskRef) {
+        let t = &mut self.tasks[slot_of(task)];
+        t.state = TaskState::Blocked;
+        let cpu = t.cpu;
+        if cpu != NO_CPU && self.cpus[cpu as usize].occupant == task {
+            self.release_cpu(cpu);
+        }
+    }
+
+    fn cpu_times(&self) -> Vec<CpuTimes> {
+        self.cpus
+            .iter()
+            .map(|c| {
+                let mut a = c.acct;
+                if let Some(k) = c.busy {
+                    a[k as usize] += self.now - c.since;
+                }
+                let busy = a[0] + a[1] + a[2];
+                debug_assert!(busy <= self.now, "busy time exceeds elapsed time");
+                CpuTimes {
+                    user: a[0],
+                    system: a[1],
+                    spin: a[2],
+                    idle: self.now.saturating_sub(busy),
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn cpu_count(&self) -> usize {
+        self.cpus.len()
+    }
+
+    pub(crate) fn check_resource_cap(&self) -> Result<(), SimError> {
+        let n = self.spin.len() + self.sleep.len() + self.lines.len();
+        if n >= self.limits.max_resources {
+            Err(SimError::TooManyResources {
+                max: self.limits.max_resources,
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Wake-ups through a `std::task::Waker`, for futures that are not the engine's own
+/// (the engine's primitives wake tasks by id). Rare path; a mutex keeps it safe code.
+struct ForeignWakes {
+    pending: AtomicBool,
+    list: Mutex<Vec<TaskRef>>,
+}
+
+struct TaskWaker {
+    task: TaskRef,
+    shared: Arc<ForeignWakes>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut l = self.shared.list.lock().unwrap_or_else(|e| e.into_inner());
+        l.push(self.task);
+        self.shared.pending.store(true, Ordering::Release);
+    }
+}
+
+struct TaskFuture {
+    fut: Pin<Box<dyn Future<Output = ()>>>,
+    waker: Waker,
+}
+
+fn install(futs: &mut Vec<Option<TaskFuture>>, slot: usize, tf: TaskFuture) {
+    if futs.len() <= slot {
+        futs.resize_with(slot + 1, || None);
+    }
+    futs[slot] = Some(tf);
+}
+
+pub(crate) struct Kernel {
+    pub(crate) st: RefCell<State>,
+    /// Task futures by slot. Borrowed for the whole of a task's poll.
+    futs: RefCell<Vec<Option<TaskFuture>>>,
+    /// Futures of tasks spawned while `futs` was borrowed (by a task being polled).
+    spawned: RefCell<Vec<(usize, TaskFuture)>>,
+    foreign: Arc<ForeignWakes>,
+}
+
+impl Kernel {
+    pub(crate) fn new(cpus: usize, seed: u64, limits: Limits) -> Self {
+        let cpus = (0..cpus)
+            .map(|_| CpuState {
+                occupant: NO_TASK,
+                runq: VecDeque::new(),
+                busy: None,
+                since: 0,
+                acct: [0; 3],
+            })
+            .collect();
+        Kernel {
+            st: RefCell::new(State {
+                now: 0,
+                queue: EventQueue::new(),
+                ready: VecDeque::new(),
+                events: 0,
+                tasks: Vec::new(),
+                free: Vec::new(),
+                cpus,
+                current: NO_TASK,
+                keep_cpu: false,
+                error: None,
+                limits,
+                seed,
+                spawned: 0,
+                finished: 0,
+                live: 0,
+                spin: Vec::new(),
+                sleep: Vec::new(),
+                lines: Vec::new(),
+            }),
+            futs: RefCell::new(Vec::new()),
+            spawned: RefCell::new(Vec::new()),
+            foreign: Arc::new(ForeignWakes {
+                pending: AtomicBool::new(false),
+                list: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    pub(crate) fn spawn<F, Fut>(
+        self: &Rc<Self>,
+        cpu: Option<usize>,
+        make: F,
+    ) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let (task, cpu, seed) = {
+            let mut st = self.st.borrow_mut();
+            let cpu = match cpu {
+                Some(c) if c >= st.cpus.len() => {
+                    return Err(SimError::NoSuchCpu {
+                        cpu: c,
+                        cpus: st.cpus.len(),
+                    })
+                }
+                Some(c) => c as u32,
+                None => NO_CPU,
+            };
+            if st.live >= st.limits.max_tasks as u64 {
+                return Err(SimError::TooManyTasks {
+                    max: st.limits.max_tasks,
+                });
+            }
+            if st.queue.len() + st.ready.len() >= st.limits.max_pending_events {
+                return Err(SimError::TooManyEvents {
+                    max: st.limits.max_pending_events,
+                });
+            }
+            let slot = match st.free.pop() {
+                Some(s) => s as usize,
+                None => {
+                    st.tasks.push(TaskSlot {
+                        gen: 0,
+                        state: TaskState::Done,
+                        cpu: NO_CPU,
+                    });
+                    st.tasks.len() - 1
+                }
+            };
+            let t = &mut st.tasks[slot];
+            t.state = TaskState::Blocked;
+            t.cpu = cpu;
+            let task = (u64::from(t.gen) << 32) | slot as u64;
+            // Each task gets its own stream, derived from the run seed and its spawn index,
+            // so adding a task does not shift the random numbers of the others.
+            // (The `spawned`-th output of the splitmix64 stream that starts at the run seed.)
+            let mut s = st
+                .seed
+                .wrapping_add(st.spawned.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let seed = splitmix64(&mut s);
+            st.spawned += 1;
+            st.live += 1;
+            let now = st.now;
+            st.schedule(now, task);
+            (task, cpu, seed)
+        };
+        let ctx = Ctx::new(Handle(self.clone()), task, cpu, seed);
+        let fut: Pin<Box<dyn Future<Output = ()>>> = Box::pin(make(ctx));
+        let waker = Waker::from(Arc::new(TaskWaker {
+            task,
+            shared: self.foreign.clone(),
+        }));
+        let tf = TaskFuture { fut, waker };
+        match self.futs.try_borrow_mut() {
+            Ok(mut futs) => install(&mut futs, slot_of(task), tf),
+            // Spawned by a task being polled: installed right after its poll.
+            Err(_) => self.spawned.borrow_mut().push((slot_of(task), tf)),
+        }
+        Ok(TaskId(task))
+    }
+
+    /// Runs wake-ups up to and including virtual time `limit`; then, if the clock is
+    /// earlier and `limit` is finite, moves it to `limit`.
+    pub(crate) fn run_until(&self, limit: u64) -> Result<(), SimError> {
+        loop {
+            let task = {
+                let mut st = self.st.borrow_mut();
+                if let Some(e) = st.error.take() {
+                    return Err(e);
+                }
+                let Some(task) = st.next_event(limit) else {
+                    if limit != u64::MAX && st.now < limit {
+                        st.now = limit;
+                    }
+                    return Ok(());
+                };
+                let slot = slot_of(task);
+                let t = &mut st.tasks[slot];
+                if t.gen != (task >> 32) as u32 {
+                    continue; // stale wake-up of a finished task
+                }
+                match t.state {
+                    TaskState::Done | TaskState::Queued => continue,
+                    TaskState::Running => {}
+                    TaskState::Blocked => {
+                        let cpu = t.cpu;
+                        if cpu == NO_CPU {
+                            t.state = TaskState::Running;
+                        } else {
+                            let c = &mut st.cpus[cpu as usize];
+                            if c.occupant == NO_TASK {
+                                c.occupant = task;
+                                st.tasks[slot].state = TaskState::Running;
+                            } else {
+                                c.runq.push_back(task);
+                                st.tasks[slot].state = TaskState::Queued;
+                                continue;
+                            }
+                        }
+                    }
+                }
+                st.current = task;
+                st.keep_cpu = false;
+                st.events += 1;
+                task
+            };
+            let slot = slot_of(task);
+            let mut futs = self.futs.borrow_mut();
+            let tf = futs[slot].as_mut().expect("a live task has its future");
+            let poll = tf.fut.as_mut().poll(&mut Context::from_waker(&tf.waker));
+            match poll {
+                Poll::Ready(()) => {
+                    let done = futs[slot].take();
+                    drop(futs);
+                    self.st.borrow_mut().finish(task);
+                    drop(done); // outside any borrow: dropping may touch the engine
+                }
+                Poll::Pending => {
+                    drop(futs);
+                    let mut st = self.st.borrow_mut();
+                    st.current = NO_TASK;
+                    if !st.keep_cpu {
+                        st.block(task);
+                    }
+                }
+            }
+            if !self.spawned.borrow().is_empty() {
+                let new = std::mem::take(&mut *self.spawned.borrow_mut());
+                let mut futs = self.futs.borrow_mut();
+                for (slot, tf) in new {
+                    install(&mut futs, slot, tf);
+                }
+            }
+            if self.foreign.pending.load(Ordering::Acquire) {
+                self.drain_foreign();
+            }
+        }
+    }
+
+    fn drain_foreign(&self) {
+        let woken = {
+            let mut l = self.foreign.list.lock().unwrap_or_else(|e| e.into_inner());
+            self.foreign.pending.store(false, Ordering::Release);
+            std::mem::take(&mut *l)
+        };
+        let mut st = self.st.borrow_mut();
+        for t in woken {
+            let now = st.now;
+            st.schedule(now, t);
+        }
+    }
+
+    pub(crate) fn report(&self) -> RunReport {
+        let st = self.st.borrow();
+        let cpus = st.cpu_times();
+        RunReport {
+            end: SimTime(st.now),
+            events: st.events,
+            total: RunReport::total_of(&cpus),
+            cpus,
+            spin_locks: st.spin.iter().map(|s| s.stats.clone()).collect(),
+            sleep_locks: st.sleep.iter().map(|s| s.stats.clone()).collect(),
+            cache_lines: st.lines.iter().map(|s| s.stats.clone()).collect(),
+            tasks: TaskCounts {
+                spawned: st.spawned,
+                finished: st.finished,
+                live: st.live,
+            },
+        }
+    }
+
+    /// Drops every task future (breaking `Rc` cycles through their contexts).
+    pub(crate) fn clear_tasks(&self) {
+        let futs = std::mem::take(&mut *self.futs.borrow_mut());
+        let spawned = std::mem::take(&mut *self.spawned.borrow_mut());
+        drop(futs);
+        drop(spawned);
+    }
+}
+
+/// A helper for primitives that keep their task's CPU busy for a fixed span: starts the
+/// busy interval, schedules the wake-up, and closes the interval when the span is over.
+#[derive(Default)]
+pub(crate) struct Burn {
+    end: u64,
+    active: bool,
+}
+
+impl Burn {
+    /// Starts burning `ns` on `cpu` for `task`. Returns `true` if there is nothing to burn.
+    #[inline]
+    pub(crate) fn start(
+        &mut self,
+        st: &mut State,
+        cpu: u32,
+        task: TaskRef,
+        account: Account,
+        ns: u64,
+    ) -> bool {
+        if ns == 0 {
+            return true;
+        }
+        st.begin_busy(cpu, account);
+        self.end = st.now + ns;
+        self.active = true;
+        st.schedule(self.end, task);
+        st.keep_cpu = true;
+        false
+    }
+
+    /// Whether the span is over; closes the busy interval when it is.
+    #[inline]
+    pub(crate) fn poll(&mut self, st: &mut State, cpu: u32) -> bool {
+        if !self.active {
+            return true;
+        }
+        if st.now < self.end {
+            st.keep_cpu = true;
+            return false;
+        }
+        st.end_busy(cpu);
+        self.active = false;
+        true
+    }
+
+    /// Closes the busy interval early (the future was dropped).
+    pub(crate) fn cancel(&mut self, st: &mut State, cpu: u32) {
+        if self.active {
+            st.end_busy(cpu);
+            self.active = false;
+        }
+    }
+
+    /// Whether a span is in progress.
+    pub(crate) fn is_active(&self) -> bool {
+        self.active
+    }
+}

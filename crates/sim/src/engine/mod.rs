@@ -1,0 +1,507 @@
+//! The discrete-event executor: virtual time, virtual CPUs and simulated threads.
+//!
+//! A [`Sim`] owns a machine of 1 to [`MAX_CPUS`] virtual CPUs. Simulated threads are
+//! `async` tasks: [`Sim::spawn_on`] pins one to a CPU, [`Sim::spawn_agent`] starts one that
+//! needs no CPU (a device model, a load generator, an interrupt source). Tasks pass time
+//! only by awaiting the engine's primitives:
+//!
+//! - [`Cpu::spend`] keeps the task's CPU busy for a span, charged to an [`Account`];
+//! - [`Ctx::sleep`] / [`Ctx::sleep_until`] block the task (its CPU is free meanwhile);
+//! - [`Completion`] and [`Channel`] (in [`sync`]) block until another task or a device
+//!   model fires or sends;
+//! - the [`resources`](crate::resources) (spinlocks, sleeping locks, cache lines).
+//!
+//! # Scheduling model
+//!
+//! A CPU runs one task at a time. A task *owns* its CPU from the moment it is scheduled
+//! until it blocks (awaits something that is not a spend or a spin) or finishes; spends
+//! and spins in between keep the CPU. Tasks woken while their CPU is owned wait on that
+//! CPU's FIFO run queue. There is no preemption and no migration: a simulated thread
+//! runs until it blocks, as a kernel thread with preemption disabled would. Code between
+//! two awaits takes no virtual time.
+//!
+//! # Determinism
+//!
+//! Wake-ups are totally ordered by `(time, sequence number)`; there are no host threads,
+//! no wall clock and no hash-order dependence; each task's random numbers come from its
+//! own xoshiro256** stream derived from the run seed and the task's spawn index. A run is
+//! therefore a pure function of the scenario and the seed. (A foreign future that wakes
+//! its task from another host thread would break this; the engine's own primitives never
+//! do.)
+
+pub(crate) mod kernel;
+pub(crate) mod queue;
+pub mod rng;
+pub mod sync;
+pub mod time;
+
+use std::cell::{RefCell, RefMut};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use crate::accounting::{Account, RunReport};
+use kernel::{Burn, Kernel, TaskRef, NO_CPU};
+pub use rng::Rng;
+pub use sync::{Channel, Completion, Full};
+pub use time::{SimDuration, SimTime};
+
+/// The largest number of virtual CPUs a machine may have.
+pub const MAX_CPUS: usize = 1024;
+
+/// Errors of the engine. Library code returns them; nothing panics on bad input.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum SimError {
+    /// The machine's CPU count is out of range.
+    #[error("CPU count {cpus} is outside 1..={max}")]
+    CpuCount {
+        /// The requested count.
+        cpus: usize,
+        /// The largest allowed count.
+        max: usize,
+    },
+    /// A task was pinned to a CPU the machine does not have.
+    #[error("CPU {cpu} does not exist (the machine has {cpus})")]
+    NoSuchCpu {
+        /// The requested CPU.
+        cpu: usize,
+        /// The machine's CPU count.
+        cpus: usize,
+    },
+    /// Spawning would exceed the live-task cap.
+    #[error("Too many live tasks (the cap is {max})")]
+    TooManyTasks {
+        /// The cap.
+        max: usize,
+    },
+    /// Scheduling would exceed the pending-event cap; the run stops.
+    #[error("Too many pending events (the cap is {max})")]
+    TooManyEvents {
+        /// The cap.
+        max: usize,
+    },
+    /// Creating a lock or cache line would exceed the resource cap.
+    #[error("Too many resources (the cap is {max})")]
+    TooManyResources {
+        /// The cap.
+        max: usize,
+    },
+}
+
+/// The machine to simulate.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SimConfig {
+    /// Virtual CPUs, 1 to [`MAX_CPUS`].
+    pub cpus: usize,
+    /// The run's seed; every random number in the run derives from it.
+    pub seed: u64,
+}
+
+/// Caps on the state a scenario can grow (see STYLE.md, "bounded state").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Limits {
+    /// Live tasks at once.
+    pub max_tasks: usize,
+    /// Wake-ups pending at once.
+    pub max_pending_events: usize,
+    /// Locks and cache lines created.
+    pub max_resources: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_tasks: 1 << 20,
+            max_pending_events: 1 << 24,
+            max_resources: 1 << 16,
+        }
+    }
+}
+
+/// A task's identity, stable for the task's life (slots are reused after it finishes,
+/// with a new generation).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub(crate) TaskRef);
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task{}.{}", self.0 & 0xffff_ffff, self.0 >> 32)
+    }
+}
+
+/// A cheap, clonable handle to a running simulation: the clock, spawning, and the factory
+/// argument of resources. Single-threaded (`!Send`).
+#[derive(Clone)]
+pub struct Handle(pub(crate) Rc<Kernel>);
+
+impl Handle {
+    /// The current virtual time.
+    pub fn now(&self) -> SimTime {
+        SimTime(self.0.st.borrow().now)
+    }
+
+    /// The machine's CPU count.
+    pub fn cpus(&self) -> usize {
+        self.0.st.borrow().cpu_count()
+    }
+
+    /// Spawns a task pinned to `cpu`; it first runs at the current time.
+    pub fn spawn_on<F, Fut>(&self, cpu: usize, f: F) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.0.spawn(Some(cpu), f)
+    }
+
+    /// Spawns an agent: a task with no CPU (device models, load generators). It may sleep
+    /// and wait, but not spend CPU time.
+    pub fn spawn_agent<F, Fut>(&self, f: F) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.0.spawn(None, f)
+    }
+
+    /// The report as of now (the run may continue afterwards).
+    pub fn report(&self) -> RunReport {
+        self.0.report()
+    }
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle").field("now", &self.now()).finish()
+    }
+}
+
+/// A simulation: a machine, its tasks and its resources.
+///
+/// ```
+/// use iolab_sim::engine::{Sim, SimConfig, SimDuration, SimTime};
+/// use iolab_sim::accounting::Account;
+///
+/// let mut sim = Sim::new(SimConfig { cpus: 2, seed: 1 }).unwrap();
+/// sim.spawn_on(0, |ctx| async move {
+///     ctx.cpu().spend(SimDuration::us(3), Account::System).await;
+///     ctx.sleep(SimDuration::us(7)).await;
+/// })
+/// .unwrap();
+/// let report = sim.run().unwrap();
+/// assert_eq!(report.end, SimTime::from_us(10));
+/// assert_eq!(report.cpus[0].system, 3_000);
+/// assert_eq!(report.cpus[0].idle, 7_000);
+/// assert!(report.is_conserved());
+/// ```
+pub struct Sim {
+    h: Handle,
+}
+
+impl Sim {
+    /// A machine with default [`Limits`].
+    pub fn new(config: SimConfig) -> Result<Sim, SimError> {
+        Sim::with_limits(config, Limits::default())
+    }
+
+    /// A machine with explicit caps.
+    pub fn with_limits(config: SimConfig, limits: Limits) -> Result<Sim, SimError> {
+        if config.cpus == 0 || config.cpus > MAX_CPUS {
+            return Err(SimError::CpuCount {
+                cpus: config.cpus,
+                max: MAX_CPUS,
+            });
+        }
+        Ok(Sim {
+            h: Handle(Rc::new(Kernel::new(config.cpus, config.seed, limits))),
+        })
+    }
+
+    /// A handle for creating resources and spawning from outside tasks.
+    pub fn handle(&self) -> &Handle {
+        &self.h
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> SimTime {
+        self.h.now()
+    }
+
+    /// Spawns a task pinned to `cpu` (see [`Handle::spawn_on`]).
+    pub fn spawn_on<F, Fut>(&self, cpu: usize, f: F) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.h.spawn_on(cpu, f)
+    }
+
+    /// Spawns an agent task with no CPU (see [`Handle::spawn_agent`]).
+    pub fn spawn_agent<F, Fut>(&self, f: F) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.h.spawn_agent(f)
+    }
+
+    /// Runs until no wake-up is pending. The run ends at the last wake-up's time; tasks
+    /// still blocked then are counted as live in the report.
+    pub fn run(&mut self) -> Result<RunReport, SimError> {
+        self.h.0.run_until(u64::MAX)?;
+        Ok(self.h.report())
+    }
+
+    /// Runs every wake-up at or before `t`, then sets the clock to `t` (if it is
+    /// earlier). Can be called again to continue.
+    pub fn run_until(&mut self, t: SimTime) -> Result<RunReport, SimError> {
+        self.h.0.run_until(t.0)?;
+        Ok(self.h.report())
+    }
+
+    /// The report as of now.
+    pub fn report(&self) -> RunReport {
+        self.h.report()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.h.0.clear_tasks();
+    }
+}
+
+impl fmt::Debug for Sim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sim").field("now", &self.now()).finish()
+    }
+}
+
+/// A task's context: its identity, its CPU, its random numbers and the clock.
+pub struct Ctx {
+    pub(crate) h: Handle,
+    pub(crate) task: TaskRef,
+    pub(crate) cpu: u32,
+    rng: RefCell<Rng>,
+}
+
+impl Ctx {
+    pub(crate) fn new(h: Handle, task: TaskRef, cpu: u32, seed: u64) -> Ctx {
+        Ctx {
+            h,
+            task,
+            cpu,
+            rng: RefCell::new(Rng::seed_from_u64(seed)),
+        }
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> SimTime {
+        self.h.now()
+    }
+
+    /// This task's id.
+    pub fn task_id(&self) -> TaskId {
+        TaskId(self.task)
+    }
+
+    /// The simulation handle.
+    pub fn handle(&self) -> &Handle {
+        &self.h
+    }
+
+    /// This task's CPU, or `None` for an agent.
+    pub fn cpu_id(&self) -> Option<usize> {
+        (self.cpu != NO_CPU).then_some(self.cpu as usize)
+    }
+
+    /// This task's CPU.
+    ///
+    /// # Panics
+    ///
+    /// If the task is an agent (spawned without a CPU): that is a bug in the scenario code,
+    /// like spending CPU time in a device model.
+    pub fn cpu(&self) -> Cpu<'_> {
+        assert!(self.cpu != NO_CPU, "an agent task has no CPU to spend on");
+        Cpu { ctx: self }
+    }
+
+    /// This task's random-number stream (xoshiro256**, seeded from the run seed and the
+    /// task's spawn index).
+    pub fn rng(&self) -> RefMut<'_, Rng> {
+        self.rng.borrow_mut()
+    }
+
+    /// Blocks for `d` (the CPU is free meanwhile). Zero returns at once.
+    pub fn sleep(&self, d: SimDuration) -> Sleep<'_> {
+        let until = self.now() + d;
+        self.sleep_until(until)
+    }
+
+    /// Blocks until `t` (returns at once if `t` is not in the future).
+    pub fn sleep_until(&self, t: SimTime) -> Sleep<'_> {
+        Sleep {
+            ctx: self,
+            until: t.0,
+            armed: false,
+        }
+    }
+
+    /// Gives up the CPU: the task goes to the back of its CPU's run queue.
+    pub fn yield_now(&self) -> YieldNow<'_> {
+        YieldNow {
+            ctx: self,
+            yielded: false,
+        }
+    }
+
+    /// Spawns a task pinned to `cpu`.
+    pub fn spawn_on<F, Fut>(&self, cpu: usize, f: F) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.h.spawn_on(cpu, f)
+    }
+
+    /// Spawns an agent task.
+    pub fn spawn_agent<F, Fut>(&self, f: F) -> Result<TaskId, SimError>
+    where
+        F: FnOnce(Ctx) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.h.spawn_agent(f)
+    }
+
+    #[inline]
+    pub(crate) fn cpu_index(&self) -> u32 {
+        assert!(self.cpu != NO_CPU, "an agent task has no CPU to spend on");
+        self.cpu
+    }
+}
+
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx")
+            .field("task", &self.task_id())
+            .field("cpu", &self.cpu_id())
+            .finish()
+    }
+}
+
+/// A task's CPU, for spending time on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Cpu<'a> {
+    ctx: &'a Ctx,
+}
+
+impl<'a> Cpu<'a> {
+    /// The CPU's index.
+    pub fn id(&self) -> usize {
+        self.ctx.cpu as usize
+    }
+
+    /// Keeps the CPU busy for `d`, charged to `account`. Zero returns at once.
+    pub fn spend(self, d: SimDuration, account: Account) -> Spend<'a> {
+        Spend {
+            ctx: self.ctx,
+            ns: d.0,
+            account,
+            started: false,
+            burn: Burn::default(),
+        }
+    }
+}
+
+/// Future of [`Cpu::spend`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Spend<'a> {
+    ctx: &'a Ctx,
+    ns: u64,
+    account: Account,
+    started: bool,
+    burn: Burn,
+}
+
+impl Future for Spend<'_> {
+    type Output = ();
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let mut st = this.ctx.h.0.st.borrow_mut();
+        if !this.started {
+            this.started = true;
+            if this
+                .burn
+                .start(&mut st, this.ctx.cpu, this.ctx.task, this.account, this.ns)
+            {
+                return Poll::Ready(());
+            }
+            return Poll::Pending;
+        }
+        if this.burn.poll(&mut st, this.ctx.cpu) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Spend<'_> {
+    fn drop(&mut self) {
+        if self.burn.is_active() {
+            if let Ok(mut st) = self.ctx.h.0.st.try_borrow_mut() {
+                self.burn.cancel(&mut st, self.ctx.cpu);
+            }
+        }
+    }
+}
+
+/// Future of [`Ctx::sleep`] and [`Ctx::sleep_until`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct Sleep<'a> {
+    ctx: &'a Ctx,
+    until: u64,
+    armed: bool,
+}
+
+impl Future for Sleep<'_> {
+    type Output = ();
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.ctx.h.0.st.borrow_mut();
+        if st.now >= self.until {
+            return Poll::Ready(());
+        }
+        if !self.armed {
+            let (until, task) = (self.until, self.ctx.task);
+            st.schedule(until, task);
+            drop(st);
+            self.armed = true;
+        }
+        Poll::Pending
+    }
+}
+
+/// Future of [`Ctx::yield_now`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct YieldNow<'a> {
+    ctx: &'a Ctx,
+    yielded: bool,
+}
+
+impl Future for YieldNow<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            return Poll::Ready(());
+        }
+        self.yielded = true;
+        let mut st = self.ctx.h.0.st.borrow_mut();
+        let now = st.now;
+        st.schedule(now, self.ctx.task);
+        Poll::Pending
+    }
+}

@@ -1,0 +1,190 @@
+//! Virtual time: instants ([`SimTime`]) and spans ([`SimDuration`]) in whole nanoseconds.
+//!
+//! Both are plain `u64` newtypes. Arithmetic saturates instead of wrapping: 2^64 ns is
+//! about 584 years of virtual time, far beyond any run, so saturation only matters for
+//! "never" sentinels.
+
+use std::fmt;
+use std::ops::{Add, AddAssign, Sub};
+
+use serde::Serialize;
+
+/// An instant of virtual time, in nanoseconds since the start of the run.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[serde(transparent)]
+pub struct SimTime(pub u64);
+
+/// A span of virtual time, in nanoseconds.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[serde(transparent)]
+pub struct SimDuration(pub u64);
+
+impl SimTime {
+    /// The start of every run.
+    pub const ZERO: SimTime = SimTime(0);
+    /// The largest representable instant ("never").
+    pub const MAX: SimTime = SimTime(u64::MAX);
+
+    /// An instant `ns` nanoseconds after the start.
+    pub const fn from_ns(ns: u64) -> Self {
+        SimTime(ns)
+    }
+    /// An instant `us` microseconds after the start.
+    pub const fn from_us(us: u64) -> Self {
+        SimTime(us.saturating_mul(1_000))
+    }
+    /// An instant `ms` milliseconds after the start.
+    pub const fn from_ms(ms: u64) -> Self {
+        SimTime(ms.saturating_mul(1_000_000))
+    }
+    /// An instant `s` seconds after the start.
+    pub const fn from_secs(s: u64) -> Self {
+        SimTime(s.saturating_mul(1_000_000_000))
+    }
+    /// Nanoseconds since the start.
+    pub const fn as_ns(self) -> u64 {
+        self.0
+    }
+    /// Seconds since the start, as a float (for reports only).
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 * 1e-9
+    }
+    /// The span from `earlier` to `self`, or zero if `earlier` is later.
+    pub const fn saturating_since(self, earlier: SimTime) -> SimDuration {
+        SimDuration(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl SimDuration {
+    /// No time at all.
+    pub const ZERO: SimDuration = SimDuration(0);
+
+    /// A span of `ns` nanoseconds.
+    pub const fn ns(ns: u64) -> Self {
+        SimDuration(ns)
+    }
+    /// A span of `us` microseconds.
+    pub const fn us(us: u64) -> Self {
+        SimDuration(us.saturating_mul(1_000))
+    }
+    /// A span of `ms` milliseconds.
+    pub const fn ms(ms: u64) -> Self {
+        SimDuration(ms.saturating_mul(1_000_000))
+    }
+    /// A span of `s` seconds.
+    pub const fn secs(s: u64) -> Self {
+        SimDuration(s.saturating_mul(1_000_000_000))
+    }
+    /// The span in nanoseconds.
+    pub const fn as_ns(self) -> u64 {
+        self.0
+    }
+    /// The span in seconds, as a float (for reports only).
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 * 1e-9
+    }
+    /// Whether the span is empty.
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl Add<SimDuration> for SimTime {
+    type Output = SimTime;
+    fn add(self, rhs: SimDuration) -> SimTime {
+        SimTime(self.0.saturating_add(rhs.0))
+    }
+}
+
+impl AddAssign<SimDuration> for SimTime {
+    fn add_assign(&mut self, rhs: SimDuration) {
+        *self = *self + rhs;
+    }
+}
+
+impl Sub<SimTime> for SimTime {
+    type Output = SimDuration;
+    /// The span between two instants; saturates at zero if `rhs` is later.
+    fn sub(self, rhs: SimTime) -> SimDuration {
+        self.saturating_since(rhs)
+    }
+}
+
+impl Add for SimDuration {
+    type Output = SimDuration;
+    fn add(self, rhs: SimDuration) -> SimDuration {
+        SimDuration(self.0.saturating_add(rhs.0))
+    }
+}
+
+impl AddAssign for SimDuration {
+    fn add_assign(&mut self, rhs: SimDuration) {
+        *self = *self + rhs;
+    }
+}
+
+impl Sub for SimDuration {
+    type Output = SimDuration;
+    /// Saturating difference.
+    fn sub(self, rhs: SimDuration) -> SimDuration {
+        SimDuration(self.0.saturating_sub(rhs.0))
+    }
+}
+
+fn fmt_ns(ns: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    if ns >= 1_000_000_000 && ns % 1_000_000 == 0 {
+        write!(f, "{}ms", ns / 1_000_000)
+    } else if ns >= 1_000 && ns % 1_000 == 0 {
+        write!(f, "{}us", ns / 1_000)
+    } else {
+        write!(f, "{ns}ns")
+    }
+}
+
+impl fmt::Debug for SimTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("t=")?;
+        fmt_ns(self.0, f)
+    }
+}
+
+impl fmt::Display for SimTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt_ns(self.0, f)
+    }
+}
+
+impl fmt::Debug for SimDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt_ns(self.0, f)
+    }
+}
+
+impl fmt::Display for SimDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt_ns(self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates() {
+        assert_eq!(SimTime::MAX + SimDuration::ns(1), SimTime::MAX);
+        assert_eq!(SimTime(5) - SimTime(9), SimDuration::ZERO);
+        assert_eq!(SimTime::from_us(2) + SimDuration::ns(5), SimTime(2_005));
+        assert_eq!(
+            SimDuration::ms(1) - SimDuration::us(1),
+            SimDuration::ns(999_000)
+        );
+    }
+
+    #[test]
+    fn formats_in_readable_units() {
+        assert_eq!(format!("{}", SimDuration::us(3)), "3us");
+        assert_eq!(format!("{}", SimDuration::ns(1_500)), "1500ns");
+        assert_eq!(format!("{:?}", SimTime::from_secs(2)), "t=2000ms");
+    }
+}

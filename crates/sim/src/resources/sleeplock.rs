@@ -1,0 +1,325 @@
+//! A sleeping lock (a mutex whose waiters block).
+//!
+//! Model, per acquisition by a task at time `t`:
+//! 1. The task takes its place in line at `t` and spends [`SleepParams::acquire_ns`] of
+//!    system time on the atomic.
+//! 2. If the lock was free and nobody was queued, it holds the lock from `t`.
+//! 3. Otherwise it blocks: its CPU is free (idle, or running another task). When the
+//!    holder releases at `r`, the lock passes directly to the first waiter (FIFO hand-off,
+//!    no barging), which becomes runnable at `r + wakeup_ns` and resumes when its CPU is
+//!    free. The releaser pays [`SleepParams::wake_cost_ns`] of system time for waking it.
+//!
+//! Real mutexes spin optimistically for a while before sleeping; this model does not
+//! (model that with a [`SpinLock`](crate::resources::SpinLock) if it matters).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::accounting::{Account, LockStats};
+use crate::engine::kernel::{Burn, State, TaskRef, NO_TASK};
+use crate::engine::{Ctx, Handle, SimError};
+
+/// Costs of a sleeping lock, in nanoseconds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SleepParams {
+    /// The acquiring atomic. Assumed 20 ns, as for a spinlock.
+    pub acquire_ns: u64,
+    /// The release (atomic plus wait-list check). Assumed 20 ns.
+    pub release_ns: u64,
+    /// From the release to the woken waiter being runnable (scheduler wake-up latency).
+    /// Assumed 2000 ns, the order of an idle-CPU wake-up on Linux.
+    pub wakeup_ns: u64,
+    /// System time the releaser spends waking a waiter (`try_to_wake_up`). Assumed
+    /// 500 ns.
+    pub wake_cost_ns: u64,
+}
+
+impl Default for SleepParams {
+    fn default() -> Self {
+        SleepParams {
+            acquire_ns: 20,
+            release_ns: 20,
+            wakeup_ns: 2_000,
+            wake_cost_ns: 500,
+        }
+    }
+}
+
+pub(crate) struct SleepState {
+    params: SleepParams,
+    holder: TaskRef,
+    usable_from: u64,
+    held_since: u64,
+    waiters: VecDeque<TaskRef>,
+    pub(crate) stats: LockStats,
+}
+
+/// Releases the lock at `now`; returns whether a waiter was woken.
+fn release(st: &mut State, idx: usize) -> bool {
+    let now = st.now;
+    let s = &mut st.sleep[idx];
+    s.stats.hold_total_ns += now.saturating_sub(s.held_since);
+    match s.waiters.pop_front() {
+        Some(w) => {
+            s.holder = w;
+            s.usable_from = now + s.params.wakeup_ns;
+            let at = s.usable_from;
+            st.schedule(at, w);
+            true
+        }
+        None => {
+            s.holder = NO_TASK;
+            false
+        }
+    }
+}
+
+/// A sleeping lock registered with a simulation. Clones share the lock.
+#[derive(Clone)]
+pub struct SleepLock {
+    h: Handle,
+    idx: usize,
+}
+
+impl fmt::Debug for SleepLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SleepLock")
+            .field("name", &self.stats().name)
+            .finish()
+    }
+}
+
+impl SleepLock {
+    /// A free sleeping lock named `name`.
+    pub fn new(h: &Handle, name: impl Into<String>, params: SleepParams) -> Result<Self, SimError> {
+        let mut st = h.0.st.borrow_mut();
+        st.check_resource_cap()?;
+        st.sleep.push(SleepState {
+            params,
+            holder: NO_TASK,
+            usable_from: 0,
+            held_since: 0,
+            waiters: VecDeque::new(),
+            stats: LockStats {
+                name: name.into(),
+                ..LockStats::default()
+            },
+        });
+        Ok(SleepLock {
+            h: h.clone(),
+            idx: st.sleep.len() - 1,
+        })
+    }
+
+    /// The lock's costs.
+    pub fn params(&self) -> SleepParams {
+        self.h.0.st.borrow().sleep[self.idx].params
+    }
+
+    /// The lock's statistics so far.
+    pub fn stats(&self) -> LockStats {
+        self.h.0.st.borrow().sleep[self.idx].stats.clone()
+    }
+
+    /// Acquires the lock, blocking while it is held.
+    ///
+    /// # Panics
+    ///
+    /// If the task is an agent (the acquire cost needs a CPU).
+    pub fn lock<'a>(&'a self, ctx: &'a Ctx) -> SleepLockFuture<'a> {
+        SleepLockFuture {
+            lock: self,
+            ctx,
+            phase: Phase::Start,
+            contended: false,
+            acquired_at: 0,
+            burn: Burn::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Start,
+    Acquiring,
+    Waiting,
+    Done,
+}
+
+/// Future of [`SleepLock::lock`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct SleepLockFuture<'a> {
+    lock: &'a SleepLock,
+    ctx: &'a Ctx,
+    phase: Phase,
+    contended: bool,
+    acquired_at: u64,
+    burn: Burn,
+}
+
+impl<'a> Future for SleepLockFuture<'a> {
+    type Output = SleepGuard<'a>;
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<SleepGuard<'a>> {
+        let this = &mut *self;
+        let cpu = this.ctx.cpu_index();
+        let me = this.ctx.task;
+        let idx = this.lock.idx;
+        let mut st = this.lock.h.0.st.borrow_mut();
+        if this.phase == Phase::Start {
+            let now = st.now;
+            let s = &mut st.sleep[idx];
+            if s.holder == NO_TASK && s.waiters.is_empty() {
+                s.holder = me;
+                s.usable_from = now;
+            } else {
+                s.waiters.push_back(me);
+                this.contended = true;
+            }
+            let acquire = s.params.acquire_ns;
+            this.acquired_at = now + acquire;
+            this.phase = Phase::Acquiring;
+            if !this.burn.start(&mut st, cpu, me, Account::System, acquire) {
+                return Poll::Pending;
+            }
+        }
+        if this.phase == Phase::Acquiring {
+            if !this.burn.poll(&mut st, cpu) {
+                return Poll::Pending;
+            }
+            this.phase = Phase::Waiting;
+        }
+        assert!(
+            this.phase == Phase::Waiting,
+            "SleepLockFuture polled after completion"
+        );
+        let now = st.now;
+        let s = &mut st.sleep[idx];
+        if s.holder == me && s.usable_from <= now {
+            s.held_since = now;
+            s.stats
+                .record_wait(now.saturating_sub(this.acquired_at), this.contended);
+            this.phase = Phase::Done;
+            return Poll::Ready(SleepGuard {
+                lock: this.lock,
+                ctx: this.ctx,
+                held: true,
+            });
+        }
+        // Blocked: no `keep_cpu`, so the CPU is released.
+        Poll::Pending
+    }
+}
+
+impl Drop for SleepLockFuture<'_> {
+    fn drop(&mut self) {
+        if matches!(self.phase, Phase::Start | Phase::Done) {
+            return;
+        }
+        let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() else {
+            return;
+        };
+        self.burn.cancel(&mut st, self.ctx.cpu);
+        let me = self.ctx.task;
+        let idx = self.lock.idx;
+        let now = st.now;
+        let s = &mut st.sleep[idx];
+        if let Some(i) = s.waiters.iter().position(|&w| w == me) {
+            s.waiters.remove(i);
+        } else if s.holder == me {
+            s.held_since = now;
+            release(&mut st, idx);
+        }
+    }
+}
+
+/// Proof that a task holds a [`SleepLock`]. Release it with [`SleepGuard::unlock`];
+/// dropping the guard releases the lock at no cost.
+#[must_use = "dropping the guard releases the lock without charging its release cost"]
+pub struct SleepGuard<'a> {
+    lock: &'a SleepLock,
+    ctx: &'a Ctx,
+    held: bool,
+}
+
+impl fmt::Debug for SleepGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SleepGuard")
+            .field("lock", self.lock)
+            .finish()
+    }
+}
+
+impl<'a> SleepGuard<'a> {
+    /// Releases the lock, handing it to the first waiter, and spends the release cost
+    /// (plus the wake-up cost if a waiter was woken) as system time.
+    pub fn unlock(mut self) -> SleepUnlock<'a> {
+        self.held = false;
+        SleepUnlock {
+            lock: self.lock,
+            ctx: self.ctx,
+            started: false,
+            burn: Burn::default(),
+        }
+    }
+}
+
+impl Drop for SleepGuard<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
+                release(&mut st, self.lock.idx);
+            }
+        }
+    }
+}
+
+/// Future of [`SleepGuard::unlock`].
+#[must_use = "futures do nothing unless awaited; the lock is released when first polled"]
+pub struct SleepUnlock<'a> {
+    lock: &'a SleepLock,
+    ctx: &'a Ctx,
+    started: bool,
+    burn: Burn,
+}
+
+impl Future for SleepUnlock<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let cpu = this.ctx.cpu_index();
+        let mut st = this.lock.h.0.st.borrow_mut();
+        if !this.started {
+            this.started = true;
+            let woke = release(&mut st, this.lock.idx);
+            let p = st.sleep[this.lock.idx].params;
+            let ns = p.release_ns + if woke { p.wake_cost_ns } else { 0 };
+            if this
+                .burn
+                .start(&mut st, cpu, this.ctx.task, Account::System, ns)
+            {
+                return Poll::Ready(());
+            }
+            return Poll::Pending;
+        }
+        if this.burn.poll(&mut st, cpu) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for SleepUnlock<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
+            if !self.started {
+                release(&mut st, self.lock.idx);
+            }
+            self.burn.cancel(&mut st, self.ctx.cpu);
+        }
+    }
+}
