@@ -2,10 +2,12 @@
 //! 0 success, 1 run failure, 2 bad input.
 
 mod bench;
+mod reproduce;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use iolab_sim::experiment::ExperimentOptions;
 
 /// iolab: a DMA-remapping (IOMMU) stack and a deterministic lab for the DMA-mapping path.
 #[derive(Parser, Debug)]
@@ -32,6 +34,29 @@ enum Command {
     Reproduce {
         /// Experiments to run: ipmmu-usb, smmuv3-cmdq, sba-vmerge, pseries-ddw (default: all).
         names: Vec<String>,
+        /// Runs per configuration (seeds derived from --seed).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Base seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Run one scenario file (for example a modified copy of a bundled one in scenarios/).
+    Run {
+        /// The scenario file (TOML).
+        scenario: std::path::PathBuf,
+        /// Runs per configuration (seeds derived from --seed).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Base seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Measure the stack's native speed on host threads against peer crates.
     Bench {
@@ -44,9 +69,6 @@ enum Command {
     },
 }
 
-/// The published experiments `iolab reproduce` knows by name.
-const EXPERIMENTS: [&str; 4] = ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"];
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -54,22 +76,26 @@ fn main() -> ExitCode {
             println!("iolab {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Reproduce { names } => {
-            if let Some(unknown) = names.iter().find(|n| !EXPERIMENTS.contains(&n.as_str())) {
-                eprintln!(
-                    "iolab reproduce: unknown experiment '{unknown}': expected one of {}",
-                    EXPERIMENTS.join(", ")
-                );
-                return ExitCode::from(2);
-            }
-            println!(
-                "iolab reproduce: no experiment is implemented yet. The functional IOMMU stack \
-                 is in place (try `iolab bench --quick`); the lab and the four reproductions \
-                 ({}) are still being built.",
-                EXPERIMENTS.join(", ")
-            );
-            ExitCode::SUCCESS
-        }
+        Command::Reproduce {
+            names,
+            runs,
+            seed,
+            format,
+        } => reproduce::reproduce(
+            &names,
+            ExperimentOptions { runs, seed },
+            format == Format::Json,
+        ),
+        Command::Run {
+            scenario,
+            runs,
+            seed,
+            format,
+        } => reproduce::run_file(
+            &scenario,
+            ExperimentOptions { runs, seed },
+            format == Format::Json,
+        ),
         Command::Bench { quick, format } => {
             let report = bench::run_all(bench::Sampling::new(quick));
             match format {

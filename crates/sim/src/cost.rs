@@ -43,12 +43,13 @@
 //! deterministic; the engine rounds to its integer time base where it schedules events.
 
 use std::fmt::Write as _;
-use std::ops::Range;
 use std::path::Path;
 
 use iolab_iommu::work::{LockId, WorkRecord};
 use serde::Deserialize;
-use toml::de::{DeTable, DeValue};
+use toml::de::DeTable;
+
+use crate::tomlfile::{backticked_after, line_col, path_at, span_of_path};
 
 // ---------------------------------------------------------------------------------------------
 // Values
@@ -1099,19 +1100,6 @@ fn at(line: Option<usize>, column: Option<usize>) -> String {
     }
 }
 
-/// 1-based line and column (in characters) of byte offset `pos` in `text`.
-fn line_col(text: &str, pos: usize) -> (usize, usize) {
-    let mut pos = pos.min(text.len());
-    while !text.is_char_boundary(pos) {
-        pos -= 1;
-    }
-    let before = &text[..pos];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = text[line_start..pos].chars().count() + 1;
-    (line, column)
-}
-
 /// Turns a serde error from `toml` into a [`CostError::Field`] with the field's dotted path.
 fn field_error_from_toml(
     text: &str,
@@ -1147,12 +1135,6 @@ fn field_error_from_toml(
     }
 }
 
-/// The text between the first pair of backticks after `prefix`, if `message` starts so.
-fn backticked_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
-    let rest = message.strip_prefix(prefix)?.strip_prefix('`')?;
-    rest.split('`').next()
-}
-
 /// Serde's type names rephrased for profile authors.
 fn friendly(message: &str) -> String {
     message
@@ -1166,66 +1148,6 @@ fn friendly(message: &str) -> String {
         )
         .replace("expected f64", "expected a number")
         .replace("expected u32", "expected a non-negative integer")
-}
-
-/// The dotted path of the most specific key or value whose span contains `span.start`.
-fn path_at(doc: &DeTable<'_>, span: &Range<usize>) -> Vec<String> {
-    let mut best: Option<(usize, Vec<String>)> = None;
-    let mut stack = Vec::new();
-    search(doc, span, &mut stack, &mut best);
-    best.map(|(_, p)| p).unwrap_or_default()
-}
-
-fn contains(s: &Range<usize>, target: &Range<usize>) -> bool {
-    if s == target {
-        return true;
-    }
-    // An empty span (the document root, for a missing top-level field) matches no entry.
-    !target.is_empty() && s.start <= target.start && target.start < s.end
-}
-
-fn search(
-    table: &DeTable<'_>,
-    target: &Range<usize>,
-    stack: &mut Vec<String>,
-    best: &mut Option<(usize, Vec<String>)>,
-) {
-    for (k, v) in table.iter() {
-        stack.push(k.get_ref().to_string());
-        for s in [k.span(), v.span()] {
-            if contains(&s, target) {
-                let len = s.end - s.start;
-                let better = match best {
-                    None => true,
-                    Some((l, p)) => len < *l || (len == *l && stack.len() > p.len()),
-                };
-                if better {
-                    *best = Some((len, stack.clone()));
-                }
-            }
-        }
-        if let DeValue::Table(t) = v.get_ref() {
-            search(t, target, stack, best);
-        }
-        stack.pop();
-    }
-}
-
-/// The span of the value at dotted `path` (or of its deepest existing ancestor).
-fn span_of_path(doc: &DeTable<'_>, path: &str) -> Option<Range<usize>> {
-    let mut table = doc;
-    let mut found = None;
-    for key in path.split('.') {
-        let Some((_, v)) = table.iter().find(|(k, _)| k.get_ref() == key) else {
-            break;
-        };
-        found = Some(v.span());
-        match v.get_ref() {
-            DeValue::Table(t) => table = t,
-            _ => break,
-        }
-    }
-    found
 }
 
 #[cfg(test)]

@@ -47,9 +47,13 @@
 pub mod accounting;
 pub mod block;
 pub mod cost;
+pub mod devices;
 pub mod engine;
 pub mod experiment;
+pub mod experiments;
 pub mod resources;
+pub mod tomlfile;
+pub mod workloads;
 
 pub use accounting::{Account, RunReport};
 pub use engine::{Ctx, Handle, Sim, SimConfig, SimDuration, SimError, SimTime};

@@ -1,0 +1,1 @@
+//! Device models. Every byte a device moves goes through the IOMMU's translation.

@@ -1,0 +1,114 @@
+//! The four published experiments of SEEDS.md, re-run in the lab.
+//!
+//! Each module owns its scenario file (bundled from `scenarios/`), its published figures
+//! (yardsticks only: no model reads them), its runs and its report in the original format.
+//! Every module exposes the same three items:
+//!
+//! - `NAME`: the name `iolab reproduce` knows it by;
+//! - `BUNDLED_SCENARIO`: the scenario text compiled into the binary;
+//! - `run_scenario(text, origin, options)`: runs a scenario file of that experiment's schema
+//!   (the bundled one, or a user's modified copy) and returns its report.
+
+pub mod ipmmu_usb;
+pub mod pseries_ddw;
+pub mod sba_vmerge;
+pub mod smmuv3_cmdq;
+
+use crate::cost::CostError;
+use crate::experiment::{ExperimentOptions, ExperimentReport};
+use crate::tomlfile::InputError;
+use crate::SimError;
+
+/// Why an experiment could not produce its report.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// No experiment has this name.
+    #[error("Unknown experiment `{name}`: expected one of {}", NAMES.join(", "))]
+    UnknownName {
+        /// The name asked for.
+        name: String,
+    },
+    /// The scenario file is malformed or names something impossible.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The platform profile is malformed or lacks a group the scenario needs.
+    #[error(transparent)]
+    Cost(#[from] CostError),
+    /// The simulation failed (a cap was exceeded, a model refused an operation).
+    #[error("Simulation failed: {0}")]
+    Sim(#[from] SimError),
+    /// A model of the stack refused an operation the workload needed.
+    #[error("Model error: {0}")]
+    Model(String),
+    /// The experiment is not implemented yet.
+    #[error("Experiment `{name}` is not implemented yet")]
+    NotImplemented {
+        /// The experiment.
+        name: &'static str,
+    },
+}
+
+impl ExperimentError {
+    /// Whether the error is the user's input (exit code 2) rather than a run failure (1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Self::UnknownName { .. } | Self::Input(_) | Self::Cost(_)
+        )
+    }
+}
+
+/// Names of every experiment, in the order `iolab reproduce` runs them.
+pub const NAMES: [&str; 4] = [
+    ipmmu_usb::NAME,
+    smmuv3_cmdq::NAME,
+    sba_vmerge::NAME,
+    pseries_ddw::NAME,
+];
+
+/// The bundled scenario text of experiment `name`.
+pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
+    Ok(match name {
+        ipmmu_usb::NAME => ipmmu_usb::BUNDLED_SCENARIO,
+        smmuv3_cmdq::NAME => smmuv3_cmdq::BUNDLED_SCENARIO,
+        sba_vmerge::NAME => sba_vmerge::BUNDLED_SCENARIO,
+        pseries_ddw::NAME => pseries_ddw::BUNDLED_SCENARIO,
+        _ => {
+            return Err(ExperimentError::UnknownName {
+                name: name.to_owned(),
+            })
+        }
+    })
+}
+
+/// Runs a scenario file of experiment `name`.
+pub fn run_scenario(
+    name: &str,
+    text: &str,
+    origin: &str,
+    options: &ExperimentOptions,
+) -> Result<ExperimentReport, ExperimentError> {
+    match name {
+        ipmmu_usb::NAME => ipmmu_usb::run_scenario(text, origin, options),
+        smmuv3_cmdq::NAME => smmuv3_cmdq::run_scenario(text, origin, options),
+        sba_vmerge::NAME => sba_vmerge::run_scenario(text, origin, options),
+        pseries_ddw::NAME => pseries_ddw::run_scenario(text, origin, options),
+        _ => Err(ExperimentError::UnknownName {
+            name: name.to_owned(),
+        }),
+    }
+}
+
+/// Runs experiment `name` on its bundled scenario.
+pub fn run_bundled(
+    name: &str,
+    options: &ExperimentOptions,
+) -> Result<ExperimentReport, ExperimentError> {
+    let text = bundled_scenario(name)?;
+    run_scenario(
+        name,
+        text,
+        &format!("scenarios/{name}.toml (bundled)"),
+        options,
+    )
+}

@@ -1,0 +1,1 @@
+//! Workloads: fio-, bonnie++-, re-aim- and netperf-like drivers and their output formats.
