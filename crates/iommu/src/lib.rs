@@ -22,4 +22,5 @@ pub mod dma;
 pub mod iova;
 pub mod mem;
 pub mod pgtable;
+pub mod smmuv3;
 pub mod work;

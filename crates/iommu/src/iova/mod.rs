@@ -72,7 +72,12 @@ pub struct AllocRequest {
 impl AllocRequest {
     /// A size-aligned request for `pages` pages below `limit` from `cpu`.
     pub fn new(pages: u64, limit: Iova, cpu: usize) -> Self {
-        Self { pages, limit, size_aligned: true, cpu }
+        Self {
+            pages,
+            limit,
+            size_aligned: true,
+            cpu,
+        }
     }
 }
 
