@@ -18,8 +18,9 @@
 //! Instead it is a plain function, [`Consumer::consume`], behind a mutex: whoever holds the
 //! [`Consumer`] is the hardware for that moment. With [`ConsumerMode::SelfService`] (the
 //! default) a driver thread that must wait for the hardware (for a `CMD_SYNC` to complete
-//! or for free slots) takes the consumer with `try_lock` and runs it itself before looking
-//! again: "self-service hardware". No extra thread is needed, a single-threaded caller never
+//! or for free slots) runs the consumer itself ([`Cmdq::service`]) before looking again:
+//! "self-service hardware". If another thread is running it, the waiter waits for that run
+//! to end instead of spinning on it. No extra thread is needed, a single-threaded caller never
 //! deadlocks, runs are deterministic when the caller is, and the loom models stay small.
 //! With [`ConsumerMode::External`] waiters only poll, and the embedder (the lab's IOMMU
 //! model, a test's hardware thread) drives [`Cmdq::consumer`] at its own pace.
@@ -138,7 +139,8 @@ pub enum CmdqError {
 /// Where the hardware applies commands: an IOTLB model, a recorder in tests.
 ///
 /// Calls are serialised (they happen while the [`Consumer`] is held) and come in queue
-/// order, `CMD_SYNC`s included.
+/// order, `CMD_SYNC`s included. A sink must not issue commands into the queue that calls
+/// it: the consumer is held, so a wait for a sync would never end.
 pub trait CommandSink: Send + Sync {
     /// Applies one command.
     fn apply(&self, cmd: &Command);
@@ -463,15 +465,17 @@ impl<S: CommandSink> Cmdq<S> {
         }
     }
 
-    /// Runs the consumer over everything published, into the queue's sink, if nobody else
-    /// is running it. Returns the number of commands consumed. This is the self-service
-    /// step waiters take; it adds nothing to a [`WorkRecord`] because it is the SMMU's work,
-    /// not the CPU's.
+    /// The self-service step waiters take: runs the consumer over every published command
+    /// into the queue's sink, first waiting for a run in progress on another thread to end
+    /// (runs are short and never wait themselves). When it returns, everything published
+    /// before the call has completed, MSIs included. Returns the number of commands this
+    /// call consumed. It adds nothing to a [`WorkRecord`]: it is the SMMU's work, not the
+    /// CPU's.
+    ///
+    /// Waiting on a run in progress rather than spinning until it ends keeps at most one
+    /// thread busy-waiting on the consumer, which also keeps the loom models finite.
     pub fn service(&self) -> usize {
-        match self.try_consumer() {
-            Some(mut c) => c.consume(usize::MAX, |cmd| self.sink.apply(cmd)),
-            None => 0,
-        }
+        self.drain()
     }
 
     /// Runs the consumer until every published command is consumed, waiting for the

@@ -112,8 +112,13 @@ impl<S: CommandSink> LockFreeCmdq<S> {
             .is_ok()
     }
 
+    /// Drops the exclusive hold, wiping the increments of sharers that tried meanwhile
+    /// (they wait for the lock to be non-negative, then retry).
     fn exclusive_unlock(&self) {
-        self.lock.store(0, Ordering::Release);
+        // A swap rather than Linux's plain store: same effect, but loom only keeps
+        // read-modify-writes atomic with respect to other read-modify-writes, and a plain
+        // store racing a sharer's increment lets it explore impossible executions.
+        self.lock.swap(0, Ordering::Release);
     }
 
     /// Replaces the CONS snapshot in `llq`, leaving PROD and `OWNED` alone.
@@ -126,20 +131,28 @@ impl<S: CommandSink> LockFreeCmdq<S> {
             });
     }
 
-    /// The queue looks too full for us: make the hardware progress (self-service), then
-    /// refresh the CONS snapshot if we can take the lock exclusive; otherwise someone holds
-    /// it shared and will move the snapshot when they leave. Returns a fresh `llq`.
-    fn wait_for_space(&self, work: &mut WorkRecord, backoff: &mut Backoff) -> u64 {
+    /// The queue looks too full for us: make the hardware progress (self-service), then, if
+    /// the CONS register has moved past our snapshot, refresh the snapshot under
+    /// `exclusive_trylock`. If the lock is held shared, a sync waiter will move the snapshot
+    /// when it leaves. Returns a fresh `llq`.
+    ///
+    /// Linux takes the exclusive lock on every attempt; looking at CONS first (one more
+    /// MMIO read) means a waiter only takes it when that helps, so it cannot keep a CPU
+    /// that wants the lock shared out by grabbing it over and over (loom finds that
+    /// starvation).
+    fn wait_for_space(&self, snapshot: u32, work: &mut WorkRecord, backoff: &mut Backoff) -> u64 {
         work.polls += 1;
-        if self.q.self_service() {
-            self.q.service();
-        }
-        if self.exclusive_trylock() {
+        let consumed = self.q.self_service() && self.q.service() > 0;
+        if self.q.read_cons(work) != snapshot && self.exclusive_trylock() {
             work.lock(LockId::CmdqSharedLock);
+            // Read again under the lock: a sync waiter may have moved the snapshot further
+            // since, and the snapshot must never move backwards.
             let cons = self.q.read_cons(work);
             self.set_cons_snapshot(cons);
             self.exclusive_unlock();
-        } else {
+        } else if !consumed {
+            // Whatever we are waiting for (an unpublished batch, a sync waiter leaving the
+            // shared lock) is another CPU's progress.
             backoff.snooze();
         }
         self.llq.load(Ordering::Acquire)
@@ -222,7 +235,7 @@ impl<S: CommandSink> CmdqProducer for LockFreeCmdq<S> {
             let (prod_flags, cons) = unpack(old);
             let prod = prod_flags & !OWNED;
             if !geo.has_space(prod, cons, n) {
-                old = self.wait_for_space(work, &mut backoff);
+                old = self.wait_for_space(cons, work, &mut backoff);
                 continue;
             }
             let end = geo.inc(prod, n);

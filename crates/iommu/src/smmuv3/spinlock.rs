@@ -29,7 +29,8 @@ struct Held<'a>(&'a AtomicBool);
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        // A swap for loom's sake: see `LockFreeCmdq::exclusive_unlock`.
+        self.0.swap(false, Ordering::Release);
     }
 }
 

@@ -35,15 +35,19 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// then yields its CPU: the build machines have two cores and the tests run more threads
 /// than that, so a pure spin would mostly measure the host scheduler.
 pub(crate) struct Backoff {
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg(not(loom))]
     step: u32,
 }
 
 impl Backoff {
+    #[cfg(not(loom))]
     const SPIN_LIMIT: u32 = 6;
 
     pub(crate) fn new() -> Self {
-        Backoff { step: 0 }
+        Backoff {
+            #[cfg(not(loom))]
+            step: 0,
+        }
     }
 
     /// Waits a little before the caller looks again.
