@@ -265,6 +265,10 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
+    pub(crate) fn new(log2size: u32) -> Self {
+        Geometry { log2size }
+    }
+
     pub(crate) fn size(self) -> u32 {
         1 << self.log2size
     }
@@ -371,9 +375,7 @@ impl<S: CommandSink> Cmdq<S> {
                 max: MAX_LOG2SIZE,
             });
         }
-        let geo = Geometry {
-            log2size: config.log2size,
-        };
+        let geo = Geometry::new(config.log2size);
         let align = (u64::from(geo.size()) * CMD_BYTES).max(32);
         if !config.base.is_aligned(align) {
             return Err(CmdqError::MisalignedBase {

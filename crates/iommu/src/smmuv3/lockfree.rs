@@ -300,3 +300,46 @@ impl<S: CommandSink> CmdqProducer for LockFreeCmdq<S> {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::smmuv3::NullSink;
+
+    fn runs(log2size: u32, start: u32, end: u32) -> Vec<(usize, u64, u32)> {
+        let mut v = Vec::new();
+        LockFreeCmdq::<NullSink>::for_each_run(
+            Geometry::new(log2size),
+            start,
+            end,
+            |w, m, wrap| v.push((w, m, wrap)),
+        );
+        v
+    }
+
+    #[test]
+    fn valid_map_runs_split_at_words_and_at_the_queue_end() {
+        // 128 slots, two words. Positions 60..70 cross from word 0 into word 1.
+        assert_eq!(runs(7, 60, 70), vec![(0, 0xf << 60, 0), (1, 0x3f, 0)]);
+        // 125..131 crosses the end of the queue: slots 125..128 on lap 0, 0..3 on lap 1.
+        assert_eq!(runs(7, 125, 131), vec![(1, 0x7 << 61, 0), (0, 0x7, 1)]);
+        // A whole lap from 64: word 1 then word 0 of the next lap.
+        assert_eq!(runs(7, 64, 192), vec![(1, u64::MAX, 0), (0, u64::MAX, 1)]);
+        // Queues smaller than a word use its low bits: 4 slots, 3..6 wraps after slot 3.
+        assert_eq!(runs(2, 3, 6), vec![(0, 0x8, 0), (0, 0x3, 1)]);
+        assert!(runs(2, 5, 5).is_empty());
+    }
+
+    #[test]
+    fn valid_bits_toggle_per_lap() {
+        let q = LockFreeCmdq::new(CmdqConfig::with_log2size(2), NullSink).unwrap();
+        // Lap 0: a slot is valid when its bit is set.
+        q.set_valid(0, 4);
+        assert_eq!(q.valid[0].load(Ordering::Relaxed), 0xf);
+        q.poll_valid(0, 4);
+        // Lap 1: the same slots are valid again once toggled back to clear.
+        q.set_valid(4, 6);
+        assert_eq!(q.valid[0].load(Ordering::Relaxed), 0xc);
+        q.poll_valid(4, 6);
+    }
+}
