@@ -235,9 +235,10 @@ const TWO_WRAPPING: &[Job] = &[job(2, true, 1), job(2, true, 1)];
 /// One producer without a sync (its commands are published by whichever CPU owns the
 /// batch and consumed during the other's wait), one with.
 const MIXED: &[Job] = &[job(2, false, 1), job(1, true, 1)];
-/// Two synced calls each in a 4-slot queue: 8 slots through 4, second calls reuse slots
-/// of first calls.
-const TWO_ROUNDS: &[Job] = &[job(1, true, 2), job(1, true, 2)];
+/// One producer makes two synced calls, the other one: 6 slots through a 4-slot queue, so
+/// later calls reuse slots whose syncs other threads may still be waiting on. (Two calls
+/// each takes minutes to explore.)
+const TWO_ROUNDS: &[Job] = &[job(1, true, 2), job(1, true, 1)];
 
 /// Consumer runs by the hardware thread in the three-thread models.
 const HW_RUNS: usize = 2;
@@ -266,6 +267,12 @@ fn lock_free_sync_and_no_sync() {
 #[test]
 fn lock_free_two_rounds_each() {
     model(lock_free(2), TWO_ROUNDS, 0);
+}
+
+/// As above in a 2-slot queue: every call fills the queue, three laps in all.
+#[test]
+fn lock_free_two_rounds_full_queue() {
+    model(lock_free(1), TWO_ROUNDS, 0);
 }
 
 #[test]
@@ -301,6 +308,11 @@ fn spinlock_sync_and_no_sync() {
 #[test]
 fn spinlock_two_rounds_each() {
     model(spinlock(2), TWO_ROUNDS, 0);
+}
+
+#[test]
+fn spinlock_two_rounds_full_queue() {
+    model(spinlock(1), TWO_ROUNDS, 0);
 }
 
 #[test]
