@@ -15,7 +15,7 @@ pub const CMDQ_BATCH_ENTRIES: usize = 64;
 ///
 /// The batch holds at most [`CMDQ_BATCH_ENTRIES`] commands, and fewer on a queue too small
 /// for a full batch plus its sync.
-#[must_use = "a batch issues nothing until submit() (commands added after the last flush would be lost)"]
+#[must_use = "the last commands of a batch are only issued by submit()"]
 pub struct CmdBatch<'q, P: CmdqProducer + ?Sized> {
     q: &'q P,
     cmds: [Command; CMDQ_BATCH_ENTRIES],

@@ -20,10 +20,13 @@
 //! default) a driver thread that must wait for the hardware (for a `CMD_SYNC` to complete
 //! or for free slots) runs the consumer itself ([`Cmdq::service`]) before looking again:
 //! "self-service hardware". If another thread is running it, the waiter waits for that run
-//! to end instead of spinning on it. No extra thread is needed, a single-threaded caller never
-//! deadlocks, runs are deterministic when the caller is, and the loom models stay small.
-//! With [`ConsumerMode::External`] waiters only poll, and the embedder (the lab's IOMMU
-//! model, a test's hardware thread) drives [`Cmdq::consumer`] at its own pace.
+//! to end rather than spinning on it. No extra thread is needed, a single-threaded caller
+//! never deadlocks, its work records are deterministic, and the loom models stay small.
+//! Commands issued without a sync stay in the queue until some waiter (or
+//! [`Cmdq::drain`]) runs the consumer, as they would sit in a real queue until the SMMU
+//! got to them. With [`ConsumerMode::External`] waiters only poll, and the embedder (the
+//! lab's IOMMU model, a test's hardware thread) runs the consumer at its own pace through
+//! [`Cmdq::drain`] or [`Cmdq::consumer`].
 //!
 //! The effect of each command goes to a [`CommandSink`] (for example an IOTLB model).
 
@@ -51,8 +54,8 @@ pub enum ConsumerMode {
     /// A thread that waits for the hardware runs the consumer itself (default).
     #[default]
     SelfService,
-    /// Only the embedder runs the consumer, through [`Cmdq::consumer`] or
-    /// [`Cmdq::try_consumer`]; waiters poll until it has.
+    /// Only the embedder runs the consumer ([`Cmdq::drain`], [`Cmdq::consumer`]); waiters
+    /// poll until it has. A wait with nobody running the consumer never ends.
     External,
 }
 

@@ -768,7 +768,11 @@ mod tests {
         }
 
         #[test]
-        fn decode_never_panics_and_accepted_words_round_trip(w0 in any::<u64>(), w1 in any::<u64>(), op in 0usize..7) {
+        fn decode_never_panics_and_accepted_words_round_trip(
+            w0 in any::<u64>(),
+            w1 in any::<u64>(),
+            op in 0usize..7,
+        ) {
             // Bias the opcode towards the known ones so the reserved-bit paths are hit.
             let ops = [0x03u64, 0x05, 0x11, 0x12, 0x30, 0x46, w0 & 0xff];
             let w0 = (w0 & !0xff) | ops[op];
