@@ -13,6 +13,27 @@
 //! from `loom` under `--cfg loom` so the model tests in `tests/loom_cmdq.rs` check the
 //! code the library runs.
 //!
+//! # Work records
+//!
+//! `issue` adds to the caller's [`WorkRecord`](crate::work::WorkRecord):
+//!
+//! | counter | spinlock | lock-free |
+//! |---|---|---|
+//! | `commands_written` | every slot written, syncs included | same |
+//! | `locks[CmdqLock]` | one per command and one per sync | - |
+//! | `locks[CmdqSharedLock]` | - | one per sync (shared), one per CONS refresh (exclusive) |
+//! | `cas_attempts` / `cas_failures` | - | reservation CAS on the `{prod, cons}` word |
+//! | `owner_elections` | - | batches this CPU published as owner |
+//! | `mmio_writes` | one PROD write per slot | one PROD write per owned batch |
+//! | `mmio_reads` | CONS reads while the queue is full | CONS reads while waiting for space |
+//! | `polls` | looks at the hardware that found it not done (sync MSI, free slots) | same |
+//! | `inval_syncs` | one per sync waited for | same |
+//!
+//! Spinning on a lock or on another CPU (the previous owner, valid bits) is not counted:
+//! how long that takes is the lab's business, from the counts above. With more than one
+//! thread, `polls`, `mmio_reads` and the CAS counts depend on the host's scheduling; on a
+//! single thread every count is deterministic.
+//!
 //! ```
 //! use iolab_iommu::smmuv3::{CmdBatch, CmdqConfig, CmdqProducer, Command, LockFreeCmdq, NullSink};
 //! use iolab_iommu::work::WorkRecord;
