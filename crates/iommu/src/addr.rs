@@ -168,25 +168,13 @@ pub struct Prot {
 
 impl Prot {
     /// No access.
-    pub const NONE: Prot = Prot {
-        read: false,
-        write: false,
-    };
+    pub const NONE: Prot = Prot { read: false, write: false };
     /// Device may read.
-    pub const READ: Prot = Prot {
-        read: true,
-        write: false,
-    };
+    pub const READ: Prot = Prot { read: true, write: false };
     /// Device may write.
-    pub const WRITE: Prot = Prot {
-        read: false,
-        write: true,
-    };
+    pub const WRITE: Prot = Prot { read: false, write: true };
     /// Device may read and write.
-    pub const READ_WRITE: Prot = Prot {
-        read: true,
-        write: true,
-    };
+    pub const READ_WRITE: Prot = Prot { read: true, write: true };
 
     /// Whether every permission in `needed` is granted here.
     #[inline]

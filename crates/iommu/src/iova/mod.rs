@@ -72,12 +72,7 @@ pub struct AllocRequest {
 impl AllocRequest {
     /// A size-aligned request for `pages` pages below `limit` from `cpu`.
     pub fn new(pages: u64, limit: Iova, cpu: usize) -> Self {
-        Self {
-            pages,
-            limit,
-            size_aligned: true,
-            cpu,
-        }
+        Self { pages, limit, size_aligned: true, cpu }
     }
 }
 

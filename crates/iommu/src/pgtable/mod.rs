@@ -20,9 +20,7 @@ use crate::work::WorkRecord;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PgTableError {
     /// An address or size is not a multiple of the table's smallest page size.
-    #[error(
-        "Address {addr:#x} or size {size:#x} is not aligned to the {granule:#x}-byte page size"
-    )]
+    #[error("Address {addr:#x} or size {size:#x} is not aligned to the {granule:#x}-byte page size")]
     Misaligned {
         /// The offending address (IOVA or physical).
         addr: u64,
@@ -156,11 +154,7 @@ impl UnmapGather {
                 return;
             }
         }
-        self.ranges.push(GatherRange {
-            start,
-            size,
-            page_size,
-        });
+        self.ranges.push(GatherRange { start, size, page_size });
     }
 
     /// Records a freed table page.
