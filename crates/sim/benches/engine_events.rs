@@ -15,8 +15,9 @@
 //!   events per I/O. Run at 1 to 1024 CPUs to see how the cost per event scales.
 //!
 //! Each measurement is the best of three runs (plain `std::time::Instant` timing), except
-//! nexosim on several threads (one run). Free arguments select parts: `compare` (the
-//! engine comparison), `io` (all I/O rows) or `io1`, `io4`, ... `io1024`.
+//! nexosim on several threads (one run). Free arguments select parts: `compare` (the whole
+//! engine comparison) or its parts `own`, `nexosim1`, `nexosim-mt`; `io` (all I/O rows)
+//! or `io1`, `io4`, ... `io1024`.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -313,8 +314,13 @@ fn main() {
                 .iter()
                 .any(|f| f == name || (f == "io" && name.starts_with("io")))
     };
-    if want("compare") {
-        compare();
+    let parts = ["own", "nexosim1", "nexosim-mt"];
+    let chosen: Vec<&str> = parts
+        .into_iter()
+        .filter(|p| want("compare") || filters.iter().any(|f| f == p))
+        .collect();
+    if !chosen.is_empty() {
+        compare(&chosen);
     }
     let mut header = false;
     for cpus in [1usize, 4, 16, 64, 256, 1024] {
@@ -328,21 +334,27 @@ fn main() {
     }
 }
 
-fn compare() {
+/// The engine comparison; `parts` picks `own`, `nexosim1` (one thread) and `nexosim-mt`
+/// (one worker per host core).
+fn compare(parts: &[&str]) {
     println!("| engine                 | workload   |      events |   host s |   events/s   | per event |");
     println!("|------------------------|------------|-------------|----------|--------------|-----------|");
-    row("iolab-sim", "cpus", &best_of(3, own_cpus));
-    row("iolab-sim", "ping-pong", &best_of(3, own_ping_pong));
+    if parts.contains(&"own") {
+        row("iolab-sim", "cpus", &best_of(3, own_cpus));
+        row("iolab-sim", "ping-pong", &best_of(3, own_ping_pong));
+    }
     #[cfg(feature = "nexosim")]
     {
-        row("nexosim 1 thread", "cpus", &best_of(3, || nexo::cpus(1)));
-        row(
-            "nexosim 1 thread",
-            "ping-pong",
-            &best_of(3, || nexo::ping_pong(1)),
-        );
+        if parts.contains(&"nexosim1") {
+            row("nexosim 1 thread", "cpus", &best_of(3, || nexo::cpus(1)));
+            row(
+                "nexosim 1 thread",
+                "ping-pong",
+                &best_of(3, || nexo::ping_pong(1)),
+            );
+        }
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if n > 1 {
+        if n > 1 && parts.contains(&"nexosim-mt") {
             let label = format!("nexosim {n} threads");
             // One run each: on a shared machine these take tens of seconds.
             row(&label, "cpus", &best_of(1, || nexo::cpus(n)));
@@ -350,7 +362,9 @@ fn compare() {
         }
     }
     #[cfg(not(feature = "nexosim"))]
-    println!("(nexosim side skipped: add `--features nexosim`)");
+    if parts.iter().any(|p| p.starts_with("nexosim")) {
+        println!("(nexosim side skipped: add `--features nexosim`)");
+    }
 }
 
 fn io_header() {

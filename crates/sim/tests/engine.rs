@@ -334,6 +334,36 @@ fn channel_delivers_in_order_and_wakes_receivers_fifo() {
 }
 
 #[test]
+fn interrupts_wake_a_handler_on_their_cpu() {
+    // A device agent raises an interrupt per completed command; the handler thread pinned
+    // to CPU 1 spends 500 ns of system time per interrupt.
+    let mut s = sim(2);
+    let irq: Channel<u32> = Channel::new(s.handle(), 16);
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let (rx, seen2) = (irq.clone(), seen.clone());
+    s.spawn_on(1, move |ctx| async move {
+        for _ in 0..3 {
+            let cmd = rx.recv(&ctx).await;
+            seen2.borrow_mut().push((ctx.now().as_ns(), cmd));
+            ctx.cpu().spend(ns(500), Account::System).await;
+        }
+    })
+    .unwrap();
+    s.spawn_agent(move |ctx| async move {
+        for cmd in 0..3u32 {
+            ctx.sleep(ns(10_000)).await;
+            irq.send(cmd).unwrap();
+        }
+    })
+    .unwrap();
+    let r = s.run().unwrap();
+    assert_eq!(*seen.borrow(), vec![(10_000, 0), (20_000, 1), (30_000, 2)]);
+    assert_eq!(r.cpus[1].system, 1_500);
+    assert_eq!(r.cpus[0].busy(), 0);
+    assert_eq!(r.end, SimTime(30_500));
+}
+
+#[test]
 fn run_until_clips_accounting_and_can_continue() {
     let mut s = sim(2);
     s.spawn_on(0, |ctx| async move {

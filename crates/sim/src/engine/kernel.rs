@@ -5,7 +5,7 @@
 //!   `poll` (never across a task poll);
 //! - task futures in a separate `RefCell<Vec<..>>` slab, borrowed during a task's poll;
 //!   tasks spawned meanwhile wait in a side list and are installed right after the poll;
-//! - a radix heap ([`EventQueue`]) of future wake-ups, and a FIFO `ready` queue for
+//! - a hierarchical timing wheel ([`EventQueue`]) of future wake-ups, and a FIFO `ready` queue for
 //!   wake-ups at the current instant (see [`State::next_event`] for why this preserves the
 //!   total `(time, scheduling order)` order);
 //! - wake-ups name a task by slot and generation, so stale wake-ups of a finished task are
@@ -75,8 +75,6 @@ pub(crate) struct State {
     tasks: Vec<TaskSlot>,
     free: Vec<u32>,
     cpus: Vec<CpuState>,
-    /// The task being polled.
-    pub(crate) current: TaskRef,
     /// Set by a primitive that returns `Pending` while its task keeps the CPU (spending or
     /// spinning). Cleared before every poll.
     pub(crate) keep_cpu: bool,
@@ -289,7 +287,6 @@ impl Kernel {
                 tasks: Vec::new(),
                 free: Vec::new(),
                 cpus,
-                current: NO_TASK,
                 keep_cpu: false,
                 error: None,
                 limits,
@@ -424,7 +421,6 @@ impl Kernel {
                         }
                     }
                 }
-                st.current = task;
                 st.keep_cpu = false;
                 st.events += 1;
                 task
@@ -443,7 +439,6 @@ impl Kernel {
                 Poll::Pending => {
                     drop(futs);
                     let mut st = self.st.borrow_mut();
-                    st.current = NO_TASK;
                     if !st.keep_cpu {
                         st.block(task);
                     }

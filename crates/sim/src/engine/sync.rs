@@ -130,6 +130,10 @@ impl<T> Completion<T> {
     }
 
     /// Waits with the CPU busy (a polling driver), charging the wait to `account`.
+    ///
+    /// # Panics
+    ///
+    /// If the task is an agent (it has no CPU to keep busy), or as [`Completion::wait`].
     pub fn wait_polling<'a>(&'a self, ctx: &'a Ctx, account: Account) -> Wait<'a, T> {
         Wait {
             c: self,
