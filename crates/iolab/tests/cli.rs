@@ -76,6 +76,12 @@ fn bench_json_has_every_record_the_issue_names() {
     ] {
         assert!(names.contains(&name), "missing {name}");
     }
+    let lockfree = results
+        .iter()
+        .find(|r| r["name"] == "cmdq_issue/lockfree/2")
+        .expect("cmdq row");
+    assert!(lockfree["commands_per_sec"].as_f64().expect("commands/s") > 0.0);
+    assert!(lockfree["work_per_op"]["cas_failures_per_command"].is_number());
     for r in results {
         assert!(r["ns_per_op"].as_f64().expect("ns_per_op is a number") > 0.0);
         if r["name"].as_str().unwrap().starts_with("iova_alloc_free/") {

@@ -18,6 +18,8 @@ use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
 use iolab_iommu::pgtable::sba_pdir::{SbaConfig, SbaPdir};
 use iolab_iommu::pgtable::tce::{TceConfig, TceTable};
 use iolab_iommu::pgtable::{IoPageTable, UnmapGather};
+use iolab_iommu::smmuv3::cmdq::ProducerKind;
+use iolab_iommu::smmuv3::{CmdqConfig, Command, NullSink};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use super::harness::{churn_ns_per_op, median_ns_per_op, Sampling};
@@ -186,8 +188,8 @@ pub fn pgtable_map_unmap(size: u64, sampling: &Sampling) -> Vec<Figure> {
     out
 }
 
-/// Translation of one mapped address: a software walk of the LPAE table, the DMA domain's
-/// device-side translate (strict mode, LPAE + Linux allocator), and an IOTLB hit.
+/// Translation of one mapped address: a software walk of the LPAE table and the DMA domain's
+/// device-side translate (strict mode, LPAE + Linux allocator).
 pub fn translate(sampling: &Sampling) -> Vec<Figure> {
     let mut out = Vec::new();
 
@@ -241,34 +243,6 @@ pub fn translate(sampling: &Sampling) -> Vec<Figure> {
     (0..WORK_PASS_OPS).for_each(|i| xlate(i, &mut counted));
     out.push(("dma-domain-strict", ns, per_op(&counted, WORK_PASS_OPS)));
 
-    let mut tlb = Iotlb::new(IotlbConfig::gem5_main_tlb()).expect("valid");
-    for i in 0..64u64 {
-        tlb.insert(
-            Asid(1),
-            Iova::new(0x10_0000 + i * SZ_4K),
-            PhysAddr::new(0x8000_0000 + i * SZ_4K),
-            SZ_4K,
-            Prot::READ_WRITE,
-        )
-        .expect("insert");
-    }
-    tlb.insert(
-        Asid(1),
-        Iova::new(0x4000_0000),
-        PhysAddr::new(0x4000_0000),
-        SZ_2M,
-        Prot::READ_WRITE,
-    )
-    .expect("insert");
-    let mut lookup = |i: u64, work: &mut WorkRecord| {
-        let hit = tlb.lookup(Asid(1), Iova::new(0x10_0000 + (i % 64) * SZ_4K + 8), work);
-        std::hint::black_box(hit.expect("cached"));
-    };
-    let mut work = WorkRecord::default();
-    let ns = median_ns_per_op(sampling, |i| lookup(i, &mut work));
-    let mut counted = WorkRecord::default();
-    (0..WORK_PASS_OPS).for_each(|i| lookup(i, &mut counted));
-    out.push(("iotlb-hit", ns, per_op(&counted, WORK_PASS_OPS)));
     out
 }
 
@@ -283,4 +257,110 @@ fn strict_domain() -> Domain {
         Arc::new(ImmediateInvalidator::new()),
     )
     .expect("valid domain")
+}
+
+/// IOTLB lookups: hits in gem5's micro TLB (32 entries, fully associative) and main TLB
+/// (2048 entries, 4-way), and misses in the main TLB.
+pub fn iotlb_lookup(sampling: &Sampling) -> Vec<Figure> {
+    let mut out = Vec::new();
+    let configs: [(&'static str, IotlbConfig, bool); 3] = [
+        ("micro-tlb-hit", IotlbConfig::gem5_micro_tlb(), true),
+        ("main-tlb-hit", IotlbConfig::gem5_main_tlb(), true),
+        ("main-tlb-miss", IotlbConfig::gem5_main_tlb(), false),
+    ];
+    for (name, config, hit) in configs {
+        let mut tlb = Iotlb::new(config).expect("valid");
+        for i in 0..32u64 {
+            tlb.insert(
+                Asid(1),
+                Iova::new(0x10_0000 + i * SZ_4K),
+                PhysAddr::new(0x8000_0000 + i * SZ_4K),
+                SZ_4K,
+                Prot::READ_WRITE,
+            )
+            .expect("insert");
+        }
+        let base = if hit { 0x10_0000 } else { 0x1000_0000 };
+        let mut lookup = |i: u64, work: &mut WorkRecord| {
+            let r = tlb.lookup(Asid(1), Iova::new(base + (i % 32) * SZ_4K + 8), work);
+            std::hint::black_box(r);
+        };
+        let mut work = WorkRecord::default();
+        let ns = median_ns_per_op(sampling, |i| lookup(i, &mut work));
+        let mut counted = WorkRecord::default();
+        (0..WORK_PASS_OPS).for_each(|i| lookup(i, &mut counted));
+        out.push((name, ns, per_op(&counted, WORK_PASS_OPS)));
+    }
+    out
+}
+
+/// Command-queue issue on host threads: every thread repeatedly issues what a strict 2-page
+/// unmap issues (two TLBI_NH_VA and a CMD_SYNC) through one shared queue of 256 slots,
+/// whose consumer the waiting threads run themselves. Returns
+/// `(producer, threads, ns per issue call per thread, work per call)`.
+pub fn cmdq_issue(sampling: &Sampling) -> Vec<(&'static str, usize, f64, Vec<(String, f64)>)> {
+    let calls_per_thread: u64 = if sampling.quick { 20_000 } else { 200_000 };
+    let mut out = Vec::new();
+    for (name, kind) in [
+        ("spinlock", ProducerKind::Spinlock),
+        ("lockfree", ProducerKind::LockFree),
+    ] {
+        for threads in [1usize, 2] {
+            let mut samples = Vec::new();
+            let mut total = WorkRecord::default();
+            for _ in 0..sampling.samples {
+                let q = kind
+                    .build(CmdqConfig::default(), NullSink)
+                    .expect("valid queue");
+                let q = q.as_ref();
+                let start = std::time::Instant::now();
+                let works: Vec<WorkRecord> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..threads)
+                        .map(|t| {
+                            scope.spawn(move || {
+                                let mut work = WorkRecord::default();
+                                for i in 0..calls_per_thread {
+                                    let addr = ((t as u64) << 32) | (i << 12);
+                                    let cmds = [tlbi(addr), tlbi(addr + SZ_4K)];
+                                    q.issue(&cmds, true, &mut work).expect("issue");
+                                }
+                                work
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("bench thread"))
+                        .collect()
+                });
+                samples.push(start.elapsed().as_nanos() as f64 / calls_per_thread as f64);
+                for w in &works {
+                    total += w;
+                }
+            }
+            samples.sort_by(f64::total_cmp);
+            let calls = calls_per_thread * threads as u64 * sampling.samples as u64;
+            let mut per_call = per_op(&total, calls);
+            let commands = total.commands_written as f64;
+            per_call.push((
+                "cas_failures_per_command".into(),
+                total.cas_failures as f64 / commands,
+            ));
+            out.push((name, threads, samples[samples.len() / 2], per_call));
+        }
+    }
+    out
+}
+
+fn tlbi(addr: u64) -> Command {
+    Command::TlbiNhVa {
+        vmid: 0,
+        asid: 1,
+        addr,
+        leaf: true,
+        ttl: 3,
+        tg: 1,
+        num: 0,
+        scale: 0,
+    }
 }

@@ -14,7 +14,9 @@ use serde::Serialize;
 
 pub use harness::Sampling;
 
-/// One benchmark's result.
+/// One benchmark's result. `cmdq_issue` rows time one issue call (two TLBIs and a sync) per
+/// thread, so `ns_per_op` is per call and per thread; their `work_per_op` includes
+/// `cas_failures_per_command`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BenchRecord {
     /// `iova_alloc_free/<allocator>/<live>`, `pgtable_map_unmap/<format>/<size>`,
@@ -31,6 +33,9 @@ pub struct BenchRecord {
     /// Further peers measured on the same operation.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other_peers: Vec<PeerFigure>,
+    /// For command-queue benchmarks: commands issued per second by all threads together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commands_per_sec: Option<f64>,
     /// Exact work counted per operation by the stack (for example tree nodes visited),
     /// averaged over the timed operations; absent for peers, which count nothing.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -98,6 +103,19 @@ pub fn run_all(sampling: Sampling) -> BenchReport {
     for (path, ns, work) in iolab_side::translate(&sampling) {
         results.push(record(format!("translate/{path}"), ns, work, &[]));
     }
+    for (config, ns, work) in iolab_side::iotlb_lookup(&sampling) {
+        results.push(record(format!("iotlb_lookup/{config}"), ns, work, &[]));
+    }
+    for (producer, threads, ns, work) in iolab_side::cmdq_issue(&sampling) {
+        let mut r = record(format!("cmdq_issue/{producer}/{threads}"), ns, work, &[]);
+        let commands_per_call = r
+            .work_per_op
+            .get("commands_written")
+            .copied()
+            .unwrap_or(0.0);
+        r.commands_per_sec = Some((threads as f64 * commands_per_call * 1e9 / ns).round());
+        results.push(r);
+    }
     BenchReport { sampling, results }
 }
 
@@ -117,6 +135,7 @@ fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure])
                 ns_per_op: round2(p.ns_per_op),
             })
             .collect(),
+        commands_per_sec: None,
         work_per_op: work.into_iter().collect(),
     }
 }
@@ -154,14 +173,14 @@ pub fn render_text(report: &BenchReport) -> String {
             .speedup_vs_peer
             .map(|v| format!("{v:.1}x"))
             .unwrap_or_else(|| "-".into());
+        let peer_name = match r.commands_per_sec {
+            Some(c) => format!("({:.2} M commands/s)", c / 1e6),
+            None => r.peer.clone().unwrap_or_else(|| "-".into()),
+        };
         let _ = writeln!(
             out,
             "{:<40} {:>10.1} {:>12}  {:<30} {:>8}",
-            r.name,
-            r.ns_per_op,
-            peer_ns,
-            r.peer.as_deref().unwrap_or("-"),
-            speedup
+            r.name, r.ns_per_op, peer_ns, peer_name, speedup
         );
         for p in &r.other_peers {
             let _ = writeln!(
