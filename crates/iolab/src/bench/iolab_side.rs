@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use iolab_iommu::addr::{Access, DmaAddr, Iova, PhysAddr, Prot, SZ_2M, SZ_4K};
+use iolab_iommu::addr::{Access, DmaAddr, Iova, PhysAddr, Prot, SZ_4K};
 use iolab_iommu::dma::invalidate::ImmediateInvalidator;
 use iolab_iommu::dma::{Device, Direction, Domain, DomainConfig, DomainId, DomainMode};
 use iolab_iommu::iotlb::{Asid, Iotlb, IotlbConfig};
@@ -27,6 +27,9 @@ use super::peers::{PAGE, SPACE_END};
 
 /// `(implementation, ns/op, exact work per op)`.
 pub type Figure = (&'static str, f64, Vec<(String, f64)>);
+
+/// `(implementation, threads, ns/op per thread, work per op)`.
+pub type ThreadedFigure = (&'static str, usize, f64, Vec<(String, f64)>);
 
 /// Operations in the untimed pass that counts work per operation.
 const WORK_PASS_OPS: u64 = 10_000;
@@ -298,7 +301,7 @@ pub fn iotlb_lookup(sampling: &Sampling) -> Vec<Figure> {
 /// unmap issues (two TLBI_NH_VA and a CMD_SYNC) through one shared queue of 256 slots,
 /// whose consumer the waiting threads run themselves. Returns
 /// `(producer, threads, ns per issue call per thread, work per call)`.
-pub fn cmdq_issue(sampling: &Sampling) -> Vec<(&'static str, usize, f64, Vec<(String, f64)>)> {
+pub fn cmdq_issue(sampling: &Sampling) -> Vec<ThreadedFigure> {
     let calls_per_thread: u64 = if sampling.quick { 20_000 } else { 200_000 };
     let mut out = Vec::new();
     for (name, kind) in [
