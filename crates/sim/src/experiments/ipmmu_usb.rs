@@ -1,7 +1,35 @@
-//! SEEDS.md experiment `ipmmu-usb` (being written).
+//! SEEDS.md experiment `ipmmu-usb`: bonnie++ 1.03e on a USB SSD behind the R-Car H3's xHCI,
+//! at SuperSpeed and High-Speed, with the IPMMU on (strict, whole-context flush per unmap,
+//! dma-iommu SG merging) or off (dma-direct).
+//!
+//! Each of the four cases runs a machine of the platform's CPUs with a bonnie process, a
+//! flusher thread, the usb-storage thread and the xHCI interrupt (see
+//! [`crate::devices::usb`] and [`crate::workloads::bonnie`]); the DMA path is
+//! [`ipmmu_domain`] or [`Domain::direct`], and the block queue's limits count page-aligned
+//! pieces as one segment only when the IOMMU will merge them. The model is described in
+//! docs/model/ipmmu-usb.md.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use iolab_iommu::addr::{Iova, SZ_4K};
+use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
+use iolab_iommu::hw::{ipmmu_domain, DmaPath, IpmmuInvalidator};
+use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
+use serde::Deserialize;
 
 use super::ExperimentError;
-use crate::experiment::{ExperimentOptions, ExperimentReport};
+use crate::block::QueueLimits;
+use crate::cost::PlatformProfile;
+use crate::devices::usb::{DmaSide, IrqCpu, LinkSpeed, UsbStats, UsbStorage, UsbStorageConfig};
+use crate::engine::{Sim, SimConfig};
+use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::tomlfile::{InputError, TomlDoc};
+use crate::workloads::bonnie::{self, BonnieConfig, CsvValues};
 
 /// The experiment's name.
 pub const NAME: &str = "ipmmu-usb";
@@ -9,11 +37,727 @@ pub const NAME: &str = "ipmmu-usb";
 /// The bundled scenario.
 pub const BUNDLED_SCENARIO: &str = include_str!("../../../../scenarios/ipmmu-usb.toml");
 
+/// The published rows (SEEDS.md #1), yardsticks only: putc K/s, %CPU, write K/s, %CPU,
+/// rewrite K/s, %CPU, getc K/s, %CPU, read K/s, %CPU, seeks/s, %CPU.
+pub const PUBLISHED: [(&str, [f64; 12]); 4] = [
+    (
+        "superspeed.no_iommu",
+        [
+            82598.0, 99.0, 242161.0, 58.0, 102489.0, 25.0, 73719.0, 98.0, 254089.0, 32.0, 2133.3,
+            6.0,
+        ],
+    ),
+    (
+        "highspeed.no_iommu",
+        [
+            41971.0, 53.0, 39983.0, 9.0, 16459.0, 4.0, 37900.0, 51.0, 37833.0, 5.0, 1585.7, 5.0,
+        ],
+    ),
+    (
+        "superspeed.iommu",
+        [
+            66139.0, 99.0, 276686.0, 65.0, 132297.0, 33.0, 69732.0, 99.0, 293396.0, 37.0, 2099.2,
+            7.0,
+        ],
+    ),
+    (
+        "highspeed.iommu",
+        [
+            43191.0, 50.0, 40446.0, 9.0, 17432.0, 4.0, 38541.0, 51.0, 38481.0, 5.0, 1619.4, 4.0,
+        ],
+    ),
+];
+
+/// Metric names in CSV order (K/s columns; `_cpu` for the %CPU beside each).
+pub const METRICS: [&str; 6] = [
+    "out_char",
+    "out_block",
+    "rewrite",
+    "in_char",
+    "in_block",
+    "seeks",
+];
+
+/// A physical parameter with its source.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Param {
+    /// The value.
+    pub value: f64,
+    /// A citation, or `assumption: ...` with the reasoning.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    experiment: String,
+    platform: String,
+    calibrated_from: String,
+    calibrated: Vec<String>,
+    file: FileSection,
+    process: ProcessSection,
+    kernel: KernelSection,
+    placement: Placement,
+    usb: UsbSection,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSection {
+    size_mib: Param,
+    logical_size_mib: Param,
+    ram_mib: Param,
+    chunk_bytes: Param,
+    stdio_buffer_bytes: Param,
+    seeks: Param,
+    seekers: Param,
+    seek_update_every: Param,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProcessSection {
+    putc_ns_per_byte: Param,
+    getc_ns_per_byte: Param,
+    write_page_ns: Param,
+    read_page_ns: Param,
+    writeback_page_ns: Param,
+    cpu_slice_ns: Param,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KernelSection {
+    dirty_background_mib: Param,
+    dirty_limit_mib: Param,
+    writeback_chunk_kib: Param,
+    readahead_kib: Param,
+    queue_depth: Param,
+    max_segments: Param,
+    max_segment_size_kib: Param,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Placement {
+    source: String,
+    bonnie_cpu: usize,
+    irq_cpu: usize,
+    storage_cpu: usize,
+    flusher_cpu: usize,
+    seeker_cpus: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsbSection {
+    command_overhead_ns: Param,
+    per_segment_ns: Param,
+    media_read_latency_ns: Param,
+    walk_reads_per_miss: Param,
+    completion_ns: Param,
+    superspeed: SpeedSection,
+    highspeed: SpeedSection,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpeedSection {
+    signal_bits_per_s: Param,
+    encoding: Param,
+    protocol_efficiency: Param,
+    phase_latency_ns: Param,
+    max_sectors: Param,
+}
+
+/// Checks a parameter's value is finite and within `lo..=hi`, and its source non-empty.
+fn check(doc: &TomlDoc<'_>, path: &str, p: &Param, lo: f64, hi: f64) -> Result<f64, InputError> {
+    if p.source.trim().is_empty() {
+        return Err(doc.field_error(&format!("{path}.source"), "expected a non-empty source"));
+    }
+    if !(p.value.is_finite() && p.value >= lo && p.value <= hi) {
+        return Err(doc.field_error(
+            &format!("{path}.value"),
+            format!("expected a number in {lo}..={hi}, found {}", p.value),
+        ));
+    }
+    Ok(p.value)
+}
+
+/// The validated scenario, ready to run.
+struct Model {
+    profile: PlatformProfile,
+    calibrated_from: String,
+    calibrated: Vec<(String, f64)>,
+    bonnie: BonnieConfig,
+    usb_common: UsbStorageConfig,
+    superspeed: LinkSpeed,
+    highspeed: LinkSpeed,
+    max_segment_size: u64,
+    max_segments: usize,
+    file_mib: f64,
+}
+
+fn speed(doc: &TomlDoc<'_>, name: &str, s: &SpeedSection) -> Result<LinkSpeed, InputError> {
+    let p = format!("usb.{name}");
+    Ok(LinkSpeed {
+        name: name.to_owned(),
+        signal_bits_per_s: check(
+            doc,
+            &format!("{p}.signal_bits_per_s"),
+            &s.signal_bits_per_s,
+            1e6,
+            1e11,
+        )?,
+        encoding: check(doc, &format!("{p}.encoding"), &s.encoding, 0.1, 1.0)?,
+        protocol_efficiency: check(
+            doc,
+            &format!("{p}.protocol_efficiency"),
+            &s.protocol_efficiency,
+            0.01,
+            1.0,
+        )?,
+        phase_latency_ns: check(
+            doc,
+            &format!("{p}.phase_latency_ns"),
+            &s.phase_latency_ns,
+            0.0,
+            1e7,
+        )? as u64,
+        max_transfer: check(
+            doc,
+            &format!("{p}.max_sectors"),
+            &s.max_sectors,
+            8.0,
+            65536.0,
+        )? as u64
+            * 512,
+    })
+}
+
+fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
+    let doc = TomlDoc::parse(text, origin)?;
+    let s: Scenario = doc.deserialize()?;
+    if s.experiment != NAME {
+        return Err(doc
+            .field_error(
+                "experiment",
+                format!("expected \"{NAME}\", found \"{}\"", s.experiment),
+            )
+            .into());
+    }
+    let profile = PlatformProfile::bundled(&s.platform)?;
+    let flush = profile.require_register_flush()?;
+    let _ = flush;
+    let cores = profile.cpu.cores as usize;
+    if s.calibrated_from != "superspeed.no_iommu" {
+        return Err(doc
+            .field_error(
+                "calibrated_from",
+                "expected \"superspeed.no_iommu\" (the one baseline row parameters may be fitted to)",
+            )
+            .into());
+    }
+    let f = &s.file;
+    let file_mib = check(&doc, "file.size_mib", &f.size_mib, 1.0, 65536.0)?;
+    let logical = check(
+        &doc,
+        "file.logical_size_mib",
+        &f.logical_size_mib,
+        1.0,
+        1048576.0,
+    )?;
+    let ram = check(&doc, "file.ram_mib", &f.ram_mib, 16.0, 1048576.0)?;
+    let chunk = check(&doc, "file.chunk_bytes", &f.chunk_bytes, 4096.0, 1048576.0)? as u64;
+    if chunk % 4096 != 0 {
+        return Err(doc
+            .field_error("file.chunk_bytes.value", "expected a multiple of 4096")
+            .into());
+    }
+    let stdio = check(
+        &doc,
+        "file.stdio_buffer_bytes",
+        &f.stdio_buffer_bytes,
+        512.0,
+        1048576.0,
+    )? as u64;
+    let seeks = check(&doc, "file.seeks", &f.seeks, 1.0, 1e6)? as u64;
+    let seekers = check(&doc, "file.seekers", &f.seekers, 1.0, 64.0)? as usize;
+    let upd = check(
+        &doc,
+        "file.seek_update_every",
+        &f.seek_update_every,
+        1.0,
+        1e6,
+    )? as u64;
+    let pr = &s.process;
+    let k = &s.kernel;
+    let pl = &s.placement;
+    for (path, cpu) in [
+        ("placement.bonnie_cpu", pl.bonnie_cpu),
+        ("placement.irq_cpu", pl.irq_cpu),
+        ("placement.storage_cpu", pl.storage_cpu),
+        ("placement.flusher_cpu", pl.flusher_cpu),
+    ] {
+        if cpu >= cores {
+            return Err(doc
+                .field_error(
+                    path,
+                    format!("expected a CPU below {cores} (the profile's cores)"),
+                )
+                .into());
+        }
+    }
+    if pl.seeker_cpus.is_empty() || pl.seeker_cpus.iter().any(|&c| c >= cores) {
+        return Err(doc
+            .field_error(
+                "placement.seeker_cpus",
+                format!("expected a non-empty list of CPUs below {cores}"),
+            )
+            .into());
+    }
+    if pl.source.trim().is_empty() {
+        return Err(doc
+            .field_error("placement.source", "expected a non-empty source")
+            .into());
+    }
+    let max_segment_size = check(
+        &doc,
+        "kernel.max_segment_size_kib",
+        &k.max_segment_size_kib,
+        4.0,
+        4096.0,
+    )? as u64
+        * 1024;
+    let max_segments = check(&doc, "kernel.max_segments", &k.max_segments, 1.0, 65535.0)? as usize;
+    let u = &s.usb;
+    let usb_common = UsbStorageConfig {
+        link: speed(&doc, "superspeed", &u.superspeed)?,
+        command_overhead_ns: check(
+            &doc,
+            "usb.command_overhead_ns",
+            &u.command_overhead_ns,
+            0.0,
+            1e8,
+        )? as u64,
+        per_segment_ns: check(&doc, "usb.per_segment_ns", &u.per_segment_ns, 0.0, 1e7)? as u64,
+        media_read_latency_ns: check(
+            &doc,
+            "usb.media_read_latency_ns",
+            &u.media_read_latency_ns,
+            0.0,
+            1e8,
+        )? as u64,
+        walk_reads_per_miss: check(
+            &doc,
+            "usb.walk_reads_per_miss",
+            &u.walk_reads_per_miss,
+            0.0,
+            4.0,
+        )? as u64,
+        completion_ns: check(&doc, "usb.completion_ns", &u.completion_ns, 0.0, 1e7)? as u64,
+        storage_cpu: pl.storage_cpu,
+        irq_cpu: pl.irq_cpu,
+    };
+    let superspeed = speed(&doc, "superspeed", &u.superspeed)?;
+    let highspeed = speed(&doc, "highspeed", &u.highspeed)?;
+    let bonnie = BonnieConfig {
+        file_bytes: (file_mib * 1048576.0) as u64 / chunk * chunk,
+        logical_file_bytes: (logical * 1048576.0) as u64,
+        chunk,
+        stdio_buffer: stdio,
+        seeks,
+        seekers,
+        seek_update_every: upd,
+        putc_ns_per_byte: check(
+            &doc,
+            "process.putc_ns_per_byte",
+            &pr.putc_ns_per_byte,
+            0.0,
+            1e4,
+        )?,
+        getc_ns_per_byte: check(
+            &doc,
+            "process.getc_ns_per_byte",
+            &pr.getc_ns_per_byte,
+            0.0,
+            1e4,
+        )?,
+        write_page_ns: check(&doc, "process.write_page_ns", &pr.write_page_ns, 0.0, 1e7)? as u64,
+        read_page_ns: check(&doc, "process.read_page_ns", &pr.read_page_ns, 0.0, 1e7)? as u64,
+        writeback_page_ns: check(
+            &doc,
+            "process.writeback_page_ns",
+            &pr.writeback_page_ns,
+            0.0,
+            1e7,
+        )? as u64,
+        syscall_ns: profile.cpu.syscall.ns().round() as u64,
+        copy_bytes_per_ns: profile.memory.memcpy_bandwidth.gb_per_s,
+        dirty_background: (check(
+            &doc,
+            "kernel.dirty_background_mib",
+            &k.dirty_background_mib,
+            0.0,
+            1e6,
+        )? * 1048576.0) as u64,
+        dirty_limit: (check(&doc, "kernel.dirty_limit_mib", &k.dirty_limit_mib, 0.1, 1e6)?
+            * 1048576.0) as u64,
+        writeback_chunk: (check(
+            &doc,
+            "kernel.writeback_chunk_kib",
+            &k.writeback_chunk_kib,
+            4.0,
+            1e6,
+        )? * 1024.0) as u64,
+        readahead: (check(&doc, "kernel.readahead_kib", &k.readahead_kib, 4.0, 1e6)? * 1024.0)
+            as u64,
+        queue_depth: check(&doc, "kernel.queue_depth", &k.queue_depth, 1.0, 4096.0)? as usize,
+        limits: QueueLimits {
+            max_segments,
+            max_segment_size,
+            max_transfer: superspeed.max_transfer,
+            virt_merge_granule: None,
+        },
+        ram_base: 0x4_0000_0000,
+        ram_bytes: (ram * 1048576.0) as u64,
+        bonnie_cpu: pl.bonnie_cpu,
+        flusher_cpu: pl.flusher_cpu,
+        seeker_cpus: pl.seeker_cpus.clone(),
+        slice_ns: check(&doc, "process.cpu_slice_ns", &pr.cpu_slice_ns, 100.0, 1e7)? as u64,
+    };
+    if bonnie.dirty_background >= bonnie.dirty_limit {
+        return Err(doc
+            .field_error(
+                "kernel.dirty_background_mib.value",
+                "expected less than kernel.dirty_limit_mib",
+            )
+            .into());
+    }
+    let known: [(&str, f64); 7] = [
+        ("process.putc_ns_per_byte", bonnie.putc_ns_per_byte),
+        ("process.getc_ns_per_byte", bonnie.getc_ns_per_byte),
+        ("process.write_page_ns", bonnie.write_page_ns as f64),
+        ("process.read_page_ns", bonnie.read_page_ns as f64),
+        (
+            "usb.command_overhead_ns",
+            usb_common.command_overhead_ns as f64,
+        ),
+        (
+            "usb.superspeed.protocol_efficiency",
+            superspeed.protocol_efficiency,
+        ),
+        ("usb.per_segment_ns", usb_common.per_segment_ns as f64),
+    ];
+    let mut calibrated = Vec::new();
+    for name in &s.calibrated {
+        match known.iter().find(|(n, _)| n == name) {
+            Some(&(n, v)) => calibrated.push((n.to_owned(), v)),
+            None => {
+                return Err(doc
+                    .field_error(
+                        "calibrated",
+                        format!(
+                            "`{name}` is not a fittable parameter (expected one of {})",
+                            known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                    .into())
+            }
+        }
+    }
+    Ok(Model {
+        profile,
+        calibrated_from: s.calibrated_from,
+        calibrated,
+        bonnie,
+        usb_common,
+        superspeed,
+        highspeed,
+        max_segment_size,
+        max_segments,
+        file_mib,
+    })
+}
+
+/// What one case's run produced.
+#[derive(Clone, Debug)]
+struct CaseRun {
+    values: CsvValues,
+    usb: UsbStats,
+    irq_ns: u64,
+    irq_charged_ns: u64,
+}
+
+fn model_err(e: impl std::fmt::Display) -> ExperimentError {
+    ExperimentError::Model(e.to_string())
+}
+
+fn run_case(
+    m: &Model,
+    superspeed: bool,
+    iommu: bool,
+    seed: u64,
+) -> Result<CaseRun, ExperimentError> {
+    let cores = m.profile.cpu.cores as usize;
+    let link = if superspeed {
+        m.superspeed.clone()
+    } else {
+        m.highspeed.clone()
+    };
+    let mut bcfg = m.bonnie.clone();
+    bcfg.limits = QueueLimits {
+        max_segments: m.max_segments,
+        max_segment_size: m.max_segment_size,
+        max_transfer: link.max_transfer,
+        virt_merge_granule: iommu.then_some(SZ_4K),
+    };
+    let device = Device::new(1, if iommu { 32 } else { 40 })
+        .and_then(|d| d.with_max_segment_size(m.max_segment_size))
+        .map_err(model_err)?;
+    let mut dcfg = DomainConfig::new(
+        DomainId(1),
+        if iommu {
+            DomainMode::Strict
+        } else {
+            DomainMode::NoIommu
+        },
+    );
+    dcfg.cpus = cores;
+    let (path, poll_interval_ns): (Arc<dyn DmaPath>, u64) = if iommu {
+        let rf = m.profile.require_register_flush()?;
+        // The driver writes FLUSH, reads IMCTR (still set while the flush runs), then
+        // polls every poll_interval until it reads the bit clear.
+        let first_read = m.profile.mmio.write.ns() + m.profile.mmio.read.ns();
+        let steps = ((rf.flush_duration.ns() - first_read).max(0.0)
+            / rf.poll_interval.ns().max(1.0))
+        .ceil();
+        let polls = 1 + steps as u32;
+        let inv = Arc::new(
+            IpmmuInvalidator::new(IpmmuFlushConfig {
+                polls_per_flush: polls,
+                ..Default::default()
+            })
+            .map_err(model_err)?,
+        );
+        let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 32)))
+            .map_err(model_err)?;
+        let alloc = MagazineCache::new(tree, MagazineConfig::new(cores)).map_err(model_err)?;
+        let d = ipmmu_domain(dcfg, Arc::new(alloc), inv).map_err(model_err)?;
+        (Arc::new(d), rf.poll_interval.ns().round() as u64)
+    } else {
+        (Arc::new(Domain::direct(dcfg).map_err(model_err)?), 0)
+    };
+    let mut sim = Sim::new(SimConfig { cpus: cores, seed })?;
+    let irq = IrqCpu::new();
+    let err = Rc::new(RefCell::new(None));
+    let mut ucfg = m.usb_common.clone();
+    ucfg.link = link;
+    let dev = UsbStorage::start(
+        sim.handle(),
+        ucfg,
+        DmaSide {
+            path,
+            device,
+            poll_interval_ns,
+            translated: iommu,
+        },
+        &m.profile,
+        irq.clone(),
+        err.clone(),
+    )?;
+    let out = bonnie::start(
+        sim.handle(),
+        bcfg,
+        dev.clone(),
+        irq.clone(),
+        m.usb_common.irq_cpu,
+        seed,
+    )?;
+    sim.run()?;
+    if let Some(e) = err.borrow_mut().take() {
+        return Err(model_err(e));
+    }
+    let r = out
+        .borrow_mut()
+        .take()
+        .ok_or_else(|| model_err("bonnie did not finish (a task blocked forever)"))?;
+    Ok(CaseRun {
+        values: CsvValues::from_result(&r),
+        usb: dev.stats(),
+        irq_ns: irq.total_ns(),
+        irq_charged_ns: irq.charged_ns(),
+    })
+}
+
+fn pct(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        (a - b) / b * 100.0
+    }
+}
+
 /// Runs a scenario file of this experiment.
 pub fn run_scenario(
-    _text: &str,
-    _origin: &str,
-    _options: &ExperimentOptions,
+    text: &str,
+    origin: &str,
+    options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
-    Err(ExperimentError::NotImplemented { name: NAME })
+    let m = parse(text, origin)?;
+    let runs = options.runs.max(1);
+    let cases = [
+        ("superspeed.no_iommu", true, false),
+        ("highspeed.no_iommu", false, false),
+        ("superspeed.iommu", true, true),
+        ("highspeed.iommu", false, true),
+    ];
+    let mut lab: Vec<(CsvValues, CaseRun)> = Vec::new();
+    for (ci, &(_, ss, io)) in cases.iter().enumerate() {
+        let mut sum = CsvValues::default();
+        let mut last = None;
+        for r in 0..runs {
+            let seed = options
+                .seed
+                .wrapping_mul(0x9e37_79b9)
+                .wrapping_add(u64::from(r) * 1000 + ci as u64);
+            let c = run_case(&m, ss, io, seed)?;
+            for i in 0..12 {
+                sum.v[i] += c.values.v[i] / f64::from(runs);
+            }
+            last = Some(c);
+        }
+        lab.push((sum, last.ok_or_else(|| model_err("no run"))?));
+    }
+
+    // Figures.
+    let calib_ids: Vec<String> = [
+        "out_char",
+        "out_block",
+        "out_block_cpu",
+        "in_char",
+        "in_block",
+        "in_block_cpu",
+    ]
+    .iter()
+    .map(|s| format!("{}.{s}", m.calibrated_from))
+    .collect();
+    let mut figures = Vec::new();
+    for (ci, (name, _, _)) in cases.iter().enumerate() {
+        let published = PUBLISHED[ci].1;
+        for (mi, metric) in METRICS.iter().enumerate() {
+            for (k, suffix, unit) in [
+                (0, "", if mi == 5 { "seeks/s" } else { "K/s" }),
+                (1, "_cpu", "%CPU"),
+            ] {
+                let id = format!("{name}.{metric}{suffix}");
+                let role = if calib_ids.contains(&id) {
+                    Role::Calibration
+                } else {
+                    Role::Prediction
+                };
+                figures.push(Figure {
+                    id,
+                    unit: unit.to_owned(),
+                    published: Some(published[2 * mi + k]),
+                    lab: lab[ci].0.v[2 * mi + k],
+                    role,
+                });
+            }
+        }
+    }
+    // Effects: IOMMU vs none, per speed.
+    let mut effects = Vec::new();
+    for (speed, off, on) in [("superspeed", 0, 2), ("highspeed", 1, 3)] {
+        for (mi, metric) in METRICS.iter().enumerate() {
+            effects.push(Effect {
+                id: format!("{speed}.{metric}"),
+                published_pct: pct(PUBLISHED[on].1[2 * mi], PUBLISHED[off].1[2 * mi]),
+                lab_pct: pct(lab[on].0.v[2 * mi], lab[off].0.v[2 * mi]),
+            });
+        }
+    }
+    let calibrated = m
+        .calibrated
+        .iter()
+        .map(|(p, v)| Calibrated {
+            parameter: p.clone(),
+            value: *v,
+            fitted_to: calib_ids.clone(),
+        })
+        .collect();
+
+    // Report text: bonnie++ 1.03 CSV rows, published then lab, and the deltas.
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "bonnie++ 1.03 CSV ({}); lab file scaled to {} MiB (seeks over the full 8 GiB); file tests not modelled (+++++)",
+        bonnie::CSV_COLUMNS.join(","),
+        m.file_mib
+    );
+    for (ci, (name, _, _)) in cases.iter().enumerate() {
+        let host = format!("h3-{}", name.replace('.', "-"));
+        let _ = writeln!(t, "# {name}");
+        let _ = writeln!(
+            t,
+            "published: {}",
+            bonnie::csv_row(&host, "8G", &CsvValues { v: PUBLISHED[ci].1 })
+        );
+        let _ = writeln!(t, "lab:       {}", bonnie::csv_row(&host, "8G", &lab[ci].0));
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(
+        t,
+        "{:<22} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "lab vs published (%)", "putc", "write", "rewrite", "getc", "read", "seeks"
+    );
+    for (ci, (name, _, _)) in cases.iter().enumerate() {
+        let _ = write!(t, "{name:<22}");
+        for mi in 0..6 {
+            let _ = write!(
+                t,
+                " {:>+11.1}%",
+                pct(lab[ci].0.v[2 * mi], PUBLISHED[ci].1[2 * mi])
+            );
+        }
+        let _ = writeln!(t);
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(t, "device totals (last run of each case):");
+    for (ci, (name, _, _)) in cases.iter().enumerate() {
+        let u = &lab[ci].1.usb;
+        let _ = writeln!(
+            t,
+            "  {name:<20} commands {:>6}  avg transfer {:>7.1} KiB  segs/cmd {:>6.1}  flushes {:>6}  polls {:>6}  map {:>5.2} us/cmd  unmap+flush {:>5.2} us/cmd  irq charged to bonnie {:>5.1}%",
+            u.commands,
+            u.bytes as f64 / u.commands.max(1) as f64 / 1024.0,
+            u.segments as f64 / u.commands.max(1) as f64,
+            u.flushes,
+            u.polls,
+            u.map_ns as f64 / u.commands.max(1) as f64 / 1000.0,
+            u.unmap_ns as f64 / u.commands.max(1) as f64 / 1000.0,
+            lab[ci].1.irq_charged_ns as f64 / lab[ci].1.irq_ns.max(1) as f64 * 100.0,
+        );
+    }
+
+    let notes = vec![
+        format!(
+            "The sequential phases use a {} MiB file instead of 8 GiB (dirty thresholds scaled with it); throughputs are steady-state rates and do not depend on the size once it is many readahead windows and write-back chunks long. Seeks use the full 8 GiB range.",
+            m.file_mib
+        ),
+        "bonnie++ `-b` is modelled as an fsync() at the end of each write phase, not after every 8 KiB write(): a synchronous 8 KiB USB command per write() cannot reach the published 242 MB/s block write nor 99% CPU in putc. See docs/model/ipmmu-usb.md.".to_owned(),
+        "MISSED: the SuperSpeed IOMMU effects come out near 0% (published -20% putc, +14..29% block phases). In the lab the IOMMU does make transfers larger and merges segments (see the device totals), but with the stated per-command (BOT) and per-segment (TRB) costs the saved overhead is a few percent of a SuperSpeed transfer, and the first/last write-back windows dilute it further. Reaching +15% in_block with 128 KiB readahead would need ~2 us per DMA segment in the xHCI, which no source supports; it was not tuned. The putc drop needs ~3 ms of extra CPU per MB on bonnie's CPU; one map+unmap+polled flush costs ~6 us per command (a few us per MiB), two orders of magnitude less.".to_owned(),
+        "File creation/read/delete tests are not modelled (+++++ in both rows); the published ones are ~380-390/s (SuperSpeed) and ~295-305/s (High-Speed) in all cases.".to_owned(),
+    ];
+    Ok(ExperimentReport {
+        name: NAME.to_owned(),
+        title: "bonnie++ 1.03e on a USB SSD behind the R-Car H3 xHCI: SuperSpeed/High-Speed x IPMMU on/off".to_owned(),
+        runs,
+        figures,
+        effects,
+        calibrated,
+        report_text: t,
+        notes,
+    })
 }

@@ -1,0 +1,425 @@
+//! USB mass storage (Bulk-Only Transport) behind an xHCI host controller.
+//!
+//! The model follows one SCSI command through usb-storage and the xHCI:
+//!
+//! 1. **Map** (the `usb-storage` kernel thread, on its CPU): the request's physical pieces
+//!    (already cut by the block layer's [`QueueLimits`](crate::block::QueueLimits)) are
+//!    coalesced where physically contiguous and mapped with [`DmaPath::map_sg`]. The work
+//!    record of that call, costed by the platform profile, is CPU time of that thread.
+//! 2. **The link** (one command at a time: BOT has no command queueing, and usb-storage
+//!    runs one command at a time): the CBW phase, the data phase and the CSW phase. The
+//!    data phase moves every byte at the link's payload rate (signalling rate x encoding x
+//!    protocol efficiency), pays the host controller's per-segment (per-TRB) cost for each
+//!    DMA segment, and waits for the IOMMU's translations: every page of every segment is
+//!    translated through [`DmaPath::translate`] (so a missing or wrong mapping faults), and
+//!    each page of a freshly mapped range costs one IOTLB miss and its walk reads (the
+//!    IPMMU flushes the whole context on every unmap, so nothing survives between
+//!    commands). A read that does not continue the previous read also pays the medium's
+//!    access latency.
+//! 3. **Unmap** (the xHCI interrupt, on the interrupt CPU): [`DmaPath::unmap_sg`]; with a
+//!    strict IPMMU domain that is a whole-context flush polled in 1 µs steps. The interrupt
+//!    preempts whatever runs on that CPU: its time is *stolen* from the task running there
+//!    ([`IrqCpu`]), as tick-based accounting charges it, and it delays the command's
+//!    completion by its duration.
+//!
+//! The per-command device overhead (CBW/CSW handling in the device and the host, bridge
+//! firmware) is one number, `command_overhead_ns`, plus the link's latency per phase.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use iolab_iommu::addr::{Access, PhysAddr};
+use iolab_iommu::dma::{Device, Direction, SgEntry};
+use iolab_iommu::hw::DmaPath;
+use iolab_iommu::work::WorkRecord;
+
+use crate::block::Piece;
+use crate::cost::{CpuCostModel, PlatformProfile};
+use crate::engine::{Channel, Ctx, Handle, SimDuration};
+use crate::{Account, SimError};
+
+/// One USB link speed, as the storage device sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkSpeed {
+    /// `superspeed` or `highspeed`.
+    pub name: String,
+    /// Signalling rate in bits per second (5e9 or 480e6).
+    pub signal_bits_per_s: f64,
+    /// Data bits per line bit (0.8 for 8b/10b; 1.0 for High-Speed NRZI, whose bit stuffing is
+    /// folded into the protocol efficiency).
+    pub encoding: f64,
+    /// Fraction of the encoded rate that carries payload (packet headers, handshakes,
+    /// scheduling gaps).
+    pub protocol_efficiency: f64,
+    /// Link latency of one short BOT phase (the CBW or the CSW transaction), ns.
+    pub phase_latency_ns: u64,
+    /// Largest transfer usb-storage lets the block layer build (`max_sectors * 512`).
+    pub max_transfer: u64,
+}
+
+impl LinkSpeed {
+    /// Payload bytes per nanosecond.
+    pub fn payload_bytes_per_ns(&self) -> f64 {
+        self.signal_bits_per_s / 8.0 * self.encoding * self.protocol_efficiency / 1e9
+    }
+}
+
+/// The storage device and host-controller parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsbStorageConfig {
+    /// The link.
+    pub link: LinkSpeed,
+    /// Fixed cost of one BOT command besides its phases' link latency, ns.
+    pub command_overhead_ns: u64,
+    /// Host-controller cost per DMA segment (one TRB each), ns.
+    pub per_segment_ns: u64,
+    /// Medium access latency for a read that does not continue the previous read, ns.
+    pub media_read_latency_ns: u64,
+    /// IOMMU page-table reads per IOTLB miss (the walk cache holds the upper levels).
+    pub walk_reads_per_miss: u64,
+    /// CPU time of the interrupt handler, URB give-back and SCSI/block completion per
+    /// command, besides the unmap, ns.
+    pub completion_ns: u64,
+    /// CPU of the usb-storage kernel thread.
+    pub storage_cpu: usize,
+    /// CPU that takes the xHCI interrupt (and does the unmap).
+    pub irq_cpu: usize,
+}
+
+/// Transfer direction, from the host's point of view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UsbDir {
+    /// Device to memory (a disk read).
+    Read,
+    /// Memory to device (a disk write).
+    Write,
+}
+
+/// What runs when a command completes (in interrupt context: it may only update state and
+/// wake tasks).
+pub type OnDone = Box<dyn FnOnce()>;
+
+/// One SCSI command: a block request.
+pub struct UsbCommand {
+    /// Direction.
+    pub dir: UsbDir,
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// The request's physical pieces, in transfer order.
+    pub pieces: Vec<Piece>,
+    /// Called at completion.
+    pub on_done: OnDone,
+}
+
+/// The interrupt CPU: interrupt time is stolen from the task running there.
+#[derive(Debug, Default)]
+pub struct IrqCpu {
+    running: Cell<bool>,
+    stolen: Cell<u64>,
+    total_ns: Cell<u64>,
+    charged_ns: Cell<u64>,
+}
+
+impl IrqCpu {
+    /// A CPU with nothing running.
+    pub fn new() -> Rc<Self> {
+        Rc::new(Self::default())
+    }
+
+    /// Marks whether a process runs on the interrupt CPU (not blocked).
+    pub fn set_running(&self, running: bool) {
+        self.running.set(running);
+    }
+
+    /// Records `ns` of interrupt work: stolen from the running process, if any.
+    pub fn interrupt(&self, ns: u64) {
+        self.total_ns.set(self.total_ns.get() + ns);
+        if self.running.get() {
+            self.stolen.set(self.stolen.get() + ns);
+        }
+    }
+
+    /// Takes the interrupt time stolen since the last call (the running process pays it).
+    pub fn take_stolen(&self) -> u64 {
+        let s = self.stolen.replace(0);
+        self.charged_ns.set(self.charged_ns.get() + s);
+        s
+    }
+
+    /// All interrupt time so far, ns.
+    pub fn total_ns(&self) -> u64 {
+        self.total_ns.get()
+    }
+
+    /// Interrupt time charged to processes so far, ns.
+    pub fn charged_ns(&self) -> u64 {
+        self.charged_ns.get()
+    }
+}
+
+/// Running totals of the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct UsbStats {
+    /// Commands completed.
+    pub commands: u64,
+    /// Read commands.
+    pub reads: u64,
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// DMA segments (TRBs) moved.
+    pub segments: u64,
+    /// Time the link spent in data phases, ns.
+    pub data_ns: u64,
+    /// Time the link was busy with commands (CBW, data, CSW, overheads), ns.
+    pub busy_ns: u64,
+    /// Pages translated by the IOMMU.
+    pub pages_translated: u64,
+    /// Translation time added to data phases, ns.
+    pub translation_ns: u64,
+    /// CPU time of map calls (usb-storage thread), ns.
+    pub map_ns: u64,
+    /// CPU time of unmap calls (interrupt), ns, including flush polling.
+    pub unmap_ns: u64,
+    /// Of which busy-wait steps polling the IOMMU flush, ns.
+    pub poll_wait_ns: u64,
+    /// Whole-context flushes (from work records).
+    pub flushes: u64,
+    /// Flush polls (register reads that waited).
+    pub polls: u64,
+    /// Largest data-phase rate seen, bytes per ns.
+    pub max_data_rate: f64,
+}
+
+/// The DMA side the device uses.
+pub struct DmaSide {
+    /// The mapping path (a strict IPMMU domain, or a direct domain).
+    pub path: Arc<dyn DmaPath>,
+    /// The device as the DMA API sees it (mask, max segment size).
+    pub device: Device,
+    /// Busy-wait per flush poll step beyond the first read, ns.
+    pub poll_interval_ns: u64,
+    /// Whether the path translates (an IOMMU domain): pages then miss the flushed IOTLB.
+    pub translated: bool,
+}
+
+/// A USB storage device with its usb-storage thread. Submit commands with
+/// [`UsbStorage::submit`].
+#[derive(Clone)]
+pub struct UsbStorage {
+    queue: Channel<UsbCommand>,
+    stats: Rc<RefCell<UsbStats>>,
+}
+
+/// Errors of the device model (a mapping or translation refused).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UsbError {
+    /// The DMA path refused an operation.
+    #[error("USB storage DMA failed: {0}")]
+    Dma(String),
+}
+
+impl UsbStorage {
+    /// Starts the usb-storage thread on `config.storage_cpu`. A DMA error stops the thread
+    /// and is recorded in `error`.
+    pub fn start(
+        h: &Handle,
+        config: UsbStorageConfig,
+        dma: DmaSide,
+        profile: &PlatformProfile,
+        irq: Rc<IrqCpu>,
+        error: Rc<RefCell<Option<UsbError>>>,
+    ) -> Result<Self, SimError> {
+        let queue: Channel<UsbCommand> = Channel::new(h, 1 << 16);
+        let stats = Rc::new(RefCell::new(UsbStats::default()));
+        let cost = profile.cpu_cost_model();
+        let dev = UsbStorage {
+            queue: queue.clone(),
+            stats: stats.clone(),
+        };
+        h.spawn_on(config.storage_cpu, move |ctx| async move {
+            let mut next_read = u64::MAX;
+            loop {
+                let cmd = queue.recv(&ctx).await;
+                if let Err(e) = run_command(
+                    &ctx,
+                    &config,
+                    &dma,
+                    &cost,
+                    &irq,
+                    &stats,
+                    &mut next_read,
+                    cmd,
+                )
+                .await
+                {
+                    *error.borrow_mut() = Some(e);
+                    return;
+                }
+            }
+        })?;
+        Ok(dev)
+    }
+
+    /// Queues a command (the SCSI layer's request queue).
+    pub fn submit(&self, cmd: UsbCommand) {
+        // The queue's capacity is far above anything a workload keeps in flight; a full
+        // queue would mean a runaway submitter, and the command is then dropped.
+        let _ = self.queue.send(cmd);
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> UsbStats {
+        *self.stats.borrow()
+    }
+}
+
+/// Coalesces physically contiguous pieces into scatter-gather entries of at most
+/// `max_segment` bytes (what `blk_rq_map_sg` builds).
+pub fn sg_entries(pieces: &[Piece], max_segment: u64) -> Vec<SgEntry> {
+    let mut out: Vec<SgEntry> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match out.last_mut() {
+            Some(last)
+                if last.pa.get() + last.len == p.pa.get() && last.len + p.len <= max_segment =>
+            {
+                last.len += p.len
+            }
+            _ => out.push(SgEntry::new(PhysAddr::new(p.pa.get()), p.len)),
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_command(
+    ctx: &Ctx,
+    config: &UsbStorageConfig,
+    dma: &DmaSide,
+    cost: &CpuCostModel,
+    irq: &IrqCpu,
+    stats: &RefCell<UsbStats>,
+    next_read: &mut u64,
+    cmd: UsbCommand,
+) -> Result<(), UsbError> {
+    let UsbCommand {
+        dir,
+        offset,
+        pieces,
+        on_done,
+    } = cmd;
+    let bytes: u64 = pieces.iter().map(|p| p.len).sum();
+    let (direction, access) = match dir {
+        UsbDir::Read => (Direction::FromDevice, Access::Write),
+        UsbDir::Write => (Direction::ToDevice, Access::Read),
+    };
+    let cpu = ctx.cpu().id();
+    // 1. Map, on the usb-storage thread's CPU.
+    let entries = sg_entries(&pieces, dma.device.max_segment_size());
+    let mut work = WorkRecord::new();
+    let sg = dma
+        .path
+        .map_sg(&dma.device, &entries, direction, cpu, &mut work)
+        .map_err(|e| UsbError::Dma(e.to_string()))?;
+    let map_ns = (cost.cpu_ns(&work) + cost.locks_uncontended_ns(&work)).round() as u64;
+    ctx.cpu()
+        .spend(SimDuration::ns(map_ns), Account::System)
+        .await;
+
+    // 2. The link: CBW, data (translated page by page), CSW.
+    let mut twork = WorkRecord::new();
+    let mut pages = 0u64;
+    for seg in sg.segments() {
+        dma.path
+            .translate(&dma.device, seg.dma, seg.len, access, &mut twork)
+            .map_err(|e| UsbError::Dma(format!("{e:?}")))?;
+        if dma.translated {
+            let first = seg.dma.0 / 4096;
+            let last = (seg.dma.0 + seg.len - 1) / 4096;
+            pages += last - first + 1;
+        }
+    }
+    // Every page of a fresh mapping misses the flushed IOTLB once and walks the leaf level.
+    twork.iotlb_misses += pages;
+    twork.walk_reads += pages * config.walk_reads_per_miss;
+    let translation_ns = cost.translation_ns(&twork).round() as u64;
+    let nseg = sg.segment_count() as u64;
+    let wire_ns = (bytes as f64 / config.link.payload_bytes_per_ns()).round() as u64;
+    let data_ns = wire_ns + nseg * config.per_segment_ns + translation_ns;
+    let media_ns = if dir == UsbDir::Read && offset != *next_read {
+        config.media_read_latency_ns
+    } else {
+        0
+    };
+    if dir == UsbDir::Read {
+        *next_read = offset + bytes;
+    }
+    let before_ns = config.command_overhead_ns + config.link.phase_latency_ns + media_ns;
+    ctx.sleep(SimDuration::ns(before_ns + data_ns)).await;
+
+    // 3. The interrupt: unmap (and the IOMMU flush), then the CSW phase.
+    let mut uwork = WorkRecord::new();
+    dma.path
+        .unmap_sg(sg, config.irq_cpu, ctx.now().as_ns(), &mut uwork)
+        .map_err(|r| UsbError::Dma(r.error.to_string()))?;
+    let flushes = uwork.inval_domains;
+    let poll_steps = uwork.polls.saturating_sub(flushes);
+    let poll_wait_ns = poll_steps * dma.poll_interval_ns;
+    let unmap_ns =
+        (cost.cpu_ns(&uwork) + cost.locks_uncontended_ns(&uwork)).round() as u64 + poll_wait_ns;
+    let irq_ns = unmap_ns + config.completion_ns;
+    irq.interrupt(irq_ns);
+    ctx.sleep(SimDuration::ns(irq_ns + config.link.phase_latency_ns))
+        .await;
+    {
+        let mut s = stats.borrow_mut();
+        s.commands += 1;
+        s.reads += u64::from(dir == UsbDir::Read);
+        s.bytes += bytes;
+        s.segments += nseg;
+        s.data_ns += data_ns;
+        s.busy_ns += before_ns + data_ns + irq_ns + config.link.phase_latency_ns;
+        s.pages_translated += pages;
+        s.translation_ns += translation_ns;
+        s.map_ns += map_ns;
+        s.unmap_ns += unmap_ns;
+        s.poll_wait_ns += poll_wait_ns;
+        s.flushes += flushes;
+        s.polls += uwork.polls;
+        if data_ns > 0 {
+            s.max_data_rate = s.max_data_rate.max(bytes as f64 / data_ns as f64);
+        }
+    }
+    on_done();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superspeed_payload_rate_is_signal_times_encoding_times_efficiency() {
+        let l = LinkSpeed {
+            name: "superspeed".into(),
+            signal_bits_per_s: 5e9,
+            encoding: 0.8,
+            protocol_efficiency: 0.5,
+            phase_latency_ns: 0,
+            max_transfer: 1 << 20,
+        };
+        assert!((l.payload_bytes_per_ns() - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn contiguous_pieces_coalesce_up_to_the_segment_size() {
+        let p = |pa: u64| Piece {
+            pa: PhysAddr::new(pa),
+            len: 4096,
+        };
+        let pieces = [p(0), p(4096), p(8192), p(0x10_0000)];
+        let e = sg_entries(&pieces, 8192);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].len, 8192);
+    }
+}

@@ -1,0 +1,876 @@
+//! A bonnie++ 1.03-like benchmark (`bonnie++ -d ./ -s SIZE -r RAM -b -u root`) over a
+//! modelled page cache, and its CSV output.
+//!
+//! Phases, in bonnie's order, each timed from its first call to its last byte on the device:
+//!
+//! - **per-char write**: `putc` into a stdio buffer (a per-byte CPU cost, user time), one
+//!   `write()` per full buffer;
+//! - **block write**: `write()` of one chunk at a time;
+//! - **rewrite**: per chunk, `read()`, change it, `lseek()` back, `write()`;
+//! - **per-char read**: `getc` from a stdio buffer refilled by `read()`;
+//! - **block read**: `read()` of one chunk at a time;
+//! - **random seeks**: three seeker processes (as bonnie++ 1.03), each `lseek()` to a random
+//!   chunk of the whole (unscaled) file and `read()` it; one in ten is changed and written
+//!   back with `write()`.
+//!
+//! The page cache: a `write()` copies into page-cache pages (allocated at scattered physical
+//! addresses, as a long-running system's free pages are), marking them dirty; a flusher
+//! thread writes dirty pages back in file order once more than the background threshold is
+//! dirty, building block requests that the queue limits cut; a writer that finds more than
+//! the dirty limit dirty or under write-back blocks until write-back catches up
+//! (`balance_dirty_pages`). A `read()` of a page not in the cache starts a readahead window
+//! (synchronously) and the next one (asynchronously) each time the reader reaches the first
+//! page of a window it started, so one window is always in flight ahead of the reader.
+//!
+//! Write phases end with an `fsync()` of the file (the lab's reading of `-b`, see
+//! docs/model/ipmmu-usb.md), so the timed phase includes the write-back of everything it
+//! wrote. Read phases start with a cold cache: the real file is twice the RAM, so nothing
+//! read sequentially is still cached when it is read again.
+//!
+//! CPU% is what bonnie reports: the process's CPU time (its own, plus interrupt time
+//! stolen while it ran, as tick accounting charges it) over the phase's elapsed time.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use iolab_iommu::addr::PhysAddr;
+
+use crate::block::{Piece, QueueLimits};
+use crate::devices::usb::{IrqCpu, UsbCommand, UsbDir, UsbStorage};
+use crate::engine::{Completion, Ctx, Handle, Rng, SimDuration, SimTime};
+use crate::{Account, SimError};
+
+/// Page size of the page cache.
+pub const PAGE: u64 = 4096;
+
+/// The benchmark's parameters (sizes in bytes, costs in ns).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BonnieConfig {
+    /// Bytes of the file the sequential phases write and read (scaled down).
+    pub file_bytes: u64,
+    /// Bytes of the file as bonnie++ sizes it (`-s`): the seek range.
+    pub logical_file_bytes: u64,
+    /// bonnie's chunk (`write()`/`read()` size of the block phases).
+    pub chunk: u64,
+    /// The stdio buffer of the per-char phases.
+    pub stdio_buffer: u64,
+    /// Total seeks over all seekers (bonnie++ 1.03: 8000).
+    pub seeks: u64,
+    /// Seeker processes (bonnie++ 1.03: 3).
+    pub seekers: usize,
+    /// One seek in this many also writes its chunk back (bonnie++: 10).
+    pub seek_update_every: u64,
+    /// CPU per byte of `putc` (user time).
+    pub putc_ns_per_byte: f64,
+    /// CPU per byte of `getc` (user time).
+    pub getc_ns_per_byte: f64,
+    /// Kernel CPU per page written by `write()` (page allocation, file system, dirty
+    /// accounting), besides the copy.
+    pub write_page_ns: u64,
+    /// Kernel CPU per page read by `read()` (readahead page allocation, LRU, lookup),
+    /// besides the copy.
+    pub read_page_ns: u64,
+    /// Flusher CPU per page written back.
+    pub writeback_page_ns: u64,
+    /// One system call's entry and exit.
+    pub syscall_ns: u64,
+    /// `memcpy` bandwidth, bytes per ns.
+    pub copy_bytes_per_ns: f64,
+    /// Background write-back starts above this many dirty bytes.
+    pub dirty_background: u64,
+    /// Writers block above this many dirty and under-write-back bytes.
+    pub dirty_limit: u64,
+    /// Most bytes the flusher takes in one pass.
+    pub writeback_chunk: u64,
+    /// The readahead window.
+    pub readahead: u64,
+    /// Most requests the flusher keeps in flight.
+    pub queue_depth: usize,
+    /// The block queue's limits.
+    pub limits: QueueLimits,
+    /// Physical memory the page cache allocates from: base and size.
+    pub ram_base: u64,
+    /// Bytes of RAM.
+    pub ram_bytes: u64,
+    /// CPU of the bonnie process.
+    pub bonnie_cpu: usize,
+    /// CPU of the flusher thread.
+    pub flusher_cpu: usize,
+    /// CPUs of the seekers.
+    pub seeker_cpus: Vec<usize>,
+    /// Longest CPU slice between checks for interrupt time stolen, ns.
+    pub slice_ns: u64,
+}
+
+/// One phase's measurement.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseResult {
+    /// Bytes (or seeks) done.
+    pub amount: f64,
+    /// Elapsed virtual time, ns.
+    pub elapsed_ns: u64,
+    /// The process's CPU time, ns.
+    pub cpu_ns: u64,
+}
+
+impl PhaseResult {
+    /// KiB per second (bonnie's `K/sec`).
+    pub fn kib_per_s(&self) -> f64 {
+        self.amount / 1024.0 / (self.elapsed_ns.max(1) as f64 / 1e9)
+    }
+
+    /// Operations per second (seeks).
+    pub fn per_s(&self) -> f64 {
+        self.amount / (self.elapsed_ns.max(1) as f64 / 1e9)
+    }
+
+    /// CPU% as bonnie reports it.
+    pub fn cpu_pct(&self) -> f64 {
+        self.cpu_ns as f64 / self.elapsed_ns.max(1) as f64 * 100.0
+    }
+}
+
+/// The six timed phases.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BonnieResult {
+    /// Sequential output, per char.
+    pub out_char: PhaseResult,
+    /// Sequential output, block.
+    pub out_block: PhaseResult,
+    /// Sequential output, rewrite.
+    pub rewrite: PhaseResult,
+    /// Sequential input, per char.
+    pub in_char: PhaseResult,
+    /// Sequential input, block.
+    pub in_block: PhaseResult,
+    /// Random seeks (amount = seeks).
+    pub seeks: PhaseResult,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Page {
+    Absent,
+    Reading,
+    Clean,
+    Dirty,
+    Writeback,
+    WritebackRedirty,
+}
+
+/// Readahead state of one open file.
+#[derive(Debug, Default)]
+struct Readahead {
+    next: usize,
+    marker: Option<usize>,
+}
+
+struct Cache {
+    state: Vec<Page>,
+    pa: Vec<u64>,
+    dirty: u64,
+    writeback: u64,
+    inflight: usize,
+    cursor: usize,
+    fsync: bool,
+    waiters: Vec<Completion<()>>,
+    rng: Rng,
+    ra: Readahead,
+}
+
+type Shared = Rc<RefCell<Cache>>;
+
+impl Cache {
+    fn notify(&mut self) {
+        for w in self.waiters.drain(..) {
+            let _ = w.fire(());
+        }
+    }
+
+    fn new_page(&mut self, ram_base: u64, ram_pages: u64) -> u64 {
+        ram_base + self.rng.below(ram_pages) * PAGE
+    }
+}
+
+async fn wait_change(ctx: &Ctx, cache: &Shared) {
+    let c = Completion::new(ctx.handle());
+    cache.borrow_mut().waiters.push(c.clone());
+    c.wait(ctx).await;
+}
+
+/// A simulated process: spends CPU in slices and pays interrupt time stolen while it ran.
+struct Proc<'a> {
+    ctx: &'a Ctx,
+    irq: Option<Rc<IrqCpu>>,
+    cpu_ns: Cell<u64>,
+    slice: u64,
+}
+
+impl<'a> Proc<'a> {
+    fn new(ctx: &'a Ctx, irq: &Rc<IrqCpu>, irq_cpu: usize, slice: u64) -> Self {
+        let on_irq = ctx.cpu_id() == Some(irq_cpu);
+        let irq = on_irq.then(|| irq.clone());
+        if let Some(i) = &irq {
+            i.set_running(true);
+        }
+        Proc {
+            ctx,
+            irq,
+            cpu_ns: Cell::new(0),
+            slice: slice.max(1),
+        }
+    }
+
+    async fn spend(&self, ns: u64, account: Account) {
+        let mut left = ns;
+        while left > 0 {
+            let s = left.min(self.slice);
+            self.ctx.cpu().spend(SimDuration::ns(s), account).await;
+            self.cpu_ns.set(self.cpu_ns.get() + s);
+            left -= s;
+            self.pay_stolen().await;
+        }
+    }
+
+    async fn pay_stolen(&self) {
+        if let Some(irq) = &self.irq {
+            let st = irq.take_stolen();
+            if st > 0 {
+                self.ctx
+                    .cpu()
+                    .spend(SimDuration::ns(st), Account::System)
+                    .await;
+                self.cpu_ns.set(self.cpu_ns.get() + st);
+            }
+        }
+    }
+
+    fn block(&self) {
+        if let Some(i) = &self.irq {
+            i.set_running(false);
+        }
+    }
+
+    async fn unblock(&self) {
+        if let Some(i) = &self.irq {
+            i.set_running(true);
+        }
+        self.pay_stolen().await;
+    }
+
+    fn leave(&self) {
+        self.block();
+    }
+}
+
+/// Everything the phases share.
+struct Env {
+    cfg: BonnieConfig,
+    dev: UsbStorage,
+    cache: Shared,
+    irq: Rc<IrqCpu>,
+    irq_cpu: usize,
+    ram_pages: u64,
+}
+
+impl Env {
+    fn copy_ns(&self, bytes: u64) -> u64 {
+        (bytes as f64 / self.cfg.copy_bytes_per_ns).round() as u64
+    }
+
+    /// Submits the pages `first..first + n` (all in one state: their physical addresses
+    /// set) as block requests in direction `dir`.
+    fn submit(&self, dir: UsbDir, first: usize, n: usize) -> usize {
+        let pieces: Vec<Piece> = {
+            let c = self.cache.borrow();
+            (first..first + n)
+                .map(|i| Piece {
+                    pa: PhysAddr::new(c.pa[i]),
+                    len: PAGE,
+                })
+                .collect()
+        };
+        let requests = self.cfg.limits.split(first as u64 * PAGE, &pieces);
+        let count = requests.len();
+        self.cache.borrow_mut().inflight += count;
+        for r in requests {
+            let start = (r.offset / PAGE) as usize;
+            let pages = (r.len() / PAGE) as usize;
+            let cache = self.cache.clone();
+            let on_done = Box::new(move || {
+                let mut c = cache.borrow_mut();
+                for i in start..start + pages {
+                    match (dir, c.state[i]) {
+                        (UsbDir::Read, Page::Reading) => c.state[i] = Page::Clean,
+                        (UsbDir::Write, Page::Writeback) => {
+                            c.state[i] = Page::Clean;
+                            c.writeback -= 1;
+                        }
+                        (UsbDir::Write, Page::WritebackRedirty) => {
+                            c.state[i] = Page::Dirty;
+                            c.writeback -= 1;
+                            c.dirty += 1;
+                        }
+                        _ => {}
+                    }
+                }
+                c.inflight -= 1;
+                c.notify();
+            });
+            self.dev.submit(UsbCommand {
+                dir,
+                offset: r.offset,
+                pieces: r.pieces,
+                on_done,
+            });
+        }
+        count
+    }
+
+    /// Starts a readahead of up to `window` absent pages from `first`.
+    fn readahead(&self, first: usize, window: usize) {
+        let end = {
+            let mut c = self.cache.borrow_mut();
+            let npages = c.state.len();
+            let mut end = first;
+            while end < npages && end < first + window && c.state[end] == Page::Absent {
+                let pa = c.new_page(self.cfg.ram_base, self.ram_pages);
+                c.pa[end] = pa;
+                c.state[end] = Page::Reading;
+                end += 1;
+            }
+            end
+        };
+        if end > first {
+            self.submit(UsbDir::Read, first, end - first);
+        }
+    }
+
+    /// `read()` of `bytes` at `offset` through the page cache.
+    async fn read(&self, p: &Proc<'_>, offset: u64, bytes: u64) {
+        let window = (self.cfg.readahead / PAGE).max(1) as usize;
+        let first = (offset / PAGE) as usize;
+        let last = ((offset + bytes - 1) / PAGE) as usize;
+        p.spend(self.cfg.syscall_ns, Account::System).await;
+        for page in first..=last {
+            let (absent, marker) = {
+                let c = self.cache.borrow();
+                (c.state[page] == Page::Absent, c.ra.marker == Some(page))
+            };
+            if absent {
+                self.readahead(page, window);
+                let mut c = self.cache.borrow_mut();
+                c.ra.next = page + window;
+                c.ra.marker = Some(page);
+            }
+            if absent || marker {
+                let next = self.cache.borrow().ra.next;
+                if next < self.cache.borrow().state.len() {
+                    self.readahead(next, window);
+                    let mut c = self.cache.borrow_mut();
+                    c.ra.marker = Some(next);
+                    c.ra.next = next + window;
+                }
+            }
+            loop {
+                let st = self.cache.borrow().state[page];
+                if st != Page::Reading {
+                    break;
+                }
+                p.block();
+                wait_change(p.ctx, &self.cache).await;
+                p.unblock().await;
+            }
+            p.spend(self.cfg.read_page_ns, Account::System).await;
+        }
+        p.spend(self.copy_ns(bytes), Account::System).await;
+    }
+
+    /// `write()` of `bytes` at `offset` into the page cache, then `balance_dirty_pages`.
+    async fn write(&self, p: &Proc<'_>, offset: u64, bytes: u64) {
+        let first = (offset / PAGE) as usize;
+        let last = ((offset + bytes - 1) / PAGE) as usize;
+        p.spend(
+            self.cfg.syscall_ns
+                + self.copy_ns(bytes)
+                + (last - first + 1) as u64 * self.cfg.write_page_ns,
+            Account::System,
+        )
+        .await;
+        {
+            let mut c = self.cache.borrow_mut();
+            for page in first..=last {
+                match c.state[page] {
+                    Page::Absent => {
+                        let pa = c.new_page(self.cfg.ram_base, self.ram_pages);
+                        c.pa[page] = pa;
+                        c.state[page] = Page::Dirty;
+                        c.dirty += 1;
+                    }
+                    Page::Clean => {
+                        c.state[page] = Page::Dirty;
+                        c.dirty += 1;
+                    }
+                    Page::Writeback => c.state[page] = Page::WritebackRedirty,
+                    Page::Dirty | Page::WritebackRedirty | Page::Reading => {}
+                }
+            }
+            if c.dirty * PAGE > self.cfg.dirty_background {
+                c.notify();
+            }
+        }
+        loop {
+            let over = {
+                let c = self.cache.borrow();
+                (c.dirty + c.writeback) * PAGE > self.cfg.dirty_limit
+            };
+            if !over {
+                break;
+            }
+            p.block();
+            wait_change(p.ctx, &self.cache).await;
+            p.unblock().await;
+        }
+    }
+
+    /// `fsync()`: asks the flusher for everything and waits for it.
+    async fn fsync(&self, p: &Proc<'_>) {
+        p.spend(self.cfg.syscall_ns, Account::System).await;
+        {
+            let mut c = self.cache.borrow_mut();
+            c.fsync = true;
+            c.notify();
+        }
+        loop {
+            let done = {
+                let c = self.cache.borrow();
+                c.dirty == 0 && c.writeback == 0
+            };
+            if done {
+                break;
+            }
+            p.block();
+            wait_change(p.ctx, &self.cache).await;
+            p.unblock().await;
+        }
+        self.cache.borrow_mut().fsync = false;
+    }
+
+    /// Drops every clean page (a cold cache) and resets readahead.
+    fn evict(&self) {
+        let mut c = self.cache.borrow_mut();
+        for s in c.state.iter_mut() {
+            if *s == Page::Clean {
+                *s = Page::Absent;
+            }
+        }
+        c.ra = Readahead::default();
+    }
+
+    /// Drops every page (a new file).
+    fn truncate(&self) {
+        let mut c = self.cache.borrow_mut();
+        for s in c.state.iter_mut() {
+            *s = Page::Absent;
+        }
+        c.ra = Readahead::default();
+        c.cursor = 0;
+    }
+}
+
+/// The flusher thread: writes dirty pages back in file order.
+async fn flusher(ctx: Ctx, env: Rc<Env>) {
+    let chunk_pages = (env.cfg.writeback_chunk / PAGE).max(1) as usize;
+    loop {
+        let (want, busy) = {
+            let c = env.cache.borrow();
+            let want = c.dirty > 0 && (c.fsync || c.dirty * PAGE > env.cfg.dirty_background);
+            (want, c.inflight >= env.cfg.queue_depth)
+        };
+        if !want || busy {
+            wait_change(&ctx, &env.cache).await;
+            continue;
+        }
+        // The next run of dirty pages from the cursor (wrapping once).
+        let run = {
+            let mut c = env.cache.borrow_mut();
+            let n = c.state.len();
+            let mut start = None;
+            for k in 0..n {
+                let i = (c.cursor + k) % n;
+                if c.state[i] == Page::Dirty {
+                    start = Some(i);
+                    break;
+                }
+            }
+            start.map(|s| {
+                let mut e = s;
+                while e < n && e < s + chunk_pages && c.state[e] == Page::Dirty {
+                    c.state[e] = Page::Writeback;
+                    e += 1;
+                }
+                let len = e - s;
+                c.dirty -= len as u64;
+                c.writeback += len as u64;
+                c.cursor = e % n;
+                (s, len)
+            })
+        };
+        let Some((start, len)) = run else {
+            wait_change(&ctx, &env.cache).await;
+            continue;
+        };
+        ctx.cpu()
+            .spend(
+                SimDuration::ns(len as u64 * env.cfg.writeback_page_ns),
+                Account::System,
+            )
+            .await;
+        env.submit(UsbDir::Write, start, len);
+    }
+}
+
+fn elapsed(from: SimTime, to: SimTime) -> u64 {
+    to.saturating_since(from).as_ns()
+}
+
+async fn phase_out_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
+    env.truncate();
+    let t0 = p.ctx.now();
+    let c0 = p.cpu_ns.get();
+    let buf = env.cfg.stdio_buffer;
+    let mut off = 0;
+    while off < env.cfg.file_bytes {
+        let n = buf.min(env.cfg.file_bytes - off);
+        p.spend(
+            (n as f64 * env.cfg.putc_ns_per_byte).round() as u64,
+            Account::User,
+        )
+        .await;
+        env.write(p, off, n).await;
+        off += n;
+    }
+    env.fsync(p).await;
+    PhaseResult {
+        amount: env.cfg.file_bytes as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+    }
+}
+
+async fn phase_out_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
+    env.truncate();
+    let t0 = p.ctx.now();
+    let c0 = p.cpu_ns.get();
+    let mut off = 0;
+    while off < env.cfg.file_bytes {
+        let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
+        env.write(p, off, n).await;
+        off += n;
+    }
+    env.fsync(p).await;
+    PhaseResult {
+        amount: env.cfg.file_bytes as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+    }
+}
+
+async fn phase_rewrite(env: &Env, p: &Proc<'_>) -> PhaseResult {
+    env.evict();
+    let t0 = p.ctx.now();
+    let c0 = p.cpu_ns.get();
+    let mut off = 0;
+    while off < env.cfg.file_bytes {
+        let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
+        env.read(p, off, n).await;
+        // Change the chunk, lseek() back.
+        p.spend(env.cfg.syscall_ns, Account::System).await;
+        env.write(p, off, n).await;
+        off += n;
+    }
+    env.fsync(p).await;
+    PhaseResult {
+        amount: env.cfg.file_bytes as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+    }
+}
+
+async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
+    env.evict();
+    let t0 = p.ctx.now();
+    let c0 = p.cpu_ns.get();
+    let buf = env.cfg.stdio_buffer;
+    let mut off = 0;
+    while off < env.cfg.file_bytes {
+        let n = buf.min(env.cfg.file_bytes - off);
+        env.read(p, off, n).await;
+        p.spend(
+            (n as f64 * env.cfg.getc_ns_per_byte).round() as u64,
+            Account::User,
+        )
+        .await;
+        off += n;
+    }
+    PhaseResult {
+        amount: env.cfg.file_bytes as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+    }
+}
+
+async fn phase_in_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
+    env.evict();
+    let t0 = p.ctx.now();
+    let c0 = p.cpu_ns.get();
+    let mut off = 0;
+    while off < env.cfg.file_bytes {
+        let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
+        env.read(p, off, n).await;
+        off += n;
+    }
+    PhaseResult {
+        amount: env.cfg.file_bytes as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+    }
+}
+
+/// One seeker: `seeks` random chunk reads of the whole logical file.
+async fn seeker(ctx: Ctx, env: Rc<Env>, seeks: u64, cached: Rc<RefCell<BTreeSet<u64>>>) -> u64 {
+    let p = Proc::new(&ctx, &env.irq, env.irq_cpu, env.cfg.slice_ns);
+    let chunks = (env.cfg.logical_file_bytes / env.cfg.chunk).max(1);
+    let pages_per_chunk = (env.cfg.chunk / PAGE).max(1);
+    for _ in 0..seeks {
+        let (chunk, update) = {
+            let mut r = ctx.rng();
+            let chunk = r.below(chunks);
+            let update = r.below(env.cfg.seek_update_every.max(1)) == 0;
+            (chunk, update)
+        };
+        // lseek() and read().
+        p.spend(2 * env.cfg.syscall_ns, Account::System).await;
+        let first_page = chunk * pages_per_chunk;
+        let hit = cached.borrow().contains(&first_page);
+        if !hit {
+            let pieces: Vec<Piece> = (0..pages_per_chunk)
+                .map(|_| {
+                    let pa = env
+                        .cache
+                        .borrow_mut()
+                        .new_page(env.cfg.ram_base, env.ram_pages);
+                    Piece {
+                        pa: PhysAddr::new(pa),
+                        len: PAGE,
+                    }
+                })
+                .collect();
+            let done: Completion<()> = Completion::new(ctx.handle());
+            let fire = done.clone();
+            for r in env.cfg.limits.split(first_page * PAGE, &pieces) {
+                let fire = fire.clone();
+                let end = r.offset + r.len() >= (first_page + pages_per_chunk) * PAGE;
+                env.dev.submit(UsbCommand {
+                    dir: UsbDir::Read,
+                    offset: r.offset,
+                    pieces: r.pieces,
+                    on_done: Box::new(move || {
+                        if end {
+                            let _ = fire.fire(());
+                        }
+                    }),
+                });
+            }
+            p.block();
+            done.wait(&ctx).await;
+            p.unblock().await;
+            cached.borrow_mut().insert(first_page);
+        }
+        p.spend(
+            pages_per_chunk * env.cfg.read_page_ns + env.copy_ns(env.cfg.chunk),
+            Account::System,
+        )
+        .await;
+        if update {
+            // Change the chunk, lseek() back, write() it (left dirty in the page cache).
+            p.spend(
+                2 * env.cfg.syscall_ns
+                    + env.copy_ns(env.cfg.chunk)
+                    + pages_per_chunk * env.cfg.write_page_ns,
+                Account::System,
+            )
+            .await;
+        }
+    }
+    p.leave();
+    p.cpu_ns.get()
+}
+
+async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimError> {
+    let t0 = p.ctx.now();
+    let n = env.cfg.seekers.max(1);
+    let cached = Rc::new(RefCell::new(BTreeSet::new()));
+    let mut dones = Vec::new();
+    for k in 0..n {
+        let share = env.cfg.seeks / n as u64 + u64::from((k as u64) < env.cfg.seeks % n as u64);
+        let cpu = env.cfg.seeker_cpus[k % env.cfg.seeker_cpus.len()];
+        let done: Completion<u64> = Completion::new(p.ctx.handle());
+        let fire = done.clone();
+        let env2 = env.clone();
+        let cached2 = cached.clone();
+        p.ctx.spawn_on(cpu, move |ctx| async move {
+            let cpu_ns = seeker(ctx, env2, share, cached2).await;
+            let _ = fire.fire(cpu_ns);
+        })?;
+        dones.push(done);
+    }
+    p.block();
+    let mut cpu = 0;
+    for d in &dones {
+        cpu += d.wait(p.ctx).await;
+    }
+    p.unblock().await;
+    Ok(PhaseResult {
+        amount: env.cfg.seeks as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: cpu,
+    })
+}
+
+/// Starts bonnie (and its flusher) on `dev`. The result appears in the returned cell when
+/// the simulation has run to its end.
+pub fn start(
+    h: &Handle,
+    cfg: BonnieConfig,
+    dev: UsbStorage,
+    irq: Rc<IrqCpu>,
+    irq_cpu: usize,
+    seed: u64,
+) -> Result<Rc<RefCell<Option<BonnieResult>>>, SimError> {
+    let npages = cfg.file_bytes.div_ceil(PAGE) as usize;
+    let ram_pages = (cfg.ram_bytes / PAGE).max(1);
+    let cache = Rc::new(RefCell::new(Cache {
+        state: vec![Page::Absent; npages],
+        pa: vec![0; npages],
+        dirty: 0,
+        writeback: 0,
+        inflight: 0,
+        cursor: 0,
+        fsync: false,
+        waiters: Vec::new(),
+        rng: Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+        ra: Readahead::default(),
+    }));
+    let bonnie_cpu = cfg.bonnie_cpu;
+    let flusher_cpu = cfg.flusher_cpu;
+    let env = Rc::new(Env {
+        cfg,
+        dev,
+        cache,
+        irq,
+        irq_cpu,
+        ram_pages,
+    });
+    let out = Rc::new(RefCell::new(None));
+    let env_f = env.clone();
+    h.spawn_on(flusher_cpu, move |ctx| flusher(ctx, env_f))?;
+    let out2 = out.clone();
+    h.spawn_on(bonnie_cpu, move |ctx| async move {
+        let p = Proc::new(&ctx, &env.irq, env.irq_cpu, env.cfg.slice_ns);
+        let out_char = phase_out_char(&env, &p).await;
+        let out_block = phase_out_block(&env, &p).await;
+        let rewrite = phase_rewrite(&env, &p).await;
+        let in_char = phase_in_char(&env, &p).await;
+        let in_block = phase_in_block(&env, &p).await;
+        let seeks = match phase_seeks(&env, &p).await {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        p.leave();
+        *out2.borrow_mut() = Some(BonnieResult {
+            out_char,
+            out_block,
+            rewrite,
+            in_char,
+            in_block,
+            seeks,
+        });
+    })?;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// bonnie++ 1.03 CSV
+// ---------------------------------------------------------------------------------------
+
+/// The columns of a bonnie++ 1.03 CSV row, in bonnie's order.
+pub const CSV_COLUMNS: [&str; 27] = [
+    "name",
+    "size",
+    "putc_kps",
+    "putc_cpu",
+    "write_kps",
+    "write_cpu",
+    "rewrite_kps",
+    "rewrite_cpu",
+    "getc_kps",
+    "getc_cpu",
+    "read_kps",
+    "read_cpu",
+    "seeks_per_s",
+    "seeks_cpu",
+    "files",
+    "seq_create",
+    "seq_create_cpu",
+    "seq_read",
+    "seq_read_cpu",
+    "seq_delete",
+    "seq_delete_cpu",
+    "ran_create",
+    "ran_create_cpu",
+    "ran_read",
+    "ran_read_cpu",
+    "ran_delete",
+    "ran_delete_cpu",
+];
+
+/// The twelve sequential and seek values of a row: K/s and %CPU per phase, seeks/s and %CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CsvValues {
+    /// putc K/s, %CPU, write K/s, %CPU, rewrite K/s, %CPU, getc K/s, %CPU, read K/s, %CPU,
+    /// seeks/s, %CPU.
+    pub v: [f64; 12],
+}
+
+impl CsvValues {
+    /// The values of a lab result.
+    pub fn from_result(r: &BonnieResult) -> Self {
+        let ph = [r.out_char, r.out_block, r.rewrite, r.in_char, r.in_block];
+        let mut v = [0.0; 12];
+        for (i, p) in ph.iter().enumerate() {
+            v[2 * i] = p.kib_per_s();
+            v[2 * i + 1] = p.cpu_pct();
+        }
+        v[10] = r.seeks.per_s();
+        v[11] = r.seeks.cpu_pct();
+        Self { v }
+    }
+}
+
+/// A bonnie++ 1.03 CSV row: K/s and %CPU as integers, seeks/s with one decimal; the file
+/// tests (16 files) are `+++++`.
+pub fn csv_row(name: &str, size: &str, v: &CsvValues) -> String {
+    let mut cols: Vec<String> = vec![name.to_owned(), size.to_owned()];
+    for i in 0..5 {
+        cols.push(format!("{:.0}", v.v[2 * i]));
+        cols.push(format!("{:.0}", v.v[2 * i + 1]));
+    }
+    cols.push(format!("{:.1}", v.v[10]));
+    cols.push(format!("{:.0}", v.v[11]));
+    cols.push("16".to_owned());
+    for _ in 0..12 {
+        cols.push("+++++".to_owned());
+    }
+    cols.join(",")
+}

@@ -1,0 +1,180 @@
+//! The ipmmu-usb experiment: scenario validation, output format, determinism and mechanisms.
+
+use iolab_sim::experiment::{ExperimentOptions, Role};
+use iolab_sim::experiments::{ipmmu_usb, ExperimentError};
+
+fn shortened() -> String {
+    ipmmu_usb::BUNDLED_SCENARIO
+        .replace("size_mib = { value = 64,", "size_mib = { value = 16,")
+        .replace("seeks = { value = 8000,", "seeks = { value = 300,")
+        .replace(
+            "dirty_background_mib = { value = 4,",
+            "dirty_background_mib = { value = 1,",
+        )
+        .replace(
+            "dirty_limit_mib = { value = 8,",
+            "dirty_limit_mib = { value = 2,",
+        )
+}
+
+fn run(text: &str) -> Result<iolab_sim::experiment::ExperimentReport, ExperimentError> {
+    ipmmu_usb::run_scenario(text, "test.toml", &ExperimentOptions::default())
+}
+
+fn field_of(e: ExperimentError) -> String {
+    match e {
+        ExperimentError::Input(iolab_sim::tomlfile::InputError::Field { field, .. }) => field,
+        other => panic!("expected a field error, got {other}"),
+    }
+}
+
+#[test]
+fn a_negative_link_rate_names_the_field() {
+    let t = shortened().replace(
+        "signal_bits_per_s = { value = 5e9,",
+        "signal_bits_per_s = { value = -5e9,",
+    );
+    let e = run(&t).unwrap_err();
+    assert!(e.is_bad_input());
+    assert_eq!(field_of(e), "usb.superspeed.signal_bits_per_s.value");
+}
+
+#[test]
+fn an_unknown_field_and_a_missing_source_are_rejected() {
+    let t = shortened().replace("[usb]\n", "[usb]\nbogus = 1\n");
+    assert!(field_of(run(&t).unwrap_err()).starts_with("usb"));
+    let t = shortened().replace(
+        "walk_reads_per_miss = { value = 1, source = \"",
+        "walk_reads_per_miss = { value = 1, source = \"\" }\nx = { value = 1, source = \"",
+    );
+    assert!(run(&t).is_err());
+}
+
+#[test]
+fn a_cpu_outside_the_platform_is_rejected() {
+    let t = shortened().replace("flusher_cpu = 2", "flusher_cpu = 9");
+    assert_eq!(field_of(run(&t).unwrap_err()), "placement.flusher_cpu");
+}
+
+#[test]
+fn the_baseline_must_be_the_superspeed_no_iommu_row() {
+    let t = shortened().replace(
+        "calibrated_from = \"superspeed.no_iommu\"",
+        "calibrated_from = \"superspeed.iommu\"",
+    );
+    assert_eq!(field_of(run(&t).unwrap_err()), "calibrated_from");
+}
+
+#[test]
+fn report_rows_parse_in_bonnie_column_order() {
+    let r = run(&shortened()).unwrap();
+    let rows: Vec<&str> = r
+        .report_text
+        .lines()
+        .filter(|l| l.starts_with("lab:"))
+        .collect();
+    assert_eq!(rows.len(), 4);
+    let published: Vec<&str> = r
+        .report_text
+        .lines()
+        .filter(|l| l.starts_with("published:"))
+        .collect();
+    assert_eq!(published.len(), 4);
+    for row in rows {
+        let cols: Vec<&str> = row.trim_start_matches("lab:").trim().split(',').collect();
+        assert_eq!(cols.len(), 27, "{row}");
+        assert_eq!(cols[1], "8G");
+        for c in &cols[2..12] {
+            let v: f64 = c.parse().unwrap();
+            assert!(v > 0.0, "{row}");
+        }
+        let seeks: f64 = cols[12].parse().unwrap();
+        assert!(seeks > 0.0);
+        assert_eq!(cols[14], "16");
+        assert!(cols[15..].iter().all(|c| *c == "+++++"));
+    }
+}
+
+#[test]
+fn same_seed_same_report_and_required_ids() {
+    let a = run(&shortened()).unwrap();
+    let b = run(&shortened()).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.report_text, b.report_text);
+    for speed in ["superspeed", "highspeed"] {
+        for m in [
+            "out_char",
+            "out_block",
+            "rewrite",
+            "in_char",
+            "in_block",
+            "seeks",
+        ] {
+            assert!(a.effects.iter().any(|e| e.id == format!("{speed}.{m}")));
+        }
+    }
+    let f = a
+        .figures
+        .iter()
+        .find(|f| f.id == "superspeed.iommu.out_block")
+        .unwrap();
+    assert_eq!((f.unit.as_str(), f.role), ("K/s", Role::Prediction));
+    assert!(a
+        .figures
+        .iter()
+        .any(|f| f.id == "superspeed.iommu.out_block_cpu" && f.unit == "%CPU"));
+    let c = a
+        .figures
+        .iter()
+        .find(|f| f.id == "superspeed.no_iommu.in_block")
+        .unwrap();
+    assert_eq!(c.role, Role::Calibration);
+    assert!(!a.calibrated.is_empty());
+}
+
+#[test]
+fn high_speed_is_link_bound_and_never_exceeds_the_link() {
+    let r = run(&shortened()).unwrap();
+    let lab = |id: &str| r.figures.iter().find(|f| f.id == id).unwrap().lab;
+    // 480 Mb/s = 60 MB/s = 58594 KiB/s: no phase may exceed it.
+    for case in ["highspeed.no_iommu", "highspeed.iommu"] {
+        for m in ["out_block", "in_block", "out_char", "in_char"] {
+            assert!(lab(&format!("{case}.{m}")) < 58594.0);
+        }
+    }
+    // 5 Gb/s with 8b/10b = 500 MB/s.
+    for m in ["out_block", "in_block"] {
+        assert!(lab(&format!("superspeed.iommu.{m}")) < 488281.0);
+    }
+    // Link-bound: the IOMMU changes block throughput by little at High-Speed.
+    let e = r
+        .effects
+        .iter()
+        .find(|e| e.id == "highspeed.in_block")
+        .unwrap();
+    assert!(e.lab_pct.abs() < 5.0);
+}
+
+#[test]
+fn the_iommu_merges_segments_and_flushes_once_per_command() {
+    let r = run(&shortened()).unwrap();
+    let seg = |name: &str| -> (f64, u64, u64) {
+        let line = r
+            .report_text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name) && l.contains("segs/cmd"))
+            .unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |key: &str| words[words.iter().position(|w| *w == key).unwrap() + 1];
+        (
+            at("segs/cmd").parse().unwrap(),
+            at("commands").parse().unwrap(),
+            at("flushes").parse().unwrap(),
+        )
+    };
+    let (off_segs, _, off_flushes) = seg("superspeed.no_iommu");
+    let (on_segs, on_cmds, on_flushes) = seg("superspeed.iommu");
+    assert!(on_segs < off_segs / 2.0, "{on_segs} vs {off_segs}");
+    assert_eq!(off_flushes, 0);
+    assert_eq!(on_flushes, on_cmds);
+}
