@@ -25,4 +25,5 @@ pub mod iotlb;
 pub mod iova;
 pub mod mem;
 pub mod pgtable;
+pub mod smmuv3;
 pub mod work;
