@@ -1,1 +1,3 @@
 //! Device models. Every byte a device moves goes through the IOMMU's translation.
+pub mod nvme;
+pub mod sas;
