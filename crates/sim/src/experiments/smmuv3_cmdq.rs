@@ -1526,6 +1526,16 @@ pub fn run_scenario(
         "Virtual run length is scaled down (tens of ms per configuration) to fit the runtime \
          budget; IOPS are rates over the measured window after a ramp."
             .to_string(),
+        "NVMe lock-free is not reached: the lab's CAS reservation model (one success per round \
+         of contenders, every failed CAS pays a cache-line transfer) enters a metastable storm \
+         at 32 CPUs (~96% failed CAS); real hardware sustains ~5x more reservations (RESEARCH.md, \
+         2020 mail). See docs/model/smmuv3-cmdq.md."
+            .to_string(),
+        "NVMe rows are bound by the assumed device rating (750K), not by CPUs or the lock, so \
+         the spinlock figures overshoot the published 454K/442K; not tuned."
+            .to_string(),
+        "Device DMA translation time is not charged (no IOTLB model on the device path)."
+            .to_string(),
     ];
     Ok(ExperimentReport {
         name: NAME.into(),
