@@ -1,2 +1,3 @@
 //! Workloads: fio-, bonnie++-, re-aim- and netperf-like drivers and their output formats.
 pub mod bonnie;
+pub mod fio;

@@ -1,0 +1,481 @@
+//! A fio-like workload: jobs that keep `iodepth` I/Os in flight against a block target,
+//! libaio style (submit a batch with one `io_submit`, reap at least one completion with one
+//! `io_getevents`), and report in fio's shapes (the text summary and the JSON fields people
+//! read: `jobs[].read.iops`, `.bw`, `.clat_ns.percentile`, `usr_cpu`, `sys_cpu`).
+//!
+//! The workload owns only what fio and the syscall layer do: the per-I/O user-space cost,
+//! the system-call entry and exit, the random offsets and the bookkeeping. Everything below
+//! the system call (block layer, driver, DMA mapping, the device, the completion interrupt)
+//! is the [`BlockTarget`]'s, which spends its own CPU time and delivers each completion to
+//! the job's channel.
+//!
+//! Every job is a task pinned to one virtual CPU; nothing here reads a wall clock.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use serde::Serialize;
+
+use crate::accounting::{Account, RunReport};
+use crate::engine::{Channel, Ctx, SimDuration, SimTime};
+
+/// fio's `rw=` patterns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RwPattern {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random reads.
+    RandRead,
+    /// Random writes.
+    RandWrite,
+    /// Random mixed reads and writes (`rwmixread` percent reads).
+    RandRw,
+}
+
+impl RwPattern {
+    /// Parses fio's spelling (`read`, `write`, `randread`, `randwrite`, `randrw`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "read" => RwPattern::Read,
+            "write" => RwPattern::Write,
+            "randread" => RwPattern::RandRead,
+            "randwrite" => RwPattern::RandWrite,
+            "randrw" => RwPattern::RandRw,
+            _ => return None,
+        })
+    }
+
+    /// fio's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            RwPattern::Read => "read",
+            RwPattern::Write => "write",
+            RwPattern::RandRead => "randread",
+            RwPattern::RandWrite => "randwrite",
+            RwPattern::RandRw => "randrw",
+        }
+    }
+
+    fn is_random(self) -> bool {
+        matches!(
+            self,
+            RwPattern::RandRead | RwPattern::RandWrite | RwPattern::RandRw
+        )
+    }
+}
+
+/// One fio job group (`numjobs` identical jobs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FioJob {
+    /// Job name (for the report).
+    pub name: String,
+    /// Access pattern.
+    pub rw: RwPattern,
+    /// Percent of reads for [`RwPattern::RandRw`].
+    pub rwmixread: u32,
+    /// Block size in bytes.
+    pub bs: u64,
+    /// I/Os each job keeps in flight.
+    pub iodepth: u32,
+    /// I/Os submitted per `io_submit` (fio `iodepth_batch_submit`, at least 1).
+    pub batch_submit: u32,
+    /// Completions `io_getevents` waits for at least (fio `iodepth_batch_complete_min`).
+    pub batch_complete_min: u32,
+    /// Number of identical jobs.
+    pub numjobs: u32,
+    /// Size of the target the offsets fall in, in bytes.
+    pub size: u64,
+    /// Time measured, after the ramp.
+    pub runtime: SimDuration,
+    /// Time run before measuring (fio `ramp_time`).
+    pub ramp: SimDuration,
+    /// CPUs the jobs run on, in order (job `j` on `cpus[j % cpus.len()]`).
+    pub cpus: Vec<usize>,
+    /// fio's own user-space CPU time per I/O (issue and reap bookkeeping).
+    pub user_ns_per_io: u64,
+    /// System-call entry and exit (one per `io_submit` and per `io_getevents`).
+    pub syscall_ns: u64,
+}
+
+/// One I/O handed to a [`BlockTarget`].
+#[derive(Clone, Debug)]
+pub struct IoRequest {
+    /// The job that issued it.
+    pub job: usize,
+    /// The job's slot (0..iodepth): identifies the buffer.
+    pub slot: u32,
+    /// Read (device to memory) or write.
+    pub is_read: bool,
+    /// Byte offset on the target.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// When fio issued it.
+    pub issued_at: SimTime,
+    /// Where the completion goes.
+    pub done: Channel<IoCompletion>,
+}
+
+/// A completed I/O, as `io_getevents` returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoCompletion {
+    /// The job's slot.
+    pub slot: u32,
+    /// Read or write.
+    pub is_read: bool,
+    /// Length in bytes.
+    pub len: u64,
+    /// When fio issued it.
+    pub issued_at: SimTime,
+}
+
+/// A boxed future returned by [`BlockTarget::submit`].
+pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>;
+
+/// The kernel below the system call: submits an I/O (spending the submitting CPU's kernel
+/// time) and later sends its [`IoCompletion`] to `req.done`.
+pub trait BlockTarget {
+    /// Submits `req` from the task of `ctx`. An error stops the job (the message is kept).
+    fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a>;
+}
+
+/// Completions and latencies of one direction, measured in the window.
+#[derive(Clone, Debug, Default)]
+pub struct DirStats {
+    /// Completion latencies in ns (issue to reap), in the window.
+    pub clat_ns: Vec<u64>,
+    /// Bytes completed in the window.
+    pub bytes: u64,
+}
+
+/// What the jobs of a group measured.
+#[derive(Clone, Debug, Default)]
+pub struct GroupStats {
+    /// Reads.
+    pub read: DirStats,
+    /// Writes.
+    pub write: DirStats,
+    /// I/Os issued in total (window or not).
+    pub issued: u64,
+    /// The first error a job hit, if any.
+    pub error: Option<String>,
+}
+
+/// Shared, single-threaded stats cell.
+pub type SharedStats = Rc<std::cell::RefCell<GroupStats>>;
+
+/// Runs job `job` of `spec` on its CPU until the end of the window, then drains. Spawn one
+/// per job with [`crate::engine::Sim::spawn_on`].
+pub async fn run_job<T: BlockTarget + ?Sized>(
+    ctx: Ctx,
+    spec: Rc<FioJob>,
+    job: usize,
+    target: Rc<T>,
+    stats: SharedStats,
+) {
+    let start = ctx.now();
+    let window_start = start + spec.ramp;
+    let end = window_start + spec.runtime;
+    let depth = spec.iodepth.max(1);
+    let done: Channel<IoCompletion> = Channel::new(ctx.handle(), depth as usize);
+    let mut free: Vec<u32> = (0..depth).rev().collect();
+    let mut inflight = 0u32;
+    let blocks = (spec.size / spec.bs.max(1)).max(1);
+    let mut seq_block = (job as u64 * blocks / u64::from(spec.numjobs.max(1))) % blocks;
+    let user = SimDuration::ns(spec.user_ns_per_io);
+    let syscall = SimDuration::ns(spec.syscall_ns);
+    loop {
+        let running = ctx.now() < end;
+        if running && stats.borrow().error.is_none() {
+            // Submit in batches until the queue is full.
+            while !free.is_empty() {
+                let n = (free.len() as u32).min(spec.batch_submit.max(1));
+                ctx.cpu().spend(syscall, Account::System).await;
+                for _ in 0..n {
+                    let Some(slot) = free.pop() else { break };
+                    ctx.cpu().spend(user, Account::User).await;
+                    let is_read = match spec.rw {
+                        RwPattern::Read | RwPattern::RandRead => true,
+                        RwPattern::Write | RwPattern::RandWrite => false,
+                        RwPattern::RandRw => ctx.rng().below(100) < u64::from(spec.rwmixread),
+                    };
+                    let block = if spec.rw.is_random() {
+                        ctx.rng().below(blocks)
+                    } else {
+                        seq_block = (seq_block + 1) % blocks;
+                        seq_block
+                    };
+                    let req = IoRequest {
+                        job,
+                        slot,
+                        is_read,
+                        offset: block * spec.bs,
+                        len: spec.bs,
+                        issued_at: ctx.now(),
+                        done: done.clone(),
+                    };
+                    stats.borrow_mut().issued += 1;
+                    if let Err(e) = target.submit(&ctx, req).await {
+                        let mut s = stats.borrow_mut();
+                        if s.error.is_none() {
+                            s.error = Some(e);
+                        }
+                        free.push(slot);
+                        break;
+                    }
+                    inflight += 1;
+                }
+                if stats.borrow().error.is_some() {
+                    break;
+                }
+            }
+        }
+        if inflight == 0 {
+            break;
+        }
+        // Reap: io_getevents(min_nr, nr = iodepth).
+        let min = spec.batch_complete_min.clamp(1, inflight);
+        let mut got = Vec::with_capacity(depth as usize);
+        while (got.len() as u32) < min {
+            got.push(done.recv(&ctx).await);
+        }
+        while let Some(c) = done.try_recv() {
+            got.push(c);
+        }
+        ctx.cpu().spend(syscall, Account::System).await;
+        let now = ctx.now();
+        for c in got {
+            ctx.cpu().spend(user, Account::User).await;
+            inflight -= 1;
+            free.push(c.slot);
+            if now > window_start && now <= end {
+                let mut s = stats.borrow_mut();
+                let d = if c.is_read { &mut s.read } else { &mut s.write };
+                d.clat_ns.push((now - c.issued_at).as_ns());
+                d.bytes += c.len;
+            }
+        }
+    }
+}
+
+/// fio's default completion-latency percentiles.
+pub const PERCENTILES: [f64; 17] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95,
+    99.99,
+];
+
+/// `clat_ns` of fio's JSON.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClatJson {
+    /// Smallest latency.
+    pub min: u64,
+    /// Largest latency.
+    pub max: u64,
+    /// Mean latency.
+    pub mean: f64,
+    /// Percentiles keyed as fio keys them (`"99.000000"`).
+    pub percentile: BTreeMap<String, u64>,
+}
+
+/// `jobs[].read` / `jobs[].write` of fio's JSON.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DirJson {
+    /// Bytes moved.
+    pub io_bytes: u64,
+    /// Bandwidth in KiB/s.
+    pub bw: f64,
+    /// I/Os per second.
+    pub iops: f64,
+    /// Measured time in ms.
+    pub runtime: u64,
+    /// I/Os completed.
+    pub total_ios: u64,
+    /// Completion latency.
+    pub clat_ns: ClatJson,
+}
+
+/// One entry of fio's `jobs[]` (a job group with `group_reporting`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct JobJson {
+    /// Job name.
+    pub jobname: String,
+    /// Group id.
+    pub groupid: u32,
+    /// Reads.
+    pub read: DirJson,
+    /// Writes.
+    pub write: DirJson,
+    /// User CPU percent of the jobs' CPUs.
+    pub usr_cpu: f64,
+    /// System CPU percent of the jobs' CPUs (spinning included, as the kernel counts it).
+    pub sys_cpu: f64,
+}
+
+/// fio's JSON output (the fields the lab fills).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FioJson {
+    /// One entry per job group.
+    pub jobs: Vec<JobJson>,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn dir_json(d: &DirStats, runtime: SimDuration) -> DirJson {
+    let mut v = d.clat_ns.clone();
+    v.sort_unstable();
+    let secs = runtime.as_secs_f64().max(1e-12);
+    let n = v.len() as u64;
+    let clat = ClatJson {
+        min: v.first().copied().unwrap_or(0),
+        max: v.last().copied().unwrap_or(0),
+        mean: if v.is_empty() {
+            0.0
+        } else {
+            v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64
+        },
+        percentile: PERCENTILES
+            .iter()
+            .map(|&p| (format!("{p:.6}"), percentile(&v, p)))
+            .collect(),
+    };
+    DirJson {
+        io_bytes: d.bytes,
+        bw: d.bytes as f64 / 1024.0 / secs,
+        iops: n as f64 / secs,
+        runtime: runtime.as_ns() / 1_000_000,
+        total_ios: n,
+        clat_ns: clat,
+    }
+}
+
+/// CPU percentages of `cpus` between two reports: (user, system + spin).
+pub fn cpu_usage(before: &RunReport, after: &RunReport, cpus: &[usize]) -> (f64, f64) {
+    let span = after.end.as_ns().saturating_sub(before.end.as_ns()) as f64;
+    if span <= 0.0 || cpus.is_empty() {
+        return (0.0, 0.0);
+    }
+    let (mut usr, mut sys) = (0.0, 0.0);
+    for &c in cpus {
+        let (Some(a), Some(b)) = (after.cpus.get(c), before.cpus.get(c)) else {
+            continue;
+        };
+        usr += a.user.saturating_sub(b.user) as f64;
+        sys += (a.system + a.spin).saturating_sub(b.system + b.spin) as f64;
+    }
+    let total = span * cpus.len() as f64;
+    (usr / total * 100.0, sys / total * 100.0)
+}
+
+/// Builds the JSON entry of one group.
+pub fn job_json(spec: &FioJob, stats: &GroupStats, usr_cpu: f64, sys_cpu: f64) -> JobJson {
+    JobJson {
+        jobname: spec.name.clone(),
+        groupid: 0,
+        read: dir_json(&stats.read, spec.runtime),
+        write: dir_json(&stats.write, spec.runtime),
+        usr_cpu,
+        sys_cpu,
+    }
+}
+
+fn human_iops(iops: f64) -> String {
+    if iops >= 1e6 {
+        format!("{:.2}M", iops / 1e6)
+    } else if iops >= 1e3 {
+        format!("{:.0}k", iops / 1e3)
+    } else {
+        format!("{iops:.0}")
+    }
+}
+
+/// fio's text summary of one group (`group_reporting`), in fio's layout.
+pub fn summary_text(spec: &FioJob, j: &JobJson) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: (groupid=0, jobs={}): err= 0: rw={}, bs={}, iodepth={}",
+        spec.name,
+        spec.numjobs,
+        spec.rw.name(),
+        spec.bs,
+        spec.iodepth
+    );
+    for (label, d) in [("read", &j.read), ("write", &j.write)] {
+        if d.total_ios == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {label}: IOPS={}, BW={:.0}MiB/s ({:.0}kB/s)({}MiB/{}msec)",
+            human_iops(d.iops),
+            d.bw / 1024.0,
+            d.bw * 1.024,
+            d.io_bytes >> 20,
+            d.runtime
+        );
+        let _ = writeln!(
+            out,
+            "    clat (usec): min={:.0}, max={:.0}, avg={:.2}",
+            d.clat_ns.min as f64 / 1e3,
+            d.clat_ns.max as f64 / 1e3,
+            d.clat_ns.mean / 1e3
+        );
+        let _ = writeln!(out, "    clat percentiles (usec):");
+        for row in PERCENTILES.chunks(4) {
+            let cells: Vec<String> = row
+                .iter()
+                .map(|p| {
+                    let v = d.clat_ns.percentile[&format!("{p:.6}")];
+                    format!("{:>6.2}th=[{:>5}]", p, (v + 500) / 1000)
+                })
+                .collect();
+            let _ = writeln!(out, "     | {}", cells.join(", "));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  cpu          : usr={:.2}%, sys={:.2}%",
+        j.usr_cpu, j.sys_cpu
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_follow_the_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50.0), 50);
+        assert_eq!(percentile(&v, 99.0), 99);
+        assert_eq!(percentile(&v, 99.99), 100);
+        assert_eq!(percentile(&[], 50.0), 0);
+    }
+
+    #[test]
+    fn rw_names_round_trip() {
+        for rw in [
+            RwPattern::Read,
+            RwPattern::Write,
+            RwPattern::RandRead,
+            RwPattern::RandWrite,
+            RwPattern::RandRw,
+        ] {
+            assert_eq!(RwPattern::parse(rw.name()), Some(rw));
+        }
+        assert_eq!(RwPattern::parse("rw"), None);
+    }
+}

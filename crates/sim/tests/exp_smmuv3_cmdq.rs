@@ -1,0 +1,150 @@
+//! Tests of the smmuv3-cmdq experiment: input validation, report format, determinism and
+//! the mechanism claims, on a shortened copy of the bundled scenario.
+
+use iolab_sim::experiment::{ExperimentOptions, Role};
+use iolab_sim::experiments::{smmuv3_cmdq, ExperimentError};
+
+fn short() -> String {
+    smmuv3_cmdq::BUNDLED_SCENARIO.replace(
+        "runtime_ms = 50, ramp_ms = 10",
+        "runtime_ms = 3, ramp_ms = 1",
+    )
+}
+
+fn run(text: &str) -> Result<iolab_sim::experiment::ExperimentReport, ExperimentError> {
+    smmuv3_cmdq::run_scenario(text, "test.toml", &ExperimentOptions::default())
+}
+
+fn field_of(e: ExperimentError) -> String {
+    assert!(e.is_bad_input(), "{e}");
+    e.to_string()
+}
+
+#[test]
+fn bad_values_name_their_field() {
+    let t = short().replace("iodepth = 32, numjobs = 16", "iodepth = 0, numjobs = 16");
+    assert!(field_of(run(&t).unwrap_err()).contains("rows[0].fio.iodepth"));
+    let t = short().replace("disks = { value = 8,", "disks = { value = 0,");
+    assert!(field_of(run(&t).unwrap_err()).contains("sas.disks.value"));
+    let t = short().replace(
+        "calibrated_from = \"d05_sas8.off\"",
+        "calibrated_from = \"x\"",
+    );
+    assert!(field_of(run(&t).unwrap_err()).contains("calibrated_from"));
+    let t = short().replace("platform = \"hisilicon-d06\"", "platform = \"nope\"");
+    assert!(field_of(run(&t).unwrap_err()).contains("rows[2].platform"));
+    let t = short().replace("[cmdq]", "[cmdq]\nbogus = 1");
+    assert!(run(&t).unwrap_err().is_bad_input());
+}
+
+#[test]
+fn report_is_deterministic_and_has_the_required_ids() {
+    let a = run(&short()).unwrap();
+    let b = run(&short()).unwrap();
+    assert_eq!(a.report_text, b.report_text);
+    assert_eq!(a.figures, b.figures);
+    for id in [
+        "d05_sas8.spinlock",
+        "d05_sas8.lockfree",
+        "d05_sas8.off",
+        "d05_nvme.spinlock",
+        "d05_nvme.lockfree",
+        "d06_nvme.spinlock",
+        "d06_nvme.lockfree",
+    ] {
+        let f = a.figures.iter().find(|f| f.id == id).expect(id);
+        assert_eq!(f.unit, "IOPS");
+        assert_eq!(
+            f.role,
+            if id == "d05_sas8.off" {
+                Role::Calibration
+            } else {
+                Role::Prediction
+            }
+        );
+        assert!(a.figures.iter().any(|f| f.id == format!("{id}.sys_cpu")));
+    }
+    for id in [
+        "d05_sas8.lockfree_vs_spinlock",
+        "d05_nvme.lockfree_vs_spinlock",
+        "d06_nvme.lockfree_vs_spinlock",
+        "d05_sas8.off_vs_spinlock",
+    ] {
+        assert!(a.effects.iter().any(|e| e.id == id), "{id}");
+    }
+    let json = serde_json::to_value(&a).unwrap();
+    assert!(json["figures"].as_array().unwrap().len() >= 7);
+}
+
+#[test]
+fn iops_table_parses_in_the_published_column_order() {
+    let r = run(&short()).unwrap();
+    let rows: Vec<&str> = r
+        .report_text
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("D0"))
+        .collect();
+    assert_eq!(rows.len(), 3);
+    let cells: Vec<&str> = rows[0].split('|').map(str::trim).collect();
+    assert_eq!(cells[1], "8x SAS disks, D05");
+    // lab (published): spinlock, lock-free, no IOMMU.
+    assert!(cells[2].ends_with("(839K)"), "{}", cells[2]);
+    assert!(cells[3].ends_with("(835K)"), "{}", cells[3]);
+    assert!(cells[4].ends_with("(918K)"), "{}", cells[4]);
+    let lab: f64 = cells[2].split('K').next().unwrap().parse().unwrap();
+    let fig = r
+        .figures
+        .iter()
+        .find(|f| f.id == "d05_sas8.spinlock")
+        .unwrap();
+    assert!((lab * 1e3 - fig.lab).abs() <= 500.0);
+}
+
+#[test]
+fn fio_json_and_mechanisms() {
+    let res =
+        smmuv3_cmdq::run_results(&short(), "test.toml", &ExperimentOptions::default()).unwrap();
+    let json = serde_json::to_value(&res.fio).unwrap();
+    let jobs = json["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 7);
+    for j in jobs {
+        assert!(j["read"]["iops"].as_f64().unwrap() > 0.0);
+        assert!(j["read"]["bw"].as_f64().unwrap() > 0.0);
+        assert!(
+            j["read"]["clat_ns"]["percentile"]["99.000000"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert!(j["usr_cpu"].as_f64().is_some() && j["sys_cpu"].as_f64().is_some());
+    }
+    for c in &res.cells {
+        match c.mode {
+            // Without an IOMMU no command is issued; with one, every unmap issues one
+            // TLBI and one CMD_SYNC, and the SMMU consumes them all.
+            smmuv3_cmdq::Mode::Off => assert_eq!(c.cmdq.issues, 0),
+            _ => {
+                assert!(c.cmdq.issues > 0);
+                // At least one TLBI and one sync each; unmaps that free a table page add a walk
+                // invalidation.
+                assert!(c.cmdq.commands >= 2 * c.cmdq.issues);
+                // A gathered issue shares its owner's sync.
+                assert_eq!(c.cmdq.consumed, c.cmdq.commands - c.cmdq.gathered);
+            }
+        }
+        if c.mode == smmuv3_cmdq::Mode::Spinlock {
+            assert_eq!(c.cmdq.cas_attempts, 0);
+            // One lock acquisition per issue (the lock's count stops at the window's end).
+            assert!(c.cmdq_lock.0 > 0 && c.cmdq_lock.0 <= c.cmdq.issues);
+        }
+    }
+    // The IOMMU costs IOPS on the SAS array (completion-CPU bound).
+    let sas = |m| {
+        res.cells
+            .iter()
+            .find(|c| c.row == "d05_sas8" && c.mode == m)
+            .unwrap()
+            .iops
+    };
+    assert!(sas(smmuv3_cmdq::Mode::Off) > sas(smmuv3_cmdq::Mode::Spinlock));
+}
