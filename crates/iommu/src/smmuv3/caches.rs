@@ -108,7 +108,11 @@ impl CommandSink for TlbCaches {
         };
         match *cmd {
             Command::TlbiNhVa {
-                asid, addr, leaf, tg, ..
+                asid,
+                addr,
+                leaf,
+                tg,
+                ..
             } => {
                 bump(&self.tlbi_va);
                 let (asid, va) = (Asid(u32::from(asid)), Iova::new(addr));

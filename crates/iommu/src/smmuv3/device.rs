@@ -119,7 +119,9 @@ pub enum Smmuv3Error {
         max: u32,
     },
     /// The event queue size is out of range.
-    #[error("Event-queue log2size {log2size} is outside {MIN_EVTQ_LOG2SIZE}..={MAX_EVTQ_LOG2SIZE}")]
+    #[error(
+        "Event-queue log2size {log2size} is outside {MIN_EVTQ_LOG2SIZE}..={MAX_EVTQ_LOG2SIZE}"
+    )]
     BadEventQueue {
         /// The size asked for.
         log2size: u32,
@@ -388,10 +390,7 @@ impl Smmuv3 {
                 log2size: config.evtq_log2size,
             });
         }
-        let caches = Arc::new(TlbCaches::new(
-            config.iotlb,
-            config.walk_cache.clone(),
-        )?);
+        let caches = Arc::new(TlbCaches::new(config.iotlb, config.walk_cache.clone())?);
         let cmdq: Arc<dyn CmdqProducer<Sink = Arc<TlbCaches>>> =
             config.producer.build(config.cmdq, caches.clone())?.into();
         Ok(Smmuv3 {
@@ -686,7 +685,12 @@ impl Smmuv3 {
                 work.translations += 1;
                 if last.is_none() {
                     // The access wraps the address space: it faults where it wraps.
-                    return Err(self.fault(sid, Iova::new(0), access, SmmuFaultReason::Translation));
+                    return Err(self.fault(
+                        sid,
+                        Iova::new(0),
+                        access,
+                        SmmuFaultReason::Translation,
+                    ));
                 }
                 Ok(vec![PhysRange {
                     pa: PhysAddr::new(iova.get()),

@@ -170,7 +170,8 @@ impl EventRecord {
         EventRecord {
             id: EventId::from_raw((w0 & EVT_0_ID_MASK) as u8),
             stream_id: (w0 >> EVT_0_SID_SHIFT) as u32,
-            ssid: (w0 & EVT_0_SSV != 0).then_some(((w0 & EVT_0_SSID_MASK) >> EVT_0_SSID_SHIFT) as u32),
+            ssid: (w0 & EVT_0_SSV != 0)
+                .then_some(((w0 & EVT_0_SSID_MASK) >> EVT_0_SSID_SHIFT) as u32),
             iova: Iova::new(w2),
             access: if w1 & EVT_1_RNW != 0 {
                 Access::Read
@@ -240,7 +241,11 @@ impl EventQueue {
 
     /// The records waiting, oldest first, without removing them.
     pub fn peek_all(&self) -> Vec<EventRecord> {
-        self.records.iter().copied().map(EventRecord::decode).collect()
+        self.records
+            .iter()
+            .copied()
+            .map(EventRecord::decode)
+            .collect()
     }
 
     /// Records waiting.
@@ -295,7 +300,12 @@ mod tests {
 
     #[test]
     fn record_layout_matches_hand_encoding() {
-        let mut r = EventRecord::new(EventId::Permission, 0x42, Iova::new(0xdead_b000), Access::Read);
+        let mut r = EventRecord::new(
+            EventId::Permission,
+            0x42,
+            Iova::new(0xdead_b000),
+            Access::Read,
+        );
         r.ssid = Some(5);
         let raw = r.encode();
         // id 0x13, SSV bit 11, SSID 5 at bit 12, SID 0x42 at bit 32.

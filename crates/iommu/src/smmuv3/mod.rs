@@ -73,19 +73,19 @@ mod sync;
 
 pub use batch::{CmdBatch, CMDQ_BATCH_ENTRIES};
 pub use caches::{SinkStats, TlbCaches};
+pub use cmdq::{
+    Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Consumer, ConsumerMode, ConsumerStats,
+    NullSink, ProducerKind,
+};
 pub use device::{
     SmmuDomain, SmmuFault, SmmuFaultReason, Smmuv3, Smmuv3Config, Smmuv3Error, Smmuv3PageTable,
 };
 pub use events::{EventId, EventQueue, EventRecord};
 pub use invalidator::Smmuv3Invalidator;
-pub use stream::{ContextDescriptor, Ste, SteConfig};
-pub use cmdq::{
-    Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Consumer, ConsumerMode, ConsumerStats,
-    NullSink, ProducerKind,
-};
 pub use lockfree::LockFreeCmdq;
 pub use spec::{Command, CommandDecodeError, CommandEncodeError, SyncCs};
 pub use spinlock::SpinlockCmdq;
+pub use stream::{ContextDescriptor, Ste, SteConfig};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -119,7 +119,7 @@ impl Ste {
                 (STE_0_CFG_S1_TRANS, cd_addr.get() & STE_0_S1CTXPTR_MASK)
             }
         };
-        u64::from(self.valid) * STE_0_V | (cfg << STE_0_CFG_SHIFT) | ptr
+        (u64::from(self.valid) * STE_0_V) | (cfg << STE_0_CFG_SHIFT) | ptr
     }
 }
 
