@@ -420,6 +420,48 @@ mod smmuv3 {
         assert_eq!(w.iotlb_stale_hits, 0);
     }
 
+    #[test]
+    fn smmu_concurrent_unmap_and_device_access_leave_no_stale_entry_in_strict_mode() {
+        for kind in ProducerKind::ALL {
+            let s = Arc::new(smmu_with(kind, false, 4));
+            let d = domain(&s, DomainMode::Strict);
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let seen = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+            let device = {
+                let (s, stop, seen) = (s.clone(), stop.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    let mut w = WorkRecord::new();
+                    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                        let addrs = seen.lock().unwrap().clone();
+                        for a in addrs {
+                            let _ = s.translate(SID, Iova::new(a), 1, Access::Read, &mut w);
+                        }
+                        std::thread::yield_now();
+                    }
+                    w
+                })
+            };
+            for i in 0..200u64 {
+                let m = map(
+                    &d,
+                    0x100_0000 + (i % 8) * SZ_4K,
+                    2 * SZ_4K,
+                    Direction::ToDevice,
+                );
+                seen.lock().unwrap().push(m.dma_addr().0);
+                std::thread::yield_now();
+                d.domain()
+                    .unmap_page(m, 0, 0, &mut WorkRecord::new())
+                    .unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Release);
+            device.join().unwrap();
+            // Every unmap returned after its TLBI: nothing of the domain is left cached.
+            assert_eq!(s.caches().lock().iotlb.count_stale(), 0, "{kind}");
+            assert_eq!(s.caches().lock().iotlb.len(), 0, "{kind}");
+        }
+    }
+
     /// One step of a scripted single-threaded workload.
     #[derive(Clone, Debug)]
     enum Op {
