@@ -8,6 +8,10 @@
 //! - [`LockFreeCmdq`]: the 2019 Linux producer: slots reserved by compare-and-swap, written
 //!   in parallel, published by an elected owner; a shared lock while waiting for syncs.
 //! - [`CmdBatch`]: batches of up to 64 commands with one `CMD_SYNC`.
+//! - [`Smmuv3`] ([`device`]): the SMMU itself: a linear stream table ([`stream`]), context
+//!   descriptors, the IOTLB and walk cache the command queue's consumer invalidates
+//!   ([`caches`]), the event queue ([`events`]), and translated domains whose
+//!   [`Smmuv3Invalidator`] ([`invalidator`]) issues real TLBI commands.
 //!
 //! Both producers are real concurrent code on host threads; their synchronisation comes
 //! from `loom` under `--cfg loom` so the model tests in `tests/loom_cmdq.rs` check the
@@ -56,20 +60,32 @@
 //! ```
 
 mod batch;
+pub mod caches;
 pub mod cmdq;
+pub mod device;
+pub mod events;
+pub mod invalidator;
 mod lockfree;
 pub mod spec;
 mod spinlock;
+pub mod stream;
 mod sync;
 
 pub use batch::{CmdBatch, CMDQ_BATCH_ENTRIES};
+pub use caches::{SinkStats, TlbCaches};
 pub use cmdq::{
     Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Consumer, ConsumerMode, ConsumerStats,
     NullSink, ProducerKind,
 };
+pub use device::{
+    SmmuDomain, SmmuFault, SmmuFaultReason, Smmuv3, Smmuv3Config, Smmuv3Error, Smmuv3PageTable,
+};
+pub use events::{EventId, EventQueue, EventRecord};
+pub use invalidator::Smmuv3Invalidator;
 pub use lockfree::LockFreeCmdq;
 pub use spec::{Command, CommandDecodeError, CommandEncodeError, SyncCs};
 pub use spinlock::SpinlockCmdq;
+pub use stream::{ContextDescriptor, Ste, SteConfig};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -1,0 +1,345 @@
+//! Invalidation through the SMMUv3 command queue: the [`Invalidator`] of domains attached to
+//! an [`Smmuv3`](super::Smmuv3), as Linux's `arm_smmu_tlb_inv_range_domain` and
+//! `arm_smmu_tlb_inv_context` build commands.
+//!
+//! - A gathered leaf range becomes `CMD_TLBI_NH_VA` commands with `Leaf = 1`: without
+//!   range invalidation one per page of the range's page size; with it (SMMUv3.2) as few
+//!   range commands as the 5-bit `NUM` and `SCALE` fields allow ([`tlbi_va_commands`]).
+//! - A freed table page becomes `CMD_TLBI_NH_VA` commands with `Leaf = 0` over the IOVA span
+//!   the table translated, one per granule without range invalidation (the walk caches must
+//!   forget every descriptor pointing at or into it).
+//! - A whole-domain invalidation (the lazy flush) is one `CMD_TLBI_NH_ASID`.
+//! - [`Invalidator::sync`] issues the calling thread's pending commands followed by one
+//!   `CMD_SYNC` and waits for it.
+//!
+//! Commands wait in a per-thread batch until the thread's next `sync` (the trait's contract:
+//! requests are only known complete once `sync` returns), so a strict unmap issues its TLBIs
+//! and the sync in one go, as Linux's `arm_smmu_cmdq_batch_submit` does. A batch that
+//! reaches [`CMDQ_BATCH_ENTRIES`] (or what the queue can take with a sync) is issued without
+//! a sync first. Keeping batches per thread means one CPU's sync never overtakes another
+//! CPU's commands.
+//!
+//! Optionally ([`Smmuv3Config::max_tlbi_ops`](super::Smmuv3Config::max_tlbi_ops)), a range
+//! that would take at least that many single-page commands is replaced by one
+//! `CMD_TLBI_NH_ASID`, as Linux does for SVA since v6.6 (`CMDQ_MAX_TLBI_OPS`, 512 with 4 KiB
+//! pages) to avoid soft lockups on SMMUs without range invalidation.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::batch::CMDQ_BATCH_ENTRIES;
+use super::caches::TlbCaches;
+use super::cmdq::CmdqProducer;
+use super::spec::Command;
+use crate::dma::{DomainId, Invalidator};
+use crate::pgtable::{FreedTable, GatherRange};
+use crate::work::WorkRecord;
+
+/// Largest `SCALE` of a range command (5 bits).
+const MAX_SCALE: u32 = 31;
+/// Largest number of units of a range command (`NUM + 1`, `NUM` being 5 bits).
+const MAX_NUM: u64 = 32;
+
+/// Appends to `out` the `CMD_TLBI_NH_VA` commands that invalidate `size` bytes from
+/// `start` for `asid`.
+///
+/// - Without `range` support: one single-page command (`TG = 0`) every `step` bytes (the
+///   range's page size for leaf ranges, the granule for walk invalidations).
+/// - With it: range commands over granules of `2^granule_shift` bytes, each covering
+///   `NUM + 1` units of `2^SCALE` granules, chosen as Linux does: `SCALE` is the lowest set
+///   bit of the granules left and `NUM + 1` the five bits above it, so 16 pages are one
+///   command and 33 pages are two. Leaf commands carry the TTL hint of `step` (the level
+///   of the leaf).
+///
+/// `start` must be aligned to `step`, and `size` a multiple of it.
+#[allow(clippy::too_many_arguments)]
+pub fn tlbi_va_commands(
+    asid: u16,
+    start: u64,
+    size: u64,
+    step: u64,
+    granule_shift: u32,
+    leaf: bool,
+    range: bool,
+    out: &mut Vec<Command>,
+) {
+    let with = |addr: u64, ttl: u8, tg: u8, num: u8, scale: u8| Command::TlbiNhVa {
+        vmid: 0,
+        asid,
+        addr,
+        leaf,
+        ttl,
+        tg,
+        num,
+        scale,
+    };
+    if size == 0 || step == 0 {
+        return;
+    }
+    if !range {
+        let mut addr = start;
+        let end = start.saturating_add(size);
+        while addr < end {
+            out.push(with(addr, 0, 0, 0, 0));
+            addr = match addr.checked_add(step) {
+                Some(a) => a,
+                None => break,
+            };
+        }
+        return;
+    }
+    // TG: 1 for 4 KiB, 2 for 16 KiB, 3 for 64 KiB granules.
+    let tg = ((granule_shift - 10) / 2) as u8;
+    let ttl = if leaf {
+        let step_shift = step.trailing_zeros();
+        (4 - (step_shift - 3) / (granule_shift - 3)) as u8
+    } else {
+        0
+    };
+    let mut left = size >> granule_shift;
+    let mut addr = start;
+    while left > 0 {
+        let scale = left.trailing_zeros().min(MAX_SCALE);
+        let mut num = (left >> scale) & (MAX_NUM - 1);
+        if num == 0 {
+            // Only when SCALE was capped: at least 32 units remain.
+            num = MAX_NUM;
+        }
+        out.push(with(addr, ttl, tg, (num - 1) as u8, scale as u8));
+        left -= num << scale;
+        addr = addr.wrapping_add((num << scale) << granule_shift);
+    }
+}
+
+thread_local! {
+    /// Commands built on this thread and not yet issued, tagged by invalidator.
+    static PENDING: RefCell<Vec<(u64, Command)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Source of invalidator identities (to tell their pending commands apart).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The [`Invalidator`] of one SMMUv3 domain (one ASID). See the module docs.
+pub struct Smmuv3Invalidator {
+    id: u64,
+    asid: u16,
+    granule_shift: u32,
+    range: bool,
+    max_tlbi_ops: Option<u64>,
+    limit: usize,
+    cmdq: Arc<dyn CmdqProducer<Sink = Arc<TlbCaches>>>,
+    errors: AtomicU64,
+}
+
+impl std::fmt::Debug for Smmuv3Invalidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Smmuv3Invalidator")
+            .field("asid", &self.asid)
+            .field("range", &self.range)
+            .field("producer", &self.cmdq.kind())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Smmuv3Invalidator {
+    /// An invalidator for `asid`, whose table has `2^granule_shift`-byte granules.
+    pub(crate) fn new(
+        asid: u16,
+        granule_shift: u32,
+        range: bool,
+        max_tlbi_ops: Option<u64>,
+        cmdq: Arc<dyn CmdqProducer<Sink = Arc<TlbCaches>>>,
+    ) -> Self {
+        let limit = CMDQ_BATCH_ENTRIES
+            .min(cmdq.cmdq().capacity().saturating_sub(1))
+            .max(1);
+        Smmuv3Invalidator {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            asid,
+            granule_shift,
+            range,
+            max_tlbi_ops,
+            limit,
+            cmdq,
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// The ASID it invalidates.
+    pub fn asid(&self) -> u16 {
+        self.asid
+    }
+
+    /// Issues that the queue refused (never expected: commands are built valid and
+    /// batches sized to the queue).
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    fn issue(&self, cmds: &[Command], sync: bool, work: &mut WorkRecord) {
+        if let Err(e) = self.cmdq.issue(cmds, sync, work) {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            debug_assert!(false, "SMMUv3 invalidation issue failed: {e}");
+        }
+    }
+
+    /// Takes this invalidator's pending commands off the thread's batch.
+    fn take_pending(&self) -> Vec<Command> {
+        PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            let mine = p
+                .iter()
+                .filter(|(id, _)| *id == self.id)
+                .map(|&(_, c)| c)
+                .collect();
+            p.retain(|(id, _)| *id != self.id);
+            mine
+        })
+    }
+
+    /// Adds commands to the thread's batch, issuing it without a sync whenever it is full.
+    fn push(&self, cmds: &[Command], work: &mut WorkRecord) {
+        for &cmd in cmds {
+            let full = PENDING.with(|p| {
+                let mut p = p.borrow_mut();
+                p.push((self.id, cmd));
+                p.iter().filter(|(id, _)| *id == self.id).count() >= self.limit
+            });
+            if full {
+                let batch = self.take_pending();
+                self.issue(&batch, false, work);
+            }
+        }
+    }
+
+    /// The commands for `size` bytes from `start`, or one by-ASID command when the range
+    /// would take too many single-page commands.
+    fn range_commands(&self, start: u64, size: u64, step: u64, leaf: bool) -> Vec<Command> {
+        if !self.range {
+            if let Some(max) = self.max_tlbi_ops {
+                if size / step.max(1) >= max {
+                    return vec![self.asid_command()];
+                }
+            }
+        }
+        let mut out = Vec::new();
+        tlbi_va_commands(
+            self.asid,
+            start,
+            size,
+            step,
+            self.granule_shift,
+            leaf,
+            self.range,
+            &mut out,
+        );
+        out
+    }
+
+    fn asid_command(&self) -> Command {
+        Command::TlbiNhAsid {
+            vmid: 0,
+            asid: self.asid,
+        }
+    }
+}
+
+impl Invalidator for Smmuv3Invalidator {
+    fn invalidate_range(&self, _domain: DomainId, range: &GatherRange, work: &mut WorkRecord) {
+        work.inval_ranges += 1;
+        work.inval_pages += range.size / range.page_size.max(1);
+        let cmds = self.range_commands(range.start.get(), range.size, range.page_size, true);
+        self.push(&cmds, work);
+    }
+
+    fn invalidate_walk(&self, _domain: DomainId, table: &FreedTable, work: &mut WorkRecord) {
+        work.inval_walks += 1;
+        let granule = 1u64 << self.granule_shift;
+        let cmds = self.range_commands(table.iova.get(), table.size, granule, false);
+        self.push(&cmds, work);
+    }
+
+    fn invalidate_domain(&self, _domain: DomainId, work: &mut WorkRecord) {
+        work.inval_domains += 1;
+        self.push(&[self.asid_command()], work);
+    }
+
+    fn sync(&self, work: &mut WorkRecord) {
+        let cmds = self.take_pending();
+        self.issue(&cmds, true, work);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{SZ_2M, SZ_4K};
+
+    fn cmds(start: u64, size: u64, step: u64, leaf: bool, range: bool) -> Vec<Command> {
+        let mut out = Vec::new();
+        tlbi_va_commands(9, start, size, step, 12, leaf, range, &mut out);
+        out
+    }
+
+    fn covered(cmds: &[Command]) -> u64 {
+        cmds.iter().map(|c| c.tlbi_range_bytes().unwrap()).sum()
+    }
+
+    #[test]
+    fn sixteen_pages_are_one_range_command_or_sixteen_single_ones() {
+        let r = cmds(0x10_0000, 16 * SZ_4K, SZ_4K, true, true);
+        assert_eq!(
+            r,
+            vec![Command::TlbiNhVa {
+                vmid: 0,
+                asid: 9,
+                addr: 0x10_0000,
+                leaf: true,
+                ttl: 3,
+                tg: 1,
+                num: 0,
+                scale: 4
+            }]
+        );
+        let s = cmds(0x10_0000, 16 * SZ_4K, SZ_4K, true, false);
+        assert_eq!(s.len(), 16);
+        assert!(s
+            .iter()
+            .enumerate()
+            .all(|(i, c)| matches!(*c, Command::TlbiNhVa { addr, tg: 0, .. } if addr == 0x10_0000 + i as u64 * SZ_4K)));
+    }
+
+    #[test]
+    fn range_commands_cover_exactly_the_range() {
+        for pages in [1u64, 2, 3, 31, 32, 33, 63, 64, 100, 511, 512, 1000, 4097] {
+            let r = cmds(0x4000_0000, pages * SZ_4K, SZ_4K, true, true);
+            assert_eq!(covered(&r), pages * SZ_4K, "{pages} pages");
+            assert!(r.len() <= 1 + (64 - pages.leading_zeros() as usize) / 5 + 1);
+            let mut addr = 0x4000_0000;
+            for c in &r {
+                let Command::TlbiNhVa { addr: a, .. } = *c else {
+                    panic!()
+                };
+                assert_eq!(a, addr, "contiguous");
+                addr += c.tlbi_range_bytes().unwrap();
+            }
+        }
+        assert_eq!(cmds(0, 33 * SZ_4K, SZ_4K, true, true).len(), 2);
+    }
+
+    #[test]
+    fn huge_ranges_cap_the_scale() {
+        let r = cmds(0, 1 << 47, SZ_4K, false, true);
+        assert_eq!(covered(&r), 1 << 47);
+        assert!(r.iter().all(|c| c.encode().is_ok()));
+    }
+
+    #[test]
+    fn block_ranges_step_by_their_page_size() {
+        assert_eq!(cmds(0, 4 * SZ_2M, SZ_2M, true, false).len(), 4);
+        let r = cmds(0, 4 * SZ_2M, SZ_2M, true, true);
+        assert_eq!(r.len(), 1);
+        assert!(matches!(r[0], Command::TlbiNhVa { ttl: 2, tg: 1, .. }));
+    }
+}
