@@ -677,8 +677,9 @@ fn run_one(
             journal_cursor.clone(),
         );
         let c = cfg.clone();
+        // The child's clock starts at its fork, not at its first run.
+        let start = h.now();
         sim.spawn_on(child as usize % cfg.cpus, move |ctx| async move {
-            let start = ctx.now();
             let mut slicer = Slicer::new(c.slice_ns);
             let mut job = wf.job();
             // re-aim runs the job's tasks in a random order per child.
