@@ -152,7 +152,7 @@ fn mechanism(text: &str) -> Vec<(String, u32, u64, u64, u64, f64)> {
         .skip_while(|l| !l.starts_with("Mechanism"))
         .filter_map(|l| {
             let c: Vec<&str> = l.split_whitespace().collect();
-            if c.len() != 10 || !(c[0] == "novmerge" || c[0] == "vmerge") {
+            if c.len() != 11 || !(c[0] == "novmerge" || c[0] == "vmerge") {
                 return None;
             }
             Some((
@@ -161,7 +161,7 @@ fn mechanism(text: &str) -> Vec<(String, u32, u64, u64, u64, f64)> {
                 c[2].parse().ok()?,
                 c[4].parse().ok()?,
                 c[5].parse().ok()?,
-                c[9].trim_end_matches('%').parse().ok()?,
+                c[10].trim_end_matches('%').parse().ok()?,
             ))
         })
         .collect()

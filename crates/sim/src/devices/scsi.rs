@@ -164,6 +164,11 @@ impl ScsiHost {
         *self.inner.stats.borrow()
     }
 
+    /// Live IOMMU mappings of this host's I/O (zero when every I/O has completed).
+    pub fn live_mappings(&self) -> usize {
+        self.inner.sba.live_mappings()
+    }
+
     /// The queue limits the block layer uses.
     pub fn limits(&self) -> QueueLimits {
         self.inner.limits
@@ -178,6 +183,28 @@ impl ScsiHost {
         offset: u64,
         pieces: &[Piece],
     ) -> Result<IoCpu, ScsiError> {
+        self.submit(ctx, offset, pieces, true).await
+    }
+
+    /// Reads from the disk at byte `offset` into `pieces` and waits for every request.
+    pub async fn read(&self, ctx: &Ctx, offset: u64, pieces: &[Piece]) -> Result<IoCpu, ScsiError> {
+        self.submit(ctx, offset, pieces, false).await
+    }
+
+    /// Issues `pieces` as one transfer in direction `write` (device reads memory) or not,
+    /// cut into requests by the queue limits, and waits for all of them.
+    pub async fn submit(
+        &self,
+        ctx: &Ctx,
+        offset: u64,
+        pieces: &[Piece],
+        write: bool,
+    ) -> Result<IoCpu, ScsiError> {
+        let dir = if write {
+            Direction::ToDevice
+        } else {
+            Direction::FromDevice
+        };
         let inn = &self.inner;
         let reqs = inn.limits.split(offset, pieces);
         let mut sys = 0u64;
@@ -198,13 +225,7 @@ impl ScsiHost {
             let mut work = WorkRecord::new();
             let mapped = inn
                 .sba
-                .map_sg(
-                    &inn.dev,
-                    &entries,
-                    Direction::ToDevice,
-                    ctx.cpu().id(),
-                    &mut work,
-                )
+                .map_sg(&inn.dev, &entries, dir, ctx.cpu().id(), &mut work)
                 .map_err(|e| ScsiError::Dma(e.to_string()))?;
             let ns = self.work_ns(&work);
             spend(ctx, ns).await;
@@ -226,7 +247,7 @@ impl ScsiHost {
                 segments,
                 offset: r.offset,
                 len: r.len(),
-                write: true,
+                write,
                 done: done.clone(),
             };
             inn.queue.send(cmd).map_err(|_| ScsiError::QueueFull)?;

@@ -603,6 +603,7 @@ struct RunOut {
     scsi: ScsiStats,
     sba_streams: u64,
     sba_purges: u64,
+    lock_contended: u64,
 }
 
 #[derive(Default)]
@@ -708,7 +709,7 @@ fn run_one(
                     let mut pieces = Vec::with_capacity(pages as usize);
                     let mut left = t.sync_write_bytes;
                     for _ in 0..pages {
-                        // Memory above 4 GiB (below the IOMMU window is reserved for it).
+                        // RAM sits at 4 GiB and up, away from the IOV window (scenario).
                         let pfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
                         let len = left.min(c.page);
                         pieces.push(Piece {
@@ -784,6 +785,13 @@ fn run_one(
             kids.len()
         )));
     }
+    if host.live_mappings() != 0 {
+        return Err(ExperimentError::Model(format!(
+            "{} IOMMU mappings leaked after the run",
+            host.live_mappings()
+        )));
+    }
+    let contended = report.spin_lock("sba_res_lock").map_or(0, |l| l.contended);
     let parent = kids.iter().map(|k| k.elapsed_ns).max().unwrap_or(0);
     debug_assert!(report.is_conserved());
     let row = ReaimRow::from_children(&kids, parent, cfg.workfile.weight_sum())
@@ -798,6 +806,7 @@ fn run_one(
         scsi: host.stats(),
         sba_streams: st.streams,
         sba_purges: st.purges,
+        lock_contended: contended,
     })
 }
 
@@ -842,7 +851,7 @@ pub fn run_scenario(
     let sys_scale = ((cal_sys - probe.io_sys) / probe.task_sys).max(0.0);
 
     let mut rows: [Vec<ReaimRow>; 2] = [Vec::new(), Vec::new()];
-    let mut mech: [Vec<(ScsiStats, u64, u64, f64)>; 2] = [Vec::new(), Vec::new()];
+    let mut mech: [Vec<(ScsiStats, u64, u64, u64)>; 2] = [Vec::new(), Vec::new()];
     for &u in &cfg.users {
         for (k, kernel) in [&sc.kernels.novmerge, &sc.kernels.vmerge]
             .into_iter()
@@ -861,7 +870,7 @@ pub fn run_scenario(
             }
             rows[k].push(mean_rows(&per));
             if let Some(o) = last {
-                mech[k].push((o.scsi, o.sba_streams, o.sba_purges, o.io_sys));
+                mech[k].push((o.scsi, o.sba_streams, o.sba_purges, o.lock_contended));
             }
         }
     }
@@ -918,7 +927,7 @@ pub fn run_scenario(
     let _ = writeln!(text_out, "\nMechanism (last run per user count):");
     let _ = writeln!(
         text_out,
-        "{:<9} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9}",
+        "{:<9} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9} {:>9}",
         "kernel",
         "users",
         "requests",
@@ -928,13 +937,14 @@ pub fn run_scenario(
         "sba_strms",
         "purges",
         "iommu_ms",
+        "lock_cont",
         "disk_util"
     );
     for (k, name) in [(0, "novmerge"), (1, "vmerge")] {
-        for (r, (s, streams, purges, _)) in rows[k].iter().zip(&mech[k]) {
+        for (r, (s, streams, purges, cont)) in rows[k].iter().zip(&mech[k]) {
             let _ = writeln!(
                 text_out,
-                "{:<9} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10.1} {:>8.1}%",
+                "{:<9} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10.1} {:>9} {:>8.1}%",
                 name,
                 r.forked,
                 s.requests,
@@ -944,6 +954,7 @@ pub fn run_scenario(
                 streams,
                 purges,
                 s.iommu_cpu_ns as f64 * 1e-6,
+                cont,
                 s.disk_busy_ns as f64 * 1e-9 / r.parent_time * 100.0
             );
         }
