@@ -2,3 +2,4 @@
 pub mod usb;
 pub mod nvme;
 pub mod sas;
+pub mod scsi;

@@ -1,7 +1,32 @@
-//! SEEDS.md experiment `sba-vmerge` (being written).
+//! SEEDS.md experiment `sba-vmerge`: block-layer virtual merging on an HP zx1 (SBA IOMMU,
+//! LSI 53c1030, one Seagate ST373453LC, ext3), re-aim-7 `new_dbase`, 100 to 500 users.
+//!
+//! Two kernels: `BIO_VMERGE_BOUNDARY 0` (the block layer counts only physically contiguous
+//! pieces as one segment) and `BIO_VMERGE_BOUNDARY = merge mask + 1` (it assumes the SBA will
+//! coalesce page-aligned pieces). Each user count is one simulation: `N` re-aim children on
+//! the machine's virtual CPUs, their tasks' CPU work time-sliced, their synchronous writes
+//! going through the block layer, [`SbaIommu`] `map_sg`/`unmap_sg` and the SCSI host model
+//! ([`ScsiHost`]). See docs/model/sba-vmerge.md.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use iolab_iommu::dma::{Device, DomainId};
+use iolab_iommu::hw::{SbaIommu, SbaIommuConfig};
+use serde::Deserialize;
 
 use super::ExperimentError;
-use crate::experiment::{ExperimentOptions, ExperimentReport};
+use crate::accounting::Account;
+use crate::block::{Piece, QueueLimits};
+use crate::cost::PlatformProfile;
+use crate::devices::scsi::{page_addr, ScsiHost, ScsiParams, ScsiStats};
+use crate::engine::{Sim, SimConfig};
+use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::resources::SpinParams;
+use crate::tomlfile::TomlDoc;
+use crate::workloads::reaim::{self, ChildResult, ReaimRow, Slicer, Task, Workfile};
 
 /// The experiment's name.
 pub const NAME: &str = "sba-vmerge";
@@ -9,11 +34,1026 @@ pub const NAME: &str = "sba-vmerge";
 /// The bundled scenario.
 pub const BUNDLED_SCENARIO: &str = include_str!("../../../../scenarios/sba-vmerge.toml");
 
+/// Published rows (Grant Grundler, linux-kernel, 2003-07-29, "[RFC] block layer support for
+/// DMA IOMMU bypass mode II", quoted by Cliff White 2003-08-01): users, parent time, child
+/// sys, child user, jobs/min, JTI. Yardsticks only, except the calibration row.
+const PUB_NOVMERGE: [(u32, f64, f64, f64, f64, u32); 5] = [
+    (100, 110.25, 12.67, 206.35, 5605.19, 96),
+    (200, 219.07, 25.56, 411.93, 5642.06, 96),
+    (300, 327.59, 38.23, 615.83, 5659.46, 95),
+    (400, 436.66, 51.19, 821.30, 5661.19, 95),
+    (500, 548.21, 65.76, 1029.15, 5636.54, 95),
+];
+const PUB_VMERGE: [(u32, f64, f64, f64, f64, u32); 5] = [
+    (100, 108.72, 12.47, 203.78, 5684.17, 95),
+    (200, 217.64, 25.59, 408.90, 5679.16, 95),
+    (300, 326.48, 37.88, 613.62, 5678.81, 95),
+    (400, 434.87, 50.53, 817.64, 5684.46, 95),
+    (500, 544.69, 65.23, 1022.92, 5672.92, 95),
+];
+
+/// The calibration row: the no-vmerge kernel at 100 users.
+const CALIBRATION_ROW: &str = "novmerge.users100";
+
+/// Caps on what a scenario may ask for.
+const MAX_USERS: u64 = 5000;
+const MAX_TASKS: usize = 256;
+
+// ------------------------------------------------------------------------------------------
+// Scenario schema
+// ------------------------------------------------------------------------------------------
+
+/// A physical parameter with its source.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct P {
+    value: f64,
+    source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    experiment: String,
+    platform: String,
+    calibrated_from: String,
+    machine: Machine,
+    iommu: Iommu,
+    hba: Hba,
+    driver: Driver,
+    disk: Disk,
+    fs: Fs,
+    reaim: Reaim,
+    kernels: Kernels,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Machine {
+    cpus: P,
+    page_size: P,
+    memory_gib: P,
+    timeslice_ms: P,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Iommu {
+    iova_base: P,
+    iova_size_mib: P,
+    delayed_frees: P,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Hba {
+    bus_mb_per_s: P,
+    per_command_us: P,
+    per_sge_ns: P,
+    sg_tablesize: P,
+    max_sectors: P,
+    max_segment_kib: P,
+    dma_mask_bits: P,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Driver {
+    submit_us: P,
+    per_sge_ns: P,
+    complete_us: P,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Disk {
+    capacity_gb: P,
+    rpm: P,
+    seek_read_ms: P,
+    seek_write_ms: P,
+    media_mb_per_s: P,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fs {
+    block_size: P,
+    journal_blocks_per_commit: P,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Reaim {
+    workfile: String,
+    start: u64,
+    end: u64,
+    increment: u64,
+    jitter_pct: P,
+    task: Vec<TaskSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskSpec {
+    name: String,
+    weight: u32,
+    user_us: f64,
+    sys_us: f64,
+    sync_write_kib: u64,
+    source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Kernels {
+    novmerge: Kernel,
+    vmerge: Kernel,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct Kernel {
+    block_virt_merge: bool,
+    sba_coalesce: bool,
+    source: String,
+}
+
+// ------------------------------------------------------------------------------------------
+// Validated configuration
+// ------------------------------------------------------------------------------------------
+
+#[derive(Clone)]
+struct Config {
+    cpus: usize,
+    page: u64,
+    mem_pages: u64,
+    slice_ns: u64,
+    iova_base: u64,
+    iova_size: u64,
+    delayed_frees: usize,
+    scsi: ScsiParams,
+    sg_tablesize: usize,
+    max_transfer: u64,
+    max_segment: u64,
+    mask_bits: u32,
+    disk_bytes: u64,
+    fs_block: u64,
+    journal_blocks: u64,
+    users: Vec<u32>,
+    jitter: f64,
+    workfile: Workfile,
+    profile: PlatformProfile,
+}
+
+fn check(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ExperimentError> {
+    if !v.is_finite() || v < lo || v > hi {
+        return Err(doc
+            .field_error(
+                path,
+                format!("expected a number from {lo} to {hi}, got {v}"),
+            )
+            .into());
+    }
+    Ok(v)
+}
+
+fn check_int(
+    doc: &TomlDoc<'_>,
+    path: &str,
+    v: f64,
+    lo: f64,
+    hi: f64,
+) -> Result<u64, ExperimentError> {
+    let v = check(doc, path, v, lo, hi)?;
+    if v.fract() != 0.0 {
+        return Err(doc
+            .field_error(path, format!("expected a whole number, got {v}"))
+            .into());
+    }
+    Ok(v as u64)
+}
+
+/// Every physical parameter must say where its value comes from.
+fn check_sources(doc: &TomlDoc<'_>, s: &Scenario) -> Result<(), ExperimentError> {
+    let params: [(&str, &P); 25] = [
+        ("machine.cpus", &s.machine.cpus),
+        ("machine.page_size", &s.machine.page_size),
+        ("machine.memory_gib", &s.machine.memory_gib),
+        ("machine.timeslice_ms", &s.machine.timeslice_ms),
+        ("iommu.iova_base", &s.iommu.iova_base),
+        ("iommu.iova_size_mib", &s.iommu.iova_size_mib),
+        ("iommu.delayed_frees", &s.iommu.delayed_frees),
+        ("hba.bus_mb_per_s", &s.hba.bus_mb_per_s),
+        ("hba.per_command_us", &s.hba.per_command_us),
+        ("hba.per_sge_ns", &s.hba.per_sge_ns),
+        ("hba.sg_tablesize", &s.hba.sg_tablesize),
+        ("hba.max_sectors", &s.hba.max_sectors),
+        ("hba.max_segment_kib", &s.hba.max_segment_kib),
+        ("hba.dma_mask_bits", &s.hba.dma_mask_bits),
+        ("driver.submit_us", &s.driver.submit_us),
+        ("driver.per_sge_ns", &s.driver.per_sge_ns),
+        ("driver.complete_us", &s.driver.complete_us),
+        ("disk.capacity_gb", &s.disk.capacity_gb),
+        ("disk.rpm", &s.disk.rpm),
+        ("disk.seek_read_ms", &s.disk.seek_read_ms),
+        ("disk.seek_write_ms", &s.disk.seek_write_ms),
+        ("disk.media_mb_per_s", &s.disk.media_mb_per_s),
+        ("fs.block_size", &s.fs.block_size),
+        (
+            "fs.journal_blocks_per_commit",
+            &s.fs.journal_blocks_per_commit,
+        ),
+        ("reaim.jitter_pct", &s.reaim.jitter_pct),
+    ];
+    for (path, p) in params {
+        if p.source.trim().is_empty() {
+            return Err(doc
+                .field_error(
+                    &format!("{path}.source"),
+                    "expected a citation or an assumption",
+                )
+                .into());
+        }
+    }
+    for (path, k) in [
+        ("kernels.novmerge.source", &s.kernels.novmerge),
+        ("kernels.vmerge.source", &s.kernels.vmerge),
+    ] {
+        if k.source.trim().is_empty() {
+            return Err(doc
+                .field_error(path, "expected a citation or an assumption")
+                .into());
+        }
+    }
+    Ok(())
+}
+
+fn validate(text: &str, origin: &str) -> Result<(Config, Scenario), ExperimentError> {
+    let doc = TomlDoc::parse(text, origin)?;
+    let s: Scenario = doc.deserialize()?;
+    if s.experiment != NAME {
+        return Err(doc
+            .field_error(
+                "experiment",
+                format!("expected \"{NAME}\", got \"{}\"", s.experiment),
+            )
+            .into());
+    }
+    if s.calibrated_from != CALIBRATION_ROW {
+        return Err(doc
+            .field_error(
+                "calibrated_from",
+                format!("expected \"{CALIBRATION_ROW}\" (the only row this scenario fits)"),
+            )
+            .into());
+    }
+    check_sources(&doc, &s)?;
+    let profile = PlatformProfile::bundled(&s.platform).map_err(|_| {
+        doc.field_error(
+            "platform",
+            format!(
+                "expected a bundled platform profile ({}), got \"{}\"",
+                PlatformProfile::bundled_names().join(", "),
+                s.platform
+            ),
+        )
+    })?;
+    profile.require_register_flush()?;
+    let m = &s.machine;
+    let cpus = check_int(&doc, "machine.cpus.value", m.cpus.value, 1.0, 1024.0)? as usize;
+    let page = check_int(
+        &doc,
+        "machine.page_size.value",
+        m.page_size.value,
+        4096.0,
+        65536.0,
+    )?;
+    if !page.is_power_of_two() {
+        return Err(doc
+            .field_error("machine.page_size.value", "expected a power of two")
+            .into());
+    }
+    let mem = check(
+        &doc,
+        "machine.memory_gib.value",
+        m.memory_gib.value,
+        0.25,
+        4096.0,
+    )?;
+    let slice_ms = check(
+        &doc,
+        "machine.timeslice_ms.value",
+        m.timeslice_ms.value,
+        0.1,
+        10_000.0,
+    )?;
+    let io = &s.iommu;
+    let iova_base = check_int(
+        &doc,
+        "iommu.iova_base.value",
+        io.iova_base.value,
+        0.0,
+        (1u64 << 48) as f64,
+    )?;
+    let iova_size = check_int(
+        &doc,
+        "iommu.iova_size_mib.value",
+        io.iova_size_mib.value,
+        1.0,
+        65536.0,
+    )? << 20;
+    if !iova_size.is_power_of_two() || iova_base % iova_size != 0 {
+        return Err(doc
+            .field_error(
+                "iommu.iova_size_mib.value",
+                "expected a power of two, with iommu.iova_base aligned to it",
+            )
+            .into());
+    }
+    let delayed_frees = check_int(
+        &doc,
+        "iommu.delayed_frees.value",
+        io.delayed_frees.value,
+        0.0,
+        4096.0,
+    )? as usize;
+    let h = &s.hba;
+    let bus = check(
+        &doc,
+        "hba.bus_mb_per_s.value",
+        h.bus_mb_per_s.value,
+        1.0,
+        1e6,
+    )?;
+    let per_cmd = check(
+        &doc,
+        "hba.per_command_us.value",
+        h.per_command_us.value,
+        0.0,
+        1e6,
+    )?;
+    let hba_sge = check(&doc, "hba.per_sge_ns.value", h.per_sge_ns.value, 0.0, 1e6)?;
+    let sg_tablesize = check_int(
+        &doc,
+        "hba.sg_tablesize.value",
+        h.sg_tablesize.value,
+        1.0,
+        4096.0,
+    )? as usize;
+    let max_sectors = check_int(&doc, "hba.max_sectors.value", h.max_sectors.value, 8.0, 1e6)?;
+    let max_segment = check_int(
+        &doc,
+        "hba.max_segment_kib.value",
+        h.max_segment_kib.value,
+        4.0,
+        1e6,
+    )? << 10;
+    let mask_bits = check_int(
+        &doc,
+        "hba.dma_mask_bits.value",
+        h.dma_mask_bits.value,
+        32.0,
+        64.0,
+    )? as u32;
+    let d = &s.driver;
+    let submit = check(&doc, "driver.submit_us.value", d.submit_us.value, 0.0, 1e6)?;
+    let drv_sge = check(
+        &doc,
+        "driver.per_sge_ns.value",
+        d.per_sge_ns.value,
+        0.0,
+        1e6,
+    )?;
+    let complete = check(
+        &doc,
+        "driver.complete_us.value",
+        d.complete_us.value,
+        0.0,
+        1e6,
+    )?;
+    let k = &s.disk;
+    let cap = check(
+        &doc,
+        "disk.capacity_gb.value",
+        k.capacity_gb.value,
+        0.1,
+        1e6,
+    )?;
+    let rpm = check(&doc, "disk.rpm.value", k.rpm.value, 1000.0, 30_000.0)?;
+    let seek_r = check(
+        &doc,
+        "disk.seek_read_ms.value",
+        k.seek_read_ms.value,
+        0.0,
+        100.0,
+    )?;
+    let seek_w = check(
+        &doc,
+        "disk.seek_write_ms.value",
+        k.seek_write_ms.value,
+        0.0,
+        100.0,
+    )?;
+    let media = check(
+        &doc,
+        "disk.media_mb_per_s.value",
+        k.media_mb_per_s.value,
+        1.0,
+        1e5,
+    )?;
+    let fs_block = check_int(
+        &doc,
+        "fs.block_size.value",
+        s.fs.block_size.value,
+        512.0,
+        65536.0,
+    )?;
+    if !fs_block.is_power_of_two() || fs_block > page {
+        return Err(doc
+            .field_error(
+                "fs.block_size.value",
+                "expected a power of two no larger than the page size",
+            )
+            .into());
+    }
+    let journal_blocks = check_int(
+        &doc,
+        "fs.journal_blocks_per_commit.value",
+        s.fs.journal_blocks_per_commit.value,
+        1.0,
+        1024.0,
+    )?;
+    let r = &s.reaim;
+    if r.start == 0 || r.start > MAX_USERS {
+        return Err(doc
+            .field_error("reaim.start", format!("expected 1 to {MAX_USERS}"))
+            .into());
+    }
+    if r.end < r.start || r.end > MAX_USERS {
+        return Err(doc
+            .field_error("reaim.end", format!("expected reaim.start to {MAX_USERS}"))
+            .into());
+    }
+    if r.increment == 0 {
+        return Err(doc
+            .field_error("reaim.increment", "expected at least 1")
+            .into());
+    }
+    let users: Vec<u32> = (r.start..=r.end)
+        .step_by(r.increment as usize)
+        .map(|u| u as u32)
+        .collect();
+    if users.len() > 64 {
+        return Err(doc
+            .field_error(
+                "reaim.increment",
+                "expected at most 64 user counts in the ramp",
+            )
+            .into());
+    }
+    let jitter = check(
+        &doc,
+        "reaim.jitter_pct.value",
+        r.jitter_pct.value,
+        0.0,
+        90.0,
+    )? / 100.0;
+    if r.task.is_empty() || r.task.len() > MAX_TASKS {
+        return Err(doc
+            .field_error("reaim.task", format!("expected 1 to {MAX_TASKS} tasks"))
+            .into());
+    }
+    let mut tasks = Vec::with_capacity(r.task.len());
+    for t in &r.task {
+        let bad = |what: &str| doc.field_error("reaim.task", format!("task `{}`: {what}", t.name));
+        if t.weight == 0 || t.weight > 10_000 {
+            return Err(bad("expected a weight from 1 to 10000").into());
+        }
+        if !(t.user_us.is_finite() && t.sys_us.is_finite())
+            || t.user_us < 0.0
+            || t.sys_us < 0.0
+            || t.user_us + t.sys_us > 1e8
+        {
+            return Err(bad("expected user_us and sys_us from 0 to 1e8").into());
+        }
+        if t.sync_write_kib > 1 << 20 {
+            return Err(bad("expected sync_write_kib at most 1048576").into());
+        }
+        if t.source.trim().is_empty() {
+            return Err(bad("expected a source").into());
+        }
+        tasks.push(Task {
+            name: t.name.clone(),
+            weight: t.weight,
+            user_ns: t.user_us * 1e3,
+            sys_ns: t.sys_us * 1e3,
+            sync_write_bytes: t.sync_write_kib << 10,
+        });
+    }
+    let cfg = Config {
+        cpus,
+        page,
+        mem_pages: ((mem * (1u64 << 30) as f64) as u64 / page).max(16),
+        slice_ns: (slice_ms * 1e6) as u64,
+        iova_base,
+        iova_size,
+        delayed_frees,
+        scsi: ScsiParams {
+            bus_bytes_per_s: bus * 1e6,
+            hba_per_command_ns: per_cmd * 1e3,
+            hba_per_sge_ns: hba_sge,
+            driver_submit_ns: submit * 1e3,
+            driver_per_sge_ns: drv_sge,
+            driver_complete_ns: complete * 1e3,
+            seek_read_ns: seek_r * 1e6,
+            seek_write_ns: seek_w * 1e6,
+            revolution_ns: 60e9 / rpm,
+            media_bytes_per_s: media * 1e6,
+        },
+        sg_tablesize,
+        max_transfer: max_sectors * 512,
+        max_segment,
+        mask_bits,
+        disk_bytes: (cap * 1e9) as u64,
+        fs_block,
+        journal_blocks,
+        users,
+        jitter,
+        workfile: Workfile {
+            name: r.workfile.clone(),
+            tasks,
+        },
+        profile,
+    };
+    Ok((cfg, s))
+}
+
+// ------------------------------------------------------------------------------------------
+// One run: one kernel, one user count
+// ------------------------------------------------------------------------------------------
+
+/// What one run produced.
+struct RunOut {
+    row: ReaimRow,
+    /// Children's user and system time from the workfile's CPU work only (before scaling
+    /// matters), and system time of the I/O path, s.
+    task_user: f64,
+    task_sys: f64,
+    io_sys: f64,
+    scsi: ScsiStats,
+    sba_streams: u64,
+    sba_purges: u64,
+    lock_contended: u64,
+}
+
+#[derive(Default)]
+struct Totals {
+    task_user: u64,
+    task_sys: u64,
+    io_sys: u64,
+}
+
+fn run_one(
+    cfg: &Config,
+    kernel: &Kernel,
+    users: u32,
+    scale: (f64, f64),
+    seed: u64,
+) -> Result<RunOut, ExperimentError> {
+    let mut sim = Sim::new(SimConfig {
+        cpus: cfg.cpus,
+        seed,
+    })?;
+    let h = sim.handle().clone();
+    let mut sba_cfg = SbaIommuConfig::new(
+        DomainId(1),
+        cfg.iova_base,
+        cfg.iova_size,
+        cfg.page.min(1 << 16),
+    );
+    sba_cfg.merge = kernel.sba_coalesce;
+    sba_cfg.delayed_frees = cfg.delayed_frees;
+    let sba = Arc::new(SbaIommu::new(sba_cfg).map_err(|e| ExperimentError::Model(e.to_string()))?);
+    let dev = Device::new(1, cfg.mask_bits)
+        .and_then(|d| d.with_max_segment_size(cfg.max_segment))
+        .map_err(|e| ExperimentError::Model(e.to_string()))?;
+    let limits = QueueLimits {
+        max_segments: cfg.sg_tablesize,
+        max_segment_size: cfg.max_segment,
+        max_transfer: cfg.max_transfer,
+        virt_merge_granule: kernel.block_virt_merge.then_some(cfg.page.min(1 << 16)),
+    };
+    let sync = &cfg.profile.sync;
+    let lock = SpinParams {
+        acquire_ns: sync.lock_acquire_release.ns().round() as u64,
+        release_ns: 0,
+        handoff_ns: sync.lock_handoff.ns().round() as u64,
+    };
+    let purge_ns = cfg.profile.require_register_flush()?.flush_duration.ns();
+    let host = ScsiHost::start(
+        &h,
+        cfg.scsi,
+        limits,
+        sba.clone(),
+        dev,
+        cfg.profile.cpu_cost_model(),
+        purge_ns,
+        lock,
+    )?;
+    let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
+    let totals: Rc<RefCell<Totals>> = Rc::new(RefCell::new(Totals::default()));
+    let errors: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
+    let wf = Rc::new(cfg.workfile.clone());
+    // Journal area: the last 1% of the disk, written sequentially.
+    let journal_base = (cfg.disk_bytes / 100 * 99) / cfg.fs_block * cfg.fs_block;
+    let journal_len = (cfg.disk_bytes / 100).max(cfg.fs_block * 1024);
+    let journal_cursor = Rc::new(RefCell::new(0u64));
+    for child in 0..users {
+        let (wf, host, results, totals, errors, journal_cursor) = (
+            wf.clone(),
+            host.clone(),
+            results.clone(),
+            totals.clone(),
+            errors.clone(),
+            journal_cursor.clone(),
+        );
+        let c = cfg.clone();
+        // The child's clock starts at its fork, not at its first run.
+        let start = h.now();
+        sim.spawn_on(child as usize % cfg.cpus, move |ctx| async move {
+            let mut slicer = Slicer::new(c.slice_ns);
+            let mut job = wf.job();
+            // re-aim runs the job's tasks in a random order per child.
+            for i in (1..job.len()).rev() {
+                let j = ctx.rng().below(i as u64 + 1) as usize;
+                job.swap(i, j);
+            }
+            let (mut user, mut sys) = (0u64, 0u64);
+            for ti in job {
+                let t = &wf.tasks[ti];
+                let f = 1.0 + c.jitter * (2.0 * ctx.rng().next_f64() - 1.0);
+                let u = (t.user_ns * scale.0 * f).round() as u64;
+                let s = (t.sys_ns * scale.1 * f).round() as u64;
+                slicer.spend(&ctx, u, Account::User).await;
+                slicer.spend(&ctx, s, Account::System).await;
+                user += u;
+                sys += s;
+                {
+                    let mut tt = totals.borrow_mut();
+                    tt.task_user += u;
+                    tt.task_sys += s;
+                }
+                if t.sync_write_bytes > 0 {
+                    // The file's page-cache pages: scattered page frames.
+                    let pages = t.sync_write_bytes.div_ceil(c.page);
+                    let mut pieces = Vec::with_capacity(pages as usize);
+                    let mut left = t.sync_write_bytes;
+                    for _ in 0..pages {
+                        // RAM sits at 4 GiB and up, away from the IOV window (scenario).
+                        let pfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
+                        let len = left.min(c.page);
+                        pieces.push(Piece {
+                            pa: page_addr(pfn, c.page),
+                            len,
+                        });
+                        left -= len;
+                    }
+                    let blocks = c.disk_bytes / c.fs_block - 1024;
+                    let offset = ctx.rng().below(blocks * 9 / 10) * c.fs_block;
+                    // fsync (ext3, data=ordered): the data, then the journal blocks (each a
+                    // buffer in its own page), then the commit block.
+                    let mut jpieces = Vec::new();
+                    for _ in 0..c.journal_blocks {
+                        let pfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
+                        let off = ctx.rng().below(c.page / c.fs_block) * c.fs_block;
+                        jpieces.push(Piece {
+                            pa: iolab_iommu::addr::PhysAddr::new(
+                                page_addr(pfn, c.page).get() + off,
+                            ),
+                            len: c.fs_block,
+                        });
+                    }
+                    let cpfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
+                    let commit = [Piece {
+                        pa: page_addr(cpfn, c.page),
+                        len: c.fs_block,
+                    }];
+                    let jblocks = (c.journal_blocks + 1) * c.fs_block;
+                    let joff = {
+                        let mut cur = journal_cursor.borrow_mut();
+                        if *cur + jblocks > journal_len {
+                            *cur = 0;
+                        }
+                        let o = journal_base + *cur;
+                        *cur += jblocks;
+                        o
+                    };
+                    let mut io_sys = 0u64;
+                    for (off, list) in [
+                        (offset, pieces.as_slice()),
+                        (joff, jpieces.as_slice()),
+                        (joff + c.journal_blocks * c.fs_block, commit.as_slice()),
+                    ] {
+                        match host.write(&ctx, off, list).await {
+                            Ok(cpu) => io_sys += cpu.sys_ns,
+                            Err(e) => {
+                                errors.borrow_mut().get_or_insert(e.to_string());
+                                return;
+                            }
+                        }
+                    }
+                    slicer.charge(io_sys);
+                    sys += io_sys;
+                    totals.borrow_mut().io_sys += io_sys;
+                }
+            }
+            results.borrow_mut().push(ChildResult {
+                elapsed_ns: (ctx.now() - start).as_ns(),
+                user_ns: user,
+                sys_ns: sys,
+            });
+        })?;
+    }
+    let report = sim.run()?;
+    if let Some(e) = errors.borrow_mut().take() {
+        return Err(ExperimentError::Model(e));
+    }
+    let kids = results.borrow().clone();
+    if kids.len() != users as usize {
+        return Err(ExperimentError::Model(format!(
+            "{} of {users} children finished",
+            kids.len()
+        )));
+    }
+    if host.live_mappings() != 0 {
+        return Err(ExperimentError::Model(format!(
+            "{} IOMMU mappings leaked after the run",
+            host.live_mappings()
+        )));
+    }
+    let contended = report.spin_lock("sba_res_lock").map_or(0, |l| l.contended);
+    let parent = kids.iter().map(|k| k.elapsed_ns).max().unwrap_or(0);
+    debug_assert!(report.is_conserved());
+    let row = ReaimRow::from_children(&kids, parent, cfg.workfile.weight_sum())
+        .ok_or_else(|| ExperimentError::Model("empty run".into()))?;
+    let t = totals.borrow();
+    let st = sba.stats();
+    Ok(RunOut {
+        row,
+        task_user: t.task_user as f64 * 1e-9,
+        task_sys: t.task_sys as f64 * 1e-9,
+        io_sys: t.io_sys as f64 * 1e-9,
+        scsi: host.stats(),
+        sba_streams: st.streams,
+        sba_purges: st.purges,
+        lock_contended: contended,
+    })
+}
+
+fn mean_rows(rows: &[ReaimRow]) -> ReaimRow {
+    let n = rows.len().max(1) as f64;
+    let avg = |f: fn(&ReaimRow) -> f64| rows.iter().map(f).sum::<f64>() / n;
+    ReaimRow {
+        forked: rows.first().map_or(0, |r| r.forked),
+        parent_time: avg(|r| r.parent_time),
+        child_sys: avg(|r| r.child_sys),
+        child_user: avg(|r| r.child_user),
+        jpm: avg(|r| r.jpm),
+        jpm_per_child: avg(|r| r.jpm_per_child),
+        std_dev_time: avg(|r| r.std_dev_time),
+        std_dev_pct: avg(|r| r.std_dev_pct),
+        jti: (rows.iter().map(|r| f64::from(r.jti)).sum::<f64>() / n).round() as u32,
+    }
+}
+
 /// Runs a scenario file of this experiment.
 pub fn run_scenario(
-    _text: &str,
-    _origin: &str,
-    _options: &ExperimentOptions,
+    text: &str,
+    origin: &str,
+    options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
-    Err(ExperimentError::NotImplemented { name: NAME })
+    let (cfg, sc) = validate(text, origin)?;
+    let runs = options.runs.max(1);
+
+    // Calibration: fit the user and system scale of the workfile's per-task CPU costs so the
+    // no-vmerge kernel at 100 users reproduces the published child UTime and SysTime. Child
+    // times are sums of the scaled spends (plus the I/O path's system time, which is not
+    // scaled), so one probe run at scale 1 gives the fit.
+    let (cal_users, _, cal_sys, cal_user, _, _) = PUB_NOVMERGE[0];
+    let probe = run_one(
+        &cfg,
+        &sc.kernels.novmerge,
+        cal_users,
+        (1.0, 1.0),
+        options.seed,
+    )?;
+    let user_scale = cal_user / probe.task_user;
+    let sys_scale = ((cal_sys - probe.io_sys) / probe.task_sys).max(0.0);
+
+    let mut rows: [Vec<ReaimRow>; 2] = [Vec::new(), Vec::new()];
+    let mut mech: [Vec<(ScsiStats, u64, u64, u64)>; 2] = [Vec::new(), Vec::new()];
+    for &u in &cfg.users {
+        for (k, kernel) in [&sc.kernels.novmerge, &sc.kernels.vmerge]
+            .into_iter()
+            .enumerate()
+        {
+            let mut per = Vec::new();
+            let mut last = None;
+            for r in 0..runs {
+                // Same seed for both kernels at a user count: common random numbers.
+                let seed = options
+                    .seed
+                    .wrapping_add(u64::from(u) * 1000 + u64::from(r));
+                let out = run_one(&cfg, kernel, u, (user_scale, sys_scale), seed)?;
+                per.push(out.row);
+                last = Some(out);
+            }
+            rows[k].push(mean_rows(&per));
+            if let Some(o) = last {
+                mech[k].push((o.scsi, o.sba_streams, o.sba_purges, o.lock_contended));
+            }
+        }
+    }
+
+    // Report text.
+    let mut text_out = String::new();
+    let pub_of = |k: usize, users: u32| {
+        let t = if k == 0 { &PUB_NOVMERGE } else { &PUB_VMERGE };
+        t.iter().find(|r| r.0 == users).copied()
+    };
+    for (k, label) in [
+        (
+            0,
+            "#define BIO_VMERGE_BOUNDARY     0 /* (ia64_max_iommu_merge_mask + 1) */",
+        ),
+        (
+            1,
+            "#define BIO_VMERGE_BOUNDARY     (ia64_max_iommu_merge_mask + 1)",
+        ),
+    ] {
+        let published: Vec<Option<f64>> = rows[k]
+            .iter()
+            .map(|r| pub_of(k, r.forked).map(|p| p.4))
+            .collect();
+        let _ = writeln!(text_out, "{label}");
+        let _ = writeln!(
+            text_out,
+            "reaim -f workfile.{} -s{} -e {} -i {}",
+            cfg.workfile.name, sc.reaim.start, sc.reaim.end, sc.reaim.increment
+        );
+        text_out.push('\n');
+        text_out.push_str(&reaim::format_table(&rows[k], &published));
+        let pmax = if k == 0 { 5661.19 } else { 5684.46 };
+        let _ = writeln!(text_out, "[published Max Jobs per Minute {pmax:.2}]\n");
+    }
+    let _ = writeln!(text_out, "Deltas (vmerge vs no vmerge), jobs per minute:");
+    let _ = writeln!(
+        text_out,
+        "{:<8} {:>12} {:>12} {:>10} {:>12}",
+        "users", "novmerge", "vmerge", "lab", "published"
+    );
+    for (a, b) in rows[0].iter().zip(&rows[1]) {
+        let lab = (b.jpm - a.jpm) / a.jpm * 100.0;
+        let p = match (pub_of(0, a.forked), pub_of(1, a.forked)) {
+            (Some(x), Some(y)) => format!("{:+.2}%", (y.4 - x.4) / x.4 * 100.0),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            text_out,
+            "{:<8} {:>12.2} {:>12.2} {:>+9.3}% {:>12}",
+            a.forked, a.jpm, b.jpm, lab, p
+        );
+    }
+    let _ = writeln!(text_out, "\nMechanism (last run per user count):");
+    let _ = writeln!(
+        text_out,
+        "{:<9} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>9} {:>9}",
+        "kernel",
+        "users",
+        "requests",
+        "pieces",
+        "hw_segs",
+        "dma_segs",
+        "sba_strms",
+        "purges",
+        "iommu_ms",
+        "lock_cont",
+        "disk_util"
+    );
+    for (k, name) in [(0, "novmerge"), (1, "vmerge")] {
+        for (r, (s, streams, purges, cont)) in rows[k].iter().zip(&mech[k]) {
+            let _ = writeln!(
+                text_out,
+                "{:<9} {:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10.1} {:>9} {:>8.1}%",
+                name,
+                r.forked,
+                s.requests,
+                s.pieces,
+                s.hw_segments,
+                s.dma_segments,
+                streams,
+                purges,
+                s.iommu_cpu_ns as f64 * 1e-6,
+                cont,
+                s.disk_busy_ns as f64 * 1e-9 / r.parent_time * 100.0
+            );
+        }
+    }
+
+    // Figures and effects.
+    let mut figures = Vec::new();
+    for (k, kname) in [(0, "novmerge"), (1, "vmerge")] {
+        for r in &rows[k] {
+            let p = pub_of(k, r.forked);
+            let id = format!("{kname}.users{}", r.forked);
+            let role = if id == CALIBRATION_ROW {
+                Role::Calibration
+            } else {
+                Role::Prediction
+            };
+            let mut fig = |suffix: &str, unit: &str, published: Option<f64>, lab: f64| {
+                figures.push(Figure {
+                    id: format!("{id}{suffix}"),
+                    unit: unit.into(),
+                    published,
+                    lab,
+                    role,
+                });
+            };
+            fig("", "jobs/min", p.map(|p| p.4), r.jpm);
+            fig(".parent_time", "s", p.map(|p| p.1), r.parent_time);
+            fig(".child_sys", "s", p.map(|p| p.2), r.child_sys);
+            fig(".child_user", "s", p.map(|p| p.3), r.child_user);
+            fig(".jti", "JTI", p.map(|p| f64::from(p.5)), f64::from(r.jti));
+        }
+        let max = rows[k].iter().map(|r| r.jpm).fold(0.0, f64::max);
+        figures.push(Figure {
+            id: format!("{kname}.max"),
+            unit: "jobs/min".into(),
+            published: Some(if k == 0 { 5661.19 } else { 5684.46 }),
+            lab: max,
+            role: Role::Prediction,
+        });
+    }
+    let mut effects = Vec::new();
+    for (a, b) in rows[0].iter().zip(&rows[1]) {
+        if let (Some(x), Some(y)) = (pub_of(0, a.forked), pub_of(1, a.forked)) {
+            effects.push(Effect {
+                id: format!("users{}", a.forked),
+                published_pct: (y.4 - x.4) / x.4 * 100.0,
+                lab_pct: (b.jpm - a.jpm) / a.jpm * 100.0,
+            });
+        }
+    }
+    let max0 = rows[0].iter().map(|r| r.jpm).fold(0.0, f64::max);
+    let max1 = rows[1].iter().map(|r| r.jpm).fold(0.0, f64::max);
+    effects.push(Effect {
+        id: "max".into(),
+        published_pct: (5684.46 - 5661.19) / 5661.19 * 100.0,
+        lab_pct: (max1 - max0) / max0 * 100.0,
+    });
+
+    let calibrated = vec![
+        Calibrated {
+            parameter: "reaim.task.user_us (common scale factor)".into(),
+            value: user_scale,
+            fitted_to: vec![format!("{CALIBRATION_ROW}.child_user")],
+        },
+        Calibrated {
+            parameter: "reaim.task.sys_us (common scale factor)".into(),
+            value: sys_scale,
+            fitted_to: vec![format!("{CALIBRATION_ROW}.child_sys")],
+        },
+    ];
+
+    let mut notes = vec![
+        format!(
+            "Calibrated from {CALIBRATION_ROW}: the workfile's per-task user and system CPU costs are scaled by {user_scale:.4} and {sys_scale:.4} so that row's Child UTime and SysTime match; parent time, jobs/min, JTI and every other row and the vmerge kernel are predictions."
+        ),
+        format!(
+            "Kernels: novmerge = block virt merge {}, SBA coalescing {}; vmerge = block virt merge {}, SBA coalescing {}. Linux 2.6.0's sba_map_sg coalesces whatever BIO_VMERGE_BOUNDARY says; set kernels.novmerge.sba_coalesce = true to model that (the two kernels then differ only for requests that reach sg_tablesize, which this workfile never issues, and the runs are identical).",
+            sc.kernels.novmerge.block_virt_merge, sc.kernels.novmerge.sba_coalesce,
+            sc.kernels.vmerge.block_virt_merge, sc.kernels.vmerge.sba_coalesce
+        ),
+        "The new_dbase workfile's task list and weights were not found in a public source; the mix is approximated from AIM7's documented tasks with weights summing to 103 (the published rows all satisfy JPM * parent time / (60 * users) = 103.0). Per-task CPU costs are relative assumptions scaled by the calibration.".into(),
+        "The published vmerge gain at 100 users (+1.4%) comes with 1.2% less child user time, which no DMA-path mechanism touches: the lab does not reproduce that part and treats it as run-to-run variation.".into(),
+    ];
+    let jti_lab: Vec<u32> = rows[0].iter().chain(&rows[1]).map(|r| r.jti).collect();
+    if jti_lab.iter().any(|&j| j > 96) {
+        notes.push(format!(
+            "JTI: lab {:?} vs published 95-96. Children are pinned round-robin to CPUs with equal work and a fair time-slicer, so they finish closer together than under the 2.6.0 O(1) scheduler (interactivity bonuses, load balancing); the spread comes only from task-cost jitter and I/O waits.",
+            jti_lab
+        ));
+    }
+
+    Ok(ExperimentReport {
+        name: NAME.into(),
+        title: "HP zx1 SBA IOMMU, LSI 53c1030 + ST373453LC, ext3: re-aim-7 new_dbase, BIO_VMERGE_BOUNDARY 0 vs merge mask + 1".into(),
+        runs,
+        figures,
+        effects,
+        calibrated,
+        report_text: text_out,
+        notes,
+    })
 }

@@ -1,3 +1,4 @@
 //! Workloads: fio-, bonnie++-, re-aim- and netperf-like drivers and their output formats.
 pub mod bonnie;
 pub mod fio;
+pub mod reaim;

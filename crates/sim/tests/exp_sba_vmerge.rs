@@ -1,0 +1,189 @@
+//! The sba-vmerge experiment: scenario validation, the re-aim output format, determinism,
+//! the report's ids, and the mechanism claims.
+
+use iolab_sim::experiment::{ExperimentOptions, Role};
+use iolab_sim::experiments::{sba_vmerge, ExperimentError};
+use iolab_sim::tomlfile::InputError;
+use iolab_sim::workloads::reaim::parse_table;
+
+fn short() -> String {
+    sba_vmerge::BUNDLED_SCENARIO
+        .replace("start = 100", "start = 10")
+        .replace("end = 500", "end = 20")
+        .replace("increment = 100", "increment = 10")
+}
+
+fn run(text: &str) -> Result<iolab_sim::experiment::ExperimentReport, ExperimentError> {
+    sba_vmerge::run_scenario(text, "test.toml", &ExperimentOptions::default())
+}
+
+fn field_of(err: ExperimentError) -> String {
+    match err {
+        ExperimentError::Input(InputError::Field { field, .. }) => field,
+        other => panic!("expected a field error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_zero_sg_tablesize_is_rejected_by_name() {
+    let text = short().replace(
+        "sg_tablesize = { value = 40,",
+        "sg_tablesize = { value = 0,",
+    );
+    assert_eq!(field_of(run(&text).unwrap_err()), "hba.sg_tablesize.value");
+}
+
+#[test]
+fn a_wrong_type_and_an_unknown_field_are_named() {
+    let text = short().replace("rpm = { value = 15000,", "rpm = { value = \"fast\",");
+    assert!(field_of(run(&text).unwrap_err()).starts_with("disk.rpm"));
+    let text = short().replace("[disk]\n", "[disk]\nheads = 4\n");
+    let err = run(&text).unwrap_err();
+    assert!(err.is_bad_input());
+    assert!(err.to_string().contains("heads"), "{err}");
+}
+
+#[test]
+fn a_missing_source_and_a_bad_ramp_are_named() {
+    let text = short().replacen(
+        "source = \"Seagate Cheetah 15K.3 data sheet: average seek 3.6 ms read\"",
+        "source = \"\"",
+        1,
+    );
+    assert_eq!(
+        field_of(run(&text).unwrap_err()),
+        "disk.seek_read_ms.source"
+    );
+    let text = short().replace("end = 20", "end = 5");
+    assert_eq!(field_of(run(&text).unwrap_err()), "reaim.end");
+    let text = short().replace(
+        "calibrated_from = \"novmerge.users100\"",
+        "calibrated_from = \"vmerge.users500\"",
+    );
+    assert_eq!(field_of(run(&text).unwrap_err()), "calibrated_from");
+}
+
+#[test]
+fn the_report_prints_two_reaim_tables_in_column_order() {
+    let r = run(&short()).unwrap();
+    let rows = parse_table(&r.report_text);
+    assert_eq!(rows.len(), 4, "{}", r.report_text);
+    assert_eq!(
+        rows.iter().map(|r| r.forked).collect::<Vec<_>>(),
+        vec![10, 20, 10, 20]
+    );
+    for row in &rows {
+        // Jobs per Minute = N * 103 * 60 / parent time; Jobs/min/Child = JPM / N.
+        let jpm = f64::from(row.forked) * 103.0 * 60.0 / row.parent_time;
+        assert!((row.jpm - jpm).abs() / jpm < 1e-3, "{row:?}");
+        assert!((row.jpm_per_child - row.jpm / f64::from(row.forked)).abs() < 0.01);
+        // JTI = 100 - Std_dev Percent, truncated.
+        assert!(
+            row.jti == (100.0 - row.std_dev_pct).floor() as u32
+                || row.jti + 1 == (100.0 - row.std_dev_pct).floor() as u32 + 1
+        );
+    }
+    assert!(r.report_text.contains("Max Jobs per Minute"));
+    assert!(r
+        .report_text
+        .contains("Num     Parent   Child   Child  Jobs per   Jobs/min/  Std_dev  Std_dev  JTI"));
+}
+
+#[test]
+fn same_seed_same_report() {
+    let a = run(&short()).unwrap();
+    let b = run(&short()).unwrap();
+    assert_eq!(a.report_text, b.report_text);
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+}
+
+#[test]
+fn the_bundled_run_has_every_id_and_marks_the_calibration_row() {
+    let r = sba_vmerge::run_scenario(
+        sba_vmerge::BUNDLED_SCENARIO,
+        "bundled",
+        &ExperimentOptions::default(),
+    )
+    .unwrap();
+    let json = serde_json::to_value(&r).unwrap();
+    let fig_ids: Vec<&str> = json["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    for k in ["novmerge", "vmerge"] {
+        for u in [100, 200, 300, 400, 500] {
+            for s in ["", ".parent_time", ".child_sys", ".child_user", ".jti"] {
+                let id = format!("{k}.users{u}{s}");
+                assert!(fig_ids.contains(&id.as_str()), "missing {id}");
+            }
+        }
+        assert!(fig_ids.contains(&format!("{k}.max").as_str()));
+    }
+    let eff_ids: Vec<&str> = r.effects.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        eff_ids,
+        vec!["users100", "users200", "users300", "users400", "users500", "max"]
+    );
+    for f in &r.figures {
+        let want = if f.id.starts_with("novmerge.users100") {
+            Role::Calibration
+        } else {
+            Role::Prediction
+        };
+        assert_eq!(f.role, want, "{}", f.id);
+    }
+    assert_eq!(r.calibrated.len(), 2);
+    // Mechanism: with one disk behind an efficient HBA, virtual merging moves throughput by
+    // less than 1%, in the gain direction.
+    for e in &r.effects {
+        assert!(e.lab_pct.abs() < 1.0 && e.lab_pct >= -0.05, "{e:?}");
+    }
+}
+
+/// The mechanism table's rows: (kernel, users, requests, hw segments, DMA segments, disk
+/// utilisation %).
+fn mechanism(text: &str) -> Vec<(String, u32, u64, u64, u64, f64)> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("Mechanism"))
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            if c.len() != 11 || !(c[0] == "novmerge" || c[0] == "vmerge") {
+                return None;
+            }
+            Some((
+                c[0].to_owned(),
+                c[1].parse().ok()?,
+                c[2].parse().ok()?,
+                c[4].parse().ok()?,
+                c[5].parse().ok()?,
+                c[10].trim_end_matches('%').parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn vmerge_gives_fewer_dma_segments_for_the_same_requests_and_the_cpu_is_the_bottleneck() {
+    let r = run(&short()).unwrap();
+    let m = mechanism(&r.report_text);
+    assert_eq!(m.len(), 4);
+    for u in [10, 20] {
+        let no = m.iter().find(|x| x.0 == "novmerge" && x.1 == u).unwrap();
+        let vm = m.iter().find(|x| x.0 == "vmerge" && x.1 == u).unwrap();
+        assert_eq!(no.2, vm.2, "same requests (none reaches sg_tablesize)");
+        assert!(vm.4 < no.4, "fewer DMA segments with vmerge");
+        assert!(vm.3 < no.3, "fewer hw segments counted with vmerge");
+        assert!(no.5 < 100.0 && vm.5 < 100.0, "the disk is not saturated");
+    }
+    // CPU-bound: children's CPU time fills most of the 2 CPUs over the parent time, never
+    // more (within the table's two-decimal rounding).
+    for row in parse_table(&r.report_text) {
+        let busy = (row.child_sys + row.child_user) / (2.0 * row.parent_time);
+        assert!(busy <= 1.005 && busy > 0.85, "{row:?} busy {busy}");
+    }
+}
