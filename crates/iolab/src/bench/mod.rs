@@ -7,6 +7,7 @@
 mod harness;
 mod iolab_side;
 mod peers;
+mod sim_side;
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,21 @@ pub struct BenchRecord {
     /// For command-queue benchmarks: commands issued per second by all threads together.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commands_per_sec: Option<f64>,
+    /// For `sim/...` rows: simulated I/Os per second of host time (`ns_per_op` is host ns
+    /// per simulated I/O).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim_ios_per_host_sec: Option<f64>,
+    /// For `sim/...` rows: host wall-clock ns per simulated I/O (`ns_per_op` is the
+    /// thread's on-CPU time per simulated I/O).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_ns_per_op: Option<f64>,
+    /// For `sim/...` rows: the simulated I/Os the timed run completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_ios: Option<u64>,
+    /// For the `sim/...` row run with 1 TiB of simulated RAM: the process's peak resident
+    /// memory during that run, MB (see `sim_side::run_row`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mb: Option<f64>,
     /// Exact work counted per operation by the stack (for example tree nodes visited),
     /// averaged over the timed operations; absent for peers, which count nothing.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -116,6 +132,12 @@ pub fn run_all(sampling: Sampling) -> BenchReport {
         r.commands_per_sec = Some((threads as f64 * commands_per_call * 1e9 / ns).round());
         results.push(r);
     }
+    for row in sim_side::sim_rows(sampling.quick) {
+        match row {
+            Ok(f) => results.push(sim_record(&f)),
+            Err(e) => eprintln!("iolab bench: sim/{}: {e}", sim_side::SCENARIO),
+        }
+    }
     BenchReport { sampling, results }
 }
 
@@ -136,8 +158,26 @@ fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure])
             })
             .collect(),
         commands_per_sec: None,
+        sim_ios_per_host_sec: None,
+        simulated_ios: None,
+        wall_ns_per_op: None,
+        peak_rss_mb: None,
         work_per_op: work.into_iter().collect(),
     }
+}
+
+fn sim_record(f: &sim_side::SimFigure) -> BenchRecord {
+    let mut r = record(
+        format!("sim/{}/{}", sim_side::SCENARIO, f.cpus),
+        f.ns_per_io,
+        Vec::new(),
+        &[],
+    );
+    r.simulated_ios = Some(f.ios);
+    r.wall_ns_per_op = Some(round2(f.wall_ns_per_io));
+    r.sim_ios_per_host_sec = Some(f.ios_per_host_sec.round());
+    r.peak_rss_mb = f.peak_rss_mb.map(round2);
+    r
 }
 
 fn round2(x: f64) -> f64 {
@@ -173,9 +213,13 @@ pub fn render_text(report: &BenchReport) -> String {
             .speedup_vs_peer
             .map(|v| format!("{v:.1}x"))
             .unwrap_or_else(|| "-".into());
-        let peer_name = match r.commands_per_sec {
-            Some(c) => format!("({:.2} M commands/s)", c / 1e6),
-            None => r.peer.clone().unwrap_or_else(|| "-".into()),
+        let peer_name = match (r.commands_per_sec, r.sim_ios_per_host_sec) {
+            (Some(c), _) => format!("({:.2} M commands/s)", c / 1e6),
+            (None, Some(s)) => match r.peak_rss_mb {
+                Some(m) => format!("({:.2} M sim IO/s, {m:.0} MB)", s / 1e6),
+                None => format!("({:.2} M sim IO/s)", s / 1e6),
+            },
+            (None, None) => r.peer.clone().unwrap_or_else(|| "-".into()),
         };
         let _ = writeln!(
             out,

@@ -1,0 +1,169 @@
+//! The lab's own speed: how many simulated I/Os the deterministic lab runs per second of host
+//! time, and how much host memory a large simulated machine takes.
+//!
+//! Each row runs the smmuv3-cmdq experiment's machinery unchanged (fio 4 KiB random reads on
+//! one NVMe SSD, every I/O mapped and unmapped through a strict `dma::Domain` with an LPAE
+//! table, the Linux IOVA tree behind per-CPU magazines, and the lock-free SMMUv3 command
+//! queue, on the HiSilicon D05 profile), through its public `run_results` entry point with a
+//! generated one-row scenario: one fio job per virtual CPU, iodepth 32. A short pilot run
+//! measures the simulated I/O rate so that the timed run simulates about the requested
+//! number of I/Os whatever the CPU count. The engine is single-threaded, so host time is the
+//! on-CPU time of the running thread (`utime + stime` of /proc/thread-self/stat, 10 ms
+//! ticks), which does not count time the loaded host gave to other processes; the wall
+//! time is reported beside it.
+
+use std::time::Instant;
+
+use iolab_iommu::mem::PhysMemory;
+use iolab_sim::experiment::ExperimentOptions;
+use iolab_sim::experiments::smmuv3_cmdq;
+
+/// The scenario name used in the row names.
+pub const SCENARIO: &str = "nvme-randread-strict";
+
+/// Virtual CPU counts the rows are run at.
+pub const CPU_COUNTS: [usize; 4] = [1, 16, 64, 256];
+
+/// The CPU count at which peak memory is measured (with 1 TiB of simulated RAM).
+pub const RSS_CPUS: usize = 64;
+
+/// One row's result.
+#[derive(Debug, Clone)]
+pub struct SimFigure {
+    /// Virtual CPUs.
+    pub cpus: usize,
+    /// Simulated I/Os (DMA maps, one per I/O) in the timed run.
+    pub ios: u64,
+    /// Host nanoseconds (on-CPU time of the thread) per simulated I/O.
+    pub ns_per_io: f64,
+    /// Host wall-clock nanoseconds per simulated I/O (includes time the loaded host gave to
+    /// other processes).
+    pub wall_ns_per_io: f64,
+    /// Simulated I/Os per host (on-CPU) second.
+    pub ios_per_host_sec: f64,
+    /// Peak resident memory of the process during the run, MB (10^6 bytes), if measured.
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// The generated one-row scenario: the bundled scenario's parameter sections and one NVMe
+/// row with `cpus` virtual CPUs, one job per CPU.
+fn scenario(cpus: usize, runtime_ms: u64) -> String {
+    let bundled = smmuv3_cmdq::BUNDLED_SCENARIO;
+    let params = bundled.split("[[rows]]").next().unwrap_or(bundled);
+    let params = params.replace(
+        "calibrated_from = \"d05_sas8.off\"",
+        "calibrated_from = \"lab.lockfree\"",
+    );
+    format!(
+        "{params}[[rows]]\nid = \"lab\"\nlabel = \"lab speed\"\nplatform = \"hisilicon-d05\"\n\
+         device = \"nvme\"\ncpus = {cpus}\nmodes = [\"lockfree\"]\n\
+         fio = {{ rw = \"randread\", bs = 4096, iodepth = 32, numjobs = {cpus}, first_cpu = 0, \
+         runtime_ms = {runtime_ms}, ramp_ms = 1, size_gib = 100, source = \"iolab bench: lab speed\" }}\n"
+    )
+}
+
+/// This thread's CPU time (user + system) in seconds, from /proc/thread-self/stat, if
+/// readable. Linux reports it in clock ticks of 1/100 s (USER_HZ on every mainstream
+/// architecture).
+fn thread_cpu_secs() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let rest = s.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// Runs the scenario once; returns (simulated I/Os, host CPU seconds, wall seconds). The CPU
+/// seconds fall back to the wall seconds if /proc cannot be read.
+fn run_once(cpus: usize, runtime_ms: u64) -> Result<(u64, f64, f64), String> {
+    let text = scenario(cpus, runtime_ms);
+    let options = ExperimentOptions { runs: 1, seed: 1 };
+    let cpu0 = thread_cpu_secs();
+    let start = Instant::now();
+    let res = smmuv3_cmdq::run_results(&text, "iolab bench (generated)", &options)
+        .map_err(|e| e.to_string())?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = match (cpu0, thread_cpu_secs()) {
+        (Some(a), Some(b)) if b > a => b - a,
+        _ => wall,
+    };
+    let ios = res.cells.first().map(|c| c.dma.maps).unwrap_or(0);
+    Ok((ios, cpu, wall))
+}
+
+/// Reads a `Vm...:  N kB` line of /proc/self/status, in bytes.
+fn status_kb(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets the process's peak-RSS mark (`echo 5 > /proc/self/clear_refs`, Linux 4.0+).
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Runs one row: a pilot to find the simulated I/O rate, then a timed run of about
+/// `target_ios` I/Os. With `measure_rss`, 1 TiB of simulated RAM is created for the run and
+/// the process's peak RSS during it is reported: the peak mark is reset before the run
+/// (clear_refs) so VmHWM afterwards is the run's own peak (it includes the process's
+/// baseline: binary, libraries, allocator). If the reset is refused, the VmHWM delta over
+/// the run is reported instead (a lower bound).
+pub fn run_row(cpus: usize, target_ios: u64, measure_rss: bool) -> Result<SimFigure, String> {
+    let pilot_ms = 3;
+    let (pilot_ios, _, _) = run_once(cpus, pilot_ms)?;
+    let per_ms = (pilot_ios as f64 / (pilot_ms + 1) as f64).max(1.0);
+    let runtime_ms = ((target_ios as f64 / per_ms).ceil() as u64).clamp(1, 10_000);
+
+    let hwm_before = status_kb("VmHWM");
+    let reset = measure_rss && reset_peak_rss();
+    let memory = if measure_rss {
+        Some(PhysMemory::new(1 << 40).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let (ios, secs, wall) = run_once(cpus, runtime_ms)?;
+    let peak = if measure_rss {
+        let after = status_kb("VmHWM");
+        match (reset, after, hwm_before) {
+            (true, Some(a), _) => Some(a as f64 / 1e6),
+            (false, Some(a), Some(b)) => Some(a.saturating_sub(b) as f64 / 1e6),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    drop(memory);
+    let ios = ios.max(1);
+    Ok(SimFigure {
+        cpus,
+        ios,
+        ns_per_io: secs * 1e9 / ios as f64,
+        wall_ns_per_io: wall * 1e9 / ios as f64,
+        ios_per_host_sec: ios as f64 / secs.max(1e-9),
+        peak_rss_mb: peak,
+    })
+}
+
+/// Every row: about 50,000 simulated I/Os each when `quick`, 500,000 otherwise.
+pub fn sim_rows(quick: bool) -> Vec<Result<SimFigure, String>> {
+    let target = if quick { 50_000 } else { 500_000 };
+    CPU_COUNTS
+        .iter()
+        .map(|&cpus| run_row(cpus, target, cpus == RSS_CPUS))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generated_scenario_runs_and_counts_ios() {
+        let f = run_row(4, 500, false).expect("runs");
+        assert!(f.ios >= 100, "{f:?}");
+        assert!(f.ns_per_io > 0.0 && f.ios_per_host_sec > 0.0);
+    }
+}
