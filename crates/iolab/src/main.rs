@@ -2,6 +2,7 @@
 //! 0 success, 1 run failure, 2 bad input.
 
 mod bench;
+mod calibrate;
 mod reproduce;
 
 use std::process::ExitCode;
@@ -67,6 +68,21 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Measure the stack's step costs on this host and write a `host` platform profile.
+    Calibrate {
+        /// Write the profile to this file (default: standard output).
+        #[arg(short = 'o', long = "output")]
+        output: Option<std::path::PathBuf>,
+        /// Overwrite the output file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// Fewer, shorter samples (a smoke run; figures are noisier).
+        #[arg(long)]
+        quick: bool,
+        /// The bundled profile the costs the host cannot measure are copied from.
+        #[arg(long, default_value = calibrate::DEFAULT_BASE)]
+        base: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -110,5 +126,11 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Calibrate {
+            output,
+            force,
+            quick,
+            base,
+        } => calibrate::run(output.as_deref(), force, quick, &base),
     }
 }

@@ -24,7 +24,7 @@ fn help_lists_the_commands() {
     let out = iolab(&["--help"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for cmd in ["reproduce", "bench", "version"] {
+    for cmd in ["reproduce", "bench", "calibrate", "version"] {
         assert!(text.contains(cmd), "--help lacks {cmd}: {text}");
     }
 }
@@ -82,6 +82,18 @@ fn bench_json_has_every_record_the_issue_names() {
         .expect("cmdq row");
     assert!(lockfree["commands_per_sec"].as_f64().expect("commands/s") > 0.0);
     assert!(lockfree["work_per_op"]["cas_failures_per_command"].is_number());
+    for cpus in [1, 16, 64, 256] {
+        let name = format!("sim/nvme-randread-strict/{cpus}");
+        let r = results
+            .iter()
+            .find(|r| r["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("missing {name}"));
+        assert!(r["sim_ios_per_host_sec"].as_f64().expect("sim IO/s") > 0.0);
+        assert!(r["simulated_ios"].as_u64().expect("simulated I/Os") > 0);
+        if cpus == 64 {
+            assert!(r["peak_rss_mb"].as_f64().expect("peak RSS") > 0.0);
+        }
+    }
     for r in results {
         assert!(r["ns_per_op"].as_f64().expect("ns_per_op is a number") > 0.0);
         if r["name"].as_str().unwrap().starts_with("iova_alloc_free/") {
@@ -89,4 +101,37 @@ fn bench_json_has_every_record_the_issue_names() {
             assert!(r["peer_ns_per_op"].as_f64().expect("peer figure") > 0.0);
         }
     }
+}
+
+#[test]
+fn calibrate_writes_a_host_profile_that_loads_and_refuses_to_overwrite() {
+    let dir = std::env::temp_dir().join(format!("iolab-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("host.toml");
+    let _ = std::fs::remove_file(&path);
+    let p = path.to_str().expect("utf-8 path");
+    let out = iolab(&["calibrate", "--quick", "-o", p]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile = iolab_sim::cost::PlatformProfile::from_file(&path).expect("the profile loads");
+    assert_eq!(profile.name, "host");
+    assert!(profile
+        .cost("cpu.pte_write")
+        .expect("pte_write")
+        .source
+        .starts_with("measured by iolab calibrate on "));
+    // An existing file is not replaced without --force.
+    let out = iolab(&["calibrate", "--quick", "-o", p]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already exists") && err.contains("--force"),
+        "{err}"
+    );
+    let out = iolab(&["calibrate", "--quick", "--force", "-o", p]);
+    assert!(out.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,8 +4,8 @@
 //! crate, interleaved in one process so that both see the same machine state. Each figure is
 //! the median of several timed samples; the ratio is `peer / iolab` (above 1: iolab is faster).
 
-mod harness;
-mod iolab_side;
+pub(crate) mod harness;
+pub(crate) mod iolab_side;
 mod peers;
 mod sim_side;
 
