@@ -74,9 +74,18 @@ fn thread_cpu_secs() -> Option<f64> {
     Some((utime + stime) as f64 / 100.0)
 }
 
-/// Runs the scenario once; returns (simulated I/Os, host CPU seconds, wall seconds). The CPU
-/// seconds fall back to the wall seconds if /proc cannot be read.
-fn run_once(cpus: usize, runtime_ms: u64) -> Result<(u64, f64, f64), String> {
+/// One run: simulated I/Os (all DMA maps: ramp, window and drain), the measured window's
+/// IOPS, host CPU seconds and wall seconds.
+struct Run {
+    ios: u64,
+    window_iops: f64,
+    cpu_secs: f64,
+    wall_secs: f64,
+}
+
+/// Runs the scenario once. The CPU seconds fall back to the wall seconds if /proc cannot be
+/// read.
+fn run_once(cpus: usize, runtime_ms: u64) -> Result<Run, String> {
     let text = scenario(cpus, runtime_ms);
     let options = ExperimentOptions { runs: 1, seed: 1 };
     let cpu0 = thread_cpu_secs();
@@ -88,8 +97,13 @@ fn run_once(cpus: usize, runtime_ms: u64) -> Result<(u64, f64, f64), String> {
         (Some(a), Some(b)) if b > a => b - a,
         _ => wall,
     };
-    let ios = res.cells.first().map(|c| c.dma.maps).unwrap_or(0);
-    Ok((ios, cpu, wall))
+    let cell = res.cells.first();
+    Ok(Run {
+        ios: cell.map_or(0, |c| c.dma.maps),
+        window_iops: cell.map_or(0.0, |c| c.iops),
+        cpu_secs: cpu,
+        wall_secs: wall,
+    })
 }
 
 /// Reads a `Vm...:  N kB` line of /proc/self/status, in bytes.
@@ -105,17 +119,19 @@ fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-/// Runs one row: a pilot to find the simulated I/O rate, then a timed run of about
+/// Runs one row: a pilot (4 ms window) to find the simulated I/O rate, then a timed run of about
 /// `target_ios` I/Os. With `measure_rss`, 1 TiB of simulated RAM is created for the run and
 /// the process's peak RSS during it is reported: the peak mark is reset before the run
 /// (clear_refs) so VmHWM afterwards is the run's own peak (it includes the process's
 /// baseline: binary, libraries, allocator). If the reset is refused, the VmHWM delta over
 /// the run is reported instead (a lower bound).
 pub fn run_row(cpus: usize, target_ios: u64, measure_rss: bool) -> Result<SimFigure, String> {
-    let pilot_ms = 3;
-    let (pilot_ios, _, _) = run_once(cpus, pilot_ms)?;
-    let per_ms = (pilot_ios as f64 / (pilot_ms + 1) as f64).max(1.0);
-    let runtime_ms = ((target_ios as f64 / per_ms).ceil() as u64).clamp(1, 10_000);
+    let pilot = run_once(cpus, 4)?;
+    // I/Os outside the window (ramp and drain) do not scale with the window's length.
+    let fixed = pilot.ios as f64 - pilot.window_iops * 4e-3;
+    let per_ms = (pilot.window_iops / 1e3).max(1.0);
+    let runtime_ms =
+        (((target_ios as f64 - fixed).max(0.0) / per_ms).ceil() as u64).clamp(1, 10_000);
 
     let hwm_before = status_kb("VmHWM");
     let reset = measure_rss && reset_peak_rss();
@@ -124,7 +140,12 @@ pub fn run_row(cpus: usize, target_ios: u64, measure_rss: bool) -> Result<SimFig
     } else {
         None
     };
-    let (ios, secs, wall) = run_once(cpus, runtime_ms)?;
+    let Run {
+        ios,
+        cpu_secs: secs,
+        wall_secs: wall,
+        ..
+    } = run_once(cpus, runtime_ms)?;
     let peak = if measure_rss {
         let after = status_kb("VmHWM");
         match (reset, after, hwm_before) {
