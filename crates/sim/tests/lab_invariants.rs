@@ -22,7 +22,7 @@ use iolab_sim::cost::{CpuCostModel, PlatformProfile};
 use iolab_sim::devices::nvme::{Nvme, NvmeParams};
 use iolab_sim::engine::{Ctx, Handle};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
-use iolab_sim::experiments::smmuv3_cmdq;
+use iolab_sim::experiments::{ipmmu_usb, sba_vmerge, smmuv3_cmdq};
 use iolab_sim::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, RwPattern, SharedStats,
     SubmitFuture,
@@ -64,6 +64,7 @@ fn same_seed_same_report_other_seed_close_report() {
     let other = cmdq_report(8);
     let c = serde_json::to_string(&other).expect("json");
     assert_ne!(a, c, "another seed must change the run");
+    assert!(first.figures.len() >= 7 * 3, "every cell's IOPS and CPU figures");
     assert_eq!(first.figures.len(), other.figures.len());
     for (x, y) in first.figures.iter().zip(&other.figures) {
         assert_eq!(x.id, y.id);
@@ -80,6 +81,35 @@ fn same_seed_same_report_other_seed_close_report() {
             x.id, x.lab, y.lab
         );
     }
+}
+
+/// The other bundled experiments, shortened as their own tests shorten them: the same seed
+/// twice gives byte-identical JSON.
+#[test]
+fn the_other_experiments_are_pure_functions_of_scenario_and_seed() {
+    let ipmmu = ipmmu_usb::BUNDLED_SCENARIO
+        .replace("size_mib = { value = 64,", "size_mib = { value = 16,")
+        .replace("seeks = { value = 8000,", "seeks = { value = 300,")
+        .replace(
+            "dirty_background_mib = { value = 4,",
+            "dirty_background_mib = { value = 1,",
+        )
+        .replace(
+            "dirty_limit_mib = { value = 8,",
+            "dirty_limit_mib = { value = 2,",
+        );
+    let sba = sba_vmerge::BUNDLED_SCENARIO
+        .replace("start = 100", "start = 10")
+        .replace("end = 500", "end = 20")
+        .replace("increment = 100", "increment = 10");
+    let options = ExperimentOptions { runs: 1, seed: 3 };
+    let twice = |f: &dyn Fn() -> ExperimentReport| {
+        let a = serde_json::to_string(&f()).expect("json");
+        let b = serde_json::to_string(&f()).expect("json");
+        assert_eq!(a, b);
+    };
+    twice(&|| ipmmu_usb::run_scenario(&ipmmu, "short.toml", &options).expect("runs"));
+    twice(&|| sba_vmerge::run_scenario(&sba, "short.toml", &options).expect("runs"));
 }
 
 // ---------------------------------------------------------------------------------------------
