@@ -894,6 +894,23 @@ impl PseriesIommu {
         self.default.table.lock().mapped_bytes()
     }
 
+    /// Runs `f` on the pool allocator of the window `dev` maps through (the dynamic DDW's
+    /// for a 64-bit device when one exists, else the default window's), with the window's
+    /// bus offset and TCE page shift; `None` through a direct DDW (no allocator). For
+    /// callers that model the pool locks themselves (which pool a CPU hashes to, which pool
+    /// holds a block).
+    pub fn with_window_pool<R>(
+        &self,
+        dev: &Device,
+        f: impl FnOnce(&PowerPoolAllocator, u64, u32) -> R,
+    ) -> Option<R> {
+        let ddw = self.ddw.read();
+        match self.route(&ddw, dev) {
+            Route::Window(w) => Some(f(&w.pool, w.offset, w.page_shift)),
+            Route::Direct { .. } => None,
+        }
+    }
+
     /// The DDW, if one exists.
     pub fn ddw(&self) -> Option<DdwInfo> {
         self.ddw.read().as_ref().map(Ddw::info)

@@ -1,1 +1,2 @@
 //! Device models. Every byte a device moves goes through the IOMMU's translation.
+pub mod nic;
