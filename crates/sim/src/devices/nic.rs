@@ -205,6 +205,10 @@ pub struct TceDma {
     hv: HypervisorCosts,
     scan_ns: f64,
     pools: Vec<SpinLock>,
+    /// The CPU that last held each pool lock: a new holder pulls the pool's hint and the
+    /// bitmap words it touches from that CPU's cache.
+    last_holder: RefCell<Vec<usize>>,
+    line_ns: f64,
     hv_lock: Option<SpinLock>,
     layout: PoolLayout,
     totals: Cell<DmaTotals>,
@@ -248,7 +252,10 @@ impl TceDma {
             HvSerialisation::PerTable => Some(SpinLock::new(h, "phyp_tce_table", params)?),
         };
         let scan_ns = model.cpu_weight("bitmap_words_scanned").unwrap_or(0.0);
+        let last_holder = RefCell::new(vec![usize::MAX; pools.len()]);
         Ok(Self {
+            last_holder,
+            line_ns: profile.sync.cacheline_transfer.ns(),
             iommu,
             dev,
             model,
@@ -310,12 +317,13 @@ impl TceDma {
         let n_locks = (small + large).max(1);
         let first = self.layout.cpu_pool.get(cpu).copied().unwrap_or(0);
         let np = self.layout.small_pools();
+        let words = w.bitmap_words_scanned / n_locks as u64;
         for k in 0..small {
-            self.locked(ctx, (first + k) % np, held / n_locks as f64)
+            self.locked(ctx, (first + k) % np, held / n_locks as f64, words)
                 .await;
         }
         for _ in 0..large {
-            self.locked(ctx, np, held / n_locks as f64).await;
+            self.locked(ctx, np, held / n_locks as f64, words).await;
         }
         self.add(|t| {
             t.maps += 1;
@@ -357,9 +365,10 @@ impl TceDma {
         let locks = w.lock_count(LockId::TcePool) + w.lock_count(LockId::TceLargePool);
         let pool = self.layout.pool_of(dma);
         // bitmap_clear over the block's words.
-        let hold = (1 + cleared / 64) as f64 * self.scan_ns;
+        let words = 1 + cleared / 64;
+        let hold = words as f64 * self.scan_ns;
         for _ in 0..locks {
-            self.locked(ctx, pool, hold).await;
+            self.locked(ctx, pool, hold, words).await;
         }
         let large = u64::from(pool == self.layout.small_pools()) * locks;
         self.add(|t| {
@@ -375,7 +384,13 @@ impl TceDma {
     pub fn device_access(&self, dma: u64, len: u64, access: Access) -> Result<f64, NicError> {
         let mut w = WorkRecord::new();
         self.iommu
-            .translate(&self.dev, iolab_iommu::addr::DmaAddr(dma), len, access, &mut w)
+            .translate(
+                &self.dev,
+                iolab_iommu::addr::DmaAddr(dma),
+                len,
+                access,
+                &mut w,
+            )
             .map_err(NicError::Fault)?;
         let ns = self.model.translation_ns(&w);
         *self.work.borrow_mut() += &w;
@@ -386,10 +401,23 @@ impl TceDma {
         Ok(ns)
     }
 
-    async fn locked(&self, ctx: &Ctx, pool: usize, hold_ns: f64) {
-        let lock = &self.pools[pool.min(self.pools.len() - 1)];
+    /// Takes pool lock `pool`, does `hold_ns` of work on `words` bitmap words under it
+    /// (plus the pool's hint), and releases it. When another CPU held it last, the hint's
+    /// line and the touched bitmap lines move to this CPU first (`sync.cacheline_transfer`
+    /// each): the lock's data bounces between CPUs as the lock does.
+    async fn locked(&self, ctx: &Ctx, pool: usize, hold_ns: f64, words: u64) {
+        let pool = pool.min(self.pools.len() - 1);
+        let lock = &self.pools[pool];
         let g = lock.lock(ctx).await;
-        spend(ctx, hold_ns).await;
+        let cpu = ctx.cpu().id();
+        let moved = {
+            let mut last = self.last_holder.borrow_mut();
+            let moved = last[pool] != cpu && last[pool] != usize::MAX;
+            last[pool] = cpu;
+            moved
+        };
+        let lines = if moved { 1 + words.div_ceil(8) } else { 0 };
+        spend(ctx, hold_ns + lines as f64 * self.line_ns).await;
         g.unlock().await;
     }
 

@@ -25,9 +25,7 @@ use serde::Deserialize;
 use super::ExperimentError;
 use crate::cost::{PlatformProfile, Unit};
 use crate::devices::nic::{Coalescing, HvSerialisation, LinkConfig, NicError};
-use crate::experiment::{
-    Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role,
-};
+use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::workloads::netperf::{
     run_stream, StackCosts, StreamConfig, StreamDirection, StreamResult,
@@ -244,7 +242,10 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
     let sc: Scenario = doc.deserialize()?;
     if sc.experiment != NAME {
         return Err(doc
-            .field_error("experiment", format!("expected \"{NAME}\", found \"{}\"", sc.experiment))
+            .field_error(
+                "experiment",
+                format!("expected \"{NAME}\", found \"{}\"", sc.experiment),
+            )
             .into());
     }
     if !PUBLISHED.iter().any(|p| p.0 == sc.calibrated_from) {
@@ -261,15 +262,30 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
     }
     let sources: [(&str, &str); 37] = [
         ("partition.memory_gib", &sc.partition.memory_gib.source),
-        ("partition.default_window_mib", &sc.partition.default_window_mib.source),
-        ("partition.ddw_window_gib", &sc.partition.ddw_window_gib.source),
+        (
+            "partition.default_window_mib",
+            &sc.partition.default_window_mib.source,
+        ),
+        (
+            "partition.ddw_window_gib",
+            &sc.partition.ddw_window_gib.source,
+        ),
         ("partition.ddw_page_kib", &sc.partition.ddw_page_kib.source),
-        ("hypervisor.serialise_tce_updates", &sc.hypervisor.serialise_tce_updates.source),
-        ("hypervisor.tce_put_cycles", &sc.hypervisor.tce_put_cycles.source),
+        (
+            "hypervisor.serialise_tce_updates",
+            &sc.hypervisor.serialise_tce_updates.source,
+        ),
+        (
+            "hypervisor.tce_put_cycles",
+            &sc.hypervisor.tce_put_cycles.source,
+        ),
         ("nic.link_gbps", &sc.nic.link_gbps.source),
         ("nic.mtu", &sc.nic.mtu.source),
         ("nic.tcpip_header_bytes", &sc.nic.tcpip_header_bytes.source),
-        ("nic.ethernet_overhead_bytes", &sc.nic.ethernet_overhead_bytes.source),
+        (
+            "nic.ethernet_overhead_bytes",
+            &sc.nic.ethernet_overhead_bytes.source,
+        ),
         ("nic.tx_ring_entries", &sc.nic.tx_ring_entries.source),
         ("nic.tx_coalesce_frames", &sc.nic.tx_coalesce_frames.source),
         ("nic.tx_coalesce_usecs", &sc.nic.tx_coalesce_usecs.source),
@@ -290,8 +306,14 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
         ("workload.tso_max_bytes", &sc.workload.tso_max_bytes.source),
         ("workload.page_bytes", &sc.workload.page_bytes.source),
         ("workload.linear_bytes", &sc.workload.linear_bytes.source),
-        ("workload.tx_inflight_bytes", &sc.workload.tx_inflight_bytes.source),
-        ("workload.rx_window_messages", &sc.workload.rx_window_messages.source),
+        (
+            "workload.tx_inflight_bytes",
+            &sc.workload.tx_inflight_bytes.source,
+        ),
+        (
+            "workload.rx_window_messages",
+            &sc.workload.rx_window_messages.source,
+        ),
         ("workload.run_ms", &sc.workload.run_ms.source),
         ("workload.warmup_ms", &sc.workload.warmup_ms.source),
         ("title", &sc.title),
@@ -305,18 +327,41 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
             } else {
                 path.to_owned()
             };
-            return Err(doc.field_error(&p, "expected a non-empty source or text").into());
+            return Err(doc
+                .field_error(&p, "expected a non-empty source or text")
+                .into());
         }
     }
     let p = &sc.partition;
-    check(&doc, "partition.memory_gib.value", p.memory_gib.value, 1, 1 << 16)?;
-    check(&doc, "partition.default_window_mib.value", p.default_window_mib.value, 64, 1 << 16)?;
+    check(
+        &doc,
+        "partition.memory_gib.value",
+        p.memory_gib.value,
+        1,
+        1 << 16,
+    )?;
+    check(
+        &doc,
+        "partition.default_window_mib.value",
+        p.default_window_mib.value,
+        64,
+        1 << 16,
+    )?;
     if !p.default_window_mib.value.is_power_of_two() {
         return Err(doc
-            .field_error("partition.default_window_mib.value", "expected a power of two")
+            .field_error(
+                "partition.default_window_mib.value",
+                "expected a power of two",
+            )
             .into());
     }
-    check(&doc, "partition.ddw_window_gib.value", p.ddw_window_gib.value, 1, 1 << 15)?;
+    check(
+        &doc,
+        "partition.ddw_window_gib.value",
+        p.ddw_window_gib.value,
+        1,
+        1 << 15,
+    )?;
     if !p.ddw_window_gib.value.is_power_of_two() {
         return Err(doc
             .field_error("partition.ddw_window_gib.value", "expected a power of two")
@@ -356,20 +401,86 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
             .into());
     }
     let h = &sc.hypervisor;
-    checkf(&doc, "hypervisor.tce_put_cycles.value", h.tce_put_cycles.value, 0.0, 1e6)?;
+    checkf(
+        &doc,
+        "hypervisor.tce_put_cycles.value",
+        h.tce_put_cycles.value,
+        0.0,
+        1e6,
+    )?;
     let n = &sc.nic;
-    checkf(&doc, "nic.link_gbps.value", n.link_gbps.value, 0.001, 10_000.0)?;
+    checkf(
+        &doc,
+        "nic.link_gbps.value",
+        n.link_gbps.value,
+        0.001,
+        10_000.0,
+    )?;
     check(&doc, "nic.mtu.value", n.mtu.value, 576, 9216)?;
-    check(&doc, "nic.tcpip_header_bytes.value", n.tcpip_header_bytes.value, 20, 200)?;
-    check(&doc, "nic.ethernet_overhead_bytes.value", n.ethernet_overhead_bytes.value, 0, 200)?;
-    check(&doc, "nic.tx_ring_entries.value", n.tx_ring_entries.value, 1, 1 << 16)?;
-    check(&doc, "nic.tx_coalesce_frames.value", n.tx_coalesce_frames.value, 1, 1 << 16)?;
-    check(&doc, "nic.tx_coalesce_usecs.value", n.tx_coalesce_usecs.value, 0, 100_000)?;
-    check(&doc, "nic.rx_coalesce_frames.value", n.rx_coalesce_frames.value, 1, 1 << 16)?;
-    check(&doc, "nic.rx_coalesce_usecs.value", n.rx_coalesce_usecs.value, 0, 100_000)?;
-    check(&doc, "nic.rx_ring_pages.value", n.rx_ring_pages.value, 2, 1 << 14)?;
+    check(
+        &doc,
+        "nic.tcpip_header_bytes.value",
+        n.tcpip_header_bytes.value,
+        20,
+        200,
+    )?;
+    check(
+        &doc,
+        "nic.ethernet_overhead_bytes.value",
+        n.ethernet_overhead_bytes.value,
+        0,
+        200,
+    )?;
+    check(
+        &doc,
+        "nic.tx_ring_entries.value",
+        n.tx_ring_entries.value,
+        1,
+        1 << 16,
+    )?;
+    check(
+        &doc,
+        "nic.tx_coalesce_frames.value",
+        n.tx_coalesce_frames.value,
+        1,
+        1 << 16,
+    )?;
+    check(
+        &doc,
+        "nic.tx_coalesce_usecs.value",
+        n.tx_coalesce_usecs.value,
+        0,
+        100_000,
+    )?;
+    check(
+        &doc,
+        "nic.rx_coalesce_frames.value",
+        n.rx_coalesce_frames.value,
+        1,
+        1 << 16,
+    )?;
+    check(
+        &doc,
+        "nic.rx_coalesce_usecs.value",
+        n.rx_coalesce_usecs.value,
+        0,
+        100_000,
+    )?;
+    check(
+        &doc,
+        "nic.rx_ring_pages.value",
+        n.rx_ring_pages.value,
+        2,
+        1 << 14,
+    )?;
     check(&doc, "nic.queues.value", n.queues.value, 1, 1024)?;
-    check(&doc, "nic.rx_recycle_pct.value", n.rx_recycle_pct.value, 0, 100)?;
+    check(
+        &doc,
+        "nic.rx_recycle_pct.value",
+        n.rx_recycle_pct.value,
+        0,
+        100,
+    )?;
     let s = &sc.stack;
     for (path, v) in [
         ("stack.tx_per_skb_ns.value", s.tx_per_skb_ns.value),
@@ -383,16 +494,60 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
     check(&doc, "stack.jitter_pct.value", s.jitter_pct.value, 0, 50)?;
     let w = &sc.workload;
     check(&doc, "workload.threads.value", w.threads.value, 2, 1024)?;
-    check(&doc, "workload.page_bytes.value", w.page_bytes.value, 4096, 1 << 16)?;
+    check(
+        &doc,
+        "workload.page_bytes.value",
+        w.page_bytes.value,
+        4096,
+        1 << 16,
+    )?;
     if !w.page_bytes.value.is_power_of_two() {
-        return Err(doc.field_error("workload.page_bytes.value", "expected a power of two").into());
+        return Err(doc
+            .field_error("workload.page_bytes.value", "expected a power of two")
+            .into());
     }
-    check(&doc, "nic.rx_stride_bytes.value", n.rx_stride_bytes.value, 64, w.page_bytes.value)?;
-    check(&doc, "workload.message_bytes.value", w.message_bytes.value, 1, 1 << 24)?;
-    check(&doc, "workload.tso_max_bytes.value", w.tso_max_bytes.value, 1, 1 << 18)?;
-    check(&doc, "workload.linear_bytes.value", w.linear_bytes.value, 0, 4096 - 64)?;
-    check(&doc, "workload.tx_inflight_bytes.value", w.tx_inflight_bytes.value, 1, 1 << 30)?;
-    check(&doc, "workload.rx_window_messages.value", w.rx_window_messages.value, 1, 1 << 16)?;
+    check(
+        &doc,
+        "nic.rx_stride_bytes.value",
+        n.rx_stride_bytes.value,
+        64,
+        w.page_bytes.value,
+    )?;
+    check(
+        &doc,
+        "workload.message_bytes.value",
+        w.message_bytes.value,
+        1,
+        1 << 24,
+    )?;
+    check(
+        &doc,
+        "workload.tso_max_bytes.value",
+        w.tso_max_bytes.value,
+        1,
+        1 << 18,
+    )?;
+    check(
+        &doc,
+        "workload.linear_bytes.value",
+        w.linear_bytes.value,
+        0,
+        4096 - 64,
+    )?;
+    check(
+        &doc,
+        "workload.tx_inflight_bytes.value",
+        w.tx_inflight_bytes.value,
+        1,
+        1 << 30,
+    )?;
+    check(
+        &doc,
+        "workload.rx_window_messages.value",
+        w.rx_window_messages.value,
+        1,
+        1 << 16,
+    )?;
     check(&doc, "workload.run_ms.value", w.run_ms.value, 1, 60_000)?;
     if w.warmup_ms.value >= w.run_ms.value {
         return Err(doc
@@ -446,7 +601,10 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
         let extra = (cycles(&hv.tce_indirect) - cycles(&hv.tce_put)).max(0.0);
         hv.tce_put.value = h.tce_put_cycles.value;
         hv.tce_put.unit = Unit::Cycles;
-        hv.tce_put.source = format!("scenario hypervisor.tce_put_cycles: {}", h.tce_put_cycles.source);
+        hv.tce_put.source = format!(
+            "scenario hypervisor.tce_put_cycles: {}",
+            h.tce_put_cycles.source
+        );
         hv.tce_indirect.value = h.tce_put_cycles.value + extra;
         hv.tce_indirect.unit = Unit::Cycles;
         hv.tce_indirect.source = format!(
@@ -465,7 +623,11 @@ fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
         doorbell_ns: profile.mmio.write.ns(),
         jitter_pct: s.jitter_pct.value,
     };
-    let mss = n.mtu.value.saturating_sub(n.tcpip_header_bytes.value).max(1);
+    let mss = n
+        .mtu
+        .value
+        .saturating_sub(n.tcpip_header_bytes.value)
+        .max(1);
     let link = LinkConfig {
         gbps: n.link_gbps.value,
         mss,
@@ -580,6 +742,7 @@ struct Mean {
     tces_per_msg: f64,
     pool_spin_ms: f64,
     hv_spin_ms: f64,
+    hv_busy_pct: f64,
 }
 
 fn run_config(
@@ -614,8 +777,6 @@ fn run_config(
             NicError::Sim(s) => ExperimentError::Sim(s),
             e => model_err(e),
         })?;
-        let msgs = res.dma.maps.max(1) as f64;
-        let _ = msgs;
         let per_msg = |x: u64| {
             let bytes = res.dma.device_bytes.max(1) as f64;
             x as f64 / (bytes / cfg.message_bytes as f64)
@@ -630,6 +791,7 @@ fn run_config(
             let ms = l.wait_total_ns as f64 / 1e6;
             if l.name == "phyp_tce_table" {
                 m.hv_spin_ms += ms;
+                m.hv_busy_pct += l.hold_total_ns as f64 / cfg.run_ns.max(1) as f64 * 100.0;
             } else {
                 m.pool_spin_ms += ms;
             }
@@ -644,6 +806,7 @@ fn run_config(
     m.tces_per_msg /= k;
     m.pool_spin_ms /= k;
     m.hv_spin_ms /= k;
+    m.hv_busy_pct /= k;
     Ok(m)
 }
 
@@ -679,7 +842,13 @@ pub fn run_scenario(
         StreamDirection::Write => "write",
         StreamDirection::Read => "read",
     };
-    let tid = |t: usize| if t == 1 { "1t".to_owned() } else { format!("{t}t") };
+    let tid = |t: usize| {
+        if t == 1 {
+            "1t".to_owned()
+        } else {
+            format!("{t}t")
+        }
+    };
     // Effects: the published ids use "64t"; the many-thread count is the scenario's.
     let effect_key = |t: usize| if t == 1 { "1t" } else { "64t" };
     let mut lab = std::collections::BTreeMap::new();
@@ -688,7 +857,10 @@ pub fn run_scenario(
         let key = format!("{}.{}.throughput", effect_key(*threads), dir_name(*dir));
         lab.insert(key.clone(), pct(n.gbps, d.gbps));
         if *threads == 1 {
-            lab.insert(format!("{}.latency", dir_name(*dir)), pct(n.latency_us, d.latency_us));
+            lab.insert(
+                format!("{}.latency", dir_name(*dir)),
+                pct(n.latency_us, d.latency_us),
+            );
         }
         let role = if key == su.sc.calibrated_from {
             Role::Calibration
@@ -725,7 +897,10 @@ pub fn run_scenario(
         parameter: "hypervisor.tce_put_cycles".into(),
         value: su.sc.hypervisor.tce_put_cycles.value,
         fitted_to: vec![
-            format!("default.1t.{}", su.sc.calibrated_from.trim_start_matches("1t.")),
+            format!(
+                "default.1t.{}",
+                su.sc.calibrated_from.trim_start_matches("1t.")
+            ),
             format!("ddw.1t.{}", su.sc.calibrated_from.trim_start_matches("1t.")),
             format!("effect {}", su.sc.calibrated_from),
         ],
@@ -750,7 +925,13 @@ pub fn run_scenario(
         } else {
             ""
         };
-        let _ = writeln!(t, "{:<34} {:>10} {:>+9.2}%{mark}", format!("{label}:"), text, v);
+        let _ = writeln!(
+            t,
+            "{:<34} {:>10} {:>+9.2}%{mark}",
+            format!("{label}:"),
+            text,
+            v
+        );
     }
     let _ = writeln!(t);
     let _ = writeln!(
@@ -785,11 +966,14 @@ pub fn run_scenario(
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "lock waits per run (ms, summed over CPUs): pool locks default {} / DDW {}; hypervisor TCE table default {} / DDW {} (64-thread write)",
-        fmt_ms(results[0].2.pool_spin_ms),
-        fmt_ms(results[0].3.pool_spin_ms),
-        fmt_ms(results[0].2.hv_spin_ms),
-        fmt_ms(results[0].3.hv_spin_ms)
+        "{} thread write: pool-lock waits {:.2} / {:.2} ms per run (default / DDW, summed over CPUs); hypervisor TCE-table lock busy {:.1}% / {:.1}%, waits {:.1} / {:.1} ms",
+        results[0].0,
+        results[0].2.pool_spin_ms,
+        results[0].3.pool_spin_ms,
+        results[0].2.hv_busy_pct,
+        results[0].3.hv_busy_pct,
+        results[0].2.hv_spin_ms,
+        results[0].3.hv_spin_ms
     );
 
     let mut notes = vec![
@@ -821,8 +1005,4 @@ pub fn run_scenario(
         report_text: t,
         notes,
     })
-}
-
-fn fmt_ms(v: f64) -> String {
-    format!("{v:.2}")
 }

@@ -388,12 +388,7 @@ async fn complete(ctx: &Ctx, s: &Shared, ring: &mut TxRing) -> Result<(), NicErr
 }
 
 /// The remote sender of one connection (its CPU is not modelled): keeps the window full.
-async fn sender(
-    ctx: &Ctx,
-    s: &Shared,
-    data: &Channel<(SimTime, SimTime)>,
-    credits: &Channel<()>,
-) {
+async fn sender(ctx: &Ctx, s: &Shared, data: &Channel<(SimTime, SimTime)>, credits: &Channel<()>) {
     loop {
         credits.recv(ctx).await;
         if ctx.now() >= s.end || s.failed() {
