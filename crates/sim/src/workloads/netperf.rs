@@ -15,7 +15,7 @@
 //!   was idle), the per-packet and per-skb receive work, the copy to the user buffer, and
 //!   refills consumed pages: recycled through the driver's page cache (still mapped) or
 //!   unmapped and replaced by a freshly mapped page. Throughput is the payload the threads
-//!   consumed inside the window; latency the mean time from the sender starting a message
+//!   consumed, counted by wire delivery time inside the window; latency the mean time from the sender starting a message
 //!   to the reader's `read()` returning it.
 //!
 //! The DMA path and its costs are the NIC's ([`TceDma`]); the stack's own per-skb and
@@ -475,7 +475,9 @@ async fn reader(
         let now = ctx.now();
         {
             let mut m = s.meas.borrow_mut();
-            if now > s.warmup && now <= s.end {
+            // Counted by when the wire delivered it (so the count never exceeds the
+            // wire), if the reader consumed it within the run.
+            if arrival > s.warmup && arrival <= s.end && now <= s.end {
                 m.bytes += c.message_bytes;
             }
             if s.in_window(sent, now) {
