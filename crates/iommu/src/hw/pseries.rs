@@ -1509,6 +1509,25 @@ mod tests {
     }
 
     #[test]
+    fn the_window_pool_follows_the_route() {
+        let p = pseries(|c| c.ddw = Some(DdwConfig::with_window(16 * GIB, ddw_page::PS_64K)));
+        let layout = |p: &PseriesIommu, d: &Device| {
+            p.with_window_pool(d, |pool, off, shift| (pool.pool_bounds().len(), off, shift))
+        };
+        // No DDW yet: the default window (4 pools + large, 4 KiB TCEs at 0).
+        assert_eq!(layout(&p, &dev64()), Some((5, 0, 12)));
+        p.enable_ddw(&mut WorkRecord::new()).unwrap();
+        // A dynamic DDW for 64-bit devices; 32-bit devices keep the default window.
+        assert_eq!(layout(&p, &dev64()), Some((5, DEFAULT_DDW_ADDR, 16)));
+        let d32 = Device::new(1, 32).unwrap();
+        assert_eq!(layout(&p, &d32), Some((5, 0, 12)));
+        // A direct DDW has no allocator.
+        let q = pseries(|c| c.ddw = Some(DdwConfig::with_window(64 * GIB, ddw_page::PS_64K)));
+        q.enable_ddw(&mut WorkRecord::new()).unwrap();
+        assert_eq!(layout(&q, &dev64()), None);
+    }
+
+    #[test]
     fn page_size_mask_decoding() {
         use ddw_page::*;
         assert_eq!(largest_shift(PS_4K | PS_64K), Some(16));
