@@ -1,4 +1,5 @@
 //! Device models. Every byte a device moves goes through the IOMMU's translation.
+pub mod nic;
 pub mod nvme;
 pub mod sas;
 pub mod scsi;
