@@ -10,6 +10,7 @@
 //! the `power-lpar` profile. The effects are percent changes of the DDW runs over the
 //! default-window runs, as the mail printed them. See docs/model/pseries-ddw.md.
 
+pub use crate::experiment::Sourced as Param;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -72,16 +73,6 @@ pub const PUBLISHED: [(&str, &str, f64, &str); 6] = [
 // ---------------------------------------------------------------------------------------------
 // Scenario
 // ---------------------------------------------------------------------------------------------
-
-/// A physical parameter with its source.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Param<T> {
-    /// The value.
-    pub value: T,
-    /// A citation, or `assumption: ...` with the reasoning.
-    pub source: String,
-}
 
 /// The scenario file.
 #[derive(Clone, Debug, Deserialize)]
