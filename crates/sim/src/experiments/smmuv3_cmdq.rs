@@ -558,7 +558,85 @@ pub struct CmdqStats {
 struct Gather {
     open: bool,
     cmds: u64,
-    waiters: Vec<Completion<u64>>,
+    /// When the last gathered slot is written and marked valid.
+    valid_at: u64,
+    /// Joiners: (their commands including their sync, their sync's completion).
+    waiters: Vec<(u64, Completion<u64>)>,
+}
+
+/// The lock-free queue's shared `{prod, cons | OWNED}` word: one cache line, owned by one
+/// CPU at a time, so atomics on it serialise in arrival order (a *grant* each).
+///
+/// A `cmpxchg` reservation: the CPU read the word when it started; when the line is
+/// granted to it, the compare succeeds if no other update was granted in between, and the
+/// CPU pays one RMW (plus a transfer if the line comes from another CPU). If another
+/// update landed first, the failed `cmpxchg` still cost the transfer and returns the
+/// current value; the CPU recomputes its new `prod` at once and retries while the line is
+/// still in its cache, which succeeds at the cost of one more (local) RMW. So each
+/// reservation costs at most one transfer and two RMWs, contenders are served one per
+/// grant, and there is no retry storm: `k` CPUs contending see at most one failure each
+/// per reservation, and the line completes about one reservation per transfer.
+#[derive(Debug)]
+pub struct CasWord {
+    params: LineParams,
+    busy_until: Cell<u64>,
+    last_cpu: Cell<Option<usize>>,
+    grants: Cell<u64>,
+    transfers: Cell<u64>,
+}
+
+impl CasWord {
+    /// A word no CPU has touched yet.
+    pub fn new(params: LineParams) -> Self {
+        CasWord {
+            params,
+            busy_until: Cell::new(0),
+            last_cpu: Cell::new(None),
+            grants: Cell::new(0),
+            transfers: Cell::new(0),
+        }
+    }
+
+    fn grant(&self, now: u64, cpu: usize) -> (u64, u64) {
+        let start = now.max(self.busy_until.get());
+        let transfer = self.last_cpu.get().is_some_and(|c| c != cpu);
+        let cost = self.params.base_ns + if transfer { self.params.transfer_ns } else { 0 };
+        self.grants.set(self.grants.get() + 1);
+        self.transfers.set(self.transfers.get() + u64::from(transfer));
+        self.last_cpu.set(Some(cpu));
+        (start, start + cost)
+    }
+
+    /// A `cmpxchg` reservation loop by `cpu` starting at `now` (when it read the word):
+    /// returns (attempts, time the reservation is done). The caller keeps its CPU busy
+    /// until then (a core stalled on an atomic is a busy core).
+    pub fn reserve(&self, now: u64, cpu: usize) -> (u64, u64) {
+        // An update granted to another CPU ends after our read: our expected value is
+        // stale by the time the line reaches us.
+        let stale = self.busy_until.get() > now;
+        let (_, mut end) = self.grant(now, cpu);
+        let mut attempts = 1;
+        if stale {
+            // The failed compare returned the current value; retry at once on the line
+            // we now hold.
+            end += self.params.base_ns;
+            attempts += 1;
+        }
+        self.busy_until.set(end);
+        (attempts, end)
+    }
+
+    /// A plain atomic (e.g. `fetch_andnot` clearing the OWNED flag): one grant.
+    pub fn fetch_op(&self, now: u64, cpu: usize) -> (u64, u64) {
+        let (_, end) = self.grant(now, cpu);
+        self.busy_until.set(end);
+        (1, end)
+    }
+
+    /// (grants, transfers) so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.grants.get(), self.transfers.get())
+    }
 }
 
 /// The command queue of one SMMU in virtual time, for one of the two producer designs.
@@ -566,11 +644,10 @@ struct SimCmdq {
     mode: Mode,
     smmu: Smmu,
     lock: Option<SpinLock>,
-    prod_line: CacheLine,
+    cas: CasWord,
     shared_line: CacheLine,
-    version: Cell<u64>,
     gather: RefCell<Gather>,
-    last_publish: Cell<u64>,
+    prev_owner_done: Cell<u64>,
     consume_ns: u64,
     sync_ns: u64,
     cmd_write_ns: u64,
@@ -611,15 +688,15 @@ impl SimCmdq {
             mode,
             smmu: Smmu::default(),
             lock,
-            prod_line: CacheLine::new(h, "cmdq_prod", line)?,
+            cas: CasWord::new(line),
             shared_line: CacheLine::new(h, "cmdq_shared_lock", line)?,
-            version: Cell::new(0),
             gather: RefCell::new(Gather {
                 open: false,
                 cmds: 0,
+                valid_at: 0,
                 waiters: Vec::new(),
             }),
-            last_publish: Cell::new(0),
+            prev_owner_done: Cell::new(0),
             consume_ns: r(cq.command_consume.ns()),
             sync_ns: r(cq.sync_latency.ns()),
             cmd_write_ns: r(p.cpu.command_write.ns()),
@@ -674,76 +751,115 @@ impl SimCmdq {
     }
 
     async fn issue_lockfree(&self, ctx: &Ctx, cmds: u64) {
-        // Reserve slots: compare-and-swap on the shared {prod, cons} word, retried when
-        // another CPU's CAS landed between our read and ours.
-        loop {
-            let seen = self.version.get();
-            self.stats.borrow_mut().cas_attempts += 1;
-            self.prod_line.rmw(ctx, Account::System).await;
-            if self.version.get() == seen {
-                self.version.set(seen + 1);
-                break;
-            }
-            self.stats.borrow_mut().cas_failures += 1;
+        // 1. Reserve slots: compare-and-swap on the shared {prod, cons | OWNED} word.
+        let (attempts, end) = self.cas.reserve(ctx.now().as_ns(), ctx.cpu().id());
+        {
+            let mut s = self.stats.borrow_mut();
+            s.cas_attempts += attempts;
+            s.cas_failures += attempts - 1;
         }
-        // The shared lock that keeps the queue from wrapping under sync waiters.
-        self.shared_line.rmw(ctx, Account::System).await;
+        let now = ctx.now().as_ns();
+        if end > now {
+            ctx.cpu()
+                .spend(SimDuration::ns(end - now), Account::System)
+                .await;
+        }
+        // Every CPU writes its own commands and its own CMD_SYNC into the slots it
+        // reserved (Linux 5.3 arm_smmu_cmdq_issue_cmdlist), takes the shared lock that
+        // keeps the queue from wrapping under its sync, and marks its slots valid.
+        // Whether it is the owner was decided by its successful CAS: the OWNED flag was
+        // clear (no owner's gathering window open) or the open batch is full.
+        let write = (cmds + 1) * self.cmd_write_ns + self.atomic_ns;
+        // A full gathering window makes the CPU wait (polling) until its owner closes it;
+        // it then owns the next batch.
+        while {
+            let g = self.gather.borrow();
+            g.open && g.cmds + cmds + 1 > self.batch_max
+        } {
+            ctx.cpu()
+                .spend(SimDuration::ns(self.consume_ns), Account::System)
+                .await;
+        }
         let join = {
             let mut g = self.gather.borrow_mut();
-            if g.open && g.cmds + cmds <= self.batch_max {
-                g.cmds += cmds;
+            if g.open {
+                g.cmds += cmds + 1;
+                // Our slots become valid once we have written them and set the bits.
+                let valid_at = ctx.now().as_ns() + self.line_cost_hint() + write;
+                g.valid_at = g.valid_at.max(valid_at);
                 let c = Completion::new(&self.h);
-                g.waiters.push(c.clone());
+                g.waiters.push((cmds + 1, c.clone()));
                 Some(c)
             } else {
+                // Owner: our CAS set the OWNED flag; CPUs reserving from now on gather
+                // behind us.
+                g.open = true;
+                g.cmds = cmds + 1;
+                g.valid_at = 0;
+                g.waiters.clear();
                 None
             }
         };
+        self.shared_line.rmw(ctx, Account::System).await;
         match join {
             Some(done) => {
-                // Write our commands and mark them valid; the owner publishes them with
-                // its sync.
-                let t = cmds * self.cmd_write_ns + self.atomic_ns;
-                ctx.cpu().spend(SimDuration::ns(t), Account::System).await;
+                ctx.cpu()
+                    .spend(SimDuration::ns(write), Account::System)
+                    .await;
                 self.stats.borrow_mut().gathered += 1;
                 let start = ctx.now().as_ns();
                 let at = done.wait_polling(ctx, Account::System).await;
                 self.stats.borrow_mut().sync_wait_ns += at.saturating_sub(start);
             }
             None => {
-                // Owner: open the gathering window, write our commands and the sync,
-                // wait for the previous owner to have published, close the window and
-                // publish everything gathered with one PROD write.
-                {
-                    let mut g = self.gather.borrow_mut();
-                    g.open = true;
-                    g.cmds = cmds + 1;
-                    g.waiters.clear();
-                }
-                let t = self.owner_ns + (cmds + 1) * self.cmd_write_ns + self.atomic_ns;
+                // Owner: the OWNED flag is now set, so CPUs reserving from here on gather
+                // behind us. Write our commands and sync, wait for the previous owner to
+                // have advanced PROD, clear the flag (closing the window), wait until
+                // every gathered slot is valid, write PROD once for the whole batch.
+                let t = self.owner_ns + write;
                 ctx.cpu().spend(SimDuration::ns(t), Account::System).await;
-                let prev = self.last_publish.get();
+                let prev = self.prev_owner_done.get();
                 self.poll_until(ctx, prev).await;
-                let (n, waiters) = {
+                // Clearing the OWNED flag is an atomic on the prod word.
+                let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
+                let now = ctx.now().as_ns();
+                if end > now {
+                    ctx.cpu()
+                        .spend(SimDuration::ns(end - now), Account::System)
+                        .await;
+                }
+                let (own, valid_at, waiters) = {
                     let mut g = self.gather.borrow_mut();
                     g.open = false;
-                    (g.cmds, std::mem::take(&mut g.waiters))
+                    let w = std::mem::take(&mut g.waiters);
+                    let joined: u64 = w.iter().map(|x| x.0).sum();
+                    (g.cmds - joined, g.valid_at, w)
                 };
+                self.poll_until(ctx, valid_at).await;
                 ctx.cpu()
                     .spend(SimDuration::ns(self.mmio_write_ns), Account::System)
                     .await;
                 let now = ctx.now().as_ns();
-                self.last_publish.set(now);
-                let passed = self.smmu.publish(now, n, self.consume_ns);
-                let done = passed + self.sync_ns;
+                self.prev_owner_done.set(now);
+                // The SMMU consumes the batch in order; each CPU's sync completes when the
+                // consumer passes it plus the sync latency.
+                let mine = self.smmu.publish(now, own, self.consume_ns) + self.sync_ns;
                 self.stats.borrow_mut().batches += 1;
-                for w in waiters {
+                for (n, w) in waiters {
+                    let passed = self.smmu.publish(now, n, self.consume_ns);
+                    let done = passed + self.sync_ns;
                     let _ = w.fire_at(SimTime::from_ns(done), done);
                 }
-                self.poll_until(ctx, done).await;
+                self.poll_until(ctx, mine).await;
             }
         }
         self.shared_line.rmw(ctx, Account::System).await;
+    }
+
+    /// The time a joiner's shared-lock atomic is expected to take before it writes (its
+    /// slots become valid after it): one cache-line transfer.
+    fn line_cost_hint(&self) -> u64 {
+        self.cas.params.transfer_ns + self.cas.params.base_ns
     }
 
     fn stats(&self) -> CmdqStats {
