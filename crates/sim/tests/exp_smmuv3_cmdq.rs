@@ -189,3 +189,36 @@ fn lock_free_cas_has_no_retry_storm() {
     // About one reservation per line transfer at saturation.
     assert!(rate64 > 0.8e9 / 166.0, "{rate64}");
 }
+
+#[test]
+fn spinlock_binds_nvme_when_the_device_is_not_the_limit() {
+    // A hypothetical device far above the ES3000's rating: the spinlock (TLBI + sync
+    // waited under it) becomes the bottleneck, its waiters spin, and the lock-free queue
+    // does not hit that ceiling.
+    let t = short()
+        .replace("value = 770000,", "value = 3000000,")
+        .replace(
+            "bandwidth_gb_per_s = { value = 3.2",
+            "bandwidth_gb_per_s = { value = 30",
+        );
+    let res = smmuv3_cmdq::run_results(&t, "test.toml", &ExperimentOptions::default()).unwrap();
+    let cell = |m| {
+        res.cells
+            .iter()
+            .find(|c| c.row == "d05_nvme" && c.mode == m)
+            .unwrap()
+    };
+    let spin = cell(smmuv3_cmdq::Mode::Spinlock);
+    let free = cell(smmuv3_cmdq::Mode::LockFree);
+    let (acq, ctd, _) = spin.cmdq_lock;
+    assert!(ctd as f64 > 0.5 * acq as f64, "{ctd}/{acq}");
+    assert!(spin.irq_cpu.2 > 10.0, "spin% {}", spin.irq_cpu.2);
+    assert!(
+        free.iops > 1.5 * spin.iops,
+        "{} vs {}",
+        free.iops,
+        spin.iops
+    );
+    // Gathering batches several CPUs' commands under one PROD write.
+    assert!(free.cmdq.gathered > 0 && free.cmdq.batches < free.cmdq.issues);
+}

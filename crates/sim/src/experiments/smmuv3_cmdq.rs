@@ -11,9 +11,11 @@
 //! engine's ([`SimCmdq`]): the SMMU consumes commands at the profile's rate, a sync
 //! completes when the consumer passes it plus the sync latency; the spinlock design holds
 //! one engine [`SpinLock`] while writing and while waiting for the sync; the lock-free
-//! design reserves slots with compare-and-swap on a shared [`CacheLine`] (retrying when
-//! another CPU won), gathers the commands of CPUs that arrive while an owner is publishing
-//! (up to 64, one sync for the batch), and waits for the sync without a lock.
+//! design reserves slots with compare-and-swap on a shared word ([`CasWord`]: a stale
+//! compare costs one line transfer, the retry on the held line succeeds), gathers the
+//! commands and syncs of CPUs that reserve while an owner's window is open (up to
+//! `batch_max` commands, one PROD write for the batch), and waits for each CPU's sync
+//! without a lock.
 //!
 //! Published figures are constants here, used only for the report and the effects. See
 //! docs/model/smmuv3-cmdq.md.
