@@ -8,7 +8,7 @@
 //! `CMD_TLBI_NH_VA` per page of each gathered range, then a `CMD_SYNC`) and issues them
 //! through the functional queue of `iolab_iommu::smmuv3` (spinlock or lock-free producer),
 //! which counts the commands written and the PROD writes. The *timing* of the queue is the
-//! engine's ([`SimCmdq`]): the SMMU consumes commands at the profile's rate, a sync
+//! engine's (`SimCmdq`): the SMMU consumes commands at the profile's rate, a sync
 //! completes when the consumer passes it plus the sync latency; the spinlock design holds
 //! one engine [`SpinLock`] while writing and while waiting for the sync; the lock-free
 //! design reserves slots with compare-and-swap on a shared word ([`CasWord`]: a stale
@@ -1709,7 +1709,7 @@ pub fn run_scenario(
             .to_string(),
         "NVMe rows are bound by the device rating (770K, ES3000 spec sheet; the 2019 drive \
          model is an assumption): the spinlock holds ~0.75 us per unmap (TLBI + sync waited \
-         under the lock), capping at ~1.3M unmaps/s, and is ~20% contended at 770K, so neither \
+         under the lock), capping at ~1M unmaps/s (see the sensitivity test), and is ~20% contended at 770K, so neither \
          design is lock-bound and the +4% effect and the published 454K/442K are not reached. \
          Reaching them would need per-I/O costs or a device rating the sources do not support; \
          not tuned."
