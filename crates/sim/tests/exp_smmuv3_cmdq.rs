@@ -128,8 +128,10 @@ fn fio_json_and_mechanisms() {
                 // At least one TLBI and one sync each; unmaps that free a table page add a walk
                 // invalidation.
                 assert!(c.cmdq.commands >= 2 * c.cmdq.issues);
-                // A gathered issue shares its owner's sync.
-                assert_eq!(c.cmdq.consumed, c.cmdq.commands - c.cmdq.gathered);
+                // Every issue carries its own CMD_SYNC (gathered ones too); the SMMU
+                // consumes everything written.
+                assert_eq!(c.cmdq.consumed, c.cmdq.commands);
+                assert_eq!(c.cmdq.syncs, c.cmdq.issues);
             }
         }
         if c.mode == smmuv3_cmdq::Mode::Spinlock {
@@ -147,4 +149,76 @@ fn fio_json_and_mechanisms() {
             .iops
     };
     assert!(sas(smmuv3_cmdq::Mode::Off) > sas(smmuv3_cmdq::Mode::Spinlock));
+}
+
+/// Closed loop: `k` CPUs each reserve, do `think` ns of other work, reserve again.
+/// Returns (attempts, reservations, reservations per second in total).
+fn cas_loop(k: usize, think: u64, horizon: u64) -> (u64, u64, f64) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let w = smmuv3_cmdq::CasWord::new(iolab_sim::resources::LineParams {
+        base_ns: 8,
+        transfer_ns: 150,
+    });
+    let mut q: BinaryHeap<Reverse<(u64, usize)>> = (0..k).map(|c| Reverse((0, c))).collect();
+    let (mut att, mut ok) = (0, 0);
+    while let Some(Reverse((t, c))) = q.pop() {
+        if t >= horizon {
+            break;
+        }
+        let (a, end) = w.reserve(t, c);
+        att += a;
+        ok += 1;
+        q.push(Reverse((end + think, c)));
+    }
+    (att, ok, ok as f64 / (horizon as f64 / 1e9))
+}
+
+#[test]
+fn lock_free_cas_has_no_retry_storm() {
+    let horizon = 2_000_000;
+    let (att64, ok64, rate64) = cas_loop(64, 1000, horizon);
+    // Success per attempt stays high with 64 contenders (hardware: ~1 in 12; the storm
+    // the old model produced: ~1 in 25).
+    assert!(ok64 as f64 / att64 as f64 > 0.4, "{ok64}/{att64}");
+    let (_, _, rate8) = cas_loop(8, 1000, horizon);
+    let (_, _, rate1) = cas_loop(1, 1000, horizon);
+    // Per-CPU reservation rate degrades with CPUs, total throughput does not collapse.
+    assert!(rate64 / 64.0 < rate8 / 8.0 && rate8 / 8.0 <= rate1);
+    assert!(rate64 >= 0.5 * rate8, "{rate64} vs {rate8}");
+    // About one reservation per line transfer at saturation.
+    assert!(rate64 > 0.8e9 / 166.0, "{rate64}");
+}
+
+#[test]
+fn spinlock_binds_nvme_when_the_device_is_not_the_limit() {
+    // A hypothetical device far above the ES3000's rating: the spinlock (TLBI + sync
+    // waited under it) becomes the bottleneck, its waiters spin, and the lock-free queue
+    // does not hit that ceiling.
+    let t = short()
+        .replace("value = 770000,", "value = 3000000,")
+        .replace(
+            "bandwidth_gb_per_s = { value = 3.2",
+            "bandwidth_gb_per_s = { value = 30",
+        );
+    let res = smmuv3_cmdq::run_results(&t, "test.toml", &ExperimentOptions::default()).unwrap();
+    let cell = |m| {
+        res.cells
+            .iter()
+            .find(|c| c.row == "d05_nvme" && c.mode == m)
+            .unwrap()
+    };
+    let spin = cell(smmuv3_cmdq::Mode::Spinlock);
+    let free = cell(smmuv3_cmdq::Mode::LockFree);
+    let (acq, ctd, _) = spin.cmdq_lock;
+    assert!(ctd as f64 > 0.5 * acq as f64, "{ctd}/{acq}");
+    assert!(spin.irq_cpu.2 > 10.0, "spin% {}", spin.irq_cpu.2);
+    assert!(
+        free.iops > 1.5 * spin.iops,
+        "{} vs {}",
+        free.iops,
+        spin.iops
+    );
+    // Gathering batches several CPUs' commands under one PROD write.
+    assert!(free.cmdq.gathered > 0 && free.cmdq.batches < free.cmdq.issues);
 }

@@ -894,6 +894,23 @@ impl PseriesIommu {
         self.default.table.lock().mapped_bytes()
     }
 
+    /// Runs `f` on the pool allocator of the window `dev` maps through (the dynamic DDW's
+    /// for a 64-bit device when one exists, else the default window's), with the window's
+    /// bus offset and TCE page shift; `None` through a direct DDW (no allocator). For
+    /// callers that model the pool locks themselves (which pool a CPU hashes to, which pool
+    /// holds a block).
+    pub fn with_window_pool<R>(
+        &self,
+        dev: &Device,
+        f: impl FnOnce(&PowerPoolAllocator, u64, u32) -> R,
+    ) -> Option<R> {
+        let ddw = self.ddw.read();
+        match self.route(&ddw, dev) {
+            Route::Window(w) => Some(f(&w.pool, w.offset, w.page_shift)),
+            Route::Direct { .. } => None,
+        }
+    }
+
     /// The DDW, if one exists.
     pub fn ddw(&self) -> Option<DdwInfo> {
         self.ddw.read().as_ref().map(Ddw::info)
@@ -1489,6 +1506,25 @@ mod tests {
             (build_calls(600, m).calls(), build_calls(0, m).calls()),
             (2, 0)
         );
+    }
+
+    #[test]
+    fn the_window_pool_follows_the_route() {
+        let p = pseries(|c| c.ddw = Some(DdwConfig::with_window(16 * GIB, ddw_page::PS_64K)));
+        let layout = |p: &PseriesIommu, d: &Device| {
+            p.with_window_pool(d, |pool, off, shift| (pool.pool_bounds().len(), off, shift))
+        };
+        // No DDW yet: the default window (4 pools + large, 4 KiB TCEs at 0).
+        assert_eq!(layout(&p, &dev64()), Some((5, 0, 12)));
+        p.enable_ddw(&mut WorkRecord::new()).unwrap();
+        // A dynamic DDW for 64-bit devices; 32-bit devices keep the default window.
+        assert_eq!(layout(&p, &dev64()), Some((5, DEFAULT_DDW_ADDR, 16)));
+        let d32 = Device::new(1, 32).unwrap();
+        assert_eq!(layout(&p, &d32), Some((5, 0, 12)));
+        // A direct DDW has no allocator.
+        let q = pseries(|c| c.ddw = Some(DdwConfig::with_window(64 * GIB, ddw_page::PS_64K)));
+        q.enable_ddw(&mut WorkRecord::new()).unwrap();
+        assert_eq!(layout(&q, &dev64()), None);
     }
 
     #[test]

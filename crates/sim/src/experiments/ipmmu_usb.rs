@@ -9,6 +9,7 @@
 //! pieces as one segment only when the IOMMU will merge them. The model is described in
 //! docs/model/ipmmu-usb.md.
 
+pub use crate::experiment::Sourced as Param;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::rc::Rc;
@@ -77,16 +78,6 @@ pub const METRICS: [&str; 6] = [
     "in_block",
     "seeks",
 ];
-
-/// A physical parameter with its source.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Param {
-    /// The value.
-    pub value: f64,
-    /// A citation, or `assumption: ...` with the reasoning.
-    pub source: String,
-}
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

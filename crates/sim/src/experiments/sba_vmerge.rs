@@ -8,6 +8,7 @@
 //! going through the block layer, [`SbaIommu`] `map_sg`/`unmap_sg` and the SCSI host model
 //! ([`ScsiHost`]). See docs/model/sba-vmerge.md.
 
+use crate::experiment::Sourced as P;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::rc::Rc;
@@ -62,14 +63,6 @@ const MAX_TASKS: usize = 256;
 // ------------------------------------------------------------------------------------------
 // Scenario schema
 // ------------------------------------------------------------------------------------------
-
-/// A physical parameter with its source.
-#[derive(Debug, Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-struct P {
-    value: f64,
-    source: String,
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

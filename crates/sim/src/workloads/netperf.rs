@@ -1,0 +1,491 @@
+//! A netperf/iperf-like TCP stream test: N threads, each with its own connection and its
+//! own NIC queue (pinned to CPU `i`), streaming fixed-size messages for a run of a given
+//! length, in one direction:
+//!
+//! - **write** (transmit-heavy): each thread `write()`s messages; the stack copies them into
+//!   page fragments, builds TSO skbs (headers in a small linear part, payload in page
+//!   fragments), and the driver maps the linear part and every fragment, rings the
+//!   doorbell, and unmaps them when the completion is processed (completion moderation on
+//!   the transmit queue). Throughput is the payload the wire finished inside the measured
+//!   window; latency is the mean time from `write()` entry to the wire finishing the
+//!   message's last byte.
+//! - **read** (receive-heavy): a remote sender (an agent, its CPU is not modelled) keeps a
+//!   TCP window of messages in flight over the shared wire; the NIC writes packets into
+//!   mapped receive pages (fixed-size strides); each thread handles the interrupt (when it
+//!   was idle), the per-packet and per-skb receive work, the copy to the user buffer, and
+//!   refills consumed pages: recycled through the driver's page cache (still mapped) or
+//!   unmapped and replaced by a freshly mapped page. Throughput is the payload the threads
+//!   consumed, counted by wire delivery time inside the window; latency the mean time from the sender starting a message
+//!   to the reader's `read()` returning it.
+//!
+//! The DMA path and its costs are the NIC's ([`TceDma`]); the stack's own per-skb and
+//! per-packet costs are parameters ([`StackCosts`]).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use iolab_iommu::addr::Access;
+use iolab_iommu::dma::{Device, Direction};
+use iolab_iommu::hw::{DmaPath, MappedBuffer, PseriesIommu};
+
+use crate::accounting::LockStats;
+use crate::cost::PlatformProfile;
+use crate::devices::nic::{
+    spend, Coalescing, DmaTotals, HvSerialisation, Link, LinkConfig, NicError, RxPages, TceDma,
+    TxEntry, TxRing,
+};
+use crate::engine::{Channel, Ctx, Sim, SimConfig, SimDuration, SimTime};
+
+/// Which way the data flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamDirection {
+    /// Transmit-heavy: the threads write.
+    Write,
+    /// Receive-heavy: the threads read.
+    Read,
+}
+
+/// The network stack's CPU costs (the DMA path's are the cost model's).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StackCosts {
+    /// One system call entry and exit, ns.
+    pub syscall_ns: f64,
+    /// Copy bandwidth between user and kernel buffers, bytes per ns.
+    pub copy_bytes_per_ns: f64,
+    /// TCP/IP transmit work per TSO skb (segmentation bookkeeping, IP, qdisc, driver WQE).
+    pub tx_per_skb_ns: f64,
+    /// Driver and stack work per completed transmit skb (CQE, free skb, TCP ACK share).
+    pub tx_completion_ns: f64,
+    /// One completion interrupt (entry through the hypervisor, NAPI schedule, EOI).
+    pub irq_ns: f64,
+    /// Driver work per received packet (CQE, stride, GRO merge).
+    pub rx_per_packet_ns: f64,
+    /// TCP receive work per GRO'd skb.
+    pub rx_per_skb_ns: f64,
+    /// One doorbell write (MMIO).
+    pub doorbell_ns: f64,
+    /// Random spread of the stack costs, percent (uniform).
+    pub jitter_pct: u32,
+}
+
+/// One stream test configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StreamConfig {
+    /// Threads (and connections, and NIC queues), 1..=CPUs.
+    pub threads: usize,
+    /// Write or read.
+    pub direction: StreamDirection,
+    /// Bytes per `write()` / `read()`.
+    pub message_bytes: u64,
+    /// Largest TSO / GRO skb payload.
+    pub tso_max_bytes: u64,
+    /// Page size of the fragment pages and receive pages (the kernel's PAGE_SIZE).
+    pub page_bytes: u64,
+    /// Bytes of an skb's linear part mapped separately (0: the driver inlines the headers
+    /// into the descriptor and maps only the page fragments).
+    pub linear_bytes: u64,
+    /// Transmit descriptors per queue.
+    pub tx_ring_entries: usize,
+    /// Most payload bytes a connection keeps queued in the NIC (TCP small queues).
+    pub tx_inflight_bytes: u64,
+    /// Transmit completion moderation.
+    pub tx_coalescing: Coalescing,
+    /// Receive completion moderation.
+    pub rx_coalescing: Coalescing,
+    /// Messages the remote sender keeps in flight per connection (the receive window).
+    pub rx_window_messages: usize,
+    /// Receive stride size (one packet per stride).
+    pub rx_stride_bytes: u64,
+    /// Receive pages per queue (ring plus the driver's page cache), mapped at start.
+    pub rx_ring_pages: usize,
+    /// NIC queues (channels) the interface has; each keeps its receive pages mapped
+    /// whether or not a thread uses it, so they occupy the DMA window in every test.
+    pub queues: usize,
+    /// Percent of consumed receive pages the driver's page cache recycles (still mapped).
+    pub rx_recycle_pct: u32,
+    /// Virtual run length, ns.
+    pub run_ns: u64,
+    /// Start of the measured window, ns (warm-up before it).
+    pub warmup_ns: u64,
+}
+
+/// What one run of a stream test measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamResult {
+    /// Payload throughput in the measured window, Gb/s.
+    pub throughput_gbps: f64,
+    /// Mean message latency in the window, us.
+    pub mean_latency_us: f64,
+    /// Messages measured.
+    pub messages: u64,
+    /// Mean busy share of the CPUs running threads, percent.
+    pub busy_pct: f64,
+    /// Mean spin share of those CPUs, percent.
+    pub spin_pct: f64,
+    /// DMA totals.
+    pub dma: DmaTotals,
+    /// Spinlock statistics (pool locks, hypervisor table lock).
+    pub locks: Vec<LockStats>,
+    /// Wire busy share over the run, percent.
+    pub link_busy_pct: f64,
+}
+
+#[derive(Default)]
+struct Meas {
+    bytes: u64,
+    lat_sum_ns: u128,
+    lat_n: u64,
+    error: Option<NicError>,
+}
+
+struct Shared {
+    cfg: StreamConfig,
+    costs: StackCosts,
+    dma: TceDma,
+    link: Link,
+    meas: RefCell<Meas>,
+    end: SimTime,
+    warmup: SimTime,
+}
+
+impl Shared {
+    fn fail(&self, e: NicError) {
+        let mut m = self.meas.borrow_mut();
+        if m.error.is_none() {
+            m.error = Some(e);
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.meas.borrow().error.is_some()
+    }
+
+    fn in_window(&self, start: SimTime, end: SimTime) -> bool {
+        start >= self.warmup && end <= self.end
+    }
+
+    async fn stack(&self, ctx: &Ctx, ns: f64) {
+        let j = ctx
+            .rng()
+            .jitter(ns.round() as u64, self.costs.jitter_pct.min(100));
+        spend(ctx, j as f64).await;
+    }
+}
+
+/// Physical layout of one thread's buffers: 4 GiB apart, fragment pages, receive pages and
+/// skb heads in separate areas.
+fn thread_base(i: usize) -> u64 {
+    (i as u64 + 1) << 32
+}
+const FRAG_PAGES: u64 = 256;
+const RX_AREA: u64 = 1 << 30;
+const HEAD_AREA: u64 = 2 << 30;
+const HEADS: u64 = 4096;
+
+/// Runs one stream test on `iommu` for `dev`, priced by `profile`, with `seed`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_stream(
+    cfg: &StreamConfig,
+    costs: &StackCosts,
+    link: LinkConfig,
+    iommu: Arc<PseriesIommu>,
+    dev: Device,
+    profile: &PlatformProfile,
+    serialisation: HvSerialisation,
+    seed: u64,
+) -> Result<StreamResult, NicError> {
+    let cpus = (profile.cpu.cores as usize).max(cfg.threads).max(1);
+    let mut sim = Sim::new(SimConfig { cpus, seed })?;
+    // Every queue's receive pages are mapped when the interface comes up (before the
+    // run, not timed), whether or not a thread reads from it: they occupy the window.
+    let mut rings: Vec<VecDeque<MappedBuffer>> = Vec::new();
+    for q in 0..cfg.queues.max(cfg.threads) {
+        let base = thread_base(q) + RX_AREA;
+        let mut ring = VecDeque::new();
+        for k in 0..cfg.rx_ring_pages.max(1) as u64 {
+            let mut w = iolab_iommu::work::WorkRecord::new();
+            let pa = iolab_iommu::addr::PhysAddr::new(base + k * cfg.page_bytes);
+            ring.push_back(iommu.map_single(
+                &dev,
+                pa,
+                cfg.page_bytes,
+                Direction::FromDevice,
+                q % cpus,
+                &mut w,
+            )?);
+        }
+        rings.push(ring);
+    }
+    let mut rings = rings.into_iter();
+    let dma = TceDma::new(sim.handle(), iommu, dev, profile, serialisation)?;
+    let shared = Rc::new(Shared {
+        cfg: *cfg,
+        costs: *costs,
+        dma,
+        link: Link::new(link),
+        meas: RefCell::new(Meas::default()),
+        end: SimTime(cfg.run_ns),
+        warmup: SimTime(cfg.warmup_ns.min(cfg.run_ns)),
+    });
+    for i in 0..cfg.threads {
+        let s = shared.clone();
+        match cfg.direction {
+            StreamDirection::Write => {
+                sim.spawn_on(i, move |ctx| async move {
+                    if let Err(e) = writer(&ctx, &s, i).await {
+                        s.fail(e);
+                    }
+                })?;
+            }
+            StreamDirection::Read => {
+                let h = sim.handle().clone();
+                let data: Channel<(SimTime, SimTime)> =
+                    Channel::new(&h, cfg.rx_window_messages.max(1) + 1);
+                let credits: Channel<()> = Channel::new(&h, cfg.rx_window_messages.max(1) + 1);
+                for _ in 0..cfg.rx_window_messages.max(1) {
+                    let _ = credits.send(());
+                }
+                let rx = RxPages {
+                    pages: rings.next().unwrap_or_default(),
+                    used_strides: 0,
+                    strides_per_page: (cfg.page_bytes / cfg.rx_stride_bytes.max(1)).max(1),
+                };
+                let (s2, d2, c2) = (shared.clone(), data.clone(), credits.clone());
+                sim.spawn_agent(move |ctx| async move { sender(&ctx, &s2, &d2, &c2).await })?;
+                sim.spawn_on(i, move |ctx| async move {
+                    if let Err(e) = reader(&ctx, &s, i, rx, &data, &credits).await {
+                        s.fail(e);
+                    }
+                })?;
+            }
+        }
+    }
+    let report = sim.run_until(SimTime(cfg.run_ns + 1_000_000))?;
+    // The remaining queues' pages stay mapped to the end (the model is dropped with them).
+    drop(rings);
+    let mut meas = shared.meas.borrow_mut();
+    if let Some(e) = meas.error.take() {
+        return Err(e);
+    }
+    let window_ns = cfg.run_ns.saturating_sub(cfg.warmup_ns).max(1) as f64;
+    let used = &report.cpus[..cfg.threads.min(report.cpus.len())];
+    let horizon = cfg.run_ns.max(1) as f64 * used.len().max(1) as f64;
+    let busy: u64 = used.iter().map(|c| c.busy()).sum();
+    let spin: u64 = used.iter().map(|c| c.spin).sum();
+    Ok(StreamResult {
+        throughput_gbps: meas.bytes as f64 * 8.0 / window_ns,
+        mean_latency_us: if meas.lat_n == 0 {
+            0.0
+        } else {
+            meas.lat_sum_ns as f64 / meas.lat_n as f64 / 1000.0
+        },
+        messages: meas.lat_n,
+        busy_pct: (busy as f64 / horizon * 100.0).min(100.0),
+        spin_pct: (spin as f64 / horizon * 100.0).min(100.0),
+        dma: shared.dma.totals(),
+        locks: report.spin_locks.clone(),
+        link_busy_pct: (shared.link.busy_ns() / cfg.run_ns.max(1) as f64 * 100.0).min(100.0),
+    })
+}
+
+/// Transmit side of one connection.
+async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
+    let c = s.cfg;
+    let base = thread_base(i);
+    let mut ring = TxRing::new(c.tx_ring_entries, c.tx_inflight_bytes, c.tx_coalescing);
+    let (mut page, mut off, mut heads) = (0u64, 0u64, 0u64);
+    while ctx.now() < s.end && !s.failed() {
+        let started = ctx.now();
+        s.stack(
+            ctx,
+            s.costs.syscall_ns + c.message_bytes as f64 / s.costs.copy_bytes_per_ns,
+        )
+        .await;
+        let mut left = c.message_bytes;
+        while left > 0 {
+            let skb = left.min(c.tso_max_bytes);
+            left -= skb;
+            while !ring.has_room(skb) {
+                if let Some(at) = ring.interrupt_at() {
+                    if at > ctx.now() {
+                        ctx.sleep_until(at).await;
+                    }
+                }
+                complete(ctx, s, &mut ring).await?;
+            }
+            s.stack(ctx, s.costs.tx_per_skb_ns).await;
+            let mut maps = Vec::with_capacity(3);
+            if c.linear_bytes > 0 {
+                let head = base + HEAD_AREA + (heads % HEADS) * 4096 + 64;
+                heads += 1;
+                maps.push(
+                    s.dma
+                        .map(ctx, head, c.linear_bytes, Direction::ToDevice)
+                        .await?,
+                );
+            }
+            let mut rem = skb;
+            while rem > 0 {
+                let n = rem.min(c.page_bytes - off);
+                let pa = base + (page % FRAG_PAGES) * c.page_bytes + off;
+                maps.push(s.dma.map(ctx, pa, n, Direction::ToDevice).await?);
+                rem -= n;
+                off += n;
+                if off >= c.page_bytes {
+                    off = 0;
+                    page += 1;
+                }
+            }
+            spend(ctx, s.costs.doorbell_ns).await;
+            let mut xlat = 0.0;
+            for m in &maps {
+                xlat += s.dma.device_access(m.dma_addr().0, m.len(), Access::Read)?;
+            }
+            let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
+            let done = s.link.transmit(ready, skb);
+            {
+                let mut m = s.meas.borrow_mut();
+                if done > s.warmup && done <= s.end {
+                    m.bytes += skb;
+                }
+                if left == 0 && s.in_window(started, done) {
+                    m.lat_sum_ns += u128::from(done.0 - started.0);
+                    m.lat_n += 1;
+                }
+            }
+            ring.push(TxEntry {
+                maps,
+                bytes: skb,
+                done,
+                started,
+                last: left == 0,
+            });
+        }
+        if ring.interrupt_at().is_some_and(|at| at <= ctx.now()) {
+            complete(ctx, s, &mut ring).await?;
+        }
+    }
+    Ok(())
+}
+
+/// One transmit completion interrupt: the NAPI poll that frees completed skbs and unmaps
+/// their buffers.
+async fn complete(ctx: &Ctx, s: &Shared, ring: &mut TxRing) -> Result<(), NicError> {
+    let done = ring.take_done(ctx.now());
+    if done.is_empty() {
+        return Ok(());
+    }
+    s.stack(ctx, s.costs.irq_ns).await;
+    for e in done {
+        s.stack(ctx, s.costs.tx_completion_ns).await;
+        for m in e.maps {
+            s.dma.unmap(ctx, m).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The remote sender of one connection (its CPU is not modelled): keeps the window full.
+async fn sender(ctx: &Ctx, s: &Shared, data: &Channel<(SimTime, SimTime)>, credits: &Channel<()>) {
+    loop {
+        credits.recv(ctx).await;
+        if ctx.now() >= s.end || s.failed() {
+            return;
+        }
+        let arrival = s.link.transmit(ctx.now(), s.cfg.message_bytes);
+        if data.send((ctx.now(), arrival)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Receive side of one connection.
+async fn reader(
+    ctx: &Ctx,
+    s: &Shared,
+    i: usize,
+    mut rx: RxPages,
+    data: &Channel<(SimTime, SimTime)>,
+    credits: &Channel<()>,
+) -> Result<(), NicError> {
+    let c = s.cfg;
+    let base = thread_base(i) + RX_AREA;
+    let ring_pages = c.rx_ring_pages.max(1) as u64;
+    let mut next_page = ring_pages;
+    let packets = s.link.config().packets(c.message_bytes);
+    let skbs = c.message_bytes.div_ceil(c.tso_max_bytes.max(1));
+    while ctx.now() < s.end && !s.failed() {
+        let mut idle = data.is_empty();
+        let (sent, arrival) = data.recv(ctx).await;
+        if arrival > ctx.now() {
+            let delay = if packets >= c.rx_coalescing.frames {
+                0
+            } else {
+                c.rx_coalescing.usecs
+            };
+            ctx.sleep_until(arrival + SimDuration::us(delay)).await;
+            idle = true;
+        }
+        if idle {
+            s.stack(ctx, s.costs.irq_ns).await;
+        }
+        // The NIC wrote one packet per stride; pages whose strides are used up are
+        // released to the page cache and refilled.
+        let mut strides = packets;
+        let mut released = Vec::new();
+        while strides > 0 {
+            let Some(p) = rx.pages.front() else { break };
+            let room = rx.strides_per_page - rx.used_strides;
+            let n = strides.min(room);
+            let at = p.dma_addr().0 + rx.used_strides * c.rx_stride_bytes;
+            s.dma
+                .device_access(at, n * c.rx_stride_bytes, Access::Write)?;
+            rx.used_strides += n;
+            strides -= n;
+            if rx.used_strides == rx.strides_per_page {
+                rx.used_strides = 0;
+                released.extend(rx.pages.pop_front());
+            }
+        }
+        s.stack(
+            ctx,
+            packets as f64 * s.costs.rx_per_packet_ns
+                + skbs as f64 * s.costs.rx_per_skb_ns
+                + s.costs.syscall_ns
+                + c.message_bytes as f64 / s.costs.copy_bytes_per_ns,
+        )
+        .await;
+        for old in released {
+            let recycle = ctx.rng().below(100) < u64::from(c.rx_recycle_pct);
+            if recycle {
+                rx.pages.push_back(old);
+                continue;
+            }
+            s.dma.unmap(ctx, old).await?;
+            let pa = base + (next_page % (4 * ring_pages)) * c.page_bytes;
+            next_page += 1;
+            rx.pages.push_back(
+                s.dma
+                    .map(ctx, pa, c.page_bytes, Direction::FromDevice)
+                    .await?,
+            );
+        }
+        let now = ctx.now();
+        {
+            let mut m = s.meas.borrow_mut();
+            // Counted by when the wire delivered it (so the count never exceeds the
+            // wire), if the reader consumed it within the run.
+            if arrival > s.warmup && arrival <= s.end && now <= s.end {
+                m.bytes += c.message_bytes;
+            }
+            if s.in_window(sent, now) {
+                m.lat_sum_ns += u128::from(now.0 - sent.0);
+                m.lat_n += 1;
+            }
+        }
+        let _ = credits.send(());
+    }
+    Ok(())
+}
