@@ -64,7 +64,10 @@ fn same_seed_same_report_other_seed_close_report() {
     let other = cmdq_report(8);
     let c = serde_json::to_string(&other).expect("json");
     assert_ne!(a, c, "another seed must change the run");
-    assert!(first.figures.len() >= 7 * 3, "every cell's IOPS and CPU figures");
+    assert!(
+        first.figures.len() >= 7 * 3,
+        "every cell's IOPS and CPU figures"
+    );
     assert_eq!(first.figures.len(), other.figures.len());
     for (x, y) in first.figures.iter().zip(&other.figures) {
         assert_eq!(x.id, y.id);
