@@ -137,7 +137,11 @@ fn the_bundled_run_has_every_id_and_marks_the_calibration_row() {
         };
         assert_eq!(f.role, want, "{}", f.id);
     }
-    assert_eq!(r.calibrated.len(), 2);
+    // Two CPU scale factors and the workfile's weight total, all from the baseline row only.
+    assert_eq!(r.calibrated.len(), 3);
+    for c in &r.calibrated {
+        assert!(c.fitted_to.iter().all(|id| id.starts_with("novmerge.users100")), "{c:?}");
+    }
     // Mechanism: with one disk behind an efficient HBA, virtual merging moves throughput by
     // less than 1%, in the gain direction.
     for e in &r.effects {

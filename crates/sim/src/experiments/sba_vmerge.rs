@@ -1017,6 +1017,16 @@ pub fn run_scenario(
             value: sys_scale,
             fitted_to: vec![format!("{CALIBRATION_ROW}.child_sys")],
         },
+        // The workfile's weight total (task runs per job) is not public; it is read off the
+        // baseline row through re-aim's own identity JPM = users * weights * 60 / parent time.
+        Calibrated {
+            parameter: "workfile weight total (sum of the task weights)".into(),
+            value: cfg.workfile.weight_sum() as f64,
+            fitted_to: vec![
+                format!("{CALIBRATION_ROW}.jobs_per_minute"),
+                format!("{CALIBRATION_ROW}.parent_time"),
+            ],
+        },
     ];
 
     let mut notes = vec![
