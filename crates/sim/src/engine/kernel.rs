@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -231,7 +231,9 @@ struct ForeignWakes {
 }
 
 struct TaskWaker {
-    task: TaskRef,
+    /// The task it wakes; rewritten when a finished task's waker is reused for a new task
+    /// (only when nothing else holds it, so no stale waker can see the change).
+    task: AtomicU64,
     shared: Arc<ForeignWakes>,
 }
 
@@ -241,7 +243,7 @@ impl Wake for TaskWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         let mut l = self.shared.list.lock().unwrap_or_else(|e| e.into_inner());
-        l.push(self.task);
+        l.push(self.task.load(Ordering::Relaxed));
         self.shared.pending.store(true, Ordering::Release);
     }
 }
@@ -249,6 +251,8 @@ impl Wake for TaskWaker {
 struct TaskFuture {
     fut: Pin<Box<dyn Future<Output = ()>>>,
     waker: Waker,
+    /// The waker's shared part, kept to reuse it for a later task.
+    inner: Arc<TaskWaker>,
 }
 
 fn install(futs: &mut Vec<Option<TaskFuture>>, slot: usize, tf: TaskFuture) {
@@ -265,9 +269,41 @@ pub(crate) struct Kernel {
     /// Futures of tasks spawned while `futs` was borrowed (by a task being polled).
     spawned: RefCell<Vec<(usize, TaskFuture)>>,
     foreign: Arc<ForeignWakes>,
+    /// Wakers of finished tasks that nothing else holds, reused by new tasks (saves an
+    /// allocation per spawn).
+    spare_wakers: RefCell<Vec<Arc<TaskWaker>>>,
 }
 
 impl Kernel {
+    /// A waker for `task`: a reused one if available.
+    fn waker_for(&self, task: TaskRef) -> (Waker, Arc<TaskWaker>) {
+        let inner = match self.spare_wakers.borrow_mut().pop() {
+            Some(w) => {
+                w.task.store(task, Ordering::Relaxed);
+                w
+            }
+            None => Arc::new(TaskWaker {
+                task: AtomicU64::new(task),
+                shared: self.foreign.clone(),
+            }),
+        };
+        (Waker::from(inner.clone()), inner)
+    }
+
+    /// Drops a finished task's future and keeps its waker for reuse if nothing else holds
+    /// it.
+    fn retire(&self, tf: TaskFuture) {
+        let TaskFuture { fut, waker, inner } = tf;
+        drop(fut);
+        drop(waker);
+        if Arc::strong_count(&inner) == 1 {
+            let mut spare = self.spare_wakers.borrow_mut();
+            if spare.len() < 4096 {
+                spare.push(inner);
+            }
+        }
+    }
+
     pub(crate) fn new(cpus: usize, seed: u64, limits: Limits) -> Self {
         let cpus = (0..cpus)
             .map(|_| CpuState {
@@ -304,6 +340,7 @@ impl Kernel {
                 pending: AtomicBool::new(false),
                 list: Mutex::new(Vec::new()),
             }),
+            spare_wakers: RefCell::new(Vec::new()),
         }
     }
 
@@ -368,11 +405,8 @@ impl Kernel {
         };
         let ctx = Ctx::new(Handle(self.clone()), task, cpu, seed);
         let fut: Pin<Box<dyn Future<Output = ()>>> = Box::pin(make(ctx));
-        let waker = Waker::from(Arc::new(TaskWaker {
-            task,
-            shared: self.foreign.clone(),
-        }));
-        let tf = TaskFuture { fut, waker };
+        let (waker, inner) = self.waker_for(task);
+        let tf = TaskFuture { fut, waker, inner };
         match self.futs.try_borrow_mut() {
             Ok(mut futs) => install(&mut futs, slot_of(task), tf),
             // Spawned by a task being polled: installed right after its poll.
@@ -434,7 +468,10 @@ impl Kernel {
                     let done = futs[slot].take();
                     drop(futs);
                     self.st.borrow_mut().finish(task);
-                    drop(done); // outside any borrow: dropping may touch the engine
+                    // Outside any borrow: dropping may touch the engine.
+                    if let Some(tf) = done {
+                        self.retire(tf);
+                    }
                 }
                 Poll::Pending => {
                     drop(futs);

@@ -913,6 +913,8 @@ struct CmdqInvalidator {
     asid: u16,
     producer: Box<dyn CmdqProducer<Sink = NullSink>>,
     pending: Mutex<Vec<Command>>,
+    /// An empty buffer swapped in for `pending` at each sync (reused, not reallocated).
+    spare: Mutex<Vec<Command>>,
     issued: Mutex<Issued>,
     error: Mutex<Option<String>>,
     chunk: usize,
@@ -927,6 +929,7 @@ impl CmdqInvalidator {
             asid,
             producer,
             pending: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
             issued: Mutex::new(Issued::default()),
             error: Mutex::new(None),
             chunk: ((1usize << log2size) - 1).min(63),
@@ -1002,20 +1005,24 @@ impl Invalidator for CmdqInvalidator {
 
     fn sync(&self, work: &mut WorkRecord) {
         work.inval_syncs += 1;
-        let cmds = self
-            .pending
+        // The pending commands, taken without giving up their buffer: `spare` keeps the
+        // previous sync's (cleared) buffer, so neither side allocates per sync.
+        let mut cmds = self
+            .spare
             .lock()
-            .map(|mut p| std::mem::take(&mut *p))
+            .map(|mut s| std::mem::take(&mut *s))
             .unwrap_or_default();
+        if let Ok(mut p) = self.pending.lock() {
+            std::mem::swap(&mut *p, &mut cmds);
+        }
         let mut w = WorkRecord::new();
-        let chunks: Vec<&[Command]> = cmds.chunks(self.chunk).collect();
-        let last = chunks.len().saturating_sub(1);
         let mut result = Ok(());
-        if chunks.is_empty() {
+        if cmds.is_empty() {
             result = self.producer.issue(&[], true, &mut w);
         }
-        for (i, c) in chunks.iter().enumerate() {
-            result = result.and_then(|()| self.producer.issue(c, i == last, &mut w));
+        let nchunks = cmds.len().div_ceil(self.chunk);
+        for (i, c) in cmds.chunks(self.chunk).enumerate() {
+            result = result.and_then(|()| self.producer.issue(c, i + 1 == nchunks, &mut w));
         }
         if let Err(e) = result {
             if let Ok(mut slot) = self.error.lock() {
@@ -1026,6 +1033,10 @@ impl Invalidator for CmdqInvalidator {
             i.cmds += cmds.len() as u64;
             i.prod_writes += w.mmio_writes;
             i.syncs += 1;
+        }
+        cmds.clear();
+        if let Ok(mut s) = self.spare.lock() {
+            *s = cmds;
         }
     }
 }
