@@ -79,6 +79,10 @@ pub(crate) struct State {
     /// spinning). Cleared before every poll.
     pub(crate) keep_cpu: bool,
     error: Option<SimError>,
+    /// The time limit of the `run_until` in progress.
+    run_limit: u64,
+    /// The kernel's foreign wake-ups (a pending one must be scheduled before time moves).
+    foreign: Arc<ForeignWakes>,
     limits: Limits,
     seed: u64,
     spawned: u64,
@@ -127,6 +131,33 @@ impl State {
         let (at, t) = self.queue.pop_next(limit)?;
         self.now = at;
         Some(t)
+    }
+
+    /// Spends `ns` on `cpu` for the running task at once, without a wake-up, when that
+    /// wake-up would be the very next event the loop takes: nothing is ready at this
+    /// instant, every queued event is later than the span's end, the end is within the
+    /// current run's limit, and scheduling would not hit the pending-event cap. The clock
+    /// then moves to the end exactly as popping the wake-up would have (and the event is
+    /// counted), so the run is unchanged; only the queue round trip and the re-poll are
+    /// saved. Returns whether it did.
+    #[inline]
+    pub(crate) fn spend_now(&mut self, cpu: u32, account: Account, ns: u64) -> bool {
+        let end = self.now.saturating_add(ns);
+        if !self.ready.is_empty()
+            || end >= self.queue.earliest_bound()
+            || end > self.run_limit
+            || self.error.is_some()
+            || self.foreign.pending.load(Ordering::Acquire)
+            || self.queue.len() + self.ready.len() >= self.limits.max_pending_events
+        {
+            return false;
+        }
+        let c = &mut self.cpus[cpu as usize];
+        debug_assert!(c.busy.is_none(), "CPU {cpu} is already busy");
+        c.acct[account as usize] += ns;
+        self.now = end;
+        self.events += 1;
+        true
     }
 
     /// Starts a busy interval on `cpu`.
@@ -314,8 +345,13 @@ impl Kernel {
                 acct: [0; 3],
             })
             .collect();
+        let foreign = Arc::new(ForeignWakes {
+            pending: AtomicBool::new(false),
+            list: Mutex::new(Vec::new()),
+        });
         Kernel {
             st: RefCell::new(State {
+                foreign: foreign.clone(),
                 now: 0,
                 queue: EventQueue::new(),
                 ready: VecDeque::new(),
@@ -325,6 +361,7 @@ impl Kernel {
                 cpus,
                 keep_cpu: false,
                 error: None,
+                run_limit: 0,
                 limits,
                 seed,
                 spawned: 0,
@@ -336,10 +373,7 @@ impl Kernel {
             }),
             futs: RefCell::new(Vec::new()),
             spawned: RefCell::new(Vec::new()),
-            foreign: Arc::new(ForeignWakes {
-                pending: AtomicBool::new(false),
-                list: Mutex::new(Vec::new()),
-            }),
+            foreign,
             spare_wakers: RefCell::new(Vec::new()),
         }
     }
@@ -418,6 +452,7 @@ impl Kernel {
     /// Runs wake-ups up to and including virtual time `limit`; then, if the clock is
     /// earlier and `limit` is finite, moves it to `limit`.
     pub(crate) fn run_until(&self, limit: u64) -> Result<(), SimError> {
+        self.st.borrow_mut().run_limit = limit;
         loop {
             let task = {
                 let mut st = self.st.borrow_mut();
