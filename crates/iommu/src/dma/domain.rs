@@ -16,7 +16,8 @@
 //! record is capped ([`DomainConfig::max_mappings`]). In the direct modes the record is the
 //! only state, and its lock is not counted (Linux keeps no such state there).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -209,10 +210,35 @@ struct Live {
     translated: Option<(IovaBlock, Runs)>,
 }
 
-/// The record of live mappings, keyed by (DMA address, generation).
+/// A small multiplicative hasher (FxHash's step) for the live-mapping record's integer
+/// keys: far cheaper than SipHash, and nothing depends on the map's iteration order (the
+/// one scan, [`LiveMap::find_raw`], sorts what it finds).
+#[derive(Default, Clone, Copy)]
+pub(super) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// The record of live mappings, keyed by (DMA address, generation). A hash map: every
+/// hot-path access is an exact lookup (a B-tree walk over thousands of live mappings cost
+/// a cache miss per level).
 #[derive(Debug)]
 pub(super) struct LiveMap {
-    map: BTreeMap<(u64, u64), Live>,
+    map: HashMap<(u64, u64), Live, BuildHasherDefault<KeyHasher>>,
     limit: usize,
     domain: DomainId,
 }
@@ -220,7 +246,7 @@ pub(super) struct LiveMap {
 impl LiveMap {
     fn new(domain: DomainId, limit: usize) -> Self {
         Self {
-            map: BTreeMap::new(),
+            map: HashMap::default(),
             limit,
             domain,
         }
@@ -254,10 +280,18 @@ impl LiveMap {
     }
 
     /// The single mapping at `dma` matching `len` and `dir` (in the direct modes several
-    /// mappings may share an address; the first that matches is taken).
+    /// mappings may share an address; the first, oldest generation first, that matches is
+    /// taken). Scans the record: only drivers that unmap by address use it.
     fn find_raw(&self, dma: u64, len: u64, dir: Direction) -> Result<(u64, u64), DmaError> {
+        let mut at: Vec<(u64, &Live)> = self
+            .map
+            .iter()
+            .filter(|(k, _)| k.0 == dma)
+            .map(|(k, l)| (k.1, l))
+            .collect();
+        at.sort_unstable_by_key(|x| x.0);
         let mut first_err = None;
-        for (&key, live) in self.map.range((dma, 0)..=(dma, u64::MAX)) {
+        for (key, live) in at.into_iter().map(|(g, l)| ((dma, g), l)) {
             let err = if live.kind != MappingKind::Single {
                 DmaError::KindMismatch {
                     dma,

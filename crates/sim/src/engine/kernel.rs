@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -79,6 +79,10 @@ pub(crate) struct State {
     /// spinning). Cleared before every poll.
     pub(crate) keep_cpu: bool,
     error: Option<SimError>,
+    /// The time limit of the `run_until` in progress.
+    run_limit: u64,
+    /// The kernel's foreign wake-ups (a pending one must be scheduled before time moves).
+    foreign: Arc<ForeignWakes>,
     limits: Limits,
     seed: u64,
     spawned: u64,
@@ -127,6 +131,33 @@ impl State {
         let (at, t) = self.queue.pop_next(limit)?;
         self.now = at;
         Some(t)
+    }
+
+    /// Spends `ns` on `cpu` for the running task at once, without a wake-up, when that
+    /// wake-up would be the very next event the loop takes: nothing is ready at this
+    /// instant, every queued event is later than the span's end, the end is within the
+    /// current run's limit, and scheduling would not hit the pending-event cap. The clock
+    /// then moves to the end exactly as popping the wake-up would have (and the event is
+    /// counted), so the run is unchanged; only the queue round trip and the re-poll are
+    /// saved. Returns whether it did.
+    #[inline]
+    pub(crate) fn spend_now(&mut self, cpu: u32, account: Account, ns: u64) -> bool {
+        let end = self.now.saturating_add(ns);
+        if !self.ready.is_empty()
+            || end >= self.queue.earliest_bound()
+            || end > self.run_limit
+            || self.error.is_some()
+            || self.foreign.pending.load(Ordering::Acquire)
+            || self.queue.len() + self.ready.len() >= self.limits.max_pending_events
+        {
+            return false;
+        }
+        let c = &mut self.cpus[cpu as usize];
+        debug_assert!(c.busy.is_none(), "CPU {cpu} is already busy");
+        c.acct[account as usize] += ns;
+        self.now = end;
+        self.events += 1;
+        true
     }
 
     /// Starts a busy interval on `cpu`.
@@ -231,7 +262,9 @@ struct ForeignWakes {
 }
 
 struct TaskWaker {
-    task: TaskRef,
+    /// The task it wakes; rewritten when a finished task's waker is reused for a new task
+    /// (only when nothing else holds it, so no stale waker can see the change).
+    task: AtomicU64,
     shared: Arc<ForeignWakes>,
 }
 
@@ -241,7 +274,7 @@ impl Wake for TaskWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         let mut l = self.shared.list.lock().unwrap_or_else(|e| e.into_inner());
-        l.push(self.task);
+        l.push(self.task.load(Ordering::Relaxed));
         self.shared.pending.store(true, Ordering::Release);
     }
 }
@@ -249,6 +282,8 @@ impl Wake for TaskWaker {
 struct TaskFuture {
     fut: Pin<Box<dyn Future<Output = ()>>>,
     waker: Waker,
+    /// The waker's shared part, kept to reuse it for a later task.
+    inner: Arc<TaskWaker>,
 }
 
 fn install(futs: &mut Vec<Option<TaskFuture>>, slot: usize, tf: TaskFuture) {
@@ -265,9 +300,41 @@ pub(crate) struct Kernel {
     /// Futures of tasks spawned while `futs` was borrowed (by a task being polled).
     spawned: RefCell<Vec<(usize, TaskFuture)>>,
     foreign: Arc<ForeignWakes>,
+    /// Wakers of finished tasks that nothing else holds, reused by new tasks (saves an
+    /// allocation per spawn).
+    spare_wakers: RefCell<Vec<Arc<TaskWaker>>>,
 }
 
 impl Kernel {
+    /// A waker for `task`: a reused one if available.
+    fn waker_for(&self, task: TaskRef) -> (Waker, Arc<TaskWaker>) {
+        let inner = match self.spare_wakers.borrow_mut().pop() {
+            Some(w) => {
+                w.task.store(task, Ordering::Relaxed);
+                w
+            }
+            None => Arc::new(TaskWaker {
+                task: AtomicU64::new(task),
+                shared: self.foreign.clone(),
+            }),
+        };
+        (Waker::from(inner.clone()), inner)
+    }
+
+    /// Drops a finished task's future and keeps its waker for reuse if nothing else holds
+    /// it.
+    fn retire(&self, tf: TaskFuture) {
+        let TaskFuture { fut, waker, inner } = tf;
+        drop(fut);
+        drop(waker);
+        if Arc::strong_count(&inner) == 1 {
+            let mut spare = self.spare_wakers.borrow_mut();
+            if spare.len() < 4096 {
+                spare.push(inner);
+            }
+        }
+    }
+
     pub(crate) fn new(cpus: usize, seed: u64, limits: Limits) -> Self {
         let cpus = (0..cpus)
             .map(|_| CpuState {
@@ -278,8 +345,13 @@ impl Kernel {
                 acct: [0; 3],
             })
             .collect();
+        let foreign = Arc::new(ForeignWakes {
+            pending: AtomicBool::new(false),
+            list: Mutex::new(Vec::new()),
+        });
         Kernel {
             st: RefCell::new(State {
+                foreign: foreign.clone(),
                 now: 0,
                 queue: EventQueue::new(),
                 ready: VecDeque::new(),
@@ -289,6 +361,7 @@ impl Kernel {
                 cpus,
                 keep_cpu: false,
                 error: None,
+                run_limit: 0,
                 limits,
                 seed,
                 spawned: 0,
@@ -300,10 +373,8 @@ impl Kernel {
             }),
             futs: RefCell::new(Vec::new()),
             spawned: RefCell::new(Vec::new()),
-            foreign: Arc::new(ForeignWakes {
-                pending: AtomicBool::new(false),
-                list: Mutex::new(Vec::new()),
-            }),
+            foreign,
+            spare_wakers: RefCell::new(Vec::new()),
         }
     }
 
@@ -368,11 +439,8 @@ impl Kernel {
         };
         let ctx = Ctx::new(Handle(self.clone()), task, cpu, seed);
         let fut: Pin<Box<dyn Future<Output = ()>>> = Box::pin(make(ctx));
-        let waker = Waker::from(Arc::new(TaskWaker {
-            task,
-            shared: self.foreign.clone(),
-        }));
-        let tf = TaskFuture { fut, waker };
+        let (waker, inner) = self.waker_for(task);
+        let tf = TaskFuture { fut, waker, inner };
         match self.futs.try_borrow_mut() {
             Ok(mut futs) => install(&mut futs, slot_of(task), tf),
             // Spawned by a task being polled: installed right after its poll.
@@ -384,6 +452,7 @@ impl Kernel {
     /// Runs wake-ups up to and including virtual time `limit`; then, if the clock is
     /// earlier and `limit` is finite, moves it to `limit`.
     pub(crate) fn run_until(&self, limit: u64) -> Result<(), SimError> {
+        self.st.borrow_mut().run_limit = limit;
         loop {
             let task = {
                 let mut st = self.st.borrow_mut();
@@ -434,7 +503,10 @@ impl Kernel {
                     let done = futs[slot].take();
                     drop(futs);
                     self.st.borrow_mut().finish(task);
-                    drop(done); // outside any borrow: dropping may touch the engine
+                    // Outside any borrow: dropping may touch the engine.
+                    if let Some(tf) = done {
+                        self.retire(tf);
+                    }
                 }
                 Poll::Pending => {
                     drop(futs);

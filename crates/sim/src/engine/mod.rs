@@ -433,6 +433,9 @@ impl Future for Spend<'_> {
         let mut st = this.ctx.h.0.st.borrow_mut();
         if !this.started {
             this.started = true;
+            if this.ns != 0 && st.spend_now(this.ctx.cpu, this.account, this.ns) {
+                return Poll::Ready(());
+            }
             if this
                 .burn
                 .start(&mut st, this.ctx.cpu, this.ctx.task, this.account, this.ns)

@@ -145,6 +145,36 @@ impl EventQueue {
         task
     }
 
+    /// A lower bound of the earliest queued time (`u64::MAX` when the queue is empty):
+    /// the base if events of the base's instant are being handed out, else the lower bound
+    /// of the lowest non-empty slot of the lowest non-empty level (exact at level 0).
+    #[inline]
+    pub(crate) fn earliest_bound(&self) -> u64 {
+        if self.cur != NIL {
+            return self.base;
+        }
+        if self.levels == 0 {
+            return u64::MAX;
+        }
+        let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
+        let digit = self.masks[level].trailing_zeros() as u64 & (SLOTS as u64 - 1);
+        if level > 0 {
+            // A lone event's time is known exactly.
+            let List { head, tail } = self.slots[slot_index(level, digit as usize)];
+            if head == tail {
+                return self.nodes[head as usize].at;
+            }
+        }
+        let shift = BITS * level as u32;
+        let above = shift + BITS;
+        let high = if above >= 64 {
+            0
+        } else {
+            self.base & (!0u64 << above)
+        };
+        high | (digit << shift)
+    }
+
     /// The next event at the current base time, if any.
     #[inline]
     pub(crate) fn pop_at_base(&mut self) -> Option<TaskRef> {

@@ -23,6 +23,7 @@
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -912,10 +913,22 @@ struct Issued {
 struct CmdqInvalidator {
     asid: u16,
     producer: Box<dyn CmdqProducer<Sink = NullSink>>,
-    pending: Mutex<Vec<Command>>,
-    issued: Mutex<Issued>,
-    error: Mutex<Option<String>>,
+    /// Everything mutable behind one lock (taken a few times per I/O).
+    state: Mutex<InvState>,
+    /// Set once an error is recorded, so the per-I/O check needs no lock.
+    failed: AtomicBool,
     chunk: usize,
+}
+
+/// The invalidator's mutable state.
+#[derive(Default)]
+struct InvState {
+    /// Commands built since the last sync.
+    pending: Vec<Command>,
+    /// An empty buffer swapped in for `pending` at each sync (reused, not reallocated).
+    spare: Vec<Command>,
+    issued: Issued,
+    error: Option<String>,
 }
 
 impl CmdqInvalidator {
@@ -926,28 +939,30 @@ impl CmdqInvalidator {
         Ok(CmdqInvalidator {
             asid,
             producer,
-            pending: Mutex::new(Vec::new()),
-            issued: Mutex::new(Issued::default()),
-            error: Mutex::new(None),
+            state: Mutex::new(InvState::default()),
+            failed: AtomicBool::new(false),
             chunk: ((1usize << log2size) - 1).min(63),
         })
     }
 
     fn push(&self, c: Command) {
-        if let Ok(mut p) = self.pending.lock() {
-            p.push(c);
+        if let Ok(mut st) = self.state.lock() {
+            st.pending.push(c);
         }
     }
 
     fn take(&self) -> Issued {
-        self.issued
+        self.state
             .lock()
-            .map(|mut i| std::mem::take(&mut *i))
+            .map(|mut st| std::mem::take(&mut st.issued))
             .unwrap_or_default()
     }
 
     fn error(&self) -> Option<String> {
-        self.error.lock().ok().and_then(|e| e.clone())
+        if !self.failed.load(AtomicOrdering::Relaxed) {
+            return None;
+        }
+        self.state.lock().ok().and_then(|st| st.error.clone())
     }
 }
 
@@ -1002,30 +1017,34 @@ impl Invalidator for CmdqInvalidator {
 
     fn sync(&self, work: &mut WorkRecord) {
         work.inval_syncs += 1;
-        let cmds = self
-            .pending
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default();
+        // The pending commands, taken without giving up their buffer: `spare` keeps the
+        // previous sync's (cleared) buffer, so neither side allocates per sync.
+        let mut cmds = Vec::new();
+        if let Ok(mut st) = self.state.lock() {
+            let st = &mut *st;
+            cmds = std::mem::take(&mut st.spare);
+            std::mem::swap(&mut st.pending, &mut cmds);
+        }
         let mut w = WorkRecord::new();
-        let chunks: Vec<&[Command]> = cmds.chunks(self.chunk).collect();
-        let last = chunks.len().saturating_sub(1);
         let mut result = Ok(());
-        if chunks.is_empty() {
+        if cmds.is_empty() {
             result = self.producer.issue(&[], true, &mut w);
         }
-        for (i, c) in chunks.iter().enumerate() {
-            result = result.and_then(|()| self.producer.issue(c, i == last, &mut w));
+        let nchunks = cmds.len().div_ceil(self.chunk);
+        for (i, c) in cmds.chunks(self.chunk).enumerate() {
+            result = result.and_then(|()| self.producer.issue(c, i + 1 == nchunks, &mut w));
         }
-        if let Err(e) = result {
-            if let Ok(mut slot) = self.error.lock() {
-                slot.get_or_insert_with(|| format!("Command queue refused a command: {e}"));
+        if let Ok(mut st) = self.state.lock() {
+            if let Err(e) = result {
+                st.error
+                    .get_or_insert_with(|| format!("Command queue refused a command: {e}"));
+                self.failed.store(true, AtomicOrdering::Relaxed);
             }
-        }
-        if let Ok(mut i) = self.issued.lock() {
-            i.cmds += cmds.len() as u64;
-            i.prod_writes += w.mmio_writes;
-            i.syncs += 1;
+            st.issued.cmds += cmds.len() as u64;
+            st.issued.prod_writes += w.mmio_writes;
+            st.issued.syncs += 1;
+            cmds.clear();
+            st.spare = cmds;
         }
     }
 }

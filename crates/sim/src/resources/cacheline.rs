@@ -143,6 +143,9 @@ impl Future for Rmw<'_> {
                 l.stats.total_ns += cost;
                 l.stats.max_ns = l.stats.max_ns.max(cost);
                 this.cost = Some(cost);
+                if cost != 0 && st.spend_now(cpu, this.account, cost) {
+                    return Poll::Ready(cost);
+                }
                 if this
                     .burn
                     .start(&mut st, cpu, this.ctx.task, this.account, cost)

@@ -190,6 +190,8 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
     let mut seq_block = (job as u64 * blocks / u64::from(spec.numjobs.max(1))) % blocks;
     let user = SimDuration::ns(spec.user_ns_per_io);
     let syscall = SimDuration::ns(spec.syscall_ns);
+    // Reaped completions, reused across reaps (no allocation per reap).
+    let mut got: Vec<IoCompletion> = Vec::with_capacity(depth as usize);
     loop {
         let running = ctx.now() < end;
         if running && stats.borrow().error.is_none() {
@@ -241,7 +243,7 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
         }
         // Reap: io_getevents(min_nr, nr = iodepth).
         let min = spec.batch_complete_min.clamp(1, inflight);
-        let mut got = Vec::with_capacity(depth as usize);
+        got.clear();
         while (got.len() as u32) < min {
             got.push(done.recv(&ctx).await);
         }
@@ -250,7 +252,7 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
         }
         ctx.cpu().spend(syscall, Account::System).await;
         let now = ctx.now();
-        for c in got {
+        for c in got.drain(..) {
             ctx.cpu().spend(user, Account::User).await;
             inflight -= 1;
             free.push(c.slot);
