@@ -140,7 +140,12 @@ fn the_bundled_run_has_every_id_and_marks_the_calibration_row() {
     // Two CPU scale factors and the workfile's weight total, all from the baseline row only.
     assert_eq!(r.calibrated.len(), 3);
     for c in &r.calibrated {
-        assert!(c.fitted_to.iter().all(|id| id.starts_with("novmerge.users100")), "{c:?}");
+        assert!(
+            c.fitted_to
+                .iter()
+                .all(|id| id.starts_with("novmerge.users100")),
+            "{c:?}"
+        );
     }
     // Mechanism: with one disk behind an efficient HBA, virtual merging moves throughput by
     // less than 1%, in the gain direction.
