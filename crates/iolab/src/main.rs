@@ -3,7 +3,9 @@
 
 mod bench;
 mod calibrate;
+mod db;
 mod reproduce;
+mod runs;
 
 use std::process::ExitCode;
 
@@ -16,6 +18,12 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The results database every `reproduce` and `run` is stored in.
+    #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
+    db: std::path::PathBuf,
+    /// Do not store results (reproduce, run).
+    #[arg(long, global = true, conflicts_with = "db")]
+    no_db: bool,
 }
 
 /// Output format of a command.
@@ -83,10 +91,39 @@ enum Command {
         #[arg(long, default_value = calibrate::DEFAULT_BASE)]
         base: String,
     },
+    /// List, show or remove the runs stored in the results database.
+    Runs {
+        #[command(subcommand)]
+        action: RunsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum RunsCommand {
+    /// List the stored runs.
+    List {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Show one run's figures and effects.
+    Show {
+        /// The run id (from `iolab runs list`).
+        id: i64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Remove one run with its figures and effects.
+    Rm {
+        /// The run id (from `iolab runs list`).
+        id: i64,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let db_path = (!cli.no_db).then_some(cli.db.as_path());
     match cli.command {
         Command::Version => {
             println!("iolab {}", env!("CARGO_PKG_VERSION"));
@@ -101,6 +138,7 @@ fn main() -> ExitCode {
             &names,
             ExperimentOptions { runs, seed },
             format == Format::Json,
+            db_path,
         ),
         Command::Run {
             scenario,
@@ -111,6 +149,7 @@ fn main() -> ExitCode {
             &scenario,
             ExperimentOptions { runs, seed },
             format == Format::Json,
+            db_path,
         ),
         Command::Bench { quick, format } => {
             let report = bench::run_all(bench::Sampling::new(quick));
@@ -132,5 +171,12 @@ fn main() -> ExitCode {
             quick,
             base,
         } => calibrate::run(output.as_deref(), force, quick, &base),
+        Command::Runs { action } => match db_path {
+            Some(path) => runs::run(path, action),
+            None => {
+                eprintln!("iolab runs: --no-db leaves no results database to read");
+                ExitCode::from(2)
+            }
+        },
     }
 }

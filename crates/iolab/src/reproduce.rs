@@ -3,10 +3,13 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use iolab_sim::experiment::{render_effects, ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
 use serde::Serialize;
+
+use crate::db::{NewRun, ResultsDb};
 
 #[derive(Serialize)]
 struct JsonOutput<'a> {
@@ -15,8 +18,40 @@ struct JsonOutput<'a> {
     not_implemented: Vec<&'static str>,
 }
 
-/// Runs the named experiments (all when `names` is empty).
-pub fn reproduce(names: &[String], options: ExperimentOptions, json: bool) -> ExitCode {
+/// Opens the results database, if storing; on failure prints the error and gives the exit code.
+fn open_db(cmd: &str, path: Option<&Path>) -> Result<Option<ResultsDb>, ExitCode> {
+    match path.map(ResultsDb::open).transpose() {
+        Ok(db) => Ok(db),
+        Err(e) => {
+            eprintln!("iolab {cmd}: {e}");
+            Err(ExitCode::from(e.exit_code()))
+        }
+    }
+}
+
+/// Stores a finished report (when storing) and says so on standard error.
+fn store(cmd: &str, db: Option<&mut ResultsDb>, run: &NewRun<'_>) -> Result<(), ExitCode> {
+    let Some(db) = db else { return Ok(()) };
+    match db.store(run) {
+        Ok(id) => {
+            eprintln!("stored as run {id} in {}", db.path().display());
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("iolab {cmd}: {e}");
+            Err(ExitCode::from(e.exit_code()))
+        }
+    }
+}
+
+/// Runs the named experiments (all when `names` is empty), storing each report in the
+/// results database at `db_path` (when given) as soon as it completes.
+pub fn reproduce(
+    names: &[String],
+    options: ExperimentOptions,
+    json: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
     let selected: Vec<&str> = if names.is_empty() {
         NAMES.to_vec()
     } else {
@@ -29,11 +64,31 @@ pub fn reproduce(names: &[String], options: ExperimentOptions, json: bool) -> Ex
         );
         return ExitCode::from(2);
     }
+    let mut db = match open_db("reproduce", db_path) {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
     let mut reports = Vec::new();
     let mut not_implemented = Vec::new();
     for name in selected {
+        let started_at = SystemTime::now();
         match experiments::run_bundled(name, &options) {
-            Ok(r) => reports.push(r),
+            Ok(r) => {
+                let origin = format!("scenarios/{name}.toml (bundled)");
+                let run = NewRun {
+                    kind: "lab",
+                    scenario_origin: Some(&origin),
+                    scenario_text: experiments::bundled_scenario(name).ok(),
+                    seed: options.seed,
+                    started_at,
+                    finished_at: SystemTime::now(),
+                    report: &r,
+                };
+                if let Err(code) = store("reproduce", db.as_mut(), &run) {
+                    return code;
+                }
+                reports.push(r);
+            }
             Err(ExperimentError::NotImplemented { name }) => not_implemented.push(name),
             Err(e) => {
                 eprintln!("iolab reproduce: {name}: {e}");
@@ -44,8 +99,14 @@ pub fn reproduce(names: &[String], options: ExperimentOptions, json: bool) -> Ex
     print_reports(&reports, &not_implemented, json)
 }
 
-/// Runs one scenario file; its top-level `experiment` key names the experiment schema.
-pub fn run_file(path: &Path, options: ExperimentOptions, json: bool) -> ExitCode {
+/// Runs one scenario file; its top-level `experiment` key names the experiment schema. The
+/// report is stored in the results database at `db_path` when given.
+pub fn run_file(
+    path: &Path,
+    options: ExperimentOptions,
+    json: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
     let origin = path.display().to_string();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -61,8 +122,27 @@ pub fn run_file(path: &Path, options: ExperimentOptions, json: bool) -> ExitCode
             return ExitCode::from(2);
         }
     };
+    let mut db = match open_db("run", db_path) {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let started_at = SystemTime::now();
     match experiments::run_scenario(&name, &text, &origin, &options) {
-        Ok(r) => print_reports(&[r], &[], json),
+        Ok(r) => {
+            let run = NewRun {
+                kind: "lab",
+                scenario_origin: Some(&origin),
+                scenario_text: Some(&text),
+                seed: options.seed,
+                started_at,
+                finished_at: SystemTime::now(),
+                report: &r,
+            };
+            if let Err(code) = store("run", db.as_mut(), &run) {
+                return code;
+            }
+            print_reports(&[r], &[], json)
+        }
         Err(ExperimentError::NotImplemented { name }) => print_reports(&[], &[name], json),
         Err(e) => {
             eprintln!("iolab run: {e}");

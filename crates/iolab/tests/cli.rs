@@ -37,7 +37,7 @@ fn an_unknown_flag_is_bad_input_with_exit_code_2() {
 
 #[test]
 fn an_unknown_experiment_is_bad_input_naming_the_choices() {
-    let out = iolab(&["reproduce", "no-such-experiment"]);
+    let out = iolab(&["--no-db", "reproduce", "no-such-experiment"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -1,0 +1,163 @@
+//! The results database as a user meets it: `--db`, `--no-db` and `iolab runs`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn iolab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(args)
+        .output()
+        .expect("the iolab binary runs")
+}
+
+/// A fresh, empty directory for one test.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iolab-db-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn reproduce_stores_a_run_that_runs_list_show_and_rm_see() {
+    let dir = temp_dir("roundtrip");
+    let db = dir.join("results.db");
+    let db = s(&db);
+
+    let out = iolab(&["--db", db, "reproduce", "sba-vmerge"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("stored as run 1 in") && err.contains(db),
+        "{err}"
+    );
+    // The report itself is still on standard output, with nothing about the database.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("== sba-vmerge"), "{stdout}");
+    assert!(!stdout.contains("stored as run"), "{stdout}");
+
+    let out = iolab(&["runs", "list", "--format", "json", "--db", db]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let list = list.as_array().expect("an array");
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["id"], 1);
+    assert_eq!(list[0]["experiment"], "sba-vmerge");
+    assert_eq!(list[0]["seed"], 1);
+    assert_eq!(list[0]["runs"], 1);
+    assert!(list[0]["figures"].as_u64().expect("figure count") > 0);
+    assert!(list[0]["started_at"]
+        .as_str()
+        .expect("started_at")
+        .ends_with('Z'));
+
+    let out = iolab(&["--db", db, "runs", "show", "1", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(run["experiment"], "sba-vmerge");
+    assert_eq!(run["kind"], "lab");
+    let figures = run["figures"].as_array().expect("figures");
+    assert_eq!(figures.len() as u64, list[0]["figures"].as_u64().unwrap());
+    assert!(figures
+        .iter()
+        .all(|f| f["lab"].is_number() && f["unit"].is_string()));
+    assert!(!run["effects"].as_array().expect("effects").is_empty());
+
+    let out = iolab(&["--db", db, "runs", "show", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(figures[0]["id"].as_str().unwrap()), "{text}");
+
+    let out = iolab(&["--db", db, "runs", "rm", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = iolab(&["--db", db, "runs", "list", "--format", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(list, serde_json::json!([]));
+
+    let out = iolab(&["--db", db, "runs", "rm", "999"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("999") && err.contains(db), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_db_stores_nothing() {
+    let dir = temp_dir("nodb");
+    let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(["--no-db", "reproduce", "sba-vmerge"])
+        .current_dir(&dir)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("stored as run"));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_default_database_is_in_the_current_directory() {
+    let dir = temp_dir("default");
+    let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(["reproduce", "sba-vmerge"])
+        .current_dir(&dir)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("stored as run 1 in iolab-results.db"));
+    assert!(dir.join("iolab-results.db").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_db_that_is_a_text_file_is_bad_input_and_left_unchanged() {
+    let dir = temp_dir("text");
+    let path = dir.join("notes.txt");
+    let text = "these are my notes, not a database\n".repeat(10);
+    std::fs::write(&path, &text).expect("write");
+    for args in [
+        vec!["--db", s(&path), "reproduce", "sba-vmerge"],
+        vec!["--db", s(&path), "runs", "list"],
+    ] {
+        let out = iolab(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(s(&path)), "{err}");
+        assert!(out.stdout.is_empty());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unopenable_db_is_a_run_failure_with_exit_code_1() {
+    let dir = temp_dir("io");
+    let db = dir.join("no-such-dir").join("results.db");
+    let out = iolab(&["--db", s(&db), "reproduce", "sba-vmerge"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(s(&db)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_stores_the_scenario_file_it_ran() {
+    let dir = temp_dir("run");
+    let db = dir.join("results.db");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/sba-vmerge.toml");
+    let out = iolab(&["run", s(&scenario), "--db", s(&db), "--seed", "7"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("stored as run 1 in"));
+    let out = iolab(&["--db", s(&db), "runs", "show", "1", "--format", "json"]);
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(run["seed"], 7);
+    assert_eq!(run["scenario_origin"], s(&scenario));
+    let _ = std::fs::remove_dir_all(&dir);
+}
