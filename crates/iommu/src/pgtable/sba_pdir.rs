@@ -16,7 +16,7 @@
 //! (512-entry chunks materialised on first write).
 
 use crate::addr::{Iova, PhysAddr, Prot};
-use crate::pgtable::tce::SparseEntries;
+use crate::pgtable::tce::{OneLevelWindow, SparseEntries};
 use crate::pgtable::{IoPageTable, PgTableError, Translation, UnmapGather};
 use crate::work::WorkRecord;
 
@@ -190,41 +190,25 @@ impl SbaPdir {
 
     /// The pdir index that translates `iova`, or `None` outside the window.
     pub fn index_of(&self, iova: Iova) -> Option<u64> {
-        let off = iova.get().checked_sub(self.config.iova_base)?;
-        (off < self.config.iova_size).then_some(off >> self.config.page_shift)
+        self.window().index_of(iova)
     }
 
     /// The first IOVA entry `index` translates, or `None` past the end.
     pub fn iova_of(&self, index: u64) -> Option<Iova> {
-        (index < self.entries.len())
-            .then(|| Iova::new(self.config.iova_base + (index << self.config.page_shift)))
+        self.window().iova_of(index, self.entries.len())
+    }
+
+    fn window(&self) -> OneLevelWindow {
+        OneLevelWindow {
+            start: self.config.iova_base,
+            size: self.config.iova_size,
+            page_shift: self.config.page_shift,
+        }
     }
 
     /// Checks a range against the window and the page size; returns its first entry index.
     fn check_range(&self, iova: u64, size: u64) -> Result<u64, PgTableError> {
-        let granule = self.page_size();
-        if (iova | size) & (granule - 1) != 0 {
-            return Err(PgTableError::Misaligned {
-                addr: iova,
-                size,
-                granule,
-            });
-        }
-        let (start, end) = (
-            self.config.iova_base,
-            self.config.iova_base + self.config.iova_size,
-        );
-        match iova.checked_add(size) {
-            Some(last) if iova >= start && last <= end => {
-                Ok((iova - start) >> self.config.page_shift)
-            }
-            _ => Err(PgTableError::OutOfRange {
-                iova,
-                size,
-                start,
-                end,
-            }),
-        }
+        self.window().check_range(iova, size)
     }
 }
 

@@ -265,39 +265,25 @@ impl TceTable {
 
     /// The entry index that translates bus address `iova`, or `None` outside the window.
     pub fn index_of(&self, iova: Iova) -> Option<u64> {
-        let off = iova.get().checked_sub(self.config.window_offset)?;
-        (off < self.config.window_size).then_some(off >> self.config.page_shift)
+        self.window().index_of(iova)
     }
 
     /// The bus address of the first byte entry `index` translates, or `None` past the end.
     pub fn iova_of(&self, index: u64) -> Option<Iova> {
-        (index < self.entries.len())
-            .then(|| Iova::new(self.config.window_offset + (index << self.config.page_shift)))
+        self.window().iova_of(index, self.entries.len())
+    }
+
+    fn window(&self) -> OneLevelWindow {
+        OneLevelWindow {
+            start: self.config.window_offset,
+            size: self.config.window_size,
+            page_shift: self.config.page_shift,
+        }
     }
 
     /// Checks a range against the window and the page size; returns its first entry index.
     fn check_range(&self, iova: u64, size: u64) -> Result<u64, PgTableError> {
-        let granule = self.page_size();
-        if (iova | size) & (granule - 1) != 0 {
-            return Err(PgTableError::Misaligned {
-                addr: iova,
-                size,
-                granule,
-            });
-        }
-        let (start, window) = (self.config.window_offset, self.config.window_size);
-        let end = start + window;
-        match iova.checked_add(size) {
-            Some(last) if iova >= start && last <= end => {
-                Ok((iova - start) >> self.config.page_shift)
-            }
-            _ => Err(PgTableError::OutOfRange {
-                iova,
-                size,
-                start,
-                end,
-            }),
-        }
+        self.window().check_range(iova, size)
     }
 }
 
@@ -431,6 +417,50 @@ impl IoPageTable for TceTable {
 
     fn mapped_bytes(&self) -> u64 {
         self.mapped
+    }
+}
+
+/// The arithmetic of a one-level table over a window of `size` bytes at bus address `start`
+/// with `2^page_shift`-byte entries, shared by the TCE table and the SBA pdir.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OneLevelWindow {
+    pub(super) start: u64,
+    pub(super) size: u64,
+    pub(super) page_shift: u32,
+}
+
+impl OneLevelWindow {
+    /// The entry index that translates `iova`, or `None` outside the window.
+    pub(super) fn index_of(&self, iova: Iova) -> Option<u64> {
+        let off = iova.get().checked_sub(self.start)?;
+        (off < self.size).then_some(off >> self.page_shift)
+    }
+
+    /// The first IOVA entry `index` translates, or `None` at or past `entries`.
+    pub(super) fn iova_of(&self, index: u64, entries: u64) -> Option<Iova> {
+        (index < entries).then(|| Iova::new(self.start + (index << self.page_shift)))
+    }
+
+    /// Checks a range against the window and the page size; returns its first entry index.
+    pub(super) fn check_range(&self, iova: u64, size: u64) -> Result<u64, PgTableError> {
+        let granule = 1u64 << self.page_shift;
+        if (iova | size) & (granule - 1) != 0 {
+            return Err(PgTableError::Misaligned {
+                addr: iova,
+                size,
+                granule,
+            });
+        }
+        let (start, end) = (self.start, self.start + self.size);
+        match iova.checked_add(size) {
+            Some(last) if iova >= start && last <= end => Ok((iova - start) >> self.page_shift),
+            _ => Err(PgTableError::OutOfRange {
+                iova,
+                size,
+                start,
+                end,
+            }),
+        }
     }
 }
 
