@@ -534,6 +534,16 @@ fn elapsed(from: SimTime, to: SimTime) -> u64 {
     to.saturating_since(from).as_ns()
 }
 
+/// The result of a sequential phase over the whole file that started at `t0` with the
+/// process's CPU counter at `c0`.
+fn sequential_result(env: &Env, p: &Proc<'_>, t0: SimTime, c0: u64) -> PhaseResult {
+    PhaseResult {
+        amount: env.cfg.file_bytes as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+    }
+}
+
 async fn phase_out_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
     env.truncate();
     let t0 = p.ctx.now();
@@ -551,11 +561,7 @@ async fn phase_out_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
         off += n;
     }
     env.fsync(p).await;
-    PhaseResult {
-        amount: env.cfg.file_bytes as f64,
-        elapsed_ns: elapsed(t0, p.ctx.now()),
-        cpu_ns: p.cpu_ns.get() - c0,
-    }
+    sequential_result(env, p, t0, c0)
 }
 
 async fn phase_out_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
@@ -569,11 +575,7 @@ async fn phase_out_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
         off += n;
     }
     env.fsync(p).await;
-    PhaseResult {
-        amount: env.cfg.file_bytes as f64,
-        elapsed_ns: elapsed(t0, p.ctx.now()),
-        cpu_ns: p.cpu_ns.get() - c0,
-    }
+    sequential_result(env, p, t0, c0)
 }
 
 async fn phase_rewrite(env: &Env, p: &Proc<'_>) -> PhaseResult {
@@ -590,11 +592,7 @@ async fn phase_rewrite(env: &Env, p: &Proc<'_>) -> PhaseResult {
         off += n;
     }
     env.fsync(p).await;
-    PhaseResult {
-        amount: env.cfg.file_bytes as f64,
-        elapsed_ns: elapsed(t0, p.ctx.now()),
-        cpu_ns: p.cpu_ns.get() - c0,
-    }
+    sequential_result(env, p, t0, c0)
 }
 
 async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
@@ -613,11 +611,7 @@ async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
         .await;
         off += n;
     }
-    PhaseResult {
-        amount: env.cfg.file_bytes as f64,
-        elapsed_ns: elapsed(t0, p.ctx.now()),
-        cpu_ns: p.cpu_ns.get() - c0,
-    }
+    sequential_result(env, p, t0, c0)
 }
 
 async fn phase_in_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
@@ -630,11 +624,7 @@ async fn phase_in_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
         env.read(p, off, n).await;
         off += n;
     }
-    PhaseResult {
-        amount: env.cfg.file_bytes as f64,
-        elapsed_ns: elapsed(t0, p.ctx.now()),
-        cpu_ns: p.cpu_ns.get() - c0,
-    }
+    sequential_result(env, p, t0, c0)
 }
 
 /// One seeker: `seeks` random chunk reads of the whole logical file.
