@@ -239,6 +239,9 @@ impl Hasher for KeyHasher {
 #[derive(Debug)]
 pub(super) struct LiveMap {
     map: HashMap<(u64, u64), Live, BuildHasherDefault<KeyHasher>>,
+    /// The generations live at each DMA address, oldest first: the index `unmap_raw`
+    /// (unmap by address) looks up instead of scanning the record.
+    by_addr: HashMap<u64, Vec<u64>, BuildHasherDefault<KeyHasher>>,
     limit: usize,
     domain: DomainId,
 }
@@ -247,9 +250,35 @@ impl LiveMap {
     fn new(domain: DomainId, limit: usize) -> Self {
         Self {
             map: HashMap::default(),
+            by_addr: HashMap::default(),
             limit,
             domain,
         }
+    }
+
+    /// Records a live mapping.
+    fn insert(&mut self, key: (u64, u64), live: Live) {
+        let gens = self.by_addr.entry(key.0).or_default();
+        let at = gens.partition_point(|&g| g < key.1);
+        gens.insert(at, key.1);
+        self.map.insert(key, live);
+    }
+
+    /// Removes a live mapping's record, if present.
+    fn remove(&mut self, key: &(u64, u64)) -> Option<Live> {
+        let live = self.map.remove(key)?;
+        if let Some(gens) = self.by_addr.get_mut(&key.0) {
+            gens.retain(|&g| g != key.1);
+            if gens.is_empty() {
+                self.by_addr.remove(&key.0);
+            }
+        }
+        Some(live)
+    }
+
+    /// Number of live mappings.
+    fn len(&self) -> usize {
+        self.map.len()
     }
 
     fn check_room(&self) -> Result<(), DmaError> {
@@ -281,17 +310,18 @@ impl LiveMap {
 
     /// The single mapping at `dma` matching `len` and `dir` (in the direct modes several
     /// mappings may share an address; the first, oldest generation first, that matches is
-    /// taken). Scans the record: only drivers that unmap by address use it.
+    /// taken), found through the by-address index.
     fn find_raw(&self, dma: u64, len: u64, dir: Direction) -> Result<(u64, u64), DmaError> {
-        let mut at: Vec<(u64, &Live)> = self
-            .map
+        let gens = self
+            .by_addr
+            .get(&dma)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let at = gens
             .iter()
-            .filter(|(k, _)| k.0 == dma)
-            .map(|(k, l)| (k.1, l))
-            .collect();
-        at.sort_unstable_by_key(|x| x.0);
+            .filter_map(|&g| self.map.get(&(dma, g)).map(|l| (g, l)));
         let mut first_err = None;
-        for (key, live) in at.into_iter().map(|(g, l)| ((dma, g), l)) {
+        for (key, live) in at.map(|(g, l)| ((dma, g), l)) {
             let err = if live.kind != MappingKind::Single {
                 DmaError::KindMismatch {
                     dma,
@@ -621,8 +651,8 @@ impl Domain {
     /// Number of live mappings (single, scatter-gather and coherent).
     pub fn live_mappings(&self) -> usize {
         match &self.backend {
-            Backend::Direct(l) => l.lock().map.len(),
-            Backend::Translated(t) => t.state.lock().live.map.len(),
+            Backend::Direct(l) => l.lock().len(),
+            Backend::Translated(t) => t.state.lock().live.len(),
         }
     }
 
@@ -731,7 +761,7 @@ impl Domain {
                 }
                 let mut live = live.lock();
                 live.check_room()?;
-                live.map.insert((pa.get(), generation), record(None));
+                live.insert((pa.get(), generation), record(None));
                 Ok(handle(pa.get()))
             }
             Backend::Translated(t) => {
@@ -759,7 +789,6 @@ impl Domain {
                 let dma = block.start.get() + off;
                 let runs = Runs::One((block.start, map_len));
                 st.live
-                    .map
                     .insert((dma, generation), record(Some((block, runs))));
                 Ok(handle(dma))
             }
@@ -832,7 +861,7 @@ impl Domain {
             Backend::Direct(live) => {
                 let mut live = live.lock();
                 let key = select(&live)?;
-                live.map.remove(&key);
+                live.remove(&key);
                 Ok(())
             }
             Backend::Translated(t) => {
@@ -840,7 +869,7 @@ impl Domain {
                 let mut guard = t.state.lock();
                 let st = &mut *guard;
                 let key = select(&st.live)?;
-                let Some(live) = st.live.map.remove(&key) else {
+                let Some(live) = st.live.remove(&key) else {
                     return Err(st.live.not_mapped(key.0));
                 };
                 let Some((block, runs)) = &live.translated else {
@@ -856,7 +885,7 @@ impl Domain {
                             len,
                             source,
                         };
-                        st.live.map.insert(key, live);
+                        st.live.insert(key, live);
                         return Err(err);
                     }
                 }
@@ -913,7 +942,7 @@ impl Domain {
                     len: total,
                     translated: None,
                 };
-                live.map.insert((entries[0].pa.get(), generation), rec);
+                live.insert((entries[0].pa.get(), generation), rec);
                 Ok(handle(segments))
             }
             Backend::Translated(t) => {
@@ -976,7 +1005,7 @@ impl Domain {
                     len: total,
                     translated: Some((block, Runs::Many(runs))),
                 };
-                st.live.map.insert((key, generation), rec);
+                st.live.insert((key, generation), rec);
                 Ok(handle(segments))
             }
         }
