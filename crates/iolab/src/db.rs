@@ -480,6 +480,7 @@ mod tests {
             calibrated: Vec::new(),
             report_text: String::new(),
             notes: Vec::new(),
+            measurements: Vec::new(),
         }
     }
 

@@ -129,6 +129,10 @@ pub struct ExperimentReport {
     pub report_text: String,
     /// Plain statements of what the lab does not (yet) reach, and why.
     pub notes: Vec<String>,
+    /// Every measured configuration, with its metrics, latencies and CPU time (for the
+    /// results database, `iolab compare` and `iolab report`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub measurements: Vec<crate::metrics::Measurement>,
 }
 
 /// Options every experiment takes.

@@ -1012,5 +1012,6 @@ pub fn run_scenario(
         calibrated,
         report_text: t,
         notes,
+        measurements: Vec::new(),
     })
 }

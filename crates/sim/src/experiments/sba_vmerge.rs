@@ -1058,5 +1058,6 @@ pub fn run_scenario(
         calibrated,
         report_text: text_out,
         notes,
+        measurements: Vec::new(),
     })
 }

@@ -1745,5 +1745,6 @@ pub fn run_scenario(
         calibrated,
         report_text: t,
         notes,
+        measurements: Vec::new(),
     })
 }

@@ -454,6 +454,67 @@ pub fn summary_text(spec: &FioJob, j: &JobJson) -> String {
     out
 }
 
+/// The [`Measurement`](crate::metrics::Measurement) of one fio group: `read.*` and `write.*`
+/// metrics (`iops`, `bw_bytes_per_s`, `clat_mean_ns`, `clat_p50_ns`, `clat_p99_ns`,
+/// `clat_p99.9_ns`) for each direction that completed I/O, `cpu.usr_pct` and `cpu.sys_pct`,
+/// the completion-latency histogram of both directions together, and the attributes
+/// `workload`, `rw`, `bs`, `iodepth`, `numjobs`. Add the configuration's own attributes
+/// (`iommu_mode`, `device` ...) with [`Measurement::attr`](crate::metrics::Measurement::attr).
+pub fn measurement(
+    config: &str,
+    spec: &FioJob,
+    stats: &GroupStats,
+    usr_cpu: f64,
+    sys_cpu: f64,
+) -> crate::metrics::Measurement {
+    use crate::metrics::{LatencyHistogram, Measurement, Metric};
+    let j = job_json(spec, stats, usr_cpu, sys_cpu);
+    let mut m = Measurement::new(config)
+        .attr("workload", "fio")
+        .attr("rw", spec.rw.name())
+        .attr("bs", spec.bs)
+        .attr("iodepth", spec.iodepth)
+        .attr("numjobs", spec.numjobs);
+    let mut lat = LatencyHistogram::from_samples(&stats.read.clat_ns);
+    lat.merge(&LatencyHistogram::from_samples(&stats.write.clat_ns));
+    for (dir, d) in [("read", &j.read), ("write", &j.write)] {
+        if d.total_ios == 0 {
+            continue;
+        }
+        let pct = |p: &str| d.clat_ns.percentile.get(p).copied().unwrap_or(0) as f64;
+        m = m
+            .metric(Metric::new(format!("{dir}.iops"), "IOPS", d.iops))
+            .metric(Metric::new(
+                format!("{dir}.bw_bytes_per_s"),
+                "B/s",
+                d.bw * 1024.0,
+            ))
+            .metric(Metric::new(
+                format!("{dir}.clat_mean_ns"),
+                "ns",
+                d.clat_ns.mean,
+            ))
+            .metric(Metric::new(
+                format!("{dir}.clat_p50_ns"),
+                "ns",
+                pct("50.000000"),
+            ))
+            .metric(Metric::new(
+                format!("{dir}.clat_p99_ns"),
+                "ns",
+                pct("99.000000"),
+            ))
+            .metric(Metric::new(
+                format!("{dir}.clat_p99.9_ns"),
+                "ns",
+                pct("99.900000"),
+            ));
+    }
+    m.metric(Metric::new("cpu.usr_pct", "%", usr_cpu))
+        .metric(Metric::new("cpu.sys_pct", "%", sys_cpu))
+        .latency(lat)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
