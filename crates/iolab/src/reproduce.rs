@@ -77,6 +77,8 @@ pub fn reproduce(
                 let origin = format!("scenarios/{name}.toml (bundled)");
                 let run = NewRun {
                     kind: "lab",
+                    group_id: None,
+                    label: None,
                     scenario_origin: Some(&origin),
                     scenario_text: experiments::bundled_scenario(name).ok(),
                     seed: options.seed,
@@ -131,6 +133,8 @@ pub fn run_file(
         Ok(r) => {
             let run = NewRun {
                 kind: "lab",
+                group_id: None,
+                label: None,
                 scenario_origin: Some(&origin),
                 scenario_text: Some(&text),
                 seed: options.seed,
