@@ -862,8 +862,9 @@ impl PseriesIommu {
         self.cfg.id
     }
     /// What this IOMMU has left devices able to reach: bypassed accesses (an SBA bypass, a
-    /// direct DDW) and refused ones (translation and permission faults). The other fields
-    /// are not modelled here (no stale window; sub-page exposure not counted) and stay 0.
+    /// direct DDW) and refused ones (translation and permission faults), and the sub-page
+    /// exposure of single buffers mapped through a TCE window. TCE updates are synchronous
+    /// hypercalls, so there is no stale window: the stale fields stay 0.
     pub fn protection(&self) -> ProtectionStats {
         self.protection.snapshot()
     }
@@ -1251,7 +1252,13 @@ impl DmaPath for PseriesIommu {
                 self.take_slot()?;
                 let prot = dir.prot();
                 match w.map(dev, pa.get(), len, prot, self.hv(), cpu, work) {
-                    Ok((block, dma)) => Ok(handle(dma, Some(TceMap::new(w.id, block)))),
+                    Ok((block, dma)) => {
+                        let page = 1u64 << w.page_shift;
+                        let first = pa.get() & !(page - 1);
+                        let end = (pa.get() + len).div_ceil(page) * page;
+                        self.protection.record_mapping(len, end - first);
+                        Ok(handle(dma, Some(TceMap::new(w.id, block))))
+                    }
                     Err(e) => {
                         self.release_slot();
                         Err(e)

@@ -399,8 +399,8 @@ impl SbaIommu {
         self.cfg.id
     }
     /// What this IOMMU has left devices able to reach: bypassed accesses (an SBA bypass, a
-    /// direct DDW) and refused ones (translation and permission faults). The other fields
-    /// are not modelled here (no stale window; sub-page exposure not counted) and stay 0.
+    /// direct DDW) and refused ones (translation and permission faults). The deferred purge
+    /// window and sub-page exposure are not counted here yet: those fields stay 0.
     pub fn protection(&self) -> ProtectionStats {
         self.protection.snapshot()
     }
