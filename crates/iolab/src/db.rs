@@ -106,6 +106,9 @@ pub enum DbError {
     /// No run has this id.
     #[error("results database {} has no run {id}", path.display())]
     NoSuchRun { path: PathBuf, id: i64 },
+    /// No run belongs to this group.
+    #[error("results database {} has no group g{group_id} (no run has group_id {group_id})", path.display())]
+    NoSuchGroup { path: PathBuf, group_id: i64 },
 }
 
 impl DbError {
@@ -116,12 +119,14 @@ impl DbError {
             DbError::NotResultsDb { .. }
             | DbError::TooNew { .. }
             | DbError::NoSuchRun { .. }
+            | DbError::NoSuchGroup { .. }
             | DbError::Corrupt { .. } => 2,
         }
     }
 }
 
 /// One run to store: a report and how it was produced.
+#[derive(Clone, Copy)]
 pub struct NewRun<'a> {
     /// What produced the run: `lab`, or `import:fio`, `import:bonnie`, `import:reaim`.
     pub kind: &'a str,
@@ -271,64 +276,65 @@ impl ResultsDb {
     /// Stores one run with its figures and effects in a single transaction; returns its id.
     pub fn store(&mut self, run: &NewRun<'_>) -> Result<i64, DbError> {
         let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
+        let id = insert_run(&tx, run).map_err(|e| classify(&path, e))?;
+        tx.commit().map_err(|e| classify(&path, e))?;
+        Ok(id)
+    }
+
+    /// Stores `runs` as one group in a single transaction (all or nothing): when there is
+    /// more than one, each gets the first one's id as its `group_id` (their own `group_id`
+    /// is ignored). Returns their ids in order.
+    pub fn store_group(&mut self, runs: &[NewRun<'_>]) -> Result<Vec<i64>, DbError> {
+        let path = self.path.clone();
         let e = |e| classify(&path, e);
         let tx = self.conn.transaction().map_err(e)?;
-        let r = run.report;
-        tx.execute(
-            "INSERT INTO runs (kind, experiment, scenario_origin, scenario_text, seed, runs,
-                               iolab_version, started_at, finished_at, group_id, label)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
-                run.kind,
-                r.name,
-                run.scenario_origin,
-                run.scenario_text,
-                // SQLite integers are i64: seeds are stored bit for bit.
-                run.seed as i64,
-                r.runs,
-                env!("CARGO_PKG_VERSION"),
-                rfc3339(run.started_at),
-                rfc3339(run.finished_at),
-                run.group_id,
-                run.label,
-            ],
-        )
-        .map_err(e)?;
-        let id = tx.last_insert_rowid();
-        insert_measurements(&tx, id, &r.measurements).map_err(e)?;
-        {
-            let mut fig = tx
-                .prepare(
-                    "INSERT INTO figures (run_id, id, unit, published, lab, role)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(e)?;
-            for f in &r.figures {
-                fig.execute(params![
-                    id,
-                    f.id,
-                    f.unit,
-                    f.published,
-                    f.lab,
-                    f.role.to_string()
-                ])
-                .map_err(e)?;
-            }
-            let mut eff = tx
-                .prepare(
-                    "INSERT INTO effects (run_id, id, published_pct, lab_pct)
-                     VALUES (?1, ?2, ?3, ?4)",
-                )
-                .map_err(e)?;
-            for x in &r.effects {
-                eff.execute(params![id, x.id, x.published_pct, x.lab_pct])
+        let mut ids = Vec::with_capacity(runs.len());
+        for run in runs {
+            let group_id = (runs.len() > 1).then(|| ids.first().copied()).flatten();
+            let id = insert_run(&tx, &NewRun { group_id, ..*run }).map_err(e)?;
+            if runs.len() > 1 && ids.is_empty() {
+                tx.execute("UPDATE runs SET group_id = ?1 WHERE id = ?1", [id])
                     .map_err(e)?;
             }
+            ids.push(id);
         }
+        tx.commit().map_err(e)?;
+        Ok(ids)
+    }
+
+    /// Stores a run that starts a new group of repetitions: its `group_id` is its own id, so
+    /// later repetitions are stored with `group_id: Some(that id)`.
+    pub fn store_group_start(&mut self, run: &NewRun<'_>) -> Result<i64, DbError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let id = insert_run(&tx, run).map_err(e)?;
+        tx.execute("UPDATE runs SET group_id = ?1 WHERE id = ?1", [id])
+            .map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(id)
     }
 
+    /// The ids of the runs of group `group_id`, in order; an error if there are none.
+    pub fn group_members(&self, group_id: i64) -> Result<Vec<i64>, DbError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM runs WHERE group_id = ?1 ORDER BY id")
+            .map_err(|e| self.err(e))?;
+        let ids: Vec<i64> = stmt
+            .query_map([group_id], |r| r.get(0))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        if ids.is_empty() {
+            return Err(DbError::NoSuchGroup {
+                path: self.path.clone(),
+                group_id,
+            });
+        }
+        Ok(ids)
+    }
     /// Every stored run, oldest first.
     pub fn list(&self) -> Result<Vec<RunSummary>, DbError> {
         let mut stmt = self
@@ -538,6 +544,57 @@ impl ResultsDb {
         }
         Ok(())
     }
+}
+
+/// Writes one run with its figures, effects and measurements (inside the caller's
+/// transaction); returns its id.
+fn insert_run(tx: &rusqlite::Transaction<'_>, run: &NewRun<'_>) -> Result<i64, rusqlite::Error> {
+    let r = run.report;
+    tx.execute(
+        "INSERT INTO runs (kind, experiment, scenario_origin, scenario_text, seed, runs,
+                           iolab_version, started_at, finished_at, group_id, label)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            run.kind,
+            r.name,
+            run.scenario_origin,
+            run.scenario_text,
+            // SQLite integers are i64: seeds are stored bit for bit.
+            run.seed as i64,
+            r.runs,
+            env!("CARGO_PKG_VERSION"),
+            rfc3339(run.started_at),
+            rfc3339(run.finished_at),
+            run.group_id,
+            run.label,
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    insert_measurements(tx, id, &r.measurements)?;
+    {
+        let mut fig = tx.prepare(
+            "INSERT INTO figures (run_id, id, unit, published, lab, role)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for f in &r.figures {
+            fig.execute(params![
+                id,
+                f.id,
+                f.unit,
+                f.published,
+                f.lab,
+                f.role.to_string()
+            ])?;
+        }
+        let mut eff = tx.prepare(
+            "INSERT INTO effects (run_id, id, published_pct, lab_pct)
+                 VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for x in &r.effects {
+            eff.execute(params![id, x.id, x.published_pct, x.lab_pct])?;
+        }
+    }
+    Ok(id)
 }
 
 /// Writes `measurements` of run `run_id` (inside the caller's transaction).

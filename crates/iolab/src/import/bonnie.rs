@@ -1,8 +1,10 @@
 //! bonnie++ CSV rows: the 1.03 layout (27 columns, starting with the machine name) and the
 //! 1.97 / 1.98 layouts of bonnie++ 1.9x and 2.0x (starting with the format version).
 //!
-//! One [`Measurement`] per row; its configuration is the row's name column (`name#k` when
-//! several rows share a name, as `bonnie++ -x N` repetitions do). `+++++` / `++++` / `+++`
+//! One [`Measurement`] per row; its configuration is the row's name column (machine name or
+//! `-m` label). Rows may share a name (`bonnie++ -x N` repeats the test N times): `iolab
+//! import bonnie` stores each row as a run of its own, the rows of a file as one group, so
+//! repetitions are samples of the same configuration for `iolab compare`. `+++++` / `++++` / `+++`
 //! (bonnie's "too fast to measure") and empty fields give no metric: absent, not zero.
 //! Header lines (`name,...` or `format_version,...`) and blank lines are skipped.
 //!
@@ -117,7 +119,6 @@ pub fn parse(text: &str) -> Result<Vec<Measurement>, ImportError> {
             "no bonnie++ CSV rows found (expected the CSV line bonnie++ prints with -q)".into(),
         ));
     }
-    super::disambiguate(&mut out);
     Ok(out)
 }
 
@@ -220,11 +221,7 @@ fn row(l: &str, line: usize) -> Result<Measurement, ImportError> {
                     "expected a latency such as `850us`, `12ms` or `2s`, found `{field}`"
                 ),
             })?;
-            m = m.metric(Metric::new(
-                format!("bonnie.{phase}_latency_ns"),
-                "ns",
-                ns,
-            ));
+            m = m.metric(Metric::new(format!("bonnie.{phase}_latency_ns"), "ns", ns));
         }
     }
     Ok(m)

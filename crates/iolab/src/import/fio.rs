@@ -47,8 +47,7 @@ pub fn parse(text: &str) -> Result<Vec<Measurement>, ImportError> {
     }
     if offset == text.len() {
         return Err(ImportError::Empty(
-            "no JSON document found (expected fio --output-format=json or json+ output)"
-                .to_owned(),
+            "no JSON document found (expected fio --output-format=json or json+ output)".to_owned(),
         ));
     }
     let doc: Value = serde_json::from_str(&text[offset..]).map_err(|e| ImportError::Json {
@@ -128,11 +127,7 @@ fn job(job: &At<'_>, global: Option<&Value>, version: &str) -> Result<Measuremen
                 ("99.900000", "p99.9"),
             ] {
                 if let Some(v) = pct.opt(key) {
-                    m = m.metric(Metric::new(
-                        format!("{dir}.clat_{name}_ns"),
-                        "ns",
-                        v.f64()?,
-                    ));
+                    m = m.metric(Metric::new(format!("{dir}.clat_{name}_ns"), "ns", v.f64()?));
                 }
             }
         }
@@ -155,16 +150,8 @@ fn job(job: &At<'_>, global: Option<&Value>, version: &str) -> Result<Measuremen
         }
     }
     m = m
-        .metric(Metric::new(
-            "cpu.usr_pct",
-            "%",
-            job.get("usr_cpu")?.f64()?,
-        ))
-        .metric(Metric::new(
-            "cpu.sys_pct",
-            "%",
-            job.get("sys_cpu")?.f64()?,
-        ));
+        .metric(Metric::new("cpu.usr_pct", "%", job.get("usr_cpu")?.f64()?))
+        .metric(Metric::new("cpu.sys_pct", "%", job.get("sys_cpu")?.f64()?));
     if let Some(h) = histogram {
         m = m.latency(LatencyHistogram {
             buckets: h.into_iter().filter(|&(_, n)| n > 0).collect(),
@@ -306,13 +293,23 @@ mod tests {
         assert_eq!(v("read.clat_p50_ns"), Some(900.0));
         assert_eq!(v("read.clat_p99_ns"), Some(2000.0));
         assert_eq!(v("read.clat_p99.9_ns"), None);
-        assert_eq!(v("write.iops"), None, "a direction without I/O has no metrics");
-        assert_eq!((v("cpu.usr_pct"), v("cpu.sys_pct")), (Some(1.5), Some(20.25)));
+        assert_eq!(
+            v("write.iops"),
+            None,
+            "a direction without I/O has no metrics"
+        );
+        assert_eq!(
+            (v("cpu.usr_pct"), v("cpu.sys_pct")),
+            (Some(1.5), Some(20.25))
+        );
         let h = m.latency.as_ref().expect("json+ bins make a histogram");
         assert_eq!(h.count(), 2001);
         // 900 ns lies in the lab bucket [896, 927].
         assert_eq!(h.percentile(50.0), 927);
-        assert_eq!(h.percentile(100.0), LatencyHistogram::from_samples(&[70_000]).buckets[0].0);
+        assert_eq!(
+            h.percentile(100.0),
+            LatencyHistogram::from_samples(&[70_000]).buckets[0].0
+        );
     }
 
     #[test]
