@@ -143,7 +143,10 @@ pub fn welch(a: &Summary, b: &Summary) -> Welch {
         w.note = Some("n=1".to_owned());
         return w;
     }
-    let (sa, sb) = (a.sd.unwrap_or(0.0), b.sd.unwrap_or(0.0));
+    // A spread below 1e-12 of the mean is floating-point rounding (the same value summed in
+    // another order), not variation: it counts as zero.
+    let spread = |s: &Summary| s.sd.filter(|&sd| sd > 1e-12 * s.mean.abs()).unwrap_or(0.0);
+    let (sa, sb) = (spread(a), spread(b));
     let va = sa * sa / a.n as f64;
     let vb = sb * sb / b.n as f64;
     let se2 = va + vb;
@@ -658,6 +661,12 @@ mod tests {
         // SciPy 1.17.1: ttest_ind([9, 10, 11], [5, 5], equal_var=False).pvalue.
         assert!(close(w.p_value.unwrap(), 0.013072457560346515, 1e-6));
         assert!(close(w.t.unwrap(), 8.660254037844387, 1e-9));
+        // Rounding noise in the last bits is no variance.
+        let w = welch(
+            &Summary::of(&[94.0631, 94.0631 + 1.4e-14, 94.0631]),
+            &Summary::of(&[94.0631; 3]),
+        );
+        assert_eq!(w.note.as_deref(), Some("zero variance on both sides"));
         // A zero mean on side A leaves the percent change undefined.
         let w = welch(&Summary::of(&[0.0, 0.0]), &flat_b);
         assert_eq!(w.change_pct, None);
