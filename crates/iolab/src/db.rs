@@ -903,6 +903,75 @@ mod tests {
     }
 
     #[test]
+    fn a_group_is_stored_together_and_found_by_its_first_id() {
+        let path = temp_path("group");
+        let mut db = ResultsDb::open(&path).unwrap();
+        let r = report();
+        let solo = store(&mut db, &r);
+        let run = |label| NewRun {
+            kind: "import:bonnie",
+            group_id: Some(999), // ignored: the group is the first run's id
+            label: Some(label),
+            scenario_origin: None,
+            scenario_text: None,
+            seed: 0,
+            started_at: UNIX_EPOCH,
+            finished_at: UNIX_EPOCH,
+            report: &r,
+        };
+        let ids = db.store_group(&[run("x"), run("y"), run("z")]).unwrap();
+        assert_eq!(ids, [solo + 1, solo + 2, solo + 3]);
+        assert_eq!(db.group_members(ids[0]).unwrap(), ids);
+        for id in &ids {
+            assert_eq!(db.show(*id).unwrap().group_id, Some(ids[0]));
+        }
+        assert!(db.show(solo).unwrap().group_id.is_none());
+        // A one-run group is no group.
+        let one = db.store_group(&[run("w")]).unwrap();
+        assert_eq!(db.show(one[0]).unwrap().group_id, None);
+        let err = db.group_members(solo).unwrap_err();
+        assert!(matches!(err, DbError::NoSuchGroup { group_id, .. } if group_id == solo));
+        assert_eq!(err.exit_code(), 2);
+        // A repetition series: the first run starts the group, the rest join it.
+        let first = db.store_group_start(&run("a")).unwrap();
+        let second = db
+            .store(&NewRun {
+                group_id: Some(first),
+                ..run("b")
+            })
+            .unwrap();
+        assert_eq!(db.group_members(first).unwrap(), [first, second]);
+    }
+
+    #[test]
+    fn a_failing_group_store_leaves_nothing() {
+        let path = temp_path("group-fail");
+        let mut db = ResultsDb::open(&path).unwrap();
+        let r = report();
+        store(&mut db, &r);
+        // Make the second insert fail: a trigger refusing runs labelled "bad".
+        db.conn
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.label = 'bad'
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            )
+            .unwrap();
+        let run = |label| NewRun {
+            kind: "import:bonnie",
+            group_id: None,
+            label: Some(label),
+            scenario_origin: None,
+            scenario_text: None,
+            seed: 0,
+            started_at: UNIX_EPOCH,
+            finished_at: UNIX_EPOCH,
+            report: &r,
+        };
+        assert!(db.store_group(&[run("good"), run("bad")]).is_err());
+        assert_eq!(db.list().unwrap().len(), 1, "the first row was rolled back");
+    }
+
+    #[test]
     fn a_future_schema_is_refused_and_left_unchanged() {
         let path = temp_path("future");
         let mut db = ResultsDb::open(&path).unwrap();
