@@ -126,7 +126,8 @@ pub struct Welch {
 ///
 /// With a single sample on a side there is no variance estimate: no interval, no p-value
 /// (note `n=1`). With zero variance on both sides the difference is exact: the interval is
-/// the single point `[d, d]` and there is no p-value (note `zero variance on both sides`).
+/// the single point `[d, d]` and there is no p-value (note `zero variance on both sides`);
+/// a spread below 1e-12 of the mean is rounding and counts as zero.
 pub fn welch(a: &Summary, b: &Summary) -> Welch {
     let diff = b.mean - a.mean;
     let change_pct = (a.mean != 0.0).then(|| diff / a.mean.abs() * 100.0);
