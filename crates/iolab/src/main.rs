@@ -19,7 +19,8 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database every `reproduce` and `run` is stored in.
+    /// The results database: `reproduce`, `run` and `import` store runs in it; `runs` and
+    /// `compare` read it.
     #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
     db: std::path::PathBuf,
     /// Do not store results (reproduce, run).
@@ -93,8 +94,12 @@ enum Command {
         #[arg(long, default_value = calibrate::DEFAULT_BASE)]
         base: String,
     },
-    /// Compare two runs or groups of repeated runs, metric by metric: means, percent change,
-    /// 95% confidence interval of the difference and Welch's t-test p-value.
+    /// Compare two runs or groups of runs: means, change, 95% CI, Welch's t-test p-value.
+    ///
+    /// For every (configuration, metric) both sides have: n, mean and standard deviation of
+    /// each side, the percent change of B over A, a 95% confidence interval of the
+    /// difference of means (Welch–Satterthwaite degrees of freedom) and the two-sided
+    /// p-value of Welch's t-test.
     ///
     /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
     /// `iolab run --runs N` or a multi-row bonnie++ import) or a comma list of run ids
@@ -113,8 +118,7 @@ enum Command {
         #[arg(long, value_name = "GLOB")]
         metric: Option<String>,
     },
-    /// Import a real tool's output file into the results database, as runs that compare
-    /// with lab runs.
+    /// Import a real tool's output (fio, bonnie++, re-aim) as runs that compare with lab runs.
     ///
     /// fio: `--output-format=json` or `json+` (one run; a measurement per job or group).
     /// bonnie: bonnie++ CSV, 1.03 or 1.9x/2.0 layout (a run per row; several rows form a
