@@ -105,6 +105,37 @@ mod tests {
         assert_eq!(names, ["a#1", "b", "a#2", "c", "a#3"]);
     }
 
+    fn data(name: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name);
+        std::fs::read_to_string(path).expect("test data")
+    }
+
+    /// Every prefix of a real output (a file cut anywhere) parses or fails cleanly; a fio
+    /// document cut before its closing brace always fails.
+    #[test]
+    fn real_files_cut_anywhere_never_panic() {
+        for (tool, file) in [
+            ("fio", "fio-two-jobs.json"),
+            ("fio", "fio-randread-grouped.jsonplus.json"),
+            ("bonnie", "bonnie-2.00a-x2.csv"),
+            ("bonnie", "bonnie-1.03-ipmmu-usb-iommu.csv"),
+            ("reaim", "reaim-sba-vmerge-vmerge.txt"),
+        ] {
+            let text = data(file);
+            assert!(parse(tool, &text).unwrap().is_ok(), "{file} parses whole");
+            let last_brace = text.rfind('}').unwrap_or(0);
+            let step = (text.len() / 400).max(1);
+            for cut in (0..text.len()).step_by(step) {
+                let result = parse(tool, &text[..cut]).unwrap();
+                if tool == "fio" && cut <= last_brace {
+                    assert!(result.is_err(), "{file} cut at {cut} must fail");
+                }
+            }
+        }
+    }
+
     #[test]
     fn unknown_tools_are_not_parsed() {
         assert!(parse("iozone", "").is_none());
