@@ -106,6 +106,9 @@ pub enum DbError {
     /// No run has this id.
     #[error("results database {} has no run {id}", path.display())]
     NoSuchRun { path: PathBuf, id: i64 },
+    /// No run belongs to this group.
+    #[error("results database {} has no group g{group_id} (no run has group_id {group_id})", path.display())]
+    NoSuchGroup { path: PathBuf, group_id: i64 },
 }
 
 impl DbError {
@@ -116,12 +119,14 @@ impl DbError {
             DbError::NotResultsDb { .. }
             | DbError::TooNew { .. }
             | DbError::NoSuchRun { .. }
+            | DbError::NoSuchGroup { .. }
             | DbError::Corrupt { .. } => 2,
         }
     }
 }
 
 /// One run to store: a report and how it was produced.
+#[derive(Clone, Copy)]
 pub struct NewRun<'a> {
     /// What produced the run: `lab`, or `import:fio`, `import:bonnie`, `import:reaim`.
     pub kind: &'a str,
@@ -271,64 +276,65 @@ impl ResultsDb {
     /// Stores one run with its figures and effects in a single transaction; returns its id.
     pub fn store(&mut self, run: &NewRun<'_>) -> Result<i64, DbError> {
         let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
+        let id = insert_run(&tx, run).map_err(|e| classify(&path, e))?;
+        tx.commit().map_err(|e| classify(&path, e))?;
+        Ok(id)
+    }
+
+    /// Stores `runs` as one group in a single transaction (all or nothing): when there is
+    /// more than one, each gets the first one's id as its `group_id` (their own `group_id`
+    /// is ignored). Returns their ids in order.
+    pub fn store_group(&mut self, runs: &[NewRun<'_>]) -> Result<Vec<i64>, DbError> {
+        let path = self.path.clone();
         let e = |e| classify(&path, e);
         let tx = self.conn.transaction().map_err(e)?;
-        let r = run.report;
-        tx.execute(
-            "INSERT INTO runs (kind, experiment, scenario_origin, scenario_text, seed, runs,
-                               iolab_version, started_at, finished_at, group_id, label)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
-                run.kind,
-                r.name,
-                run.scenario_origin,
-                run.scenario_text,
-                // SQLite integers are i64: seeds are stored bit for bit.
-                run.seed as i64,
-                r.runs,
-                env!("CARGO_PKG_VERSION"),
-                rfc3339(run.started_at),
-                rfc3339(run.finished_at),
-                run.group_id,
-                run.label,
-            ],
-        )
-        .map_err(e)?;
-        let id = tx.last_insert_rowid();
-        insert_measurements(&tx, id, &r.measurements).map_err(e)?;
-        {
-            let mut fig = tx
-                .prepare(
-                    "INSERT INTO figures (run_id, id, unit, published, lab, role)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(e)?;
-            for f in &r.figures {
-                fig.execute(params![
-                    id,
-                    f.id,
-                    f.unit,
-                    f.published,
-                    f.lab,
-                    f.role.to_string()
-                ])
-                .map_err(e)?;
-            }
-            let mut eff = tx
-                .prepare(
-                    "INSERT INTO effects (run_id, id, published_pct, lab_pct)
-                     VALUES (?1, ?2, ?3, ?4)",
-                )
-                .map_err(e)?;
-            for x in &r.effects {
-                eff.execute(params![id, x.id, x.published_pct, x.lab_pct])
+        let mut ids = Vec::with_capacity(runs.len());
+        for run in runs {
+            let group_id = (runs.len() > 1).then(|| ids.first().copied()).flatten();
+            let id = insert_run(&tx, &NewRun { group_id, ..*run }).map_err(e)?;
+            if runs.len() > 1 && ids.is_empty() {
+                tx.execute("UPDATE runs SET group_id = ?1 WHERE id = ?1", [id])
                     .map_err(e)?;
             }
+            ids.push(id);
         }
+        tx.commit().map_err(e)?;
+        Ok(ids)
+    }
+
+    /// Stores a run that starts a new group of repetitions: its `group_id` is its own id, so
+    /// later repetitions are stored with `group_id: Some(that id)`.
+    pub fn store_group_start(&mut self, run: &NewRun<'_>) -> Result<i64, DbError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let id = insert_run(&tx, run).map_err(e)?;
+        tx.execute("UPDATE runs SET group_id = ?1 WHERE id = ?1", [id])
+            .map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(id)
     }
 
+    /// The ids of the runs of group `group_id`, in order; an error if there are none.
+    pub fn group_members(&self, group_id: i64) -> Result<Vec<i64>, DbError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM runs WHERE group_id = ?1 ORDER BY id")
+            .map_err(|e| self.err(e))?;
+        let ids: Vec<i64> = stmt
+            .query_map([group_id], |r| r.get(0))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        if ids.is_empty() {
+            return Err(DbError::NoSuchGroup {
+                path: self.path.clone(),
+                group_id,
+            });
+        }
+        Ok(ids)
+    }
     /// Every stored run, oldest first.
     pub fn list(&self) -> Result<Vec<RunSummary>, DbError> {
         let mut stmt = self
@@ -538,6 +544,57 @@ impl ResultsDb {
         }
         Ok(())
     }
+}
+
+/// Writes one run with its figures, effects and measurements (inside the caller's
+/// transaction); returns its id.
+fn insert_run(tx: &rusqlite::Transaction<'_>, run: &NewRun<'_>) -> Result<i64, rusqlite::Error> {
+    let r = run.report;
+    tx.execute(
+        "INSERT INTO runs (kind, experiment, scenario_origin, scenario_text, seed, runs,
+                           iolab_version, started_at, finished_at, group_id, label)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            run.kind,
+            r.name,
+            run.scenario_origin,
+            run.scenario_text,
+            // SQLite integers are i64: seeds are stored bit for bit.
+            run.seed as i64,
+            r.runs,
+            env!("CARGO_PKG_VERSION"),
+            rfc3339(run.started_at),
+            rfc3339(run.finished_at),
+            run.group_id,
+            run.label,
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    insert_measurements(tx, id, &r.measurements)?;
+    {
+        let mut fig = tx.prepare(
+            "INSERT INTO figures (run_id, id, unit, published, lab, role)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for f in &r.figures {
+            fig.execute(params![
+                id,
+                f.id,
+                f.unit,
+                f.published,
+                f.lab,
+                f.role.to_string()
+            ])?;
+        }
+        let mut eff = tx.prepare(
+            "INSERT INTO effects (run_id, id, published_pct, lab_pct)
+                 VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for x in &r.effects {
+            eff.execute(params![id, x.id, x.published_pct, x.lab_pct])?;
+        }
+    }
+    Ok(id)
 }
 
 /// Writes `measurements` of run `run_id` (inside the caller's transaction).
@@ -843,6 +900,75 @@ mod tests {
         assert!(old.measurements.is_empty() && old.group_id.is_none());
         let id = store(&mut db, &report());
         assert_eq!(db.measurements(id).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_group_is_stored_together_and_found_by_its_first_id() {
+        let path = temp_path("group");
+        let mut db = ResultsDb::open(&path).unwrap();
+        let r = report();
+        let solo = store(&mut db, &r);
+        let run = |label| NewRun {
+            kind: "import:bonnie",
+            group_id: Some(999), // ignored: the group is the first run's id
+            label: Some(label),
+            scenario_origin: None,
+            scenario_text: None,
+            seed: 0,
+            started_at: UNIX_EPOCH,
+            finished_at: UNIX_EPOCH,
+            report: &r,
+        };
+        let ids = db.store_group(&[run("x"), run("y"), run("z")]).unwrap();
+        assert_eq!(ids, [solo + 1, solo + 2, solo + 3]);
+        assert_eq!(db.group_members(ids[0]).unwrap(), ids);
+        for id in &ids {
+            assert_eq!(db.show(*id).unwrap().group_id, Some(ids[0]));
+        }
+        assert!(db.show(solo).unwrap().group_id.is_none());
+        // A one-run group is no group.
+        let one = db.store_group(&[run("w")]).unwrap();
+        assert_eq!(db.show(one[0]).unwrap().group_id, None);
+        let err = db.group_members(solo).unwrap_err();
+        assert!(matches!(err, DbError::NoSuchGroup { group_id, .. } if group_id == solo));
+        assert_eq!(err.exit_code(), 2);
+        // A repetition series: the first run starts the group, the rest join it.
+        let first = db.store_group_start(&run("a")).unwrap();
+        let second = db
+            .store(&NewRun {
+                group_id: Some(first),
+                ..run("b")
+            })
+            .unwrap();
+        assert_eq!(db.group_members(first).unwrap(), [first, second]);
+    }
+
+    #[test]
+    fn a_failing_group_store_leaves_nothing() {
+        let path = temp_path("group-fail");
+        let mut db = ResultsDb::open(&path).unwrap();
+        let r = report();
+        store(&mut db, &r);
+        // Make the second insert fail: a trigger refusing runs labelled "bad".
+        db.conn
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.label = 'bad'
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            )
+            .unwrap();
+        let run = |label| NewRun {
+            kind: "import:bonnie",
+            group_id: None,
+            label: Some(label),
+            scenario_origin: None,
+            scenario_text: None,
+            seed: 0,
+            started_at: UNIX_EPOCH,
+            finished_at: UNIX_EPOCH,
+            report: &r,
+        };
+        assert!(db.store_group(&[run("good"), run("bad")]).is_err());
+        assert_eq!(db.list().unwrap().len(), 1, "the first row was rolled back");
     }
 
     #[test]

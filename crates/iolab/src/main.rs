@@ -3,6 +3,7 @@
 
 mod bench;
 mod calibrate;
+mod compare;
 mod db;
 mod reproduce;
 mod runs;
@@ -18,7 +19,8 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database every `reproduce` and `run` is stored in.
+    /// The results database: `reproduce`, `run` and `import` store runs in it; `runs` and
+    /// `compare` read it.
     #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
     db: std::path::PathBuf,
     /// Do not store results (reproduce, run).
@@ -57,10 +59,11 @@ enum Command {
     Run {
         /// The scenario file (TOML).
         scenario: std::path::PathBuf,
-        /// Runs per configuration (seeds derived from --seed).
+        /// Repetitions: each a run of its own with seed --seed, --seed + 1, ...; with more
+        /// than one they are stored as a group (`iolab compare gID ...`).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
-        /// Base seed.
+        /// Seed of the first repetition.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Output format.
@@ -91,6 +94,46 @@ enum Command {
         #[arg(long, default_value = calibrate::DEFAULT_BASE)]
         base: String,
     },
+    /// Compare two runs or groups of runs: means, change, 95% CI, Welch's t-test p-value.
+    ///
+    /// For every (configuration, metric) both sides have: n, mean and standard deviation of
+    /// each side, the percent change of B over A, a 95% confidence interval of the
+    /// difference of means (Welch–Satterthwaite degrees of freedom) and the two-sided
+    /// p-value of Welch's t-test.
+    ///
+    /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
+    /// `iolab run --runs N` or a multi-row bonnie++ import) or a comma list of run ids
+    /// (`12,13,14`). Configurations and metrics match by name, so imported runs compare
+    /// with each other and with lab runs; runs without measurements compare by figure id.
+    Compare {
+        /// Side A (the baseline): `12`, `g12` or `12,13,14`.
+        a: String,
+        /// Side B: `12`, `g12` or `12,13,14`.
+        b: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = compare::CompareFormat::Text)]
+        format: compare::CompareFormat,
+        /// Only metrics whose name matches this glob (`*` any text, `?` one character),
+        /// e.g. `read.*` or `*.iops`.
+        #[arg(long, value_name = "GLOB")]
+        metric: Option<String>,
+    },
+    /// Import a real tool's output (fio, bonnie++, re-aim) as runs that compare with lab runs.
+    ///
+    /// fio: `--output-format=json` or `json+` (one run; a measurement per job or group).
+    /// bonnie: bonnie++ CSV, 1.03 or 1.9x/2.0 layout (a run per row; several rows form a
+    /// group). reaim: the re-aim-7 results table (one run; a measurement per user count).
+    /// A malformed or truncated file stores nothing and exits with code 2.
+    Import {
+        /// The tool that wrote the file.
+        #[arg(value_enum)]
+        tool: runs::ImportTool,
+        /// The output file.
+        file: std::path::PathBuf,
+        /// Label of the stored run(s) (default: the file name).
+        #[arg(long)]
+        label: Option<String>,
+    },
     /// List, show or remove the runs stored in the results database.
     Runs {
         #[command(subcommand)]
@@ -106,7 +149,8 @@ enum RunsCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Show one run's figures and effects.
+    /// Show one run: its figures, effects and measurements (a table per measured
+    /// configuration; JSON: everything, latency histograms included).
     Show {
         /// The run id (from `iolab runs list`).
         id: i64,
@@ -171,6 +215,25 @@ fn main() -> ExitCode {
             quick,
             base,
         } => calibrate::run(output.as_deref(), force, quick, &base),
+        Command::Compare {
+            a,
+            b,
+            format,
+            metric,
+        } => match db_path {
+            Some(path) => compare::run(path, &a, &b, metric.as_deref(), format),
+            None => {
+                eprintln!("iolab compare: --no-db leaves no results database to read");
+                ExitCode::from(2)
+            }
+        },
+        Command::Import { tool, file, label } => match db_path {
+            Some(path) => runs::import(path, tool, &file, label.as_deref()),
+            None => {
+                eprintln!("iolab import: --no-db leaves no results database to store into");
+                ExitCode::from(2)
+            }
+        },
         Command::Runs { action } => match db_path {
             Some(path) => runs::run(path, action),
             None => {

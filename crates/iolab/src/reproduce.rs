@@ -128,31 +128,87 @@ pub fn run_file(
         Ok(db) => db,
         Err(code) => return code,
     };
-    let started_at = SystemTime::now();
-    match experiments::run_scenario(&name, &text, &origin, &options) {
-        Ok(r) => {
-            let run = NewRun {
-                kind: "lab",
-                group_id: None,
-                label: None,
-                scenario_origin: Some(&origin),
-                scenario_text: Some(&text),
-                seed: options.seed,
-                started_at,
-                finished_at: SystemTime::now(),
-                report: &r,
-            };
-            if let Err(code) = store("run", db.as_mut(), &run) {
-                return code;
-            }
-            print_reports(&[r], &[], json)
+    let run_one = |o: &ExperimentOptions| experiments::run_scenario(&name, &text, &origin, o);
+    match run_repetitions("run", db.as_mut(), options, &origin, &text, run_one) {
+        Ok(reports) => print_reports(&reports, &[], json),
+        Err(Stopped::Store(code)) => code,
+        Err(Stopped::Experiment(ExperimentError::NotImplemented { name })) => {
+            print_reports(&[], &[name], json)
         }
-        Err(ExperimentError::NotImplemented { name }) => print_reports(&[], &[name], json),
-        Err(e) => {
+        Err(Stopped::Experiment(e)) => {
             eprintln!("iolab run: {e}");
             ExitCode::from(if e.is_bad_input() { 2 } else { 1 })
         }
     }
+}
+
+/// Why [`run_repetitions`] stopped early.
+enum Stopped {
+    /// A repetition failed.
+    Experiment(ExperimentError),
+    /// Storing failed (the message is printed); the exit code.
+    Store(ExitCode),
+}
+
+/// Runs `options.runs` repetitions of a scenario, each a run of its own (`runs = 1`) with
+/// seeds `options.seed`, `options.seed + 1`, ..., and stores each report as soon as it
+/// completes. With more than one repetition the stored runs form a group: the first run's
+/// id is every repetition's `group_id`, so `iolab compare gID ...` treats them as samples.
+fn run_repetitions(
+    cmd: &str,
+    mut db: Option<&mut ResultsDb>,
+    options: ExperimentOptions,
+    origin: &str,
+    text: &str,
+    mut run_one: impl FnMut(&ExperimentOptions) -> Result<ExperimentReport, ExperimentError>,
+) -> Result<Vec<ExperimentReport>, Stopped> {
+    let repetitions = options.runs.max(1);
+    let mut reports = Vec::with_capacity(repetitions as usize);
+    let mut group_id = None;
+    for i in 0..repetitions {
+        let one = ExperimentOptions {
+            runs: 1,
+            seed: options.seed.wrapping_add(u64::from(i)),
+        };
+        let started_at = SystemTime::now();
+        let report = run_one(&one).map_err(Stopped::Experiment)?;
+        if let Some(db) = db.as_deref_mut() {
+            let run = NewRun {
+                kind: "lab",
+                group_id,
+                label: None,
+                scenario_origin: Some(origin),
+                scenario_text: Some(text),
+                seed: one.seed,
+                started_at,
+                finished_at: SystemTime::now(),
+                report: &report,
+            };
+            let stored = if repetitions > 1 && group_id.is_none() {
+                db.store_group_start(&run)
+            } else {
+                db.store(&run)
+            };
+            match stored {
+                Ok(id) => {
+                    eprintln!("stored as run {id} in {}", db.path().display());
+                    group_id = group_id.or((repetitions > 1).then_some(id));
+                }
+                Err(e) => {
+                    eprintln!("iolab {cmd}: {e}");
+                    return Err(Stopped::Store(ExitCode::from(e.exit_code())));
+                }
+            }
+        }
+        reports.push(report);
+    }
+    if let (Some(g), Some(db)) = (group_id, db) {
+        eprintln!(
+            "stored {repetitions} repetitions as group g{g} in {} (compare with `iolab compare g{g} ...`)",
+            db.path().display()
+        );
+    }
+    Ok(reports)
 }
 
 /// Reads the `experiment` key of a scenario, with a clear error naming the file.

@@ -1,11 +1,139 @@
-//! `iolab runs`: list, show and remove the runs kept in the results database.
+//! `iolab runs`: list, show and remove the runs kept in the results database; `iolab
+//! import`: store real tools' outputs as runs.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
-use crate::db::{DbError, ResultsDb, RunSummary, StoredRun};
+use iolab::import;
+use iolab_sim::experiment::ExperimentReport;
+use iolab_sim::metrics::Measurement;
+
+use crate::db::{DbError, NewRun, ResultsDb, RunSummary, StoredRun};
 use crate::{Format, RunsCommand};
+
+/// A tool whose output `iolab import` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImportTool {
+    /// fio `--output-format=json` or `json+`.
+    Fio,
+    /// bonnie++ CSV (1.03, 1.9x, 2.0x).
+    Bonnie,
+    /// The re-aim-7 results table.
+    Reaim,
+}
+
+impl ImportTool {
+    fn name(self) -> &'static str {
+        match self {
+            ImportTool::Fio => "fio",
+            ImportTool::Bonnie => "bonnie",
+            ImportTool::Reaim => "reaim",
+        }
+    }
+}
+
+/// `iolab import TOOL FILE`: parses the whole file first, then stores it in one
+/// transaction; a bad file stores nothing (exit code 2).
+pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>) -> ExitCode {
+    let name = tool.name();
+    let shown = file.display().to_string();
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("iolab import {name}: cannot read {shown}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let parsed = match name {
+        "fio" => import::fio::parse(&text),
+        "bonnie" => import::bonnie::parse(&text),
+        _ => import::reaim::parse(&text),
+    };
+    let measurements = match parsed {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("iolab import {name}: Invalid {shown}: {e}; nothing stored");
+            return ExitCode::from(2);
+        }
+    };
+    let label = label.map_or_else(
+        || {
+            file.file_name()
+                .map_or_else(|| shown.clone(), |f| f.to_string_lossy().into_owned())
+        },
+        str::to_owned,
+    );
+    // bonnie++: a run per row (rows are often repetitions, `-x N`), the file's rows a group;
+    // fio and re-aim: the file is one run.
+    let per_run: Vec<Vec<Measurement>> = if tool == ImportTool::Bonnie {
+        measurements.into_iter().map(|m| vec![m]).collect()
+    } else {
+        vec![measurements]
+    };
+    let reports: Vec<ExperimentReport> = per_run
+        .into_iter()
+        .map(|measurements| ExperimentReport {
+            name: name.to_owned(),
+            title: format!("{name} output imported from {shown}"),
+            runs: 1,
+            figures: Vec::new(),
+            effects: Vec::new(),
+            calibrated: Vec::new(),
+            report_text: String::new(),
+            notes: Vec::new(),
+            measurements,
+        })
+        .collect();
+    let kind = format!("import:{name}");
+    let now = SystemTime::now();
+    let runs: Vec<NewRun<'_>> = reports
+        .iter()
+        .map(|report| NewRun {
+            kind: &kind,
+            group_id: None,
+            label: Some(&label),
+            scenario_origin: Some(&shown),
+            scenario_text: Some(&text),
+            seed: 0,
+            started_at: now,
+            finished_at: now,
+            report,
+        })
+        .collect();
+    let stored = ResultsDb::open(db_path).and_then(|mut db| {
+        let ids = db.store_group(&runs)?;
+        Ok((ids, db.path().display().to_string()))
+    });
+    match stored {
+        Ok((ids, path)) => {
+            for (id, r) in ids.iter().zip(&reports) {
+                let configs: Vec<&str> = r.measurements.iter().map(|m| m.config.as_str()).collect();
+                println!(
+                    "imported {shown} as run {id} ({kind}): {} configuration(s): {}",
+                    configs.len(),
+                    configs.join(", ")
+                );
+            }
+            if ids.len() > 1 {
+                println!(
+                    "runs {}-{} form group g{} in {path}",
+                    ids[0],
+                    ids[ids.len() - 1],
+                    ids[0]
+                );
+            } else {
+                println!("stored in {path}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("iolab import {name}: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
 
 /// Runs one `iolab runs` action against the database at `path`.
 pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
@@ -57,15 +185,46 @@ fn render_list(runs: &[RunSummary], format: Format) -> String {
     if runs.is_empty() {
         return "no stored runs\n".to_owned();
     }
+    let group = |r: &RunSummary| {
+        r.group_id
+            .map_or_else(|| "-".to_owned(), |g| format!("g{g}"))
+    };
+    let kind_w = runs
+        .iter()
+        .map(|r| r.kind.len())
+        .chain([4])
+        .max()
+        .unwrap_or(4);
+    let exp_w = runs
+        .iter()
+        .map(|r| r.experiment.len())
+        .chain([10])
+        .max()
+        .unwrap_or(10);
+    let group_w = runs
+        .iter()
+        .map(|r| group(r).len())
+        .chain([5])
+        .max()
+        .unwrap_or(5);
     let mut out = format!(
-        "{:>5}  {:<14} {:>20} {:>5}  {:<20}  {:>7}\n",
-        "id", "experiment", "seed", "runs", "started_at", "figures"
+        "{:>5}  {:<kind_w$}  {:<group_w$}  {:<exp_w$}  {:>20}  {:>4}  {:<20}  {:>7}  {:>5}  label\n",
+        "id", "kind", "group", "experiment", "seed", "runs", "started_at", "figures", "meas."
     );
     for r in runs {
         let _ = writeln!(
             out,
-            "{:>5}  {:<14} {:>20} {:>5}  {:<20}  {:>7}",
-            r.id, r.experiment, r.seed, r.runs, r.started_at, r.figures
+            "{:>5}  {:<kind_w$}  {:<group_w$}  {:<exp_w$}  {:>20}  {:>4}  {:<20}  {:>7}  {:>5}  {}",
+            r.id,
+            r.kind,
+            group(r),
+            r.experiment,
+            r.seed,
+            r.runs,
+            r.started_at,
+            r.figures,
+            r.measurements,
+            r.label.as_deref().unwrap_or("-")
         );
     }
     out
@@ -81,6 +240,12 @@ fn render_run(run: &StoredRun, format: Format) -> String {
         "run {}: {} ({}), seed {}, {} run(s), iolab {}",
         run.id, run.experiment, run.kind, run.seed, run.runs, run.iolab_version
     );
+    if let Some(g) = run.group_id {
+        let _ = writeln!(out, "group: g{g}");
+    }
+    if let Some(label) = &run.label {
+        let _ = writeln!(out, "label: {label}");
+    }
     if let Some(origin) = &run.scenario_origin {
         let _ = writeln!(out, "scenario: {origin}");
     }
@@ -89,6 +254,16 @@ fn render_run(run: &StoredRun, format: Format) -> String {
         "started {}, finished {}",
         run.started_at, run.finished_at
     );
+    if !run.figures.is_empty() {
+        render_figures(&mut out, run);
+    }
+    for m in &run.measurements {
+        render_measurement(&mut out, m);
+    }
+    out
+}
+
+fn render_figures(out: &mut String, run: &StoredRun) {
     let _ = writeln!(out);
     let id_w = run
         .figures
@@ -134,5 +309,62 @@ fn render_run(run: &StoredRun, format: Format) -> String {
             );
         }
     }
-    out
+}
+
+fn render_measurement(out: &mut String, m: &Measurement) {
+    let _ = writeln!(out);
+    let attrs: Vec<String> = m.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(out, "measurement {}  ({})", m.config, attrs.join(", "));
+    let name_w = m
+        .metrics
+        .iter()
+        .map(|x| x.name.len())
+        .chain([6])
+        .max()
+        .unwrap_or(6);
+    let unit_w = m
+        .metrics
+        .iter()
+        .map(|x| x.unit.len())
+        .chain([4])
+        .max()
+        .unwrap_or(4);
+    if !m.metrics.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:<name_w$}  {:<unit_w$}  {:>16}",
+            "metric", "unit", "value"
+        );
+        for x in &m.metrics {
+            let _ = writeln!(
+                out,
+                "  {:<name_w$}  {:<unit_w$}  {:>16.3}",
+                x.name, x.unit, x.value
+            );
+        }
+    }
+    if let Some(h) = &m.latency {
+        let _ = writeln!(
+            out,
+            "  latency: {} samples, p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
+            h.count(),
+            h.percentile(50.0),
+            h.percentile(99.0),
+            h.percentile(99.9),
+            h.percentile(100.0)
+        );
+    }
+    if let Some(c) = &m.cpu {
+        let total = c.total_ns().max(1) as f64;
+        let share = |v: u64| v as f64 / total * 100.0;
+        let _ = writeln!(
+            out,
+            "  cpu: user {:.1}%, system {:.1}%, spin {:.1}%, idle {:.1}% of {} ns",
+            share(c.user_ns),
+            share(c.system_ns),
+            share(c.spin_ns),
+            share(c.idle_ns),
+            c.total_ns()
+        );
+    }
 }

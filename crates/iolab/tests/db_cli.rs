@@ -161,3 +161,64 @@ fn run_stores_the_scenario_file_it_ran() {
     assert_eq!(run["scenario_origin"], s(&scenario));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn run_repetitions_are_separate_runs_of_one_group() {
+    let dir = temp_dir("group");
+    let db = dir.join("results.db");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/ipmmu-usb.toml");
+    // One repetition: no group, as before.
+    let out = iolab(&["--db", s(&db), "run", s(&scenario)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = iolab(&[
+        "--db",
+        s(&db),
+        "run",
+        s(&scenario),
+        "--runs",
+        "2",
+        "--seed",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("stored as run 2 in") && err.contains("stored as run 3 in"),
+        "{err}"
+    );
+    assert!(err.contains("as group g2"), "{err}");
+    let out = iolab(&["--db", s(&db), "runs", "list", "--format", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let got: Vec<(serde_json::Value, serde_json::Value, u32)> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| {
+            (
+                r["group_id"].clone(),
+                r["seed"].clone(),
+                r["runs"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (serde_json::Value::Null, 1.into(), 1),
+            (2.into(), 5.into(), 1),
+            (2.into(), 6.into(), 1)
+        ]
+    );
+    // Each repetition is its own report: runs with different seeds, stored apart.
+    let out = iolab(&["--db", s(&db), "runs", "show", "3"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("seed 6") && text.contains("group: g2"),
+        "{text}"
+    );
+    let out = iolab(&["--db", s(&db), "runs", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap();
+    assert!(header.contains("kind") && header.contains("group") && header.contains("label"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,713 @@
+//! `iolab compare A B`: two runs, groups of repeated runs, or lists of runs, compared metric
+//! by metric with Welch's unequal-variance t statistics.
+//!
+//! Each side is a set of stored runs. Every (configuration, metric) pair that both sides
+//! measured becomes one row: the samples of a side are that metric's values in the side's
+//! runs (one per run). Runs without measurements contribute their figures instead, as
+//! (experiment name, figure id). For each row: n, mean and sample standard deviation per
+//! side, the percent change of B's mean over A's, a 95% confidence interval of the
+//! difference of means `B - A` and the two-sided p-value of Welch's t-test, with
+//! Welch–Satterthwaite degrees of freedom and Student's t distribution (`statrs`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use crate::db::{DbError, ResultsDb};
+
+/// Output format of `iolab compare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormat {
+    /// An aligned text table.
+    Text,
+    /// JSON: both sides' runs and every row with all statistics.
+    Json,
+    /// CSV with a header line; empty fields where a statistic is undefined.
+    Csv,
+    /// A Markdown table.
+    Markdown,
+}
+
+/// One side of a comparison as written on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// `12`: one run.
+    Run(i64),
+    /// `g12`: every run of group 12.
+    Group(i64),
+    /// `12,13,14`: these runs.
+    Runs(Vec<i64>),
+}
+
+impl Side {
+    /// Parses `12`, `g12` or `12,13,14`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let expected =
+            "expected a run id (12), a group (g12) or a comma list of run ids (12,13,14)";
+        let id = |s: &str| -> Result<i64, String> {
+            s.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|&i| i > 0)
+                .ok_or_else(|| format!("`{text}`: {expected}"))
+        };
+        if let Some(g) = text.strip_prefix('g') {
+            return id(g).map(Side::Group);
+        }
+        if text.contains(',') {
+            return text
+                .split(',')
+                .map(id)
+                .collect::<Result<_, _>>()
+                .map(Side::Runs);
+        }
+        id(text).map(Side::Run)
+    }
+
+    /// The run ids of this side.
+    fn resolve(&self, db: &ResultsDb) -> Result<Vec<i64>, DbError> {
+        match self {
+            Side::Run(id) => Ok(vec![*id]),
+            Side::Group(g) => db.group_members(*g),
+            Side::Runs(ids) => Ok(ids.clone()),
+        }
+    }
+}
+
+/// Mean and spread of one side's samples of a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Sample standard deviation (divisor n - 1); none for a single sample.
+    pub sd: Option<f64>,
+}
+
+impl Summary {
+    /// The summary of `samples` (at least one).
+    pub fn of(samples: &[f64]) -> Self {
+        let n = samples.len();
+        let mean = samples.iter().sum::<f64>() / n as f64;
+        let sd = (n > 1).then(|| {
+            let ss: f64 = samples.iter().map(|x| (x - mean) * (x - mean)).sum();
+            (ss / (n - 1) as f64).sqrt()
+        });
+        Self { n, mean, sd }
+    }
+}
+
+/// The difference of two sides' means and how sure it is.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Welch {
+    /// `mean(B) - mean(A)`.
+    pub diff: f64,
+    /// Percent change of B's mean over A's (none when A's mean is 0).
+    pub change_pct: Option<f64>,
+    /// 95% confidence interval of `mean(B) - mean(A)`.
+    pub ci95: Option<(f64, f64)>,
+    /// Welch's t statistic.
+    pub t: Option<f64>,
+    /// Welch–Satterthwaite degrees of freedom.
+    pub df: Option<f64>,
+    /// Two-sided p-value of Welch's t-test.
+    pub p_value: Option<f64>,
+    /// Why a statistic is missing or degenerate.
+    pub note: Option<String>,
+}
+
+/// Welch's unequal-variance comparison of `a` and `b`.
+///
+/// With a single sample on a side there is no variance estimate: no interval, no p-value
+/// (note `n=1`). With zero variance on both sides the difference is exact: the interval is
+/// the single point `[d, d]` and there is no p-value (note `zero variance on both sides`);
+/// a spread below 1e-12 of the mean is rounding and counts as zero.
+pub fn welch(a: &Summary, b: &Summary) -> Welch {
+    let diff = b.mean - a.mean;
+    let change_pct = (a.mean != 0.0).then(|| diff / a.mean.abs() * 100.0);
+    let mut w = Welch {
+        diff,
+        change_pct,
+        ci95: None,
+        t: None,
+        df: None,
+        p_value: None,
+        note: None,
+    };
+    if a.n < 2 || b.n < 2 {
+        w.note = Some("n=1".to_owned());
+        return w;
+    }
+    // A spread below 1e-12 of the mean is floating-point rounding (the same value summed in
+    // another order), not variation: it counts as zero.
+    let spread = |s: &Summary| s.sd.filter(|&sd| sd > 1e-12 * s.mean.abs()).unwrap_or(0.0);
+    let (sa, sb) = (spread(a), spread(b));
+    let va = sa * sa / a.n as f64;
+    let vb = sb * sb / b.n as f64;
+    let se2 = va + vb;
+    if se2 == 0.0 {
+        w.ci95 = Some((diff, diff));
+        w.note = Some("zero variance on both sides".to_owned());
+        return w;
+    }
+    let df = se2 * se2 / (va * va / (a.n - 1) as f64 + vb * vb / (b.n - 1) as f64);
+    let se = se2.sqrt();
+    let t = diff / se;
+    // df >= 1 here (each term's df is at least 1), so the distribution exists.
+    let Ok(dist) = StudentsT::new(0.0, 1.0, df) else {
+        w.note = Some(format!("no t distribution with {df} degrees of freedom"));
+        return w;
+    };
+    let half = dist.inverse_cdf(0.975) * se;
+    w.ci95 = Some((diff - half, diff + half));
+    w.t = Some(t);
+    w.df = Some(df);
+    w.p_value = Some((2.0 * dist.sf(t.abs())).min(1.0));
+    w
+}
+
+/// One compared (configuration, metric).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// Configuration (or, for figures, the experiment).
+    pub config: String,
+    /// Metric name (or figure id).
+    pub metric: String,
+    /// Unit.
+    pub unit: String,
+    /// Side A.
+    pub a: Summary,
+    /// Side B.
+    pub b: Summary,
+    /// The comparison.
+    #[serde(flatten)]
+    pub welch: Welch,
+}
+
+/// A side as resolved against the database.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResolvedSide {
+    /// As given on the command line.
+    pub spec: String,
+    /// Its runs.
+    pub runs: Vec<i64>,
+}
+
+/// A whole comparison.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Side A.
+    pub a: ResolvedSide,
+    /// Side B.
+    pub b: ResolvedSide,
+    /// One row per (configuration, metric) on both sides, in A's order.
+    pub rows: Vec<Row>,
+    /// (configuration, metric) pairs only A has.
+    pub only_in_a: usize,
+    /// (configuration, metric) pairs only B has.
+    pub only_in_b: usize,
+}
+
+/// The samples of one side: per (config, metric), the unit and one value per run.
+#[derive(Default)]
+struct Samples {
+    order: Vec<(String, String)>,
+    values: BTreeMap<(String, String), (String, Vec<f64>)>,
+}
+
+impl Samples {
+    fn push(&mut self, config: &str, metric: &str, unit: &str, value: f64) {
+        let key = (config.to_owned(), metric.to_owned());
+        let entry = self.values.entry(key.clone()).or_insert_with(|| {
+            self.order.push(key);
+            (unit.to_owned(), Vec::new())
+        });
+        entry.1.push(value);
+    }
+}
+
+fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples, DbError> {
+    let mut s = Samples::default();
+    let wanted = |name: &str| match metric {
+        Some(g) => glob_match(g, name),
+        None => true,
+    };
+    for &id in runs {
+        let run = db.show(id)?;
+        if run.measurements.is_empty() {
+            for f in run.figures.iter().filter(|f| wanted(&f.id)) {
+                s.push(&run.experiment, &f.id, &f.unit, f.lab);
+            }
+        }
+        for m in &run.measurements {
+            for x in m.metrics.iter().filter(|x| wanted(&x.name)) {
+                s.push(&m.config, &x.name, &x.unit, x.value);
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// Why a comparison could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// The database failed or lacks a run or group.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// Nothing on both sides.
+    #[error("nothing to compare: {0}")]
+    Nothing(String),
+}
+
+/// Compares side `a` with side `b` (`metric`: only metric names matching this glob).
+pub fn compare(
+    db: &ResultsDb,
+    a: (&str, &Side),
+    b: (&str, &Side),
+    metric: Option<&str>,
+) -> Result<Comparison, CompareError> {
+    let runs_a = a.1.resolve(db)?;
+    let runs_b = b.1.resolve(db)?;
+    let sa = collect(db, &runs_a, metric)?;
+    let sb = collect(db, &runs_b, metric)?;
+    let mut rows = Vec::new();
+    for key in &sa.order {
+        let Some((_, vb)) = sb.values.get(key) else {
+            continue;
+        };
+        let (unit, va) = &sa.values[key];
+        let (a, b) = (Summary::of(va), Summary::of(vb));
+        rows.push(Row {
+            config: key.0.clone(),
+            metric: key.1.clone(),
+            unit: unit.clone(),
+            a,
+            b,
+            welch: welch(&a, &b),
+        });
+    }
+    let only_in_a = sa.order.len() - rows.len();
+    let only_in_b = sb.order.len() - rows.len();
+    if rows.is_empty() {
+        let filter = metric.map_or(String::new(), |g| format!(" matching `{g}`"));
+        return Err(CompareError::Nothing(format!(
+            "A ({}) and B ({}) have no (configuration, metric) in common{filter} \
+             (A has {only_in_a}, B has {only_in_b}); configurations match by name",
+            a.0, b.0
+        )));
+    }
+    Ok(Comparison {
+        a: ResolvedSide {
+            spec: a.0.to_owned(),
+            runs: runs_a,
+        },
+        b: ResolvedSide {
+            spec: b.0.to_owned(),
+            runs: runs_b,
+        },
+        rows,
+        only_in_a,
+        only_in_b,
+    })
+}
+
+/// `*` matches any run of characters, `?` any one character; everything else itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// A number in about six significant digits, without exponent for everyday magnitudes.
+fn num(v: f64) -> String {
+    if v == 0.0 {
+        return "0".to_owned();
+    }
+    let mag = v.abs().log10().floor() as i32;
+    if !(-3..9).contains(&mag) {
+        return format!("{v:.4e}");
+    }
+    let decimals = (5 - mag).clamp(0, 6) as usize;
+    format!("{v:.decimals$}")
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |p| format!("{p:+.2}%"))
+}
+
+fn ci(w: &Welch) -> String {
+    w.ci95.map_or_else(
+        || "-".to_owned(),
+        |(lo, hi)| format!("[{}, {}]", num(lo), num(hi)),
+    )
+}
+
+fn p_value(w: &Welch) -> String {
+    match (w.p_value, &w.note) {
+        (Some(p), _) if p < 1e-4 => format!("{p:.1e}"),
+        (Some(p), _) => format!("{p:.4}"),
+        (None, Some(n)) => format!("- ({n})"),
+        (None, None) => "-".to_owned(),
+    }
+}
+
+fn side_line(s: &ResolvedSide) -> String {
+    let ids: Vec<String> = s.runs.iter().map(i64::to_string).collect();
+    format!(
+        "{} (run{} {})",
+        s.spec,
+        if ids.len() == 1 { "" } else { "s" },
+        ids.join(", ")
+    )
+}
+
+/// The table cells of a row, shared by the text and Markdown renderings.
+fn cells(r: &Row) -> [String; 12] {
+    [
+        r.config.clone(),
+        r.metric.clone(),
+        r.unit.clone(),
+        r.a.n.to_string(),
+        num(r.a.mean),
+        r.a.sd.map_or_else(|| "-".to_owned(), num),
+        r.b.n.to_string(),
+        num(r.b.mean),
+        r.b.sd.map_or_else(|| "-".to_owned(), num),
+        pct(r.welch.change_pct),
+        ci(&r.welch),
+        p_value(&r.welch),
+    ]
+}
+
+const HEADER: [&str; 12] = [
+    "config",
+    "metric",
+    "unit",
+    "n A",
+    "mean A",
+    "sd A",
+    "n B",
+    "mean B",
+    "sd B",
+    "change",
+    "95% CI of B-A",
+    "p (Welch)",
+];
+
+fn footer(c: &Comparison) -> String {
+    let mut out = String::new();
+    if c.only_in_a + c.only_in_b > 0 {
+        let _ = writeln!(
+            out,
+            "not compared: {} (configuration, metric) only in A, {} only in B",
+            c.only_in_a, c.only_in_b
+        );
+    }
+    out
+}
+
+/// Renders a comparison.
+pub fn render(c: &Comparison, format: CompareFormat) -> String {
+    match format {
+        CompareFormat::Json => {
+            let mut s = serde_json::to_string_pretty(c).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+        CompareFormat::Csv => {
+            let mut out = String::from(
+                "config,metric,unit,n_a,mean_a,sd_a,n_b,mean_b,sd_b,diff,change_pct,\
+                 ci95_low,ci95_high,t,df,p_value,note\n",
+            );
+            let opt = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
+            for r in &c.rows {
+                let w = &r.welch;
+                let fields = [
+                    csv_field(&r.config),
+                    csv_field(&r.metric),
+                    csv_field(&r.unit),
+                    r.a.n.to_string(),
+                    r.a.mean.to_string(),
+                    opt(r.a.sd),
+                    r.b.n.to_string(),
+                    r.b.mean.to_string(),
+                    opt(r.b.sd),
+                    w.diff.to_string(),
+                    opt(w.change_pct),
+                    opt(w.ci95.map(|c| c.0)),
+                    opt(w.ci95.map(|c| c.1)),
+                    opt(w.t),
+                    opt(w.df),
+                    opt(w.p_value),
+                    csv_field(w.note.as_deref().unwrap_or("")),
+                ];
+                let _ = writeln!(out, "{}", fields.join(","));
+            }
+            out
+        }
+        CompareFormat::Markdown => {
+            let mut out = format!(
+                "A: {}  \nB: {}\n\n| {} |\n|{}\n",
+                side_line(&c.a),
+                side_line(&c.b),
+                HEADER.join(" | "),
+                "---|".repeat(HEADER.len())
+            );
+            for r in &c.rows {
+                let cells = cells(r).map(|s| s.replace('|', "\\|"));
+                let _ = writeln!(out, "| {} |", cells.join(" | "));
+            }
+            let f = footer(c);
+            if !f.is_empty() {
+                let _ = write!(out, "\n{f}");
+            }
+            out
+        }
+        CompareFormat::Text => {
+            let rows: Vec<[String; 12]> = c.rows.iter().map(cells).collect();
+            let mut width = HEADER.map(str::len);
+            for r in &rows {
+                for (w, cell) in width.iter_mut().zip(r) {
+                    *w = (*w).max(cell.chars().count());
+                }
+            }
+            let line = |cells: &[String]| {
+                let mut s = String::new();
+                for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
+                    // Names left-aligned, numbers right-aligned.
+                    if i < 3 {
+                        let _ = write!(s, "{cell:<w$}  ");
+                    } else {
+                        let _ = write!(s, "{cell:>w$}  ");
+                    }
+                }
+                s.trim_end().to_owned()
+            };
+            let mut out = format!("A: {}\nB: {}\n\n", side_line(&c.a), side_line(&c.b));
+            let _ = writeln!(out, "{}", line(&HEADER.map(str::to_owned)));
+            for r in &rows {
+                let _ = writeln!(out, "{}", line(r));
+            }
+            out.push_str(&footer(c));
+            out
+        }
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `iolab compare`: prints the comparison; exit code 2 for a bad side, an unknown run or
+/// group, or nothing in common.
+pub fn run(path: &Path, a: &str, b: &str, metric: Option<&str>, format: CompareFormat) -> ExitCode {
+    let sides = Side::parse(a).and_then(|sa| Side::parse(b).map(|sb| (sa, sb)));
+    let (sa, sb) = match sides {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("iolab compare: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !path.exists() {
+        eprintln!(
+            "iolab compare: results database {} does not exist (store runs with `iolab run` or `iolab import` first, or pass --db)",
+            path.display()
+        );
+        return ExitCode::from(2);
+    }
+    let result = ResultsDb::open(path)
+        .map_err(CompareError::from)
+        .and_then(|db| compare(&db, (a, &sa), (b, &sb), metric));
+    match result {
+        Ok(c) => {
+            print!("{}", render(&c, format));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("iolab compare: {e}");
+            ExitCode::from(match &e {
+                CompareError::Db(d) => d.exit_code(),
+                CompareError::Nothing(_) => 2,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(got: f64, want: f64, rel: f64) -> bool {
+        (got - want).abs() <= rel * want.abs().max(1e-300)
+    }
+
+    // Reference values computed on this machine with SciPy 1.17.1 (Python 3.11.7):
+    // `res = scipy.stats.ttest_ind(b, a, equal_var=False)` for t (`res.statistic`), p
+    // (`res.pvalue`) and df (`res.df`), `res.confidence_interval(0.95)` for the interval of
+    // mean(b) - mean(a).
+    // Generated by the script in crates/iolab/tests/data/README.md (scipy 1.17.1 python 3.11.7).
+    const T1: f64 = 9.668947269888987;
+    const DF1: f64 = 6.785421156719478;
+    const P1: f64 = 3.2639042113079277e-05;
+    const CI1: (f64, f64) = (13.558259256260058, 22.411740743740083);
+    const T2: f64 = 1.3199091933711364;
+    const DF2: f64 = 6.804093905400716;
+    const P2: f64 = 0.2295362832193233;
+    const CI2: (f64, f64) = (-1.3366917019058198, 4.670025035239153);
+    const T3: f64 = 0.22549380840084865;
+    const DF3: f64 = 3.0;
+    const P3: f64 = 0.8360832258079628;
+    const CI3: (f64, f64) = (-3.278307858930696, 3.778307858930696);
+
+    #[test]
+    fn welch_matches_scipy() {
+        struct Case {
+            a: &'static [f64],
+            b: &'static [f64],
+            t: f64,
+            df: f64,
+            p: f64,
+            ci: (f64, f64),
+        }
+        let cases = [
+            Case {
+                a: &[454.0, 451.5, 457.2, 449.9, 455.1],
+                b: &[472.3, 470.1, 474.9, 468.8],
+                t: T1,
+                df: DF1,
+                p: P1,
+                ci: CI1,
+            },
+            Case {
+                a: &[1.0, 2.0, 3.0],
+                b: &[1.5, 2.5, 9.0, 4.0, 3.0, 2.0],
+                t: T2,
+                df: DF2,
+                p: P2,
+                ci: CI2,
+            },
+            Case {
+                a: &[100.0, 100.0, 100.0],
+                b: &[101.0, 99.0, 103.0, 98.0],
+                t: T3,
+                df: DF3,
+                p: P3,
+                ci: CI3,
+            },
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let w = welch(&Summary::of(c.a), &Summary::of(c.b));
+            assert!(close(w.t.unwrap(), c.t, 1e-9), "case {i}: t {:?}", w.t);
+            assert!(close(w.df.unwrap(), c.df, 1e-9), "case {i}: df {:?}", w.df);
+            assert!(
+                close(w.p_value.unwrap(), c.p, 1e-6),
+                "case {i}: p {:?}",
+                w.p_value
+            );
+            let (lo, hi) = w.ci95.unwrap();
+            assert!(close(lo, c.ci.0, 1e-6), "case {i}: ci low {lo}");
+            assert!(close(hi, c.ci.1, 1e-6), "case {i}: ci high {hi}");
+            assert!(w.note.is_none());
+        }
+    }
+
+    #[test]
+    fn single_samples_and_zero_variance_are_said_so() {
+        let one = Summary::of(&[10.0]);
+        let three = Summary::of(&[9.0, 10.0, 11.0]);
+        let w = welch(&one, &three);
+        assert_eq!(
+            (w.ci95, w.p_value, w.note.as_deref()),
+            (None, None, Some("n=1"))
+        );
+        assert_eq!(w.change_pct, Some(0.0));
+        let flat_a = Summary::of(&[5.0, 5.0]);
+        let flat_b = Summary::of(&[6.0, 6.0, 6.0]);
+        let w = welch(&flat_a, &flat_b);
+        assert_eq!(w.ci95, Some((1.0, 1.0)));
+        assert_eq!(w.p_value, None);
+        assert_eq!(w.note.as_deref(), Some("zero variance on both sides"));
+        assert_eq!(w.change_pct, Some(20.0));
+        // Zero variance on one side only is an ordinary Welch test (df from the other side).
+        let w = welch(&flat_a, &three);
+        assert!((w.df.unwrap() - 2.0).abs() < 1e-12);
+        // SciPy 1.17.1: ttest_ind([9, 10, 11], [5, 5], equal_var=False).pvalue.
+        assert!(close(w.p_value.unwrap(), 0.013072457560346515, 1e-6));
+        assert!(close(w.t.unwrap(), 8.660254037844387, 1e-9));
+        // Rounding noise in the last bits is no variance.
+        let w = welch(
+            &Summary::of(&[94.0631, 94.0631 + 1.4e-14, 94.0631]),
+            &Summary::of(&[94.0631; 3]),
+        );
+        assert_eq!(w.note.as_deref(), Some("zero variance on both sides"));
+        // A zero mean on side A leaves the percent change undefined.
+        let w = welch(&Summary::of(&[0.0, 0.0]), &flat_b);
+        assert_eq!(w.change_pct, None);
+    }
+
+    #[test]
+    fn summary_uses_the_sample_standard_deviation() {
+        let s = Summary::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!((s.n, s.mean), (8, 5.0));
+        assert!((s.sd.unwrap() - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(Summary::of(&[3.0]).sd, None);
+    }
+
+    #[test]
+    fn sides_parse() {
+        assert_eq!(Side::parse("12"), Ok(Side::Run(12)));
+        assert_eq!(Side::parse("g7"), Ok(Side::Group(7)));
+        assert_eq!(Side::parse("1,2, 3"), Ok(Side::Runs(vec![1, 2, 3])));
+        for bad in ["", "g", "x1", "1,,2", "-3", "0", "g-1"] {
+            assert!(Side::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("read.*", "read.iops"));
+        assert!(glob_match("*.iops", "write.iops"));
+        assert!(glob_match("read.clat_p??_ns", "read.clat_p99_ns"));
+        assert!(!glob_match("read.clat_p??_ns", "read.clat_p99.9_ns"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("read.*", "write.iops"));
+        assert!(glob_match("*a*b*", "xxaxxbxx"));
+    }
+
+    #[test]
+    fn numbers_print_in_about_six_digits() {
+        assert_eq!(num(454123.4567), "454123");
+        assert_eq!(num(12.345678), "12.3457");
+        assert_eq!(num(-0.5), "-0.500000");
+        assert_eq!(num(0.0), "0");
+        assert_eq!(num(1.5e12), "1.5000e12");
+    }
+}

@@ -1,0 +1,296 @@
+//! `iolab compare` end to end: groups of lab repetitions, imported files, every output
+//! format, and bad sides.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn iolab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(args)
+        .output()
+        .expect("the iolab binary runs")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iolab-compare-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn repo(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(rel)
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn groups_of_lab_repetitions_compare_with_statistics() {
+    let dir = temp_dir("lab");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    let scenario = repo("../../scenarios/pseries-ddw.toml");
+    let first = iolab(&["--db", db, "run", &scenario, "--runs", "3", "--seed", "1"]);
+    let text = ok(first);
+    // Printed as before: one report per repetition.
+    assert_eq!(text.matches("== pseries-ddw").count(), 3, "{text}");
+    ok(iolab(&[
+        "--db", db, "run", &scenario, "--runs", "2", "--seed", "11",
+    ]));
+
+    let list: Value = serde_json::from_str(&ok(iolab(&[
+        "--db", db, "runs", "list", "--format", "json",
+    ])))
+    .unwrap();
+    let rows: Vec<(i64, Option<i64>, u64)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["group_id"].as_i64(),
+                r["seed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (1, Some(1), 1),
+            (2, Some(1), 2),
+            (3, Some(1), 3),
+            (4, Some(4), 11),
+            (5, Some(4), 12)
+        ]
+    );
+    let text = ok(iolab(&["--db", db, "runs", "list"]));
+    assert!(text.contains(" g4 "), "{text}");
+
+    let json: Value = serde_json::from_str(&ok(iolab(&[
+        "--db", db, "compare", "g1", "g4", "--format", "json",
+    ])))
+    .unwrap();
+    assert_eq!(json["a"]["runs"], serde_json::json!([1, 2, 3]));
+    assert_eq!(json["b"]["runs"], serde_json::json!([4, 5]));
+    let rows = json["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    // Runs without measurements compare by figure: every figure of the experiment.
+    let show: Value = serde_json::from_str(&ok(iolab(&[
+        "--db", db, "runs", "show", "1", "--format", "json",
+    ])))
+    .unwrap();
+    assert_eq!(rows.len(), show["figures"].as_array().unwrap().len());
+    for r in rows {
+        assert_eq!(r["config"], "pseries-ddw");
+        assert_eq!(
+            (r["a"]["n"].as_u64(), r["b"]["n"].as_u64()),
+            (Some(3), Some(2))
+        );
+        // Each side's mean is the mean of its runs' figures.
+        let id = r["metric"].as_str().unwrap();
+        let fig = |run: i64| -> f64 {
+            let v: Value = serde_json::from_str(&ok(iolab(&[
+                "--db",
+                db,
+                "runs",
+                "show",
+                &run.to_string(),
+                "--format",
+                "json",
+            ])))
+            .unwrap();
+            v["figures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["id"] == id)
+                .unwrap()["lab"]
+                .as_f64()
+                .unwrap()
+        };
+        if id == "ddw.1t.read.latency" {
+            let mean_a = (fig(1) + fig(2) + fig(3)) / 3.0;
+            assert!((r["a"]["mean"].as_f64().unwrap() - mean_a).abs() <= 1e-9 * mean_a);
+        }
+        let (lo, hi) = match &r["ci95"] {
+            Value::Array(c) => (c[0].as_f64().unwrap(), c[1].as_f64().unwrap()),
+            other => panic!("{id}: two groups of n >= 2 give an interval, got {other}"),
+        };
+        let diff = r["diff"].as_f64().unwrap();
+        assert!(lo <= diff && diff <= hi, "{id}: {lo} <= {diff} <= {hi}");
+        match r["p_value"].as_f64() {
+            Some(p) => assert!((0.0..=1.0).contains(&p), "{id}: p {p}"),
+            None => assert_eq!(r["note"], "zero variance on both sides", "{id}"),
+        }
+    }
+
+    // Text, CSV and Markdown carry the same rows.
+    let text = ok(iolab(&["--db", db, "compare", "g1", "g4"]));
+    assert!(
+        text.starts_with("A: g1 (runs 1, 2, 3)\nB: g4 (runs 4, 5)\n"),
+        "{text}"
+    );
+    assert!(text.contains("p (Welch)"));
+    let csv = ok(iolab(&[
+        "--db", db, "compare", "g1", "g4", "--format", "csv",
+    ]));
+    assert_eq!(csv.lines().count(), rows.len() + 1);
+    assert!(csv.lines().all(|l| l.split(',').count() == 17), "{csv}");
+    let md = ok(iolab(&[
+        "--db", db, "compare", "g1", "g4", "--format", "markdown",
+    ]));
+    assert_eq!(
+        md.lines()
+            .filter(|l| l.starts_with("| pseries-ddw"))
+            .count(),
+        rows.len()
+    );
+    // --metric filters by metric name.
+    let lat: Value = serde_json::from_str(&ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "g1",
+        "g4",
+        "--metric",
+        "*.latency",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let lat = lat["rows"].as_array().unwrap();
+    assert!(!lat.is_empty() && lat.len() < rows.len());
+    assert!(lat
+        .iter()
+        .all(|r| r["metric"].as_str().unwrap().ends_with(".latency")));
+    // A single run against a group: no interval, and the reason.
+    let one: Value = serde_json::from_str(&ok(iolab(&[
+        "--db", db, "compare", "1", "4,5", "--format", "json",
+    ])))
+    .unwrap();
+    for r in one["rows"].as_array().unwrap() {
+        assert!(r["ci95"].is_null() && r["p_value"].is_null());
+        assert_eq!(r["note"], "n=1");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn imported_fio_runs_compare_by_job_and_metric() {
+    let dir = temp_dir("fio");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    for f in [
+        "fio-randread-grouped.json",
+        "fio-randread-grouped-2.json",
+        "fio-randread-grouped.jsonplus.json",
+        "fio-randrw.json",
+    ] {
+        ok(iolab(&[
+            "--db",
+            db,
+            "import",
+            "fio",
+            &repo(&format!("tests/data/{f}")),
+        ]));
+    }
+    let json: Value = serde_json::from_str(&ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "1,2",
+        "3",
+        "--metric",
+        "read.iops",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(
+        (r["config"].as_str(), r["metric"].as_str()),
+        (Some("randread"), Some("read.iops"))
+    );
+    // The figures of the three files (fio's `iops` of the one grouped job).
+    let iops = |f: &str| -> f64 {
+        let t = std::fs::read_to_string(repo(&format!("tests/data/{f}"))).unwrap();
+        let v: Value = serde_json::from_str(&t[t.find("\n{").unwrap() + 1..]).unwrap();
+        v["jobs"][0]["read"]["iops"].as_f64().unwrap()
+    };
+    let (a1, a2) = (
+        iops("fio-randread-grouped.json"),
+        iops("fio-randread-grouped-2.json"),
+    );
+    let b = iops("fio-randread-grouped.jsonplus.json");
+    let mean_a = (a1 + a2) / 2.0;
+    assert!((r["a"]["mean"].as_f64().unwrap() - mean_a).abs() < 1e-9 * mean_a);
+    let sd_a = ((a1 - mean_a).powi(2) + (a2 - mean_a).powi(2)).sqrt();
+    assert!((r["a"]["sd"].as_f64().unwrap() - sd_a).abs() < 1e-9 * sd_a);
+    let change = (b - mean_a) / mean_a * 100.0;
+    assert!((r["change_pct"].as_f64().unwrap() - change).abs() < 1e-9);
+    assert_eq!(r["note"], "n=1");
+    // randrw has no `randread` job: nothing in common.
+    let out = iolab(&["--db", db, "compare", "1", "4"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("nothing to compare"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_sides_are_refused_with_exit_2() {
+    let dir = temp_dir("bad");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    let out = iolab(&["--db", db, "compare", "1", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    assert!(
+        !Path::new(db).exists(),
+        "compare does not create a database"
+    );
+    ok(iolab(&[
+        "--db",
+        db,
+        "import",
+        "reaim",
+        &repo("tests/data/reaim-sba-vmerge-vmerge.txt"),
+    ]));
+    for (a, b, says) in [
+        ("x", "1", "`x`: expected a run id (12), a group (g12)"),
+        ("1", "g1", "has no group g1"),
+        ("1", "7", "has no run 7"),
+        ("1", "1,", "`1,`: expected"),
+    ] {
+        let out = iolab(&["--db", db, "compare", a, b]);
+        assert_eq!(out.status.code(), Some(2), "{a} {b}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(says) && err.lines().count() == 1,
+            "{a} {b}: {err}"
+        );
+    }
+    let out = iolab(&["--db", db, "compare", "1", "1", "--metric", "nothing.*"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("matching `nothing.*`"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
