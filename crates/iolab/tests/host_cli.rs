@@ -13,7 +13,12 @@ fn iolab(args: &[&str]) -> Output {
 }
 
 /// Builds a fake root: IOMMU units, groups `(id, type, devices)`, and a command line.
-fn fake_root(name: &str, units: &[&str], groups: &[(u32, &str, &[&str])], cmdline: Option<&str>) -> PathBuf {
+fn fake_root(
+    name: &str,
+    units: &[&str],
+    groups: &[(u32, &str, &[&str])],
+    cmdline: Option<&str>,
+) -> PathBuf {
     let root = std::env::temp_dir().join(format!("iolab-host-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("sys/class")).unwrap();
@@ -36,14 +41,28 @@ fn fake_root(name: &str, units: &[&str], groups: &[(u32, &str, &[&str])], cmdlin
 }
 
 fn host_json(root: &Path) -> serde_json::Value {
-    let out = iolab(&["host", "--sysroot", root.to_str().unwrap(), "--format", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = iolab(&[
+        "host",
+        "--sysroot",
+        root.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 fn host_text(root: &Path) -> String {
     let out = iolab(&["host", "--sysroot", root.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -62,7 +81,10 @@ fn intel_with_flush_queues_is_lazy() {
     assert_eq!(j["iommu_units"], serde_json::json!(["dmar0", "dmar1"]));
     // Groups in numeric order, devices sorted.
     assert_eq!(j["groups"][0]["id"], 2);
-    assert_eq!(j["groups"][0]["devices"], serde_json::json!(["0000:00:01.0", "0000:01:00.0"]));
+    assert_eq!(
+        j["groups"][0]["devices"],
+        serde_json::json!(["0000:00:01.0", "0000:01:00.0"])
+    );
     assert_eq!(j["groups"][1]["id"], 10);
     assert_eq!(j["groups"][1]["domain_type"], "DMA-FQ");
     assert_eq!(j["cmdline_mode"], "kernel-default");
@@ -105,7 +127,10 @@ fn passthrough_and_mixed_groups_are_reported_as_such() {
     let root = fake_root(
         "mixed",
         &["dmar0"],
-        &[(0, "identity", &["0000:00:02.0"]), (1, "unmanaged", &["0000:03:00.0"])],
+        &[
+            (0, "identity", &["0000:00:02.0"]),
+            (1, "unmanaged", &["0000:03:00.0"]),
+        ],
         Some("intel_iommu=on iommu=pt"),
     );
     let j = host_json(&root);
