@@ -49,8 +49,11 @@ fn sweep(grid: &Path, db: &Path, shard: &str) {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// Every run as (sweep point, seed, its figures), ordered by point: what a merge must keep.
-fn content(db: &Path) -> Vec<(Option<i64>, i64, Vec<(String, f64)>)> {
+/// A stored run as (sweep point, seed, its figures).
+type RunContent = (Option<i64>, i64, Vec<(String, f64)>);
+
+/// Every run, ordered by point: what a merge must keep.
+fn content(db: &Path) -> Vec<RunContent> {
     let c = Connection::open(db).unwrap();
     let mut st = c
         .prepare(
