@@ -107,6 +107,7 @@ enum Command {
     /// path relative to the grid file), optionally `name`, `seed`, `runs` and a seed axis
     /// `seeds = [..]`, and axes: `[[axis]]` tables with a `field` (a dotted path of TOML keys
     /// and array indices into the scenario, e.g. `rows[0].fio.iodepth`) and its `values`.
+    /// A `[set]` table fixes fields for every point (`"rows[0].fio.runtime_ms" = 10`).
     /// Setting a `{ value = .., source = .. }` field to a plain value replaces its `value`.
     /// Points are the cartesian product (first axis slowest, seeds fastest); each is stored
     /// with its sweep id, point index and axis values. See docs/SCALE.md.
