@@ -174,7 +174,7 @@ fn open_input(path: &Path) -> Result<Connection, MergeError> {
     }
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(sql(path))?;
+        .map_err(unreadable(path))?;
     if version != SCHEMA_VERSION {
         let hint = if version < SCHEMA_VERSION {
             format!(
@@ -191,12 +191,20 @@ fn open_input(path: &Path) -> Result<Connection, MergeError> {
     Ok(conn)
 }
 
+/// A read failure of an input is bad input (a truncated or damaged file), exit code 2.
+fn unreadable(path: &Path) -> impl Fn(rusqlite::Error) -> MergeError + '_ {
+    move |e| MergeError::BadInput {
+        path: path.to_owned(),
+        problem: format!("cannot read it: {e}"),
+    }
+}
+
 fn read_input(
     conn: &Connection,
     path: &Path,
     shapes: &[TableShape],
 ) -> Result<InputData, MergeError> {
-    let e = sql(path);
+    let e = unreadable(path);
     let mut data = InputData {
         runs: Vec::new(),
         children: BTreeMap::new(),
@@ -265,7 +273,14 @@ pub fn merge(out: &Path, inputs: &[PathBuf]) -> Result<MergeSummary, MergeError>
             });
         }
         let conn = open_input(path)?;
-        let sh = shapes(&conn, path)?;
+        // Any read failure of an input (a truncated or damaged file) is bad input.
+        let sh = shapes(&conn, path).map_err(|e| match e {
+            MergeError::Sql { path, source } => MergeError::BadInput {
+                path,
+                problem: format!("cannot read it: {source}"),
+            },
+            other => other,
+        })?;
         let data = read_input(&conn, path, &sh)?;
         read.push((path, sh, data));
     }

@@ -48,6 +48,9 @@ use serde::Deserialize;
 
 use crate::db::{NewRun, ResultsDb, SweepPoint};
 
+/// Cap on the points of one grid (each point's scenario text is built before any runs).
+pub const MAX_POINTS: u64 = 1_000_000;
+
 /// Why a grid cannot be swept; every variant names the grid file.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
@@ -311,6 +314,16 @@ impl Grid {
             Some(s) => s,
             None => vec![file.seed.unwrap_or(1)],
         };
+        let points = axes
+            .iter()
+            .map(|(_, _, v)| v.len() as u128)
+            .product::<u128>()
+            * seeds.len() as u128;
+        if points > MAX_POINTS as u128 {
+            return Err(grid_err(format!(
+                "the grid has {points} points; at most {MAX_POINTS} are allowed (split it into several grids)"
+            )));
+        }
         let runs = file.runs.unwrap_or(1);
         if !(1..=100).contains(&runs) {
             return Err(grid_err(format!("`runs` is {runs}; expected 1 to 100")));
@@ -702,6 +715,61 @@ mod tests {
         assert!(e.unwrap_err().contains("2 elements"));
         let e = set_field(&mut t, &parse_path("k.y").unwrap(), toml::Value::Integer(0));
         assert!(e.unwrap_err().contains("`k.y`"));
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn points_enumerate_first_axis_slowest_and_seeds_fastest() {
+        let dir = std::env::temp_dir().join(format!("iolab-sweep-unit-{}", std::process::id()));
+        write(
+            &dir,
+            "base.toml",
+            "experiment = \"x\"\n[a]\nn = 0\n[b]\nm = { value = 0, source = \"s\" }\n",
+        );
+        let grid_text = "scenario = \"base.toml\"\nseeds = [5, 6]\n\
+                         [[axis]]\nfield = \"a.n\"\nvalues = [1, 2, 3]\n\
+                         [[axis]]\nfield = \"b.m\"\nvalues = [10, 20]\n";
+        let g = Grid::load(&write(&dir, "g.toml", grid_text)).unwrap();
+        assert_eq!(g.len(), 12);
+        let p = g.point(7).unwrap();
+        // 7 = ((a=1) * 2 + (m=1)) * 2 + (seed=1): a=2, m=20, seed 6.
+        assert_eq!(Grid::label(&p), "a.n=2, b.m=20, seed=6");
+        assert_eq!(p.seed, 6);
+        let t: toml::Table = toml::from_str(&p.text).unwrap();
+        assert_eq!(t["a"]["n"].as_integer(), Some(2));
+        assert_eq!(t["b"]["m"]["value"].as_integer(), Some(20));
+        assert_eq!(t["b"]["m"]["source"].as_str(), Some("s"));
+        // The id depends on the content, not on where the grid file is.
+        let other = dir.join("elsewhere");
+        write(
+            &other,
+            "base.toml",
+            &std::fs::read_to_string(dir.join("base.toml")).unwrap(),
+        );
+        let g2 = Grid::load(&write(&other, "renamed.toml", grid_text)).unwrap();
+        assert_eq!(g.sweep_id, g2.sweep_id);
+        let g3 = Grid::load(&write(
+            &other,
+            "g3.toml",
+            &grid_text.replace("[5, 6]", "[5, 7]"),
+        ))
+        .unwrap();
+        assert_ne!(g.sweep_id, g3.sweep_id);
+        // Too many points is refused before any is built.
+        let huge = format!(
+            "scenario = \"base.toml\"\n[[axis]]\nfield = \"a.n\"\nvalues = [{}]\n\
+             [[axis]]\nfield = \"b.m\"\nvalues = [{}]\n",
+            vec!["1"; 1001].join(","),
+            vec!["1"; 1000].join(",")
+        );
+        let e = Grid::load(&write(&dir, "huge.toml", &huge)).unwrap_err();
+        assert!(e.to_string().contains("1001000 points"), "{e}");
     }
 
     #[test]

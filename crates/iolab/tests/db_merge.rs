@@ -167,6 +167,15 @@ fn a_bad_input_leaves_the_output_unchanged() {
     );
     assert_eq!(std::fs::read(&out_db).unwrap(), before);
 
+    // A truncated copy of a good shard.
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.join("cut.db");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let r = iolab(&["db", "merge", s(&out_db), s(&good), s(&cut)]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(stderr(&r).contains(s(&cut)), "{}", stderr(&r));
+    assert_eq!(std::fs::read(&out_db).unwrap(), before);
+
     // A missing input, and the output given as an input.
     let r = iolab(&["db", "merge", s(&out_db), s(&dir.join("none.db"))]);
     assert_eq!(r.status.code(), Some(2));
