@@ -550,7 +550,13 @@ pub fn run(
         jobs
     );
     let bar = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(points.len() as u64)
+        let bar = indicatif::ProgressBar::new(points.len() as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
+        ) {
+            bar.set_style(style);
+        }
+        bar
     } else {
         indicatif::ProgressBar::hidden()
     };
