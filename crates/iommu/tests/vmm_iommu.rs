@@ -191,3 +191,45 @@ fn a_lazy_unmap_leaves_the_translation_usable_until_the_flush() {
     let err = s.mem.read_slice(&mut buf, iova).expect_err("flushed: gone");
     assert!(err.to_string().contains("Not mapped"), "{err}");
 }
+
+#[test]
+fn a_scatter_gather_mapping_reads_as_one_iova_range_over_scattered_pages() {
+    use iolab_iommu::dma::SgEntry;
+    let s = setup(DomainMode::Strict);
+    // Two whole pages far apart in guest-physical memory, in reverse order.
+    let (first, second) = (0x40000u64, 0x11000u64);
+    let backend = s.mem.get_backend();
+    backend
+        .write_slice(&[0xaa; 4096], GuestAddress(first))
+        .unwrap();
+    backend
+        .write_slice(&[0xbb; 4096], GuestAddress(second))
+        .unwrap();
+    let mut w = WorkRecord::new();
+    let sg = s
+        .mem
+        .iommu()
+        .domain()
+        .map_sg(
+            &s.dev,
+            &[
+                SgEntry::new(PhysAddr::new(first), SZ_4K),
+                SgEntry::new(PhysAddr::new(second), SZ_4K),
+            ],
+            Direction::ToDevice,
+            0,
+            &mut w,
+        )
+        .expect("mapped");
+    // The IOMMU merges the list into one IOVA segment.
+    assert_eq!(sg.segments().len(), 1);
+    let iova = GuestAddress(sg.segments()[0].dma.0);
+    let mut buf = vec![0u8; 2 * 4096];
+    s.mem
+        .read_slice(&mut buf, iova)
+        .expect("one read across both pages");
+    assert!(buf[..4096].iter().all(|&b| b == 0xaa));
+    assert!(buf[4096..].iter().all(|&b| b == 0xbb));
+    // One fill (one missing range) cached two physical pieces.
+    assert_eq!(s.mem.iommu().fills(), 1);
+}
