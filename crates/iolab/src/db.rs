@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use iolab_sim::experiment::ExperimentReport;
+use iolab_sim::metrics::{CpuBreakdown, LatencyHistogram, Measurement, Metric};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use serde::Serialize;
 
@@ -49,7 +50,32 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX figures_run ON figures(run_id);
     CREATE INDEX effects_run ON effects(run_id);",
-    // sweep points: which sweep (a hash of the grid) and which point of it a run is, with
+    // v2: measured configurations (metrics, latency histograms, CPU time), run groups
+    // (repetitions of one scenario) and a free label (import source, sweep point ...).
+    "ALTER TABLE runs ADD COLUMN group_id INTEGER NULL;
+    ALTER TABLE runs ADD COLUMN label TEXT NULL;
+    CREATE TABLE measurements (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        config TEXT NOT NULL,
+        attrs TEXT NOT NULL,
+        latency TEXT NULL,
+        cpu_user_ns INTEGER NULL,
+        cpu_system_ns INTEGER NULL,
+        cpu_spin_ns INTEGER NULL,
+        cpu_idle_ns INTEGER NULL,
+        PRIMARY KEY (run_id, position)
+    );
+    CREATE TABLE metrics (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        value REAL NOT NULL
+    );
+    CREATE INDEX metrics_run ON metrics(run_id, position);
+    CREATE INDEX runs_group ON runs(group_id);",
+    // v3: sweep points: which sweep (a hash of the grid) and which point of it a run is, with
     // the point's axis values as a JSON object (written by `iolab sweep`, read by
     // `iolab db merge` to skip duplicates).
     "CREATE TABLE sweep_points (
@@ -86,6 +112,9 @@ pub enum DbError {
         found: i64,
         known: i64,
     },
+    /// A stored value could not be read back (the file was altered by something else).
+    #[error("results database {} is damaged: {what}", path.display())]
+    Corrupt { path: PathBuf, what: String },
     /// No run has this id.
     #[error("results database {} has no run {id}", path.display())]
     NoSuchRun { path: PathBuf, id: i64 },
@@ -96,15 +125,22 @@ impl DbError {
     pub fn exit_code(&self) -> u8 {
         match self {
             DbError::Io { .. } => 1,
-            DbError::NotResultsDb { .. } | DbError::TooNew { .. } | DbError::NoSuchRun { .. } => 2,
+            DbError::NotResultsDb { .. }
+            | DbError::TooNew { .. }
+            | DbError::NoSuchRun { .. }
+            | DbError::Corrupt { .. } => 2,
         }
     }
 }
 
 /// One run to store: a report and how it was produced.
 pub struct NewRun<'a> {
-    /// What produced the run ("lab").
+    /// What produced the run: `lab`, or `import:fio`, `import:bonnie`, `import:reaim`.
     pub kind: &'a str,
+    /// The group of repetitions this run belongs to (the id of the group's first run), if any.
+    pub group_id: Option<i64>,
+    /// A free label: the imported file, a sweep point's axis values ...
+    pub label: Option<&'a str>,
     /// Where the scenario came from (a path, or the bundled scenario).
     pub scenario_origin: Option<&'a str>,
     /// The scenario text as run.
@@ -123,11 +159,15 @@ pub struct NewRun<'a> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
     pub id: i64,
+    pub kind: String,
+    pub group_id: Option<i64>,
+    pub label: Option<String>,
     pub experiment: String,
     pub seed: u64,
     pub runs: u32,
     pub started_at: String,
     pub figures: u64,
+    pub measurements: u64,
 }
 
 /// A stored figure.
@@ -153,6 +193,8 @@ pub struct StoredEffect {
 pub struct StoredRun {
     pub id: i64,
     pub kind: String,
+    pub group_id: Option<i64>,
+    pub label: Option<String>,
     pub experiment: String,
     pub scenario_origin: Option<String>,
     pub seed: u64,
@@ -162,6 +204,7 @@ pub struct StoredRun {
     pub finished_at: String,
     pub figures: Vec<StoredFigure>,
     pub effects: Vec<StoredEffect>,
+    pub measurements: Vec<Measurement>,
 }
 
 /// An open results database.
@@ -255,8 +298,8 @@ impl ResultsDb {
         let r = run.report;
         tx.execute(
             "INSERT INTO runs (kind, experiment, scenario_origin, scenario_text, seed, runs,
-                               iolab_version, started_at, finished_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                               iolab_version, started_at, finished_at, group_id, label)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 run.kind,
                 r.name,
@@ -268,10 +311,13 @@ impl ResultsDb {
                 env!("CARGO_PKG_VERSION"),
                 rfc3339(run.started_at),
                 rfc3339(run.finished_at),
+                run.group_id,
+                run.label,
             ],
         )
         .map_err(e)?;
         let id = tx.last_insert_rowid();
+        insert_measurements(&tx, id, &r.measurements).map_err(e)?;
         {
             let mut fig = tx
                 .prepare(
@@ -312,7 +358,9 @@ impl ResultsDb {
             .conn
             .prepare(
                 "SELECT r.id, r.experiment, r.seed, r.runs, r.started_at,
-                        (SELECT count(*) FROM figures f WHERE f.run_id = r.id)
+                        (SELECT count(*) FROM figures f WHERE f.run_id = r.id),
+                        r.kind, r.group_id, r.label,
+                        (SELECT count(*) FROM measurements m WHERE m.run_id = r.id)
                  FROM runs r ORDER BY r.id",
             )
             .map_err(|e| self.err(e))?;
@@ -325,6 +373,10 @@ impl ResultsDb {
                     runs: row.get(3)?,
                     started_at: row.get(4)?,
                     figures: row.get::<_, i64>(5)? as u64,
+                    kind: row.get(6)?,
+                    group_id: row.get(7)?,
+                    label: row.get(8)?,
+                    measurements: row.get::<_, i64>(9)? as u64,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -337,7 +389,7 @@ impl ResultsDb {
             .conn
             .query_row(
                 "SELECT id, kind, experiment, scenario_origin, seed, runs, iolab_version,
-                        started_at, finished_at
+                        started_at, finished_at, group_id, label
                  FROM runs WHERE id = ?1",
                 [id],
                 |row| {
@@ -351,8 +403,11 @@ impl ResultsDb {
                         iolab_version: row.get(6)?,
                         started_at: row.get(7)?,
                         finished_at: row.get(8)?,
+                        group_id: row.get(9)?,
+                        label: row.get(10)?,
                         figures: Vec::new(),
                         effects: Vec::new(),
+                        measurements: Vec::new(),
                     })
                 },
             )
@@ -402,7 +457,94 @@ impl ResultsDb {
             .map_err(|e| self.err(e))?
             .collect::<Result<_, _>>()
             .map_err(|e| self.err(e))?;
+        run.measurements = self.measurements(id)?;
         Ok(run)
+    }
+
+    /// The measured configurations of run `id`, in the order they were stored (empty for a
+    /// run stored before schema v2 or one without measurements).
+    pub fn measurements(&self, id: i64) -> Result<Vec<Measurement>, DbError> {
+        let bad = |what: &str, e: serde_json::Error| DbError::Corrupt {
+            path: self.path.clone(),
+            what: format!("run {id}: {what}: {e}"),
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT position, config, attrs, latency, cpu_user_ns, cpu_system_ns,
+                        cpu_spin_ns, cpu_idle_ns
+                 FROM measurements WHERE run_id = ?1 ORDER BY position",
+            )
+            .map_err(|e| self.err(e))?;
+        type Row = (
+            i64,
+            String,
+            String,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = stmt
+            .query_map([id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut metric_stmt = self
+            .conn
+            .prepare(
+                "SELECT name, unit, value FROM metrics
+                 WHERE run_id = ?1 AND position = ?2 ORDER BY rowid",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (position, config, attrs, latency, user, system, spin, idle) in rows {
+            let attrs = serde_json::from_str(&attrs).map_err(|e| bad("attrs", e))?;
+            let latency: Option<LatencyHistogram> = match latency {
+                Some(text) => Some(serde_json::from_str(&text).map_err(|e| bad("latency", e))?),
+                None => None,
+            };
+            let cpu = match (user, system, spin, idle) {
+                (Some(u), Some(s), Some(p), Some(i)) => Some(CpuBreakdown {
+                    user_ns: u as u64,
+                    system_ns: s as u64,
+                    spin_ns: p as u64,
+                    idle_ns: i as u64,
+                }),
+                _ => None,
+            };
+            let metrics = metric_stmt
+                .query_map(params![id, position], |r| {
+                    Ok(Metric::new(
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get(2)?,
+                    ))
+                })
+                .map_err(|e| self.err(e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.err(e))?;
+            out.push(Measurement {
+                config,
+                attrs,
+                metrics,
+                latency,
+                cpu,
+            });
+        }
+        Ok(out)
     }
 
     /// Removes a run; its figures and effects go with it.
@@ -419,6 +561,55 @@ impl ResultsDb {
         }
         Ok(())
     }
+}
+
+/// Writes `measurements` of run `run_id` (inside the caller's transaction).
+fn insert_measurements(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: i64,
+    measurements: &[Measurement],
+) -> Result<(), rusqlite::Error> {
+    let mut m_stmt = tx.prepare(
+        "INSERT INTO measurements (run_id, position, config, attrs, latency, cpu_user_ns,
+                                   cpu_system_ns, cpu_spin_ns, cpu_idle_ns)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    let mut v_stmt = tx.prepare(
+        "INSERT INTO metrics (run_id, position, name, unit, value) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (position, m) in measurements.iter().enumerate() {
+        let cpu = m.cpu.map(|c| {
+            [c.user_ns, c.system_ns, c.spin_ns, c.idle_ns]
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+        });
+        m_stmt.execute(params![
+            run_id,
+            position as i64,
+            m.config,
+            json_text(&m.attrs)?,
+            m.latency.as_ref().map(json_text).transpose()?,
+            cpu.map(|c| c[0]),
+            cpu.map(|c| c[1]),
+            cpu.map(|c| c[2]),
+            cpu.map(|c| c[3]),
+        ])?;
+        for metric in &m.metrics {
+            v_stmt.execute(params![
+                run_id,
+                position as i64,
+                metric.name,
+                metric.unit,
+                metric.value
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// JSON text of a column value. Maps of strings and histograms of integers always
+/// serialise, so this cannot fail for the types stored here.
+fn json_text<T: Serialize>(value: &T) -> Result<String, rusqlite::Error> {
+    serde_json::to_string(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
 // ---- sweeps (`iolab sweep`, `iolab db merge`) ----
@@ -550,13 +741,29 @@ mod tests {
             calibrated: Vec::new(),
             report_text: String::new(),
             notes: Vec::new(),
-            measurements: Vec::new(),
+            measurements: vec![
+                Measurement::new("nvme.strict")
+                    .attr("iommu_mode", "strict")
+                    .attr("iodepth", 32)
+                    .metric(Metric::new("read.iops", "IOPS", 1.5e5))
+                    .metric(Metric::new("read.clat_mean_ns", "ns", 210_000.25))
+                    .latency(LatencyHistogram::from_samples(&[9_000, 11_000, 250_000]))
+                    .cpu(CpuBreakdown {
+                        user_ns: 1,
+                        system_ns: 2,
+                        spin_ns: 3,
+                        idle_ns: 1 << 50,
+                    }),
+                Measurement::new("nvme.off").attr("iommu_mode", "off"),
+            ],
         }
     }
 
     fn store(db: &mut ResultsDb, r: &ExperimentReport) -> i64 {
         db.store(&NewRun {
             kind: "lab",
+            group_id: None,
+            label: None,
             scenario_origin: Some("scenarios/sba-vmerge.toml (bundled)"),
             scenario_text: Some("experiment = \"sba-vmerge\"\n"),
             seed: u64::MAX,
@@ -612,10 +819,15 @@ mod tests {
                 runs: 3,
                 started_at: "2023-11-14T22:13:20Z".to_owned(),
                 figures: 2,
+                kind: "lab".to_owned(),
+                group_id: None,
+                label: None,
+                measurements: 2,
             }]
         );
         let run = db.show(id).unwrap();
         assert_eq!(run.kind, "lab");
+        assert_eq!(run.measurements, r.measurements);
         assert_eq!(run.finished_at, "2023-11-14T22:13:21Z");
         assert_eq!(run.iolab_version, env!("CARGO_PKG_VERSION"));
         assert_eq!(
@@ -666,6 +878,41 @@ mod tests {
         let err = db.remove(a).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn a_v1_database_is_migrated_with_its_runs_kept() {
+        let path = temp_path("v1");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(
+                "INSERT INTO runs (kind, experiment, seed, runs, iolab_version, started_at,
+                                   finished_at)
+                 VALUES ('lab', 'sba-vmerge', 7, 1, '0.1.0', 'a', 'b')",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO figures (run_id, id, unit, lab, role) VALUES (1, 'f', 'x', 2.0, 'prediction')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut db = ResultsDb::open(&path).unwrap();
+        let version: i64 = db
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let old = db.show(1).unwrap();
+        assert_eq!((old.seed, old.figures.len()), (7, 1));
+        assert!(old.measurements.is_empty() && old.group_id.is_none());
+        let id = store(&mut db, &report());
+        assert_eq!(db.measurements(id).unwrap().len(), 2);
     }
 
     #[test]

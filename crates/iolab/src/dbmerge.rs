@@ -8,6 +8,8 @@
 //! come along without changes here. A table this scheme cannot renumber (one that refers to
 //! anything but `runs`) is refused rather than silently dropped.
 //!
+//! `runs.group_id` (a run group named by its first run's id) is renumbered with the runs.
+//!
 //! A run that is a sweep point whose sweep id and point index are already in OUT (or earlier
 //! in the inputs) is a duplicate and is skipped, with everything hanging off it. All writes
 //! happen in one transaction: on any failure OUT is left as it was (and removed, if the
@@ -135,7 +137,12 @@ fn shapes(conn: &Connection, path: &Path) -> Result<Vec<TableShape>, MergeError>
         if !is_runs && !cols.iter().any(|c| c.0 == "run_id") {
             return Err(unknown("has no `run_id` column"));
         }
-        let int_pk = |c: &(String, String, i64)| c.2 > 0 && c.1.eq_ignore_ascii_case("INTEGER");
+        // A lone INTEGER PRIMARY KEY is the rowid: renumbered, not copied. A column of a
+        // composite key (e.g. `measurements (run_id, position)`) is data.
+        let key_columns = cols.iter().filter(|c| c.2 > 0).count();
+        let int_pk = |c: &(String, String, i64)| {
+            key_columns == 1 && c.2 > 0 && c.1.eq_ignore_ascii_case("INTEGER")
+        };
         let columns = cols
             .iter()
             .filter(|c| c.0 != "run_id" && !int_pk(c))
@@ -344,6 +351,11 @@ fn write(
                 )
             })
             .collect();
+        // `runs.group_id` names a run (the group's first) without a declared foreign key:
+        // renumber it with the runs, keeping each group together.
+        let group_col = shapes[0].columns.iter().position(|c| c == "group_id");
+        let mut new_ids: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut new_groups: BTreeMap<i64, i64> = BTreeMap::new();
         for (old_id, vals) in &data.runs {
             if let Some(key) = data.sweep_keys.get(old_id) {
                 if !seen.insert(key.clone()) {
@@ -351,9 +363,33 @@ fn write(
                     continue;
                 }
             }
+            let old_group = group_col.and_then(|i| match vals[i] {
+                Value::Integer(g) => Some(g),
+                _ => None,
+            });
+            let mut vals = vals.clone();
+            if let (Some(i), Some(g)) = (group_col, old_group) {
+                // The group's new id is known once its first copied run is in.
+                if let Some(&ng) = new_groups.get(&g).or_else(|| new_ids.get(&g)) {
+                    vals[i] = Value::Integer(ng);
+                } else {
+                    vals[i] = Value::Null; // set to this run's own new id below
+                }
+            }
             tx.execute(&inserts[0], params_from_iter(vals.iter()))
                 .map_err(&e)?;
             let new_id = tx.last_insert_rowid();
+            new_ids.insert(*old_id, new_id);
+            if let (Some(_), Some(g)) = (group_col, old_group) {
+                let ng = *new_groups
+                    .entry(g)
+                    .or_insert(new_ids.get(&g).copied().unwrap_or(new_id));
+                tx.execute(
+                    "UPDATE runs SET group_id = ?1 WHERE id = ?2",
+                    rusqlite::params![ng, new_id],
+                )
+                .map_err(&e)?;
+            }
             for (ti, row) in data.children.get(old_id).map_or(&[][..], Vec::as_slice) {
                 let params = std::iter::once(Value::Integer(new_id)).chain(row.iter().cloned());
                 tx.execute(&inserts[*ti], params_from_iter(params))

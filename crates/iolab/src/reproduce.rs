@@ -57,10 +57,10 @@ pub fn reproduce(
     } else {
         names.iter().map(String::as_str).collect()
     };
-    if let Some(unknown) = selected.iter().find(|n| !NAMES.contains(n)) {
+    if let Some(unknown) = selected.iter().find(|n| !experiments::is_known(n)) {
         eprintln!(
             "iolab reproduce: unknown experiment '{unknown}': expected one of {}",
-            NAMES.join(", ")
+            experiments::all_names()
         );
         return ExitCode::from(2);
     }
@@ -77,6 +77,8 @@ pub fn reproduce(
                 let origin = format!("scenarios/{name}.toml (bundled)");
                 let run = NewRun {
                     kind: "lab",
+                    group_id: None,
+                    label: None,
                     scenario_origin: Some(&origin),
                     scenario_text: experiments::bundled_scenario(name).ok(),
                     seed: options.seed,
@@ -131,6 +133,8 @@ pub fn run_file(
         Ok(r) => {
             let run = NewRun {
                 kind: "lab",
+                group_id: None,
+                label: None,
                 scenario_origin: Some(&origin),
                 scenario_text: Some(&text),
                 seed: options.seed,
@@ -156,16 +160,16 @@ fn experiment_of(text: &str, origin: &str) -> Result<String, String> {
     let doc = iolab_sim::tomlfile::TomlDoc::parse(text, origin).map_err(|e| e.to_string())?;
     let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
     match table.get("experiment") {
-        Some(toml::Value::String(s)) if NAMES.contains(&s.as_str()) => Ok(s.clone()),
+        Some(toml::Value::String(s)) if experiments::is_known(s) => Ok(s.clone()),
         Some(_) => Err(doc
             .field_error(
                 "experiment",
-                format!("expected one of {}", NAMES.join(", ")),
+                format!("expected one of {}", experiments::all_names()),
             )
             .to_string()),
         None => Err(format!(
             "Invalid {origin}: field `experiment`: missing; expected one of {}",
-            NAMES.join(", ")
+            experiments::all_names()
         )),
     }
 }

@@ -624,8 +624,11 @@ pub fn run(
                 .iter()
                 .map(|(f, v)| (f.as_str(), toml_to_json(v)))
                 .collect();
+            let label = format!("sweep {} point {}: {label}", grid.name, done.point.index);
             let run = NewRun {
                 kind: "lab",
+                group_id: None,
+                label: Some(&label),
                 scenario_origin: Some(&origin),
                 scenario_text: Some(&done.point.text),
                 seed: done.point.seed,

@@ -189,3 +189,51 @@ fn a_bad_input_leaves_the_output_unchanged() {
     assert_eq!(r.status.code(), Some(2));
     assert!(!fresh.exists());
 }
+
+#[test]
+fn run_groups_are_renumbered_with_their_runs() {
+    let dir = temp_dir("groups");
+    let input = dir.join("in.db");
+    for _ in 0..3 {
+        let r = iolab(&["--db", s(&input), "reproduce", "pseries-ddw"]);
+        assert!(r.status.success(), "{}", stderr(&r));
+    }
+    // Runs 2 and 3 are one group, named by its first run.
+    Connection::open(&input)
+        .unwrap()
+        .execute("UPDATE runs SET group_id = 2 WHERE id IN (2, 3)", [])
+        .unwrap();
+    let out_db = dir.join("out.db");
+    for _ in 0..2 {
+        let r = iolab(&["--db", s(&out_db), "reproduce", "pseries-ddw"]);
+        assert!(r.status.success(), "{}", stderr(&r));
+    }
+    let r = iolab(&["db", "merge", s(&out_db), s(&input)]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let c = Connection::open(&out_db).unwrap();
+    let groups: Vec<(i64, Option<i64>)> = c
+        .prepare("SELECT id, group_id FROM runs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // Input runs 1, 2, 3 became 3, 4, 5: the group is now named 4.
+    assert_eq!(
+        groups,
+        [(1, None), (2, None), (3, None), (4, Some(4)), (5, Some(4))]
+    );
+    // Measurements came along with their runs.
+    let per_run = |db: &Path, id: i64| -> i64 {
+        Connection::open(db)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM metrics WHERE run_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert!(per_run(&input, 2) > 0);
+    assert_eq!(per_run(&out_db, 4), per_run(&input, 2));
+}

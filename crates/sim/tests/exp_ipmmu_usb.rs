@@ -178,3 +178,57 @@ fn the_iommu_merges_segments_and_flushes_once_per_command() {
     assert_eq!(off_flushes, 0);
     assert_eq!(on_flushes, on_cmds);
 }
+
+#[test]
+fn without_the_iommu_pages_above_4_gib_are_bounced_and_with_it_none_are() {
+    let r = run(&shortened()).unwrap();
+    let m = |config: &str| {
+        r.measurements
+            .iter()
+            .find(|m| m.config == config)
+            .unwrap_or_else(|| panic!("no measurement {config}"))
+    };
+    for speed in ["superspeed", "highspeed"] {
+        let off = m(&format!("{speed}.no_iommu"));
+        let on = m(&format!("{speed}.iommu"));
+        assert_eq!(off.attrs["iommu_mode"], "none");
+        assert_eq!(on.attrs["iommu_mode"], "strict");
+        assert_eq!(on.attrs["link"], speed);
+        // Half of the RAM (the 2 GiB bank at 0x5_0000_0000) is beyond the 32-bit mask:
+        // about half of the bytes moved are bounced, a fresh random draw each page.
+        let moved = |m: &iolab_sim::metrics::Measurement| {
+            m.get("usb.bounced_bytes").map(|x| x.value).unwrap()
+        };
+        assert_eq!(moved(on), 0.0);
+        assert!(moved(off) > 0.0);
+        assert!(off.get("usb.bounce_cpu_ns").unwrap().value > 0.0);
+        assert!(off.get("bonnie.in_block_kps").unwrap().value > 0.0);
+        let cpu = off.cpu.expect("a CPU breakdown");
+        assert!(cpu.total_ns() > 0);
+    }
+    let line = r
+        .report_text
+        .lines()
+        .find(|l| l.trim_start().starts_with("superspeed.no_iommu") && l.contains("bounced"))
+        .unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let pct: f64 = words[words.iter().position(|w| *w == "bounced").unwrap() + 1]
+        .trim_end_matches('%')
+        .parse()
+        .unwrap();
+    assert!((35.0..70.0).contains(&pct), "bounced {pct}%");
+}
+
+#[test]
+fn memory_banks_are_validated() {
+    let t = shortened().replace(
+        "banks = [ { base = 0x48000000, mib = 1920 }, { base = 0x500000000, mib = 2048 } ]",
+        "banks = [ { base = 0x500000000, mib = 2048 }, { base = 0x48000000, mib = 1920 } ]",
+    );
+    assert_eq!(field_of(run(&t).unwrap_err()), "memory.banks[1]");
+    let t = shortened().replace(
+        "dma_mask_bits = { value = 32,",
+        "dma_mask_bits = { value = 8,",
+    );
+    assert_eq!(field_of(run(&t).unwrap_err()), "memory.dma_mask_bits.value");
+}

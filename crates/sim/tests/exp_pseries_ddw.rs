@@ -359,3 +359,34 @@ fn reads_map_far_less_than_writes() {
         per_gb(&w)
     );
 }
+
+#[test]
+fn every_configuration_is_a_measurement_with_its_attributes_and_metrics() {
+    let r = run(&short_scenario(), 7).unwrap();
+    assert_eq!(r.measurements.len(), 8);
+    let mut configs: Vec<&str> = r.measurements.iter().map(|m| m.config.as_str()).collect();
+    configs.sort_unstable();
+    configs.dedup();
+    assert_eq!(configs.len(), 8, "configuration ids are unique");
+    for m in &r.measurements {
+        for key in ["iommu_mode", "window", "threads", "workload"] {
+            assert!(m.attrs.contains_key(key), "{} lacks {key}", m.config);
+        }
+        let mbps = m.get("netperf.throughput_mbps").unwrap().value;
+        // The wire's goodput bounds every configuration (100 Gb/s line rate).
+        assert!(mbps > 0.0 && mbps <= 100_000.0, "{}: {mbps}", m.config);
+        assert!(m.get("netperf.latency_us").unwrap().value > 0.0);
+        let cpu = m.cpu.expect("a CPU breakdown");
+        assert!(cpu.system_ns + cpu.user_ns > 0);
+    }
+    // The default window builds 16 TCEs per 64 KiB fragment, the DDW one.
+    let tces = |c: &str| {
+        r.measurements
+            .iter()
+            .find(|m| m.config == c)
+            .and_then(|m| m.get("tce.tces_per_msg"))
+            .unwrap()
+            .value
+    };
+    assert!(tces("1t.write.default") > 10.0 * tces("1t.write.ddw"));
+}

@@ -12,10 +12,13 @@
 //! mask). In identity (passthrough) mode the same holds, but the IOMMU sees the access: it
 //! counts as one translation that reads no page-table entries.
 //!
-//! There is no IOTLB here yet: a translation always reads the current page table. So in lazy
-//! mode a device access after unmap faults at once, although on real hardware a stale IOTLB
-//! entry could still translate it until the next flush. The IOTLB model (a later piece of
-//! work) keeps stale entries and makes that window real.
+//! The generic domain has no IOTLB of its own: a translation reads the current page table.
+//! In lazy mode it then falls back to the domain's record of unmapped runs whose flush has
+//! not completed, standing in for the worst an IOTLB allows (every such page still cached):
+//! an access through one of them succeeds with the old page and permissions and is counted
+//! as a stale hit ([`super::protection`]). Strict mode keeps no such runs. Every access is
+//! also counted for the protection report: a bypass in the direct modes, a translation or
+//! permission fault when refused.
 
 use crate::addr::{Access, DmaAddr, Iova, PhysAddr, Prot};
 use crate::mem::PhysMemory;
@@ -23,6 +26,7 @@ use crate::pgtable::IoPageTable;
 use crate::work::{LockId, WorkRecord};
 
 use super::domain::{Backend, Domain};
+use super::protection::StaleSet;
 use super::{Device, DomainMode};
 
 /// A physically contiguous piece of a translated access.
@@ -77,15 +81,17 @@ pub struct DmaFault {
     pub reason: FaultReason,
 }
 
-/// Walks `table` for `dma..dma+len`, page by page.
+/// Walks `table` for `dma..dma+len`, page by page; where the table has nothing, `stale`'s
+/// runs still translate. Returns the ranges and whether any stale run was used.
 fn walk(
     table: &dyn IoPageTable,
+    stale: &StaleSet,
     dev: &Device,
     dma: u64,
     len: u64,
     access: Access,
     work: &mut WorkRecord,
-) -> Result<Vec<PhysRange>, DmaFault> {
+) -> Result<(Vec<PhysRange>, bool), DmaFault> {
     let fault = |at: u64, reason| DmaFault {
         device: dev.id(),
         dma: DmaAddr(at),
@@ -96,32 +102,29 @@ fn walk(
     let mut out: Vec<PhysRange> = Vec::new();
     let mut cur = dma;
     let mut remaining = len;
+    let mut used_stale = false;
     while remaining > 0 {
         work.translations += 1;
-        let t = table
-            .translate(Iova::new(cur), work)
-            .ok_or(fault(cur, FaultReason::Unmapped))?;
-        if !t.prot.allows(needed) {
-            return Err(fault(
-                cur,
-                FaultReason::Permission {
-                    needed,
-                    had: t.prot,
-                },
-            ));
+        let (pa, prot, span) = match table.translate(Iova::new(cur), work) {
+            Some(t) => (t.pa, t.prot, t.page_size - (cur & (t.page_size - 1))),
+            None => {
+                let s = stale.lookup(cur).ok_or(fault(cur, FaultReason::Unmapped))?;
+                used_stale = true;
+                (s.pa, s.prot, s.remaining)
+            }
+        };
+        if !prot.allows(needed) {
+            return Err(fault(cur, FaultReason::Permission { needed, had: prot }));
         }
-        let chunk = remaining.min(t.page_size - (cur & (t.page_size - 1)));
+        let chunk = remaining.min(span);
         match out.last_mut() {
-            Some(last) if last.pa.get() + last.len == t.pa.get() => last.len += chunk,
-            _ => out.push(PhysRange {
-                pa: t.pa,
-                len: chunk,
-            }),
+            Some(last) if last.pa.get() + last.len == pa.get() => last.len += chunk,
+            _ => out.push(PhysRange { pa, len: chunk }),
         }
         cur = cur.wrapping_add(chunk);
         remaining -= chunk;
     }
-    Ok(out)
+    Ok((out, used_stale))
 }
 
 impl Domain {
@@ -160,6 +163,7 @@ impl Domain {
             let reason = FaultReason::BeyondMask {
                 mask_bits: dev.mask_bits(),
             };
+            self.protection.record_fault(&reason);
             return Err(DmaFault {
                 device: dev.id(),
                 dma: DmaAddr(at),
@@ -172,6 +176,7 @@ impl Domain {
                 if self.mode() == DomainMode::Identity {
                     work.translations += 1;
                 }
+                self.protection.record_bypass();
                 Ok(f(
                     &[PhysRange {
                         pa: PhysAddr::new(dma),
@@ -183,8 +188,18 @@ impl Domain {
             Backend::Translated(t) => {
                 work.lock(LockId::PageTable);
                 let st = t.state.lock();
-                let ranges = walk(&*st.table, dev, dma, len, access, work)?;
-                Ok(f(&ranges, work))
+                match walk(&*st.table, &st.stale, dev, dma, len, access, work) {
+                    Ok((ranges, used_stale)) => {
+                        if used_stale {
+                            self.protection.record_stale_hit(len);
+                        }
+                        Ok(f(&ranges, work))
+                    }
+                    Err(fault) => {
+                        self.protection.record_fault(&fault.reason);
+                        Err(fault)
+                    }
+                }
             }
         }
     }
@@ -384,29 +399,47 @@ mod tests {
     }
 
     #[test]
-    fn an_access_after_unmap_faults_in_strict_and_in_lazy_mode() {
-        // Lazy mode has no IOTLB model yet, so the cleared page table faults at once.
+    fn an_access_after_unmap_faults_in_strict_mode_and_hits_stale_in_lazy_mode() {
         for mode in [DomainMode::Strict, DomainMode::Lazy] {
             let fx = lpae_domain(mode, |_| {});
             let mut w = WorkRecord::new();
             let m = fx
                 .domain
-                .map_page(
-                    &dev64(),
-                    pa(0x1000),
-                    SZ_4K,
-                    Direction::FromDevice,
-                    0,
-                    &mut w,
-                )
+                .map_page(&dev64(), pa(0x1000), SZ_4K, Direction::ToDevice, 0, &mut w)
                 .unwrap();
             let dma = m.dma_addr();
-            fx.domain.unmap_page(m, 0, 0, &mut w).unwrap();
-            let f = fx
-                .domain
-                .translate(&dev64(), dma, 1, Access::Write, &mut w)
-                .unwrap_err();
-            assert_eq!((f.dma, f.reason), (dma, FaultReason::Unmapped));
+            fx.domain.unmap_page(m, 0, 100, &mut w).unwrap();
+            let got = fx.domain.translate(&dev64(), dma, 1, Access::Read, &mut w);
+            let p = fx.domain.protection();
+            if mode == DomainMode::Strict {
+                let f = got.unwrap_err();
+                assert_eq!((f.dma, f.reason), (dma, FaultReason::Unmapped));
+                assert_eq!((p.stale_hits, p.translation_faults), (0, 1));
+            } else {
+                // Not flushed yet: the old page is still reachable, with its old rights.
+                assert_eq!(
+                    got.unwrap(),
+                    vec![PhysRange {
+                        pa: pa(0x1000),
+                        len: 1
+                    }]
+                );
+                assert_eq!((p.stale_hits, p.stale_bytes, p.deferred_unmaps), (1, 1, 1));
+                let f = fx
+                    .domain
+                    .translate(&dev64(), dma, 1, Access::Write, &mut w)
+                    .unwrap_err();
+                assert!(matches!(f.reason, FaultReason::Permission { .. }));
+                fx.domain.poll_timeout(100 + 10_000_000, &mut w);
+                let f = fx
+                    .domain
+                    .translate(&dev64(), dma, 1, Access::Read, &mut w)
+                    .unwrap_err();
+                assert_eq!(f.reason, FaultReason::Unmapped, "gone after the flush");
+                let p = fx.domain.protection();
+                assert_eq!(p.max_reachable_after_unmap_ns, 10_000_000);
+                assert_eq!((p.translation_faults, p.permission_faults), (1, 1));
+            }
         }
     }
 

@@ -31,6 +31,7 @@ use crate::work::{LockId, WorkRecord};
 
 use super::flush_queue::{FlushQueue, FlushQueueConfig, FreeableIova};
 use super::invalidate::{sync, Invalidator};
+use super::protection::{ProtectionCounters, ProtectionStats, StaleSet};
 use super::sg::{align_up, sg_finalise, sg_layout, DmaSegment, SgEntry};
 use super::{Device, Direction, DmaError, DomainId, DomainMode, MappingKind, Rejected};
 
@@ -353,6 +354,8 @@ impl LiveMap {
 pub(super) struct TState {
     pub(super) table: Box<dyn IoPageTable>,
     live: LiveMap,
+    /// Lazy mode: unmapped runs the IOTLB may still translate (see [`super::protection`]).
+    pub(super) stale: StaleSet,
 }
 
 /// The parts of a translated domain.
@@ -381,6 +384,7 @@ pub struct Domain {
     cpus: usize,
     next_generation: AtomicU64,
     pub(super) backend: Backend,
+    pub(super) protection: ProtectionCounters,
 }
 
 impl std::fmt::Debug for Domain {
@@ -461,6 +465,7 @@ impl Translated {
 
     /// After the page table no longer maps `block`: invalidate and free it (strict) or
     /// invalidate freed tables and queue it (lazy).
+    #[allow(clippy::too_many_arguments)]
     fn retire(
         &self,
         domain: DomainId,
@@ -468,6 +473,7 @@ impl Translated {
         gather: &UnmapGather,
         cpu: usize,
         now_ns: u64,
+        protection: &ProtectionCounters,
         work: &mut WorkRecord,
     ) -> Result<(), DmaError> {
         match &self.fq {
@@ -487,7 +493,12 @@ impl Translated {
                     }
                     let _synced = sync(&*self.invalidator, work);
                 }
-                fq.queue(block, cpu, now_ns, work)
+                let stamp = fq.queue(block, cpu, now_ns, work)?;
+                protection.record_deferred_unmap();
+                let mut st = self.state.lock();
+                st.stale.stamp_pending(stamp);
+                st.stale.retire(fq.flush_counts().1, now_ns, protection);
+                Ok(())
             }
         }
     }
@@ -563,6 +574,7 @@ impl Domain {
         let state = TState {
             table,
             live: LiveMap::new(config.domain_id, config.max_mappings),
+            stale: StaleSet::default(),
         };
         let t = Translated {
             state: Mutex::new(state),
@@ -601,6 +613,7 @@ impl Domain {
             cpus: config.cpus,
             next_generation: AtomicU64::new(1),
             backend,
+            protection: ProtectionCounters::new(),
         }
     }
 
@@ -675,15 +688,49 @@ impl Domain {
     /// Lazy mode: fires the flush-queue timer if `now_ns` is past its deadline. Returns
     /// whether it fired (always `false` in other modes).
     pub fn poll_timeout(&self, now_ns: u64, work: &mut WorkRecord) -> bool {
-        self.flush_queue()
-            .is_some_and(|fq| fq.poll_timeout(now_ns, work))
+        self.protection.observe_now(now_ns);
+        let fired = self
+            .flush_queue()
+            .is_some_and(|fq| fq.poll_timeout(now_ns, work));
+        if fired {
+            self.retire_stale(now_ns);
+        }
+        fired
     }
 
-    /// Lazy mode: flushes and frees everything queued (teardown). No-op in other modes.
+    /// Lazy mode: flushes and frees everything queued (teardown). No-op in other modes. The
+    /// flush completes at the latest clock the domain has seen.
     pub fn flush_all(&self, work: &mut WorkRecord) {
         if let Some(fq) = self.flush_queue() {
             fq.flush_all(work);
+            self.retire_stale(self.protection.latest_now_ns());
         }
+    }
+
+    /// Drops the stale translations every completed flush covers, as of `now_ns`.
+    fn retire_stale(&self, now_ns: u64) {
+        if let (Backend::Translated(t), Some(fq)) = (&self.backend, self.flush_queue()) {
+            let finished = fq.flush_counts().1;
+            t.state
+                .lock()
+                .stale
+                .retire(finished, now_ns, &self.protection);
+        }
+    }
+
+    /// What the domain has left devices able to reach so far (see [`super::protection`]).
+    /// Pages still waiting for their flush count as reachable up to the latest clock seen.
+    pub fn protection(&self) -> ProtectionStats {
+        let mut s = self.protection.snapshot();
+        if let Backend::Translated(t) = &self.backend {
+            let open = t
+                .state
+                .lock()
+                .stale
+                .open_window_ns(self.protection.latest_now_ns());
+            s.max_reachable_after_unmap_ns = s.max_reachable_after_unmap_ns.max(open);
+        }
+        s
     }
 
     fn check_cpu(&self, cpu: usize) -> Result<(), DmaError> {
@@ -787,6 +834,7 @@ impl Domain {
                     return Err(e);
                 }
                 let dma = block.start.get() + off;
+                self.protection.record_mapping(len, map_len);
                 let runs = Runs::One((block.start, map_len));
                 st.live
                     .insert((dma, generation), record(Some((block, runs))));
@@ -876,7 +924,15 @@ impl Domain {
                     return Err(st.live.not_mapped(key.0));
                 };
                 let mut gather = UnmapGather::new();
+                let lazy = t.fq.is_some();
                 for &(iova, len) in runs.as_slice() {
+                    // Lazy mode: what the IOTLB may keep translating (looked up uncharged:
+                    // the model's bookkeeping, not work the kernel does).
+                    let old = if lazy {
+                        st.table.translate(iova, &mut WorkRecord::new())
+                    } else {
+                        None
+                    };
                     if let Err(source) = st.table.unmap(iova, len, &mut gather, work) {
                         // The table refused to unmap what it mapped: a page-table bug. Keep
                         // the record so the state stays explainable.
@@ -888,10 +944,14 @@ impl Domain {
                         st.live.insert(key, live);
                         return Err(err);
                     }
+                    if let Some(old) = old {
+                        st.stale.insert(iova.get(), len, old.pa, old.prot, now_ns);
+                    }
                 }
                 let block = *block;
                 drop(guard);
-                t.retire(self.id, block, &gather, cpu, now_ns, work)
+                self.protection.observe_now(now_ns);
+                t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work)
             }
         }
     }
@@ -999,6 +1059,8 @@ impl Domain {
                     dev.segment_boundary_mask(),
                 );
                 let key = segments[0].dma.0;
+                let mapped: u64 = runs.iter().map(|&(_, len)| len).sum();
+                self.protection.record_mapping(total, mapped);
                 let rec = Live {
                     kind: MappingKind::Sg,
                     dir,

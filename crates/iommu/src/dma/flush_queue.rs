@@ -204,14 +204,15 @@ impl FlushQueue {
 
     /// Queues `block`, whose page-table entries the caller has already cleared, on `cpu`'s
     /// ring. Fires the timer first if `now_ns` is past its deadline; flushes the ring first
-    /// if it is full; arms the timer if it is off.
+    /// if it is full; arms the timer if it is off. Returns the entry's stamp: the flush-start
+    /// count when it was queued (a flush covers it once the finish count exceeds it).
     pub fn queue(
         &self,
         block: IovaBlock,
         cpu: usize,
         now_ns: u64,
         work: &mut WorkRecord,
-    ) -> Result<(), DmaError> {
+    ) -> Result<u64, DmaError> {
         let ring = self.rings.get(cpu).ok_or(DmaError::BadCpu {
             cpu,
             cpus: self.rings.len(),
@@ -239,7 +240,7 @@ impl FlushQueue {
         let _ =
             self.deadline
                 .compare_exchange(TIMER_OFF, deadline, Ordering::SeqCst, Ordering::SeqCst);
-        Ok(())
+        Ok(stamp)
     }
 
     /// Flushes the domain's IOTLB: start counter up, whole-domain invalidation, sync, finish

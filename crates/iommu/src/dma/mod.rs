@@ -30,6 +30,7 @@ pub mod device;
 pub mod domain;
 pub mod flush_queue;
 pub mod invalidate;
+pub mod protection;
 pub mod sg;
 
 #[cfg(test)]
@@ -46,6 +47,7 @@ pub use device::{DmaFault, FaultReason, PhysRange};
 pub use domain::{CoherentBuffer, DmaMapping, DmaSgMapping, Domain, DomainConfig};
 pub use flush_queue::{FlushQueue, FlushQueueConfig};
 pub use invalidate::{ImmediateInvalidator, InvalStats, Invalidator};
+pub use protection::{ProtectionCounters, ProtectionStats};
 pub use sg::{DmaSegment, SgEntry};
 
 /// Identifies a domain (an ASID / context); invalidations are tagged with it.

@@ -26,11 +26,11 @@ pub mod sba;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::addr::{Access, DmaAddr, PhysAddr};
-use crate::dma::Domain;
 use crate::dma::{
     Device, Direction, DmaError, DmaFault, DmaMapping, DmaSegment, DmaSgMapping, DomainId,
     PhysRange, Rejected, SgEntry,
 };
+use crate::dma::{Domain, ProtectionCounters};
 use crate::work::WorkRecord;
 
 pub use ipmmu::{ipmmu_domain, IpmmuError, IpmmuInvalidator, IpmmuPageTable};
@@ -249,7 +249,7 @@ pub(crate) fn check_buffer(pa: PhysAddr, len: u64) -> Result<(), DmaError> {
 }
 
 /// The fault for an access beyond the device's DMA mask, at its first unreachable byte.
-pub(crate) fn beyond_mask(dev: &Device, dma: u64, access: Access) -> DmaFault {
+fn beyond_mask(dev: &Device, dma: u64, access: Access) -> DmaFault {
     DmaFault {
         device: dev.id(),
         dma: DmaAddr(dma.max(dev.dma_mask().saturating_add(1))),
@@ -257,6 +257,40 @@ pub(crate) fn beyond_mask(dev: &Device, dma: u64, access: Access) -> DmaFault {
         reason: crate::dma::FaultReason::BeyondMask {
             mask_bits: dev.mask_bits(),
         },
+    }
+}
+
+/// The device side every model shares: an empty access reaches nothing, one beyond the
+/// device's DMA mask faults, anything else is the platform's to translate (`platform` gets
+/// the address and says whether the access bypassed translation). Each outcome is counted in
+/// `counters`: a bypass, a translation fault or a permission fault.
+pub(crate) fn device_access(
+    dev: &Device,
+    dma: DmaAddr,
+    len: u64,
+    access: Access,
+    counters: &ProtectionCounters,
+    platform: impl FnOnce(u64) -> Result<(Vec<PhysRange>, bool), DmaFault>,
+) -> Result<Vec<PhysRange>, DmaFault> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let result = if dev.reaches(dma.0, len) {
+        platform(dma.0)
+    } else {
+        Err(beyond_mask(dev, dma.0, access))
+    };
+    match result {
+        Ok((ranges, bypass)) => {
+            if bypass {
+                counters.record_bypass();
+            }
+            Ok(ranges)
+        }
+        Err(fault) => {
+            counters.record_fault(&fault.reason);
+            Err(fault)
+        }
     }
 }
 

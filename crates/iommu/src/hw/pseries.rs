@@ -56,8 +56,8 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::addr::{Access, DmaAddr, Iova, PhysAddr, Prot, SZ_1G};
 use crate::dma::{
-    Device, Direction, DmaError, DmaFault, DmaSegment, DomainId, FaultReason, PhysRange, Rejected,
-    SgEntry,
+    Device, Direction, DmaError, DmaFault, DmaSegment, DomainId, FaultReason, PhysRange,
+    ProtectionCounters, ProtectionStats, Rejected, SgEntry,
 };
 use crate::iova::linux::IovaConfigError;
 use crate::iova::power::{PowerPoolAllocator, PowerPoolConfig};
@@ -67,7 +67,7 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    beyond_mask, check_buffer, check_sg, next_instance, push_range, wrong_owner, BufferToken,
+    check_buffer, check_sg, device_access, next_instance, push_range, wrong_owner, BufferToken,
     DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
@@ -824,6 +824,8 @@ pub struct PseriesIommu {
     direct_live: AtomicUsize,
     live: AtomicUsize,
     totals: Totals,
+    /// Bypasses and faults of device accesses (see [`crate::dma::protection`]).
+    protection: ProtectionCounters,
 }
 
 impl PseriesIommu {
@@ -846,6 +848,7 @@ impl PseriesIommu {
             direct_live: AtomicUsize::new(0),
             live: AtomicUsize::new(0),
             totals: Totals::default(),
+            protection: ProtectionCounters::new(),
         })
     }
 
@@ -857,6 +860,13 @@ impl PseriesIommu {
     /// The id reported in handles and errors.
     pub fn id(&self) -> DomainId {
         self.cfg.id
+    }
+    /// What this IOMMU has left devices able to reach: bypassed accesses (an SBA bypass, a
+    /// direct DDW) and refused ones (translation and permission faults), and the sub-page
+    /// exposure of single buffers mapped through a TCE window. TCE updates are synchronous
+    /// hypercalls, so there is no stale window: the stale fields stay 0.
+    pub fn protection(&self) -> ProtectionStats {
+        self.protection.snapshot()
     }
 
     /// Totals since creation.
@@ -1242,7 +1252,13 @@ impl DmaPath for PseriesIommu {
                 self.take_slot()?;
                 let prot = dir.prot();
                 match w.map(dev, pa.get(), len, prot, self.hv(), cpu, work) {
-                    Ok((block, dma)) => Ok(handle(dma, Some(TceMap::new(w.id, block)))),
+                    Ok((block, dma)) => {
+                        let page = 1u64 << w.page_shift;
+                        let first = pa.get() & !(page - 1);
+                        let end = (pa.get() + len).div_ceil(page) * page;
+                        self.protection.record_mapping(len, end - first);
+                        Ok(handle(dma, Some(TceMap::new(w.id, block))))
+                    }
                     Err(e) => {
                         self.release_slot();
                         Err(e)
@@ -1413,44 +1429,43 @@ impl DmaPath for PseriesIommu {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, DmaFault> {
-        let dma = dma.0;
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        if !dev.reaches(dma, len) {
-            return Err(beyond_mask(dev, dma, access));
-        }
-        let unmapped = |at: u64| DmaFault {
-            device: dev.id(),
-            dma: DmaAddr(at),
-            access,
-            reason: FaultReason::Unmapped,
-        };
-        if self.default.contains(dma) {
-            return self.default.walk(dev, dma, len, access, work);
-        }
-        let ddw = self.ddw.read();
-        match ddw.as_ref() {
-            Some(Ddw::Direct { info, .. }) if dma >= info.addr && dma - info.addr < info.size => {
-                // The pre-mapped window: an offset, no table walk by the partition's model.
-                let pa = dma - info.addr;
-                if pa >= self.cfg.memory_size {
-                    return Err(unmapped(dma));
-                }
-                if pa + len > self.cfg.memory_size {
-                    return Err(unmapped(info.addr + self.cfg.memory_size));
-                }
-                work.translations += 1;
-                Ok(vec![PhysRange {
-                    pa: PhysAddr::new(pa),
-                    len,
-                }])
+        device_access(dev, dma, len, access, &self.protection, |dma| {
+            let unmapped = |at: u64| DmaFault {
+                device: dev.id(),
+                dma: DmaAddr(at),
+                access,
+                reason: FaultReason::Unmapped,
+            };
+            if self.default.contains(dma) {
+                return Ok((self.default.walk(dev, dma, len, access, work)?, false));
             }
-            Some(Ddw::Dynamic { window, .. }) if window.contains(dma) => {
-                window.walk(dev, dma, len, access, work)
+            let ddw = self.ddw.read();
+            match ddw.as_ref() {
+                Some(Ddw::Direct { info, .. })
+                    if dma >= info.addr && dma - info.addr < info.size =>
+                {
+                    // The pre-mapped window: an offset, no table walk by the partition's
+                    // model, and nothing checked: a bypass of translation.
+                    let pa = dma - info.addr;
+                    if pa >= self.cfg.memory_size {
+                        return Err(unmapped(dma));
+                    }
+                    if pa + len > self.cfg.memory_size {
+                        return Err(unmapped(info.addr + self.cfg.memory_size));
+                    }
+                    work.translations += 1;
+                    let ranges = vec![PhysRange {
+                        pa: PhysAddr::new(pa),
+                        len,
+                    }];
+                    Ok((ranges, true))
+                }
+                Some(Ddw::Dynamic { window, .. }) if window.contains(dma) => {
+                    Ok((window.walk(dev, dma, len, access, work)?, false))
+                }
+                _ => Err(unmapped(dma)),
             }
-            _ => Err(unmapped(dma)),
-        }
+        })
     }
 }
 

@@ -45,8 +45,8 @@ use parking_lot::Mutex;
 
 use crate::addr::{Access, DmaAddr, Iova, PhysAddr};
 use crate::dma::{
-    Device, Direction, DmaError, DmaFault, DmaSegment, DomainId, FaultReason, PhysRange, Rejected,
-    SgEntry,
+    Device, Direction, DmaError, DmaFault, DmaSegment, DomainId, FaultReason, PhysRange,
+    ProtectionCounters, ProtectionStats, Rejected, SgEntry,
 };
 use crate::iova::linux::IovaConfigError;
 use crate::iova::sba::{SbaConfig as ResourceConfig, SbaResourceAllocator};
@@ -58,7 +58,7 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    beyond_mask, check_buffer, check_sg, next_instance, push_range, wrong_owner, BufferToken,
+    check_buffer, check_sg, device_access, next_instance, push_range, wrong_owner, BufferToken,
     DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
@@ -336,6 +336,8 @@ pub struct SbaIommu {
     saved: Mutex<Vec<StreamMap>>,
     live: AtomicUsize,
     totals: Totals,
+    /// Bypasses and faults of device accesses (see [`crate::dma::protection`]).
+    protection: ProtectionCounters,
 }
 
 impl SbaIommu {
@@ -383,6 +385,7 @@ impl SbaIommu {
             saved: Mutex::new(Vec::with_capacity(cfg.delayed_frees)),
             live: AtomicUsize::new(0),
             totals: Totals::default(),
+            protection: ProtectionCounters::new(),
         })
     }
 
@@ -394,6 +397,12 @@ impl SbaIommu {
     /// The id reported in handles and errors.
     pub fn id(&self) -> DomainId {
         self.cfg.id
+    }
+    /// What this IOMMU has left devices able to reach: bypassed accesses (an SBA bypass, a
+    /// direct DDW) and refused ones (translation and permission faults). The deferred purge
+    /// window and sub-page exposure are not counted here yet: those fields stay 0.
+    pub fn protection(&self) -> ProtectionStats {
+        self.protection.snapshot()
     }
 
     /// Totals since creation.
@@ -898,32 +907,28 @@ impl DmaPath for SbaIommu {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, DmaFault> {
-        let dma = dma.0;
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        if !dev.reaches(dma, len) {
-            return Err(beyond_mask(dev, dma, access));
-        }
-        let last = dma + (len - 1);
-        if self.in_window(dma) {
-            return self.walk(dev, dma, len, access, work);
-        }
-        if dma < self.cfg.iova_base && last >= self.cfg.iova_base {
-            // Runs from physical space into the window: the IOC would translate the rest.
-            return Err(DmaFault {
-                device: dev.id(),
-                dma: DmaAddr(self.cfg.iova_base),
-                access,
-                reason: FaultReason::Unmapped,
-            });
-        }
-        // Outside the IOV window the IOC passes the address through: a bypass.
-        work.translations += 1;
-        Ok(vec![PhysRange {
-            pa: PhysAddr::new(dma),
-            len,
-        }])
+        device_access(dev, dma, len, access, &self.protection, |dma| {
+            let last = dma + (len - 1);
+            if self.in_window(dma) {
+                return Ok((self.walk(dev, dma, len, access, work)?, false));
+            }
+            if dma < self.cfg.iova_base && last >= self.cfg.iova_base {
+                // Runs from physical space into the window: the IOC would translate the rest.
+                return Err(DmaFault {
+                    device: dev.id(),
+                    dma: DmaAddr(self.cfg.iova_base),
+                    access,
+                    reason: FaultReason::Unmapped,
+                });
+            }
+            // Outside the IOV window the IOC passes the address through: a bypass.
+            work.translations += 1;
+            let ranges = vec![PhysRange {
+                pa: PhysAddr::new(dma),
+                len,
+            }];
+            Ok((ranges, true))
+        })
     }
 }
 

@@ -173,13 +173,17 @@ mod rb {
 
     /// The null index.
     pub const NIL: u32 = u32::MAX;
+    /// Index of the left child in [`Node::child`].
+    pub const LEFT: usize = 0;
+    /// Index of the right child in [`Node::child`].
+    pub const RIGHT: usize = 1;
 
     #[derive(Clone, Copy, Debug)]
     pub struct Node {
         pub lo: u64,
         pub hi: u64,
-        pub left: u32,
-        pub right: u32,
+        /// Children: `child[LEFT]` and `child[RIGHT]`.
+        pub child: [u32; 2],
         pub parent: u32,
         pub red: bool,
     }
@@ -222,8 +226,7 @@ mod rb {
             let node = Node {
                 lo,
                 hi,
-                left: NIL,
-                right: NIL,
+                child: [NIL, NIL],
                 parent: NIL,
                 red: true,
             };
@@ -240,38 +243,25 @@ mod rb {
         }
 
         /// In-order predecessor (Linux `rb_prev`).
-        pub fn prev(&self, mut i: u32, w: &mut WorkRecord) -> u32 {
-            let l = self.node(i).left;
-            if l != NIL {
-                i = l;
-                w.tree_nodes_visited += 1;
-                while self.node(i).right != NIL {
-                    i = self.node(i).right;
-                    w.tree_nodes_visited += 1;
-                }
-                return i;
-            }
-            loop {
-                let p = self.node(i).parent;
-                if p == NIL {
-                    return NIL;
-                }
-                w.tree_nodes_visited += 1;
-                if self.node(p).left != i {
-                    return p;
-                }
-                i = p;
-            }
+        pub fn prev(&self, i: u32, w: &mut WorkRecord) -> u32 {
+            self.step(i, LEFT, w)
         }
 
         /// In-order successor (Linux `rb_next`).
-        pub fn next(&self, mut i: u32, w: &mut WorkRecord) -> u32 {
-            let r = self.node(i).right;
-            if r != NIL {
-                i = r;
+        pub fn next(&self, i: u32, w: &mut WorkRecord) -> u32 {
+            self.step(i, RIGHT, w)
+        }
+
+        /// The in-order neighbour of `i` on side `dir` (`LEFT`: predecessor, `RIGHT`:
+        /// successor), or `NIL`.
+        fn step(&self, mut i: u32, dir: usize, w: &mut WorkRecord) -> u32 {
+            let other = 1 - dir;
+            let c = self.node(i).child[dir];
+            if c != NIL {
+                i = c;
                 w.tree_nodes_visited += 1;
-                while self.node(i).left != NIL {
-                    i = self.node(i).left;
+                while self.node(i).child[other] != NIL {
+                    i = self.node(i).child[other];
                     w.tree_nodes_visited += 1;
                 }
                 return i;
@@ -282,7 +272,7 @@ mod rb {
                     return NIL;
                 }
                 w.tree_nodes_visited += 1;
-                if self.node(p).right != i {
+                if self.node(p).child[dir] != i {
                     return p;
                 }
                 i = p;
@@ -296,9 +286,9 @@ mod rb {
                 w.tree_nodes_visited += 1;
                 let n = self.node(i);
                 if pfn < n.lo {
-                    i = n.left;
+                    i = n.child[LEFT];
                 } else if pfn > n.hi {
-                    i = n.right;
+                    i = n.child[RIGHT];
                 } else {
                     return i;
                 }
@@ -306,33 +296,21 @@ mod rb {
             NIL
         }
 
-        fn rotate_left(&mut self, x: u32, w: &mut WorkRecord) {
+        /// Rotates the subtree at `x` towards side `dir`: `x`'s child on the other side
+        /// takes its place and `x` becomes that child's `dir` child.
+        fn rotate(&mut self, x: u32, dir: usize, w: &mut WorkRecord) {
             w.tree_rotations += 1;
-            let y = self.node(x).right;
-            let yl = self.node(y).left;
-            self.n(x).right = yl;
-            if yl != NIL {
-                self.n(yl).parent = x;
+            let other = 1 - dir;
+            let y = self.node(x).child[other];
+            let inner = self.node(y).child[dir];
+            self.n(x).child[other] = inner;
+            if inner != NIL {
+                self.n(inner).parent = x;
             }
             let xp = self.node(x).parent;
             self.n(y).parent = xp;
             self.replace_child(xp, x, y);
-            self.n(y).left = x;
-            self.n(x).parent = y;
-        }
-
-        fn rotate_right(&mut self, x: u32, w: &mut WorkRecord) {
-            w.tree_rotations += 1;
-            let y = self.node(x).left;
-            let yr = self.node(y).right;
-            self.n(x).left = yr;
-            if yr != NIL {
-                self.n(yr).parent = x;
-            }
-            let xp = self.node(x).parent;
-            self.n(y).parent = xp;
-            self.replace_child(xp, x, y);
-            self.n(y).right = x;
+            self.n(y).child[dir] = x;
             self.n(x).parent = y;
         }
 
@@ -340,10 +318,10 @@ mod rb {
         fn replace_child(&mut self, parent: u32, old: u32, new: u32) {
             if parent == NIL {
                 self.root = new;
-            } else if self.node(parent).left == old {
-                self.n(parent).left = new;
+            } else if self.node(parent).child[LEFT] == old {
+                self.n(parent).child[LEFT] = new;
             } else {
-                self.n(parent).right = new;
+                self.n(parent).child[RIGHT] = new;
             }
         }
 
@@ -359,9 +337,9 @@ mod rb {
                 parent = cur;
                 go_left = key < self.node(cur).lo;
                 cur = if go_left {
-                    self.node(cur).left
+                    self.node(cur).child[LEFT]
                 } else {
-                    self.node(cur).right
+                    self.node(cur).child[RIGHT]
                 };
             }
             self.n(z).parent = parent;
@@ -369,9 +347,9 @@ mod rb {
             if parent == NIL {
                 self.root = z;
             } else if go_left {
-                self.n(parent).left = z;
+                self.n(parent).child[LEFT] = z;
             } else {
-                self.n(parent).right = z;
+                self.n(parent).child[RIGHT] = z;
             }
             self.len += 1;
             self.insert_fixup(z, w);
@@ -386,49 +364,33 @@ mod rb {
                 // A red parent is never the root, so the grandparent exists.
                 let g = self.node(p).parent;
                 w.tree_nodes_visited += 2;
-                if self.node(g).left == p {
-                    let u = self.node(g).right;
-                    if u != NIL {
-                        w.tree_nodes_visited += 1;
-                    }
-                    if self.is_red(u) {
-                        self.n(p).red = false;
-                        self.n(u).red = false;
-                        self.n(g).red = true;
-                        z = g;
-                        continue;
-                    }
-                    let mut p = p;
-                    if self.node(p).right == z {
-                        self.rotate_left(p, w);
-                        z = p;
-                        p = self.node(z).parent;
-                    }
-                    self.n(p).red = false;
-                    self.n(g).red = true;
-                    self.rotate_right(g, w);
+                // `side`: which child of the grandparent the parent is; the uncle is the other.
+                let side = if self.node(g).child[LEFT] == p {
+                    LEFT
                 } else {
-                    let u = self.node(g).left;
-                    if u != NIL {
-                        w.tree_nodes_visited += 1;
-                    }
-                    if self.is_red(u) {
-                        self.n(p).red = false;
-                        self.n(u).red = false;
-                        self.n(g).red = true;
-                        z = g;
-                        continue;
-                    }
-                    let mut p = p;
-                    if self.node(p).left == z {
-                        self.rotate_right(p, w);
-                        z = p;
-                        p = self.node(z).parent;
-                    }
-                    self.n(p).red = false;
-                    self.n(g).red = true;
-                    self.rotate_left(g, w);
+                    RIGHT
+                };
+                let other = 1 - side;
+                let u = self.node(g).child[other];
+                if u != NIL {
+                    w.tree_nodes_visited += 1;
                 }
+                if self.is_red(u) {
+                    self.n(p).red = false;
+                    self.n(u).red = false;
+                    self.n(g).red = true;
+                    z = g;
+                    continue;
+                }
+                let mut p = p;
+                if self.node(p).child[other] == z {
+                    self.rotate(p, side, w);
+                    z = p;
+                    p = self.node(z).parent;
+                }
+                self.n(p).red = false;
+                self.n(g).red = true;
+                self.rotate(g, other, w);
                 break;
             }
             let r = self.root;
@@ -448,36 +410,36 @@ mod rb {
         pub fn erase(&mut self, z: u32, w: &mut WorkRecord) {
             let zn = *self.node(z);
             let (x, xp, removed_red);
-            if zn.left == NIL {
-                x = zn.right;
+            if zn.child[LEFT] == NIL {
+                x = zn.child[RIGHT];
                 xp = zn.parent;
                 removed_red = zn.red;
-                self.transplant(z, zn.right);
-            } else if zn.right == NIL {
-                x = zn.left;
+                self.transplant(z, zn.child[RIGHT]);
+            } else if zn.child[RIGHT] == NIL {
+                x = zn.child[LEFT];
                 xp = zn.parent;
                 removed_red = zn.red;
-                self.transplant(z, zn.left);
+                self.transplant(z, zn.child[LEFT]);
             } else {
-                let mut y = zn.right;
+                let mut y = zn.child[RIGHT];
                 w.tree_nodes_visited += 1;
-                while self.node(y).left != NIL {
-                    y = self.node(y).left;
+                while self.node(y).child[LEFT] != NIL {
+                    y = self.node(y).child[LEFT];
                     w.tree_nodes_visited += 1;
                 }
                 removed_red = self.node(y).red;
-                x = self.node(y).right;
+                x = self.node(y).child[RIGHT];
                 if self.node(y).parent == z {
                     xp = y;
                 } else {
                     xp = self.node(y).parent;
                     self.transplant(y, x);
-                    self.n(y).right = zn.right;
-                    self.n(zn.right).parent = y;
+                    self.n(y).child[RIGHT] = zn.child[RIGHT];
+                    self.n(zn.child[RIGHT]).parent = y;
                 }
                 self.transplant(z, y);
-                self.n(y).left = zn.left;
-                self.n(zn.left).parent = y;
+                self.n(y).child[LEFT] = zn.child[LEFT];
+                self.n(zn.child[LEFT]).parent = y;
                 self.n(y).red = zn.red;
             }
             if !removed_red {
@@ -491,63 +453,40 @@ mod rb {
             while x != self.root && !self.is_red(x) {
                 // x is "doubly black", so its sibling exists.
                 w.tree_nodes_visited += 1;
-                if self.node(xp).left == x {
-                    let mut s = self.node(xp).right;
-                    w.tree_nodes_visited += 1;
-                    if self.is_red(s) {
-                        self.n(s).red = false;
-                        self.n(xp).red = true;
-                        self.rotate_left(xp, w);
-                        s = self.node(xp).right;
-                        w.tree_nodes_visited += 1;
-                    }
-                    let (sl, sr) = (self.node(s).left, self.node(s).right);
-                    if !self.is_red(sl) && !self.is_red(sr) {
-                        self.n(s).red = true;
-                        x = xp;
-                        xp = self.node(x).parent;
-                        continue;
-                    }
-                    if !self.is_red(sr) {
-                        self.n(sl).red = false;
-                        self.n(s).red = true;
-                        self.rotate_right(s, w);
-                        s = self.node(xp).right;
-                    }
-                    self.n(s).red = self.node(xp).red;
-                    self.n(xp).red = false;
-                    let sr = self.node(s).right;
-                    self.n(sr).red = false;
-                    self.rotate_left(xp, w);
+                // `side`: which child of its parent x is; the sibling is on the other side.
+                let side = if self.node(xp).child[LEFT] == x {
+                    LEFT
                 } else {
-                    let mut s = self.node(xp).left;
+                    RIGHT
+                };
+                let other = 1 - side;
+                let mut s = self.node(xp).child[other];
+                w.tree_nodes_visited += 1;
+                if self.is_red(s) {
+                    self.n(s).red = false;
+                    self.n(xp).red = true;
+                    self.rotate(xp, side, w);
+                    s = self.node(xp).child[other];
                     w.tree_nodes_visited += 1;
-                    if self.is_red(s) {
-                        self.n(s).red = false;
-                        self.n(xp).red = true;
-                        self.rotate_right(xp, w);
-                        s = self.node(xp).left;
-                        w.tree_nodes_visited += 1;
-                    }
-                    let (sl, sr) = (self.node(s).left, self.node(s).right);
-                    if !self.is_red(sl) && !self.is_red(sr) {
-                        self.n(s).red = true;
-                        x = xp;
-                        xp = self.node(x).parent;
-                        continue;
-                    }
-                    if !self.is_red(sl) {
-                        self.n(sr).red = false;
-                        self.n(s).red = true;
-                        self.rotate_left(s, w);
-                        s = self.node(xp).left;
-                    }
-                    self.n(s).red = self.node(xp).red;
-                    self.n(xp).red = false;
-                    let sl = self.node(s).left;
-                    self.n(sl).red = false;
-                    self.rotate_right(xp, w);
                 }
+                let (near, far) = (self.node(s).child[side], self.node(s).child[other]);
+                if !self.is_red(near) && !self.is_red(far) {
+                    self.n(s).red = true;
+                    x = xp;
+                    xp = self.node(x).parent;
+                    continue;
+                }
+                if !self.is_red(far) {
+                    self.n(near).red = false;
+                    self.n(s).red = true;
+                    self.rotate(s, other, w);
+                    s = self.node(xp).child[other];
+                }
+                self.n(s).red = self.node(xp).red;
+                self.n(xp).red = false;
+                let far = self.node(s).child[other];
+                self.n(far).red = false;
+                self.rotate(xp, side, w);
                 x = self.root;
                 break;
             }
@@ -566,11 +505,14 @@ mod rb {
                 let n = t.node(i);
                 assert_eq!(n.parent, parent, "parent link");
                 if n.red {
-                    assert!(!t.is_red(n.left) && !t.is_red(n.right), "red-red");
+                    assert!(
+                        !t.is_red(n.child[LEFT]) && !t.is_red(n.child[RIGHT]),
+                        "red-red"
+                    );
                 }
-                let bl = walk(t, n.left, i, out);
+                let bl = walk(t, n.child[LEFT], i, out);
                 out.push((n.lo, n.hi));
-                let br = walk(t, n.right, i, out);
+                let br = walk(t, n.child[RIGHT], i, out);
                 assert_eq!(bl, br, "black height");
                 bl + usize::from(!n.red)
             }
@@ -586,7 +528,7 @@ mod rb {
     }
 }
 
-use rb::NIL;
+use rb::{LEFT, NIL, RIGHT};
 
 /// Everything behind the tree lock.
 #[derive(Debug)]
@@ -652,8 +594,8 @@ impl LinuxIovaAllocator {
         let mut w = WorkRecord::new();
         // Start at the lowest node and step up; the anchor is last.
         let mut i = st.tree.root;
-        while i != NIL && st.tree.node(i).left != NIL {
-            i = st.tree.node(i).left;
+        while i != NIL && st.tree.node(i).child[LEFT] != NIL {
+            i = st.tree.node(i).child[LEFT];
         }
         while i != NIL && i != st.anchor {
             let n = st.tree.node(i);
@@ -767,12 +709,12 @@ impl LinuxIovaAllocator {
         w.tree_nodes_visited += 1;
         // The anchor (rightmost) has hi >= end_pfn >= limit_pfn, so this stops before NIL.
         while t.node(node).hi < limit_pfn {
-            node = t.node(node).right;
+            node = t.node(node).child[RIGHT];
             w.tree_nodes_visited += 1;
         }
         'search_left: loop {
             loop {
-                let l = t.node(node).left;
+                let l = t.node(node).child[LEFT];
                 if l != NIL && t.node(l).lo >= limit_pfn {
                     node = l;
                     w.tree_nodes_visited += 1;
@@ -780,14 +722,14 @@ impl LinuxIovaAllocator {
                     break;
                 }
             }
-            let l = t.node(node).left;
+            let l = t.node(node).child[LEFT];
             if l == NIL {
                 return node;
             }
             let mut next = l;
             w.tree_nodes_visited += 1;
-            while t.node(next).right != NIL {
-                next = t.node(next).right;
+            while t.node(next).child[RIGHT] != NIL {
+                next = t.node(next).child[RIGHT];
                 w.tree_nodes_visited += 1;
                 if t.node(next).lo >= limit_pfn {
                     node = next;

@@ -219,6 +219,30 @@ pub struct SmmuFault {
     pub event_recorded: bool,
 }
 
+/// Faults an SMMU raised and what became of their event records ([`Smmuv3::fault_stats`]).
+/// The counts are exact whether or not the records fit in the event queue.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct SmmuFaultStats {
+    /// `F_TRANSLATION` events raised.
+    pub translation: u64,
+    /// `F_PERMISSION` events raised.
+    pub permission: u64,
+    /// `C_BAD_STE` events raised.
+    pub bad_ste: u64,
+    /// `C_BAD_STREAMID` events raised.
+    pub bad_stream_id: u64,
+    /// Records written to the event queue.
+    pub events_written: u64,
+    /// Records lost because the queue was full.
+    pub events_lost: u64,
+    /// Overflow episodes (`SMMU_EVTQ_PROD.OVFLG` toggles).
+    pub event_queue_overflows: u64,
+    /// Records waiting in the queue now.
+    pub event_queue_len: usize,
+    /// Records the queue holds.
+    pub event_queue_capacity: usize,
+}
+
 /// One context: its descriptor and the table its TTB points at (the model's stand-in for
 /// the memory the walker reads).
 struct Context {
@@ -814,5 +838,21 @@ impl Smmuv3 {
     /// Reads and removes every event record, oldest first.
     pub fn drain_events(&self) -> Vec<EventRecord> {
         self.events.lock().drain()
+    }
+
+    /// The faults the SMMU has raised so far, by kind, and what became of their records.
+    pub fn fault_stats(&self) -> SmmuFaultStats {
+        let q = self.events.lock();
+        SmmuFaultStats {
+            translation: q.raised(EventId::Translation),
+            permission: q.raised(EventId::Permission),
+            bad_ste: q.raised(EventId::BadSte),
+            bad_stream_id: q.raised(EventId::BadStreamId),
+            events_written: q.written(),
+            events_lost: q.lost(),
+            event_queue_overflows: q.overflows(),
+            event_queue_len: q.len(),
+            event_queue_capacity: q.capacity(),
+        }
     }
 }

@@ -17,6 +17,11 @@
 //! The queue is bounded: when it is full, a new record is lost, the overflow flag is raised
 //! (as the hardware toggles `SMMU_EVTQ_PROD.OVFLG`) and a lost-record counter goes up. The
 //! queue never grows; software acknowledges the overflow with [`EventQueue::ack_overflow`].
+//!
+//! Whatever happens to the records, the queue counts every event the SMMU raised, by id
+//! ([`EventQueue::raised`], written or lost), and every overflow episode
+//! ([`EventQueue::overflows`]: each time OVFLG toggled), in fixed-size counters: a storm of
+//! faults costs no memory.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -195,6 +200,10 @@ pub struct EventQueue {
     cons_ovackflg: bool,
     written: u64,
     lost: u64,
+    /// Events raised, by raw id (written or lost).
+    raised: [u64; 256],
+    /// Overflow episodes (OVFLG toggles).
+    overflows: u64,
 }
 
 impl EventQueue {
@@ -209,17 +218,21 @@ impl EventQueue {
             cons_ovackflg: false,
             written: 0,
             lost: 0,
+            raised: [0; 256],
+            overflows: 0,
         }
     }
 
     /// Writes a record, or loses it and raises the overflow flag if the queue is full.
     /// Returns whether the record was written.
     pub fn push(&mut self, record: &EventRecord) -> bool {
+        self.raised[usize::from(record.id.raw())] += 1;
         if self.records.len() == self.capacity {
             // The hardware toggles OVFLG when an overflow starts; while it is not yet
             // acknowledged, further losses leave it as it is.
             if !self.overflow_pending() {
                 self.prod_ovflg = !self.prod_ovflg;
+                self.overflows += 1;
             }
             self.lost += 1;
             return false;
@@ -282,6 +295,21 @@ impl EventQueue {
     pub fn lost(&self) -> u64 {
         self.lost
     }
+
+    /// Events of kind `id` raised since creation, written or lost.
+    pub fn raised(&self, id: EventId) -> u64 {
+        self.raised[usize::from(id.raw())]
+    }
+
+    /// Overflow episodes since creation: how many times the SMMU toggled OVFLG.
+    pub fn overflows(&self) -> u64 {
+        self.overflows
+    }
+
+    /// The register value of `SMMU_EVTQ_PROD.OVFLG`.
+    pub fn prod_ovflg(&self) -> bool {
+        self.prod_ovflg
+    }
 }
 
 #[cfg(test)]
@@ -328,11 +356,19 @@ mod tests {
         assert!(!q.push(&r(3)));
         assert!(q.overflow_pending());
         assert_eq!((q.len(), q.capacity(), q.written(), q.lost()), (2, 2, 2, 2));
+        assert_eq!((q.raised(EventId::Translation), q.overflows()), (4, 1));
+        assert!(q.prod_ovflg());
         q.ack_overflow();
         assert!(!q.overflow_pending());
         assert_eq!(q.pop().unwrap().stream_id, 0);
         assert!(q.push(&r(4)));
         let ids: Vec<u32> = q.drain().iter().map(|e| e.stream_id).collect();
         assert_eq!(ids, [1, 4]);
+        // A second episode toggles OVFLG back.
+        for n in 5..8 {
+            q.push(&r(n));
+        }
+        assert_eq!((q.overflows(), q.prod_ovflg(), q.lost()), (2, false, 3));
+        assert!(q.overflow_pending());
     }
 }

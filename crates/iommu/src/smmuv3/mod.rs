@@ -78,7 +78,8 @@ pub use cmdq::{
     NullSink, ProducerKind,
 };
 pub use device::{
-    SmmuDomain, SmmuFault, SmmuFaultReason, Smmuv3, Smmuv3Config, Smmuv3Error, Smmuv3PageTable,
+    SmmuDomain, SmmuFault, SmmuFaultReason, SmmuFaultStats, Smmuv3, Smmuv3Config, Smmuv3Error,
+    Smmuv3PageTable,
 };
 pub use events::{EventId, EventQueue, EventRecord};
 pub use invalidator::Smmuv3Invalidator;

@@ -24,6 +24,15 @@
 //!
 //! The per-command device overhead (CBW/CSW handling in the device and the host, bridge
 //! firmware) is one number, `command_overhead_ns`, plus the link's latency per phase.
+//!
+//! **Bounce buffering** ([`Swiotlb`]): without an IOMMU, Linux's dma-direct can only hand the
+//! device physical addresses its DMA mask reaches. The R-Car xHCI cannot address above
+//! 4 GiB (xhci-rcar sets `XHCI_NO_64BIT_SUPPORT`), while most of an H3 board's RAM lies
+//! above 4 GiB; every scatter-gather entry beyond the mask is then bounced through the
+//! software IO TLB: slots are allocated under its lock, a write's data is copied into the
+//! bounce buffer at map time (on the usb-storage thread) and a read's data is copied out
+//! at unmap time (in the interrupt), before the slots are freed. With the IPMMU every page
+//! gets a 32-bit IOVA and nothing is bounced.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -32,7 +41,7 @@ use std::sync::Arc;
 use iolab_iommu::addr::{Access, PhysAddr};
 use iolab_iommu::dma::{Device, Direction, SgEntry};
 use iolab_iommu::hw::DmaPath;
-use iolab_iommu::work::WorkRecord;
+use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::block::Piece;
 use crate::cost::{CpuCostModel, PlatformProfile};
@@ -189,6 +198,148 @@ pub struct UsbStats {
     pub polls: u64,
     /// Largest data-phase rate seen, bytes per ns.
     pub max_data_rate: f64,
+    /// Scatter-gather entries bounced through the software IO TLB.
+    pub bounced_entries: u64,
+    /// Bytes bounced (copied by the CPU into or out of the bounce buffer).
+    pub bounced_bytes: u64,
+    /// CPU time of the bouncing (slot allocation and freeing, copies), ns; included in
+    /// `map_ns` / `unmap_ns`.
+    pub bounce_ns: u64,
+}
+
+/// Linux's software IO TLB (`swiotlb`), the bounce buffer of dma-direct: a pool of 2 KiB
+/// slots below the device's DMA mask, grouped in segments of `segment_slots`; a mapping
+/// takes contiguous free slots inside one segment, searched from a rotating index (with a
+/// stride of one page for mappings of a page or more), as `swiotlb_tbl_map_single` does.
+#[derive(Clone, Debug)]
+pub struct Swiotlb {
+    base: u64,
+    slot_bytes: u64,
+    segment_slots: usize,
+    used: Vec<bool>,
+    index: usize,
+    /// Slots in use.
+    pub slots_in_use: usize,
+}
+
+/// A bounce mapping: where the data really lives and where the device sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounce {
+    /// The original buffer.
+    pub orig: u64,
+    /// The bounce buffer (below the mask).
+    pub bounce: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// Errors of the bounce-buffer pool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SwiotlbError {
+    /// A pool parameter is out of range.
+    #[error("swiotlb: {0}")]
+    Config(String),
+    /// No run of free slots is large enough.
+    #[error("swiotlb: no {slots} contiguous free slots")]
+    Full {
+        /// Slots requested.
+        slots: usize,
+    },
+}
+
+impl Swiotlb {
+    /// A pool of `pool_bytes` at physical address `base`, `slot_bytes` per slot,
+    /// `segment_slots` slots per segment (Linux: 2 KiB slots, 128 per segment, 64 MiB).
+    pub fn new(
+        base: u64,
+        pool_bytes: u64,
+        slot_bytes: u64,
+        segment_slots: usize,
+    ) -> Result<Self, SwiotlbError> {
+        if slot_bytes == 0 || !slot_bytes.is_power_of_two() {
+            return Err(SwiotlbError::Config(format!(
+                "slot size {slot_bytes} is not a power of two"
+            )));
+        }
+        let nslots = (pool_bytes / slot_bytes) as usize;
+        if segment_slots == 0 || nslots < segment_slots || nslots % segment_slots != 0 {
+            return Err(SwiotlbError::Config(format!(
+                "pool of {nslots} slots is not a whole number of {segment_slots}-slot segments"
+            )));
+        }
+        Ok(Self {
+            base,
+            slot_bytes,
+            segment_slots,
+            used: vec![false; nslots],
+            index: 0,
+            slots_in_use: 0,
+        })
+    }
+
+    /// The largest mapping one bounce can take.
+    pub fn max_mapping(&self) -> u64 {
+        self.slot_bytes * self.segment_slots as u64
+    }
+
+    /// Allocates bounce slots for `len` bytes; counts the slot entries it checked and the
+    /// ones it marked in `work.bitmap_words_scanned` and its lock in `work`.
+    pub fn map(
+        &mut self,
+        orig: u64,
+        len: u64,
+        work: &mut WorkRecord,
+    ) -> Result<Bounce, SwiotlbError> {
+        let nslots = len.div_ceil(self.slot_bytes).max(1) as usize;
+        if nslots > self.segment_slots {
+            return Err(SwiotlbError::Full { slots: nslots });
+        }
+        work.lock(LockId::Other);
+        let total = self.used.len();
+        let stride = if len >= 4096 {
+            (4096 / self.slot_bytes).max(1) as usize
+        } else {
+            1
+        };
+        let mut idx = self.index - self.index % stride;
+        let mut checked = 0usize;
+        while checked < total {
+            checked += stride;
+            let seg_end = (idx / self.segment_slots + 1) * self.segment_slots;
+            let fits = idx + nslots <= seg_end && self.used[idx..idx + nslots].iter().all(|u| !u);
+            if fits {
+                for u in &mut self.used[idx..idx + nslots] {
+                    *u = true;
+                }
+                self.slots_in_use += nslots;
+                work.bitmap_words_scanned += (checked / stride + nslots) as u64;
+                self.index = (idx + nslots) % total;
+                return Ok(Bounce {
+                    orig,
+                    bounce: self.base + idx as u64 * self.slot_bytes,
+                    len,
+                });
+            }
+            idx = (idx + stride) % total;
+        }
+        work.bitmap_words_scanned += (checked / stride) as u64;
+        Err(SwiotlbError::Full { slots: nslots })
+    }
+
+    /// Frees a bounce mapping's slots.
+    pub fn unmap(&mut self, b: &Bounce, work: &mut WorkRecord) {
+        work.lock(LockId::Other);
+        let first = ((b.bounce - self.base) / self.slot_bytes) as usize;
+        let n = b.len.div_ceil(self.slot_bytes).max(1) as usize;
+        let end = (first + n).min(self.used.len());
+        for u in &mut self.used[first..end] {
+            if *u {
+                *u = false;
+                self.slots_in_use -= 1;
+            }
+        }
+        work.bitmap_words_scanned += n as u64;
+    }
 }
 
 /// The DMA side the device uses.
@@ -201,6 +352,11 @@ pub struct DmaSide {
     pub poll_interval_ns: u64,
     /// Whether the path translates (an IOMMU domain): pages then miss the flushed IOTLB.
     pub translated: bool,
+    /// The bounce buffer dma-direct uses for entries beyond the device's DMA mask (`None`:
+    /// an entry beyond the mask is an error, as with an IOMMU, which never needs one).
+    pub swiotlb: Option<RefCell<Swiotlb>>,
+    /// The CPU's copy rate for bounce copies, bytes per ns (the profile's memcpy bandwidth).
+    pub copy_bytes_per_ns: f64,
 }
 
 /// A USB storage device with its usb-storage thread. Submit commands with
@@ -315,13 +471,37 @@ async fn run_command(
     };
     let cpu = ctx.cpu().id();
     // 1. Map, on the usb-storage thread's CPU.
-    let entries = sg_entries(&pieces, dma.device.max_segment_size());
+    let mut entries = sg_entries(&pieces, dma.device.max_segment_size());
     let mut work = WorkRecord::new();
+    // dma-direct bounces every entry the device's mask cannot reach.
+    let mut bounces: Vec<Bounce> = Vec::new();
+    let mut bwork = WorkRecord::new();
+    let mut copied = 0u64;
+    if let Some(tlb) = &dma.swiotlb {
+        let mut tlb = tlb.borrow_mut();
+        for e in entries.iter_mut() {
+            if e.pa.get() + e.len - 1 > dma.device.dma_mask() {
+                let b = tlb
+                    .map(e.pa.get(), e.len, &mut bwork)
+                    .map_err(|err| UsbError::Dma(err.to_string()))?;
+                if dir == UsbDir::Write {
+                    copied += e.len;
+                }
+                *e = SgEntry::new(PhysAddr::new(b.bounce), e.len);
+                bounces.push(b);
+            }
+        }
+    }
     let sg = dma
         .path
         .map_sg(&dma.device, &entries, direction, cpu, &mut work)
         .map_err(|e| UsbError::Dma(e.to_string()))?;
-    let map_ns = (cost.cpu_ns(&work) + cost.locks_uncontended_ns(&work)).round() as u64;
+    let bounce_map_ns = (cost.cpu_ns(&bwork)
+        + cost.locks_uncontended_ns(&bwork)
+        + copied as f64 / dma.copy_bytes_per_ns.max(1e-9))
+    .round() as u64;
+    let map_ns =
+        (cost.cpu_ns(&work) + cost.locks_uncontended_ns(&work)).round() as u64 + bounce_map_ns;
     ctx.cpu()
         .spend(SimDuration::ns(map_ns), Account::System)
         .await;
@@ -365,8 +545,25 @@ async fn run_command(
     let flushes = uwork.inval_domains;
     let poll_steps = uwork.polls.saturating_sub(flushes);
     let poll_wait_ns = poll_steps * dma.poll_interval_ns;
-    let unmap_ns =
-        (cost.cpu_ns(&uwork) + cost.locks_uncontended_ns(&uwork)).round() as u64 + poll_wait_ns;
+    // A read's data is copied out of the bounce buffer, then the slots are freed.
+    let mut bfree = WorkRecord::new();
+    let mut copied_out = 0u64;
+    if let Some(tlb) = &dma.swiotlb {
+        let mut tlb = tlb.borrow_mut();
+        for b in &bounces {
+            if dir == UsbDir::Read {
+                copied_out += b.len;
+            }
+            tlb.unmap(b, &mut bfree);
+        }
+    }
+    let bounce_unmap_ns = (cost.cpu_ns(&bfree)
+        + cost.locks_uncontended_ns(&bfree)
+        + copied_out as f64 / dma.copy_bytes_per_ns.max(1e-9))
+    .round() as u64;
+    let unmap_ns = (cost.cpu_ns(&uwork) + cost.locks_uncontended_ns(&uwork)).round() as u64
+        + poll_wait_ns
+        + bounce_unmap_ns;
     let irq_ns = unmap_ns + config.completion_ns;
     irq.interrupt(irq_ns);
     ctx.sleep(SimDuration::ns(irq_ns + config.link.phase_latency_ns))
@@ -386,6 +583,9 @@ async fn run_command(
         s.poll_wait_ns += poll_wait_ns;
         s.flushes += flushes;
         s.polls += uwork.polls;
+        s.bounced_entries += bounces.len() as u64;
+        s.bounced_bytes += bounces.iter().map(|b| b.len).sum::<u64>();
+        s.bounce_ns += bounce_map_ns + bounce_unmap_ns;
         if data_ns > 0 {
             s.max_data_rate = s.max_data_rate.max(bytes as f64 / data_ns as f64);
         }
@@ -421,5 +621,41 @@ mod tests {
         let e = sg_entries(&pieces, 8192);
         assert_eq!(e.len(), 3);
         assert_eq!(e[0].len, 8192);
+    }
+
+    #[test]
+    fn swiotlb_mappings_stay_inside_one_segment_and_free_their_slots() {
+        // 4 segments of 8 slots of 2 KiB (16 KiB per segment).
+        let mut t = Swiotlb::new(0x1000_0000, 4 * 8 * 2048, 2048, 8).unwrap();
+        let mut w = WorkRecord::new();
+        let a = t.map(0x5_0000_0000, 12 * 1024, &mut w).unwrap();
+        assert_eq!(a.bounce, 0x1000_0000);
+        assert_eq!(t.slots_in_use, 6);
+        // 8 KiB more does not fit in the first segment's 2 free slots: next segment.
+        let b = t.map(0x5_0001_0000, 8192, &mut w).unwrap();
+        assert_eq!(b.bounce, 0x1000_0000 + 16 * 1024);
+        assert!(
+            t.map(0, 17 * 1024, &mut w).is_err(),
+            "larger than a segment"
+        );
+        assert_eq!(
+            w.locks[LockId::Other as usize],
+            2,
+            "a request larger than a segment fails before the lock"
+        );
+        t.unmap(&a, &mut w);
+        t.unmap(&b, &mut w);
+        assert_eq!(t.slots_in_use, 0);
+        // Fill the pool, then one more mapping fails.
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(t.map(0, 16 * 1024, &mut w).unwrap());
+        }
+        assert!(matches!(
+            t.map(0, 4096, &mut w),
+            Err(SwiotlbError::Full { slots: 2 })
+        ));
+        assert!(Swiotlb::new(0, 3 * 2048, 2048, 2).is_err());
+        assert!(Swiotlb::new(0, 4096, 3000, 2).is_err());
     }
 }

@@ -10,6 +10,7 @@
 //!   (the bundled one, or a user's modified copy) and returns its report.
 
 pub mod ipmmu_usb;
+pub mod protection;
 pub mod pseries_ddw;
 pub mod sba_vmerge;
 pub mod smmuv3_cmdq;
@@ -23,7 +24,7 @@ use crate::SimError;
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
     /// No experiment has this name.
-    #[error("Unknown experiment `{name}`: expected one of {}", NAMES.join(", "))]
+    #[error("Unknown experiment `{name}`: expected one of {}", all_names())]
     UnknownName {
         /// The name asked for.
         name: String,
@@ -58,13 +59,32 @@ impl ExperimentError {
     }
 }
 
-/// Names of every experiment, in the order `iolab reproduce` runs them.
+/// Names of the published experiments, in the order `iolab reproduce` runs them when no
+/// name is given.
 pub const NAMES: [&str; 4] = [
     ipmmu_usb::NAME,
     smmuv3_cmdq::NAME,
     sba_vmerge::NAME,
     pseries_ddw::NAME,
 ];
+
+/// Experiments of the lab's own (no published figures) that run only when named.
+pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
+
+/// Whether `name` is an experiment (published or extra).
+pub fn is_known(name: &str) -> bool {
+    NAMES.contains(&name) || EXTRA_NAMES.contains(&name)
+}
+
+/// Every experiment name, published first: for error messages.
+pub fn all_names() -> String {
+    NAMES
+        .iter()
+        .chain(EXTRA_NAMES.iter())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The bundled scenario text of experiment `name`.
 pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
@@ -73,6 +93,7 @@ pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
         smmuv3_cmdq::NAME => smmuv3_cmdq::BUNDLED_SCENARIO,
         sba_vmerge::NAME => sba_vmerge::BUNDLED_SCENARIO,
         pseries_ddw::NAME => pseries_ddw::BUNDLED_SCENARIO,
+        protection::NAME => protection::BUNDLED_SCENARIO,
         _ => {
             return Err(ExperimentError::UnknownName {
                 name: name.to_owned(),
@@ -93,6 +114,7 @@ pub fn run_scenario(
         smmuv3_cmdq::NAME => smmuv3_cmdq::run_scenario(text, origin, options),
         sba_vmerge::NAME => sba_vmerge::run_scenario(text, origin, options),
         pseries_ddw::NAME => pseries_ddw::run_scenario(text, origin, options),
+        protection::NAME => protection::run_scenario(text, origin, options),
         _ => Err(ExperimentError::UnknownName {
             name: name.to_owned(),
         }),

@@ -27,6 +27,7 @@ use super::ExperimentError;
 use crate::cost::{PlatformProfile, Unit};
 use crate::devices::nic::{Coalescing, HvSerialisation, LinkConfig, NicError};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::metrics::{CpuBreakdown, Measurement, Metric};
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::workloads::netperf::{
     run_stream, StackCosts, StreamConfig, StreamDirection, StreamResult,
@@ -734,6 +735,7 @@ struct Mean {
     pool_spin_ms: f64,
     hv_spin_ms: f64,
     hv_busy_pct: f64,
+    cpu: CpuBreakdown,
 }
 
 fn run_config(
@@ -778,6 +780,10 @@ fn run_config(
         m.spin_pct += res.spin_pct;
         m.hypercalls_per_msg += per_msg(res.dma.hypercalls);
         m.tces_per_msg += per_msg(res.dma.tces);
+        m.cpu.user_ns += res.cpu.user_ns;
+        m.cpu.system_ns += res.cpu.system_ns;
+        m.cpu.spin_ns += res.cpu.spin_ns;
+        m.cpu.idle_ns += res.cpu.idle_ns;
         for l in &res.locks {
             let ms = l.wait_total_ns as f64 / 1e6;
             if l.name == "phyp_tce_table" {
@@ -799,6 +805,52 @@ fn run_config(
     m.hv_spin_ms /= k;
     m.hv_busy_pct /= k;
     Ok(m)
+}
+
+/// One configuration (window x threads x direction) as a [`Measurement`]: throughput in
+/// Mb/s and mean latency (means over the runs), the busy and spin shares of the threads'
+/// CPUs, hypercalls and TCEs per 64 KiB message, and the CPU time summed over the runs.
+fn config_measurement(
+    window: &str,
+    threads: usize,
+    dir: StreamDirection,
+    runs: u32,
+    m: &Mean,
+) -> Measurement {
+    let d = match dir {
+        StreamDirection::Write => "write",
+        StreamDirection::Read => "read",
+    };
+    Measurement::new(format!("{threads}t.{d}.{window}"))
+        .attr(
+            "iommu_mode",
+            if window == "ddw" {
+                "ddw_dynamic_64k"
+            } else {
+                "default_window_4k"
+            },
+        )
+        .attr("window", window)
+        .attr("threads", threads)
+        .attr("workload", format!("netperf.{d}"))
+        .attr("runs", runs)
+        .metric(Metric::new(
+            "netperf.throughput_mbps",
+            "Mb/s",
+            m.gbps * 1000.0,
+        ))
+        .metric(Metric::new("netperf.latency_us", "us", m.latency_us))
+        .metric(Metric::new("cpu.busy_pct", "%", m.busy_pct))
+        .metric(Metric::new("cpu.spin_pct", "%", m.spin_pct))
+        .metric(Metric::new(
+            "tce.hypercalls_per_msg",
+            "calls",
+            m.hypercalls_per_msg,
+        ))
+        .metric(Metric::new("tce.tces_per_msg", "TCEs", m.tces_per_msg))
+        .metric(Metric::new("tce.pool_lock_wait_ms", "ms", m.pool_spin_ms))
+        .metric(Metric::new("tce.hv_table_busy_pct", "%", m.hv_busy_pct))
+        .cpu(m.cpu)
 }
 
 fn pct(new: f64, old: f64) -> f64 {
@@ -824,9 +876,19 @@ pub fn run_scenario(
         (1, StreamDirection::Read),
     ];
     let mut results = Vec::new();
+    let mut measurements = Vec::new();
     for &(threads, dir) in &cases {
         let d = run_config(&su, Window::Default, threads, dir, options)?;
         let n = run_config(&su, Window::Ddw, threads, dir, options)?;
+        for (window, mean) in [("default", &d), ("ddw", &n)] {
+            measurements.push(config_measurement(
+                window,
+                threads,
+                dir,
+                options.runs.max(1),
+                mean,
+            ));
+        }
         results.push((threads, dir, d, n));
     }
     let dir_name = |d: StreamDirection| match d {
@@ -1012,6 +1074,6 @@ pub fn run_scenario(
         calibrated,
         report_text: t,
         notes,
-        measurements: Vec::new(),
+        measurements,
     })
 }

@@ -89,10 +89,10 @@ pub struct BonnieConfig {
     pub queue_depth: usize,
     /// The block queue's limits.
     pub limits: QueueLimits,
-    /// Physical memory the page cache allocates from: base and size.
-    pub ram_base: u64,
-    /// Bytes of RAM.
-    pub ram_bytes: u64,
+    /// Physical memory the page cache allocates from: `(base, bytes)` per bank, in address
+    /// order. A page is drawn uniformly over all banks' pages (each bank in proportion to its
+    /// size).
+    pub ram_banks: Vec<(u64, u64)>,
     /// CPU of the bonnie process.
     pub bonnie_cpu: usize,
     /// CPU of the flusher thread.
@@ -187,9 +187,24 @@ impl Cache {
         }
     }
 
-    fn new_page(&mut self, ram_base: u64, ram_pages: u64) -> u64 {
-        ram_base + self.rng.below(ram_pages) * PAGE
+    fn new_page(&mut self, banks: &[(u64, u64)], ram_pages: u64) -> u64 {
+        page_address(banks, self.rng.below(ram_pages))
     }
+}
+
+/// The physical address of page `index` of the RAM made of `banks` (`(base, bytes)` each),
+/// counting pages bank after bank. An index past the last page wraps to the first bank.
+pub fn page_address(banks: &[(u64, u64)], index: u64) -> u64 {
+    let total: u64 = banks.iter().map(|&(_, b)| b / PAGE).sum();
+    let mut i = if total == 0 { 0 } else { index % total };
+    for &(base, bytes) in banks {
+        let n = bytes / PAGE;
+        if i < n {
+            return base + i * PAGE;
+        }
+        i -= n;
+    }
+    0
 }
 
 async fn wait_change(ctx: &Ctx, cache: &Shared) {
@@ -334,7 +349,7 @@ impl Env {
             let npages = c.state.len();
             let mut end = first;
             while end < npages && end < first + window && c.state[end] == Page::Absent {
-                let pa = c.new_page(self.cfg.ram_base, self.ram_pages);
+                let pa = c.new_page(&self.cfg.ram_banks, self.ram_pages);
                 c.pa[end] = pa;
                 c.state[end] = Page::Reading;
                 end += 1;
@@ -402,7 +417,7 @@ impl Env {
             for page in first..=last {
                 match c.state[page] {
                     Page::Absent => {
-                        let pa = c.new_page(self.cfg.ram_base, self.ram_pages);
+                        let pa = c.new_page(&self.cfg.ram_banks, self.ram_pages);
                         c.pa[page] = pa;
                         c.state[page] = Page::Dirty;
                         c.dirty += 1;
@@ -649,7 +664,7 @@ async fn seeker(ctx: Ctx, env: Rc<Env>, seeks: u64, cached: Rc<RefCell<BTreeSet<
                     let pa = env
                         .cache
                         .borrow_mut()
-                        .new_page(env.cfg.ram_base, env.ram_pages);
+                        .new_page(&env.cfg.ram_banks, env.ram_pages);
                     Piece {
                         pa: PhysAddr::new(pa),
                         len: PAGE,
@@ -739,7 +754,12 @@ pub fn start(
     seed: u64,
 ) -> Result<Rc<RefCell<Option<BonnieResult>>>, SimError> {
     let npages = cfg.file_bytes.div_ceil(PAGE) as usize;
-    let ram_pages = (cfg.ram_bytes / PAGE).max(1);
+    let ram_pages = cfg
+        .ram_banks
+        .iter()
+        .map(|&(_, bytes)| bytes / PAGE)
+        .sum::<u64>()
+        .max(1);
     let cache = Rc::new(RefCell::new(Cache {
         state: vec![Page::Absent; npages],
         pa: vec![0; npages],

@@ -37,6 +37,7 @@ use crate::devices::nic::{
     TxEntry, TxRing,
 };
 use crate::engine::{Channel, Ctx, Sim, SimConfig, SimDuration, SimTime};
+use crate::metrics::CpuBreakdown;
 
 /// Which way the data flows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +131,8 @@ pub struct StreamResult {
     pub locks: Vec<LockStats>,
     /// Wire busy share over the run, percent.
     pub link_busy_pct: f64,
+    /// CPU time of the CPUs running threads, summed over them.
+    pub cpu: CpuBreakdown,
 }
 
 #[derive(Default)]
@@ -287,6 +290,13 @@ pub fn run_stream(
         dma: shared.dma.totals(),
         locks: report.spin_locks.clone(),
         link_busy_pct: (shared.link.busy_ns() / cfg.run_ns.max(1) as f64 * 100.0).min(100.0),
+        cpu: used.iter().fold(CpuBreakdown::default(), |mut a, c| {
+            a.user_ns += c.user;
+            a.system_ns += c.system;
+            a.spin_ns += c.spin;
+            a.idle_ns += c.idle;
+            a
+        }),
     })
 }
 
