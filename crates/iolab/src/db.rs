@@ -17,7 +17,7 @@ use serde::Serialize;
 pub const DEFAULT_PATH: &str = "iolab-results.db";
 
 /// `PRAGMA application_id` of an iolab results database ("IOLB").
-const APPLICATION_ID: i64 = 0x494F_4C42;
+pub(crate) const APPLICATION_ID: i64 = 0x494F_4C42;
 
 /// Schema migrations; entry `i` takes the database from `user_version` `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -75,6 +75,18 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX metrics_run ON metrics(run_id, position);
     CREATE INDEX runs_group ON runs(group_id);",
+    // v3: sweep points: which sweep (a hash of the grid) and which point of it a run is, with
+    // the point's axis values as a JSON object (written by `iolab sweep`, read by
+    // `iolab db merge` to skip duplicates).
+    "CREATE TABLE sweep_points (
+        run_id INTEGER NOT NULL UNIQUE REFERENCES runs(id) ON DELETE CASCADE,
+        sweep_id TEXT NOT NULL,
+        sweep_name TEXT NOT NULL,
+        point INTEGER NOT NULL,
+        points INTEGER NOT NULL,
+        axes TEXT NOT NULL
+    );
+    CREATE INDEX sweep_points_key ON sweep_points(sweep_id, point);",
 ];
 
 /// The schema version this binary writes.
@@ -275,6 +287,16 @@ impl ResultsDb {
 
     /// Stores one run with its figures and effects in a single transaction; returns its id.
     pub fn store(&mut self, run: &NewRun<'_>) -> Result<i64, DbError> {
+        self.store_with(run, |_, _| Ok(()))
+    }
+
+    /// [`ResultsDb::store`], with `extra` writing more rows about the new run (given its id)
+    /// in the same transaction.
+    fn store_with(
+        &mut self,
+        run: &NewRun<'_>,
+        extra: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> rusqlite::Result<()>,
+    ) -> Result<i64, DbError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
         let id = insert_run(&tx, run).map_err(|e| classify(&path, e))?;
@@ -299,6 +321,7 @@ impl ResultsDb {
             }
             ids.push(id);
         }
+        extra(&tx, id).map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(ids)
     }
@@ -644,6 +667,53 @@ fn insert_measurements(
 /// serialise, so this cannot fail for the types stored here.
 fn json_text<T: Serialize>(value: &T) -> Result<String, rusqlite::Error> {
     serde_json::to_string(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+// ---- sweeps (`iolab sweep`, `iolab db merge`) ----
+
+/// Where a run sits in a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepPoint {
+    /// The sweep's id: a hash of its grid, equal on every machine running a shard of it.
+    pub sweep_id: String,
+    /// The sweep's name (the grid's `name`, or its file stem).
+    pub sweep_name: String,
+    /// The point's index in the grid's fixed enumeration order.
+    pub point: u64,
+    /// How many points the whole grid has.
+    pub points: u64,
+    /// The point's axis values, as a JSON object from field path to value.
+    pub axes_json: String,
+}
+
+impl ResultsDb {
+    /// Stores one sweep point's run and its place in the sweep in a single transaction.
+    pub fn store_sweep_point(
+        &mut self,
+        run: &NewRun<'_>,
+        point: &SweepPoint,
+    ) -> Result<i64, DbError> {
+        self.store_with(run, |tx, id| {
+            tx.execute(
+                "INSERT INTO sweep_points (run_id, sweep_id, sweep_name, point, points, axes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    id,
+                    point.sweep_id,
+                    point.sweep_name,
+                    point.point as i64,
+                    point.points as i64,
+                    point.axes_json
+                ],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// The open connection, for `iolab db merge` (which copies rows generically).
+    pub(crate) fn connection_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
 }
 
 /// Splits SQLite failures into "not a database" (bad input) and everything else (I/O).

@@ -7,6 +7,10 @@ mod compare;
 mod db;
 mod reproduce;
 mod runs;
+// sweeps, shard merging, host inspection
+mod dbmerge;
+mod host;
+mod sweep;
 
 use std::process::ExitCode;
 
@@ -139,6 +143,61 @@ enum Command {
         #[command(subcommand)]
         action: RunsCommand,
     },
+    // ---- sweeps, shard merging, host inspection ----
+    /// Run a parameter grid over a scenario in parallel, storing every point.
+    ///
+    /// GRID.toml names a base scenario (`scenario = "smmuv3-cmdq"`, a bundled experiment, or a
+    /// path relative to the grid file), optionally `name`, `seed`, `runs` and a seed axis
+    /// `seeds = [..]`, and axes: `[[axis]]` tables with a `field` (a dotted path of TOML keys
+    /// and array indices into the scenario, e.g. `rows[0].fio.iodepth`) and its `values`.
+    /// A `[set]` table fixes fields for every point (`"rows[0].fio.runtime_ms" = 10`).
+    /// Setting a `{ value = .., source = .. }` field to a plain value replaces its `value`.
+    /// Points are the cartesian product (first axis slowest, seeds fastest); each is stored
+    /// with its sweep id, point index and axis values. See docs/SCALE.md.
+    #[command(verbatim_doc_comment)]
+    Sweep {
+        /// The grid file (TOML).
+        grid: std::path::PathBuf,
+        /// Worker threads (default: the available cores).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        jobs: Option<u32>,
+        /// Run only the points whose index is I modulo N (0-based: 0 <= I < N), as one task
+        /// of a Slurm array job or Kubernetes Indexed Job; join the shards with `iolab db merge`.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<String>,
+    },
+    /// Maintain results databases.
+    Db {
+        #[command(subcommand)]
+        action: DbCommand,
+    },
+    /// Report this machine's IOMMU state from sysfs and the kernel command line.
+    Host {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Read sys/ and proc/ under this directory instead of / (for tests and for
+        /// inspecting a copy of another machine's files).
+        #[arg(long, value_name = "DIR", default_value = "/")]
+        sysroot: std::path::PathBuf,
+    },
+}
+
+/// `iolab db` actions.
+#[derive(Subcommand, Debug)]
+enum DbCommand {
+    /// Join results databases (the shards of a sweep) into OUT.
+    ///
+    /// Runs are renumbered and keep every figure, effect and sweep point; a sweep point
+    /// already in OUT (same sweep id and point index) is skipped. Every input must have this
+    /// iolab's schema version. All in one transaction: on failure OUT is left unchanged.
+    Merge {
+        /// The database to merge into (created if missing).
+        out: std::path::PathBuf,
+        /// The databases to merge from.
+        #[arg(required = true)]
+        inputs: Vec<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -241,5 +300,13 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        // ---- sweeps, shard merging, host inspection ----
+        Command::Sweep { grid, jobs, shard } => {
+            sweep::run(&grid, jobs.map(|j| j as usize), shard.as_deref(), db_path)
+        }
+        Command::Db {
+            action: DbCommand::Merge { out, inputs },
+        } => dbmerge::run(&out, &inputs),
+        Command::Host { format, sysroot } => host::run(&sysroot, format == Format::Json),
     }
 }

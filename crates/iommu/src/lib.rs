@@ -10,6 +10,7 @@
 //! - [`iotlb`]: set-associative IOTLB and per-level walk caches, with real stale entries.
 //! - [`dma`]: the DMA API (domains, modes, scatter-gather merging, flush queues) and the
 //!   device side (translate, `dma_read`, `dma_write`).
+//! - `vmm` (feature `vm-memory`): a domain as rust-vmm vm-memory's `Iommu`, for VMMs.
 //! - [`work`]: work records, the exact counts of primitive steps every operation returns.
 //!
 //! Every operation does its real work on real state and adds what it did to a
@@ -26,4 +27,6 @@ pub mod iova;
 pub mod mem;
 pub mod pgtable;
 pub mod smmuv3;
+#[cfg(feature = "vm-memory")]
+pub mod vmm;
 pub mod work;

@@ -1,0 +1,801 @@
+//! `iolab sweep`: run a parameter grid over a base scenario, in parallel, storing every point.
+//!
+//! A grid file names a base scenario and a list of axes:
+//!
+//! ```toml
+//! name = "cmdq-depth"             # optional; default: the grid file's stem
+//! scenario = "smmuv3-cmdq"        # a bundled experiment name, or a path relative to this file
+//! seed = 1                        # optional base seed (default 1)
+//! runs = 1                        # optional runs per configuration (default 1)
+//! seeds = [1, 2, 3]               # optional: a seed axis (the innermost one)
+//!
+//! [set]                           # optional: fields fixed for every point
+//! "rows[0].fio.runtime_ms" = 10
+//!
+//! [[axis]]
+//! field = "rows[0].fio.iodepth"   # a dotted path of TOML keys and array indices
+//! values = [8, 16, 32]
+//! ```
+//!
+//! The points are the cartesian product of the axes, enumerated in a fixed order: the first
+//! axis varies slowest, the seed axis fastest. Point `i` is the base scenario parsed as TOML,
+//! each axis' field set to the point's value, and written out again. Setting a field that
+//! holds a `{ value = ..., source = "..." }` table to a plain value replaces its `value`
+//! and keeps the source. A path the base scenario does not have is an error naming the grid
+//! file, the axis and the path, found before anything runs.
+//!
+//! `--shard i/n` (0-based `i`, `0 <= i < n`) keeps the points whose index is `i` modulo `n`,
+//! so `n` machines (a Slurm array job, a Kubernetes Indexed Job) together run each point
+//! exactly once; `iolab db merge` joins their databases. The sweep id, a hash of the base
+//! scenario text, the axes, the seeds and the runs, is the same on every machine.
+//!
+//! Points run on `--jobs` worker threads; each builds and runs its whole lab inside its own
+//! thread (a lab run is single-threaded and shares nothing). The calling thread owns the
+//! results database and stores each finished point in one transaction, run and sweep point
+//! together, so a sweep killed midway keeps every point it finished.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::SystemTime;
+
+use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
+use iolab_sim::experiments::{self, ExperimentError, NAMES};
+use serde::Deserialize;
+
+use crate::db::{NewRun, ResultsDb, SweepPoint};
+
+/// Cap on the points of one grid (each point's scenario text is built before any runs).
+pub const MAX_POINTS: u64 = 1_000_000;
+
+/// Why a grid cannot be swept; every variant names the grid file.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// The grid file could not be read.
+    #[error("Cannot read grid file {}: {message}", path.display())]
+    ReadGrid {
+        /// The grid file.
+        path: PathBuf,
+        /// The operating system's message.
+        message: String,
+    },
+    /// The grid file is not valid TOML or has a field of the wrong kind.
+    #[error("{0}")]
+    GridField(#[from] iolab_sim::tomlfile::InputError),
+    /// The grid is well-formed TOML but describes no valid sweep.
+    #[error("Invalid grid {}: {problem}", path.display())]
+    Grid {
+        /// The grid file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The base scenario could not be read or is not TOML.
+    #[error("Grid {}: base scenario {origin}: {message}", path.display())]
+    Base {
+        /// The grid file.
+        path: PathBuf,
+        /// The base scenario.
+        origin: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// An axis names a field the base scenario does not have.
+    #[error("Invalid grid {}: axis {axis} (field `{field}`): {problem}", path.display())]
+    UnknownField {
+        /// The grid file.
+        path: PathBuf,
+        /// 1-based axis number, in file order.
+        axis: usize,
+        /// The field path as written.
+        field: String,
+        /// What was not found.
+        problem: String,
+    },
+}
+
+/// The grid file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GridFile {
+    name: Option<String>,
+    scenario: String,
+    seed: Option<u64>,
+    runs: Option<u32>,
+    seeds: Option<Vec<u64>>,
+    #[serde(default)]
+    set: toml::Table,
+    #[serde(default)]
+    axis: Vec<AxisFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AxisFile {
+    field: String,
+    values: Vec<toml::Value>,
+}
+
+/// One step of a field path: a table key or an array index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// A parsed, checked grid.
+#[derive(Debug)]
+pub struct Grid {
+    /// The grid file.
+    pub path: PathBuf,
+    /// The sweep's name.
+    pub name: String,
+    /// The sweep id (see the module docs).
+    pub sweep_id: String,
+    /// Where the base scenario came from.
+    pub base_origin: String,
+    base: toml::Table,
+    axes: Vec<(String, Vec<Step>, Vec<toml::Value>)>,
+    seeds: Vec<u64>,
+    runs: u32,
+}
+
+/// One point of a grid, ready to run.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// Index in the grid's enumeration order.
+    pub index: u64,
+    /// `(field, value)` per axis, the seed last when there is a seed axis.
+    pub values: Vec<(String, toml::Value)>,
+    /// The point's scenario text.
+    pub text: String,
+    /// The point's seed.
+    pub seed: u64,
+}
+
+fn parse_path(field: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for part in field.split('.') {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if key.is_empty() {
+            return Err(format!("empty key in `{field}`"));
+        }
+        steps.push(Step::Key(key.to_owned()));
+        while !rest.is_empty() {
+            let close = rest
+                .find(']')
+                .filter(|_| rest.starts_with('['))
+                .ok_or_else(|| format!("malformed index in `{field}`: expected `[N]`"))?;
+            let n = rest[1..close]
+                .parse::<usize>()
+                .map_err(|_| format!("malformed index in `{field}`: expected `[N]`"))?;
+            steps.push(Step::Index(n));
+            rest = &rest[close + 1..];
+        }
+    }
+    Ok(steps)
+}
+
+fn render_steps(steps: &[Step]) -> String {
+    let mut s = String::new();
+    for st in steps {
+        match st {
+            Step::Key(k) if s.is_empty() => s.push_str(k),
+            Step::Key(k) => {
+                s.push('.');
+                s.push_str(k);
+            }
+            Step::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+/// Sets the field at `steps` in `table` to `value`; the error says which prefix is missing.
+fn set_field(table: &mut toml::Table, steps: &[Step], value: toml::Value) -> Result<(), String> {
+    let Some((Step::Key(first), rest)) = steps.split_first() else {
+        return Err("a field path starts with a key".to_owned());
+    };
+    let mut cur = table
+        .get_mut(first)
+        .ok_or_else(|| format!("the base scenario has no `{first}`"))?;
+    for (i, step) in rest.iter().enumerate() {
+        let here = render_steps(&steps[..i + 1]);
+        cur = match (step, cur) {
+            (Step::Key(k), toml::Value::Table(t)) => t.get_mut(k).ok_or_else(|| {
+                format!(
+                    "the base scenario has no `{}`",
+                    render_steps(&steps[..i + 2])
+                )
+            })?,
+            (Step::Index(n), toml::Value::Array(a)) => {
+                let len = a.len();
+                a.get_mut(*n).ok_or_else(|| {
+                    format!("`{here}` has {len} elements, so there is no index {n}")
+                })?
+            }
+            (Step::Key(_), _) => return Err(format!("`{here}` is not a table")),
+            (Step::Index(_), _) => return Err(format!("`{here}` is not an array")),
+        };
+    }
+    // A `{ value = ..., source = ... }` field takes a plain value into its `value`.
+    if let toml::Value::Table(t) = cur {
+        if !value.is_table() && t.contains_key("value") {
+            t.insert("value".to_owned(), value);
+            return Ok(());
+        }
+    }
+    *cur = value;
+    Ok(())
+}
+
+/// FNV-1a, 64 bits: a stable hash for the sweep id (the same on every machine and build).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl Grid {
+    /// Reads and checks a grid file: every axis path must exist in the base scenario.
+    pub fn load(path: &Path) -> Result<Self, SweepError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| SweepError::ReadGrid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let file: GridFile = iolab_sim::tomlfile::parse(&text, &origin)?;
+        let grid_err = |problem: String| SweepError::Grid {
+            path: path.to_owned(),
+            problem,
+        };
+        let (base_origin, base_text) = if NAMES.contains(&file.scenario.as_str()) {
+            let text = experiments::bundled_scenario(&file.scenario)
+                .map_err(|e| grid_err(e.to_string()))?;
+            (
+                format!("scenarios/{}.toml (bundled)", file.scenario),
+                text.to_owned(),
+            )
+        } else {
+            let p = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
+            let text = std::fs::read_to_string(&p).map_err(|e| SweepError::Base {
+                path: path.to_owned(),
+                origin: p.display().to_string(),
+                message: format!(
+                    "cannot read it ({e}); `scenario` is a path relative to the grid file \
+                     or one of {}",
+                    NAMES.join(", ")
+                ),
+            })?;
+            (p.display().to_string(), text)
+        };
+        let mut base: toml::Table = toml::from_str(&base_text).map_err(|e| SweepError::Base {
+            path: path.to_owned(),
+            origin: base_origin.clone(),
+            message: e.to_string(),
+        })?;
+        for (field, value) in &file.set {
+            let bad = |problem: String| SweepError::Grid {
+                path: path.to_owned(),
+                problem: format!("[set] field `{field}`: {problem} (base scenario {base_origin})"),
+            };
+            let steps = parse_path(field).map_err(bad)?;
+            set_field(&mut base, &steps, value.clone()).map_err(bad)?;
+        }
+        let mut axes = Vec::new();
+        for (i, a) in file.axis.iter().enumerate() {
+            let bad = |problem: String| SweepError::UnknownField {
+                path: path.to_owned(),
+                axis: i + 1,
+                field: a.field.clone(),
+                problem,
+            };
+            let steps = parse_path(&a.field).map_err(bad)?;
+            if a.values.is_empty() {
+                return Err(bad("`values` is empty".to_owned()));
+            }
+            if axes.iter().any(|(f, _, _)| *f == a.field) {
+                return Err(bad("the field is already an earlier axis".to_owned()));
+            }
+            // Check the path once on a copy, so a wrong path is reported before any run.
+            let mut probe = base.clone();
+            set_field(&mut probe, &steps, a.values[0].clone())
+                .map_err(|p| bad(format!("{p} (base scenario {base_origin})")))?;
+            axes.push((a.field.clone(), steps, a.values.clone()));
+        }
+        let seeds = match file.seeds {
+            Some(s) if s.is_empty() => return Err(grid_err("`seeds` is empty".to_owned())),
+            Some(s) => s,
+            None => vec![file.seed.unwrap_or(1)],
+        };
+        let points = axes
+            .iter()
+            .map(|(_, _, v)| v.len() as u128)
+            .product::<u128>()
+            * seeds.len() as u128;
+        if points > MAX_POINTS as u128 {
+            return Err(grid_err(format!(
+                "the grid has {points} points; at most {MAX_POINTS} are allowed (split it into several grids)"
+            )));
+        }
+        let runs = file.runs.unwrap_or(1);
+        if !(1..=100).contains(&runs) {
+            return Err(grid_err(format!("`runs` is {runs}; expected 1 to 100")));
+        }
+        let name = file.name.clone().unwrap_or_else(|| {
+            path.file_stem()
+                .map_or("sweep".to_owned(), |s| s.to_string_lossy().into_owned())
+        });
+        // The id hashes what determines the results, not where the files are.
+        let mut key = base_text.clone();
+        key.push_str(&format!("\n#set {:?}", file.set));
+        for (f, _, vals) in &axes {
+            key.push_str(&format!("\n#axis {f} = {vals:?}"));
+        }
+        key.push_str(&format!("\n#seeds {seeds:?}\n#runs {runs}"));
+        let sweep_id = format!("{:016x}", fnv1a(key.as_bytes()));
+        Ok(Grid {
+            path: path.to_owned(),
+            name,
+            sweep_id,
+            base_origin,
+            base,
+            axes,
+            seeds,
+            runs,
+        })
+    }
+
+    /// How many points the whole grid has.
+    pub fn len(&self) -> u64 {
+        self.axes
+            .iter()
+            .map(|(_, _, v)| v.len() as u64)
+            .product::<u64>()
+            * self.seeds.len() as u64
+    }
+
+    /// Point `index` (`0 <= index < len()`).
+    pub fn point(&self, index: u64) -> Result<Point, SweepError> {
+        let mut rem = index;
+        let seed = self.seeds[(rem % self.seeds.len() as u64) as usize];
+        rem /= self.seeds.len() as u64;
+        let mut picks = vec![0usize; self.axes.len()];
+        for (i, (_, _, vals)) in self.axes.iter().enumerate().rev() {
+            picks[i] = (rem % vals.len() as u64) as usize;
+            rem /= vals.len() as u64;
+        }
+        let mut table = self.base.clone();
+        let mut values = Vec::new();
+        for (i, (field, steps, vals)) in self.axes.iter().enumerate() {
+            let v = vals[picks[i]].clone();
+            set_field(&mut table, steps, v.clone()).map_err(|problem| {
+                SweepError::UnknownField {
+                    path: self.path.clone(),
+                    axis: i + 1,
+                    field: field.clone(),
+                    problem,
+                }
+            })?;
+            values.push((field.clone(), v));
+        }
+        if self.seeds.len() > 1 {
+            values.push(("seed".to_owned(), toml::Value::Integer(seed as i64)));
+        }
+        let text = toml::to_string(&table).map_err(|e| SweepError::Grid {
+            path: self.path.clone(),
+            problem: format!("cannot write point {index} as TOML: {e}"),
+        })?;
+        Ok(Point {
+            index,
+            values,
+            text,
+            seed,
+        })
+    }
+
+    /// A point's label: `field=value, ...`.
+    pub fn label(point: &Point) -> String {
+        point
+            .values
+            .iter()
+            .map(|(f, v)| format!("{f}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Where a point's scenario came from, as stored and as named in its errors.
+    pub fn origin(&self, point: &Point) -> String {
+        format!(
+            "{} point {} of {} ({}; base {})",
+            self.path.display(),
+            point.index,
+            self.len(),
+            Self::label(point),
+            self.base_origin
+        )
+    }
+}
+
+/// Which 1/n of the points to run: index `i` of `n`, 0-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard's index, `0 <= index < count`.
+    pub index: u64,
+    /// How many shards.
+    pub count: u64,
+}
+
+impl Shard {
+    /// Parses `i/n`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("--shard {s}: expected i/n with 0 <= i < n (0-based, as SLURM_ARRAY_TASK_ID and JOB_COMPLETION_INDEX are)")
+        };
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: u64 = i.trim().parse().map_err(|_| bad())?;
+        let count: u64 = n.trim().parse().map_err(|_| bad())?;
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Whether point `index` belongs to this shard.
+    pub fn owns(&self, index: u64) -> bool {
+        index % self.count == self.index
+    }
+}
+
+/// Runs one scenario text. The one place a sweep calls the lab, so the entry point can change
+/// in one line: whatever `iolab run` accepts, a sweep point can be.
+fn run_scenario_text(
+    text: &str,
+    origin: &str,
+    options: &ExperimentOptions,
+) -> Result<ExperimentReport, ExperimentError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        ExperimentError::Input(iolab_sim::tomlfile::InputError::Read {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        })
+    })?;
+    let name = match table.get("experiment") {
+        Some(toml::Value::String(s)) => s.clone(),
+        _ => {
+            return Err(ExperimentError::Input(
+                iolab_sim::tomlfile::InputError::Field {
+                    origin: origin.to_owned(),
+                    line: None,
+                    column: None,
+                    field: "experiment".to_owned(),
+                    problem: format!(
+                        "missing or not a string; expected one of {}",
+                        NAMES.join(", ")
+                    ),
+                },
+            ))
+        }
+    };
+    experiments::run_scenario(&name, text, origin, options)
+}
+
+/// One finished point, sent from a worker to the storing thread.
+struct Finished {
+    point: Point,
+    started_at: SystemTime,
+    finished_at: SystemTime,
+    result: Result<ExperimentReport, ExperimentError>,
+}
+
+/// What a sweep did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Points in this shard.
+    pub selected: u64,
+    /// Points run and stored.
+    pub stored: u64,
+    /// Run ids, in point order.
+    pub run_ids: Vec<(u64, i64)>,
+}
+
+/// `iolab sweep`: see the module docs.
+pub fn run(
+    grid_path: &Path,
+    jobs: Option<usize>,
+    shard: Option<&str>,
+    db_path: Option<&Path>,
+) -> ExitCode {
+    let fail = |code: u8, msg: String| {
+        eprintln!("iolab sweep: {msg}");
+        ExitCode::from(code)
+    };
+    let shard = match shard.map(Shard::parse).transpose() {
+        Ok(s) => s.unwrap_or(Shard { index: 0, count: 1 }),
+        Err(e) => return fail(2, e),
+    };
+    let grid = match Grid::load(grid_path) {
+        Ok(g) => g,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    // Build every point of this shard first: a bad value fails before anything runs.
+    let mut points = Vec::new();
+    for i in (0..grid.len()).filter(|&i| shard.owns(i)) {
+        match grid.point(i) {
+            Ok(p) => points.push(p),
+            Err(e) => return fail(2, e.to_string()),
+        }
+    }
+    let mut db = match db_path.map(ResultsDb::open).transpose() {
+        Ok(db) => db,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let jobs = jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, points.len().max(1));
+    eprintln!(
+        "sweep {} ({}): {} of {} points (shard {}/{}), {} jobs",
+        grid.name,
+        grid.sweep_id,
+        points.len(),
+        grid.len(),
+        shard.index,
+        shard.count,
+        jobs
+    );
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(points.len() as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let options = |seed| ExperimentOptions {
+        runs: grid.runs,
+        seed,
+    };
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<Finished>();
+    let mut outcome = Outcome {
+        selected: points.len() as u64,
+        ..Outcome::default()
+    };
+    let mut first_error: Option<(u8, String)> = None;
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (points, next, stop, grid) = (&points, &next, &stop, &grid);
+            s.spawn(move || loop {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Some(point) = points.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    break;
+                };
+                let started_at = SystemTime::now();
+                let result =
+                    run_scenario_text(&point.text, &grid.origin(point), &options(point.seed));
+                let done = Finished {
+                    point: point.clone(),
+                    started_at,
+                    finished_at: SystemTime::now(),
+                    result,
+                };
+                if tx.send(done).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for done in rx {
+            bar.inc(1);
+            let label = Grid::label(&done.point);
+            let report = match done.result {
+                Ok(r) => r,
+                Err(e) => {
+                    let code = if e.is_bad_input() { 2 } else { 1 };
+                    bar.suspend(|| {
+                        eprintln!("iolab sweep: point {} ({label}): {e}", done.point.index)
+                    });
+                    first_error.get_or_insert((code, String::new()));
+                    stop.store(true, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            let Some(db) = db.as_mut() else {
+                outcome.stored += 1;
+                continue;
+            };
+            let origin = grid.origin(&done.point);
+            let axes: BTreeMap<&str, serde_json::Value> = done
+                .point
+                .values
+                .iter()
+                .map(|(f, v)| (f.as_str(), toml_to_json(v)))
+                .collect();
+            let label = format!("sweep {} point {}: {label}", grid.name, done.point.index);
+            let run = NewRun {
+                kind: "lab",
+                group_id: None,
+                label: Some(&label),
+                scenario_origin: Some(&origin),
+                scenario_text: Some(&done.point.text),
+                seed: done.point.seed,
+                started_at: done.started_at,
+                finished_at: done.finished_at,
+                report: &report,
+            };
+            let sp = SweepPoint {
+                sweep_id: grid.sweep_id.clone(),
+                sweep_name: grid.name.clone(),
+                point: done.point.index,
+                points: grid.len(),
+                axes_json: serde_json::to_string(&axes).unwrap_or_else(|_| "{}".to_owned()),
+            };
+            match db.store_sweep_point(&run, &sp) {
+                Ok(id) => {
+                    outcome.stored += 1;
+                    outcome.run_ids.push((done.point.index, id));
+                }
+                Err(e) => {
+                    bar.suspend(|| eprintln!("iolab sweep: {e}"));
+                    first_error.get_or_insert((e.exit_code(), String::new()));
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    bar.finish_and_clear();
+    outcome.run_ids.sort_unstable();
+    let where_ = db.as_ref().map_or("not stored (--no-db)".to_owned(), |d| {
+        format!("stored in {}", d.path().display())
+    });
+    println!(
+        "sweep {} ({}): {} of {} points run, {where_}",
+        grid.name, grid.sweep_id, outcome.stored, outcome.selected
+    );
+    for (point, id) in &outcome.run_ids {
+        println!("  point {point:>4} -> run {id}");
+    }
+    match first_error {
+        Some((code, _)) => ExitCode::from(code),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+fn toml_to_json(v: &toml::Value) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_parse_keys_and_indices() {
+        assert_eq!(
+            parse_path("rows[2].fio.iodepth").unwrap(),
+            vec![
+                Step::Key("rows".into()),
+                Step::Index(2),
+                Step::Key("fio".into()),
+                Step::Key("iodepth".into())
+            ]
+        );
+        assert_eq!(render_steps(&parse_path("a[1][0].b").unwrap()), "a[1][0].b");
+        assert!(parse_path("a..b").is_err());
+        assert!(parse_path("a[x]").is_err());
+        assert!(parse_path("a[1").is_err());
+    }
+
+    #[test]
+    fn set_field_replaces_values_and_keeps_sources() {
+        let mut t: toml::Table = toml::from_str(
+            "[k]\nx = { value = 1, source = \"s\" }\n[[rows]]\nn = 1\n[[rows]]\nn = 2\n",
+        )
+        .unwrap();
+        set_field(&mut t, &parse_path("k.x").unwrap(), toml::Value::Integer(7)).unwrap();
+        set_field(
+            &mut t,
+            &parse_path("rows[1].n").unwrap(),
+            toml::Value::Integer(9),
+        )
+        .unwrap();
+        assert_eq!(t["k"]["x"]["value"].as_integer(), Some(7));
+        assert_eq!(t["k"]["x"]["source"].as_str(), Some("s"));
+        assert_eq!(t["rows"][1]["n"].as_integer(), Some(9));
+        assert_eq!(t["rows"][0]["n"].as_integer(), Some(1));
+        let e = set_field(
+            &mut t,
+            &parse_path("rows[2].n").unwrap(),
+            toml::Value::Integer(0),
+        );
+        assert!(e.unwrap_err().contains("2 elements"));
+        let e = set_field(&mut t, &parse_path("k.y").unwrap(), toml::Value::Integer(0));
+        assert!(e.unwrap_err().contains("`k.y`"));
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn points_enumerate_first_axis_slowest_and_seeds_fastest() {
+        let dir = std::env::temp_dir().join(format!("iolab-sweep-unit-{}", std::process::id()));
+        write(
+            &dir,
+            "base.toml",
+            "experiment = \"x\"\n[a]\nn = 0\n[b]\nm = { value = 0, source = \"s\" }\n",
+        );
+        let grid_text = "scenario = \"base.toml\"\nseeds = [5, 6]\n\
+                         [[axis]]\nfield = \"a.n\"\nvalues = [1, 2, 3]\n\
+                         [[axis]]\nfield = \"b.m\"\nvalues = [10, 20]\n";
+        let g = Grid::load(&write(&dir, "g.toml", grid_text)).unwrap();
+        assert_eq!(g.len(), 12);
+        let p = g.point(7).unwrap();
+        // 7 = ((a=1) * 2 + (m=1)) * 2 + (seed=1): a=2, m=20, seed 6.
+        assert_eq!(Grid::label(&p), "a.n=2, b.m=20, seed=6");
+        assert_eq!(p.seed, 6);
+        let t: toml::Table = toml::from_str(&p.text).unwrap();
+        assert_eq!(t["a"]["n"].as_integer(), Some(2));
+        assert_eq!(t["b"]["m"]["value"].as_integer(), Some(20));
+        assert_eq!(t["b"]["m"]["source"].as_str(), Some("s"));
+        // The id depends on the content, not on where the grid file is.
+        let other = dir.join("elsewhere");
+        write(
+            &other,
+            "base.toml",
+            &std::fs::read_to_string(dir.join("base.toml")).unwrap(),
+        );
+        let g2 = Grid::load(&write(&other, "renamed.toml", grid_text)).unwrap();
+        assert_eq!(g.sweep_id, g2.sweep_id);
+        let g3 = Grid::load(&write(
+            &other,
+            "g3.toml",
+            &grid_text.replace("[5, 6]", "[5, 7]"),
+        ))
+        .unwrap();
+        assert_ne!(g.sweep_id, g3.sweep_id);
+        // Too many points is refused before any is built.
+        let huge = format!(
+            "scenario = \"base.toml\"\n[[axis]]\nfield = \"a.n\"\nvalues = [{}]\n\
+             [[axis]]\nfield = \"b.m\"\nvalues = [{}]\n",
+            vec!["1"; 1001].join(","),
+            vec!["1"; 1000].join(",")
+        );
+        let e = Grid::load(&write(&dir, "huge.toml", &huge)).unwrap_err();
+        assert!(e.to_string().contains("1001000 points"), "{e}");
+    }
+
+    #[test]
+    fn shards_partition_the_points() {
+        assert_eq!(
+            Shard::parse("3/16"),
+            Ok(Shard {
+                index: 3,
+                count: 16
+            })
+        );
+        assert!(Shard::parse("16/16").is_err());
+        assert!(Shard::parse("0/0").is_err());
+        assert!(Shard::parse("1").is_err());
+        let shards: Vec<Shard> = (0..4).map(|i| Shard { index: i, count: 4 }).collect();
+        for p in 0..37 {
+            assert_eq!(shards.iter().filter(|s| s.owns(p)).count(), 1);
+        }
+    }
+}

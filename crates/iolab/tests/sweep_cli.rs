@@ -1,0 +1,276 @@
+//! `iolab sweep` as a user meets it: grids over the bundled smmuv3-cmdq scenario (shortened
+//! with `[set]`), points stored with their axis values, shards, and bad grids.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rusqlite::Connection;
+
+fn iolab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(args)
+        .output()
+        .expect("the iolab binary runs")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iolab-sweep-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Fixed fields that make each smmuv3-cmdq run short (5 ms measured per row).
+const SHORT: &str = r#"
+[set]
+"rows[0].fio.runtime_ms" = 5
+"rows[0].fio.ramp_ms" = 1
+"rows[1].fio.runtime_ms" = 5
+"rows[1].fio.ramp_ms" = 1
+"rows[2].fio.runtime_ms" = 5
+"rows[2].fio.ramp_ms" = 1
+"#;
+
+/// A 2 x 2 grid: iodepth of the SAS row (slowest), then the command batch size.
+fn write_grid(dir: &Path) -> PathBuf {
+    let grid = dir.join("grid.toml");
+    let text = format!(
+        "name = \"depth-batch\"\nscenario = \"smmuv3-cmdq\"\nseed = 7\n{SHORT}\n\
+         [[axis]]\nfield = \"rows[0].fio.iodepth\"\nvalues = [4, 32]\n\n\
+         [[axis]]\nfield = \"cmdq.batch_max\"\nvalues = [2, 64]\n"
+    );
+    std::fs::write(&grid, text).unwrap();
+    grid
+}
+
+/// `(point, axes JSON, scenario text, seed)` of every stored sweep point, by point.
+fn points(db: &Path) -> Vec<(i64, String, String, i64)> {
+    let c = Connection::open(db).unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT p.point, p.axes, r.scenario_text, r.seed FROM sweep_points p
+             JOIN runs r ON r.id = p.run_id ORDER BY p.point",
+        )
+        .unwrap();
+    let rows = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
+/// The lab figures of the run stored for sweep point `point`.
+fn figures(db: &Path, point: i64) -> Vec<(String, f64)> {
+    let c = Connection::open(db).unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT f.id, f.lab FROM figures f JOIN sweep_points p ON p.run_id = f.run_id
+             WHERE p.point = ?1 ORDER BY f.rowid",
+        )
+        .unwrap();
+    let rows = st
+        .query_map([point], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
+#[test]
+fn every_point_is_stored_with_its_axis_values_and_equals_iolab_run_of_its_scenario() {
+    let dir = temp_dir("full");
+    let grid = write_grid(&dir);
+    let db = dir.join("r.db");
+    let out = iolab(&["--db", s(&db), "sweep", s(&grid), "--jobs", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("4 of 4 points run"), "{stdout}");
+
+    let pts = points(&db);
+    let axes: Vec<&str> = pts.iter().map(|p| p.1.as_str()).collect();
+    // First axis slowest, in the order of the values.
+    assert_eq!(
+        axes,
+        [
+            r#"{"cmdq.batch_max":2,"rows[0].fio.iodepth":4}"#,
+            r#"{"cmdq.batch_max":64,"rows[0].fio.iodepth":4}"#,
+            r#"{"cmdq.batch_max":2,"rows[0].fio.iodepth":32}"#,
+            r#"{"cmdq.batch_max":64,"rows[0].fio.iodepth":32}"#,
+        ]
+    );
+    assert!(
+        pts.iter().all(|p| p.3 == 7),
+        "the grid's seed is every point's seed"
+    );
+
+    // The stored text is the base scenario with the axes and the [set] fields applied,
+    // sources kept.
+    let text: toml::Table = toml::from_str(&pts[1].2).unwrap();
+    assert_eq!(text["cmdq"]["batch_max"]["value"].as_integer(), Some(64));
+    assert!(text["cmdq"]["batch_max"]["source"]
+        .as_str()
+        .unwrap()
+        .contains("64"));
+    assert_eq!(text["rows"][0]["fio"]["iodepth"].as_integer(), Some(4));
+    assert_eq!(text["rows"][2]["fio"]["runtime_ms"].as_integer(), Some(5));
+
+    // A point is exactly what `iolab run` makes of its scenario with its seed.
+    let point_file = dir.join("point1.toml");
+    std::fs::write(&point_file, &pts[1].2).unwrap();
+    let run = iolab(&[
+        "--no-db",
+        "run",
+        s(&point_file),
+        "--seed",
+        "7",
+        "--format",
+        "json",
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let from_run: Vec<(String, f64)> = json["experiments"][0]["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_owned(),
+                f["lab"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(!from_run.is_empty());
+    let stored = figures(&db, 1);
+    assert_eq!(stored.len(), from_run.len());
+    for (a, b) in stored.iter().zip(&from_run) {
+        // serde_json's default float parsing may miss the last bit; the figures are equal.
+        assert_eq!(a.0, b.0);
+        assert!(
+            (a.1 - b.1).abs() <= 1e-12 * a.1.abs().max(1.0),
+            "{a:?} vs {b:?}"
+        );
+    }
+
+    // The axis changes the lab: a queue-depth-4 SAS row runs fewer I/Os than depth 32.
+    let sas = |point| {
+        figures(&db, point)
+            .into_iter()
+            .find(|f| f.0 == "d05_sas8.off")
+            .expect("the no-IOMMU SAS figure")
+            .1
+    };
+    assert!(
+        sas(0) < sas(2),
+        "depth 4: {} IOPS, depth 32: {} IOPS",
+        sas(0),
+        sas(2)
+    );
+}
+
+#[test]
+fn shards_run_disjoint_points_that_together_make_the_grid() {
+    let dir = temp_dir("shards");
+    let grid = write_grid(&dir);
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        let db = dir.join(format!("shard-{i}.db"));
+        let shard = format!("{i}/3");
+        let out = iolab(&[
+            "--db",
+            s(&db),
+            "sweep",
+            s(&grid),
+            "--shard",
+            &shard,
+            "--jobs",
+            "1",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let pts: Vec<i64> = points(&db).into_iter().map(|p| p.0).collect();
+        assert!(pts.iter().all(|p| p % 3 == i), "shard {i}: {pts:?}");
+        seen.extend(pts);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2, 3]);
+}
+
+#[test]
+fn a_field_the_scenario_lacks_is_an_error_naming_grid_axis_and_path() {
+    let dir = temp_dir("unknown");
+    let grid = dir.join("bad.toml");
+    std::fs::write(
+        &grid,
+        "scenario = \"smmuv3-cmdq\"\n[[axis]]\nfield = \"cmdq.batch_max\"\nvalues = [1]\n\
+         [[axis]]\nfield = \"rows[5].fio.iodepth\"\nvalues = [1, 2]\n",
+    )
+    .unwrap();
+    let db = dir.join("r.db");
+    let out = iolab(&["--db", s(&db), "sweep", s(&grid)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(s(&grid)) && err.contains("axis 2") && err.contains("rows[5].fio.iodepth"),
+        "{err}"
+    );
+    assert!(err.contains("3 elements"), "{err}");
+    assert!(!db.exists(), "nothing runs, nothing is stored");
+
+    std::fs::write(
+        &grid,
+        "scenario = \"smmuv3-cmdq\"\n[[axis]]\nfield = \"cmdq.no_such_knob\"\nvalues = [1]\n",
+    )
+    .unwrap();
+    let out = iolab(&["--db", s(&db), "sweep", s(&grid)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("`cmdq.no_such_knob`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_grids_and_shards_are_refused_with_exit_2() {
+    let dir = temp_dir("bad");
+    let grid = write_grid(&dir);
+    let db = dir.join("r.db");
+    for shard in ["3/3", "1", "a/b", "0/0"] {
+        let out = iolab(&["--db", s(&db), "sweep", s(&grid), "--shard", shard]);
+        assert_eq!(out.status.code(), Some(2), "--shard {shard}");
+        assert!(stderr(&out).contains("--shard"), "{}", stderr(&out));
+    }
+    let typo = dir.join("typo.toml");
+    std::fs::write(&typo, "scenario = \"smmuv3-cmdq\"\naxes = []\n").unwrap();
+    let out = iolab(&["--db", s(&db), "sweep", s(&typo)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("axes"), "{}", stderr(&out));
+    let missing = dir.join("missing-base.toml");
+    std::fs::write(&missing, "scenario = \"nowhere.toml\"\n").unwrap();
+    let out = iolab(&["--db", s(&db), "sweep", s(&missing)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("nowhere.toml"), "{}", stderr(&out));
+    assert!(!db.exists());
+}
+
+#[test]
+fn a_value_the_scenario_rejects_fails_the_point_with_exit_2() {
+    let dir = temp_dir("badvalue");
+    let grid = dir.join("g.toml");
+    std::fs::write(
+        &grid,
+        format!(
+            "scenario = \"smmuv3-cmdq\"\n{SHORT}\n[[axis]]\nfield = \"rows[0].fio.iodepth\"\n\
+             values = [\"deep\"]\n"
+        ),
+    )
+    .unwrap();
+    let out = iolab(&["--no-db", "sweep", s(&grid)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("point 0") && err.contains("iodepth"), "{err}");
+}
