@@ -300,6 +300,7 @@ impl ResultsDb {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
         let id = insert_run(&tx, run).map_err(|e| classify(&path, e))?;
+        extra(&tx, id).map_err(|e| classify(&path, e))?;
         tx.commit().map_err(|e| classify(&path, e))?;
         Ok(id)
     }
@@ -321,7 +322,6 @@ impl ResultsDb {
             }
             ids.push(id);
         }
-        extra(&tx, id).map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(ids)
     }
@@ -358,6 +358,7 @@ impl ResultsDb {
         }
         Ok(ids)
     }
+
     /// Every stored run, oldest first.
     pub fn list(&self) -> Result<Vec<RunSummary>, DbError> {
         let mut stmt = self
