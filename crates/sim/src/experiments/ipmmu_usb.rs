@@ -590,6 +590,12 @@ fn pct(a: f64, b: f64) -> f64 {
     }
 }
 
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    parse(text, origin).map(drop)
+}
+
 /// Runs a scenario file of this experiment.
 pub fn run_scenario(
     text: &str,

@@ -809,6 +809,12 @@ fn pct(new: f64, old: f64) -> f64 {
     }
 }
 
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    setup(text, origin).map(drop)
+}
+
 /// Runs a scenario file of this experiment.
 pub fn run_scenario(
     text: &str,

@@ -819,6 +819,12 @@ fn mean_rows(rows: &[ReaimRow]) -> ReaimRow {
     }
 }
 
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    validate(text, origin).map(drop)
+}
+
 /// Runs a scenario file of this experiment.
 pub fn run_scenario(
     text: &str,
