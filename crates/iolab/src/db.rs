@@ -268,6 +268,7 @@ impl ResultsDb {
                 ])
                 .map_err(e)?;
             }
+            pause_for_kill_test();
             let mut eff = tx
                 .prepare(
                     "INSERT INTO effects (run_id, id, published_pct, lab_pct)
@@ -399,6 +400,21 @@ impl ResultsDb {
 }
 
 /// Splits SQLite failures into "not a database" (bad input) and everything else (I/O).
+/// Environment variable that pauses [`ResultsDb::store`] inside its transaction (after the
+/// run and its figures are written, before its effects and the commit) for that many
+/// milliseconds, so `tests/kill_midway.rs` can kill iolab inside the window. It changes
+/// wall time only, never what is stored.
+pub const STORE_PAUSE_ENV: &str = "IOLAB_TEST_STORE_PAUSE_MS";
+
+fn pause_for_kill_test() {
+    let ms = std::env::var(STORE_PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = ms {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 fn classify(path: &Path, e: rusqlite::Error) -> DbError {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => DbError::NotResultsDb {
