@@ -861,7 +861,7 @@ proptest! {
 /// Each invalid call kind on its own, once, so a regression names the call.
 #[test]
 fn every_invalid_call_kind_is_rejected_on_every_mode() {
-    for dom in 0..MODES.len() {
+    for (dom, mode) in MODES.iter().enumerate() {
         let mut h = Harness::new();
         let ops = [
             Op::Map {
@@ -917,9 +917,9 @@ fn every_invalid_call_kind_is_rejected_on_every_mode() {
         ];
         for op in &ops {
             h.step(op)
-                .unwrap_or_else(|e| panic!("mode {:?}, {op:?}: {e}", MODES[dom]));
+                .unwrap_or_else(|e| panic!("mode {mode:?}, {op:?}: {e}"));
         }
-        if !MODES[dom].is_translated() {
+        if !mode.is_translated() {
             h.step(&Op::BeyondMask { dom }).unwrap();
         }
         h.teardown().unwrap();
