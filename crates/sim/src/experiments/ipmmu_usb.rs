@@ -227,6 +227,9 @@ fn speed(doc: &TomlDoc<'_>, name: &str, s: &SpeedSection) -> Result<LinkSpeed, I
     })
 }
 
+/// Most entries `placement.seeker_cpus` may list (as many as `file.seekers` may be).
+pub const MAX_SEEKER_CPUS: usize = 64;
+
 fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let s: Scenario = doc.deserialize()?;
@@ -299,6 +302,14 @@ fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
                 )
                 .into());
         }
+    }
+    if pl.seeker_cpus.len() > MAX_SEEKER_CPUS {
+        return Err(doc
+            .field_error(
+                "placement.seeker_cpus",
+                format!("expected at most {MAX_SEEKER_CPUS} CPUs"),
+            )
+            .into());
     }
     if pl.seeker_cpus.is_empty() || pl.seeker_cpus.iter().any(|&c| c >= cores) {
         return Err(doc
