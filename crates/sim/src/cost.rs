@@ -646,7 +646,7 @@ impl PlatformProfile {
                 return Err((
                     format!("{path}.value"),
                     format!(
-                        "expected a number from 0 to {MAX_COST_VALUE:e} ({}), found {}",
+                        "expected a finite number >= 0 and <= {MAX_COST_VALUE:e} ({}), found {}",
                         cost.unit.name(),
                         cost.value
                     ),
