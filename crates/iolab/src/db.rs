@@ -610,6 +610,7 @@ fn insert_run(tx: &rusqlite::Transaction<'_>, run: &NewRun<'_>) -> Result<i64, r
                 f.role.to_string()
             ])?;
         }
+        pause_for_kill_test();
         let mut eff = tx.prepare(
             "INSERT INTO effects (run_id, id, published_pct, lab_pct)
                  VALUES (?1, ?2, ?3, ?4)",
@@ -714,6 +715,21 @@ impl ResultsDb {
     /// The open connection, for `iolab db merge` (which copies rows generically).
     pub(crate) fn connection_mut(&mut self) -> &mut Connection {
         &mut self.conn
+    }
+}
+
+/// Environment variable that pauses [`ResultsDb::store`] inside its transaction (after the
+/// run and its figures are written, before its effects and the commit) for that many
+/// milliseconds, so `tests/kill_midway.rs` can kill iolab inside the window. It changes
+/// wall time only, never what is stored.
+pub const STORE_PAUSE_ENV: &str = "IOLAB_TEST_STORE_PAUSE_MS";
+
+fn pause_for_kill_test() {
+    let ms = std::env::var(STORE_PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = ms {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 

@@ -11,6 +11,7 @@ mod runs;
 mod dbmerge;
 mod host;
 mod sweep;
+mod soak;
 
 use std::process::ExitCode;
 
@@ -137,6 +138,31 @@ enum Command {
         /// Label of the stored run(s) (default: the file name).
         #[arg(long)]
         label: Option<String>,
+    },
+    /// Soak the pSeries DMA path: a long many-thread TCP write stream in virtual time with
+    /// invariant checks at intervals (SEEDS.md #4).
+    Soak {
+        /// A pseries-ddw scenario file (default: the bundled one).
+        #[arg(long)]
+        scenario: Option<std::path::PathBuf>,
+        /// Virtual hours to run (the published soak ran 5).
+        #[arg(long, default_value_t = 5.0)]
+        hours: f64,
+        /// Virtual seconds between invariant checks.
+        #[arg(long, default_value_t = 60.0)]
+        interval_s: f64,
+        /// Writer threads (default: the scenario's, 64 in the bundled one).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Soak the default DMA window instead of the DDW dynamic window.
+        #[arg(long)]
+        default_window: bool,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// List, show or remove the runs stored in the results database.
     Runs {
@@ -293,6 +319,23 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Soak {
+            scenario,
+            hours,
+            interval_s,
+            threads,
+            default_window,
+            seed,
+            format,
+        } => soak::run(&soak::SoakArgs {
+            scenario: scenario.as_deref(),
+            hours,
+            interval_s,
+            threads,
+            default_window,
+            seed,
+            json: format == Format::Json,
+        }),
         Command::Runs { action } => match db_path {
             Some(path) => runs::run(path, action),
             None => {

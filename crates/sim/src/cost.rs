@@ -397,6 +397,20 @@ pub struct PlatformProfile {
     origin: String,
 }
 
+/// Most cores a profile may declare: the engine's virtual-CPU cap ([`crate::engine::MAX_CPUS`]).
+pub const MAX_CORES: u32 = crate::engine::MAX_CPUS as u32;
+/// Slowest CPU clock a profile may declare, GHz.
+pub const MIN_CLOCK_GHZ: f64 = 0.01;
+/// Fastest CPU clock a profile may declare, GHz.
+pub const MAX_CLOCK_GHZ: f64 = 100.0;
+/// Largest unit cost a profile may declare, in its unit (ns or cycles): 1000 s at 1 GHz,
+/// far above any hardware step, and small enough that sums of costs stay finite.
+pub const MAX_COST_VALUE: f64 = 1e12;
+/// Slowest memcpy bandwidth a profile may declare, GB/s.
+pub const MIN_BANDWIDTH_GB_PER_S: f64 = 0.001;
+/// Fastest memcpy bandwidth a profile may declare, GB/s.
+pub const MAX_BANDWIDTH_GB_PER_S: f64 = 100_000.0;
+
 /// The bundled profiles, embedded at build time (also on disk in `scenarios/platforms/`).
 const BUNDLED: &[(&str, &str)] = &[
     (
@@ -595,40 +609,44 @@ impl PlatformProfile {
         non_empty("description", &self.description)?;
         non_empty("cpu.model", &self.cpu.model)?;
         non_empty("cpu.source", &self.cpu.source)?;
-        if !(self.cpu.clock_ghz.is_finite() && self.cpu.clock_ghz > 0.0) {
+        let clock = self.cpu.clock_ghz;
+        if !(clock.is_finite() && (MIN_CLOCK_GHZ..=MAX_CLOCK_GHZ).contains(&clock)) {
             return Err((
                 "cpu.clock_ghz".into(),
                 format!(
-                    "expected a finite clock > 0 GHz, found {}",
-                    self.cpu.clock_ghz
+                    "expected a clock of {MIN_CLOCK_GHZ} to {MAX_CLOCK_GHZ} GHz, found {clock}"
                 ),
             ));
         }
-        if self.cpu.cores == 0 {
+        if self.cpu.cores == 0 || self.cpu.cores > MAX_CORES {
             return Err((
                 "cpu.cores".into(),
-                "expected at least 1 core, found 0".into(),
+                format!(
+                    "expected 1 to {MAX_CORES} cores (the lab's virtual-CPU cap), found {}",
+                    self.cpu.cores
+                ),
             ));
         }
         non_empty("iommu.model", &self.iommu.model)?;
         non_empty("iommu.source", &self.iommu.source)?;
         let bw = &self.memory.memcpy_bandwidth;
-        if !(bw.gb_per_s.is_finite() && bw.gb_per_s > 0.0) {
+        let range = MIN_BANDWIDTH_GB_PER_S..=MAX_BANDWIDTH_GB_PER_S;
+        if !(bw.gb_per_s.is_finite() && range.contains(&bw.gb_per_s)) {
             return Err((
                 "memory.memcpy_bandwidth.gb_per_s".into(),
                 format!(
-                    "expected a finite bandwidth > 0 GB/s, found {}",
+                    "expected a bandwidth of {MIN_BANDWIDTH_GB_PER_S} to {MAX_BANDWIDTH_GB_PER_S} GB/s, found {}",
                     bw.gb_per_s
                 ),
             ));
         }
         non_empty("memory.memcpy_bandwidth.source", &bw.source)?;
         for (path, cost) in self.costs() {
-            if !(cost.value.is_finite() && cost.value >= 0.0) {
+            if !(cost.value.is_finite() && (0.0..=MAX_COST_VALUE).contains(&cost.value)) {
                 return Err((
                     format!("{path}.value"),
                     format!(
-                        "expected a finite number >= 0 ({}), found {}",
+                        "expected a finite number >= 0 and <= {MAX_COST_VALUE:e} ({}), found {}",
                         cost.unit.name(),
                         cost.value
                     ),

@@ -53,6 +53,7 @@ pub mod experiment;
 pub mod experiments;
 pub mod metrics;
 pub mod resources;
+pub mod soak;
 pub mod tomlfile;
 pub mod workloads;
 

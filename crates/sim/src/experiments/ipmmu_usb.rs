@@ -252,6 +252,9 @@ fn speed(doc: &TomlDoc<'_>, name: &str, s: &SpeedSection) -> Result<LinkSpeed, I
     })
 }
 
+/// Most entries `placement.seeker_cpus` may list (as many as `file.seekers` may be).
+pub const MAX_SEEKER_CPUS: usize = 64;
+
 fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let s: Scenario = doc.deserialize()?;
@@ -396,6 +399,14 @@ fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
                 )
                 .into());
         }
+    }
+    if pl.seeker_cpus.len() > MAX_SEEKER_CPUS {
+        return Err(doc
+            .field_error(
+                "placement.seeker_cpus",
+                format!("expected at most {MAX_SEEKER_CPUS} CPUs"),
+            )
+            .into());
     }
     if pl.seeker_cpus.is_empty() || pl.seeker_cpus.iter().any(|&c| c >= cores) {
         return Err(doc
@@ -690,6 +701,12 @@ fn pct(a: f64, b: f64) -> f64 {
     } else {
         (a - b) / b * 100.0
     }
+}
+
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    parse(text, origin).map(drop)
 }
 
 /// Runs a scenario file of this experiment.

@@ -102,6 +102,20 @@ pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
     })
 }
 
+/// Parses and validates a scenario file of experiment `name` without running it: the
+/// same checks `run_scenario` makes before its first run (used by the fuzz targets).
+pub fn validate_scenario(name: &str, text: &str, origin: &str) -> Result<(), ExperimentError> {
+    match name {
+        ipmmu_usb::NAME => ipmmu_usb::validate_scenario(text, origin),
+        smmuv3_cmdq::NAME => smmuv3_cmdq::validate_scenario(text, origin),
+        sba_vmerge::NAME => sba_vmerge::validate_scenario(text, origin),
+        pseries_ddw::NAME => pseries_ddw::validate_scenario(text, origin),
+        _ => Err(ExperimentError::UnknownName {
+            name: name.to_owned(),
+        }),
+    }
+}
+
 /// Runs a scenario file of experiment `name`.
 pub fn run_scenario(
     name: &str,

@@ -861,6 +861,52 @@ fn pct(new: f64, old: f64) -> f64 {
     }
 }
 
+/// What the soak ([`crate::soak`]) takes from a scenario of this experiment: its validated
+/// pieces, and a fresh partition IOMMU with the DDW kept as a dynamic window (`ddw`) or
+/// with the default window only.
+pub struct SoakParts {
+    /// The platform profile.
+    pub profile: PlatformProfile,
+    /// The network stack's CPU costs.
+    pub costs: StackCosts,
+    /// The wire.
+    pub link: LinkConfig,
+    /// The stream workload as the scenario configures it (sizes, rings, moderation).
+    pub stream: StreamConfig,
+    /// The scenario's many-thread count.
+    pub threads: usize,
+    /// How the hypervisor serialises TCE updates.
+    pub serialisation: HvSerialisation,
+    /// The partition's IOMMU.
+    pub iommu: Arc<PseriesIommu>,
+    /// The NIC's DMA identity.
+    pub dev: Device,
+}
+
+/// Validates `text` and builds the [`SoakParts`] of the DDW (`ddw`) or default-window
+/// configuration.
+pub fn soak_parts(text: &str, origin: &str, ddw: bool) -> Result<SoakParts, ExperimentError> {
+    let su = setup(text, origin)?;
+    let window = if ddw { Window::Ddw } else { Window::Default };
+    let (iommu, dev) = build_iommu(&su, window)?;
+    Ok(SoakParts {
+        profile: su.profile.clone(),
+        costs: su.costs,
+        link: su.link,
+        stream: su.base,
+        threads: su.sc.workload.threads.value,
+        serialisation: su.serialisation,
+        iommu,
+        dev,
+    })
+}
+
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    setup(text, origin).map(drop)
+}
+
 /// Runs a scenario file of this experiment.
 pub fn run_scenario(
     text: &str,

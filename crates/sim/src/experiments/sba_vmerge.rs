@@ -59,6 +59,8 @@ const CALIBRATION_ROW: &str = "novmerge.users100";
 /// Caps on what a scenario may ask for.
 const MAX_USERS: u64 = 5000;
 const MAX_TASKS: usize = 256;
+/// Most user counts one re-aim ramp may have (each is a run per kernel).
+pub const MAX_RAMP_POINTS: usize = 64;
 
 // ------------------------------------------------------------------------------------------
 // Scenario schema
@@ -496,11 +498,11 @@ fn validate(text: &str, origin: &str) -> Result<(Config, Scenario), ExperimentEr
         .step_by(r.increment as usize)
         .map(|u| u as u32)
         .collect();
-    if users.len() > 64 {
+    if users.len() > MAX_RAMP_POINTS {
         return Err(doc
             .field_error(
                 "reaim.increment",
-                "expected at most 64 user counts in the ramp",
+                format!("expected at most {MAX_RAMP_POINTS} user counts in the ramp"),
             )
             .into());
     }
@@ -817,6 +819,12 @@ fn mean_rows(rows: &[ReaimRow]) -> ReaimRow {
         std_dev_pct: avg(|r| r.std_dev_pct),
         jti: (rows.iter().map(|r| f64::from(r.jti)).sum::<f64>() / n).round() as u32,
     }
+}
+
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    validate(text, origin).map(drop)
 }
 
 /// Runs a scenario file of this experiment.

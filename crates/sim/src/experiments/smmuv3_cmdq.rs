@@ -271,6 +271,11 @@ fn check(doc: &TomlDoc<'_>, path: &str, p: &Param, lo: f64, hi: f64) -> Result<f
     Ok(p.value)
 }
 
+/// Most rows (machine and job configurations) one scenario may have.
+pub const MAX_ROWS: usize = 64;
+/// Most command-queue modes one row may list (there are three).
+pub const MAX_MODES_PER_ROW: usize = 3;
+
 fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let s: Scenario = doc.deserialize()?;
@@ -354,8 +359,10 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         disk_max_iops: check(&doc, "sas.disk_max_iops", &a.disk_max_iops, 1.0, 1e8)?,
         link_bandwidth: check(&doc, "sas.link_gb_per_s", &a.link_gb_per_s, 0.001, 1000.0)? * 1e9,
     };
-    if s.rows.is_empty() {
-        return Err(doc.field_error("rows", "expected at least one row").into());
+    if s.rows.is_empty() || s.rows.len() > MAX_ROWS {
+        return Err(doc
+            .field_error("rows", format!("expected 1 to {MAX_ROWS} rows"))
+            .into());
     }
     let mut rows = Vec::new();
     for (i, r) in s.rows.iter().enumerate() {
@@ -382,9 +389,12 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         if r.cpus == 0 || r.cpus > 1024 {
             return Err(doc.field_error(&at("cpus"), "expected 1..=1024").into());
         }
-        if r.modes.is_empty() {
+        if r.modes.is_empty() || r.modes.len() > MAX_MODES_PER_ROW {
             return Err(doc
-                .field_error(&at("modes"), "expected at least one mode")
+                .field_error(
+                    &at("modes"),
+                    format!("expected 1 to {MAX_MODES_PER_ROW} modes"),
+                )
                 .into());
         }
         let mut modes = Vec::new();
@@ -1511,6 +1521,12 @@ fn results_of(v: &Validated, options: &ExperimentOptions) -> Result<Results, Exp
 
 fn kiops(x: f64) -> String {
     format!("{:.0}K", x / 1e3)
+}
+
+/// Parses and validates a scenario file of this experiment without running it (the
+/// step `run_scenario` starts with; fast enough to fuzz).
+pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
+    validate(text, origin).map(drop)
 }
 
 /// Runs a scenario file of this experiment.

@@ -1,0 +1,19 @@
+//! Fuzzes the ipmmu-usb scenario parser: any text gives `Ok` or a bad-input error, never a
+//! panic, never a run failure.
+#![no_main]
+
+use iolab_sim::experiments::ipmmu_usb;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Err(e) = ipmmu_usb::validate_scenario(text, "fuzz.toml") {
+        assert!(
+            e.is_bad_input(),
+            "validation failed with a non-input error: {e}"
+        );
+        assert!(!e.to_string().is_empty());
+    }
+});
