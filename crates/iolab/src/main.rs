@@ -53,16 +53,17 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Run one scenario file (for example a modified copy of a bundled one in scenarios/).
+    /// Run one scenario file: a workload scenario (see docs/SCENARIOS.md and
+    /// scenarios/examples/) or a published experiment's (a copy of one in scenarios/).
     Run {
         /// The scenario file (TOML).
         scenario: std::path::PathBuf,
-        /// Runs per configuration (seeds derived from --seed).
+        /// Runs per configuration (seeds derived from the base seed).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
-        /// Base seed.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Base seed (default: the scenario's `seed`, else 1).
+        #[arg(long)]
+        seed: Option<u64>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -145,12 +146,7 @@ fn main() -> ExitCode {
             runs,
             seed,
             format,
-        } => reproduce::run_file(
-            &scenario,
-            ExperimentOptions { runs, seed },
-            format == Format::Json,
-            db_path,
-        ),
+        } => reproduce::run_file(&scenario, runs, seed, format == Format::Json, db_path),
         Command::Bench { quick, format } => {
             let report = bench::run_all(bench::Sampling::new(quick));
             match format {

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use iolab_sim::experiment::{render_effects, ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
+use iolab_sim::lab::{self, LabOptions};
 use serde::Serialize;
 
 use crate::db::{NewRun, ResultsDb};
@@ -99,11 +100,13 @@ pub fn reproduce(
     print_reports(&reports, &not_implemented, json)
 }
 
-/// Runs one scenario file; its top-level `experiment` key names the experiment schema. The
+/// Runs one scenario file: a published-experiment scenario (a top-level `experiment` key)
+/// through its experiment, any other file as a workload scenario ([`iolab_sim::lab`]). The
 /// report is stored in the results database at `db_path` when given.
 pub fn run_file(
     path: &Path,
-    options: ExperimentOptions,
+    runs: u32,
+    seed: Option<u64>,
     json: bool,
     db_path: Option<&Path>,
 ) -> ExitCode {
@@ -114,6 +117,13 @@ pub fn run_file(
             eprintln!("iolab run: cannot read {origin}: {e}");
             return ExitCode::from(2);
         }
+    };
+    if !lab::is_experiment_scenario(&text) {
+        return run_lab(&text, &origin, runs, seed, json, db_path);
+    }
+    let options = ExperimentOptions {
+        runs,
+        seed: seed.unwrap_or(1),
     };
     let name = match experiment_of(&text, &origin) {
         Ok(n) => n,
@@ -149,6 +159,66 @@ pub fn run_file(
             ExitCode::from(if e.is_bad_input() { 2 } else { 1 })
         }
     }
+}
+
+/// Runs a workload scenario: validates it completely before opening the database, so a
+/// bad file stores nothing.
+fn run_lab(
+    text: &str,
+    origin: &str,
+    runs: u32,
+    seed: Option<u64>,
+    json: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
+    let base = Path::new(origin).parent().filter(|p| p.is_dir());
+    let scenario = match lab::validate(text, origin, base) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("iolab run: {e}");
+            return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+        }
+    };
+    let mut db = match open_db("run", db_path) {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let started_at = SystemTime::now();
+    let out = match lab::run(&scenario, &LabOptions { runs, seed }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("iolab run: {origin}: {e}");
+            return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+        }
+    };
+    let run = NewRun {
+        kind: "lab",
+        scenario_origin: Some(origin),
+        scenario_text: Some(text),
+        seed: out.seed,
+        started_at,
+        finished_at: SystemTime::now(),
+        report: &out.report,
+    };
+    if let Err(code) = store("run", db.as_mut(), &run) {
+        return code;
+    }
+    if json {
+        match serde_json::to_string_pretty(&out.json()) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("iolab run: cannot encode the report as JSON: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        println!("== {}: {}", out.report.name, out.report.title);
+        print!("{}", out.report.report_text);
+        for n in &out.report.notes {
+            println!("note: {n}");
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Reads the `experiment` key of a scenario, with a clear error naming the file.
