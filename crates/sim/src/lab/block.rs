@@ -67,6 +67,7 @@ struct Stack {
     device: Device,
     k: BlockKernel,
     mmio_write_ns: u64,
+    poll_interval_ns: u64,
     iodepth: u64,
     slot_bytes: u64,
     counters: RefCell<DmaCounters>,
@@ -79,8 +80,15 @@ impl Stack {
         self.error.borrow_mut().get_or_insert(e).clone()
     }
 
-    fn work_ns(&self, w: &WorkRecord) -> f64 {
-        self.cost.cpu_ns(w) + self.cost.locks_uncontended_ns(w)
+    /// CPU time of a map or unmap: the counted steps, their locks (uncontended), the
+    /// hypervisor's time for TCE hypercalls (POWER) and the IPMMU's flush polling.
+    fn work_ns(&self, w: &WorkRecord) -> Result<f64, String> {
+        let hv = self
+            .cost
+            .hypervisor_ns(w)
+            .map_err(|e| self.fail(e.to_string()))?;
+        let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
+        Ok(self.cost.cpu_ns(w) + self.cost.locks_uncontended_ns(w) + hv + polls as f64)
     }
 
     async fn submit(&self, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
@@ -100,7 +108,7 @@ impl Stack {
             .path
             .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
-        let map_ns = self.work_ns(&w);
+        let map_ns = self.work_ns(&w)?;
         {
             let mut c = self.counters.borrow_mut();
             c.maps += 1;
@@ -181,7 +189,7 @@ impl Stack {
         {
             self.fail(format!("dma unmap failed: {}", e.error));
         }
-        let unmap_ns = self.work_ns(&w);
+        let unmap_ns = self.work_ns(&w).unwrap_or(0.0);
         {
             let mut c = self.counters.borrow_mut();
             c.unmaps += 1;
@@ -257,7 +265,7 @@ pub(crate) fn fio_job(s: &LabScenario, f: &FioSetup) -> FioJob {
 pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, ExperimentError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let h = sim.handle().clone();
-    let iommu::IommuPath { path, cmdq } = iommu::build(s, &h)?;
+    let built = iommu::build(s, &h)?;
     let device = Device::new(1, 64).map_err(model_err)?;
     let job = fio_job(s, f);
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
@@ -282,10 +290,17 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
                 )
             })
             .unzip(),
+        other => {
+            return Err(model_err(format!(
+                "fio needs block devices, not {}",
+                other.kind()
+            )))
+        }
     };
     let stack = Rc::new(Stack {
-        path,
-        cmdq,
+        path: built.path,
+        cmdq: built.cmdq,
+        poll_interval_ns: built.poll_interval_ns,
         cost: s.profile.cpu_cost_model(),
         devs,
         vectors: vector_cpus

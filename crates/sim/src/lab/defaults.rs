@@ -146,3 +146,34 @@ pub const FIO_USER_NS_PER_IO: Sourced<u64> = (
     500,
     "assumption (scenarios/smmuv3-cmdq.toml): fio's own issue and reap bookkeeping per I/O, ~1200 cycles",
 );
+
+/// SBA `iommu.delayed_frees`.
+pub const SBA_DELAYED_FREES: Sourced<usize> = (
+    64,
+    "sba_iommu.c DELAYED_RESOURCE_CNT = 64 (RESEARCH.md [src]; scenarios/sba-vmerge.toml)",
+);
+/// SBA `iommu.page_size`.
+pub const SBA_PAGE_SIZE: Sourced<u64> = (
+    16384,
+    "ia64 uses 16 KiB pages by default and sba_iommu.c's iovp_size is min(PAGE_SIZE, 64 KiB) (scenarios/sba-vmerge.toml)",
+);
+/// SBA IOV window: (base, size) in bytes.
+pub const SBA_WINDOW: Sourced<(u64, u64)> = (
+    (1 << 30, 1 << 30),
+    "assumption (scenarios/sba-vmerge.toml): the IOV window at 1 GiB, 1 GiB large",
+);
+/// POWER `iommu.default_window_mib`.
+pub const DEFAULT_WINDOW_MIB: Sourced<u64> = (
+    2048,
+    "RESEARCH.md: a 2 GB default window per host bridge on PowerVM (scenarios/pseries-ddw.toml)",
+);
+/// POWER `iommu.ddw_page_kib`.
+pub const DDW_PAGE_KIB: Sourced<u64> = (
+    64,
+    "SEEDS.md #4: PowerVM offers at most 64 KiB TCEs to SR-IOV VFs' DDWs",
+);
+/// bonnie `workload.file_mib`.
+pub const BONNIE_FILE_MIB: Sourced<u64> = (
+    16,
+    "assumption: a 16 MiB file runs in well under a second of host time; steady-state rates do not depend on it (the bundled ipmmu-usb scenario uses 64 MiB)",
+);

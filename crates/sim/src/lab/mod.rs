@@ -41,7 +41,9 @@ mod block;
 pub mod caps;
 pub mod defaults;
 mod iommu;
+mod net;
 pub mod spec;
+mod usb;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -156,8 +158,19 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
         )));
     }
     let base = options.seed.or(s.seed).unwrap_or(1);
-    match &s.workload {
-        spec::Workload::Fio(f) => run_fio(s, f, base, options.runs),
+    match (&s.workload, &s.devices) {
+        (spec::Workload::Fio(f), _) => run_fio(s, f, base, options.runs),
+        (spec::Workload::Bonnie(b), spec::Devices::Usb(u)) => {
+            run_bonnie(s, b, u, base, options.runs)
+        }
+        (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
+            run_netperf(s, n, *link, base, options.runs)
+        }
+        (w, d) => Err(ExperimentError::Model(format!(
+            "a {} workload cannot drive {} devices",
+            w.kind(),
+            d.kind()
+        ))),
     }
 }
 
@@ -172,10 +185,232 @@ fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
         .attr("iommu_mode", s.iommu.mode.name())
         .attr("device", s.devices.kind())
         .attr("devices", s.devices.len());
-    if s.iommu.model == spec::IommuModel::Smmuv3 {
+    if s.iommu.uses_cmdq() {
         m = m.attr("cmdq", s.iommu.cmdq.name());
     }
     m
+}
+
+/// The measurement id of run `r` of `runs`.
+fn config_id(s: &LabScenario, r: u32, runs: u32) -> String {
+    if runs == 1 {
+        s.name.clone()
+    } else {
+        format!("{}#{r}", s.name)
+    }
+}
+
+/// "smmuv3 strict (cmdq lockfree)" and the like.
+fn iommu_label(s: &LabScenario) -> String {
+    let mut t = format!("{} {}", s.iommu.model.name(), s.iommu.mode.name());
+    if s.iommu.uses_cmdq() {
+        let _ = write!(t, " (cmdq {})", s.iommu.cmdq.name());
+    }
+    t
+}
+
+fn report(
+    s: &LabScenario,
+    title: String,
+    runs: u32,
+    text: String,
+    measurements: Vec<Measurement>,
+) -> ExperimentReport {
+    ExperimentReport {
+        name: s.name.clone(),
+        title,
+        runs,
+        figures: Vec::new(),
+        effects: Vec::new(),
+        calibrated: Vec::new(),
+        report_text: text,
+        notes: Vec::new(),
+        measurements,
+    }
+}
+
+/// The bonnie++ phases in CSV order, with the metric stem of each.
+const BONNIE_PHASES: [&str; 6] = [
+    "out_char",
+    "out_block",
+    "rewrite",
+    "in_char",
+    "in_block",
+    "seeks",
+];
+
+fn run_bonnie(
+    s: &LabScenario,
+    b: &spec::BonnieSetup,
+    u: &spec::UsbSetup,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    use crate::workloads::bonnie::{csv_row, CsvValues};
+    let mut text = String::new();
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let out = usb::run_bonnie(s, b, u, seed)?;
+        let v = CsvValues::from_result(&out.result);
+        let config = config_id(s, r, runs);
+        let mut m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "bonnie")
+            .attr("usb_speed", &u.config.link.name)
+            .attr("file_mib", b.config.file_bytes >> 20)
+            .attr("threads", b.config.seekers)
+            .attr("seed", seed)
+            .attr("run", r)
+            .cpu(out.cpu);
+        for (i, phase) in BONNIE_PHASES.iter().enumerate() {
+            let (unit, stem) = if *phase == "seeks" {
+                ("/s", "per_s")
+            } else {
+                ("K/sec", "kps")
+            };
+            m = m
+                .metric(Metric::new(
+                    format!("bonnie.{phase}_{stem}"),
+                    unit,
+                    v.v[2 * i],
+                ))
+                .metric(Metric::new(
+                    format!("bonnie.{phase}_cpu_pct"),
+                    "%",
+                    v.v[2 * i + 1],
+                ));
+        }
+        let per = |x: u64, n: u64| if n > 0 { x as f64 / n as f64 } else { 0.0 };
+        m = m
+            .metric(Metric::new(
+                "usb.commands",
+                "count",
+                out.usb.commands as f64,
+            ))
+            .metric(Metric::new(
+                "usb.map_ns",
+                "ns",
+                per(out.usb.map_ns, out.usb.commands),
+            ))
+            .metric(Metric::new(
+                "usb.unmap_ns",
+                "ns",
+                per(out.usb.unmap_ns, out.usb.commands),
+            ))
+            .metric(Metric::new("usb.flushes", "count", out.usb.flushes as f64));
+        let _ = writeln!(
+            text,
+            "{}",
+            csv_row(&config, &format!("{}M", b.size_mib), &v)
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "bonnie++ 1.03 CSV, {} MiB file on USB {} ({}), {} ({} CPUs)",
+        b.config.file_bytes >> 20,
+        u.config.link.name,
+        s.profile.name,
+        iommu_label(s),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+    })
+}
+
+fn run_netperf(
+    s: &LabScenario,
+    n: &spec::NetperfSetup,
+    link: crate::devices::nic::LinkConfig,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    use crate::workloads::netperf::StreamDirection;
+    let dir = match n.stream.direction {
+        StreamDirection::Write => "write",
+        StreamDirection::Read => "read",
+    };
+    let secs = (n.stream.run_ns - n.stream.warmup_ns) as f64 / 1e9;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "TCP STREAM TEST (lab): {dir}, {} threads, {:.0} Gb/s link, {}",
+        n.stream.threads,
+        link.gbps,
+        iommu_label(s)
+    );
+    let _ = writeln!(text, "Message  Elapsed  Throughput    Latency  CPU     CPU");
+    let _ = writeln!(
+        text,
+        "Size     Time     10^6bits/sec  avg      util    spin"
+    );
+    let _ = writeln!(text, "bytes    secs.                  us       %       %");
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let out = net::run_netperf(s, n, link, seed)?;
+        let config = config_id(s, r, runs);
+        let messages =
+            (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);
+        let m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "netperf")
+            .attr("direction", dir)
+            .attr("threads", n.stream.threads)
+            .attr("message_bytes", n.stream.message_bytes)
+            .attr("seed", seed)
+            .attr("run", r)
+            .metric(Metric::new(
+                "net.throughput_gbps",
+                "Gb/s",
+                out.throughput_gbps,
+            ))
+            .metric(Metric::new(
+                "net.latency_mean_us",
+                "us",
+                out.mean_latency_us,
+            ))
+            .metric(Metric::new("net.messages", "count", out.messages as f64))
+            .metric(Metric::new("cpu.busy_pct", "%", out.busy_pct))
+            .metric(Metric::new("cpu.spin_pct", "%", out.spin_pct))
+            .metric(Metric::new("link.busy_pct", "%", out.link_busy_pct))
+            .metric(Metric::new(
+                "dma.hypercalls_per_msg",
+                "count",
+                out.dma.hypercalls as f64 / messages,
+            ))
+            .metric(Metric::new(
+                "dma.tces_per_msg",
+                "count",
+                out.dma.tces as f64 / messages,
+            ));
+        let _ = writeln!(
+            text,
+            "{:<8} {:<8.3} {:<13.2} {:<8.1} {:<7.1} {:.1}",
+            n.stream.message_bytes,
+            secs,
+            out.throughput_gbps * 1000.0,
+            out.mean_latency_us,
+            out.busy_pct,
+            out.spin_pct
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "netperf-like TCP stream, {dir}, {} threads x {} B on a {:.0} Gb/s NIC ({}), {} ({} CPUs)",
+        n.stream.threads,
+        n.stream.message_bytes,
+        link.gbps,
+        s.profile.name,
+        iommu_label(s),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+    })
 }
 
 fn run_fio(
@@ -261,14 +496,8 @@ fn run_fio(
         text.push_str(&crate::workloads::fio::summary_text(&out.job, &out.json));
         let _ = writeln!(
             text,
-            "  iommu        : {} {}{}, maps={}, map={:.0}ns, unmap={:.0}ns, syncs={}, fq flushes={}, irq cpus={}",
-            s.iommu.model.name(),
-            s.iommu.mode.name(),
-            if s.iommu.model == spec::IommuModel::Smmuv3 {
-                format!(" (cmdq {})", s.iommu.cmdq.name())
-            } else {
-                String::new()
-            },
+            "  iommu        : {}, maps={}, map={:.0}ns, unmap={:.0}ns, syncs={}, fq flushes={}, irq cpus={}",
+            iommu_label(s),
             out.dma.maps,
             per(out.dma.map_ns, out.dma.maps),
             per(out.dma.unmap_ns, out.dma.unmaps),

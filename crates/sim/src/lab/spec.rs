@@ -82,6 +82,16 @@ struct IommuSpec {
     flush_queue_size: Option<usize>,
     #[serde(default)]
     flush_timeout_ms: Option<u64>,
+    #[serde(default)]
+    delayed_frees: Option<usize>,
+    #[serde(default)]
+    page_size: Option<u64>,
+    #[serde(default)]
+    default_window_mib: Option<u64>,
+    #[serde(default)]
+    ddw_window_gib: Option<u64>,
+    #[serde(default)]
+    ddw_page_kib: Option<u64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -143,6 +153,83 @@ struct SasSpec {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct UsbSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    speed: Option<String>,
+    #[serde(default)]
+    command_overhead_ns: Option<u64>,
+    #[serde(default)]
+    per_segment_ns: Option<u64>,
+    #[serde(default)]
+    media_read_latency_us: Option<f64>,
+    #[serde(default)]
+    completion_ns: Option<u64>,
+    #[serde(default)]
+    storage_cpu: Option<usize>,
+    #[serde(default)]
+    irq_cpu: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NicSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    link_gbps: Option<f64>,
+    #[serde(default)]
+    mtu: Option<u64>,
+    #[serde(default)]
+    queues: Option<usize>,
+    #[serde(default)]
+    tx_ring_entries: Option<usize>,
+    #[serde(default)]
+    rx_ring_pages: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BonnieSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    file_mib: Option<u64>,
+    #[serde(default)]
+    logical_file_mib: Option<u64>,
+    #[serde(default)]
+    ram_mib: Option<u64>,
+    #[serde(default)]
+    chunk_bytes: Option<u64>,
+    #[serde(default)]
+    seeks: Option<u64>,
+    #[serde(default)]
+    seeker_cpus: Option<Vec<usize>>,
+    #[serde(default)]
+    bonnie_cpu: Option<usize>,
+    #[serde(default)]
+    flusher_cpu: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetperfSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    direction: Option<String>,
+    #[serde(default)]
+    threads: Option<usize>,
+    #[serde(default)]
+    message_bytes: Option<u64>,
+    run_ms: u64,
+    #[serde(default)]
+    warmup_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FioSpec {
     #[allow(dead_code)]
     kind: String,
@@ -181,18 +268,49 @@ pub enum IommuModel {
     None,
     /// Arm SMMUv3 (HiSilicon D05/D06).
     Smmuv3,
+    /// Renesas IPMMU-VMSA (R-Car H3).
+    Ipmmu,
+    /// HP zx1 SBA IOMMU.
+    Sba,
+    /// IBM POWER TCE windows under PowerVM.
+    Pseries,
 }
 
 impl IommuModel {
     /// Every model name a scenario may use.
-    pub const NAMES: [&'static str; 2] = ["none", "smmuv3"];
+    pub const NAMES: [&'static str; 5] = ["none", "smmuv3", "ipmmu", "sba", "pseries"];
 
     /// The scenario spelling.
     pub fn name(self) -> &'static str {
         match self {
             IommuModel::None => "none",
             IommuModel::Smmuv3 => "smmuv3",
+            IommuModel::Ipmmu => "ipmmu",
+            IommuModel::Sba => "sba",
+            IommuModel::Pseries => "pseries",
         }
+    }
+
+    /// The modes this model supports, first the default.
+    pub fn modes(self) -> &'static [&'static str] {
+        match self {
+            IommuModel::None => &["off"],
+            IommuModel::Smmuv3 => &["strict", "lazy", "passthrough", "off"],
+            IommuModel::Ipmmu => &["strict", "off"],
+            IommuModel::Sba => &["translated", "bypass", "off"],
+            IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct"],
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "none" => IommuModel::None,
+            "smmuv3" => IommuModel::Smmuv3,
+            "ipmmu" => IommuModel::Ipmmu,
+            "sba" => IommuModel::Sba,
+            "pseries" => IommuModel::Pseries,
+            _ => return None,
+        })
     }
 }
 
@@ -207,6 +325,17 @@ pub enum IommuMode {
     Strict,
     /// Translated, invalidations batched through per-CPU flush queues.
     Lazy,
+    /// SBA: translated through the I/O pdir, purges batched after `delayed_frees` unmaps
+    /// (the driver's only translated behaviour).
+    Translated,
+    /// SBA: buffers the device's 64-bit mask reaches bypass the IOMMU (`ALLOW_IOV_BYPASS`).
+    Bypass,
+    /// POWER: the default 32-bit window with 4 KiB TCEs, one hypercall per map and unmap.
+    DefaultWindow,
+    /// POWER: a dynamic DMA window (64 KiB TCEs), mapped per I/O.
+    DdwDynamic,
+    /// POWER: a DDW that maps all memory once (no per-I/O hypercalls).
+    DdwDirect,
 }
 
 impl IommuMode {
@@ -217,7 +346,27 @@ impl IommuMode {
             IommuMode::Passthrough => "passthrough",
             IommuMode::Strict => "strict",
             IommuMode::Lazy => "lazy",
+            IommuMode::Translated => "translated",
+            IommuMode::Bypass => "bypass",
+            IommuMode::DefaultWindow => "default-window",
+            IommuMode::DdwDynamic => "ddw-dynamic",
+            IommuMode::DdwDirect => "ddw-direct",
         }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "off" => IommuMode::Off,
+            "passthrough" => IommuMode::Passthrough,
+            "strict" => IommuMode::Strict,
+            "lazy" => IommuMode::Lazy,
+            "translated" => IommuMode::Translated,
+            "bypass" => IommuMode::Bypass,
+            "default-window" => IommuMode::DefaultWindow,
+            "ddw-dynamic" => IommuMode::DdwDynamic,
+            "ddw-direct" => IommuMode::DdwDirect,
+            _ => return None,
+        })
     }
 }
 
@@ -257,6 +406,23 @@ pub struct IommuSetup {
     pub flush_queue_size: usize,
     /// Lazy mode: flush timer, ns.
     pub flush_timeout_ns: u64,
+    /// SBA: unmaps queued before a purge.
+    pub sba_delayed_frees: usize,
+    /// SBA: IOMMU page size, bytes.
+    pub sba_page_size: u64,
+    /// POWER: default window size, bytes.
+    pub default_window_bytes: u64,
+    /// POWER: DDW size, bytes.
+    pub ddw_window_bytes: u64,
+    /// POWER: log2 of the DDW's TCE page size.
+    pub ddw_page_shift: u32,
+}
+
+impl IommuSetup {
+    /// Whether the SMMUv3 command queue is in use (SMMUv3 in a translated mode).
+    pub fn uses_cmdq(&self) -> bool {
+        self.model == IommuModel::Smmuv3 && matches!(self.mode, IommuMode::Strict | IommuMode::Lazy)
+    }
 }
 
 /// Per-I/O kernel costs of the block path, ns.
@@ -281,6 +447,21 @@ pub enum Devices {
     Nvme(Vec<crate::devices::nvme::NvmeParams>),
     /// SAS HBAs, each with its disks.
     Sas(Vec<crate::devices::sas::SasParams>),
+    /// One USB mass-storage device behind an xHCI.
+    Usb(Box<UsbSetup>),
+    /// One NIC (an SR-IOV VF of a 100 GbE adapter by default).
+    Nic(crate::devices::nic::LinkConfig),
+}
+
+/// A validated USB mass-storage device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsbSetup {
+    /// Device, link and host-controller parameters.
+    pub config: crate::devices::usb::UsbStorageConfig,
+    /// The DMA layer's maximum segment size, bytes.
+    pub max_segment_size: u64,
+    /// The block layer's maximum segments per request.
+    pub max_segments: usize,
 }
 
 impl Devices {
@@ -289,6 +470,8 @@ impl Devices {
         match self {
             Devices::Nvme(_) => "nvme",
             Devices::Sas(_) => "sas",
+            Devices::Usb(_) => "usb",
+            Devices::Nic(_) => "nic",
         }
     }
 
@@ -297,6 +480,7 @@ impl Devices {
         match self {
             Devices::Nvme(v) => v.len(),
             Devices::Sas(v) => v.len(),
+            Devices::Usb(_) | Devices::Nic(_) => 1,
         }
     }
 
@@ -335,11 +519,35 @@ pub struct FioSetup {
     pub user_ns_per_io: u64,
 }
 
+/// A validated bonnie++ workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BonnieSetup {
+    /// The suite's configuration (file, page cache, placement).
+    pub config: crate::workloads::bonnie::BonnieConfig,
+    /// The size column of the CSV row, MiB (the logical file size bonnie++ reports).
+    pub size_mib: u64,
+}
+
+/// A validated netperf-like stream workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetperfSetup {
+    /// Threads, direction, message size, rings, run length.
+    pub stream: crate::workloads::netperf::StreamConfig,
+    /// Network-stack CPU costs.
+    pub costs: crate::workloads::netperf::StackCosts,
+    /// Whether the hypervisor serialises TCE updates per table.
+    pub serialisation: crate::devices::nic::HvSerialisation,
+}
+
 /// The workload of a scenario.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Workload {
     /// fio on block devices.
     Fio(FioSetup),
+    /// bonnie++ on a USB disk.
+    Bonnie(Box<BonnieSetup>),
+    /// netperf-like TCP streams on a NIC.
+    Netperf(Box<NetperfSetup>),
 }
 
 impl Workload {
@@ -347,6 +555,8 @@ impl Workload {
     pub fn kind(&self) -> &'static str {
         match self {
             Workload::Fio(_) => "fio",
+            Workload::Bonnie(_) => "bonnie",
+            Workload::Netperf(_) => "netperf",
         }
     }
 }
@@ -380,8 +590,8 @@ pub struct LabScenario {
 // Validation
 // ---------------------------------------------------------------------------------------
 
-const DEVICE_KINDS: [&str; 2] = ["nvme", "sas"];
-const WORKLOAD_KINDS: [&str; 1] = ["fio"];
+const DEVICE_KINDS: [&str; 4] = ["nvme", "sas", "usb", "nic"];
+const WORKLOAD_KINDS: [&str; 3] = ["fio", "bonnie", "netperf"];
 
 fn one_of(names: &[&str]) -> String {
     let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
@@ -564,10 +774,65 @@ pub fn validate(
             let fio = fio(&doc, &f.workload, &common)?;
             Ok(common.finish(kernel, Devices::Sas(devs), Workload::Fio(fio)))
         }
+        ("bonnie", "usb") => {
+            let f: File<UsbSpec, BonnieSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "bonnie")?;
+            if !matches!(common.iommu.model, IommuModel::None | IommuModel::Ipmmu) {
+                return Err(doc
+                    .field_error(
+                        "iommu.model",
+                        "bonnie on usb is modelled behind the R-Car xHCI: expected \"none\" or \"ipmmu\"",
+                    )
+                    .into());
+            }
+            let bundled = crate::experiments::ipmmu_usb::parse(
+                crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
+                "scenarios/ipmmu-usb.toml (bundled)",
+            )?;
+            let usb = usb(&doc, &f.device[0], &bundled, common.cpus)?;
+            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, &usb)?;
+            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
+        }
+        ("netperf", "nic") => {
+            let f: File<NicSpec, NetperfSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "netperf")?;
+            match common.iommu.mode {
+                IommuMode::DefaultWindow | IommuMode::DdwDynamic => {}
+                IommuMode::DdwDirect => {
+                    return Err(doc
+                        .field_error(
+                            "iommu.mode",
+                            "the NIC model (devices::nic::TceDma) times TCE pools and hypercalls; a direct DDW has none: expected \"default-window\" or \"ddw-dynamic\"",
+                        )
+                        .into())
+                }
+                _ => {
+                    return Err(doc
+                        .field_error(
+                            "iommu.model",
+                            "the NIC model's DMA path is the POWER TCE path: expected \"pseries\"",
+                        )
+                        .into())
+                }
+            }
+            let bundled = crate::experiments::pseries_ddw::setup(
+                crate::experiments::pseries_ddw::BUNDLED_SCENARIO,
+                "scenarios/pseries-ddw.toml (bundled)",
+            )?;
+            let (link, nic) = nic(&doc, &f.device[0], &bundled)?;
+            let netperf = netperf(&doc, &f.workload, &bundled, &common, nic)?;
+            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            Ok(common.finish(kernel, Devices::Nic(link), Workload::Netperf(Box::new(netperf))))
+        }
         (w, dv) => Err(doc
             .field_error(
                 "workload.kind",
-                format!("a {w} workload does not run on {dv} devices: fio runs on nvme or sas"),
+                format!(
+                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on usb, netperf on nic"
+                ),
             )
             .into()),
     }
@@ -631,7 +896,10 @@ fn common<D, W>(
         MAX_MEMORY_GIB,
         "GiB (cap MAX_MEMORY_GIB)",
     )?;
-    let iommu = iommu(doc, &f.iommu, &profile)?;
+    let iommu = iommu(doc, &f.iommu, &profile, memory_gib)?;
+    // The profile describes this machine: its core count is the scenario's.
+    let mut profile = profile;
+    profile.cpu.cores = cpus as u32;
     Ok(Common {
         name,
         description: f.description.clone(),
@@ -647,76 +915,93 @@ fn iommu(
     doc: &TomlDoc<'_>,
     s: &IommuSpec,
     profile: &PlatformProfile,
+    memory_gib: u64,
 ) -> Result<IommuSetup, ExperimentError> {
-    let model = match s.model.as_str() {
-        "none" => IommuModel::None,
-        "smmuv3" => IommuModel::Smmuv3,
-        "ipmmu" | "sba" | "pseries" => return Err(doc
-            .field_error(
-                "iommu.model",
-                format!(
-                    "\"{}\" cannot drive a workload scenario yet: expected \"none\" or \"smmuv3\"",
-                    s.model
-                ),
-            )
-            .into()),
-        other => {
+    let model = IommuModel::parse(&s.model).ok_or_else(|| {
+        doc.field_error(
+            "iommu.model",
+            format!(
+                "unknown model \"{}\": {}",
+                s.model,
+                one_of(&IommuModel::NAMES)
+            ),
+        )
+    })?;
+    let modes = model.modes();
+    let mode_name = s.mode.clone().unwrap_or_else(|| modes[0].to_owned());
+    let mode = match IommuMode::parse(&mode_name) {
+        Some(m) if modes.contains(&mode_name.as_str()) => m,
+        Some(_) => {
             return Err(doc
                 .field_error(
-                    "iommu.model",
-                    format!("unknown model \"{other}\": {}", one_of(&IommuModel::NAMES)),
+                    "iommu.mode",
+                    format!(
+                        "mode \"{mode_name}\" does not apply to iommu.model = \"{}\": {}",
+                        model.name(),
+                        one_of(modes)
+                    ),
+                )
+                .into())
+        }
+        None => {
+            return Err(doc
+                .field_error(
+                    "iommu.mode",
+                    format!(
+                        "unknown mode \"{mode_name}\": for iommu.model = \"{}\" {}",
+                        model.name(),
+                        one_of(modes)
+                    ),
                 )
                 .into())
         }
     };
-    let modes: &[&str] = match model {
-        IommuModel::None => &["off"],
-        IommuModel::Smmuv3 => &["off", "passthrough", "strict", "lazy"],
-    };
-    let mode_name = s.mode.clone().unwrap_or_else(|| match model {
-        IommuModel::None => "off".into(),
-        _ => "strict".into(),
-    });
-    if !modes.contains(&mode_name.as_str()) {
-        return Err(doc
-            .field_error(
-                "iommu.mode",
-                format!(
-                    "mode \"{mode_name}\" does not apply to iommu.model = \"{}\": {}",
-                    model.name(),
-                    one_of(modes)
-                ),
-            )
-            .into());
-    }
-    let mode = match mode_name.as_str() {
-        "off" => IommuMode::Off,
-        "passthrough" => IommuMode::Passthrough,
-        "strict" => IommuMode::Strict,
-        _ => IommuMode::Lazy,
-    };
-    let smmu_only = |field: &str, set: bool| -> Result<(), InputError> {
-        if set && model != IommuModel::Smmuv3 {
-            return Err(doc.field_error(
-                &format!("iommu.{field}"),
-                "applies to iommu.model = \"smmuv3\" only",
-            ));
+    let uses_cmdq =
+        model == IommuModel::Smmuv3 && matches!(mode, IommuMode::Strict | IommuMode::Lazy);
+    let only = |field: &str, set: bool, applies: bool, to: &str| -> Result<(), InputError> {
+        if set && !applies {
+            return Err(doc.field_error(&format!("iommu.{field}"), format!("applies to {to} only")));
         }
         Ok(())
     };
-    smmu_only("cmdq", s.cmdq.is_some())?;
-    smmu_only("cmdq_log2size", s.cmdq_log2size.is_some())?;
-    smmu_only("cmdq_batch_max", s.cmdq_batch_max.is_some())?;
-    let lazy_only = |field: &str, set: bool| -> Result<(), InputError> {
-        if set && mode != IommuMode::Lazy {
-            return Err(
-                doc.field_error(&format!("iommu.{field}"), "applies to mode = \"lazy\" only")
-            );
-        }
-        Ok(())
-    };
-    lazy_only("flush_queue_size", s.flush_queue_size.is_some())?;
-    lazy_only("flush_timeout_ms", s.flush_timeout_ms.is_some())?;
+    let smmu = "iommu.model = \"smmuv3\" in mode strict or lazy";
+    only("cmdq", s.cmdq.is_some(), uses_cmdq, smmu)?;
+    only("cmdq_log2size", s.cmdq_log2size.is_some(), uses_cmdq, smmu)?;
+    only(
+        "cmdq_batch_max",
+        s.cmdq_batch_max.is_some(),
+        uses_cmdq,
+        smmu,
+    )?;
+    let lazy = mode == IommuMode::Lazy;
+    only(
+        "flush_queue_size",
+        s.flush_queue_size.is_some(),
+        lazy,
+        "mode = \"lazy\"",
+    )?;
+    only(
+        "flush_timeout_ms",
+        s.flush_timeout_ms.is_some(),
+        lazy,
+        "mode = \"lazy\"",
+    )?;
+    let sba = model == IommuModel::Sba && mode == IommuMode::Translated;
+    let sba_to = "iommu.model = \"sba\" in mode translated";
+    only("delayed_frees", s.delayed_frees.is_some(), sba, sba_to)?;
+    only("page_size", s.page_size.is_some(), sba, sba_to)?;
+    let power = model == IommuModel::Pseries;
+    only(
+        "default_window_mib",
+        s.default_window_mib.is_some(),
+        power,
+        "iommu.model = \"pseries\"",
+    )?;
+    let ddw = matches!(mode, IommuMode::DdwDynamic | IommuMode::DdwDirect);
+    let ddw_to = "the ddw-dynamic and ddw-direct modes";
+    only("ddw_window_gib", s.ddw_window_gib.is_some(), ddw, ddw_to)?;
+    only("ddw_page_kib", s.ddw_page_kib.is_some(), ddw, ddw_to)?;
+
     let cmdq = match s.cmdq.as_deref().unwrap_or(d::CMDQ.0) {
         "spinlock" => CmdqDesign::Spinlock,
         "lockfree" => CmdqDesign::LockFree,
@@ -761,13 +1046,102 @@ fn iommu(
         MAX_RUN_MS,
         "ms",
     )?;
-    if model == IommuModel::Smmuv3 && matches!(mode, IommuMode::Strict | IommuMode::Lazy) {
-        profile.require_cmdq().map_err(|e| {
+    let sba_delayed_frees = range(
+        doc,
+        "iommu.delayed_frees",
+        s.delayed_frees.unwrap_or(d::SBA_DELAYED_FREES.0),
+        0,
+        iolab_iommu::hw::sba::MAX_DELAYED_FREES,
+        "unmaps (the model's cap)",
+    )?;
+    let sba_page_size = s.page_size.unwrap_or(d::SBA_PAGE_SIZE.0);
+    if !sba_page_size.is_power_of_two() || !(4096..=65536).contains(&sba_page_size) {
+        return Err(doc
+            .field_error(
+                "iommu.page_size",
+                format!("expected a power of two in 4096..=65536 bytes, got {sba_page_size}"),
+            )
+            .into());
+    }
+    let default_window_mib = range(
+        doc,
+        "iommu.default_window_mib",
+        s.default_window_mib.unwrap_or(d::DEFAULT_WINDOW_MIB.0),
+        256,
+        4096,
+        "MiB (a 32-bit window)",
+    )?;
+    let ddw_default = if mode == IommuMode::DdwDirect {
+        memory_gib
+    } else {
+        (memory_gib / 2).max(1)
+    };
+    let ddw_window_gib = range(
+        doc,
+        "iommu.ddw_window_gib",
+        s.ddw_window_gib.unwrap_or(ddw_default),
+        1,
+        MAX_MEMORY_GIB,
+        "GiB",
+    )?;
+    if mode == IommuMode::DdwDynamic && ddw_window_gib >= memory_gib {
+        return Err(doc
+            .field_error(
+                "iommu.ddw_window_gib",
+                format!(
+                    "a DDW of {ddw_window_gib} GiB maps all {memory_gib} GiB of memory, which makes it direct: expected less than machine.memory_gib for ddw-dynamic (or use mode = \"ddw-direct\")"
+                ),
+            )
+            .into());
+    }
+    if mode == IommuMode::DdwDirect && ddw_window_gib < memory_gib {
+        return Err(doc
+            .field_error(
+                "iommu.ddw_window_gib",
+                format!(
+                    "a direct DDW maps all memory: expected at least machine.memory_gib = {memory_gib}"
+                ),
+            )
+            .into());
+    }
+    let ddw_page_kib = s.ddw_page_kib.unwrap_or(d::DDW_PAGE_KIB.0);
+    let ddw_page_shift = match ddw_page_kib {
+        4 => 12,
+        64 => 16,
+        2048 => 21,
+        16384 => 24,
+        other => return Err(doc
+            .field_error(
+                "iommu.ddw_page_kib",
+                format!(
+                    "expected 4, 64, 2048 or 16384 (a TCE page size PowerVM offers), got {other}"
+                ),
+            )
+            .into()),
+    };
+    let needs = |what: Result<(), crate::cost::CostError>, group: &str| -> Result<(), InputError> {
+        what.map_err(|e| {
             doc.field_error(
                 "machine.platform",
-                format!("iommu.model = \"smmuv3\" needs a profile with a [iommu.cmdq] group: {e}"),
+                format!(
+                    "iommu.model = \"{}\" in mode {} needs a profile with a {group} group: {e}",
+                    model.name(),
+                    mode.name()
+                ),
             )
-        })?;
+        })
+    };
+    if uses_cmdq {
+        needs(profile.require_cmdq().map(|_| ()), "[iommu.cmdq]")?;
+    }
+    if model == IommuModel::Ipmmu && mode == IommuMode::Strict {
+        needs(
+            profile.require_register_flush().map(|_| ()),
+            "[iommu.register_flush]",
+        )?;
+    }
+    if model == IommuModel::Pseries {
+        needs(profile.require_hypervisor().map(|_| ()), "[hypervisor]")?;
     }
     Ok(IommuSetup {
         model,
@@ -777,6 +1151,321 @@ fn iommu(
         cmdq_batch_max,
         flush_queue_size,
         flush_timeout_ns: flush_timeout_ms * 1_000_000,
+        sba_delayed_frees,
+        sba_page_size,
+        default_window_bytes: default_window_mib << 20,
+        ddw_window_bytes: ddw_window_gib << 30,
+        ddw_page_shift,
+    })
+}
+
+fn one_device(doc: &TomlDoc<'_>, n: usize, workload: &str) -> Result<(), InputError> {
+    if n != 1 {
+        return Err(doc.field_error(
+            "device",
+            format!("a {workload} workload drives exactly one device, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A CPU index field: explicit values must exist; defaults wrap onto the machine.
+fn cpu(
+    doc: &TomlDoc<'_>,
+    path: &str,
+    v: Option<usize>,
+    default: usize,
+    cpus: usize,
+) -> Result<usize, InputError> {
+    match v {
+        Some(c) if c >= cpus => Err(doc.field_error(
+            path,
+            format!("expected a CPU in 0..{cpus} (machine.cpus = {cpus}), got {c}"),
+        )),
+        Some(c) => Ok(c),
+        None => Ok(default % cpus),
+    }
+}
+
+fn usb(
+    doc: &TomlDoc<'_>,
+    s: &UsbSpec,
+    b: &crate::experiments::ipmmu_usb::Model,
+    cpus: usize,
+) -> Result<UsbSetup, InputError> {
+    let mut c = b.usb_common.clone();
+    c.link = match s.speed.as_deref().unwrap_or("superspeed") {
+        "superspeed" => b.superspeed.clone(),
+        "highspeed" => b.highspeed.clone(),
+        other => {
+            return Err(doc.field_error(
+                "device[0].speed",
+                format!("unknown speed \"{other}\": expected \"superspeed\" or \"highspeed\""),
+            ))
+        }
+    };
+    if let Some(v) = s.command_overhead_ns {
+        c.command_overhead_ns = range(
+            doc,
+            "device[0].command_overhead_ns",
+            v,
+            0,
+            100_000_000,
+            "ns",
+        )?;
+    }
+    if let Some(v) = s.per_segment_ns {
+        c.per_segment_ns = range(doc, "device[0].per_segment_ns", v, 0, 1_000_000, "ns")?;
+    }
+    if let Some(v) = s.media_read_latency_us {
+        c.media_read_latency_ns =
+            (real(doc, "device[0].media_read_latency_us", v, 0.0, 1e6)? * 1e3).round() as u64;
+    }
+    if let Some(v) = s.completion_ns {
+        c.completion_ns = range(doc, "device[0].completion_ns", v, 0, 1_000_000, "ns")?;
+    }
+    c.storage_cpu = cpu(
+        doc,
+        "device[0].storage_cpu",
+        s.storage_cpu,
+        c.storage_cpu,
+        cpus,
+    )?;
+    c.irq_cpu = cpu(doc, "device[0].irq_cpu", s.irq_cpu, c.irq_cpu, cpus)?;
+    Ok(UsbSetup {
+        config: c,
+        max_segment_size: b.max_segment_size,
+        max_segments: b.max_segments,
+    })
+}
+
+fn bonnie(
+    doc: &TomlDoc<'_>,
+    s: &BonnieSpec,
+    b: &crate::experiments::ipmmu_usb::Model,
+    c: &Common,
+    usb: &UsbSetup,
+) -> Result<BonnieSetup, InputError> {
+    let mut cfg = b.bonnie.clone();
+    let file_mib = range(
+        doc,
+        "workload.file_mib",
+        s.file_mib.unwrap_or(d::BONNIE_FILE_MIB.0),
+        1,
+        MAX_FILE_MIB,
+        "MiB (cap MAX_FILE_MIB)",
+    )?;
+    let logical = s.logical_file_mib.unwrap_or(cfg.logical_file_bytes >> 20);
+    let logical = range(
+        doc,
+        "workload.logical_file_mib",
+        logical,
+        file_mib,
+        MAX_TARGET_GIB << 10,
+        "MiB (at least file_mib)",
+    )?;
+    // Dirty thresholds scale with the file, as in the bundled scenario.
+    let scale = file_mib as f64 / (cfg.file_bytes as f64 / 1_048_576.0);
+    cfg.dirty_background = ((cfg.dirty_background as f64 * scale) as u64).max(4096);
+    cfg.dirty_limit = ((cfg.dirty_limit as f64 * scale) as u64).max(cfg.dirty_background + 4096);
+    cfg.file_bytes = file_mib << 20;
+    cfg.logical_file_bytes = logical << 20;
+    let ram_mib = range(
+        doc,
+        "workload.ram_mib",
+        s.ram_mib.unwrap_or(cfg.ram_bytes >> 20),
+        1,
+        MAX_MEMORY_GIB << 10,
+        "MiB",
+    )?;
+    cfg.ram_bytes = ram_mib << 20;
+    cfg.ram_base = BUFFER_BASE;
+    if BUFFER_BASE + cfg.ram_bytes > c.memory_bytes {
+        return Err(doc.field_error(
+            "workload.ram_mib",
+            format!(
+                "the page cache ({ram_mib} MiB above the first GiB) does not fit in machine.memory_gib = {}",
+                c.memory_bytes >> 30
+            ),
+        ));
+    }
+    if let Some(ch) = s.chunk_bytes {
+        if ch == 0 || ch % 512 != 0 || ch > 1 << 20 {
+            return Err(doc.field_error(
+                "workload.chunk_bytes",
+                format!("expected a non-zero multiple of 512 up to 1 MiB, got {ch}"),
+            ));
+        }
+        cfg.chunk = ch;
+    }
+    if let Some(n) = s.seeks {
+        cfg.seeks = range(doc, "workload.seeks", n, 1, 1_000_000, "seeks")?;
+    }
+    if let Some(cpus) = &s.seeker_cpus {
+        if cpus.is_empty() || cpus.len() > MAX_THREADS as usize {
+            return Err(doc.field_error(
+                "workload.seeker_cpus",
+                format!("expected 1..={MAX_THREADS} seekers (cap MAX_THREADS)"),
+            ));
+        }
+        for &x in cpus {
+            cpu(doc, "workload.seeker_cpus", Some(x), 0, c.cpus)?;
+        }
+        cfg.seeker_cpus = cpus.clone();
+    } else {
+        cfg.seeker_cpus = cfg.seeker_cpus.iter().map(|&x| x % c.cpus).collect();
+    }
+    cfg.seekers = cfg.seeker_cpus.len();
+    cfg.bonnie_cpu = cpu(
+        doc,
+        "workload.bonnie_cpu",
+        s.bonnie_cpu,
+        cfg.bonnie_cpu,
+        c.cpus,
+    )?;
+    cfg.flusher_cpu = cpu(
+        doc,
+        "workload.flusher_cpu",
+        s.flusher_cpu,
+        cfg.flusher_cpu,
+        c.cpus,
+    )?;
+    cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
+    cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
+    cfg.limits = crate::block::QueueLimits {
+        max_segments: usb.max_segments,
+        max_segment_size: usb.max_segment_size,
+        max_transfer: usb.config.link.max_transfer,
+        virt_merge_granule: (c.iommu.mode != IommuMode::Off).then_some(4096),
+    };
+    Ok(BonnieSetup {
+        config: cfg,
+        size_mib: logical,
+    })
+}
+
+fn nic(
+    doc: &TomlDoc<'_>,
+    s: &NicSpec,
+    b: &crate::experiments::pseries_ddw::Setup,
+) -> Result<
+    (
+        crate::devices::nic::LinkConfig,
+        crate::workloads::netperf::StreamConfig,
+    ),
+    InputError,
+> {
+    let mut link = b.link;
+    let mut stream = b.base;
+    if let Some(g) = s.link_gbps {
+        link.gbps = real(doc, "device[0].link_gbps", g, 0.001, 10_000.0)?;
+    }
+    if let Some(mtu) = s.mtu {
+        let mtu = range(doc, "device[0].mtu", mtu, 576, 65_535, "bytes")?;
+        let headers = b.sc.nic.tcpip_header_bytes.value;
+        link.mss = mtu.saturating_sub(headers).max(1);
+    }
+    if let Some(q) = s.queues {
+        stream.queues = range(
+            doc,
+            "device[0].queues",
+            q,
+            1,
+            MAX_DEVICE_QUEUES,
+            "(cap MAX_DEVICE_QUEUES)",
+        )?;
+    }
+    if let Some(t) = s.tx_ring_entries {
+        stream.tx_ring_entries = range(
+            doc,
+            "device[0].tx_ring_entries",
+            t,
+            1,
+            MAX_IODEPTH as usize,
+            "(cap MAX_IODEPTH)",
+        )?;
+    }
+    if let Some(r) = s.rx_ring_pages {
+        stream.rx_ring_pages = range(
+            doc,
+            "device[0].rx_ring_pages",
+            r,
+            1,
+            MAX_IODEPTH as usize,
+            "(cap MAX_IODEPTH)",
+        )?;
+    }
+    Ok((link, stream))
+}
+
+fn netperf(
+    doc: &TomlDoc<'_>,
+    s: &NetperfSpec,
+    b: &crate::experiments::pseries_ddw::Setup,
+    c: &Common,
+    mut stream: crate::workloads::netperf::StreamConfig,
+) -> Result<NetperfSetup, InputError> {
+    use crate::workloads::netperf::StreamDirection;
+    stream.direction = match s.direction.as_deref().unwrap_or("write") {
+        "write" => StreamDirection::Write,
+        "read" => StreamDirection::Read,
+        other => {
+            return Err(doc.field_error(
+                "workload.direction",
+                format!(
+                    "unknown direction \"{other}\": expected \"write\" (transmit) or \"read\" (receive)"
+                ),
+            ))
+        }
+    };
+    let max_threads = c.cpus.min(MAX_THREADS as usize);
+    stream.threads = range(
+        doc,
+        "workload.threads",
+        s.threads.unwrap_or(1),
+        1,
+        max_threads,
+        "(at most machine.cpus; cap MAX_THREADS)",
+    )?;
+    if let Some(m) = s.message_bytes {
+        stream.message_bytes = range(doc, "workload.message_bytes", m, 1, 16 << 20, "bytes")?;
+    }
+    let run_ms = range(
+        doc,
+        "workload.run_ms",
+        s.run_ms,
+        1,
+        MAX_RUN_MS,
+        "ms of virtual time (cap MAX_RUN_MS)",
+    )?;
+    let warmup_ms = s.warmup_ms.unwrap_or(b.base.warmup_ns / 1_000_000);
+    if warmup_ms >= run_ms {
+        return Err(doc.field_error(
+            "workload.warmup_ms",
+            format!("expected less than run_ms = {run_ms}"),
+        ));
+    }
+    stream.run_ns = run_ms * 1_000_000;
+    stream.warmup_ns = warmup_ms * 1_000_000;
+    // Each queue's buffers live in their own 4 GiB of physical memory (workloads::netperf).
+    let queues = stream.queues.max(stream.threads) as u64;
+    let needed_gib = 4 * (queues + 1);
+    if c.memory_bytes >> 30 < needed_gib {
+        return Err(doc.field_error(
+            "machine.memory_gib",
+            format!(
+                "the NIC model places each queue's buffers in its own 4 GiB: {queues} queues need at least {needed_gib} GiB"
+            ),
+        ));
+    }
+    let mut costs = b.costs;
+    costs.syscall_ns = c.profile.cpu.syscall.ns();
+    costs.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
+    costs.doorbell_ns = c.profile.mmio.write.ns();
+    Ok(NetperfSetup {
+        stream,
+        costs,
+        serialisation: b.serialisation,
     })
 }
 
