@@ -57,7 +57,12 @@ enum Command {
     /// scenarios/examples/) or a published experiment's (a copy of one in scenarios/).
     Run {
         /// The scenario file (TOML).
-        scenario: std::path::PathBuf,
+        #[arg(required_unless_present = "example")]
+        scenario: Option<std::path::PathBuf>,
+        /// Run a bundled example workload scenario instead of a file (e.g. fio-nvme-strict;
+        /// the list is in scenarios/examples/).
+        #[arg(long, value_name = "NAME", conflicts_with = "scenario")]
+        example: Option<String>,
         /// Runs per configuration (seeds derived from the base seed).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
@@ -143,10 +148,22 @@ fn main() -> ExitCode {
         ),
         Command::Run {
             scenario,
+            example,
             runs,
             seed,
             format,
-        } => reproduce::run_file(&scenario, runs, seed, format == Format::Json, db_path),
+        } => match (scenario, example) {
+            (Some(path), _) => {
+                reproduce::run_file(&path, runs, seed, format == Format::Json, db_path)
+            }
+            (None, Some(name)) => {
+                reproduce::run_example(&name, runs, seed, format == Format::Json, db_path)
+            }
+            (None, None) => {
+                eprintln!("iolab run: expected a scenario file or --example NAME");
+                ExitCode::from(2)
+            }
+        },
         Command::Bench { quick, format } => {
             let report = bench::run_all(bench::Sampling::new(quick));
             match format {

@@ -161,6 +161,29 @@ pub fn run_file(
     }
 }
 
+/// Runs the bundled example workload scenario `name`.
+pub fn run_example(
+    name: &str,
+    runs: u32,
+    seed: Option<u64>,
+    json: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
+    match lab::examples::example(name) {
+        Some(text) => {
+            let origin = format!("scenarios/examples/{name}.toml (bundled)");
+            run_lab(text, &origin, runs, seed, json, db_path)
+        }
+        None => {
+            eprintln!(
+                "iolab run: unknown example '{name}': expected one of {}",
+                lab::examples::example_names().join(", ")
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Runs a workload scenario: validates it completely before opening the database, so a
 /// bad file stores nothing.
 fn run_lab(

@@ -40,6 +40,7 @@
 mod block;
 pub mod caps;
 pub mod defaults;
+pub mod examples;
 mod iommu;
 mod net;
 pub mod spec;

@@ -1110,14 +1110,16 @@ fn iommu(
         64 => 16,
         2048 => 21,
         16384 => 24,
-        other => return Err(doc
-            .field_error(
-                "iommu.ddw_page_kib",
-                format!(
+        other => {
+            return Err(doc
+                .field_error(
+                    "iommu.ddw_page_kib",
+                    format!(
                     "expected 4, 64, 2048 or 16384 (a TCE page size PowerVM offers), got {other}"
                 ),
-            )
-            .into()),
+                )
+                .into())
+        }
     };
     let needs = |what: Result<(), crate::cost::CostError>, group: &str| -> Result<(), InputError> {
         what.map_err(|e| {
