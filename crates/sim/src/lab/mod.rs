@@ -362,6 +362,7 @@ fn run_netperf(
             .attr("message_bytes", n.stream.message_bytes)
             .attr("seed", seed)
             .attr("run", r)
+            .cpu(out.cpu)
             .metric(Metric::new(
                 "net.throughput_gbps",
                 "Gb/s",

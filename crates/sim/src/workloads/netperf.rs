@@ -130,6 +130,8 @@ pub struct StreamResult {
     pub locks: Vec<LockStats>,
     /// Wire busy share over the run, percent.
     pub link_busy_pct: f64,
+    /// CPU time of the benchmark threads' CPUs over the whole run (warm-up included).
+    pub cpu: crate::metrics::CpuBreakdown,
 }
 
 #[derive(Default)]
@@ -287,6 +289,15 @@ pub fn run_stream(
         dma: shared.dma.totals(),
         locks: report.spin_locks.clone(),
         link_busy_pct: (shared.link.busy_ns() / cfg.run_ns.max(1) as f64 * 100.0).min(100.0),
+        cpu: used
+            .iter()
+            .fold(crate::metrics::CpuBreakdown::default(), |mut a, c| {
+                a.user_ns += c.user;
+                a.system_ns += c.system;
+                a.spin_ns += c.spin;
+                a.idle_ns += c.idle;
+                a
+            }),
     })
 }
 
