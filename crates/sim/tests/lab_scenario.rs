@@ -548,3 +548,25 @@ fn a_dynamic_ddw_needs_fewer_hypercalls_per_message_than_the_default_window() {
     assert_eq!(json["name"], "netperf-pseries-ddw");
     assert!(json["measurements"][0]["metrics"].is_array());
 }
+
+#[test]
+fn bypass_and_direct_windows_skip_the_mapping_work() {
+    let sba = examples::example("fio-sas-sba").unwrap();
+    let translated = run(sba);
+    let bypass = run(&sba.replace("mode = \"translated\"", "mode = \"bypass\""));
+    assert!(metric(&translated, "dma.map_ns") > 0.0);
+    assert_eq!(metric(&bypass, "dma.map_ns"), 0.0);
+    assert_eq!(bypass.report.measurements[0].attrs["iommu_mode"], "bypass");
+
+    let power = |mode: &str| {
+        base()
+            .replace("hisilicon-d06", "power-lpar")
+            .replace("model = \"smmuv3\"", "model = \"pseries\"")
+            .replace("mode = \"strict\"", &format!("mode = \"{mode}\""))
+    };
+    let window = run(&power("default-window"));
+    let direct = run(&power("ddw-direct"));
+    assert!(metric(&window, "dma.map_ns") > 0.0, "a hypercall per map");
+    assert_eq!(metric(&direct, "dma.map_ns"), 0.0, "pre-mapped once");
+    assert!(metric(&direct, "read.iops") > metric(&window, "read.iops"));
+}

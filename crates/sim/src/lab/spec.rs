@@ -1286,7 +1286,7 @@ fn bonnie(
         return Err(doc.field_error(
             "workload.ram_mib",
             format!(
-                "the page cache ({ram_mib} MiB above the first GiB) does not fit in machine.memory_gib = {}",
+                "the page cache ({ram_mib} MiB above the first 4 GiB) does not fit in machine.memory_gib = {}",
                 c.memory_bytes >> 30
             ),
         ));
@@ -1613,9 +1613,10 @@ fn sas(
     })
 }
 
-/// Physical address where fio's I/O buffers start (above the first GiB, which the modelled
-/// kernel keeps for itself).
-pub(crate) const BUFFER_BASE: u64 = 1 << 30;
+/// Physical address where I/O buffers and the page cache start: above the first 4 GiB, where
+/// the 32-bit windows of the SBA and POWER live (assumption of scenarios/sba-vmerge.toml: no
+/// DMA buffers there), so a bypass reaches them.
+pub(crate) const BUFFER_BASE: u64 = 4 << 30;
 
 fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputError> {
     let rw = RwPattern::parse(&s.rw).ok_or_else(|| {
@@ -1689,7 +1690,7 @@ fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputErro
         return Err(doc.field_error(
             "machine.memory_gib",
             format!(
-                "the workload's I/O buffers (numjobs x iodepth x bs = {} MiB above the first GiB) do not fit in {} GiB",
+                "the workload's I/O buffers (numjobs x iodepth x bs = {} MiB above the first 4 GiB) do not fit in {} GiB",
                 buffers >> 20,
                 c.memory_bytes >> 30
             ),
