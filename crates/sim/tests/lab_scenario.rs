@@ -521,6 +521,7 @@ fn bonnie_prints_a_bonnie_103_csv_row() {
     // name, size, 5 x (K/s, %CP), seeks/s, %CP, files, 12 file-test fields.
     assert_eq!(cols.len(), 27, "{row}");
     assert_eq!(cols[0], "bonnie-usb-ipmmu");
+    assert_eq!(cols[1], "8G", "bonnie++ prints -s 8192 as 8G");
     let out_block: f64 = cols[4].parse().unwrap();
     assert!((out_block - metric(&r, "bonnie.out_block_kps")).abs() < 1.0);
     assert!(

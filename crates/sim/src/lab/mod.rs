@@ -302,7 +302,15 @@ fn run_bonnie(
         let _ = writeln!(
             text,
             "{}",
-            csv_row(&config, &format!("{}M", b.size_mib), &v)
+            csv_row(
+                &config,
+                &if b.size_mib % 1024 == 0 {
+                    format!("{}G", b.size_mib / 1024)
+                } else {
+                    format!("{}M", b.size_mib)
+                },
+                &v
+            )
         );
         measurements.push(m);
     }
