@@ -10,8 +10,8 @@ mod runs;
 // sweeps, shard merging, host inspection
 mod dbmerge;
 mod host;
-mod sweep;
 mod soak;
+mod sweep;
 
 use std::process::ExitCode;
 
@@ -60,17 +60,23 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Run one scenario file (for example a modified copy of a bundled one in scenarios/).
+    /// Run one scenario file: a workload scenario (see docs/SCENARIOS.md and
+    /// scenarios/examples/) or a published experiment's (a copy of one in scenarios/).
     Run {
         /// The scenario file (TOML).
-        scenario: std::path::PathBuf,
+        #[arg(required_unless_present = "example")]
+        scenario: Option<std::path::PathBuf>,
+        /// Run a bundled example workload scenario instead of a file (e.g. fio-nvme-strict;
+        /// the list is in scenarios/examples/).
+        #[arg(long, value_name = "NAME", conflicts_with = "scenario")]
+        example: Option<String>,
         /// Repetitions: each a run of its own with seed --seed, --seed + 1, ...; with more
         /// than one they are stored as a group (`iolab compare gID ...`).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
-        /// Seed of the first repetition.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Seed of the first repetition (default: the scenario's `seed`, else 1).
+        #[arg(long)]
+        seed: Option<u64>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -271,15 +277,22 @@ fn main() -> ExitCode {
         ),
         Command::Run {
             scenario,
+            example,
             runs,
             seed,
             format,
-        } => reproduce::run_file(
-            &scenario,
-            ExperimentOptions { runs, seed },
-            format == Format::Json,
-            db_path,
-        ),
+        } => match (scenario, example) {
+            (Some(path), _) => {
+                reproduce::run_file(&path, runs, seed, format == Format::Json, db_path)
+            }
+            (None, Some(name)) => {
+                reproduce::run_example(&name, runs, seed, format == Format::Json, db_path)
+            }
+            (None, None) => {
+                eprintln!("iolab run: expected a scenario file or --example NAME");
+                ExitCode::from(2)
+            }
+        },
         Command::Bench { quick, format } => {
             let report = bench::run_all(bench::Sampling::new(quick));
             match format {

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use iolab_sim::experiment::{render_effects, ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
+use iolab_sim::lab::{self, LabOptions};
 use serde::Serialize;
 
 use crate::db::{NewRun, ResultsDb};
@@ -101,11 +102,13 @@ pub fn reproduce(
     print_reports(&reports, &not_implemented, json)
 }
 
-/// Runs one scenario file; its top-level `experiment` key names the experiment schema. The
+/// Runs one scenario file: a published-experiment scenario (a top-level `experiment` key)
+/// through its experiment, any other file as a workload scenario ([`iolab_sim::lab`]). The
 /// report is stored in the results database at `db_path` when given.
 pub fn run_file(
     path: &Path,
-    options: ExperimentOptions,
+    runs: u32,
+    seed: Option<u64>,
     json: bool,
     db_path: Option<&Path>,
 ) -> ExitCode {
@@ -116,6 +119,13 @@ pub fn run_file(
             eprintln!("iolab run: cannot read {origin}: {e}");
             return ExitCode::from(2);
         }
+    };
+    if !lab::is_experiment_scenario(&text) {
+        return run_lab(&text, &origin, runs, seed, json, db_path);
+    }
+    let options = ExperimentOptions {
+        runs,
+        seed: seed.unwrap_or(1),
     };
     let name = match experiment_of(&text, &origin) {
         Ok(n) => n,
@@ -209,6 +219,123 @@ fn run_repetitions(
         );
     }
     Ok(reports)
+}
+
+/// Runs the bundled example workload scenario `name`.
+pub fn run_example(
+    name: &str,
+    runs: u32,
+    seed: Option<u64>,
+    json: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
+    match lab::examples::example(name) {
+        Some(text) => {
+            let origin = format!("scenarios/examples/{name}.toml (bundled)");
+            run_lab(text, &origin, runs, seed, json, db_path)
+        }
+        None => {
+            eprintln!(
+                "iolab run: unknown example '{name}': expected one of {}",
+                lab::examples::example_names().join(", ")
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs a workload scenario: validates it completely before opening the database, so a
+/// bad file stores nothing.
+fn run_lab(
+    text: &str,
+    origin: &str,
+    runs: u32,
+    seed: Option<u64>,
+    json: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
+    let base = Path::new(origin).parent().filter(|p| p.is_dir());
+    let scenario = match lab::validate(text, origin, base) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("iolab run: {e}");
+            return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+        }
+    };
+    let mut db = match open_db("run", db_path) {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let options = ExperimentOptions {
+        runs,
+        seed: seed.or(scenario.seed).unwrap_or(1),
+    };
+    // Each repetition is a lab run of its own; the workload outputs are kept for printing.
+    let mut outputs = Vec::new();
+    let run_one = |o: &ExperimentOptions| {
+        let out = lab::run(
+            &scenario,
+            &LabOptions {
+                runs: 1,
+                seed: Some(o.seed),
+            },
+        )?;
+        let report = out.report.clone();
+        outputs.push(out);
+        Ok(report)
+    };
+    match run_repetitions("run", db.as_mut(), options, origin, text, run_one) {
+        Ok(_) => {}
+        Err(Stopped::Store(code)) => return code,
+        Err(Stopped::Experiment(e)) => {
+            eprintln!("iolab run: {origin}: {e}");
+            return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+        }
+    }
+    if json {
+        // One document for all repetitions: fio's shape with a job group per repetition,
+        // or the measurements of every repetition.
+        let fio_jobs: Option<Vec<_>> = outputs
+            .iter()
+            .map(|o| o.fio.as_ref().map(|f| f.jobs.clone()))
+            .collect();
+        let encoded = match fio_jobs {
+            Some(jobs) => serde_json::to_string_pretty(&iolab_sim::workloads::fio::FioJson {
+                jobs: jobs.concat(),
+            }),
+            None => {
+                let measurements: Vec<_> = outputs
+                    .iter()
+                    .flat_map(|o| o.report.measurements.iter().cloned())
+                    .collect();
+                let name = outputs.first().map_or("", |o| o.report.name.as_str());
+                serde_json::to_string_pretty(&lab::LabJson::Measurements {
+                    name,
+                    seed: options.seed,
+                    measurements: &measurements,
+                })
+            }
+        };
+        match encoded {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("iolab run: cannot encode the report as JSON: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        for out in &outputs {
+            println!(
+                "== {}: {} (seed {})",
+                out.report.name, out.report.title, out.seed
+            );
+            print!("{}", out.report.report_text);
+            for n in &out.report.notes {
+                println!("note: {n}");
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Reads the `experiment` key of a scenario, with a clear error naming the file.

@@ -88,44 +88,65 @@ fn groups_of_lab_repetitions_compare_with_statistics() {
     assert_eq!(json["b"]["runs"], serde_json::json!([4, 5]));
     let rows = json["rows"].as_array().unwrap();
     assert!(!rows.is_empty());
-    // Runs without measurements compare by figure: every figure of the experiment.
-    let show: Value = serde_json::from_str(&ok(iolab(&[
-        "--db", db, "runs", "show", "1", "--format", "json",
-    ])))
-    .unwrap();
-    assert_eq!(rows.len(), show["figures"].as_array().unwrap().len());
+    // Runs with measurements compare by (configuration, metric): every metric of every
+    // measured configuration.
+    let show = |run: i64| -> Value {
+        serde_json::from_str(&ok(iolab(&[
+            "--db",
+            db,
+            "runs",
+            "show",
+            &run.to_string(),
+            "--format",
+            "json",
+        ])))
+        .unwrap()
+    };
+    let first = show(1);
+    let measurements = first["measurements"].as_array().unwrap();
+    assert!(
+        !measurements.is_empty(),
+        "pseries-ddw fills its measurements"
+    );
+    let metric_count: usize = measurements
+        .iter()
+        .map(|m| m["metrics"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(rows.len(), metric_count);
+    let value = |run: &Value, config: &str, metric: &str| -> f64 {
+        run["measurements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["config"] == config)
+            .and_then(|m| {
+                m["metrics"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["name"] == metric)
+            })
+            .unwrap()["value"]
+            .as_f64()
+            .unwrap()
+    };
+    let group_a = [first, show(2), show(3)];
     for r in rows {
-        assert_eq!(r["config"], "pseries-ddw");
         assert_eq!(
             (r["a"]["n"].as_u64(), r["b"]["n"].as_u64()),
             (Some(3), Some(2))
         );
-        // Each side's mean is the mean of its runs' figures.
-        let id = r["metric"].as_str().unwrap();
-        let fig = |run: i64| -> f64 {
-            let v: Value = serde_json::from_str(&ok(iolab(&[
-                "--db",
-                db,
-                "runs",
-                "show",
-                &run.to_string(),
-                "--format",
-                "json",
-            ])))
-            .unwrap();
-            v["figures"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|f| f["id"] == id)
-                .unwrap()["lab"]
-                .as_f64()
-                .unwrap()
-        };
-        if id == "ddw.1t.read.latency" {
-            let mean_a = (fig(1) + fig(2) + fig(3)) / 3.0;
-            assert!((r["a"]["mean"].as_f64().unwrap() - mean_a).abs() <= 1e-9 * mean_a);
-        }
+        // Each side's mean is the mean of its runs' values.
+        let (config, id) = (r["config"].as_str().unwrap(), r["metric"].as_str().unwrap());
+        let mean_a = group_a
+            .iter()
+            .map(|run| value(run, config, id))
+            .sum::<f64>()
+            / 3.0;
+        assert!(
+            (r["a"]["mean"].as_f64().unwrap() - mean_a).abs() <= 1e-9 * mean_a.abs().max(1.0),
+            "{config} {id}"
+        );
         let (lo, hi) = match &r["ci95"] {
             Value::Array(c) => (c[0].as_f64().unwrap(), c[1].as_f64().unwrap()),
             other => panic!("{id}: two groups of n >= 2 give an interval, got {other}"),
@@ -155,7 +176,7 @@ fn groups_of_lab_repetitions_compare_with_statistics() {
     ]));
     assert_eq!(
         md.lines()
-            .filter(|l| l.starts_with("| pseries-ddw"))
+            .filter(|l| l.starts_with("| 64t.") || l.starts_with("| 1t."))
             .count(),
         rows.len()
     );
@@ -167,7 +188,7 @@ fn groups_of_lab_repetitions_compare_with_statistics() {
         "g1",
         "g4",
         "--metric",
-        "*.latency",
+        "*.latency_us",
         "--format",
         "json",
     ])))
@@ -176,7 +197,7 @@ fn groups_of_lab_repetitions_compare_with_statistics() {
     assert!(!lat.is_empty() && lat.len() < rows.len());
     assert!(lat
         .iter()
-        .all(|r| r["metric"].as_str().unwrap().ends_with(".latency")));
+        .all(|r| r["metric"].as_str().unwrap().ends_with(".latency_us")));
     // A single run against a group: no interval, and the reason.
     let one: Value = serde_json::from_str(&ok(iolab(&[
         "--db", db, "compare", "1", "4,5", "--format", "json",

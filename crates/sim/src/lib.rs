@@ -51,6 +51,7 @@ pub mod devices;
 pub mod engine;
 pub mod experiment;
 pub mod experiments;
+pub mod lab;
 pub mod metrics;
 pub mod resources;
 pub mod soak;

@@ -187,21 +187,45 @@ fn search(
     for (k, v) in table.iter() {
         stack.push(k.get_ref().to_string());
         for s in [k.span(), v.span()] {
-            if contains(&s, target) {
-                let len = s.end - s.start;
-                let better = match best {
-                    None => true,
-                    Some((l, p)) => len < *l || (len == *l && stack.len() > p.len()),
-                };
-                if better {
-                    *best = Some((len, stack.clone()));
-                }
-            }
+            consider(&s, target, stack, best);
         }
-        if let DeValue::Table(t) = v.get_ref() {
-            search(t, target, stack, best);
+        match v.get_ref() {
+            DeValue::Table(t) => search(t, target, stack, best),
+            // Arrays (of tables, `[[name]]`): elements are named `name[i]`.
+            DeValue::Array(items) => {
+                let key = stack.pop().unwrap_or_default();
+                for (i, item) in items.iter().enumerate() {
+                    stack.push(format!("{key}[{i}]"));
+                    consider(&item.span(), target, stack, best);
+                    if let DeValue::Table(t) = item.get_ref() {
+                        search(t, target, stack, best);
+                    }
+                    stack.pop();
+                }
+                stack.push(key);
+            }
+            _ => {}
         }
         stack.pop();
+    }
+}
+
+/// Keeps `stack` as the best path if span `s` holds the target more tightly.
+fn consider(
+    s: &Range<usize>,
+    target: &Range<usize>,
+    stack: &[String],
+    best: &mut Option<(usize, Vec<String>)>,
+) {
+    if contains(s, target) {
+        let len = s.end - s.start;
+        let better = match best {
+            None => true,
+            Some((l, p)) => len < *l || (len == *l && stack.len() > p.len()),
+        };
+        if better {
+            *best = Some((len, stack.to_vec()));
+        }
     }
 }
 
@@ -209,11 +233,26 @@ fn search(
 pub(crate) fn span_of_path(doc: &DeTable<'_>, path: &str) -> Option<Range<usize>> {
     let mut table = doc;
     let mut found = None;
-    for key in path.split('.') {
+    for segment in path.split('.') {
+        // `name[i]` names element i of an array (of tables).
+        let (key, index) = match segment.strip_suffix(']').and_then(|s| s.split_once('[')) {
+            Some((k, i)) => (k, i.parse::<usize>().ok()),
+            None => (segment, None),
+        };
         let Some((_, v)) = table.iter().find(|(k, _)| k.get_ref() == key) else {
             break;
         };
         found = Some(v.span());
+        let v = match (v.get_ref(), index) {
+            (DeValue::Array(items), Some(i)) => match items.get(i) {
+                Some(item) => {
+                    found = Some(item.span());
+                    item
+                }
+                None => break,
+            },
+            _ => v,
+        };
         match v.get_ref() {
             DeValue::Table(t) => table = t,
             _ => break,
@@ -264,6 +303,27 @@ mod tests {
     fn syntax_errors_give_the_line() {
         let err = parse::<Outer>("name = \"x\"\nbroken = \n", "s.toml").unwrap_err();
         assert!(matches!(err, InputError::Syntax { line: 2, .. }), "{err:?}");
+    }
+
+    #[test]
+    fn fields_in_arrays_of_tables_are_named_by_index() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Doc {
+            dev: Vec<Inner>,
+        }
+        let text = "[[dev]]\ndepth = 1\n[[dev]]\ndepht = 2\n";
+        match parse::<Doc>(text, "s.toml").unwrap_err() {
+            InputError::Field { field, line, .. } => {
+                assert_eq!(field, "dev[1].depht");
+                assert_eq!(line, Some(4));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let doc = TomlDoc::parse(text, "s.toml").unwrap();
+        let err = doc.field_error("dev[0].depth", "expected at least 2");
+        assert!(err.to_string().contains("at line 2"), "{err}");
     }
 
     #[test]

@@ -200,19 +200,19 @@ fn check(doc: &TomlDoc<'_>, path: &str, p: &Param, lo: f64, hi: f64) -> Result<f
 }
 
 /// The validated scenario, ready to run.
-struct Model {
-    profile: PlatformProfile,
-    calibrated_from: String,
-    calibrated: Vec<(String, f64)>,
-    bonnie: BonnieConfig,
-    usb_common: UsbStorageConfig,
-    superspeed: LinkSpeed,
-    highspeed: LinkSpeed,
-    max_segment_size: u64,
-    max_segments: usize,
-    file_mib: f64,
-    dma_mask_bits: u32,
-    swiotlb: Swiotlb,
+pub(crate) struct Model {
+    pub(crate) profile: PlatformProfile,
+    pub(crate) calibrated_from: String,
+    pub(crate) calibrated: Vec<(String, f64)>,
+    pub(crate) bonnie: BonnieConfig,
+    pub(crate) usb_common: UsbStorageConfig,
+    pub(crate) superspeed: LinkSpeed,
+    pub(crate) highspeed: LinkSpeed,
+    pub(crate) max_segment_size: u64,
+    pub(crate) max_segments: usize,
+    pub(crate) file_mib: f64,
+    pub(crate) dma_mask_bits: u32,
+    pub(crate) swiotlb: Swiotlb,
 }
 
 fn speed(doc: &TomlDoc<'_>, name: &str, s: &SpeedSection) -> Result<LinkSpeed, InputError> {
@@ -255,7 +255,7 @@ fn speed(doc: &TomlDoc<'_>, name: &str, s: &SpeedSection) -> Result<LinkSpeed, I
 /// Most entries `placement.seeker_cpus` may list (as many as `file.seekers` may be).
 pub const MAX_SEEKER_CPUS: usize = 64;
 
-fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
+pub(crate) fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let s: Scenario = doc.deserialize()?;
     if s.experiment != NAME {

@@ -199,14 +199,14 @@ pub struct Workload {
 }
 
 /// A validated scenario with its profile (calibrated value applied).
-struct Setup {
-    sc: Scenario,
-    profile: PlatformProfile,
-    costs: StackCosts,
-    link: LinkConfig,
-    base: StreamConfig,
-    serialisation: HvSerialisation,
-    ddw_page_shift: u32,
+pub(crate) struct Setup {
+    pub(crate) sc: Scenario,
+    pub(crate) profile: PlatformProfile,
+    pub(crate) costs: StackCosts,
+    pub(crate) link: LinkConfig,
+    pub(crate) base: StreamConfig,
+    pub(crate) serialisation: HvSerialisation,
+    pub(crate) ddw_page_shift: u32,
 }
 
 fn check<T: PartialOrd + Copy + std::fmt::Display>(
@@ -229,7 +229,7 @@ fn checkf(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<(),
     Ok(())
 }
 
-fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
+pub(crate) fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let sc: Scenario = doc.deserialize()?;
     if sc.experiment != NAME {

@@ -654,7 +654,7 @@ impl CasWord {
 }
 
 /// The command queue of one SMMU in virtual time, for one of the two producer designs.
-struct SimCmdq {
+pub(crate) struct SimCmdq {
     mode: Mode,
     smmu: Smmu,
     lock: Option<SpinLock>,
@@ -676,7 +676,7 @@ struct SimCmdq {
 }
 
 impl SimCmdq {
-    fn new(
+    pub(crate) fn new(
         h: &Handle,
         mode: Mode,
         p: &PlatformProfile,
@@ -740,7 +740,7 @@ impl SimCmdq {
     /// Issues `cmds` invalidation commands plus a `CMD_SYNC` and waits for the sync.
     /// `prod_writes` is the functional producer's count of PROD writes (the spinlock design
     /// writes PROD once per command).
-    async fn issue(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
+    pub(crate) async fn issue(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
         {
             let mut s = self.stats.borrow_mut();
             s.issues += 1;
@@ -895,7 +895,7 @@ impl SimCmdq {
         self.cas.params.transfer_ns + self.cas.params.base_ns
     }
 
-    fn stats(&self) -> CmdqStats {
+    pub(crate) fn stats(&self) -> CmdqStats {
         let mut s = *self.stats.borrow();
         s.consumed = self.smmu.consumed.get();
         s.syncs = self.smmu.syncs.get();
@@ -908,19 +908,19 @@ impl SimCmdq {
 // ---------------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, Default)]
-struct Issued {
+pub(crate) struct Issued {
     /// Invalidation commands (syncs excluded) since the last take.
-    cmds: u64,
+    pub(crate) cmds: u64,
     /// PROD writes the functional producer made since the last take.
-    prod_writes: u64,
+    pub(crate) prod_writes: u64,
     /// Syncs requested since the last take.
-    syncs: u64,
+    pub(crate) syncs: u64,
 }
 
 /// Builds the commands each invalidation needs and issues them, with a `CMD_SYNC`, through
 /// the functional SMMUv3 queue (which applies them in order and counts the work). Timing is
 /// left to [`SimCmdq`]: the caller takes the counts with [`CmdqInvalidator::take`].
-struct CmdqInvalidator {
+pub(crate) struct CmdqInvalidator {
     asid: u16,
     producer: Box<dyn CmdqProducer<Sink = NullSink>>,
     /// Everything mutable behind one lock (taken a few times per I/O).
@@ -942,7 +942,11 @@ struct InvState {
 }
 
 impl CmdqInvalidator {
-    fn new(kind: ProducerKind, log2size: u32, asid: u16) -> Result<Self, ExperimentError> {
+    pub(crate) fn new(
+        kind: ProducerKind,
+        log2size: u32,
+        asid: u16,
+    ) -> Result<Self, ExperimentError> {
         let producer = kind
             .build(CmdqConfig::with_log2size(log2size), NullSink)
             .map_err(|e| ExperimentError::Model(e.to_string()))?;
@@ -961,14 +965,14 @@ impl CmdqInvalidator {
         }
     }
 
-    fn take(&self) -> Issued {
+    pub(crate) fn take(&self) -> Issued {
         self.state
             .lock()
             .map(|mut st| std::mem::take(&mut st.issued))
             .unwrap_or_default()
     }
 
-    fn error(&self) -> Option<String> {
+    pub(crate) fn error(&self) -> Option<String> {
         if !self.failed.load(AtomicOrdering::Relaxed) {
             return None;
         }

@@ -1,0 +1,203 @@
+//! `iolab run` on workload scenarios as a user runs it: exit codes, messages, output shapes
+//! and what reaches the results database.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn iolab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(args)
+        .output()
+        .expect("the iolab binary runs")
+}
+
+/// A fresh, empty directory for one test.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("iolab-run-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scenarios/examples/{name}.toml"))
+}
+
+#[test]
+fn a_bad_scenario_is_bad_input_naming_file_line_and_field_and_stores_nothing() {
+    let dir = temp_dir("bad");
+    let db = dir.join("results.db");
+    let text = std::fs::read_to_string(example("fio-nvme-strict"))
+        .unwrap()
+        .replace("bs = 4096", "bs = 1000");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, text).unwrap();
+    let out = iolab(&["run", s(&bad), "--db", s(&db)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("bad.toml"), "{err}");
+    assert!(err.contains("at line 22"), "{err}");
+    assert!(err.contains("workload.bs"), "{err}");
+    assert!(err.contains("multiple of 512"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one message: {err}");
+    assert!(out.stdout.is_empty());
+    assert!(!db.exists(), "a refused scenario creates no database");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_cap_exceeded_is_bad_input() {
+    let dir = temp_dir("cap");
+    let text = std::fs::read_to_string(example("fio-nvme-strict"))
+        .unwrap()
+        .replace("cpus = 32", "cpus = 4096");
+    let bad = dir.join("big.toml");
+    std::fs::write(&bad, text).unwrap();
+    let out = iolab(&["--no-db", "run", s(&bad)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("machine.cpus") && err.contains("MAX_CPUS"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_file_and_an_unknown_example_are_bad_input() {
+    let out = iolab(&["--no-db", "run", "/nonexistent/scenario.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent/scenario.toml"));
+    let out = iolab(&["--no-db", "run", "--example", "no-such-example"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("fio-nvme-strict"), "{}", stderr(&out));
+}
+
+#[test]
+fn fio_json_has_fio_s_shape() {
+    let out = iolab(&[
+        "--no-db",
+        "run",
+        s(&example("fio-nvme-strict")),
+        "--format",
+        "json",
+        "--runs",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let jobs = v["jobs"].as_array().expect("jobs[]");
+    assert_eq!(jobs.len(), 2, "one job group per run");
+    for job in jobs {
+        let read = &job["read"];
+        assert!(read["iops"].as_f64().unwrap() > 0.0);
+        assert!(read["bw"].as_f64().unwrap() > 0.0);
+        assert!(read["clat_ns"]["mean"].as_f64().unwrap() > 0.0);
+        for p in ["50.000000", "99.000000", "99.990000"] {
+            assert!(
+                read["clat_ns"]["percentile"][p].as_u64().unwrap() > 0,
+                "percentile {p}"
+            );
+        }
+        assert!(job["usr_cpu"].as_f64().unwrap() > 0.0);
+        assert!(job["sys_cpu"].as_f64().unwrap() > 0.0);
+        assert_eq!(job["write"]["total_ios"], 0, "randread writes nothing");
+    }
+    assert_eq!(jobs[0]["jobname"], "fio-nvme-strict#0");
+}
+
+#[test]
+fn the_text_is_fio_s_summary_and_the_same_seed_gives_the_same_bytes() {
+    let a = iolab(&[
+        "--no-db",
+        "run",
+        "--example",
+        "fio-nvme-lazy",
+        "--seed",
+        "3",
+    ]);
+    let b = iolab(&[
+        "--no-db",
+        "run",
+        s(&example("fio-nvme-lazy")),
+        "--seed",
+        "3",
+    ]);
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(
+        a.stdout, b.stdout,
+        "bundled example and file are the same run"
+    );
+    let text = String::from_utf8_lossy(&a.stdout);
+    assert!(text.contains("(groupid=0, jobs=16)"), "{text}");
+    assert!(text.contains("read: IOPS="), "{text}");
+    assert!(text.contains("smmuv3 lazy"), "{text}");
+}
+
+#[test]
+fn non_fio_json_lists_the_measurements() {
+    let out = iolab(&[
+        "--no-db",
+        "run",
+        "--example",
+        "bonnie-usb-ipmmu",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["name"], "bonnie-usb-ipmmu");
+    let m = &v["measurements"][0];
+    assert_eq!(m["attrs"]["workload"], "bonnie");
+    assert_eq!(m["attrs"]["iommu_model"], "ipmmu");
+    let names: Vec<&str> = m["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"bonnie.out_block_kps"), "{names:?}");
+}
+
+#[test]
+fn a_lab_run_is_stored_with_its_scenario_and_seed() {
+    let dir = temp_dir("store");
+    let db = dir.join("results.db");
+    let scenario = example("fio-sas-sba");
+    let out = iolab(&["run", s(&scenario), "--db", s(&db)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stored as run 1 in"),
+        "{}",
+        stderr(&out)
+    );
+    let out = iolab(&["--db", s(&db), "runs", "show", "1", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(run["seed"], 1, "the scenario's own seed");
+    assert_eq!(run["scenario_origin"], s(&scenario));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn experiment_scenarios_still_run_through_their_experiment() {
+    let dir = temp_dir("exp");
+    let bad = dir.join("exp.toml");
+    std::fs::write(&bad, "experiment = \"no-such\"\n").unwrap();
+    let out = iolab(&["--no-db", "run", s(&bad)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("field `experiment`"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,56 @@
+//! The example workload scenarios of scenarios/examples/, compiled into the binary so
+//! `iolab run --example NAME` works from anywhere. Each runs in well under a second.
+
+/// `(name, scenario text)` of every bundled example, in name order.
+pub const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "bonnie-usb-ipmmu",
+        include_str!("../../../../scenarios/examples/bonnie-usb-ipmmu.toml"),
+    ),
+    (
+        "bonnie-usb-off",
+        include_str!("../../../../scenarios/examples/bonnie-usb-off.toml"),
+    ),
+    (
+        "fio-nvme-lazy",
+        include_str!("../../../../scenarios/examples/fio-nvme-lazy.toml"),
+    ),
+    (
+        "fio-nvme-off",
+        include_str!("../../../../scenarios/examples/fio-nvme-off.toml"),
+    ),
+    (
+        "fio-nvme-strict",
+        include_str!("../../../../scenarios/examples/fio-nvme-strict.toml"),
+    ),
+    (
+        "fio-sas-lockfree",
+        include_str!("../../../../scenarios/examples/fio-sas-lockfree.toml"),
+    ),
+    (
+        "fio-sas-sba",
+        include_str!("../../../../scenarios/examples/fio-sas-sba.toml"),
+    ),
+    (
+        "fio-sas-spinlock",
+        include_str!("../../../../scenarios/examples/fio-sas-spinlock.toml"),
+    ),
+    (
+        "netperf-pseries-ddw",
+        include_str!("../../../../scenarios/examples/netperf-pseries-ddw.toml"),
+    ),
+    (
+        "netperf-pseries-default",
+        include_str!("../../../../scenarios/examples/netperf-pseries-default.toml"),
+    ),
+];
+
+/// The text of the bundled example `name`.
+pub fn example(name: &str) -> Option<&'static str> {
+    EXAMPLES.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// The names of the bundled examples.
+pub fn example_names() -> Vec<&'static str> {
+    EXAMPLES.iter().map(|(n, _)| *n).collect()
+}

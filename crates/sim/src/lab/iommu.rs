@@ -1,0 +1,188 @@
+//! Builds the DMA path a scenario's devices use: the IOMMU model in the chosen mode (the same
+//! functional models and assembly the published experiments use), and for SMMUv3 in a
+//! translated mode, its command queue in virtual time.
+
+use std::sync::Arc;
+
+use iolab_iommu::addr::{Iova, SZ_4K};
+use iolab_iommu::dma::flush_queue::FlushQueueConfig;
+use iolab_iommu::dma::{Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
+use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, DdwPolicy, WindowConfig};
+use iolab_iommu::hw::{
+    ipmmu_domain, DmaPath, IpmmuInvalidator, PseriesConfig, PseriesIommu, SbaIommu, SbaIommuConfig,
+};
+use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
+use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
+use iolab_iommu::smmuv3::ProducerKind;
+use iolab_iommu::work::WorkRecord;
+
+use crate::cost::PlatformProfile;
+use crate::engine::Handle;
+use crate::experiments::smmuv3_cmdq::{CmdqInvalidator, Mode as CmdqMode, SimCmdq};
+use crate::experiments::ExperimentError;
+
+use super::defaults;
+use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
+
+/// The DMA path of one run.
+pub(crate) struct IommuPath {
+    /// What drivers map and unmap through.
+    pub path: Arc<dyn DmaPath>,
+    /// SMMUv3 translated modes: the functional command builder and the timed queue.
+    pub cmdq: Option<(Arc<CmdqInvalidator>, SimCmdq)>,
+    /// IPMMU: busy-wait per flush poll beyond the first register read, ns.
+    pub poll_interval_ns: u64,
+    /// POWER: the model itself (the NIC's TCE path needs it).
+    pub pseries: Option<Arc<PseriesIommu>>,
+    /// Whether device addresses are translated (IOTLB misses, virtual merging).
+    pub translated: bool,
+}
+
+pub(crate) fn model_err(e: impl std::fmt::Display) -> ExperimentError {
+    ExperimentError::Model(e.to_string())
+}
+
+/// Flush polls of one IPMMU whole-context flush on `profile`: the driver writes FLUSH, reads
+/// IMCTR (still set while the flush runs), then polls every poll interval until it reads the
+/// bit clear (as the ipmmu-usb experiment derives it).
+pub(crate) fn ipmmu_polls(profile: &PlatformProfile) -> Result<(u32, u64), ExperimentError> {
+    let rf = profile.require_register_flush()?;
+    let first_read = profile.mmio.write.ns() + profile.mmio.read.ns();
+    let steps =
+        ((rf.flush_duration.ns() - first_read).max(0.0) / rf.poll_interval.ns().max(1.0)).ceil();
+    Ok((1 + steps as u32, rf.poll_interval.ns().round() as u64))
+}
+
+/// Builds the path of `s` on the simulation of `h`.
+pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, ExperimentError> {
+    let id = DomainId(1);
+    let mut cfg = DomainConfig::new(id, DomainMode::NoIommu);
+    cfg.cpus = s.cpus;
+    let direct = |path: Arc<dyn DmaPath>| IommuPath {
+        path,
+        cmdq: None,
+        poll_interval_ns: 0,
+        pseries: None,
+        translated: false,
+    };
+    match (s.iommu.model, s.iommu.mode) {
+        (_, IommuMode::Off) => Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?))),
+        (IommuModel::Smmuv3, IommuMode::Passthrough) => {
+            cfg.mode = DomainMode::Identity;
+            Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?)))
+        }
+        (IommuModel::Smmuv3, mode @ (IommuMode::Strict | IommuMode::Lazy)) => {
+            cfg.mode = if mode == IommuMode::Strict {
+                DomainMode::Strict
+            } else {
+                DomainMode::Lazy
+            };
+            cfg.flush_queue = FlushQueueConfig {
+                ring_size: s.iommu.flush_queue_size,
+                timeout_ns: s.iommu.flush_timeout_ns,
+            };
+            let (kind, qmode) = match s.iommu.cmdq {
+                CmdqDesign::Spinlock => (ProducerKind::Spinlock, CmdqMode::Spinlock),
+                CmdqDesign::LockFree => (ProducerKind::LockFree, CmdqMode::LockFree),
+            };
+            let inv = Arc::new(CmdqInvalidator::new(kind, s.iommu.cmdq_log2size, 1)?);
+            let table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).map_err(model_err)?;
+            let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48)))
+                .map_err(model_err)?;
+            let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
+            let domain = Domain::translated(cfg, Box::new(table), Arc::new(alloc), inv.clone())
+                .map_err(model_err)?;
+            let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?;
+            Ok(IommuPath {
+                path: Arc::new(domain),
+                cmdq: Some((inv, q)),
+                poll_interval_ns: 0,
+                pseries: None,
+                translated: true,
+            })
+        }
+        (IommuModel::Ipmmu, IommuMode::Strict) => {
+            cfg.mode = DomainMode::Strict;
+            let (polls, poll_interval_ns) = ipmmu_polls(&s.profile)?;
+            let inv = Arc::new(
+                IpmmuInvalidator::new(IpmmuFlushConfig {
+                    polls_per_flush: polls,
+                    ..Default::default()
+                })
+                .map_err(model_err)?,
+            );
+            let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 32)))
+                .map_err(model_err)?;
+            let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
+            let d = ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?;
+            Ok(IommuPath {
+                path: Arc::new(d),
+                cmdq: None,
+                poll_interval_ns,
+                pseries: None,
+                translated: true,
+            })
+        }
+        (IommuModel::Sba, mode @ (IommuMode::Translated | IommuMode::Bypass)) => {
+            let (base, size) = defaults::SBA_WINDOW.0;
+            let mut c = SbaIommuConfig::new(id, base, size, s.iommu.sba_page_size);
+            c.delayed_frees = s.iommu.sba_delayed_frees;
+            c.allow_bypass = mode == IommuMode::Bypass;
+            let sba = SbaIommu::new(c).map_err(model_err)?;
+            Ok(IommuPath {
+                path: Arc::new(sba),
+                cmdq: None,
+                poll_interval_ns: 0,
+                pseries: None,
+                translated: mode == IommuMode::Translated,
+            })
+        }
+        (IommuModel::Pseries, mode) => {
+            let iommu = Arc::new(pseries(s, mode)?);
+            Ok(IommuPath {
+                path: iommu.clone(),
+                cmdq: None,
+                poll_interval_ns: 0,
+                pseries: Some(iommu),
+                translated: mode != IommuMode::DdwDirect,
+            })
+        }
+        (model, mode) => Err(model_err(format!(
+            "iommu model {} in mode {} is not built (validation should have refused it)",
+            model.name(),
+            mode.name()
+        ))),
+    }
+}
+
+/// The partition's IOMMU: the default window, with a DDW created as the mode asks, and a
+/// check that the hypervisor's answer made it the window the mode names.
+fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, ExperimentError> {
+    let mut cfg = PseriesConfig::new(DomainId(1), s.memory_bytes);
+    cfg.default_window = WindowConfig {
+        offset: 0,
+        size: s.iommu.default_window_bytes,
+        page_shift: 12,
+    };
+    let mask = ddw_page::bit_for_shift(s.iommu.ddw_page_shift)
+        .ok_or_else(|| model_err("unsupported DDW page size"))?;
+    cfg.ddw = Some(DdwConfig::with_window(s.iommu.ddw_window_bytes, mask));
+    cfg.policy = match mode {
+        IommuMode::DefaultWindow => DdwPolicy::Disabled,
+        _ => DdwPolicy::DirectOrDynamic,
+    };
+    let iommu = PseriesIommu::new(cfg).map_err(model_err)?;
+    let mut w = WorkRecord::new();
+    let ddw = iommu.enable_ddw(&mut w).map_err(model_err)?;
+    match (mode, ddw.map(|d| d.mode)) {
+        (IommuMode::DefaultWindow, None)
+        | (IommuMode::DdwDynamic, Some(DdwMode::Dynamic))
+        | (IommuMode::DdwDirect, Some(DdwMode::Direct)) => Ok(iommu),
+        (_, got) => Err(model_err(format!(
+            "the hypervisor model's DDW answer ({got:?}) does not give mode {}",
+            mode.name()
+        ))),
+    }
+}

@@ -1,0 +1,552 @@
+//! Workload scenarios: one machine, one IOMMU configuration, devices and one workload,
+//! described in a TOML file and run on their own (`iolab run FILE`).
+//!
+//! Where the four published experiments ([`crate::experiments`]) each own a schema and a
+//! report beside published figures, a workload scenario is the general form: a platform
+//! profile, CPUs and memory, an IOMMU model and mode, devices and a workload with its
+//! parameters. Its report is the workload's own output (fio's summary) and one
+//! [`Measurement`] per run for the results database, `iolab compare` and sweeps.
+//!
+//! ```
+//! use iolab_sim::lab::{self, LabOptions};
+//!
+//! let text = r#"
+//! name = "nvme-strict"
+//! [machine]
+//! platform = "hisilicon-d06"
+//! cpus = 8
+//! [iommu]
+//! model = "smmuv3"
+//! mode = "strict"
+//! [[device]]
+//! kind = "nvme"
+//! [workload]
+//! kind = "fio"
+//! rw = "randread"
+//! iodepth = 8
+//! numjobs = 4
+//! runtime_ms = 2
+//! ramp_ms = 1
+//! "#;
+//! let run = lab::run_scenario(text, "doc.toml", &LabOptions::default()).unwrap();
+//! let m = &run.report.measurements[0];
+//! assert_eq!(m.attrs["iommu_mode"], "strict");
+//! assert!(m.get("read.iops").unwrap().value > 0.0);
+//! assert!(run.report.report_text.contains("IOPS="));
+//! ```
+//!
+//! File schema, defaults with their sources, and caps: docs/SCENARIOS.md.
+
+mod block;
+pub mod caps;
+pub mod defaults;
+pub mod examples;
+mod iommu;
+mod net;
+pub mod spec;
+mod usb;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::experiment::ExperimentReport;
+use crate::experiments::ExperimentError;
+use crate::metrics::{Measurement, Metric};
+use crate::workloads::fio::{FioJson, JobJson};
+
+pub use spec::{validate, LabScenario};
+
+/// How to run a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LabOptions {
+    /// Repetitions (each with its own seed derived from the base seed), 1..=[`caps::MAX_RUNS`].
+    pub runs: u32,
+    /// Base seed; `None` uses the scenario's `seed` (default 1).
+    pub seed: Option<u64>,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        Self {
+            runs: 1,
+            seed: None,
+        }
+    }
+}
+
+/// A finished scenario run.
+#[derive(Clone, Debug)]
+pub struct LabRun {
+    /// The report: `report_text` is the workload's native output, `measurements` one per run.
+    pub report: ExperimentReport,
+    /// fio-shaped JSON (one job group per run), for fio workloads.
+    pub fio: Option<FioJson>,
+    /// The base seed used.
+    pub seed: u64,
+}
+
+/// What `iolab run --format json` prints for a workload scenario: fio's JSON shape for fio
+/// workloads, else the run's measurements.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum LabJson<'a> {
+    /// fio's `--output-format=json` shape (one job group per run).
+    Fio(&'a FioJson),
+    /// The measurements of a non-fio workload.
+    Measurements {
+        /// The scenario's name.
+        name: &'a str,
+        /// The base seed.
+        seed: u64,
+        /// One per run.
+        measurements: &'a [Measurement],
+    },
+}
+
+impl LabRun {
+    /// The JSON view of the run (serialize it with any serde format).
+    pub fn json(&self) -> LabJson<'_> {
+        match &self.fio {
+            Some(f) => LabJson::Fio(f),
+            None => LabJson::Measurements {
+                name: &self.report.name,
+                seed: self.seed,
+                measurements: &self.report.measurements,
+            },
+        }
+    }
+}
+
+/// Whether `text` is a published-experiment scenario (it has a top-level `experiment` key)
+/// rather than a workload scenario. Text that is not TOML is neither: `false`.
+pub fn is_experiment_scenario(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .map(|t| t.contains_key("experiment"))
+        .unwrap_or(false)
+}
+
+/// The seed of repetition `r` of a run with base seed `base`.
+pub fn run_seed(base: u64, r: u32) -> u64 {
+    if r == 0 {
+        base
+    } else {
+        base.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(u64::from(r))
+    }
+}
+
+/// Validates and runs a workload scenario given as text. `origin` names it in errors and,
+/// when it is a file path, relative profile paths are resolved against its directory.
+pub fn run_scenario(
+    text: &str,
+    origin: &str,
+    options: &LabOptions,
+) -> Result<LabRun, ExperimentError> {
+    let base = Path::new(origin).parent().filter(|p| p.is_dir());
+    let s = validate(text, origin, base)?;
+    run(&s, options)
+}
+
+/// Runs a validated scenario.
+pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentError> {
+    if options.runs == 0 || options.runs > caps::MAX_RUNS {
+        return Err(ExperimentError::Model(format!(
+            "runs must be 1..={} (cap MAX_RUNS), got {}",
+            caps::MAX_RUNS,
+            options.runs
+        )));
+    }
+    let base = options.seed.or(s.seed).unwrap_or(1);
+    match (&s.workload, &s.devices) {
+        (spec::Workload::Fio(f), _) => run_fio(s, f, base, options.runs),
+        (spec::Workload::Bonnie(b), spec::Devices::Usb(u)) => {
+            run_bonnie(s, b, u, base, options.runs)
+        }
+        (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
+            run_netperf(s, n, *link, base, options.runs)
+        }
+        (w, d) => Err(ExperimentError::Model(format!(
+            "a {} workload cannot drive {} devices",
+            w.kind(),
+            d.kind()
+        ))),
+    }
+}
+
+/// The attributes every measurement of `s` carries.
+fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
+    let mut m = m
+        .attr("scenario", &s.name)
+        .attr("platform", &s.profile.name)
+        .attr("cpus", s.cpus)
+        .attr("memory_gib", s.memory_bytes >> 30)
+        .attr("iommu_model", s.iommu.model.name())
+        .attr("iommu_mode", s.iommu.mode.name())
+        .attr("device", s.devices.kind())
+        .attr("devices", s.devices.len());
+    if s.iommu.uses_cmdq() {
+        m = m.attr("cmdq", s.iommu.cmdq.name());
+    }
+    m
+}
+
+/// The measurement id of run `r` of `runs`.
+fn config_id(s: &LabScenario, r: u32, runs: u32) -> String {
+    if runs == 1 {
+        s.name.clone()
+    } else {
+        format!("{}#{r}", s.name)
+    }
+}
+
+/// "smmuv3 strict (cmdq lockfree)" and the like.
+fn iommu_label(s: &LabScenario) -> String {
+    let mut t = format!("{} {}", s.iommu.model.name(), s.iommu.mode.name());
+    if s.iommu.uses_cmdq() {
+        let _ = write!(t, " (cmdq {})", s.iommu.cmdq.name());
+    }
+    t
+}
+
+fn report(
+    s: &LabScenario,
+    title: String,
+    runs: u32,
+    text: String,
+    measurements: Vec<Measurement>,
+) -> ExperimentReport {
+    ExperimentReport {
+        name: s.name.clone(),
+        title,
+        runs,
+        figures: Vec::new(),
+        effects: Vec::new(),
+        calibrated: Vec::new(),
+        report_text: text,
+        notes: Vec::new(),
+        measurements,
+    }
+}
+
+/// The bonnie++ phases in CSV order, with the metric stem of each.
+const BONNIE_PHASES: [&str; 6] = [
+    "out_char",
+    "out_block",
+    "rewrite",
+    "in_char",
+    "in_block",
+    "seeks",
+];
+
+fn run_bonnie(
+    s: &LabScenario,
+    b: &spec::BonnieSetup,
+    u: &spec::UsbSetup,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    use crate::workloads::bonnie::{csv_row, CsvValues};
+    let mut text = String::new();
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let out = usb::run_bonnie(s, b, u, seed)?;
+        let v = CsvValues::from_result(&out.result);
+        let config = config_id(s, r, runs);
+        let mut m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "bonnie")
+            .attr("usb_speed", &u.config.link.name)
+            .attr("file_mib", b.config.file_bytes >> 20)
+            .attr("threads", b.config.seekers)
+            .attr("seed", seed)
+            .attr("run", r)
+            .cpu(out.cpu);
+        for (i, phase) in BONNIE_PHASES.iter().enumerate() {
+            let (unit, stem) = if *phase == "seeks" {
+                ("/s", "per_s")
+            } else {
+                ("K/sec", "kps")
+            };
+            m = m
+                .metric(Metric::new(
+                    format!("bonnie.{phase}_{stem}"),
+                    unit,
+                    v.v[2 * i],
+                ))
+                .metric(Metric::new(
+                    format!("bonnie.{phase}_cpu_pct"),
+                    "%",
+                    v.v[2 * i + 1],
+                ));
+        }
+        let per = |x: u64, n: u64| if n > 0 { x as f64 / n as f64 } else { 0.0 };
+        m = m
+            .metric(Metric::new(
+                "usb.commands",
+                "count",
+                out.usb.commands as f64,
+            ))
+            .metric(Metric::new(
+                "usb.map_ns",
+                "ns",
+                per(out.usb.map_ns, out.usb.commands),
+            ))
+            .metric(Metric::new(
+                "usb.unmap_ns",
+                "ns",
+                per(out.usb.unmap_ns, out.usb.commands),
+            ))
+            .metric(Metric::new("usb.flushes", "count", out.usb.flushes as f64));
+        let _ = writeln!(
+            text,
+            "{}",
+            csv_row(
+                &config,
+                &if b.size_mib % 1024 == 0 {
+                    format!("{}G", b.size_mib / 1024)
+                } else {
+                    format!("{}M", b.size_mib)
+                },
+                &v
+            )
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "bonnie++ 1.03 CSV, {} MiB file on USB {} ({}), {} ({} CPUs)",
+        b.config.file_bytes >> 20,
+        u.config.link.name,
+        s.profile.name,
+        iommu_label(s),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+    })
+}
+
+fn run_netperf(
+    s: &LabScenario,
+    n: &spec::NetperfSetup,
+    link: crate::devices::nic::LinkConfig,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    use crate::workloads::netperf::StreamDirection;
+    let dir = match n.stream.direction {
+        StreamDirection::Write => "write",
+        StreamDirection::Read => "read",
+    };
+    let secs = (n.stream.run_ns - n.stream.warmup_ns) as f64 / 1e9;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "TCP STREAM TEST (lab): {dir}, {} threads, {:.0} Gb/s link, {}",
+        n.stream.threads,
+        link.gbps,
+        iommu_label(s)
+    );
+    let _ = writeln!(text, "Message  Elapsed  Throughput    Latency  CPU     CPU");
+    let _ = writeln!(
+        text,
+        "Size     Time     10^6bits/sec  avg      util    spin"
+    );
+    let _ = writeln!(text, "bytes    secs.                  us       %       %");
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let out = net::run_netperf(s, n, link, seed)?;
+        let config = config_id(s, r, runs);
+        let messages =
+            (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);
+        let m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "netperf")
+            .attr("direction", dir)
+            .attr("threads", n.stream.threads)
+            .attr("message_bytes", n.stream.message_bytes)
+            .attr("seed", seed)
+            .attr("run", r)
+            .cpu(out.cpu)
+            .metric(Metric::new(
+                "net.throughput_gbps",
+                "Gb/s",
+                out.throughput_gbps,
+            ))
+            .metric(Metric::new(
+                "net.latency_mean_us",
+                "us",
+                out.mean_latency_us,
+            ))
+            .metric(Metric::new("net.messages", "count", out.messages as f64))
+            .metric(Metric::new("cpu.busy_pct", "%", out.busy_pct))
+            .metric(Metric::new("cpu.spin_pct", "%", out.spin_pct))
+            .metric(Metric::new("link.busy_pct", "%", out.link_busy_pct))
+            .metric(Metric::new(
+                "dma.hypercalls_per_msg",
+                "count",
+                out.dma.hypercalls as f64 / messages,
+            ))
+            .metric(Metric::new(
+                "dma.tces_per_msg",
+                "count",
+                out.dma.tces as f64 / messages,
+            ));
+        let _ = writeln!(
+            text,
+            "{:<8} {:<8.3} {:<13.2} {:<8.1} {:<7.1} {:.1}",
+            n.stream.message_bytes,
+            secs,
+            out.throughput_gbps * 1000.0,
+            out.mean_latency_us,
+            out.busy_pct,
+            out.spin_pct
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "netperf-like TCP stream, {dir}, {} threads x {} B on a {:.0} Gb/s NIC ({}), {} ({} CPUs)",
+        n.stream.threads,
+        n.stream.message_bytes,
+        link.gbps,
+        s.profile.name,
+        iommu_label(s),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+    })
+}
+
+fn run_fio(
+    s: &LabScenario,
+    f: &spec::FioSetup,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    let mut text = String::new();
+    let mut jobs: Vec<JobJson> = Vec::new();
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let out = block::run_fio(s, f, seed)?;
+        let config = if runs == 1 {
+            s.name.clone()
+        } else {
+            format!("{}#{r}", s.name)
+        };
+        let m = crate::workloads::fio::measurement(
+            &config,
+            &out.job,
+            &out.stats,
+            out.json.usr_cpu,
+            out.json.sys_cpu,
+        );
+        let mut m = base_attrs(s, m)
+            .attr("threads", f.numjobs)
+            .attr("seed", seed)
+            .attr("run", r)
+            .cpu(out.cpu);
+        let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+        m = m
+            .metric(Metric::new(
+                "dma.map_ns",
+                "ns",
+                per(out.dma.map_ns, out.dma.maps),
+            ))
+            .metric(Metric::new(
+                "dma.unmap_ns",
+                "ns",
+                per(out.dma.unmap_ns, out.dma.unmaps),
+            ))
+            .metric(Metric::new(
+                "dma.inval_syncs",
+                "count",
+                out.dma.inval_syncs as f64,
+            ))
+            .metric(Metric::new(
+                "dma.flush_queue_flushes",
+                "count",
+                out.dma.flush_queue_flushes as f64,
+            ));
+        if let Some(q) = &out.cmdq {
+            m = m
+                .metric(Metric::new("cmdq.commands", "count", q.commands as f64))
+                .metric(Metric::new(
+                    "cmdq.sync_wait_ns",
+                    "ns",
+                    per(q.sync_wait_ns as f64, q.issues),
+                ));
+        }
+        let total = out.cpu.total_ns().max(1) as f64;
+        m = m
+            .metric(Metric::new(
+                "cpu.all.usr_pct",
+                "%",
+                out.cpu.user_ns as f64 / total * 100.0,
+            ))
+            .metric(Metric::new(
+                "cpu.all.sys_pct",
+                "%",
+                out.cpu.system_ns as f64 / total * 100.0,
+            ))
+            .metric(Metric::new(
+                "cpu.all.spin_pct",
+                "%",
+                out.cpu.spin_ns as f64 / total * 100.0,
+            ));
+        if runs > 1 {
+            let _ = writeln!(text, "[run {r}, seed {seed}]");
+        }
+        text.push_str(&crate::workloads::fio::summary_text(&out.job, &out.json));
+        let _ = writeln!(
+            text,
+            "  iommu        : {}, maps={}, map={:.0}ns, unmap={:.0}ns, syncs={}, fq flushes={}, irq cpus={}",
+            iommu_label(s),
+            out.dma.maps,
+            per(out.dma.map_ns, out.dma.maps),
+            per(out.dma.unmap_ns, out.dma.unmaps),
+            out.dma.inval_syncs,
+            out.dma.flush_queue_flushes,
+            out.irq_cpus
+        );
+        jobs.push(JobJson {
+            jobname: config,
+            ..out.json
+        });
+        measurements.push(m);
+    }
+    let report = ExperimentReport {
+        name: s.name.clone(),
+        title: format!(
+            "fio {} bs={} iodepth={} numjobs={} on {} x{} ({}), {} {} ({} CPUs)",
+            f.rw.name(),
+            f.bs,
+            f.iodepth,
+            f.numjobs,
+            s.devices.kind(),
+            s.devices.len(),
+            s.profile.name,
+            s.iommu.model.name(),
+            s.iommu.mode.name(),
+            s.cpus
+        ),
+        runs,
+        figures: Vec::new(),
+        effects: Vec::new(),
+        calibrated: Vec::new(),
+        report_text: text,
+        notes: Vec::new(),
+        measurements,
+    };
+    Ok(LabRun {
+        report,
+        fio: Some(FioJson { jobs }),
+        seed: base,
+    })
+}

@@ -1,0 +1,1765 @@
+//! The workload-scenario file: its TOML schema and its validation into a [`LabScenario`].
+//!
+//! The file is read in two passes so every error keeps its line: a first, lenient pass reads
+//! only `workload.kind` and each `device[].kind`; the second deserializes the whole file
+//! strictly (`deny_unknown_fields`) with the workload and device tables of those kinds, so
+//! a field that belongs to another kind is reported as unknown where it stands. Checks that
+//! serde cannot express (ranges, caps, combinations) name their field through
+//! [`TomlDoc::field_error`]. See docs/SCENARIOS.md for every field, default and cap.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::cost::PlatformProfile;
+use crate::experiments::ExperimentError;
+use crate::tomlfile::{InputError, TomlDoc};
+use crate::workloads::fio::RwPattern;
+
+use super::caps::*;
+use super::defaults as d;
+
+// ---------------------------------------------------------------------------------------
+// The file as written
+// ---------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct KindOnly {
+    #[serde(default)]
+    kind: Option<toml::Value>,
+}
+
+/// First pass: only what picks the second pass's types.
+#[derive(Deserialize)]
+struct Probe {
+    #[serde(default)]
+    device: Option<Vec<KindOnly>>,
+    #[serde(default)]
+    workload: Option<KindOnly>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File<D, W> {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
+    machine: MachineSpec,
+    iommu: IommuSpec,
+    #[serde(default)]
+    kernel: KernelSpec,
+    device: Vec<D>,
+    workload: W,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MachineSpec {
+    platform: String,
+    #[serde(default)]
+    cpus: Option<usize>,
+    #[serde(default)]
+    memory_gib: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IommuSpec {
+    model: String,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    cmdq: Option<String>,
+    #[serde(default)]
+    cmdq_log2size: Option<u32>,
+    #[serde(default)]
+    cmdq_batch_max: Option<u32>,
+    #[serde(default)]
+    flush_queue_size: Option<usize>,
+    #[serde(default)]
+    flush_timeout_ms: Option<u64>,
+    #[serde(default)]
+    delayed_frees: Option<usize>,
+    #[serde(default)]
+    page_size: Option<u64>,
+    #[serde(default)]
+    default_window_mib: Option<u64>,
+    #[serde(default)]
+    ddw_window_gib: Option<u64>,
+    #[serde(default)]
+    ddw_page_kib: Option<u64>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KernelSpec {
+    #[serde(default)]
+    block_submit_ns: Option<u64>,
+    #[serde(default)]
+    block_complete_ns: Option<u64>,
+    #[serde(default)]
+    irq_entry_ns: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NvmeSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    io_queues: Option<usize>,
+    #[serde(default)]
+    max_iops: Option<f64>,
+    #[serde(default)]
+    bandwidth_gb_per_s: Option<f64>,
+    #[serde(default)]
+    read_latency_us: Option<f64>,
+    #[serde(default)]
+    write_latency_us: Option<f64>,
+    #[serde(default)]
+    submit_ns: Option<u64>,
+    #[serde(default)]
+    complete_ns: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SasSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    disks: Option<usize>,
+    #[serde(default)]
+    completion_queues: Option<usize>,
+    #[serde(default)]
+    hba_command_ns: Option<f64>,
+    #[serde(default)]
+    disk_read_latency_us: Option<f64>,
+    #[serde(default)]
+    disk_write_latency_us: Option<f64>,
+    #[serde(default)]
+    disk_max_iops: Option<f64>,
+    #[serde(default)]
+    link_gb_per_s: Option<f64>,
+    #[serde(default)]
+    submit_ns: Option<u64>,
+    #[serde(default)]
+    complete_ns: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsbSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    speed: Option<String>,
+    #[serde(default)]
+    command_overhead_ns: Option<u64>,
+    #[serde(default)]
+    per_segment_ns: Option<u64>,
+    #[serde(default)]
+    media_read_latency_us: Option<f64>,
+    #[serde(default)]
+    completion_ns: Option<u64>,
+    #[serde(default)]
+    storage_cpu: Option<usize>,
+    #[serde(default)]
+    irq_cpu: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NicSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    link_gbps: Option<f64>,
+    #[serde(default)]
+    mtu: Option<u64>,
+    #[serde(default)]
+    queues: Option<usize>,
+    #[serde(default)]
+    tx_ring_entries: Option<usize>,
+    #[serde(default)]
+    rx_ring_pages: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BonnieSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    file_mib: Option<u64>,
+    #[serde(default)]
+    logical_file_mib: Option<u64>,
+    #[serde(default)]
+    ram_mib: Option<u64>,
+    #[serde(default)]
+    chunk_bytes: Option<u64>,
+    #[serde(default)]
+    seeks: Option<u64>,
+    #[serde(default)]
+    seeker_cpus: Option<Vec<usize>>,
+    #[serde(default)]
+    bonnie_cpu: Option<usize>,
+    #[serde(default)]
+    flusher_cpu: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetperfSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    direction: Option<String>,
+    #[serde(default)]
+    threads: Option<usize>,
+    #[serde(default)]
+    message_bytes: Option<u64>,
+    run_ms: u64,
+    #[serde(default)]
+    warmup_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FioSpec {
+    #[allow(dead_code)]
+    kind: String,
+    rw: String,
+    #[serde(default)]
+    rwmixread: Option<u32>,
+    #[serde(default)]
+    bs: Option<u64>,
+    #[serde(default)]
+    iodepth: Option<u32>,
+    #[serde(default)]
+    numjobs: Option<u32>,
+    #[serde(default)]
+    iodepth_batch_submit: Option<u32>,
+    #[serde(default)]
+    iodepth_batch_complete_min: Option<u32>,
+    #[serde(default)]
+    first_cpu: Option<usize>,
+    #[serde(default)]
+    size_gib: Option<u64>,
+    runtime_ms: u64,
+    #[serde(default)]
+    ramp_ms: Option<u64>,
+    #[serde(default)]
+    user_ns_per_io: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The validated scenario
+// ---------------------------------------------------------------------------------------
+
+/// The IOMMU hardware a scenario's devices sit behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IommuModel {
+    /// No IOMMU at all: DMA addresses are physical.
+    None,
+    /// Arm SMMUv3 (HiSilicon D05/D06).
+    Smmuv3,
+    /// Renesas IPMMU-VMSA (R-Car H3).
+    Ipmmu,
+    /// HP zx1 SBA IOMMU.
+    Sba,
+    /// IBM POWER TCE windows under PowerVM.
+    Pseries,
+}
+
+impl IommuModel {
+    /// Every model name a scenario may use.
+    pub const NAMES: [&'static str; 5] = ["none", "smmuv3", "ipmmu", "sba", "pseries"];
+
+    /// The scenario spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            IommuModel::None => "none",
+            IommuModel::Smmuv3 => "smmuv3",
+            IommuModel::Ipmmu => "ipmmu",
+            IommuModel::Sba => "sba",
+            IommuModel::Pseries => "pseries",
+        }
+    }
+
+    /// The modes this model supports, first the default.
+    pub fn modes(self) -> &'static [&'static str] {
+        match self {
+            IommuModel::None => &["off"],
+            IommuModel::Smmuv3 => &["strict", "lazy", "passthrough", "off"],
+            IommuModel::Ipmmu => &["strict", "off"],
+            IommuModel::Sba => &["translated", "bypass", "off"],
+            IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct"],
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "none" => IommuModel::None,
+            "smmuv3" => IommuModel::Smmuv3,
+            "ipmmu" => IommuModel::Ipmmu,
+            "sba" => IommuModel::Sba,
+            "pseries" => IommuModel::Pseries,
+            _ => return None,
+        })
+    }
+}
+
+/// How the devices' DMA is translated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IommuMode {
+    /// No translation (no IOMMU, or the IOMMU disabled).
+    Off,
+    /// Identity-mapped: the IOMMU is on but bypasses translation.
+    Passthrough,
+    /// Translated, every unmap invalidated before it returns.
+    Strict,
+    /// Translated, invalidations batched through per-CPU flush queues.
+    Lazy,
+    /// SBA: translated through the I/O pdir, purges batched after `delayed_frees` unmaps
+    /// (the driver's only translated behaviour).
+    Translated,
+    /// SBA: buffers the device's 64-bit mask reaches bypass the IOMMU (`ALLOW_IOV_BYPASS`).
+    Bypass,
+    /// POWER: the default 32-bit window with 4 KiB TCEs, one hypercall per map and unmap.
+    DefaultWindow,
+    /// POWER: a dynamic DMA window (64 KiB TCEs), mapped per I/O.
+    DdwDynamic,
+    /// POWER: a DDW that maps all memory once (no per-I/O hypercalls).
+    DdwDirect,
+}
+
+impl IommuMode {
+    /// The scenario spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            IommuMode::Off => "off",
+            IommuMode::Passthrough => "passthrough",
+            IommuMode::Strict => "strict",
+            IommuMode::Lazy => "lazy",
+            IommuMode::Translated => "translated",
+            IommuMode::Bypass => "bypass",
+            IommuMode::DefaultWindow => "default-window",
+            IommuMode::DdwDynamic => "ddw-dynamic",
+            IommuMode::DdwDirect => "ddw-direct",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "off" => IommuMode::Off,
+            "passthrough" => IommuMode::Passthrough,
+            "strict" => IommuMode::Strict,
+            "lazy" => IommuMode::Lazy,
+            "translated" => IommuMode::Translated,
+            "bypass" => IommuMode::Bypass,
+            "default-window" => IommuMode::DefaultWindow,
+            "ddw-dynamic" => IommuMode::DdwDynamic,
+            "ddw-direct" => IommuMode::DdwDirect,
+            _ => return None,
+        })
+    }
+}
+
+/// The SMMUv3 command-queue producer design.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmdqDesign {
+    /// One spinlock around insertion; the sync is waited for under it (before Linux 5.3).
+    Spinlock,
+    /// Lock-free reservation, gathered batches (Linux 5.3 onwards).
+    LockFree,
+}
+
+impl CmdqDesign {
+    /// The scenario spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            CmdqDesign::Spinlock => "spinlock",
+            CmdqDesign::LockFree => "lockfree",
+        }
+    }
+}
+
+/// The validated IOMMU section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IommuSetup {
+    /// The hardware.
+    pub model: IommuModel,
+    /// The mode.
+    pub mode: IommuMode,
+    /// SMMUv3 queue design (SMMUv3 only).
+    pub cmdq: CmdqDesign,
+    /// SMMUv3 queue size, log2 of slots.
+    pub cmdq_log2size: u32,
+    /// Largest gathered batch of the lock-free queue, commands.
+    pub cmdq_batch_max: u32,
+    /// Lazy mode: flush-queue slots per CPU.
+    pub flush_queue_size: usize,
+    /// Lazy mode: flush timer, ns.
+    pub flush_timeout_ns: u64,
+    /// SBA: unmaps queued before a purge.
+    pub sba_delayed_frees: usize,
+    /// SBA: IOMMU page size, bytes.
+    pub sba_page_size: u64,
+    /// POWER: default window size, bytes.
+    pub default_window_bytes: u64,
+    /// POWER: DDW size, bytes.
+    pub ddw_window_bytes: u64,
+    /// POWER: log2 of the DDW's TCE page size.
+    pub ddw_page_shift: u32,
+}
+
+impl IommuSetup {
+    /// Whether the SMMUv3 command queue is in use (SMMUv3 in a translated mode).
+    pub fn uses_cmdq(&self) -> bool {
+        self.model == IommuModel::Smmuv3 && matches!(self.mode, IommuMode::Strict | IommuMode::Lazy)
+    }
+}
+
+/// Per-I/O kernel costs of the block path, ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockKernel {
+    /// io_submit per iocb down to the driver (aio, bio, blk-mq request).
+    pub block_submit_ns: u64,
+    /// Request completion up to the waiting fio thread's wake-up.
+    pub block_complete_ns: u64,
+    /// Interrupt entry and exit, per interrupt.
+    pub irq_entry_ns: u64,
+    /// The driver's submission path per command.
+    pub driver_submit_ns: u64,
+    /// The driver's completion path per command.
+    pub driver_complete_ns: u64,
+}
+
+/// The devices of a scenario (all of one kind).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Devices {
+    /// NVMe SSDs.
+    Nvme(Vec<crate::devices::nvme::NvmeParams>),
+    /// SAS HBAs, each with its disks.
+    Sas(Vec<crate::devices::sas::SasParams>),
+    /// One USB mass-storage device behind an xHCI.
+    Usb(Box<UsbSetup>),
+    /// One NIC (an SR-IOV VF of a 100 GbE adapter by default).
+    Nic(crate::devices::nic::LinkConfig),
+}
+
+/// A validated USB mass-storage device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsbSetup {
+    /// Device, link and host-controller parameters.
+    pub config: crate::devices::usb::UsbStorageConfig,
+    /// The DMA layer's maximum segment size, bytes.
+    pub max_segment_size: u64,
+    /// The block layer's maximum segments per request.
+    pub max_segments: usize,
+}
+
+impl Devices {
+    /// The scenario spelling of the kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Devices::Nvme(_) => "nvme",
+            Devices::Sas(_) => "sas",
+            Devices::Usb(_) => "usb",
+            Devices::Nic(_) => "nic",
+        }
+    }
+
+    /// How many devices.
+    pub fn len(&self) -> usize {
+        match self {
+            Devices::Nvme(v) => v.len(),
+            Devices::Sas(v) => v.len(),
+            Devices::Usb(_) | Devices::Nic(_) => 1,
+        }
+    }
+
+    /// Whether there are none (never, after validation).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A validated fio workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FioSetup {
+    /// Access pattern.
+    pub rw: RwPattern,
+    /// Percent reads for randrw.
+    pub rwmixread: u32,
+    /// Block size, bytes.
+    pub bs: u64,
+    /// I/Os in flight per job.
+    pub iodepth: u32,
+    /// Jobs.
+    pub numjobs: u32,
+    /// `iodepth_batch_submit`.
+    pub batch_submit: u32,
+    /// `iodepth_batch_complete_min`.
+    pub batch_complete_min: u32,
+    /// CPU of job 0 (job j runs on `first_cpu + j`).
+    pub first_cpu: usize,
+    /// Target size, bytes.
+    pub size: u64,
+    /// Measured time, ns.
+    pub runtime_ns: u64,
+    /// Ramp time, ns.
+    pub ramp_ns: u64,
+    /// fio's own user time per I/O, ns.
+    pub user_ns_per_io: u64,
+}
+
+/// A validated bonnie++ workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BonnieSetup {
+    /// The suite's configuration (file, page cache, placement).
+    pub config: crate::workloads::bonnie::BonnieConfig,
+    /// The size column of the CSV row, MiB (the logical file size bonnie++ reports).
+    pub size_mib: u64,
+}
+
+/// A validated netperf-like stream workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetperfSetup {
+    /// Threads, direction, message size, rings, run length.
+    pub stream: crate::workloads::netperf::StreamConfig,
+    /// Network-stack CPU costs.
+    pub costs: crate::workloads::netperf::StackCosts,
+    /// Whether the hypervisor serialises TCE updates per table.
+    pub serialisation: crate::devices::nic::HvSerialisation,
+}
+
+/// The workload of a scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// fio on block devices.
+    Fio(FioSetup),
+    /// bonnie++ on a USB disk.
+    Bonnie(Box<BonnieSetup>),
+    /// netperf-like TCP streams on a NIC.
+    Netperf(Box<NetperfSetup>),
+}
+
+impl Workload {
+    /// The scenario spelling of the kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Workload::Fio(_) => "fio",
+            Workload::Bonnie(_) => "bonnie",
+            Workload::Netperf(_) => "netperf",
+        }
+    }
+}
+
+/// A validated workload scenario: everything a run needs.
+#[derive(Clone, Debug)]
+pub struct LabScenario {
+    /// The scenario's label (`name`, default `lab`).
+    pub name: String,
+    /// The scenario's description, if any.
+    pub description: Option<String>,
+    /// The scenario's own seed (`--seed` overrides it).
+    pub seed: Option<u64>,
+    /// The platform profile.
+    pub profile: PlatformProfile,
+    /// Virtual CPUs.
+    pub cpus: usize,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+    /// The IOMMU.
+    pub iommu: IommuSetup,
+    /// Block-path kernel costs (block workloads).
+    pub kernel: BlockKernel,
+    /// The devices.
+    pub devices: Devices,
+    /// The workload.
+    pub workload: Workload,
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------
+
+const DEVICE_KINDS: [&str; 4] = ["nvme", "sas", "usb", "nic"];
+const WORKLOAD_KINDS: [&str; 3] = ["fio", "bonnie", "netperf"];
+
+fn one_of(names: &[&str]) -> String {
+    let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    format!("expected one of {}", q.join(", "))
+}
+
+fn kind_of(
+    doc: &TomlDoc<'_>,
+    path: &str,
+    k: &KindOnly,
+    kinds: &[&str],
+) -> Result<String, InputError> {
+    match &k.kind {
+        Some(toml::Value::String(s)) if kinds.contains(&s.as_str()) => Ok(s.clone()),
+        Some(toml::Value::String(s)) => Err(doc.field_error(
+            &format!("{path}.kind"),
+            format!("unknown kind \"{s}\": {}", one_of(kinds)),
+        )),
+        Some(_) => Err(doc.field_error(&format!("{path}.kind"), one_of(kinds))),
+        None => Err(doc.field_error(path, format!("missing field `kind`: {}", one_of(kinds)))),
+    }
+}
+
+/// A range check on an integer field.
+fn range<T: PartialOrd + Copy + std::fmt::Display>(
+    doc: &TomlDoc<'_>,
+    path: &str,
+    v: T,
+    lo: T,
+    hi: T,
+    what: &str,
+) -> Result<T, InputError> {
+    if v < lo || v > hi {
+        return Err(doc.field_error(path, format!("expected {lo}..={hi} {what}, got {v}")));
+    }
+    Ok(v)
+}
+
+/// A range check on a real field (finite, within bounds).
+fn real(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<f64, InputError> {
+    if !v.is_finite() || v < lo || v > hi {
+        return Err(doc.field_error(path, format!("expected a number in {lo}..={hi}, got {v}")));
+    }
+    Ok(v)
+}
+
+/// Resolves `machine.platform`: a bundled profile name, or a path (relative to the
+/// scenario file's directory when the scenario came from a file).
+fn load_profile(
+    doc: &TomlDoc<'_>,
+    platform: &str,
+    base: Option<&Path>,
+) -> Result<PlatformProfile, ExperimentError> {
+    if let Ok(p) = PlatformProfile::bundled(platform) {
+        return Ok(p);
+    }
+    let looks_like_path = platform.ends_with(".toml") || platform.contains('/');
+    if !looks_like_path {
+        return Err(doc
+            .field_error(
+                "machine.platform",
+                format!(
+                    "unknown platform \"{platform}\": expected a bundled profile ({}) or a path to a profile TOML",
+                    PlatformProfile::bundled_names().join(", ")
+                ),
+            )
+            .into());
+    }
+    let mut path = PathBuf::from(platform);
+    if path.is_relative() {
+        if let Some(b) = base {
+            path = b.join(path);
+        }
+    }
+    if !path.is_file() {
+        return Err(doc
+            .field_error(
+                "machine.platform",
+                format!("no profile file at {}", path.display()),
+            )
+            .into());
+    }
+    Ok(PlatformProfile::from_file(&path)?)
+}
+
+fn deserialize_as<D: DeserializeOwned, W: DeserializeOwned>(
+    doc: &TomlDoc<'_>,
+) -> Result<File<D, W>, InputError> {
+    doc.deserialize::<File<D, W>>()
+}
+
+/// Validates a workload scenario. `base` is the directory relative profile paths are
+/// resolved against (the scenario file's directory).
+pub fn validate(
+    text: &str,
+    origin: &str,
+    base: Option<&Path>,
+) -> Result<LabScenario, ExperimentError> {
+    let doc = TomlDoc::parse(text, origin)?;
+    let probe: Probe = doc.deserialize()?;
+    let Some(devices) = probe.device else {
+        return Err(doc
+            .field_error(
+                "device",
+                "missing: expected at least one [[device]] table (or a top-level `experiment` key for the published experiments)",
+            )
+            .into());
+    };
+    let Some(workload) = probe.workload else {
+        return Err(doc
+            .field_error(
+                "workload",
+                "missing: expected a [workload] table with a `kind`",
+            )
+            .into());
+    };
+    let wkind = kind_of(&doc, "workload", &workload, &WORKLOAD_KINDS)?;
+    if devices.is_empty() {
+        return Err(doc
+            .field_error("device", "expected at least one [[device]]")
+            .into());
+    }
+    if devices.len() > MAX_DEVICES {
+        return Err(doc
+            .field_error(
+                "device",
+                format!(
+                    "expected at most {MAX_DEVICES} devices (cap MAX_DEVICES), got {}",
+                    devices.len()
+                ),
+            )
+            .into());
+    }
+    let mut dkind = String::new();
+    for (i, dev) in devices.iter().enumerate() {
+        let k = kind_of(&doc, &format!("device[{i}]"), dev, &DEVICE_KINDS)?;
+        if i == 0 {
+            dkind = k;
+        } else if k != dkind {
+            return Err(doc
+                .field_error(
+                    &format!("device[{i}].kind"),
+                    format!("expected \"{dkind}\" like device[0]: the devices of one scenario are of one kind"),
+                )
+                .into());
+        }
+    }
+    match (wkind.as_str(), dkind.as_str()) {
+        ("fio", "nvme") => {
+            let f: File<NvmeSpec, FioSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            let devs = f
+                .device
+                .iter()
+                .enumerate()
+                .map(|(i, s)| nvme(&doc, i, s, common.cpus))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (drv_s, drv_c) = (
+                f.device[0].submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
+                f.device[0].complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+            );
+            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
+            let fio = fio(&doc, &f.workload, &common)?;
+            Ok(common.finish(kernel, Devices::Nvme(devs), Workload::Fio(fio)))
+        }
+        ("fio", "sas") => {
+            let f: File<SasSpec, FioSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            let devs = f
+                .device
+                .iter()
+                .enumerate()
+                .map(|(i, s)| sas(&doc, i, s))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (drv_s, drv_c) = (
+                f.device[0].submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
+                f.device[0].complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
+            );
+            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
+            let fio = fio(&doc, &f.workload, &common)?;
+            Ok(common.finish(kernel, Devices::Sas(devs), Workload::Fio(fio)))
+        }
+        ("bonnie", "usb") => {
+            let f: File<UsbSpec, BonnieSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "bonnie")?;
+            if !matches!(common.iommu.model, IommuModel::None | IommuModel::Ipmmu) {
+                return Err(doc
+                    .field_error(
+                        "iommu.model",
+                        "bonnie on usb is modelled behind the R-Car xHCI: expected \"none\" or \"ipmmu\"",
+                    )
+                    .into());
+            }
+            let bundled = crate::experiments::ipmmu_usb::parse(
+                crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
+                "scenarios/ipmmu-usb.toml (bundled)",
+            )?;
+            let usb = usb(&doc, &f.device[0], &bundled, common.cpus)?;
+            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, &usb)?;
+            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
+        }
+        ("netperf", "nic") => {
+            let f: File<NicSpec, NetperfSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "netperf")?;
+            match common.iommu.mode {
+                IommuMode::DefaultWindow | IommuMode::DdwDynamic => {}
+                IommuMode::DdwDirect => {
+                    return Err(doc
+                        .field_error(
+                            "iommu.mode",
+                            "the NIC model (devices::nic::TceDma) times TCE pools and hypercalls; a direct DDW has none: expected \"default-window\" or \"ddw-dynamic\"",
+                        )
+                        .into())
+                }
+                _ => {
+                    return Err(doc
+                        .field_error(
+                            "iommu.model",
+                            "the NIC model's DMA path is the POWER TCE path: expected \"pseries\"",
+                        )
+                        .into())
+                }
+            }
+            let bundled = crate::experiments::pseries_ddw::setup(
+                crate::experiments::pseries_ddw::BUNDLED_SCENARIO,
+                "scenarios/pseries-ddw.toml (bundled)",
+            )?;
+            let (link, nic) = nic(&doc, &f.device[0], &bundled)?;
+            let netperf = netperf(&doc, &f.workload, &bundled, &common, nic)?;
+            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            Ok(common.finish(kernel, Devices::Nic(link), Workload::Netperf(Box::new(netperf))))
+        }
+        (w, dv) => Err(doc
+            .field_error(
+                "workload.kind",
+                format!(
+                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on usb, netperf on nic"
+                ),
+            )
+            .into()),
+    }
+}
+
+/// The parts every kind shares, validated.
+struct Common {
+    name: String,
+    description: Option<String>,
+    seed: Option<u64>,
+    profile: PlatformProfile,
+    cpus: usize,
+    memory_bytes: u64,
+    iommu: IommuSetup,
+}
+
+impl Common {
+    fn finish(self, kernel: BlockKernel, devices: Devices, workload: Workload) -> LabScenario {
+        LabScenario {
+            name: self.name,
+            description: self.description,
+            seed: self.seed,
+            profile: self.profile,
+            cpus: self.cpus,
+            memory_bytes: self.memory_bytes,
+            iommu: self.iommu,
+            kernel,
+            devices,
+            workload,
+        }
+    }
+}
+
+fn common<D, W>(
+    doc: &TomlDoc<'_>,
+    f: &File<D, W>,
+    base: Option<&Path>,
+) -> Result<Common, ExperimentError> {
+    let name = match &f.name {
+        Some(n) if n.trim().is_empty() || n.len() > 200 => {
+            return Err(doc
+                .field_error(
+                    "name",
+                    "expected a non-empty label of at most 200 characters",
+                )
+                .into())
+        }
+        Some(n) => n.clone(),
+        None => "lab".to_owned(),
+    };
+    let profile = load_profile(doc, &f.machine.platform, base)?;
+    let cpus = match f.machine.cpus {
+        Some(c) => range(doc, "machine.cpus", c, 1, MAX_CPUS, "(cap MAX_CPUS)")?,
+        None => (profile.cpu.cores as usize).clamp(1, MAX_CPUS),
+    };
+    let memory_gib = range(
+        doc,
+        "machine.memory_gib",
+        f.machine.memory_gib.unwrap_or(d::MEMORY_GIB.0),
+        1,
+        MAX_MEMORY_GIB,
+        "GiB (cap MAX_MEMORY_GIB)",
+    )?;
+    let iommu = iommu(doc, &f.iommu, &profile, memory_gib)?;
+    // The profile describes this machine: its core count is the scenario's.
+    let mut profile = profile;
+    profile.cpu.cores = cpus as u32;
+    Ok(Common {
+        name,
+        description: f.description.clone(),
+        seed: f.seed,
+        profile,
+        cpus,
+        memory_bytes: memory_gib << 30,
+        iommu,
+    })
+}
+
+fn iommu(
+    doc: &TomlDoc<'_>,
+    s: &IommuSpec,
+    profile: &PlatformProfile,
+    memory_gib: u64,
+) -> Result<IommuSetup, ExperimentError> {
+    let model = IommuModel::parse(&s.model).ok_or_else(|| {
+        doc.field_error(
+            "iommu.model",
+            format!(
+                "unknown model \"{}\": {}",
+                s.model,
+                one_of(&IommuModel::NAMES)
+            ),
+        )
+    })?;
+    let modes = model.modes();
+    let mode_name = s.mode.clone().unwrap_or_else(|| modes[0].to_owned());
+    let mode = match IommuMode::parse(&mode_name) {
+        Some(m) if modes.contains(&mode_name.as_str()) => m,
+        Some(_) => {
+            return Err(doc
+                .field_error(
+                    "iommu.mode",
+                    format!(
+                        "mode \"{mode_name}\" does not apply to iommu.model = \"{}\": {}",
+                        model.name(),
+                        one_of(modes)
+                    ),
+                )
+                .into())
+        }
+        None => {
+            return Err(doc
+                .field_error(
+                    "iommu.mode",
+                    format!(
+                        "unknown mode \"{mode_name}\": for iommu.model = \"{}\" {}",
+                        model.name(),
+                        one_of(modes)
+                    ),
+                )
+                .into())
+        }
+    };
+    let uses_cmdq =
+        model == IommuModel::Smmuv3 && matches!(mode, IommuMode::Strict | IommuMode::Lazy);
+    let only = |field: &str, set: bool, applies: bool, to: &str| -> Result<(), InputError> {
+        if set && !applies {
+            return Err(doc.field_error(&format!("iommu.{field}"), format!("applies to {to} only")));
+        }
+        Ok(())
+    };
+    let smmu = "iommu.model = \"smmuv3\" in mode strict or lazy";
+    only("cmdq", s.cmdq.is_some(), uses_cmdq, smmu)?;
+    only("cmdq_log2size", s.cmdq_log2size.is_some(), uses_cmdq, smmu)?;
+    only(
+        "cmdq_batch_max",
+        s.cmdq_batch_max.is_some(),
+        uses_cmdq,
+        smmu,
+    )?;
+    let lazy = mode == IommuMode::Lazy;
+    only(
+        "flush_queue_size",
+        s.flush_queue_size.is_some(),
+        lazy,
+        "mode = \"lazy\"",
+    )?;
+    only(
+        "flush_timeout_ms",
+        s.flush_timeout_ms.is_some(),
+        lazy,
+        "mode = \"lazy\"",
+    )?;
+    let sba = model == IommuModel::Sba && mode == IommuMode::Translated;
+    let sba_to = "iommu.model = \"sba\" in mode translated";
+    only("delayed_frees", s.delayed_frees.is_some(), sba, sba_to)?;
+    only("page_size", s.page_size.is_some(), sba, sba_to)?;
+    let power = model == IommuModel::Pseries;
+    only(
+        "default_window_mib",
+        s.default_window_mib.is_some(),
+        power,
+        "iommu.model = \"pseries\"",
+    )?;
+    let ddw = matches!(mode, IommuMode::DdwDynamic | IommuMode::DdwDirect);
+    let ddw_to = "the ddw-dynamic and ddw-direct modes";
+    only("ddw_window_gib", s.ddw_window_gib.is_some(), ddw, ddw_to)?;
+    only("ddw_page_kib", s.ddw_page_kib.is_some(), ddw, ddw_to)?;
+
+    let cmdq = match s.cmdq.as_deref().unwrap_or(d::CMDQ.0) {
+        "spinlock" => CmdqDesign::Spinlock,
+        "lockfree" => CmdqDesign::LockFree,
+        other => {
+            return Err(doc
+                .field_error(
+                    "iommu.cmdq",
+                    format!("unknown design \"{other}\": expected \"spinlock\" or \"lockfree\""),
+                )
+                .into())
+        }
+    };
+    let cmdq_log2size = range(
+        doc,
+        "iommu.cmdq_log2size",
+        s.cmdq_log2size.unwrap_or(d::CMDQ_LOG2SIZE.0),
+        4,
+        MAX_CMDQ_LOG2SIZE,
+        "(cap MAX_CMDQ_LOG2SIZE)",
+    )?;
+    let cmdq_batch_max = range(
+        doc,
+        "iommu.cmdq_batch_max",
+        s.cmdq_batch_max.unwrap_or(d::CMDQ_BATCH_MAX.0),
+        2,
+        (1u32 << cmdq_log2size) - 1,
+        "commands (fewer than the queue's slots)",
+    )?;
+    let flush_queue_size = range(
+        doc,
+        "iommu.flush_queue_size",
+        s.flush_queue_size.unwrap_or(d::FLUSH_QUEUE_SIZE.0),
+        2,
+        MAX_FLUSH_QUEUE,
+        "slots per CPU (cap MAX_FLUSH_QUEUE)",
+    )?;
+    let flush_timeout_ms = range(
+        doc,
+        "iommu.flush_timeout_ms",
+        s.flush_timeout_ms.unwrap_or(d::FLUSH_TIMEOUT_MS.0),
+        1,
+        MAX_RUN_MS,
+        "ms",
+    )?;
+    let sba_delayed_frees = range(
+        doc,
+        "iommu.delayed_frees",
+        s.delayed_frees.unwrap_or(d::SBA_DELAYED_FREES.0),
+        0,
+        iolab_iommu::hw::sba::MAX_DELAYED_FREES,
+        "unmaps (the model's cap)",
+    )?;
+    let sba_page_size = s.page_size.unwrap_or(d::SBA_PAGE_SIZE.0);
+    if !sba_page_size.is_power_of_two() || !(4096..=65536).contains(&sba_page_size) {
+        return Err(doc
+            .field_error(
+                "iommu.page_size",
+                format!("expected a power of two in 4096..=65536 bytes, got {sba_page_size}"),
+            )
+            .into());
+    }
+    let default_window_mib = range(
+        doc,
+        "iommu.default_window_mib",
+        s.default_window_mib.unwrap_or(d::DEFAULT_WINDOW_MIB.0),
+        256,
+        4096,
+        "MiB (a 32-bit window)",
+    )?;
+    let ddw_default = if mode == IommuMode::DdwDirect {
+        memory_gib
+    } else {
+        (memory_gib / 2).max(1)
+    };
+    let ddw_window_gib = range(
+        doc,
+        "iommu.ddw_window_gib",
+        s.ddw_window_gib.unwrap_or(ddw_default),
+        1,
+        MAX_MEMORY_GIB,
+        "GiB",
+    )?;
+    if mode == IommuMode::DdwDynamic && ddw_window_gib >= memory_gib {
+        return Err(doc
+            .field_error(
+                "iommu.ddw_window_gib",
+                format!(
+                    "a DDW of {ddw_window_gib} GiB maps all {memory_gib} GiB of memory, which makes it direct: expected less than machine.memory_gib for ddw-dynamic (or use mode = \"ddw-direct\")"
+                ),
+            )
+            .into());
+    }
+    if mode == IommuMode::DdwDirect && ddw_window_gib < memory_gib {
+        return Err(doc
+            .field_error(
+                "iommu.ddw_window_gib",
+                format!(
+                    "a direct DDW maps all memory: expected at least machine.memory_gib = {memory_gib}"
+                ),
+            )
+            .into());
+    }
+    let ddw_page_kib = s.ddw_page_kib.unwrap_or(d::DDW_PAGE_KIB.0);
+    let ddw_page_shift = match ddw_page_kib {
+        4 => 12,
+        64 => 16,
+        2048 => 21,
+        16384 => 24,
+        other => {
+            return Err(doc
+                .field_error(
+                    "iommu.ddw_page_kib",
+                    format!(
+                    "expected 4, 64, 2048 or 16384 (a TCE page size PowerVM offers), got {other}"
+                ),
+                )
+                .into())
+        }
+    };
+    let needs = |what: Result<(), crate::cost::CostError>, group: &str| -> Result<(), InputError> {
+        what.map_err(|e| {
+            doc.field_error(
+                "machine.platform",
+                format!(
+                    "iommu.model = \"{}\" in mode {} needs a profile with a {group} group: {e}",
+                    model.name(),
+                    mode.name()
+                ),
+            )
+        })
+    };
+    if uses_cmdq {
+        needs(profile.require_cmdq().map(|_| ()), "[iommu.cmdq]")?;
+    }
+    if model == IommuModel::Ipmmu && mode == IommuMode::Strict {
+        needs(
+            profile.require_register_flush().map(|_| ()),
+            "[iommu.register_flush]",
+        )?;
+    }
+    if model == IommuModel::Pseries {
+        needs(profile.require_hypervisor().map(|_| ()), "[hypervisor]")?;
+    }
+    Ok(IommuSetup {
+        model,
+        mode,
+        cmdq,
+        cmdq_log2size,
+        cmdq_batch_max,
+        flush_queue_size,
+        flush_timeout_ns: flush_timeout_ms * 1_000_000,
+        sba_delayed_frees,
+        sba_page_size,
+        default_window_bytes: default_window_mib << 20,
+        ddw_window_bytes: ddw_window_gib << 30,
+        ddw_page_shift,
+    })
+}
+
+fn one_device(doc: &TomlDoc<'_>, n: usize, workload: &str) -> Result<(), InputError> {
+    if n != 1 {
+        return Err(doc.field_error(
+            "device",
+            format!("a {workload} workload drives exactly one device, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A CPU index field: explicit values must exist; defaults wrap onto the machine.
+fn cpu(
+    doc: &TomlDoc<'_>,
+    path: &str,
+    v: Option<usize>,
+    default: usize,
+    cpus: usize,
+) -> Result<usize, InputError> {
+    match v {
+        Some(c) if c >= cpus => Err(doc.field_error(
+            path,
+            format!("expected a CPU in 0..{cpus} (machine.cpus = {cpus}), got {c}"),
+        )),
+        Some(c) => Ok(c),
+        None => Ok(default % cpus),
+    }
+}
+
+fn usb(
+    doc: &TomlDoc<'_>,
+    s: &UsbSpec,
+    b: &crate::experiments::ipmmu_usb::Model,
+    cpus: usize,
+) -> Result<UsbSetup, InputError> {
+    let mut c = b.usb_common.clone();
+    c.link = match s.speed.as_deref().unwrap_or("superspeed") {
+        "superspeed" => b.superspeed.clone(),
+        "highspeed" => b.highspeed.clone(),
+        other => {
+            return Err(doc.field_error(
+                "device[0].speed",
+                format!("unknown speed \"{other}\": expected \"superspeed\" or \"highspeed\""),
+            ))
+        }
+    };
+    if let Some(v) = s.command_overhead_ns {
+        c.command_overhead_ns = range(
+            doc,
+            "device[0].command_overhead_ns",
+            v,
+            0,
+            100_000_000,
+            "ns",
+        )?;
+    }
+    if let Some(v) = s.per_segment_ns {
+        c.per_segment_ns = range(doc, "device[0].per_segment_ns", v, 0, 1_000_000, "ns")?;
+    }
+    if let Some(v) = s.media_read_latency_us {
+        c.media_read_latency_ns =
+            (real(doc, "device[0].media_read_latency_us", v, 0.0, 1e6)? * 1e3).round() as u64;
+    }
+    if let Some(v) = s.completion_ns {
+        c.completion_ns = range(doc, "device[0].completion_ns", v, 0, 1_000_000, "ns")?;
+    }
+    c.storage_cpu = cpu(
+        doc,
+        "device[0].storage_cpu",
+        s.storage_cpu,
+        c.storage_cpu,
+        cpus,
+    )?;
+    c.irq_cpu = cpu(doc, "device[0].irq_cpu", s.irq_cpu, c.irq_cpu, cpus)?;
+    Ok(UsbSetup {
+        config: c,
+        max_segment_size: b.max_segment_size,
+        max_segments: b.max_segments,
+    })
+}
+
+fn bonnie(
+    doc: &TomlDoc<'_>,
+    s: &BonnieSpec,
+    b: &crate::experiments::ipmmu_usb::Model,
+    c: &Common,
+    usb: &UsbSetup,
+) -> Result<BonnieSetup, InputError> {
+    let mut cfg = b.bonnie.clone();
+    let file_mib = range(
+        doc,
+        "workload.file_mib",
+        s.file_mib.unwrap_or(d::BONNIE_FILE_MIB.0),
+        1,
+        MAX_FILE_MIB,
+        "MiB (cap MAX_FILE_MIB)",
+    )?;
+    let logical = s.logical_file_mib.unwrap_or(cfg.logical_file_bytes >> 20);
+    let logical = range(
+        doc,
+        "workload.logical_file_mib",
+        logical,
+        file_mib,
+        MAX_TARGET_GIB << 10,
+        "MiB (at least file_mib)",
+    )?;
+    // Dirty thresholds scale with the file, as in the bundled scenario.
+    let scale = file_mib as f64 / (cfg.file_bytes as f64 / 1_048_576.0);
+    cfg.dirty_background = ((cfg.dirty_background as f64 * scale) as u64).max(4096);
+    cfg.dirty_limit = ((cfg.dirty_limit as f64 * scale) as u64).max(cfg.dirty_background + 4096);
+    cfg.file_bytes = file_mib << 20;
+    cfg.logical_file_bytes = logical << 20;
+    let ram_mib = range(
+        doc,
+        "workload.ram_mib",
+        s.ram_mib
+            .unwrap_or(cfg.ram_banks.iter().map(|&(_, b)| b).sum::<u64>() >> 20),
+        1,
+        MAX_MEMORY_GIB << 10,
+        "MiB",
+    )?;
+    // One bank above the first 4 GiB: the workload scenario's device reaches all of it
+    // (no bounce buffering; see docs/SCENARIOS.md).
+    cfg.ram_banks = vec![(BUFFER_BASE, ram_mib << 20)];
+    if BUFFER_BASE + (ram_mib << 20) > c.memory_bytes {
+        return Err(doc.field_error(
+            "workload.ram_mib",
+            format!(
+                "the page cache ({ram_mib} MiB above the first 4 GiB) does not fit in machine.memory_gib = {}",
+                c.memory_bytes >> 30
+            ),
+        ));
+    }
+    if let Some(ch) = s.chunk_bytes {
+        if ch == 0 || ch % 512 != 0 || ch > 1 << 20 {
+            return Err(doc.field_error(
+                "workload.chunk_bytes",
+                format!("expected a non-zero multiple of 512 up to 1 MiB, got {ch}"),
+            ));
+        }
+        cfg.chunk = ch;
+    }
+    if let Some(n) = s.seeks {
+        cfg.seeks = range(doc, "workload.seeks", n, 1, 1_000_000, "seeks")?;
+    }
+    if let Some(cpus) = &s.seeker_cpus {
+        if cpus.is_empty() || cpus.len() > MAX_THREADS as usize {
+            return Err(doc.field_error(
+                "workload.seeker_cpus",
+                format!("expected 1..={MAX_THREADS} seekers (cap MAX_THREADS)"),
+            ));
+        }
+        for &x in cpus {
+            cpu(doc, "workload.seeker_cpus", Some(x), 0, c.cpus)?;
+        }
+        cfg.seeker_cpus = cpus.clone();
+    } else {
+        cfg.seeker_cpus = cfg.seeker_cpus.iter().map(|&x| x % c.cpus).collect();
+    }
+    cfg.seekers = cfg.seeker_cpus.len();
+    cfg.bonnie_cpu = cpu(
+        doc,
+        "workload.bonnie_cpu",
+        s.bonnie_cpu,
+        cfg.bonnie_cpu,
+        c.cpus,
+    )?;
+    cfg.flusher_cpu = cpu(
+        doc,
+        "workload.flusher_cpu",
+        s.flusher_cpu,
+        cfg.flusher_cpu,
+        c.cpus,
+    )?;
+    cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
+    cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
+    cfg.limits = crate::block::QueueLimits {
+        max_segments: usb.max_segments,
+        max_segment_size: usb.max_segment_size,
+        max_transfer: usb.config.link.max_transfer,
+        virt_merge_granule: (c.iommu.mode != IommuMode::Off).then_some(4096),
+    };
+    Ok(BonnieSetup {
+        config: cfg,
+        size_mib: logical,
+    })
+}
+
+fn nic(
+    doc: &TomlDoc<'_>,
+    s: &NicSpec,
+    b: &crate::experiments::pseries_ddw::Setup,
+) -> Result<
+    (
+        crate::devices::nic::LinkConfig,
+        crate::workloads::netperf::StreamConfig,
+    ),
+    InputError,
+> {
+    let mut link = b.link;
+    let mut stream = b.base;
+    if let Some(g) = s.link_gbps {
+        link.gbps = real(doc, "device[0].link_gbps", g, 0.001, 10_000.0)?;
+    }
+    if let Some(mtu) = s.mtu {
+        let mtu = range(doc, "device[0].mtu", mtu, 576, 65_535, "bytes")?;
+        let headers = b.sc.nic.tcpip_header_bytes.value;
+        link.mss = mtu.saturating_sub(headers).max(1);
+    }
+    if let Some(q) = s.queues {
+        stream.queues = range(
+            doc,
+            "device[0].queues",
+            q,
+            1,
+            MAX_DEVICE_QUEUES,
+            "(cap MAX_DEVICE_QUEUES)",
+        )?;
+    }
+    if let Some(t) = s.tx_ring_entries {
+        stream.tx_ring_entries = range(
+            doc,
+            "device[0].tx_ring_entries",
+            t,
+            1,
+            MAX_IODEPTH as usize,
+            "(cap MAX_IODEPTH)",
+        )?;
+    }
+    if let Some(r) = s.rx_ring_pages {
+        stream.rx_ring_pages = range(
+            doc,
+            "device[0].rx_ring_pages",
+            r,
+            1,
+            MAX_IODEPTH as usize,
+            "(cap MAX_IODEPTH)",
+        )?;
+    }
+    Ok((link, stream))
+}
+
+fn netperf(
+    doc: &TomlDoc<'_>,
+    s: &NetperfSpec,
+    b: &crate::experiments::pseries_ddw::Setup,
+    c: &Common,
+    mut stream: crate::workloads::netperf::StreamConfig,
+) -> Result<NetperfSetup, InputError> {
+    use crate::workloads::netperf::StreamDirection;
+    stream.direction = match s.direction.as_deref().unwrap_or("write") {
+        "write" => StreamDirection::Write,
+        "read" => StreamDirection::Read,
+        other => {
+            return Err(doc.field_error(
+                "workload.direction",
+                format!(
+                    "unknown direction \"{other}\": expected \"write\" (transmit) or \"read\" (receive)"
+                ),
+            ))
+        }
+    };
+    let max_threads = c.cpus.min(MAX_THREADS as usize);
+    stream.threads = range(
+        doc,
+        "workload.threads",
+        s.threads.unwrap_or(1),
+        1,
+        max_threads,
+        "(at most machine.cpus; cap MAX_THREADS)",
+    )?;
+    if let Some(m) = s.message_bytes {
+        stream.message_bytes = range(doc, "workload.message_bytes", m, 1, 16 << 20, "bytes")?;
+    }
+    let run_ms = range(
+        doc,
+        "workload.run_ms",
+        s.run_ms,
+        1,
+        MAX_RUN_MS,
+        "ms of virtual time (cap MAX_RUN_MS)",
+    )?;
+    let warmup_ms = s.warmup_ms.unwrap_or(b.base.warmup_ns / 1_000_000);
+    if warmup_ms >= run_ms {
+        return Err(doc.field_error(
+            "workload.warmup_ms",
+            format!("expected less than run_ms = {run_ms}"),
+        ));
+    }
+    stream.run_ns = run_ms * 1_000_000;
+    stream.warmup_ns = warmup_ms * 1_000_000;
+    // Each queue's buffers live in their own 4 GiB of physical memory (workloads::netperf).
+    let queues = stream.queues.max(stream.threads) as u64;
+    let needed_gib = 4 * (queues + 1);
+    if c.memory_bytes >> 30 < needed_gib {
+        return Err(doc.field_error(
+            "machine.memory_gib",
+            format!(
+                "the NIC model places each queue's buffers in its own 4 GiB: {queues} queues need at least {needed_gib} GiB"
+            ),
+        ));
+    }
+    let mut costs = b.costs;
+    costs.syscall_ns = c.profile.cpu.syscall.ns();
+    costs.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
+    costs.doorbell_ns = c.profile.mmio.write.ns();
+    Ok(NetperfSetup {
+        stream,
+        costs,
+        serialisation: b.serialisation,
+    })
+}
+
+fn kernel(
+    doc: &TomlDoc<'_>,
+    k: &KernelSpec,
+    driver_submit_ns: u64,
+    driver_complete_ns: u64,
+) -> Result<BlockKernel, InputError> {
+    let ns = |path: &str, v: Option<u64>, default: u64| {
+        range(doc, path, v.unwrap_or(default), 0, 1_000_000, "ns")
+    };
+    Ok(BlockKernel {
+        block_submit_ns: ns(
+            "kernel.block_submit_ns",
+            k.block_submit_ns,
+            d::BLOCK_SUBMIT_NS.0,
+        )?,
+        block_complete_ns: ns(
+            "kernel.block_complete_ns",
+            k.block_complete_ns,
+            d::BLOCK_COMPLETE_NS.0,
+        )?,
+        irq_entry_ns: ns("kernel.irq_entry_ns", k.irq_entry_ns, d::IRQ_ENTRY_NS.0)?,
+        driver_submit_ns: ns("device[0].submit_ns", Some(driver_submit_ns), 0)?,
+        driver_complete_ns: ns("device[0].complete_ns", Some(driver_complete_ns), 0)?,
+    })
+}
+
+fn nvme(
+    doc: &TomlDoc<'_>,
+    i: usize,
+    s: &NvmeSpec,
+    cpus: usize,
+) -> Result<crate::devices::nvme::NvmeParams, InputError> {
+    let at = |f: &str| format!("device[{i}].{f}");
+    let io_queues = range(
+        doc,
+        &at("io_queues"),
+        s.io_queues.unwrap_or(d::NVME_IO_QUEUES.0),
+        1,
+        MAX_DEVICE_QUEUES,
+        "(cap MAX_DEVICE_QUEUES)",
+    )?;
+    Ok(crate::devices::nvme::NvmeParams {
+        // Linux creates one queue pair per CPU, up to the controller's count.
+        io_queues: io_queues.min(cpus),
+        max_iops: real(
+            doc,
+            &at("max_iops"),
+            s.max_iops.unwrap_or(d::NVME_MAX_IOPS.0),
+            1.0,
+            1e8,
+        )?,
+        bandwidth: real(
+            doc,
+            &at("bandwidth_gb_per_s"),
+            s.bandwidth_gb_per_s.unwrap_or(d::NVME_BANDWIDTH_GB_PER_S.0),
+            0.001,
+            1000.0,
+        )? * 1e9,
+        read_latency_ns: (real(
+            doc,
+            &at("read_latency_us"),
+            s.read_latency_us.unwrap_or(d::NVME_READ_LATENCY_US.0),
+            0.0,
+            1e6,
+        )? * 1e3)
+            .round() as u64,
+        write_latency_ns: (real(
+            doc,
+            &at("write_latency_us"),
+            s.write_latency_us.unwrap_or(d::NVME_WRITE_LATENCY_US.0),
+            0.0,
+            1e6,
+        )? * 1e3)
+            .round() as u64,
+    })
+}
+
+fn sas(
+    doc: &TomlDoc<'_>,
+    i: usize,
+    s: &SasSpec,
+) -> Result<crate::devices::sas::SasParams, InputError> {
+    let at = |f: &str| format!("device[{i}].{f}");
+    Ok(crate::devices::sas::SasParams {
+        disks: range(
+            doc,
+            &at("disks"),
+            s.disks.unwrap_or(d::SAS_DISKS.0),
+            1,
+            MAX_DISKS,
+            "(cap MAX_DISKS)",
+        )?,
+        completion_queues: range(
+            doc,
+            &at("completion_queues"),
+            s.completion_queues.unwrap_or(d::SAS_COMPLETION_QUEUES.0),
+            1,
+            MAX_DEVICE_QUEUES,
+            "(cap MAX_DEVICE_QUEUES)",
+        )?,
+        hba_command_ns: real(
+            doc,
+            &at("hba_command_ns"),
+            s.hba_command_ns.unwrap_or(d::SAS_HBA_COMMAND_NS.0),
+            0.0,
+            1e6,
+        )?,
+        disk_read_latency_ns: (real(
+            doc,
+            &at("disk_read_latency_us"),
+            s.disk_read_latency_us
+                .unwrap_or(d::SAS_DISK_READ_LATENCY_US.0),
+            0.0,
+            1e6,
+        )? * 1e3)
+            .round() as u64,
+        disk_write_latency_ns: (real(
+            doc,
+            &at("disk_write_latency_us"),
+            s.disk_write_latency_us
+                .unwrap_or(d::SAS_DISK_WRITE_LATENCY_US.0),
+            0.0,
+            1e6,
+        )? * 1e3)
+            .round() as u64,
+        disk_max_iops: real(
+            doc,
+            &at("disk_max_iops"),
+            s.disk_max_iops.unwrap_or(d::SAS_DISK_MAX_IOPS.0),
+            1.0,
+            1e8,
+        )?,
+        link_bandwidth: real(
+            doc,
+            &at("link_gb_per_s"),
+            s.link_gb_per_s.unwrap_or(d::SAS_LINK_GB_PER_S.0),
+            0.001,
+            1000.0,
+        )? * 1e9,
+    })
+}
+
+/// Physical address where I/O buffers and the page cache start: above the first 4 GiB, where
+/// the 32-bit windows of the SBA and POWER live (assumption of scenarios/sba-vmerge.toml: no
+/// DMA buffers there), so a bypass reaches them.
+pub(crate) const BUFFER_BASE: u64 = 4 << 30;
+
+fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputError> {
+    let rw = RwPattern::parse(&s.rw).ok_or_else(|| {
+        doc.field_error(
+            "workload.rw",
+            format!(
+                "unknown pattern \"{}\": expected read, write, randread, randwrite or randrw",
+                s.rw
+            ),
+        )
+    })?;
+    if s.rwmixread.is_some() && rw != RwPattern::RandRw {
+        return Err(doc.field_error("workload.rwmixread", "applies to rw = \"randrw\" only"));
+    }
+    let rwmixread = range(
+        doc,
+        "workload.rwmixread",
+        s.rwmixread.unwrap_or(50),
+        0,
+        100,
+        "percent reads",
+    )?;
+    let bs = s.bs.unwrap_or(d::FIO_BS.0);
+    if bs == 0 || bs % 512 != 0 {
+        return Err(doc.field_error(
+            "workload.bs",
+            format!("expected a non-zero multiple of 512 bytes, got {bs}"),
+        ));
+    }
+    let bs = range(
+        doc,
+        "workload.bs",
+        bs,
+        512,
+        MAX_BLOCK_SIZE,
+        "bytes (cap MAX_BLOCK_SIZE)",
+    )?;
+    let iodepth = range(
+        doc,
+        "workload.iodepth",
+        s.iodepth.unwrap_or(d::FIO_IODEPTH.0),
+        1,
+        MAX_IODEPTH,
+        "(cap MAX_IODEPTH)",
+    )?;
+    let first_cpu = s.first_cpu.unwrap_or(0);
+    if first_cpu >= c.cpus {
+        return Err(doc.field_error(
+            "workload.first_cpu",
+            format!("expected 0..{} (machine.cpus = {})", c.cpus, c.cpus),
+        ));
+    }
+    let max_jobs = (c.cpus - first_cpu).min(MAX_THREADS as usize) as u32;
+    let numjobs = range(
+        doc,
+        "workload.numjobs",
+        s.numjobs.unwrap_or(1),
+        1,
+        max_jobs,
+        "(one job per CPU from first_cpu; cap MAX_THREADS)",
+    )?;
+    let inflight = u64::from(numjobs) * u64::from(iodepth);
+    if inflight > MAX_INFLIGHT {
+        return Err(doc.field_error(
+            "workload.iodepth",
+            format!("numjobs x iodepth = {inflight} I/Os in flight exceeds the cap MAX_INFLIGHT = {MAX_INFLIGHT}"),
+        ));
+    }
+    let buffers = inflight * bs.next_multiple_of(4096);
+    if BUFFER_BASE + buffers > c.memory_bytes {
+        return Err(doc.field_error(
+            "machine.memory_gib",
+            format!(
+                "the workload's I/O buffers (numjobs x iodepth x bs = {} MiB above the first 4 GiB) do not fit in {} GiB",
+                buffers >> 20,
+                c.memory_bytes >> 30
+            ),
+        ));
+    }
+    let size_gib = range(
+        doc,
+        "workload.size_gib",
+        s.size_gib.unwrap_or(d::FIO_SIZE_GIB.0),
+        1,
+        MAX_TARGET_GIB,
+        "GiB (cap MAX_TARGET_GIB)",
+    )?;
+    let runtime_ms = range(
+        doc,
+        "workload.runtime_ms",
+        s.runtime_ms,
+        1,
+        MAX_RUN_MS,
+        "ms of virtual time (cap MAX_RUN_MS)",
+    )?;
+    let ramp_ms = s.ramp_ms.unwrap_or(d::FIO_RAMP_MS.0);
+    if runtime_ms + ramp_ms > MAX_RUN_MS {
+        return Err(doc.field_error(
+            "workload.ramp_ms",
+            format!(
+                "ramp_ms + runtime_ms = {} ms exceeds the cap MAX_RUN_MS = {MAX_RUN_MS} ms",
+                runtime_ms + ramp_ms
+            ),
+        ));
+    }
+    let batch_submit = range(
+        doc,
+        "workload.iodepth_batch_submit",
+        s.iodepth_batch_submit.unwrap_or(1),
+        1,
+        iodepth,
+        "(at most iodepth)",
+    )?;
+    let batch_complete_min = range(
+        doc,
+        "workload.iodepth_batch_complete_min",
+        s.iodepth_batch_complete_min.unwrap_or(1),
+        1,
+        iodepth,
+        "(at most iodepth)",
+    )?;
+    let user_ns_per_io = range(
+        doc,
+        "workload.user_ns_per_io",
+        s.user_ns_per_io.unwrap_or(d::FIO_USER_NS_PER_IO.0),
+        0,
+        1_000_000,
+        "ns",
+    )?;
+    Ok(FioSetup {
+        rw,
+        rwmixread,
+        bs,
+        iodepth,
+        numjobs,
+        batch_submit,
+        batch_complete_min,
+        first_cpu,
+        size: size_gib << 30,
+        runtime_ns: runtime_ms * 1_000_000,
+        ramp_ns: ramp_ms * 1_000_000,
+        user_ns_per_io,
+    })
+}

@@ -1,0 +1,573 @@
+//! Workload scenarios (`iolab_sim::lab`): validation names the field and line, caps are
+//! enforced, runs are deterministic, and the IOMMU modes order as their mechanisms say.
+
+use iolab_sim::experiments::ExperimentError;
+use iolab_sim::lab::{self, caps, examples, LabOptions, LabRun};
+use iolab_sim::tomlfile::InputError;
+
+/// A small CPU-bound NVMe scenario: 4 CPUs, 4 jobs, a device rated far above what 4 CPUs
+/// can drive, so the per-I/O CPU cost of the DMA path sets the IOPS.
+fn nvme_cpu_bound(mode: &str, model: &str) -> String {
+    format!(
+        r#"
+name = "cpu-bound-{mode}"
+seed = 7
+[machine]
+platform = "hisilicon-d06"
+cpus = 4
+memory_gib = 16
+[iommu]
+model = "{model}"
+mode = "{mode}"
+[[device]]
+kind = "nvme"
+max_iops = 20000000
+bandwidth_gb_per_s = 100
+[workload]
+kind = "fio"
+rw = "randread"
+bs = 4096
+iodepth = 32
+numjobs = 4
+runtime_ms = 10
+ramp_ms = 2
+"#
+    )
+}
+
+fn run(text: &str) -> LabRun {
+    lab::run_scenario(text, "test.toml", &LabOptions::default()).expect("scenario runs")
+}
+
+fn run_seed(text: &str, seed: u64) -> LabRun {
+    lab::run_scenario(
+        text,
+        "test.toml",
+        &LabOptions {
+            runs: 1,
+            seed: Some(seed),
+        },
+    )
+    .expect("scenario runs")
+}
+
+fn metric(r: &LabRun, name: &str) -> f64 {
+    r.report.measurements[0]
+        .get(name)
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+        .value
+}
+
+/// The input error of a scenario that must be refused: (field, line, message).
+fn refused(text: &str) -> (String, Option<usize>, String) {
+    match lab::run_scenario(text, "bad.toml", &LabOptions::default()) {
+        Err(ExperimentError::Input(e @ InputError::Field { .. })) => {
+            let msg = e.to_string();
+            let InputError::Field { field, line, .. } = e else {
+                unreachable!()
+            };
+            (field, line, msg)
+        }
+        Err(e) => panic!("expected a field error, got {e:?}"),
+        Ok(_) => panic!("expected the scenario to be refused"),
+    }
+}
+
+fn base() -> String {
+    nvme_cpu_bound("strict", "smmuv3")
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_misspelt_workload_field_is_named_with_its_line() {
+    let text = base().replace("iodepth = 32", "iodepht = 32");
+    let (field, line, msg) = refused(&text);
+    assert_eq!(field, "workload.iodepht");
+    assert_eq!(line, Some(19));
+    assert!(msg.contains("bad.toml"), "{msg}");
+    assert!(
+        msg.contains("iodepth"),
+        "the expected fields are listed: {msg}"
+    );
+}
+
+#[test]
+fn a_wrong_type_is_named() {
+    let text = base().replace("cpus = 4", "cpus = \"four\"");
+    let (field, line, _) = refused(&text);
+    assert_eq!(field, "machine.cpus");
+    assert_eq!(line, Some(6));
+}
+
+#[test]
+fn a_block_size_must_be_a_multiple_of_512() {
+    let (field, _, msg) = refused(&base().replace("bs = 4096", "bs = 1000"));
+    assert_eq!(field, "workload.bs");
+    assert!(msg.contains("multiple of 512"), "{msg}");
+    let (field, _, _) = refused(&base().replace("bs = 4096", "bs = 0"));
+    assert_eq!(field, "workload.bs");
+}
+
+#[test]
+fn a_mode_of_another_model_is_refused() {
+    let (field, line, msg) = refused(&nvme_cpu_bound("ddw-dynamic", "smmuv3"));
+    assert_eq!(field, "iommu.mode");
+    assert_eq!(line, Some(10));
+    assert!(
+        msg.contains("\"strict\""),
+        "the valid modes are listed: {msg}"
+    );
+    let (field, _, _) = refused(&nvme_cpu_bound("lazy", "ipmmu"));
+    assert_eq!(field, "iommu.mode");
+    let (field, _, _) = refused(&nvme_cpu_bound("strict", "vtd"));
+    assert_eq!(field, "iommu.model");
+}
+
+#[test]
+fn a_field_of_another_device_kind_is_unknown_where_it_stands() {
+    let text = base().replace("kind = \"nvme\"", "kind = \"nvme\"\ndisks = 8");
+    let (field, line, _) = refused(&text);
+    assert_eq!(field, "device[0].disks");
+    assert_eq!(line, Some(13));
+}
+
+#[test]
+fn devices_of_one_scenario_are_of_one_kind() {
+    let text = base().replace("[workload]", "[[device]]\nkind = \"sas\"\n[workload]");
+    let (field, line, _) = refused(&text);
+    assert_eq!(field, "device[1].kind");
+    assert!(line.is_some());
+}
+
+#[test]
+fn a_workload_on_the_wrong_device_is_refused() {
+    let text = base().replace("kind = \"nvme\"", "kind = \"usb\"");
+    let (field, _, msg) = refused(&text);
+    assert_eq!(field, "workload.kind");
+    assert!(msg.contains("fio runs on nvme or sas"), "{msg}");
+}
+
+#[test]
+fn model_specific_fields_are_refused_elsewhere() {
+    let (field, _, _) = refused(
+        &nvme_cpu_bound("off", "none")
+            .replace("mode = \"off\"", "mode = \"off\"\ncmdq = \"lockfree\""),
+    );
+    assert_eq!(field, "iommu.cmdq");
+    let (field, _, _) = refused(&base().replace(
+        "mode = \"strict\"",
+        "mode = \"strict\"\nflush_queue_size = 128",
+    ));
+    assert_eq!(field, "iommu.flush_queue_size");
+}
+
+#[test]
+fn missing_required_fields_and_unknown_names_are_named() {
+    let (field, _, _) = refused(&base().replace("runtime_ms = 10", ""));
+    assert_eq!(field, "workload.runtime_ms");
+    let (field, _, msg) = refused(&base().replace("hisilicon-d06", "nowhere"));
+    assert_eq!(field, "machine.platform");
+    assert!(msg.contains("hisilicon-d06"), "bundled names listed: {msg}");
+    let (field, _, _) = refused(&base().replace("rw = \"randread\"", "rw = \"sideways\""));
+    assert_eq!(field, "workload.rw");
+}
+
+#[test]
+fn a_platform_without_the_needed_group_is_refused() {
+    // hp-zx1 has no SMMUv3 command queue costs.
+    let (field, _, msg) = refused(&base().replace("hisilicon-d06", "hp-zx1"));
+    assert_eq!(field, "machine.platform");
+    assert!(msg.contains("cmdq"), "{msg}");
+}
+
+#[test]
+fn netperf_needs_the_power_tce_path() {
+    let text = r#"
+[machine]
+platform = "hisilicon-d06"
+cpus = 8
+memory_gib = 300
+[iommu]
+model = "smmuv3"
+mode = "strict"
+[[device]]
+kind = "nic"
+[workload]
+kind = "netperf"
+run_ms = 5
+"#;
+    let (field, _, _) = refused(text);
+    assert_eq!(field, "iommu.model");
+    let direct = text
+        .replace("hisilicon-d06", "power-lpar")
+        .replace("model = \"smmuv3\"", "model = \"pseries\"")
+        .replace("mode = \"strict\"", "mode = \"ddw-direct\"");
+    let (field, _, _) = refused(&direct);
+    assert_eq!(field, "iommu.mode");
+}
+
+#[test]
+fn syntax_errors_give_the_line() {
+    match lab::run_scenario(
+        "name = \"x\"\n[machine\n",
+        "bad.toml",
+        &LabOptions::default(),
+    ) {
+        Err(ExperimentError::Input(InputError::Syntax { line, .. })) => assert_eq!(line, 2),
+        other => panic!("expected a syntax error, got {other:?}"),
+    }
+}
+
+#[test]
+fn experiment_files_are_told_apart() {
+    assert!(lab::is_experiment_scenario(
+        iolab_sim::experiments::smmuv3_cmdq::BUNDLED_SCENARIO
+    ));
+    assert!(!lab::is_experiment_scenario(&base()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Caps
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn every_growth_has_a_cap_with_a_clear_error() {
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            base().replace("cpus = 4", &format!("cpus = {}", caps::MAX_CPUS + 1)),
+            "machine.cpus",
+            "MAX_CPUS",
+        ),
+        (
+            base().replace("cpus = 4", "cpus = 0"),
+            "machine.cpus",
+            "1..=",
+        ),
+        (
+            base().replace(
+                "memory_gib = 16",
+                &format!("memory_gib = {}", caps::MAX_MEMORY_GIB + 1),
+            ),
+            "machine.memory_gib",
+            "MAX_MEMORY_GIB",
+        ),
+        (
+            base().replace(
+                "iodepth = 32",
+                &format!("iodepth = {}", caps::MAX_IODEPTH + 1),
+            ),
+            "workload.iodepth",
+            "MAX_IODEPTH",
+        ),
+        (
+            base().replace("numjobs = 4", "numjobs = 5"),
+            "workload.numjobs",
+            "one job per CPU",
+        ),
+        (
+            base().replace(
+                "runtime_ms = 10",
+                &format!("runtime_ms = {}", caps::MAX_RUN_MS + 1),
+            ),
+            "workload.runtime_ms",
+            "MAX_RUN_MS",
+        ),
+        (
+            base().replace(
+                "runtime_ms = 10",
+                &format!("runtime_ms = {}", caps::MAX_RUN_MS),
+            ),
+            "workload.ramp_ms",
+            "MAX_RUN_MS",
+        ),
+        (
+            base().replace("bs = 4096", &format!("bs = {}", caps::MAX_BLOCK_SIZE * 2)),
+            "workload.bs",
+            "MAX_BLOCK_SIZE",
+        ),
+        (
+            base().replace("ramp_ms = 2", "ramp_ms = 2\nsize_gib = 0"),
+            "workload.size_gib",
+            "1..=",
+        ),
+        (
+            base().replace("mode = \"strict\"", "mode = \"strict\"\ncmdq_log2size = 20"),
+            "iommu.cmdq_log2size",
+            "MAX_CMDQ_LOG2SIZE",
+        ),
+        (
+            base().replace(
+                "kind = \"nvme\"",
+                &format!(
+                    "kind = \"nvme\"\nio_queues = {}",
+                    caps::MAX_DEVICE_QUEUES + 1
+                ),
+            ),
+            "device[0].io_queues",
+            "MAX_DEVICE_QUEUES",
+        ),
+        (
+            base().replace(
+                "[workload]",
+                &("[[device]]\nkind = \"nvme\"\n".repeat(caps::MAX_DEVICES) + "[workload]"),
+            ),
+            "device",
+            "MAX_DEVICES",
+        ),
+    ];
+    for (text, field, needle) in cases {
+        let (got, _, msg) = refused(&text);
+        assert_eq!(got, field, "{msg}");
+        assert!(msg.contains(needle), "{field}: {msg}");
+    }
+}
+
+#[test]
+fn in_flight_ios_are_capped_over_all_jobs() {
+    let text = base()
+        .replace("cpus = 4", "cpus = 1024")
+        .replace("memory_gib = 16", "memory_gib = 65536")
+        .replace("numjobs = 4", "numjobs = 1024")
+        .replace("iodepth = 32", "iodepth = 4096");
+    let (field, _, msg) = refused(&text);
+    assert_eq!(field, "workload.iodepth");
+    assert!(msg.contains("MAX_INFLIGHT"), "{msg}");
+}
+
+#[test]
+fn buffers_must_fit_in_memory() {
+    let text = base()
+        .replace("memory_gib = 16", "memory_gib = 1")
+        .replace("bs = 4096", "bs = 1048576");
+    let (field, _, _) = refused(&text);
+    assert_eq!(field, "machine.memory_gib");
+}
+
+#[test]
+fn runs_are_capped() {
+    let s = lab::validate(&base(), "t.toml", None).unwrap();
+    let err = lab::run(
+        &s,
+        &LabOptions {
+            runs: caps::MAX_RUNS + 1,
+            seed: None,
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("MAX_RUNS"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Determinism
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn the_same_seed_gives_the_same_bytes() {
+    let a = run(&base());
+    let b = run(&base());
+    assert_eq!(a.report.report_text, b.report.report_text);
+    assert_eq!(a.report.measurements, b.report.measurements);
+    assert_eq!(
+        serde_json::to_string(&a.json()).unwrap(),
+        serde_json::to_string(&b.json()).unwrap()
+    );
+}
+
+#[test]
+fn another_seed_gives_a_different_but_close_result() {
+    let a = run_seed(&base(), 1);
+    let b = run_seed(&base(), 2);
+    assert_ne!(a.report.measurements, b.report.measurements);
+    let (x, y) = (metric(&a, "read.iops"), metric(&b, "read.iops"));
+    assert!((x - y).abs() / x < 0.05, "{x} vs {y}");
+}
+
+#[test]
+fn the_scenario_seed_is_used_unless_overridden() {
+    let own = run(&base()); // seed = 7 in the file
+    let explicit = run_seed(&base(), 7);
+    assert_eq!(own.seed, 7);
+    assert_eq!(own.report.measurements, explicit.report.measurements);
+}
+
+#[test]
+fn repeated_runs_give_one_measurement_each_with_its_seed() {
+    let r = lab::run_scenario(
+        &base(),
+        "t.toml",
+        &LabOptions {
+            runs: 3,
+            seed: Some(5),
+        },
+    )
+    .unwrap();
+    let ms = &r.report.measurements;
+    assert_eq!(ms.len(), 3);
+    let seeds: Vec<&str> = ms.iter().map(|m| m.attrs["seed"].as_str()).collect();
+    assert_eq!(seeds[0], "5");
+    assert!(seeds[0] != seeds[1] && seeds[1] != seeds[2] && seeds[0] != seeds[2]);
+    assert_eq!(ms[1].config, "cpu-bound-strict#1");
+    assert_eq!(r.fio.as_ref().unwrap().jobs.len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------
+// Mechanisms and outputs
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn strict_costs_more_than_lazy_which_costs_more_than_off_when_cpu_bound() {
+    let off = run(&nvme_cpu_bound("off", "smmuv3"));
+    let lazy = run(&nvme_cpu_bound("lazy", "smmuv3"));
+    let strict = run(&nvme_cpu_bound("strict", "smmuv3"));
+    let iops = |r: &LabRun| metric(r, "read.iops");
+    assert!(
+        iops(&off) > iops(&lazy) && iops(&lazy) > iops(&strict),
+        "off {} lazy {} strict {}",
+        iops(&off),
+        iops(&lazy),
+        iops(&strict)
+    );
+    // The mechanism: strict syncs once per unmap; lazy flushes a whole ring at a time.
+    let syncs = |r: &LabRun| metric(r, "dma.inval_syncs");
+    assert!(
+        syncs(&lazy) * 50.0 < syncs(&strict),
+        "lazy {} strict {}",
+        syncs(&lazy),
+        syncs(&strict)
+    );
+    assert_eq!(syncs(&off), 0.0);
+    assert!(metric(&lazy, "dma.flush_queue_flushes") > 0.0);
+}
+
+#[test]
+fn a_fio_measurement_carries_the_configuration_and_cpu_breakdown() {
+    let r = run(&base());
+    let m = &r.report.measurements[0];
+    for (k, v) in [
+        ("iommu_model", "smmuv3"),
+        ("iommu_mode", "strict"),
+        ("cmdq", "lockfree"),
+        ("device", "nvme"),
+        ("workload", "fio"),
+        ("numjobs", "4"),
+        ("threads", "4"),
+        ("iodepth", "32"),
+        ("bs", "4096"),
+        ("cpus", "4"),
+    ] {
+        assert_eq!(m.attrs.get(k).map(String::as_str), Some(v), "attr {k}");
+    }
+    let cpu = m.cpu.expect("CPU breakdown");
+    // 4 CPUs over the 10 ms window.
+    assert_eq!(cpu.total_ns(), 4 * 10_000_000);
+    assert!(cpu.system_ns > cpu.user_ns);
+    let lat = m.latency.as_ref().expect("latency histogram");
+    let ios = metric(&r, "read.iops") * 0.010;
+    assert!(
+        (lat.count() as f64 - ios).abs() < 1.0,
+        "{} vs {ios}",
+        lat.count()
+    );
+    assert!(r.report.report_text.contains("clat percentiles (usec)"));
+    let json = serde_json::to_value(r.json()).unwrap();
+    let job = &json["jobs"][0];
+    assert!(job["read"]["iops"].as_f64().unwrap() > 0.0);
+    assert!(
+        job["read"]["clat_ns"]["percentile"]["99.000000"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(job["sys_cpu"].as_f64().is_some() && job["usr_cpu"].as_f64().is_some());
+}
+
+#[test]
+fn every_bundled_example_runs_and_measures() {
+    assert!(examples::EXAMPLES.len() >= 8);
+    for (name, text) in examples::EXAMPLES {
+        let r = lab::run_scenario(text, &format!("{name}.toml"), &LabOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.report.name, *name);
+        let m = &r.report.measurements[0];
+        for k in [
+            "iommu_model",
+            "iommu_mode",
+            "device",
+            "workload",
+            "cpus",
+            "threads",
+        ] {
+            assert!(m.attrs.contains_key(k), "{name}: attr {k}");
+        }
+        assert!(m.cpu.is_some(), "{name}: CPU breakdown");
+        assert!(!r.report.report_text.is_empty(), "{name}");
+        let on_disk = std::fs::read_to_string(format!(
+            "{}/../../scenarios/examples/{name}.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        assert_eq!(&on_disk, text, "{name}: the bundled copy is the file");
+    }
+}
+
+#[test]
+fn bonnie_prints_a_bonnie_103_csv_row() {
+    let r = run(examples::example("bonnie-usb-ipmmu").unwrap());
+    let row = r.report.report_text.lines().next().unwrap();
+    let cols: Vec<&str> = row.split(',').collect();
+    // name, size, 5 x (K/s, %CP), seeks/s, %CP, files, 12 file-test fields.
+    assert_eq!(cols.len(), 27, "{row}");
+    assert_eq!(cols[0], "bonnie-usb-ipmmu");
+    assert_eq!(cols[1], "8G", "bonnie++ prints -s 8192 as 8G");
+    let out_block: f64 = cols[4].parse().unwrap();
+    assert!((out_block - metric(&r, "bonnie.out_block_kps")).abs() < 1.0);
+    assert!(
+        metric(&r, "usb.flushes") > 0.0,
+        "the IPMMU flushes on unmap"
+    );
+    let off = run(examples::example("bonnie-usb-off").unwrap());
+    assert_eq!(metric(&off, "usb.flushes"), 0.0);
+}
+
+#[test]
+fn a_dynamic_ddw_needs_fewer_hypercalls_per_message_than_the_default_window() {
+    let ddw = run(examples::example("netperf-pseries-ddw").unwrap());
+    let dflt = run(examples::example("netperf-pseries-default").unwrap());
+    let h = |r: &LabRun| metric(r, "dma.hypercalls_per_msg");
+    let t = |r: &LabRun| metric(r, "dma.tces_per_msg");
+    assert!(
+        t(&ddw) < t(&dflt),
+        "64 KiB TCEs: {} vs {}",
+        t(&ddw),
+        t(&dflt)
+    );
+    assert!(h(&ddw) > 0.0 && h(&dflt) > 0.0, "{} {}", h(&ddw), h(&dflt));
+    let json = serde_json::to_value(ddw.json()).unwrap();
+    assert_eq!(json["name"], "netperf-pseries-ddw");
+    assert!(json["measurements"][0]["metrics"].is_array());
+}
+
+#[test]
+fn bypass_and_direct_windows_skip_the_mapping_work() {
+    let sba = examples::example("fio-sas-sba").unwrap();
+    let translated = run(sba);
+    let bypass = run(&sba.replace("mode = \"translated\"", "mode = \"bypass\""));
+    assert!(metric(&translated, "dma.map_ns") > 0.0);
+    assert_eq!(metric(&bypass, "dma.map_ns"), 0.0);
+    assert_eq!(bypass.report.measurements[0].attrs["iommu_mode"], "bypass");
+
+    let power = |mode: &str| {
+        base()
+            .replace("hisilicon-d06", "power-lpar")
+            .replace("model = \"smmuv3\"", "model = \"pseries\"")
+            .replace("mode = \"strict\"", &format!("mode = \"{mode}\""))
+    };
+    let window = run(&power("default-window"));
+    let direct = run(&power("ddw-direct"));
+    assert!(metric(&window, "dma.map_ns") > 0.0, "a hypercall per map");
+    assert_eq!(metric(&direct, "dma.map_ns"), 0.0, "pre-mapped once");
+    assert!(metric(&direct, "read.iops") > metric(&window, "read.iops"));
+}
