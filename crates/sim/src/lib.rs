@@ -54,6 +54,7 @@ pub mod experiments;
 pub mod metrics;
 pub mod resources;
 pub mod tomlfile;
+pub mod trace;
 pub mod workloads;
 
 pub use accounting::{Account, RunReport};
