@@ -167,7 +167,9 @@ pub struct Tracer {
 
 impl std::fmt::Debug for Tracer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracer").field("on", &self.on.get()).finish()
+        f.debug_struct("Tracer")
+            .field("on", &self.on.get())
+            .finish()
     }
 }
 
