@@ -193,7 +193,33 @@ pub fn to_json(traces: &[SimTrace]) -> String {
         } else {
             String::new()
         };
+        // Group slices by track; every CPU gets a track even if idle throughout.
+        let mut by_track: BTreeMap<Track, Vec<&TraceEvent>> = BTreeMap::new();
+        for cpu in 0..t.cpus as u32 {
+            by_track.entry(Track::Cpu(cpu)).or_default();
+        }
+        for e in &t.events {
+            by_track.entry(e.track.clone()).or_default().push(e);
+        }
+        let mut tracks: Vec<(Track, Vec<&TraceEvent>)> = by_track.into_iter().collect();
+        tracks.sort_by_key(|(track, _)| match track {
+            Track::Cpu(c) => (0u8, (String::new(), u64::from(*c), String::new())),
+            Track::Iommu(n) => (1, natural_key(n)),
+            Track::Device(n) => (2, natural_key(n)),
+        });
+        // Name the processes that have tracks (the CPUs always do).
+        let has = |kind: u8| {
+            tracks.iter().any(|(t, _)| {
+                matches!(
+                    (kind, t),
+                    (0, Track::Cpu(_)) | (1, Track::Iommu(_)) | (2, Track::Device(_))
+                )
+            })
+        };
         for (i, (pid, what)) in pids.iter().zip(["CPUs", "IOMMU", "devices"]).enumerate() {
+            if !has(i as u8) {
+                continue;
+            }
             push(
                 &mut out,
                 format!(
@@ -209,20 +235,6 @@ pub fn to_json(traces: &[SimTrace]) -> String {
                 ),
             );
         }
-        // Group slices by track; every CPU gets a track even if idle throughout.
-        let mut by_track: BTreeMap<Track, Vec<&TraceEvent>> = BTreeMap::new();
-        for cpu in 0..t.cpus as u32 {
-            by_track.entry(Track::Cpu(cpu)).or_default();
-        }
-        for e in &t.events {
-            by_track.entry(e.track.clone()).or_default().push(e);
-        }
-        let mut tracks: Vec<(Track, Vec<&TraceEvent>)> = by_track.into_iter().collect();
-        tracks.sort_by_key(|(track, _)| match track {
-            Track::Cpu(c) => (0u8, (String::new(), u64::from(*c), String::new())),
-            Track::Iommu(n) => (1, natural_key(n)),
-            Track::Device(n) => (2, natural_key(n)),
-        });
         for (sort, (track, events)) in tracks.iter().enumerate() {
             let pid = match track {
                 Track::Cpu(_) => pids[0],
