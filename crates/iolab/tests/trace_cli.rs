@@ -47,6 +47,9 @@ fn ns(v: &Value, what: &str) -> u64 {
     (f * 1000.0).round() as u64
 }
 
+/// A slice on one thread: start ns, duration ns, name.
+type Slice = (u64, u64, String);
+
 /// What a trace holds, after every structural check passed.
 #[derive(Debug, Default)]
 struct Summary {
@@ -100,7 +103,7 @@ fn check(text: &str) -> Summary {
     assert_eq!(obj["displayTimeUnit"], "ns");
     let events = obj["traceEvents"].as_array().expect("traceEvents array");
     let mut s = Summary::default();
-    let mut per_thread: BTreeMap<(u64, u64), Vec<(u64, u64, String)>> = BTreeMap::new();
+    let mut per_thread: BTreeMap<(u64, u64), Vec<Slice>> = BTreeMap::new();
     for e in events {
         let ph = e["ph"].as_str().expect("ph");
         let pid = e["pid"].as_u64().expect("pid");
