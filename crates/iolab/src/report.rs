@@ -307,7 +307,7 @@ fn rate(m: &Measurement) -> Option<(&'static str, f64)> {
     let iops: Vec<f64> = m
         .metrics
         .iter()
-        .filter(|x| x.name.ends_with(".iops") || x.unit == "IOPS")
+        .filter(|x| x.name.ends_with(".iops"))
         .map(|x| x.value)
         .collect();
     if !iops.is_empty() {
@@ -956,6 +956,8 @@ mod tests {
         assert_eq!(num(-0.4767), "-0.477");
         assert_eq!(si(886_860.0), "887K");
         assert_eq!(si(1_250_000.0), "1.25M");
-        assert_eq!(latency_label(85_000.0), "85.0µs");
+        assert_eq!(latency_label(85_000.0), "85µs");
+        assert_eq!(latency_label(12_500.0), "12.5µs");
+        assert_eq!(latency_label(1_250_000.0), "1.25ms");
     }
 }
