@@ -40,6 +40,9 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(240, 228, 66),
 ];
 
+/// Room right of the CPU bars for their legend, in pixels.
+const LEGEND_W: u32 = 100;
+
 /// Plot size in pixels.
 const SIZE: (u32, u32) = (760, 420);
 
@@ -591,11 +594,27 @@ fn bucket_lower(upper: u64) -> u64 {
     upper + 1 - (1u64 << shift)
 }
 
+/// Tick values for a log axis over `lo..hi`: 1, 1.5, 2, 3, 5, 7 times each power of ten.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powi(lo.max(1.0).log10().floor() as i32);
+    while decade <= hi {
+        for m in [1.0, 1.5, 2.0, 3.0, 5.0, 7.0] {
+            let v = decade * m;
+            if v >= lo && v <= hi {
+                out.push(v);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
+}
+
 fn draw_latency(h: &LatencyHistogram, title: &str) -> DrawResult<String> {
     let mut svg = String::new();
     let cdf = h.cdf();
     let lo = (bucket_lower(h.buckets[0].0).max(1) as f64) / 1.2;
-    let hi = (h.buckets[h.buckets.len() - 1].0 as f64 * 1.2).max(lo * 10.0);
+    let hi = (h.buckets[h.buckets.len() - 1].0 as f64 * 1.25).max(lo * 2.0);
     let max_count = h.buckets.iter().map(|b| b.1).max().unwrap_or(1) as f64;
     {
         let root = SVGBackend::with_string(&mut svg, (SIZE.0, SIZE.1 + 160)).into_drawing_area();
@@ -616,7 +635,10 @@ fn draw_latency(h: &LatencyHistogram, title: &str) -> DrawResult<String> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
+            .build_cartesian_2d(
+                (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+                0.0..1.0,
+            )
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -642,7 +664,10 @@ fn draw_latency(h: &LatencyHistogram, title: &str) -> DrawResult<String> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..max_count * 1.1)
+            .build_cartesian_2d(
+                (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+                0.0..max_count * 1.1,
+            )
             .map_err(err)?;
         hist.configure_mesh()
             .x_desc("latency (log scale)")
@@ -691,6 +716,7 @@ fn draw_cpu(r: &StoredRun, title: &str) -> DrawResult<String> {
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(12)
+            .margin_right(LEGEND_W)
             .x_label_area_size(40)
             .y_label_area_size((longest * 7 + 16).clamp(60, 320))
             .build_cartesian_2d(0.0..100.0, (0..n).into_segmented())
@@ -711,7 +737,7 @@ fn draw_cpu(r: &StoredRun, title: &str) -> DrawResult<String> {
             .map_err(err)?;
         let parts = ["user", "system", "spin", "idle"];
         let part_colors = [color(0), color(1), color(4), RGBColor(200, 200, 200)];
-        for (p, (name, c)) in parts.iter().zip(part_colors).enumerate() {
+        for (p, c) in part_colors.iter().copied().enumerate() {
             chart
                 .draw_series(rows.iter().enumerate().map(move |(i, (_, v))| {
                     let start: f64 = v[..p].iter().sum();
@@ -726,17 +752,18 @@ fn draw_cpu(r: &StoredRun, title: &str) -> DrawResult<String> {
                     bar.set_margin(4, 4, 0, 0);
                     bar
                 }))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+                .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        // The legend, drawn beside the bars (right of the plotting area, where plotters'
+        // own series labels would be clipped).
+        let x = (SIZE.0 - LEGEND_W) as i32 + 4;
+        for (j, (name, c)) in parts.iter().zip(part_colors).enumerate() {
+            let y = 48 + 20 * j as i32;
+            root.draw(&Rectangle::new([(x, y), (x + 12, y + 12)], c.filled()))
+                .map_err(err)?;
+            root.draw(&Text::new(*name, (x + 18, y), ("sans-serif", 13)))
+                .map_err(err)?;
+        }
         root.present().map_err(err)?;
     }
     Ok(svg)

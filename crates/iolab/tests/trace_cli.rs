@@ -328,8 +328,9 @@ fn perfetto_trace_processor_loads_the_trace() {
     }
     let dir = tmpdir("perfetto");
     let out = dir.join("t.json");
-    trace("smmuv3-cmdq.toml", &out, &["--max-events", "20000"]);
+    trace("smmuv3-cmdq.toml", &out, &["--max-events", "10000"]);
     let s = check(&std::fs::read_to_string(&out).unwrap());
+    println!("{}", String::from_utf8_lossy(&probe.stdout).trim());
     let o = Command::new("python3")
         .arg(&script)
         .arg(&out)
