@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod compare;
 mod db;
+mod report;
 mod reproduce;
 mod runs;
 // sweeps, shard merging, host inspection
@@ -12,6 +13,7 @@ mod dbmerge;
 mod host;
 mod soak;
 mod sweep;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -169,6 +171,52 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+    },
+    /// Write one self-contained HTML page (tables and SVG plots) about stored runs.
+    ///
+    /// RUNS are run ids (`12`), groups of repeated runs (`g12`: every run whose group is 12)
+    /// and comma lists of both (`3,5,g12`), from the results database (--db). The page has a
+    /// table per run (figures published vs lab, effects, every measurement's metrics) and
+    /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
+    /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
+    /// and CPU time split into user / system / spin / idle. No scripts, no network: the
+    /// SVG is inline. The same database content gives the same bytes.
+    Report {
+        /// Runs to include: ids, `g<group>`, comma lists.
+        #[arg(required = true, value_name = "RUNS")]
+        runs: Vec<String>,
+        /// The HTML file to write.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: std::path::PathBuf,
+        /// Also write every plot alone as an .svg file in this directory (created if needed).
+        #[arg(long, value_name = "DIR")]
+        svg: Option<std::path::PathBuf>,
+    },
+    /// Run a scenario file with the timeline recorder on and write a Chrome/Perfetto trace.
+    ///
+    /// The scenario runs as `iolab run` runs it (one run per configuration); the first
+    /// --sims simulations it creates (one per configuration, in the report's order) are
+    /// recorded: a track per virtual CPU (DMA map and unmap, lock spins, command-queue
+    /// waits, user and system work), the IOMMU's command consumer, and each device queue's
+    /// in-flight I/Os. Open the file in ui.perfetto.dev or chrome://tracing. Nothing is
+    /// stored in the results database.
+    Trace {
+        /// The scenario file (TOML).
+        scenario: std::path::PathBuf,
+        /// The trace file to write (JSON trace events).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: std::path::PathBuf,
+        /// Base seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Slices kept per simulation; later ones are counted, not kept (caps memory and
+        /// file size: about 150 bytes per slice).
+        #[arg(long, default_value_t = 200_000,
+              value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+        max_events: u64,
+        /// How many simulations (configurations) to trace, in the order they run.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        sims: u64,
     },
     /// List, show or remove the runs stored in the results database.
     Runs {
@@ -348,6 +396,26 @@ fn main() -> ExitCode {
             default_window,
             seed,
             json: format == Format::Json,
+        }),
+        Command::Report { runs, output, svg } => match db_path {
+            Some(path) => report::run(path, &runs, &output, svg.as_deref()),
+            None => {
+                eprintln!("iolab report: --no-db leaves no results database to read");
+                ExitCode::from(2)
+            }
+        },
+        Command::Trace {
+            scenario,
+            output,
+            seed,
+            max_events,
+            sims,
+        } => trace::run(&trace::TraceArgs {
+            scenario,
+            output,
+            seed,
+            max_events: max_events as usize,
+            sims: sims as usize,
         }),
         Command::Runs { action } => match db_path {
             Some(path) => runs::run(path, action),

@@ -339,7 +339,7 @@ fn run_lab(
 }
 
 /// Reads the `experiment` key of a scenario, with a clear error naming the file.
-fn experiment_of(text: &str, origin: &str) -> Result<String, String> {
+pub(crate) fn experiment_of(text: &str, origin: &str) -> Result<String, String> {
     let doc = iolab_sim::tomlfile::TomlDoc::parse(text, origin).map_err(|e| e.to_string())?;
     let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
     match table.get("experiment") {

@@ -56,6 +56,7 @@ pub mod metrics;
 pub mod resources;
 pub mod soak;
 pub mod tomlfile;
+pub mod trace;
 pub mod workloads;
 
 pub use accounting::{Account, RunReport};

@@ -230,6 +230,7 @@ impl ScsiHost {
             let ns = self.work_ns(&work);
             spend(ctx, ns).await;
             g.unlock().await;
+            ctx.trace_since("dma map_sg", t0);
             let held = (ctx.now() - t0).as_ns();
             sys += held;
             let segments = mapped.segments().to_vec();
@@ -266,6 +267,7 @@ impl ScsiHost {
             let ns = self.work_ns(&work);
             spend(ctx, ns).await;
             g.unlock().await;
+            ctx.trace_since("dma unmap_sg", t0);
             let held = (ctx.now() - t0).as_ns();
             sys += held;
             inn.stats.borrow_mut().iommu_cpu_ns += held;

@@ -503,7 +503,7 @@ async fn run_command(
     let map_ns =
         (cost.cpu_ns(&work) + cost.locks_uncontended_ns(&work)).round() as u64 + bounce_map_ns;
     ctx.cpu()
-        .spend(SimDuration::ns(map_ns), Account::System)
+        .spend_labeled(SimDuration::ns(map_ns), Account::System, "dma map_sg")
         .await;
 
     // 2. The link: CBW, data (translated page by page), CSW.

@@ -303,6 +303,9 @@ pub(crate) struct Kernel {
     /// Wakers of finished tasks that nothing else holds, reused by new tasks (saves an
     /// allocation per spawn).
     spare_wakers: RefCell<Vec<Arc<TaskWaker>>>,
+    /// The timeline recorder (off unless the simulation was created under
+    /// [`crate::trace::capture`]).
+    pub(crate) tracer: crate::trace::Tracer,
 }
 
 impl Kernel {
@@ -336,6 +339,7 @@ impl Kernel {
     }
 
     pub(crate) fn new(cpus: usize, seed: u64, limits: Limits) -> Self {
+        let tracer = crate::trace::Tracer::for_new_sim(cpus);
         let cpus = (0..cpus)
             .map(|_| CpuState {
                 occupant: NO_TASK,
@@ -375,6 +379,7 @@ impl Kernel {
             spawned: RefCell::new(Vec::new()),
             foreign,
             spare_wakers: RefCell::new(Vec::new()),
+            tracer,
         }
     }
 

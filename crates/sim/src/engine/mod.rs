@@ -170,6 +170,12 @@ impl Handle {
     pub fn report(&self) -> RunReport {
         self.0.report()
     }
+
+    /// The simulation's timeline recorder (see [`crate::trace`]); off unless tracing.
+    #[inline]
+    pub fn tracer(&self) -> &crate::trace::Tracer {
+        &self.0.tracer
+    }
 }
 
 impl fmt::Debug for Handle {
@@ -269,6 +275,7 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
+        self.h.0.tracer.finish(self.h.now().0);
         self.h.0.clear_tasks();
     }
 }
@@ -375,6 +382,24 @@ impl Ctx {
         self.h.spawn_agent(f)
     }
 
+    /// Records a slice named `name` on this task's CPU track from `start` to now, when
+    /// tracing (see [`crate::trace`]); for spans made of several awaits, such as a wait for
+    /// a command-queue sync. Does nothing for an agent or when tracing is off.
+    #[inline]
+    pub fn trace_since(&self, name: &'static str, start: SimTime) {
+        let tracer = self.h.tracer();
+        if tracer.is_on() && self.cpu != NO_CPU {
+            let now = self.now().0;
+            tracer.slice(
+                crate::trace::Track::Cpu(self.cpu),
+                name,
+                start.0,
+                now.saturating_sub(start.0),
+                &[],
+            );
+        }
+    }
+
     #[inline]
     pub(crate) fn cpu_index(&self) -> u32 {
         assert!(self.cpu != NO_CPU, "an agent task has no CPU to spend on");
@@ -405,10 +430,18 @@ impl<'a> Cpu<'a> {
 
     /// Keeps the CPU busy for `d`, charged to `account`. Zero returns at once.
     pub fn spend(self, d: SimDuration, account: Account) -> Spend<'a> {
+        self.spend_labeled(d, account, "")
+    }
+
+    /// [`Cpu::spend`] with a name for the timeline trace (`"dma map"`, `"dma unmap"` ...);
+    /// an unlabeled spend is traced under its account's name. The label changes nothing
+    /// else.
+    pub fn spend_labeled(self, d: SimDuration, account: Account, label: &'static str) -> Spend<'a> {
         Spend {
             ctx: self.ctx,
             ns: d.0,
             account,
+            label,
             started: false,
             burn: Burn::default(),
         }
@@ -421,6 +454,7 @@ pub struct Spend<'a> {
     ctx: &'a Ctx,
     ns: u64,
     account: Account,
+    label: &'static str,
     started: bool,
     burn: Burn,
 }
@@ -433,6 +467,10 @@ impl Future for Spend<'_> {
         let mut st = this.ctx.h.0.st.borrow_mut();
         if !this.started {
             this.started = true;
+            let tracer = this.ctx.h.tracer();
+            if tracer.is_on() && this.ns != 0 {
+                trace_spend(tracer, this, st.now);
+            }
             if this.ns != 0 && st.spend_now(this.ctx.cpu, this.account, this.ns) {
                 return Poll::Ready(());
             }
@@ -450,6 +488,21 @@ impl Future for Spend<'_> {
             Poll::Pending
         }
     }
+}
+
+/// Records a spend that starts at `now` (the task owns its CPU, so it runs to its end).
+#[cold]
+fn trace_spend(tracer: &crate::trace::Tracer, s: &Spend<'_>, now: u64) {
+    let name = if s.label.is_empty() {
+        match s.account {
+            Account::User => "user",
+            Account::System => "system",
+            Account::Spin => "spin",
+        }
+    } else {
+        s.label
+    };
+    tracer.slice(crate::trace::Track::Cpu(s.ctx.cpu), name, now, s.ns, &[]);
 }
 
 impl Drop for Spend<'_> {

@@ -48,6 +48,7 @@ use crate::engine::{Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuratio
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::resources::{CacheLine, LineParams, SpinLock, SpinParams};
 use crate::tomlfile::{InputError, TomlDoc};
+use crate::trace::{Tracer, Track};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, FioJson, GroupStats, IoCompletion, IoRequest, JobJson, RwPattern,
     SharedStats, SubmitFuture,
@@ -535,9 +536,18 @@ struct Smmu {
 
 impl Smmu {
     /// `n` commands (the last a sync) published at `now`: when the consumer passes the last.
-    fn publish(&self, now: u64, n: u64, consume_ns: u64) -> u64 {
+    fn publish(&self, tracer: &Tracer, now: u64, n: u64, consume_ns: u64) -> u64 {
         let start = now.max(self.busy_until.get());
         let end = start + n * consume_ns;
+        if tracer.is_on() {
+            tracer.slice(
+                Track::Iommu("cmdq consumer".into()),
+                "consume",
+                start,
+                end - start,
+                &[("cmds", n)],
+            );
+        }
         self.busy_until.set(end);
         self.consumed.set(self.consumed.get() + n);
         self.syncs.set(self.syncs.get() + 1);
@@ -727,12 +737,13 @@ impl SimCmdq {
         })
     }
 
-    async fn poll_until(&self, ctx: &Ctx, t: u64) {
+    /// Polls (busy, system time) until `t`; `label` names the wait in a timeline trace.
+    async fn poll_until(&self, ctx: &Ctx, t: u64, label: &'static str) {
         let now = ctx.now().as_ns();
         if t > now {
             self.stats.borrow_mut().sync_wait_ns += t - now;
             ctx.cpu()
-                .spend(SimDuration::ns(t - now), Account::System)
+                .spend_labeled(SimDuration::ns(t - now), Account::System, label)
                 .await;
         }
     }
@@ -746,11 +757,13 @@ impl SimCmdq {
             s.issues += 1;
             s.commands += cmds + 1;
         }
+        let t0 = ctx.now();
         match self.mode {
             Mode::Spinlock => self.issue_spinlock(ctx, cmds, prod_writes).await,
             Mode::LockFree => self.issue_lockfree(ctx, cmds).await,
             Mode::Off => {}
         }
+        ctx.trace_since("cmdq issue", t0);
     }
 
     async fn issue_spinlock(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
@@ -775,11 +788,15 @@ impl SimCmdq {
         ctx.cpu()
             .spend(SimDuration::ns(write), Account::System)
             .await;
-        let passed = self
-            .smmu
-            .publish(ctx.now().as_ns(), cmds + 1, self.consume_ns);
+        let passed = self.smmu.publish(
+            self.h.tracer(),
+            ctx.now().as_ns(),
+            cmds + 1,
+            self.consume_ns,
+        );
         self.stats.borrow_mut().batches += 1;
-        self.poll_until(ctx, passed + self.sync_ns).await;
+        self.poll_until(ctx, passed + self.sync_ns, "cmdq sync wait")
+            .await;
         g.unlock().await;
     }
 
@@ -842,6 +859,7 @@ impl SimCmdq {
                 self.stats.borrow_mut().gathered += 1;
                 let start = ctx.now().as_ns();
                 let at = done.wait_polling(ctx, Account::System).await;
+                ctx.trace_since("cmdq sync wait", SimTime::from_ns(start));
                 self.stats.borrow_mut().sync_wait_ns += at.saturating_sub(start);
             }
             None => {
@@ -852,7 +870,7 @@ impl SimCmdq {
                 let t = self.owner_ns + write;
                 ctx.cpu().spend(SimDuration::ns(t), Account::System).await;
                 let prev = self.prev_owner_done.get();
-                self.poll_until(ctx, prev).await;
+                self.poll_until(ctx, prev, "cmdq previous owner wait").await;
                 // Clearing the OWNED flag is an atomic on the prod word.
                 let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
                 let now = ctx.now().as_ns();
@@ -868,7 +886,8 @@ impl SimCmdq {
                     let joined: u64 = w.iter().map(|x| x.0).sum();
                     (g.cmds - joined, g.valid_at, w)
                 };
-                self.poll_until(ctx, valid_at).await;
+                self.poll_until(ctx, valid_at, "cmdq gathered slots wait")
+                    .await;
                 ctx.cpu()
                     .spend(SimDuration::ns(self.mmio_write_ns), Account::System)
                     .await;
@@ -876,14 +895,17 @@ impl SimCmdq {
                 self.prev_owner_done.set(now);
                 // The SMMU consumes the batch in order; each CPU's sync completes when the
                 // consumer passes it plus the sync latency.
-                let mine = self.smmu.publish(now, own, self.consume_ns) + self.sync_ns;
+                let mine = self
+                    .smmu
+                    .publish(self.h.tracer(), now, own, self.consume_ns)
+                    + self.sync_ns;
                 self.stats.borrow_mut().batches += 1;
                 for (n, w) in waiters {
-                    let passed = self.smmu.publish(now, n, self.consume_ns);
+                    let passed = self.smmu.publish(self.h.tracer(), now, n, self.consume_ns);
                     let done = passed + self.sync_ns;
                     let _ = w.fire_at(SimTime::from_ns(done), done);
                 }
-                self.poll_until(ctx, mine).await;
+                self.poll_until(ctx, mine, "cmdq sync wait").await;
             }
         }
         self.shared_line.rmw(ctx, Account::System).await;
@@ -1162,9 +1184,10 @@ impl Stack {
             DeviceKind::Sas => self.k.sas_submit,
         };
         ctx.cpu()
-            .spend(
+            .spend_labeled(
                 SimDuration::ns(map_ns.round() as u64 + driver + self.mmio_write_ns),
                 Account::System,
+                "dma map + driver submit",
             )
             .await;
         // The device's DMA goes through the IOMMU.
@@ -1193,6 +1216,20 @@ impl Stack {
                 )
             }
         };
+        let tracer = self.h.tracer();
+        if tracer.is_on() {
+            let queue = match self.kind {
+                DeviceKind::Nvme => format!("nvme q{vector}"),
+                DeviceKind::Sas => format!("sas cq{vector}"),
+            };
+            tracer.slice(
+                Track::Device(queue.into()),
+                if req.is_read { "read" } else { "write" },
+                now,
+                at.saturating_sub(now),
+                &[("bytes", req.len)],
+            );
+        }
         let chan = self.vectors[vector % self.vectors.len()].clone();
         let item = InFlight { req, mapping };
         self.h
@@ -1245,7 +1282,11 @@ impl Stack {
             s.magazine_misses += w.magazine_misses;
         }
         ctx.cpu()
-            .spend(SimDuration::ns(unmap_ns.round() as u64), Account::System)
+            .spend_labeled(
+                SimDuration::ns(unmap_ns.round() as u64),
+                Account::System,
+                "dma unmap",
+            )
             .await;
         if let (Some(inv), Some(q)) = (&self.inv, &self.cmdq) {
             let issued = inv.take();

@@ -231,6 +231,16 @@ impl<'a> SpinLockFuture<'a> {
             st.end_busy(self.ctx.cpu);
         }
         let now = st.now;
+        let tracer = self.lock.h.tracer();
+        if spun && tracer.is_on() {
+            tracer.slice(
+                crate::trace::Track::Cpu(self.ctx.cpu),
+                format!("spin {}", st.spin[self.lock.idx].stats.name),
+                self.acquired_at,
+                now.saturating_sub(self.acquired_at),
+                &[],
+            );
+        }
         let s = &mut st.spin[self.lock.idx];
         s.held_since = now;
         s.stats

@@ -1,0 +1,348 @@
+//! `iolab trace` on the four bundled experiment scenarios: the trace-event JSON is checked
+//! strictly in Rust (shape, metadata, per-thread nesting, expected tracks and slice names)
+//! and, where python3 with the `perfetto` package and its trace processor are available,
+//! loaded by Perfetto's own trace processor (tests/perfetto/check_trace.py).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn iolab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_iolab"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("iolab-trace-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn trace(scenario: &str, out: &Path, extra: &[&str]) -> String {
+    let o = iolab()
+        .arg("trace")
+        .arg(repo().join("scenarios").join(scenario))
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{scenario}: {err}");
+    err
+}
+
+/// Microseconds with three decimals back to integer nanoseconds.
+fn ns(v: &Value, what: &str) -> u64 {
+    let f = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what}: not a number: {v}"));
+    assert!(f >= 0.0, "{what}: negative: {f}");
+    (f * 1000.0).round() as u64
+}
+
+/// A slice on one thread: start ns, duration ns, name.
+type Slice = (u64, u64, String);
+
+/// What a trace holds, after every structural check passed.
+#[derive(Debug, Default)]
+struct Summary {
+    /// Process name by pid.
+    processes: BTreeMap<u64, String>,
+    /// Thread name by (pid, tid).
+    threads: BTreeMap<(u64, u64), String>,
+    /// Slice count by (process name, thread name, slice name).
+    slices: BTreeMap<(String, String, String), usize>,
+    total: usize,
+}
+
+impl Summary {
+    fn names_on(&self, process_prefix: &str) -> BTreeSet<String> {
+        self.slices
+            .keys()
+            .filter(|(p, _, _)| p.starts_with(process_prefix))
+            .map(|(_, _, n)| n.clone())
+            .collect()
+    }
+
+    fn threads_of(&self, process_prefix: &str) -> Vec<String> {
+        self.threads
+            .iter()
+            .filter(|((pid, _), _)| self.processes[pid].starts_with(process_prefix))
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+}
+
+/// The strict structural check: the Trace Event Format's JSON object form with complete
+/// (`X`) and metadata (`M`) events only; every thread and process used is named; on every
+/// thread the slices nest or are disjoint (as Perfetto's importer requires).
+fn check(text: &str) -> Summary {
+    // Timestamps are written with exactly three decimals (exact nanoseconds).
+    for line in text.lines().filter(|l| l.contains("\"ph\":\"X\"")) {
+        for key in ["\"ts\":", "\"dur\":"] {
+            let v = line.split(key).nth(1).unwrap();
+            let v: String = v
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let (_, frac) = v
+                .split_once('.')
+                .unwrap_or_else(|| panic!("{key} {v}: no fraction"));
+            assert_eq!(frac.len(), 3, "{line}");
+        }
+    }
+    let doc: Value = serde_json::from_str(text).expect("valid JSON");
+    let obj = doc.as_object().expect("a JSON object");
+    assert_eq!(obj["displayTimeUnit"], "ns");
+    let events = obj["traceEvents"].as_array().expect("traceEvents array");
+    let mut s = Summary::default();
+    let mut per_thread: BTreeMap<(u64, u64), Vec<Slice>> = BTreeMap::new();
+    for e in events {
+        let ph = e["ph"].as_str().expect("ph");
+        let pid = e["pid"].as_u64().expect("pid");
+        let tid = e["tid"].as_u64().expect("tid");
+        let name = e["name"].as_str().expect("name").to_owned();
+        match ph {
+            "M" => {
+                let arg = &e["args"];
+                match name.as_str() {
+                    "process_name" => {
+                        let n = arg["name"].as_str().expect("process name");
+                        assert!(
+                            s.processes.insert(pid, n.to_owned()).is_none(),
+                            "pid {pid} named twice"
+                        );
+                    }
+                    "thread_name" => {
+                        let n = arg["name"].as_str().expect("thread name");
+                        assert!(
+                            s.threads.insert((pid, tid), n.to_owned()).is_none(),
+                            "tid {tid} named twice"
+                        );
+                    }
+                    "process_sort_index" | "thread_sort_index" => {
+                        assert!(arg["sort_index"].is_u64());
+                    }
+                    other => panic!("unexpected metadata {other}"),
+                }
+            }
+            "X" => {
+                let ts = ns(&e["ts"], "ts");
+                let dur = ns(&e["dur"], "dur");
+                assert!(!name.is_empty());
+                assert!(e["cat"].is_string());
+                if let Some(args) = e.get("args") {
+                    assert!(args.as_object().unwrap().values().all(Value::is_u64));
+                }
+                per_thread
+                    .entry((pid, tid))
+                    .or_default()
+                    .push((ts, dur, name));
+            }
+            other => panic!("unexpected phase {other}"),
+        }
+    }
+    for ((pid, tid), mut slices) in per_thread {
+        let process = s
+            .processes
+            .get(&pid)
+            .unwrap_or_else(|| panic!("pid {pid} has no process_name"))
+            .clone();
+        let thread = s
+            .threads
+            .get(&(pid, tid))
+            .unwrap_or_else(|| panic!("tid {tid} has no thread_name"))
+            .clone();
+        slices.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut open: Vec<u64> = Vec::new();
+        for (ts, dur, name) in slices {
+            while open.last().is_some_and(|&end| end <= ts) {
+                open.pop();
+            }
+            if let Some(&end) = open.last() {
+                assert!(
+                    ts + dur <= end,
+                    "{process}/{thread}: {name} at {ts}+{dur} overlaps an enclosing slice ending at {end}"
+                );
+            }
+            open.push(ts + dur);
+            *s.slices
+                .entry((process.clone(), thread.clone(), name))
+                .or_default() += 1;
+            s.total += 1;
+        }
+    }
+    s
+}
+
+#[test]
+fn smmuv3_trace_has_cpu_iommu_and_device_tracks() {
+    let dir = tmpdir("smmuv3");
+    let out = dir.join("t.json");
+    let err = trace("smmuv3-cmdq.toml", &out, &["--max-events", "30000"]);
+    assert!(err.contains("raise --max-events"), "the cap was hit: {err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let s = check(&text);
+    assert_eq!(s.total, 30_000, "exactly the cap is kept");
+    // The first configuration: d05_sas8 with the spinlock command queue on 64 CPUs.
+    let cpus = s.threads_of("sim 1: CPUs");
+    assert_eq!(cpus.len(), 64, "a track per CPU");
+    assert!(cpus.contains(&"cpu 63".to_owned()));
+    let names = s.names_on("sim 1: CPUs");
+    for n in [
+        "dma map + driver submit",
+        "dma unmap",
+        "cmdq issue",
+        "cmdq sync wait",
+        "system",
+        "user",
+    ] {
+        assert!(names.contains(n), "CPU slices lack {n}: {names:?}");
+    }
+    assert_eq!(s.threads_of("sim 1: IOMMU"), vec!["cmdq consumer"]);
+    assert_eq!(
+        s.names_on("sim 1: IOMMU"),
+        BTreeSet::from(["consume".to_owned()])
+    );
+    let queues = s.threads_of("sim 1: devices");
+    assert!(queues.iter().any(|q| q.starts_with("sas cq")), "{queues:?}");
+    assert_eq!(
+        s.names_on("sim 1: devices"),
+        BTreeSet::from(["read".to_owned()])
+    );
+    // Every command-queue issue encloses its sync wait on the same CPU: as many of each.
+    let count = |name: &str| -> usize {
+        s.slices
+            .iter()
+            .filter(|((_, _, n), _)| n == name)
+            .map(|(_, c)| c)
+            .sum()
+    };
+    assert!(count("cmdq issue") > 100);
+    assert!(count("cmdq sync wait") >= count("cmdq issue") - 64);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_bundled_scenario_traces_with_its_dma_path_visible() {
+    let dir = tmpdir("all");
+    // (scenario, simulations, a slice name expected on the CPU tracks)
+    for (scenario, sims, expect) in [
+        ("ipmmu-usb.toml", "4", "dma map_sg"),
+        ("sba-vmerge.toml", "1", "dma unmap_sg"),
+        ("pseries-ddw.toml", "1", "spin phyp_tce_table"),
+    ] {
+        let out = dir.join(scenario.replace(".toml", ".json"));
+        trace(scenario, &out, &["--sims", sims, "--max-events", "20000"]);
+        let s = check(&std::fs::read_to_string(&out).unwrap());
+        let sims: usize = sims.parse().unwrap();
+        let cpu_processes = s
+            .processes
+            .values()
+            .filter(|p| p.contains(": CPUs"))
+            .count();
+        assert_eq!(cpu_processes, sims, "{scenario}");
+        assert!(s.total <= 20_000 * sims, "{scenario}: the cap holds");
+        let names: BTreeSet<String> = s.slices.keys().map(|k| k.2.clone()).collect();
+        assert!(names.contains(expect), "{scenario}: {names:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn same_seed_same_bytes_and_the_seed_matters() {
+    let dir = tmpdir("det");
+    let (a, b, c) = (dir.join("a.json"), dir.join("b.json"), dir.join("c.json"));
+    trace("sba-vmerge.toml", &a, &["--max-events", "5000"]);
+    trace("sba-vmerge.toml", &b, &["--max-events", "5000"]);
+    trace(
+        "sba-vmerge.toml",
+        &c,
+        &["--max-events", "5000", "--seed", "2"],
+    );
+    let (a, b, c) = (
+        std::fs::read(a).unwrap(),
+        std::fs::read(b).unwrap(),
+        std::fs::read(c).unwrap(),
+    );
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_scenarios_are_refused_with_exit_code_2() {
+    let dir = tmpdir("bad");
+    let not_exp = dir.join("x.toml");
+    std::fs::write(&not_exp, "experiment = \"nope\"\n").unwrap();
+    let broken = dir.join("y.toml");
+    std::fs::write(&broken, "experiment = \n").unwrap();
+    for (path, expect) in [
+        (dir.join("missing.toml"), "cannot read"),
+        (not_exp, "experiment"),
+        (broken, "y.toml"),
+    ] {
+        let out = iolab()
+            .arg("trace")
+            .arg(&path)
+            .arg("-o")
+            .arg(dir.join("t.json"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", path.display());
+        assert!(err.contains(expect), "{err}");
+        assert!(!dir.join("t.json").exists());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Loads a trace with Perfetto's trace processor through tests/perfetto/check_trace.py when
+/// python3, the `perfetto` package and a trace processor are available; says why not
+/// otherwise.
+#[test]
+fn perfetto_trace_processor_loads_the_trace() {
+    let script = repo().join("tests/perfetto/check_trace.py");
+    let probe = Command::new("python3").arg(&script).arg("--probe").output();
+    let probe = match probe {
+        Ok(p) => p,
+        Err(e) => {
+            println!("skipped: python3 is not available ({e})");
+            return;
+        }
+    };
+    if !probe.status.success() {
+        println!(
+            "skipped: {}",
+            String::from_utf8_lossy(&probe.stdout).trim().to_owned()
+                + String::from_utf8_lossy(&probe.stderr).trim()
+        );
+        return;
+    }
+    let dir = tmpdir("perfetto");
+    let out = dir.join("t.json");
+    trace("smmuv3-cmdq.toml", &out, &["--max-events", "10000"]);
+    let s = check(&std::fs::read_to_string(&out).unwrap());
+    println!("{}", String::from_utf8_lossy(&probe.stdout).trim());
+    let o = Command::new("python3")
+        .arg(&script)
+        .arg(&out)
+        .arg("--expect-slices")
+        .arg(s.total.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
