@@ -222,3 +222,44 @@ fn spinlock_binds_nvme_when_the_device_is_not_the_limit() {
     // Gathering batches several CPUs' commands under one PROD write.
     assert!(free.cmdq.gathered > 0 && free.cmdq.batches < free.cmdq.issues);
 }
+
+#[test]
+fn device_dma_translates_through_the_iotlb_and_walk_cache() {
+    use iolab_sim::cost::PlatformProfile;
+    let res =
+        smmuv3_cmdq::run_results(&short(), "test.toml", &ExperimentOptions::default()).unwrap();
+    for c in &res.cells {
+        let d = &c.dma;
+        let pages = d.iotlb_hits + d.iotlb_misses;
+        if c.mode == smmuv3_cmdq::Mode::Off {
+            assert_eq!((pages, d.walk_reads), (0, 0));
+            assert_eq!(d.translation_ns, 0.0);
+            continue;
+        }
+        // Every mapped 4 KiB buffer is translated once, through the SMMU's IOTLB.
+        assert_eq!(pages, d.maps, "{}", c.row);
+        // Strict mode: an unmap evicts its entry before the IOVA can be reused, so a
+        // device never finds a fresh mapping in the IOTLB.
+        assert_eq!(d.iotlb_hits, 0, "{}", c.row);
+        // Each miss reads at least the leaf PTE; the walk cache saves the upper levels
+        // of most walks (a cold 4-level walk reads 4).
+        assert!(d.walk_reads >= d.iotlb_misses);
+        assert!(d.walk_reads < 2 * d.iotlb_misses, "{} {}", d.walk_reads, d.iotlb_misses);
+        // Time: the profile's lookups per miss plus its read latency per table read.
+        let platform = if c.row.starts_with("d06") {
+            "hisilicon-d06"
+        } else {
+            "hisilicon-d05"
+        };
+        let p = PlatformProfile::bundled(platform).unwrap();
+        let ns = |path: &str| p.cost(path).unwrap().ns();
+        let want = d.iotlb_misses as f64
+            * (ns("iommu.iotlb_lookup") + ns("iommu.walk_cache_lookup"))
+            + d.walk_reads as f64 * ns("iommu.walk_read");
+        assert!(
+            (d.translation_ns - want).abs() <= 1e-6 * want,
+            "{} vs {want}",
+            d.translation_ns
+        );
+    }
+}

@@ -123,6 +123,12 @@ impl Smmuv3DevicePath {
         self.sid
     }
 
+    /// Invalidation issues the command queue refused so far (never expected: the
+    /// invalidator builds valid commands in batches that fit the queue).
+    pub fn invalidation_errors(&self) -> u64 {
+        self.domain.invalidator().errors()
+    }
+
     /// Maps one buffer (Linux `dma_map_page`); see [`Domain::map_page`].
     pub fn map_page(
         &self,
