@@ -39,7 +39,7 @@ use iolab_iommu::work::{LockId, WorkRecord};
 use super::ExperimentError;
 use crate::accounting::{Account, RunReport};
 use crate::cost::{CpuCostModel, PlatformProfile};
-use crate::devices::nvme::{Nvme, NvmeParams};
+use crate::devices::nvme::{InterruptCoalescing, Nvme, NvmeParams, Post};
 use crate::devices::sas::{SasHba, SasParams};
 use crate::engine::{Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
@@ -128,6 +128,13 @@ struct NvmeScen {
     bandwidth_gb_per_s: Param,
     read_latency_us: Param,
     write_latency_us: Param,
+    /// Interrupt Coalescing (feature 08h) aggregation threshold, 0's based (absent: one
+    /// interrupt per completion).
+    #[serde(default)]
+    coalesce_threshold: Option<Param>,
+    /// Interrupt Coalescing aggregation time, 100 us units.
+    #[serde(default)]
+    coalesce_time_100us: Option<Param>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -248,6 +255,7 @@ struct Validated {
     queue_log2size: u32,
     batch_max: u32,
     nvme: NvmeParams,
+    coalescing: InterruptCoalescing,
     sas: SasParams,
     rows: Vec<Row>,
 }
@@ -322,6 +330,29 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             as u64,
         write_latency_ns: (check(&doc, "nvme.write_latency_us", &n.write_latency_us, 0.0, 1e6)?
             * 1e3) as u64,
+    };
+    let coalescing = match (&n.coalesce_threshold, &n.coalesce_time_100us) {
+        (None, None) => InterruptCoalescing::default(),
+        (Some(t), Some(x)) => InterruptCoalescing {
+            threshold: check(&doc, "nvme.coalesce_threshold", t, 0.0, 255.0)? as u8,
+            time_100us: check(&doc, "nvme.coalesce_time_100us", x, 0.0, 255.0)? as u8,
+        },
+        (Some(_), None) => {
+            return Err(doc
+                .field_error(
+                    "nvme.coalesce_time_100us",
+                    "expected it together with nvme.coalesce_threshold",
+                )
+                .into())
+        }
+        (None, Some(_)) => {
+            return Err(doc
+                .field_error(
+                    "nvme.coalesce_threshold",
+                    "expected it together with nvme.coalesce_time_100us",
+                )
+                .into())
+        }
     };
     let a = &s.sas;
     let sas = SasParams {
@@ -503,6 +534,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         queue_log2size,
         batch_max,
         nvme,
+        coalescing,
         sas,
         rows,
     })
@@ -940,6 +972,12 @@ struct Stack {
     dev: Dev,
     device: Device,
     vectors: Vec<Channel<InFlight>>,
+    /// NVMe completions posted but held by interrupt coalescing, per vector.
+    held: Vec<RefCell<Vec<InFlight>>>,
+    /// Interrupts the device raised.
+    interrupts: Cell<u64>,
+    /// Interrupt handler runs (one handler entry each).
+    handler_runs: Cell<u64>,
     vector_cpu: Vec<usize>,
     k: Kernel,
     mmio_write_ns: u64,
@@ -1042,15 +1080,60 @@ impl Stack {
                 )
             }
         };
-        let chan = self.vectors[vector % self.vectors.len()].clone();
+        let vector = vector % self.vectors.len();
         let item = InFlight { req, mapping };
+        let stack = self.clone();
         self.h
             .spawn_agent(move |actx| async move {
                 actx.sleep_until(SimTime::from_ns(at)).await;
-                let _ = chan.send(item);
+                stack.post_completion(vector, item);
             })
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
+    }
+
+    /// The device posts a completion on `vector`: the interrupt is raised now (every held
+    /// completion and this one reach the handler), or held by NVMe interrupt coalescing
+    /// until the threshold or the aggregation timer.
+    fn post_completion(self: &Rc<Self>, vector: usize, item: InFlight) {
+        let Dev::Nvme(d) = &self.dev else {
+            self.interrupt(vector, Some(item));
+            return;
+        };
+        match d.post_completion(vector, self.h.now().as_ns()) {
+            Post::Interrupt => self.interrupt(vector, Some(item)),
+            Post::Hold => self.held[vector].borrow_mut().push(item),
+            Post::ArmTimer { at, token } => {
+                self.held[vector].borrow_mut().push(item);
+                let stack = self.clone();
+                let armed = self.h.spawn_agent(move |actx| async move {
+                    actx.sleep_until(SimTime::from_ns(at)).await;
+                    if let Dev::Nvme(d) = &stack.dev {
+                        if d.timer_expired(vector, token) {
+                            stack.interrupt(vector, None);
+                        }
+                    }
+                });
+                if let Err(e) = armed {
+                    self.fail(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Raises `vector`'s interrupt: the held completions, then `item`, go to its handler.
+    fn interrupt(&self, vector: usize, item: Option<InFlight>) {
+        self.interrupts.set(self.interrupts.get() + 1);
+        let chan = &self.vectors[vector];
+        {
+            let mut held = self.held[vector].borrow_mut();
+            for f in held.drain(..) {
+                let _ = chan.send(f);
+            }
+        }
+        if let Some(f) = item {
+            let _ = chan.send(f);
+        }
     }
 
     /// The interrupt handler (and tasklet) of vector `v`, on its CPU.
@@ -1059,6 +1142,7 @@ impl Stack {
         let cpu = ctx.cpu().id();
         loop {
             let first = chan.recv(&ctx).await;
+            self.handler_runs.set(self.handler_runs.get() + 1);
             ctx.cpu()
                 .spend(SimDuration::ns(self.k.irq_entry), Account::System)
                 .await;
@@ -1151,6 +1235,12 @@ pub struct CellResult {
     pub dma: DmaStats,
     /// Spinlock statistics of the command-queue lock: (acquisitions, contended, mean wait ns).
     pub cmdq_lock: (u64, u64, f64),
+    /// Interrupts the device raised (whole run).
+    pub interrupts: u64,
+    /// Interrupt handler runs (whole run; one `irq_entry_ns` each).
+    pub handler_runs: u64,
+    /// I/Os completed (whole run).
+    pub completions: u64,
     /// The fio text summary.
     #[serde(skip)]
     pub text: String,
@@ -1227,7 +1317,11 @@ fn run_cell(
                 ..v.nvme
             };
             // Queue q's vector is affine to CPU q (managed interrupts, one per queue).
-            (Dev::Nvme(Nvme::new(p)), queues, (0..queues).collect())
+            (
+                Dev::Nvme(Nvme::new(p).with_coalescing(v.coalescing)),
+                queues,
+                (0..queues).collect(),
+            )
         }
         DeviceKind::Sas => {
             let n = v.sas.completion_queues;
@@ -1246,6 +1340,9 @@ fn run_cell(
         dev,
         device,
         vectors: (0..nvec).map(|_| Channel::new(&h, inflight_cap)).collect(),
+        held: (0..nvec).map(|_| RefCell::new(Vec::new())).collect(),
+        interrupts: Cell::new(0),
+        handler_runs: Cell::new(0),
         vector_cpu: vector_cpu.clone(),
         k: v.kernel,
         mmio_write_ns: row.profile.mmio.write.ns().round() as u64,
@@ -1300,6 +1397,9 @@ fn run_cell(
         cmdq,
         dma,
         cmdq_lock,
+        interrupts: stack.interrupts.get(),
+        handler_runs: stack.handler_runs.get(),
+        completions: dma.unmaps,
         text,
     })
 }
@@ -1577,15 +1677,15 @@ pub fn run_scenario(
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "{:<18} {:>10} {:>10} {:>12} {:>14}",
-        "device DMA", "IOTLB hit%", "misses", "walk reads", "ns per I/O"
+        "{:<18} {:>10} {:>10} {:>12} {:>14} {:>12}",
+        "device DMA", "IOTLB hit%", "misses", "walk reads", "ns per I/O", "irqs per I/O"
     );
     for c in &res.cells {
         let d = &c.dma;
         let pages = d.iotlb_hits + d.iotlb_misses;
         let _ = writeln!(
             t,
-            "{:<18} {:>10.1} {:>10} {:>12} {:>14.1}",
+            "{:<18} {:>10.1} {:>10} {:>12} {:>14.1} {:>12.3}",
             format!("{}.{}", c.row, c.mode.id()),
             if pages > 0 {
                 d.iotlb_hits as f64 * 100.0 / pages as f64
@@ -1596,6 +1696,11 @@ pub fn run_scenario(
             d.walk_reads,
             if d.maps > 0 {
                 d.translation_ns / d.maps as f64
+            } else {
+                0.0
+            },
+            if c.completions > 0 {
+                c.interrupts as f64 / c.completions as f64
             } else {
                 0.0
             },
