@@ -349,3 +349,37 @@ fn nvme_interrupt_coalescing_trades_latency_for_interrupts_and_cpu() {
         "{e}"
     );
 }
+
+#[test]
+fn every_configuration_is_a_measurement() {
+    let rep = run(&short()).unwrap();
+    let iops: Vec<_> = rep.figures.iter().filter(|f| f.unit == "IOPS").collect();
+    assert_eq!(rep.measurements.len(), iops.len());
+    for (m, f) in rep.measurements.iter().zip(&iops) {
+        assert_eq!(m.config, f.id);
+        let (row, mode) = m.config.split_once('.').unwrap();
+        assert_eq!(m.attrs["cmdq"], if mode == "off" { "none" } else { mode });
+        assert_eq!(
+            m.attrs["iommu_mode"],
+            if mode == "off" { "off" } else { "strict" }
+        );
+        assert_eq!(
+            m.attrs["device"],
+            if row.ends_with("sas8") { "sas" } else { "nvme" }
+        );
+        let platform = if row.starts_with("d06") {
+            "hisilicon-d06"
+        } else {
+            "hisilicon-d05"
+        };
+        assert_eq!(m.attrs["platform"], platform);
+        // The figure is the measurement's IOPS (one run: the same number).
+        assert_eq!(m.get("read.iops").unwrap().value, f.lab);
+        let lat = m.latency.as_ref().unwrap();
+        assert!(lat.count() > 0);
+        let cpu = m.cpu.unwrap();
+        assert!(cpu.system_ns > 0 && cpu.total_ns() > 0);
+        assert!(m.get("irq.per_io").unwrap().value > 0.0);
+        assert_eq!(m.get("iommu.translation_ns").is_some(), mode != "off");
+    }
+}

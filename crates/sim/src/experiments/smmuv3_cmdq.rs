@@ -43,6 +43,7 @@ use crate::devices::nvme::{InterruptCoalescing, Nvme, NvmeParams, Post};
 use crate::devices::sas::{SasHba, SasParams};
 use crate::engine::{Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::metrics::{CpuBreakdown, Measurement, Metric};
 use crate::resources::{CacheLine, LineParams, SpinLock, SpinParams};
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::workloads::fio::{
@@ -242,6 +243,7 @@ struct Kernel {
 struct Row {
     id: String,
     label: String,
+    platform: String,
     profile: PlatformProfile,
     device: DeviceKind,
     cpus: usize,
@@ -509,6 +511,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         rows.push(Row {
             id: r.id.clone(),
             label: r.label.clone(),
+            platform: r.platform.clone(),
             profile,
             device,
             cpus: r.cpus,
@@ -1241,6 +1244,9 @@ pub struct CellResult {
     pub handler_runs: u64,
     /// I/Os completed (whole run).
     pub completions: u64,
+    /// The configuration as a [`Measurement`]: fio's metrics and latency histogram over the
+    /// measured window, the fio CPUs' time, and the queue, translation and interrupt counts.
+    pub measurement: Measurement,
     /// The fio text summary.
     #[serde(skip)]
     pub text: String,
@@ -1388,6 +1394,13 @@ fn run_cell(
         .unwrap_or_default();
     let dma = *stack.stats.borrow();
     let cmdq = stack.cmdq.as_ref().map(SimCmdq::stats).unwrap_or_default();
+    let measurement = with_counts(
+        cell_measurement(row, mode, &spec, &g, (usr, sys), (&before, &after)),
+        &dma,
+        &cmdq,
+        stack.interrupts.get(),
+        stack.handler_runs.get(),
+    );
     Ok(CellResult {
         row: row.id.clone(),
         mode,
@@ -1400,8 +1413,107 @@ fn run_cell(
         interrupts: stack.interrupts.get(),
         handler_runs: stack.handler_runs.get(),
         completions: dma.unmaps,
+        measurement,
         text,
     })
+}
+
+/// The configuration's [`Measurement`] before the whole-run counts: fio's group over the
+/// window, the attributes, and the fio CPUs' time in the window.
+fn cell_measurement(
+    row: &Row,
+    mode: Mode,
+    spec: &FioJob,
+    g: &GroupStats,
+    (usr, sys): (f64, f64),
+    (before, after): (&RunReport, &RunReport),
+) -> Measurement {
+    let mut cpu = CpuBreakdown::default();
+    for &c in &spec.cpus {
+        if let (Some(b), Some(a)) = (before.cpus.get(c), after.cpus.get(c)) {
+            let d = CpuBreakdown::between(b, a);
+            cpu.user_ns += d.user_ns;
+            cpu.system_ns += d.system_ns;
+            cpu.spin_ns += d.spin_ns;
+            cpu.idle_ns += d.idle_ns;
+        }
+    }
+    fio::measurement(&format!("{}.{}", row.id, mode.id()), spec, g, usr, sys)
+        .attr(
+            "iommu_mode",
+            if mode == Mode::Off { "off" } else { "strict" },
+        )
+        .attr("cmdq", if mode == Mode::Off { "none" } else { mode.id() })
+        .attr(
+            "device",
+            match row.device {
+                DeviceKind::Nvme => "nvme",
+                DeviceKind::Sas => "sas",
+            },
+        )
+        .attr("platform", &row.platform)
+        .cpu(cpu)
+}
+
+/// `m` with the whole-run counts of the interrupt, DMA and command-queue paths as metrics.
+fn with_counts(m: Measurement, dma: &DmaStats, q: &CmdqStats, irqs: u64, runs: u64) -> Measurement {
+    {
+        let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+        let ios = dma.unmaps;
+        let mut m = m
+            .metric(Metric::new(
+                "irq.per_io",
+                "interrupts/I/O",
+                per(irqs as f64, ios),
+            ))
+            .metric(Metric::new(
+                "irq.handler_runs_per_io",
+                "runs/I/O",
+                per(runs as f64, ios),
+            ));
+        if q.issues > 0 {
+            m = m
+                .metric(Metric::new(
+                    "iommu.map_ns",
+                    "ns/map",
+                    per(dma.map_ns, dma.maps),
+                ))
+                .metric(Metric::new(
+                    "iommu.unmap_ns",
+                    "ns/unmap",
+                    per(dma.unmap_ns, dma.unmaps),
+                ))
+                .metric(Metric::new(
+                    "iommu.translation_ns",
+                    "ns/I/O",
+                    per(dma.translation_ns, dma.maps),
+                ))
+                .metric(Metric::new(
+                    "iommu.iotlb_hit_pct",
+                    "%",
+                    per(
+                        dma.iotlb_hits as f64 * 100.0,
+                        dma.iotlb_hits + dma.iotlb_misses,
+                    ),
+                ))
+                .metric(Metric::new(
+                    "cmdq.issues_per_batch",
+                    "issues/batch",
+                    per(q.issues as f64, q.batches),
+                ))
+                .metric(Metric::new(
+                    "cmdq.sync_wait_ns",
+                    "ns/issue",
+                    per(q.sync_wait_ns as f64, q.issues),
+                ))
+                .metric(Metric::new(
+                    "cmdq.cas_failure_pct",
+                    "%",
+                    per(q.cas_failures as f64 * 100.0, q.cas_attempts),
+                ));
+        }
+        m
+    }
 }
 
 fn irq_cpu_usage(before: &RunReport, after: &RunReport, cpus: &[usize]) -> (f64, f64, f64) {
@@ -1756,6 +1868,6 @@ pub fn run_scenario(
         calibrated,
         report_text: t,
         notes,
-        measurements: Vec::new(),
+        measurements: res.cells.iter().map(|c| c.measurement.clone()).collect(),
     })
 }
