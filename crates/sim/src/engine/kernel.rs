@@ -242,6 +242,13 @@ impl State {
         self.cpus.len()
     }
 
+    /// Records `e`, which stops the run (the first error recorded wins).
+    pub(crate) fn fail(&mut self, e: SimError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
     pub(crate) fn check_resource_cap(&self) -> Result<(), SimError> {
         let n = self.spin.len() + self.sleep.len() + self.lines.len();
         if n >= self.limits.max_resources {
@@ -550,8 +557,8 @@ impl Kernel {
             events: st.events,
             total: RunReport::total_of(&cpus),
             cpus,
-            spin_locks: st.spin.iter().map(|s| s.stats.clone()).collect(),
-            sleep_locks: st.sleep.iter().map(|s| s.stats.clone()).collect(),
+            spin_locks: st.spin.iter().map(|s| s.line.stats.clone()).collect(),
+            sleep_locks: st.sleep.iter().map(|s| s.line.stats.clone()).collect(),
             cache_lines: st.lines.iter().map(|s| s.stats.clone()).collect(),
             tasks: TaskCounts {
                 spawned: st.spawned,
