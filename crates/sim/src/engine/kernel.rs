@@ -144,7 +144,7 @@ impl State {
     pub(crate) fn spend_now(&mut self, cpu: u32, account: Account, ns: u64) -> bool {
         let end = self.now.saturating_add(ns);
         if !self.ready.is_empty()
-            || end >= self.queue.earliest_bound()
+            || end >= self.queue.earliest()
             || end > self.run_limit
             || self.error.is_some()
             || self.foreign.pending.load(Ordering::Acquire)
