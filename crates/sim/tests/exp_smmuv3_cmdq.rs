@@ -222,3 +222,170 @@ fn spinlock_binds_nvme_when_the_device_is_not_the_limit() {
     // Gathering batches several CPUs' commands under one PROD write.
     assert!(free.cmdq.gathered > 0 && free.cmdq.batches < free.cmdq.issues);
 }
+
+#[test]
+fn device_dma_translates_through_the_iotlb_and_walk_cache() {
+    use iolab_sim::cost::PlatformProfile;
+    let res =
+        smmuv3_cmdq::run_results(&short(), "test.toml", &ExperimentOptions::default()).unwrap();
+    for c in &res.cells {
+        let d = &c.dma;
+        let pages = d.iotlb_hits + d.iotlb_misses;
+        if c.mode == smmuv3_cmdq::Mode::Off {
+            assert_eq!((pages, d.walk_reads), (0, 0));
+            assert_eq!(d.translation_ns, 0.0);
+            continue;
+        }
+        // Every mapped 4 KiB buffer is translated once, through the SMMU's IOTLB.
+        assert_eq!(pages, d.maps, "{}", c.row);
+        // Strict mode: an unmap evicts its entry before the IOVA can be reused, so a
+        // device never finds a fresh mapping in the IOTLB.
+        assert_eq!(d.iotlb_hits, 0, "{}", c.row);
+        // Each miss reads at least the leaf PTE; the walk cache saves the upper levels
+        // of most walks (a cold 4-level walk reads 4).
+        assert!(d.walk_reads >= d.iotlb_misses);
+        assert!(
+            d.walk_reads < 2 * d.iotlb_misses,
+            "{} {}",
+            d.walk_reads,
+            d.iotlb_misses
+        );
+        // Time: the profile's lookups per miss plus its read latency per table read.
+        let platform = if c.row.starts_with("d06") {
+            "hisilicon-d06"
+        } else {
+            "hisilicon-d05"
+        };
+        let p = PlatformProfile::bundled(platform).unwrap();
+        let ns = |path: &str| p.cost(path).unwrap().ns();
+        let want = d.iotlb_misses as f64
+            * (ns("iommu.iotlb_lookup") + ns("iommu.walk_cache_lookup"))
+            + d.walk_reads as f64 * ns("iommu.walk_read");
+        assert!(
+            (d.translation_ns - want).abs() <= 1e-6 * want,
+            "{} vs {want}",
+            d.translation_ns
+        );
+    }
+}
+
+/// The bundled scenario, shortened, with NVMe interrupt coalescing (feature 08h) set to
+/// `threshold` (0's based) and `time_100us`.
+fn coalesced(threshold: u32, time_100us: u32) -> String {
+    short().replace(
+        "[sas]",
+        &format!(
+            "coalesce_threshold = {{ value = {threshold}, source = \"test\" }}\n\
+             coalesce_time_100us = {{ value = {time_100us}, source = \"test\" }}\n\n[sas]"
+        ),
+    )
+}
+
+#[test]
+fn nvme_interrupt_coalescing_trades_latency_for_interrupts_and_cpu() {
+    let opts = ExperimentOptions::default();
+    // Below the device's rated IOPS (4 in flight per queue), so latency is not all
+    // queueing at the device.
+    let light = |t: String| t.replace("iodepth = 32, numjobs = 32", "iodepth = 4, numjobs = 32");
+    let plain = smmuv3_cmdq::run_results(&light(short()), "test.toml", &opts).unwrap();
+    let coal = smmuv3_cmdq::run_results(&light(coalesced(7, 1)), "test.toml", &opts).unwrap();
+    let cell = |r: &smmuv3_cmdq::Results, id: &str| {
+        r.cells
+            .iter()
+            .find(|c| format!("{}.{}", c.row, c.mode.id()) == id)
+            .unwrap()
+            .clone()
+    };
+    for id in [
+        "d05_nvme.lockfree",
+        "d05_nvme.spinlock",
+        "d06_nvme.lockfree",
+    ] {
+        let (p, c) = (cell(&plain, id), cell(&coal, id));
+        // Without coalescing the device raises one interrupt per completion.
+        assert_eq!(p.interrupts, p.completions, "{id}");
+        // With THR = 7 (8 completions) and 100 us, and 4 I/Os in flight per queue, the
+        // timer fires first, with 3-4 completions pending.
+        assert!(
+            c.interrupts * 2 < c.completions,
+            "{id}: {} {}",
+            c.interrupts,
+            c.completions
+        );
+        assert!(c.handler_runs < p.handler_runs, "{id}");
+        assert!(c.handler_runs <= c.interrupts);
+        // CPU per I/O, without spinning, falls (fewer handler entries); both runs use the
+        // same CPUs (the completion CPUs are the fio CPUs) and window.
+        let busy_per_io = |x: &smmuv3_cmdq::CellResult| (x.irq_cpu.0 + x.irq_cpu.1) / x.iops;
+        assert!(busy_per_io(&c) < busy_per_io(&p), "{id}");
+        let cpu_per_io = |x: &smmuv3_cmdq::CellResult| (x.fio.usr_cpu + x.fio.sys_cpu) / x.iops;
+        if c.mode == smmuv3_cmdq::Mode::LockFree {
+            assert!(cpu_per_io(&c) < cpu_per_io(&p), "{id}");
+        } else {
+            // The spinlock queue: completions now arrive in bursts, so unmaps (each holding
+            // the lock through its sync) collide more often and the spinning can outweigh
+            // the saved interrupt entries.
+            assert!(c.irq_cpu.2 > p.irq_cpu.2, "{id}: more spinning");
+        }
+        // Completions wait for the threshold or the timer: latency rises.
+        assert!(
+            c.fio.read.clat_ns.mean > p.fio.read.clat_ns.mean,
+            "{id}: {} vs {}",
+            c.fio.read.clat_ns.mean,
+            p.fio.read.clat_ns.mean
+        );
+    }
+    // Coalesced runs are deterministic too (the aggregation timers are engine events).
+    let again = smmuv3_cmdq::run_results(&light(coalesced(7, 1)), "test.toml", &opts).unwrap();
+    assert_eq!(
+        serde_json::to_string(&coal).unwrap(),
+        serde_json::to_string(&again).unwrap()
+    );
+    // SAS is unaffected by an NVMe feature.
+    let (p, c) = (cell(&plain, "d05_sas8.off"), cell(&coal, "d05_sas8.off"));
+    assert_eq!(p.interrupts, c.interrupts);
+    // Half a setting is bad input naming the missing field.
+    let half = short().replace(
+        "[sas]",
+        "coalesce_threshold = { value = 3, source = \"x\" }\n\n[sas]",
+    );
+    let e = smmuv3_cmdq::run_results(&half, "test.toml", &opts).unwrap_err();
+    assert!(
+        e.is_bad_input() && e.to_string().contains("nvme.coalesce_time_100us"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_configuration_is_a_measurement() {
+    let rep = run(&short()).unwrap();
+    let iops: Vec<_> = rep.figures.iter().filter(|f| f.unit == "IOPS").collect();
+    assert_eq!(rep.measurements.len(), iops.len());
+    for (m, f) in rep.measurements.iter().zip(&iops) {
+        assert_eq!(m.config, f.id);
+        let (row, mode) = m.config.split_once('.').unwrap();
+        assert_eq!(m.attrs["cmdq"], if mode == "off" { "none" } else { mode });
+        assert_eq!(
+            m.attrs["iommu_mode"],
+            if mode == "off" { "off" } else { "strict" }
+        );
+        assert_eq!(
+            m.attrs["device"],
+            if row.ends_with("sas8") { "sas" } else { "nvme" }
+        );
+        let platform = if row.starts_with("d06") {
+            "hisilicon-d06"
+        } else {
+            "hisilicon-d05"
+        };
+        assert_eq!(m.attrs["platform"], platform);
+        // The figure is the measurement's IOPS (one run: the same number).
+        assert_eq!(m.get("read.iops").unwrap().value, f.lab);
+        let lat = m.latency.as_ref().unwrap();
+        assert!(lat.count() > 0);
+        let cpu = m.cpu.unwrap();
+        assert!(cpu.system_ns > 0 && cpu.total_ns() > 0);
+        assert!(m.get("irq.per_io").unwrap().value > 0.0);
+        assert_eq!(m.get("iommu.translation_ns").is_some(), mode != "off");
+    }
+}

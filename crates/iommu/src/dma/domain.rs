@@ -220,7 +220,11 @@ pub(super) struct KeyHasher(u64);
 impl Hasher for KeyHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        // The product's low bits depend only on the key's low bits, which are zero for
+        // page-aligned DMA addresses, and the hash table picks buckets by the low bits:
+        // without the rotation every address key lands in the same bucket group and each
+        // insert probes the whole table. Rotating brings the well-mixed high bits down.
+        self.0.rotate_left(26)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {

@@ -22,6 +22,7 @@
 pub mod ipmmu;
 pub mod pseries;
 pub mod sba;
+pub mod smmuv3_path;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -36,6 +37,7 @@ use crate::work::WorkRecord;
 pub use ipmmu::{ipmmu_domain, IpmmuError, IpmmuInvalidator, IpmmuPageTable};
 pub use pseries::{PseriesConfig, PseriesError, PseriesIommu};
 pub use sba::{SbaError, SbaIommu, SbaIommuConfig};
+pub use smmuv3_path::{split_queue_work, QueueWork, Smmuv3DevicePath};
 
 /// A DMA mapping path as device drivers use it, whatever the platform: map and unmap single
 /// buffers and scatter-gather lists, and (device side) translate an access.

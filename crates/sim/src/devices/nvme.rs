@@ -5,6 +5,15 @@
 //! The model is a timing model only: [`Nvme::service`] says when a command finishes; the
 //! caller delivers the completion on the queue's interrupt vector. Every byte's DMA goes
 //! through the IOMMU in the caller, which passes the translation time it cost.
+//!
+//! Interrupts: by default every posted completion raises its vector's interrupt. With
+//! [`InterruptCoalescing`] (Set Features, feature 08h, NVMe 1.4 section 5.21.1.8) the
+//! controller holds a vector's interrupt until `threshold + 1` completions are pending
+//! (THR is a 0's based count) or the oldest pending one has waited `time_100us` x 100 us
+//! (TIME; 0 means no delay). The caller posts each completion with
+//! [`Nvme::post_completion`] and arms a timer when told to; [`Nvme::timer_expired`] says
+//! whether the timer still stands. The interrupt's CPU cost is the caller's (one handler
+//! entry per interrupt, however many completions it drains).
 
 use std::cell::RefCell;
 
@@ -23,17 +32,68 @@ pub struct NvmeParams {
     pub write_latency_ns: u64,
 }
 
+/// The Interrupt Coalescing feature (08h): an aggregation threshold and time, applied to
+/// every I/O completion queue's vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterruptCoalescing {
+    /// THR: completions to aggregate per interrupt, 0's based (0: one per completion).
+    pub threshold: u8,
+    /// TIME: the longest a completion's interrupt may be delayed, in 100 us units (0: no
+    /// delay, so no coalescing).
+    pub time_100us: u8,
+}
+
+impl InterruptCoalescing {
+    /// Whether it coalesces at all (THR and TIME both non-zero).
+    pub fn is_active(&self) -> bool {
+        self.threshold > 0 && self.time_100us > 0
+    }
+
+    /// The aggregation time in ns.
+    pub fn time_ns(&self) -> u64 {
+        u64::from(self.time_100us) * 100_000
+    }
+}
+
+/// What the controller does when a completion is posted to a vector's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Post {
+    /// Raise the vector's interrupt now: every pending completion is delivered.
+    Interrupt,
+    /// This is the first pending completion: arm the aggregation timer for `at` (ns);
+    /// `token` identifies it for [`Nvme::timer_expired`].
+    ArmTimer {
+        /// When the aggregation time runs out, ns.
+        at: u64,
+        /// The timer's identity.
+        token: u64,
+    },
+    /// Held: the threshold is not reached and the timer is already running.
+    Hold,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Vector {
+    pending: u32,
+    /// The running timer's token (a new one each time a timer is armed or cancelled).
+    timer: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     ctrl_free_at: f64,
     link_free_at: f64,
     commands: u64,
+    vectors: Vec<Vector>,
+    interrupts: u64,
+    tokens: u64,
 }
 
 /// One NVMe device.
 #[derive(Debug)]
 pub struct Nvme {
     params: NvmeParams,
+    coalescing: InterruptCoalescing,
     state: RefCell<State>,
 }
 
@@ -42,8 +102,21 @@ impl Nvme {
     pub fn new(params: NvmeParams) -> Self {
         Nvme {
             params,
+            coalescing: InterruptCoalescing::default(),
             state: RefCell::new(State::default()),
         }
+    }
+
+    /// The same device with interrupt coalescing set (Set Features 08h); without it every
+    /// completion raises an interrupt.
+    pub fn with_coalescing(mut self, coalescing: InterruptCoalescing) -> Self {
+        self.coalescing = coalescing;
+        self
+    }
+
+    /// The interrupt coalescing setting.
+    pub fn coalescing(&self) -> InterruptCoalescing {
+        self.coalescing
     }
 
     /// The device's class.
@@ -60,6 +133,63 @@ impl Nvme {
     /// Commands serviced so far.
     pub fn commands(&self) -> u64 {
         self.state.borrow().commands
+    }
+
+    /// Interrupts raised so far (all vectors).
+    pub fn interrupts(&self) -> u64 {
+        self.state.borrow().interrupts
+    }
+
+    fn raise(s: &mut State, vector: usize) -> Post {
+        s.interrupts += 1;
+        s.tokens += 1;
+        let v = &mut s.vectors[vector];
+        v.pending = 0;
+        v.timer = s.tokens; // cancels the running timer
+        Post::Interrupt
+    }
+
+    /// A completion is posted to `vector`'s queue at `now_ns`: whether the interrupt is
+    /// raised now, held with a timer to arm, or held.
+    pub fn post_completion(&self, vector: usize, now_ns: u64) -> Post {
+        let mut s = self.state.borrow_mut();
+        if s.vectors.len() <= vector {
+            s.vectors.resize(vector + 1, Vector::default());
+        }
+        let c = self.coalescing;
+        if !c.is_active() {
+            return Self::raise(&mut s, vector);
+        }
+        let v = &mut s.vectors[vector];
+        v.pending += 1;
+        if v.pending > u32::from(c.threshold) {
+            return Self::raise(&mut s, vector);
+        }
+        if v.pending == 1 {
+            s.tokens += 1;
+            let token = s.tokens;
+            s.vectors[vector].timer = token;
+            return Post::ArmTimer {
+                at: now_ns + c.time_ns(),
+                token,
+            };
+        }
+        Post::Hold
+    }
+
+    /// The aggregation timer `token` of `vector` ran out: `true` if it still stands (no
+    /// interrupt since it was armed), in which case the interrupt is raised now for the
+    /// pending completions.
+    pub fn timer_expired(&self, vector: usize, token: u64) -> bool {
+        let mut s = self.state.borrow_mut();
+        let stands = s
+            .vectors
+            .get(vector)
+            .is_some_and(|v| v.timer == token && v.pending > 0);
+        if stands {
+            Self::raise(&mut s, vector);
+        }
+        stands
     }
 
     /// A command of `bytes` rung in at `now_ns`: returns its completion time in ns. The
@@ -95,6 +225,44 @@ mod tests {
             read_latency_ns: 80_000,
             write_latency_ns: 20_000,
         })
+    }
+
+    #[test]
+    fn without_coalescing_every_completion_interrupts() {
+        let d = dev();
+        for t in 0..5 {
+            assert_eq!(d.post_completion(1, t), Post::Interrupt);
+        }
+        assert_eq!(d.interrupts(), 5);
+    }
+
+    #[test]
+    fn coalescing_raises_at_the_threshold_or_the_time() {
+        let d = dev().with_coalescing(InterruptCoalescing {
+            threshold: 3, // 4 completions
+            time_100us: 2,
+        });
+        // Four completions: the first arms the timer, the fourth interrupts.
+        let Post::ArmTimer { at, token } = d.post_completion(0, 1_000) else {
+            panic!("first completion arms the timer")
+        };
+        assert_eq!(at, 201_000);
+        assert_eq!(d.post_completion(0, 2_000), Post::Hold);
+        assert_eq!(d.post_completion(0, 3_000), Post::Hold);
+        assert_eq!(d.post_completion(0, 4_000), Post::Interrupt);
+        // The threshold interrupt cancelled that timer.
+        assert!(!d.timer_expired(0, token));
+        assert_eq!(d.interrupts(), 1);
+        // One lone completion: the timer delivers it.
+        let Post::ArmTimer { token, .. } = d.post_completion(0, 10_000) else {
+            panic!("arms")
+        };
+        assert!(d.timer_expired(0, token));
+        assert!(!d.timer_expired(0, token), "fires once");
+        assert_eq!(d.interrupts(), 2);
+        // Vectors are independent.
+        assert!(matches!(d.post_completion(1, 0), Post::ArmTimer { .. }));
+        assert_eq!(d.interrupts(), 2);
     }
 
     #[test]

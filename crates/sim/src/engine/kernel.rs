@@ -144,7 +144,7 @@ impl State {
     pub(crate) fn spend_now(&mut self, cpu: u32, account: Account, ns: u64) -> bool {
         let end = self.now.saturating_add(ns);
         if !self.ready.is_empty()
-            || end >= self.queue.earliest_bound()
+            || end >= self.queue.earliest()
             || end > self.run_limit
             || self.error.is_some()
             || self.foreign.pending.load(Ordering::Acquire)
@@ -240,6 +240,13 @@ impl State {
 
     pub(crate) fn cpu_count(&self) -> usize {
         self.cpus.len()
+    }
+
+    /// Records `e`, which stops the run (the first error recorded wins).
+    pub(crate) fn fail(&mut self, e: SimError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
     }
 
     pub(crate) fn check_resource_cap(&self) -> Result<(), SimError> {
@@ -555,8 +562,8 @@ impl Kernel {
             events: st.events,
             total: RunReport::total_of(&cpus),
             cpus,
-            spin_locks: st.spin.iter().map(|s| s.stats.clone()).collect(),
-            sleep_locks: st.sleep.iter().map(|s| s.stats.clone()).collect(),
+            spin_locks: st.spin.iter().map(|s| s.line.stats.clone()).collect(),
+            sleep_locks: st.sleep.iter().map(|s| s.line.stats.clone()).collect(),
             cache_lines: st.lines.iter().map(|s| s.stats.clone()).collect(),
             tasks: TaskCounts {
                 spawned: st.spawned,

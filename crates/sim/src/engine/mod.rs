@@ -88,6 +88,15 @@ pub enum SimError {
         /// The cap.
         max: usize,
     },
+    /// A task without a CPU (an agent) tried to acquire a lock: the acquire cost (and a
+    /// spinlock's spinning) needs a CPU. The run stops with this error.
+    #[error("{task:?} is an agent and has no CPU to {what}")]
+    NoCpu {
+        /// The agent.
+        task: TaskId,
+        /// What it tried to do.
+        what: &'static str,
+    },
 }
 
 /// The machine to simulate.

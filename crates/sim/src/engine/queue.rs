@@ -8,8 +8,8 @@
 //!   one of 11 levels, and sets a mask bit;
 //! - the earliest event is in the lowest non-empty slot of the lowest non-empty level,
 //!   found with two `trailing_zeros`; no comparisons between events;
-//! - taking a slot of a level above 0 *cascades* it: the base moves to the slot's lower
-//!   bound and its events fall to lower levels. An event cascades at most once per level
+//! - taking a slot of a level above 0 *cascades* it: the base moves to the slot's earliest
+//!   time (kept per slot) and its events fall to lower levels, the earliest to level 0. An event cascades at most once per level
 //!   it started above 0 (two or three times for microsecond-scale delays).
 //!
 //! The cost per event barely depends on how many events are pending, which keeps the
@@ -38,16 +38,20 @@ struct Node {
     next: u32,
 }
 
-/// A slot's FIFO list: first and last node (`NIL` when empty).
+/// A slot's FIFO list: first and last node (`NIL` when empty), and the earliest time in
+/// it. Nodes leave a slot above level 0 only all together (a cascade or a lone event's
+/// pop), so the minimum never needs recomputing.
 #[derive(Clone, Copy)]
 struct List {
     head: u32,
     tail: u32,
+    min: u64,
 }
 
 const EMPTY: List = List {
     head: NIL,
     tail: NIL,
+    min: u64::MAX,
 };
 
 #[inline]
@@ -103,9 +107,11 @@ impl EventQueue {
         let slot = &mut self.slots[slot_index(level, digit)];
         if slot.head == NIL {
             slot.head = i;
+            slot.min = at;
         } else {
             let tail = slot.tail;
             self.nodes[tail as usize].next = i;
+            slot.min = slot.min.min(at);
         }
         slot.tail = i;
         self.masks[level] |= 1 << digit;
@@ -145,11 +151,12 @@ impl EventQueue {
         task
     }
 
-    /// A lower bound of the earliest queued time (`u64::MAX` when the queue is empty):
-    /// the base if events of the base's instant are being handed out, else the lower bound
-    /// of the lowest non-empty slot of the lowest non-empty level (exact at level 0).
+    /// The earliest queued time, exactly (`u64::MAX` when the queue is empty): the base if
+    /// events of the base's instant are being handed out, else the minimum of the lowest
+    /// non-empty slot of the lowest non-empty level (every event in a later slot or a
+    /// higher level is later, by the radix order).
     #[inline]
-    pub(crate) fn earliest_bound(&self) -> u64 {
+    pub(crate) fn earliest(&self) -> u64 {
         if self.cur != NIL {
             return self.base;
         }
@@ -157,22 +164,8 @@ impl EventQueue {
             return u64::MAX;
         }
         let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
-        let digit = self.masks[level].trailing_zeros() as u64 & (SLOTS as u64 - 1);
-        if level > 0 {
-            // A lone event's time is known exactly.
-            let List { head, tail } = self.slots[slot_index(level, digit as usize)];
-            if head == tail {
-                return self.nodes[head as usize].at;
-            }
-        }
-        let shift = BITS * level as u32;
-        let above = shift + BITS;
-        let high = if above >= 64 {
-            0
-        } else {
-            self.base & (!0u64 << above)
-        };
-        high | (digit << shift)
+        let digit = self.masks[level].trailing_zeros() as usize & (SLOTS - 1);
+        self.slots[slot_index(level, digit)].min
     }
 
     /// The next event at the current base time, if any.
@@ -208,7 +201,7 @@ impl EventQueue {
             }
             let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
             let digit = self.masks[level].trailing_zeros() as usize & (SLOTS - 1);
-            let List { head, tail } = self.slots[slot_index(level, digit)];
+            let List { head, tail, min } = self.slots[slot_index(level, digit)];
             if level == 0 {
                 // Every event in a level-0 slot has the same time.
                 let at = (self.base & !(SLOTS as u64 - 1)) | digit as u64;
@@ -230,19 +223,14 @@ impl EventQueue {
                 self.base = at;
                 return Some((at, self.release(head)));
             }
-            // Cascade: move the base to the slot's lower bound, re-place its events.
-            let shift = BITS * level as u32;
-            let above = shift + BITS;
-            let high = if above >= 64 {
-                0
-            } else {
-                self.base & (!0u64 << above)
-            };
-            let lower_bound = high | ((digit as u64) << shift);
-            if lower_bound > limit {
+            // Cascade: move the base to the slot's earliest time (a lower bound of every
+            // queued time) and re-place its events below; the earliest lands at level 0.
+            // Every level below this one is empty, so each slot they land in receives them
+            // in list (push) order.
+            if min > limit {
                 return None;
             }
-            self.base = lower_bound;
+            self.base = min;
             self.clear_slot(level, digit);
             let mut i = head;
             while i != NIL {
@@ -310,6 +298,9 @@ mod tests {
                 }
             }
             assert_eq!(q.len(), model.len());
+            // The earliest time is known exactly (the engine's spend shortcut relies on it).
+            let earliest = model.keys().next().map_or(u64::MAX, |k| k.0);
+            assert_eq!(q.earliest(), earliest);
         }
     }
 

@@ -18,12 +18,13 @@ use iolab_iommu::dma::{Device, Direction};
 use iolab_iommu::hw::{DmaPath, MappedBuffer};
 use iolab_iommu::work::WorkRecord;
 
+use super::cmdq_invalidator::CmdqInvalidator;
 use crate::accounting::{Account, RunReport};
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::devices::sas::SasHba;
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
-use crate::experiments::smmuv3_cmdq::{CmdqInvalidator, SimCmdq};
+use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::fio::{

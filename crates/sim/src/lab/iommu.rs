@@ -18,9 +18,10 @@ use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
 use iolab_iommu::smmuv3::ProducerKind;
 use iolab_iommu::work::WorkRecord;
 
+use super::cmdq_invalidator::CmdqInvalidator;
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
-use crate::experiments::smmuv3_cmdq::{CmdqInvalidator, Mode as CmdqMode, SimCmdq};
+use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
 use crate::experiments::ExperimentError;
 
 use super::defaults;

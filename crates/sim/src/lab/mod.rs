@@ -39,6 +39,7 @@
 
 mod block;
 pub mod caps;
+mod cmdq_invalidator;
 pub mod defaults;
 pub mod examples;
 mod iommu;

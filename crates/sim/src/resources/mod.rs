@@ -10,6 +10,7 @@
 //! statistics in the [`RunReport`](crate::accounting::RunReport).
 
 pub mod cacheline;
+mod line;
 pub mod sleeplock;
 pub mod spinlock;
 

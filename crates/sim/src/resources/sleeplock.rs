@@ -12,15 +12,15 @@
 //! Real mutexes spin optimistically for a while before sleeping; this model does not
 //! (model that with a [`SpinLock`](crate::resources::SpinLock) if it matters).
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::accounting::{Account, LockStats};
-use crate::engine::kernel::{Burn, State, TaskRef, NO_TASK};
+use crate::engine::kernel::{Burn, State};
 use crate::engine::{Ctx, Handle, SimError};
+use crate::resources::line::{lock_cpu, register, WaitLine};
 
 /// Costs of a sleeping lock, in nanoseconds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -50,30 +50,20 @@ impl Default for SleepParams {
 
 pub(crate) struct SleepState {
     params: SleepParams,
-    holder: TaskRef,
-    usable_from: u64,
-    held_since: u64,
-    waiters: VecDeque<TaskRef>,
-    pub(crate) stats: LockStats,
+    /// The line; a hand-off makes the next waiter runnable `wakeup_ns` later.
+    pub(crate) line: WaitLine,
 }
 
 /// Releases the lock at `now`; returns whether a waiter was woken.
 fn release(st: &mut State, idx: usize) -> bool {
     let now = st.now;
     let s = &mut st.sleep[idx];
-    s.stats.hold_total_ns += now.saturating_sub(s.held_since);
-    match s.waiters.pop_front() {
-        Some(w) => {
-            s.holder = w;
-            s.usable_from = now + s.params.wakeup_ns;
-            let at = s.usable_from;
+    match s.line.release(now, s.params.wakeup_ns) {
+        Some((at, w)) => {
             st.schedule(at, w);
             true
         }
-        None => {
-            s.holder = NO_TASK;
-            false
-        }
+        None => false,
     }
 }
 
@@ -95,23 +85,12 @@ impl fmt::Debug for SleepLock {
 impl SleepLock {
     /// A free sleeping lock named `name`.
     pub fn new(h: &Handle, name: impl Into<String>, params: SleepParams) -> Result<Self, SimError> {
-        let mut st = h.0.st.borrow_mut();
-        st.check_resource_cap()?;
-        st.sleep.push(SleepState {
+        let state = SleepState {
             params,
-            holder: NO_TASK,
-            usable_from: 0,
-            held_since: 0,
-            waiters: VecDeque::new(),
-            stats: LockStats {
-                name: name.into(),
-                ..LockStats::default()
-            },
-        });
-        Ok(SleepLock {
-            h: h.clone(),
-            idx: st.sleep.len() - 1,
-        })
+            line: WaitLine::new(name.into()),
+        };
+        let idx = register(h, |st| &mut st.sleep, state)?;
+        Ok(SleepLock { h: h.clone(), idx })
     }
 
     /// The lock's costs.
@@ -121,14 +100,13 @@ impl SleepLock {
 
     /// The lock's statistics so far.
     pub fn stats(&self) -> LockStats {
-        self.h.0.st.borrow().sleep[self.idx].stats.clone()
+        self.h.0.st.borrow().sleep[self.idx].line.stats.clone()
     }
 
     /// Acquires the lock, blocking while it is held.
     ///
-    /// # Panics
-    ///
-    /// If the task is an agent (the acquire cost needs a CPU).
+    /// The acquire cost needs a CPU: if the task is an agent, the future never completes
+    /// and the run stops with [`SimError::NoCpu`].
     pub fn lock<'a>(&'a self, ctx: &'a Ctx) -> SleepLockFuture<'a> {
         SleepLockFuture {
             lock: self,
@@ -165,20 +143,16 @@ impl<'a> Future for SleepLockFuture<'a> {
 
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<SleepGuard<'a>> {
         let this = &mut *self;
-        let cpu = this.ctx.cpu_index();
         let me = this.ctx.task;
         let idx = this.lock.idx;
         let mut st = this.lock.h.0.st.borrow_mut();
+        let Some(cpu) = lock_cpu(&mut st, this.ctx, "acquire a sleeping lock") else {
+            return Poll::Pending;
+        };
         if this.phase == Phase::Start {
             let now = st.now;
             let s = &mut st.sleep[idx];
-            if s.holder == NO_TASK && s.waiters.is_empty() {
-                s.holder = me;
-                s.usable_from = now;
-            } else {
-                s.waiters.push_back(me);
-                this.contended = true;
-            }
+            this.contended = s.line.arrive(me, now);
             let acquire = s.params.acquire_ns;
             this.acquired_at = now + acquire;
             this.phase = Phase::Acquiring;
@@ -197,11 +171,9 @@ impl<'a> Future for SleepLockFuture<'a> {
             "SleepLockFuture polled after completion"
         );
         let now = st.now;
-        let s = &mut st.sleep[idx];
-        if s.holder == me && s.usable_from <= now {
-            s.held_since = now;
-            s.stats
-                .record_wait(now.saturating_sub(this.acquired_at), this.contended);
+        let line = &mut st.sleep[idx].line;
+        if line.granted(me, now) {
+            line.acquired(now, this.acquired_at, this.contended);
             this.phase = Phase::Done;
             return Poll::Ready(SleepGuard {
                 lock: this.lock,
@@ -227,11 +199,8 @@ impl Drop for SleepLockFuture<'_> {
         let idx = self.lock.idx;
         let now = st.now;
         let s = &mut st.sleep[idx];
-        if let Some(i) = s.waiters.iter().position(|&w| w == me) {
-            s.waiters.remove(i);
-        } else if s.holder == me {
-            s.held_since = now;
-            release(&mut st, idx);
+        if let Some((at, w)) = s.line.abandon(me, now, s.params.wakeup_ns) {
+            st.schedule(at, w);
         }
     }
 }

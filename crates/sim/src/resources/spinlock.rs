@@ -19,11 +19,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use std::collections::VecDeque;
-
 use crate::accounting::{Account, LockStats};
-use crate::engine::kernel::{Burn, State, TaskRef, NO_TASK};
+use crate::engine::kernel::{Burn, State};
 use crate::engine::{Ctx, Handle, SimError};
+use crate::resources::line::{lock_cpu, register, WaitLine};
 
 /// Costs of a spinlock, in nanoseconds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -51,34 +50,14 @@ impl Default for SpinParams {
 
 pub(crate) struct SpinState {
     params: SpinParams,
-    holder: TaskRef,
-    /// When the holder may proceed (a hand-off takes `handoff_ns` to arrive).
-    usable_from: u64,
-    held_since: u64,
-    waiters: VecDeque<TaskRef>,
-    pub(crate) stats: LockStats,
-}
-
-impl SpinState {
-    fn release(&mut self, now: u64) -> Option<(u64, TaskRef)> {
-        self.stats.hold_total_ns += now.saturating_sub(self.held_since);
-        match self.waiters.pop_front() {
-            Some(w) => {
-                self.holder = w;
-                self.usable_from = now + self.params.handoff_ns;
-                Some((self.usable_from, w))
-            }
-            None => {
-                self.holder = NO_TASK;
-                None
-            }
-        }
-    }
+    /// The line; a hand-off takes `handoff_ns` to reach the next waiter.
+    pub(crate) line: WaitLine,
 }
 
 fn release(st: &mut State, idx: usize) {
     let now = st.now;
-    if let Some((at, w)) = st.spin[idx].release(now) {
+    let s = &mut st.spin[idx];
+    if let Some((at, w)) = s.line.release(now, s.params.handoff_ns) {
         st.schedule(at, w);
     }
 }
@@ -101,23 +80,12 @@ impl fmt::Debug for SpinLock {
 impl SpinLock {
     /// A free spinlock named `name` (the name identifies it in reports).
     pub fn new(h: &Handle, name: impl Into<String>, params: SpinParams) -> Result<Self, SimError> {
-        let mut st = h.0.st.borrow_mut();
-        st.check_resource_cap()?;
-        st.spin.push(SpinState {
+        let state = SpinState {
             params,
-            holder: NO_TASK,
-            usable_from: 0,
-            held_since: 0,
-            waiters: VecDeque::new(),
-            stats: LockStats {
-                name: name.into(),
-                ..LockStats::default()
-            },
-        });
-        Ok(SpinLock {
-            h: h.clone(),
-            idx: st.spin.len() - 1,
-        })
+            line: WaitLine::new(name.into()),
+        };
+        let idx = register(h, |st| &mut st.spin, state)?;
+        Ok(SpinLock { h: h.clone(), idx })
     }
 
     /// The lock's costs.
@@ -127,14 +95,13 @@ impl SpinLock {
 
     /// The lock's statistics so far.
     pub fn stats(&self) -> LockStats {
-        self.h.0.st.borrow().spin[self.idx].stats.clone()
+        self.h.0.st.borrow().spin[self.idx].line.stats.clone()
     }
 
     /// Acquires the lock for the task of `ctx`, spinning on its CPU while it waits.
     ///
-    /// # Panics
-    ///
-    /// If the task is an agent (agents have no CPU to spin on).
+    /// An agent has no CPU to spin on: if the task is one, the future never completes and
+    /// the run stops with [`SimError::NoCpu`].
     pub fn lock<'a>(&'a self, ctx: &'a Ctx) -> SpinLockFuture<'a> {
         SpinLockFuture {
             lock: self,
@@ -172,22 +139,18 @@ impl<'a> Future for SpinLockFuture<'a> {
 
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<SpinGuard<'a>> {
         let this = &mut *self;
-        let cpu = this.ctx.cpu_index();
         let me = this.ctx.task;
         let idx = this.lock.idx;
         let mut st = this.lock.h.0.st.borrow_mut();
+        let Some(cpu) = lock_cpu(&mut st, this.ctx, "spin on a spinlock") else {
+            return Poll::Pending;
+        };
         loop {
             match this.phase {
                 Phase::Start => {
                     let now = st.now;
                     let s = &mut st.spin[idx];
-                    if s.holder == NO_TASK && s.waiters.is_empty() {
-                        s.holder = me;
-                        s.usable_from = now;
-                    } else {
-                        s.waiters.push_back(me);
-                        this.contended = true;
-                    }
+                    this.contended = s.line.arrive(me, now);
                     let acquire = s.params.acquire_ns;
                     this.acquired_at = now + acquire;
                     this.phase = Phase::Acquiring;
@@ -201,8 +164,7 @@ impl<'a> Future for SpinLockFuture<'a> {
                     }
                     this.phase = Phase::Spinning;
                     let now = st.now;
-                    let s = &st.spin[idx];
-                    if !(s.holder == me && s.usable_from <= now) {
+                    if !st.spin[idx].line.granted(me, now) {
                         st.begin_busy(cpu, Account::Spin);
                         st.keep_cpu = true;
                         return Poll::Pending;
@@ -212,8 +174,7 @@ impl<'a> Future for SpinLockFuture<'a> {
                 }
                 Phase::Spinning => {
                     let now = st.now;
-                    let s = &st.spin[idx];
-                    if s.holder == me && s.usable_from <= now {
+                    if st.spin[idx].line.granted(me, now) {
                         return Poll::Ready(this.finish(&mut st, true));
                     }
                     st.keep_cpu = true;
@@ -235,16 +196,15 @@ impl<'a> SpinLockFuture<'a> {
         if spun && tracer.is_on() {
             tracer.slice(
                 crate::trace::Track::Cpu(self.ctx.cpu),
-                format!("spin {}", st.spin[self.lock.idx].stats.name),
+                format!("spin {}", st.spin[self.lock.idx].line.stats.name),
                 self.acquired_at,
                 now.saturating_sub(self.acquired_at),
                 &[],
             );
         }
-        let s = &mut st.spin[self.lock.idx];
-        s.held_since = now;
-        s.stats
-            .record_wait(now.saturating_sub(self.acquired_at), self.contended);
+        st.spin[self.lock.idx]
+            .line
+            .acquired(now, self.acquired_at, self.contended);
         self.phase = Phase::Done;
         SpinGuard {
             lock: self.lock,
@@ -272,11 +232,8 @@ impl Drop for SpinLockFuture<'_> {
         }
         let now = st.now;
         let s = &mut st.spin[idx];
-        if let Some(i) = s.waiters.iter().position(|&w| w == me) {
-            s.waiters.remove(i);
-        } else if s.holder == me {
-            s.held_since = now;
-            release(&mut st, idx);
+        if let Some((at, w)) = s.line.abandon(me, now, s.params.handoff_ns) {
+            st.schedule(at, w);
         }
     }
 }

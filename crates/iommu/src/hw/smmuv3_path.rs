@@ -1,0 +1,341 @@
+//! An SMMUv3 as one device's DMA path, for timing models that need the device side to go
+//! through the SMMU's caches.
+//!
+//! [`Smmuv3DevicePath`] builds a translated [`Domain`] on an [`Smmuv3`] (so every unmap's
+//! invalidation is a real `CMD_TLBI_NH_VA` / `CMD_TLBI_NH_ASID` plus `CMD_SYNC` that the
+//! queue's consumer applies to the IOTLB and walk cache) and attaches the device's stream to
+//! it. The device's DMA then translates through [`Smmuv3::translate`]: an IOTLB hit, or a
+//! walk that starts at the deepest walk-cache entry and counts one `walk_reads` per table
+//! read it still has to make. In strict mode an unmap evicts the entries before it returns;
+//! in lazy mode they stay (and a device can still hit them) until the flush queue's
+//! invalidation runs.
+//!
+//! The CPU side and the queue's timing are separate concerns: the unmap's [`WorkRecord`]
+//! holds both what the CPU did (IOVA free, PTE clears) and what the producer did on the
+//! command queue (slots written, PROD writes, CAS, lock, polls). A lab that times the
+//! queue itself takes the queue's part out with [`split_queue_work`] and charges only the
+//! rest as CPU work.
+
+use std::sync::Arc;
+
+use crate::addr::{Access, DmaAddr, Iova, PhysAddr};
+use crate::dma::{Device, Direction, DmaError, DmaMapping, Domain, DomainConfig, PhysRange};
+use crate::iova::IovaAllocator;
+use crate::pgtable::lpae::LpaeConfig;
+use crate::smmuv3::{SmmuDomain, SmmuFault, Smmuv3, Smmuv3Config, Smmuv3Error};
+use crate::work::{LockId, WorkRecord};
+
+/// What an operation did on the command queue, taken out of its work record by
+/// [`split_queue_work`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueWork {
+    /// Commands written into the queue, syncs included.
+    pub commands: u64,
+    /// `CMD_SYNC`s among them (each one waited for).
+    pub syncs: u64,
+    /// PROD register writes (the spinlock producer writes one per slot, the lock-free one
+    /// one per owned batch).
+    pub prod_writes: u64,
+}
+
+impl QueueWork {
+    /// Invalidation commands (the commands that are not syncs).
+    pub fn invalidations(&self) -> u64 {
+        self.commands - self.syncs.min(self.commands)
+    }
+}
+
+/// Moves the command-queue producer's counters out of `work`: returns the commands, syncs
+/// and PROD writes, and clears every producer counter (`commands_written`, `mmio_writes`,
+/// `mmio_reads`, `cas_attempts`, `cas_failures`, `owner_elections`, `polls`, and the
+/// command-queue locks), so what is left is the CPU's own work. `inval_syncs` stays: the
+/// DMA layer's request for a sync is CPU work too.
+///
+/// Only meaningful for a record of DMA-API calls on a domain whose invalidations go through
+/// an SMMUv3 command queue (the only producer of these counters on that path).
+pub fn split_queue_work(work: &mut WorkRecord) -> QueueWork {
+    let q = QueueWork {
+        commands: work.commands_written,
+        syncs: work.inval_syncs,
+        prod_writes: work.mmio_writes,
+    };
+    work.commands_written = 0;
+    work.mmio_writes = 0;
+    work.mmio_reads = 0;
+    work.cas_attempts = 0;
+    work.cas_failures = 0;
+    work.owner_elections = 0;
+    work.polls = 0;
+    work.locks[LockId::CmdqLock as usize] = 0;
+    work.locks[LockId::CmdqSharedLock as usize] = 0;
+    q
+}
+
+/// One device's DMA through an SMMUv3: the DMA-API domain the driver maps with, and the
+/// device-side translation through the SMMU's IOTLB and walk cache. See the module docs.
+pub struct Smmuv3DevicePath {
+    smmu: Smmuv3,
+    domain: SmmuDomain,
+    sid: u32,
+}
+
+impl std::fmt::Debug for Smmuv3DevicePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Smmuv3DevicePath")
+            .field("sid", &self.sid)
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Smmuv3DevicePath {
+    /// An SMMU built from `smmu`, a translated domain with ASID `asid` over an LPAE table
+    /// `table` and IOVAs from `allocator`, and `device`'s stream (its id as StreamID)
+    /// attached to it. `config.mode` must be strict or lazy. Attaching issues
+    /// `CMD_CFGI_STE` and a `CMD_SYNC`; that set-up work is not returned.
+    pub fn new(
+        smmu: Smmuv3Config,
+        asid: u16,
+        config: DomainConfig,
+        table: LpaeConfig,
+        allocator: Arc<dyn IovaAllocator>,
+        device: &Device,
+    ) -> Result<Self, Smmuv3Error> {
+        let smmu = Smmuv3::new(smmu)?;
+        let domain = smmu.new_domain(asid, config, table, allocator)?;
+        let sid = device.id();
+        smmu.attach(sid, &domain, &mut WorkRecord::new())?;
+        Ok(Smmuv3DevicePath { smmu, domain, sid })
+    }
+
+    /// The DMA-API domain drivers map and unmap with.
+    pub fn domain(&self) -> &Arc<Domain> {
+        self.domain.domain()
+    }
+
+    /// The SMMU (caches, command queue statistics, event queue).
+    pub fn smmu(&self) -> &Smmuv3 {
+        &self.smmu
+    }
+
+    /// The device's StreamID.
+    pub fn sid(&self) -> u32 {
+        self.sid
+    }
+
+    /// Invalidation issues the command queue refused so far (never expected: the
+    /// invalidator builds valid commands in batches that fit the queue).
+    pub fn invalidation_errors(&self) -> u64 {
+        self.domain.invalidator().errors()
+    }
+
+    /// Maps one buffer (Linux `dma_map_page`); see [`Domain::map_page`].
+    pub fn map_page(
+        &self,
+        dev: &Device,
+        pa: PhysAddr,
+        len: u64,
+        dir: Direction,
+        cpu: usize,
+        work: &mut WorkRecord,
+    ) -> Result<DmaMapping, DmaError> {
+        self.domain().map_page(dev, pa, len, dir, cpu, work)
+    }
+
+    /// The device moves `len` bytes at `addr`: the physical ranges it reaches through the
+    /// IOTLB (or a walk through the walk cache), or the SMMU's fault. Adds `translations`,
+    /// `iotlb_hits`, `iotlb_misses`, `iotlb_stale_hits` and `walk_reads` to `work`.
+    pub fn device_translate(
+        &self,
+        addr: DmaAddr,
+        len: u64,
+        access: Access,
+        work: &mut WorkRecord,
+    ) -> Result<Vec<PhysRange>, SmmuFault> {
+        self.smmu
+            .translate(self.sid, Iova::new(addr.0), len, access, work)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::SZ_4K;
+    use crate::dma::DomainMode;
+    use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+    use crate::smmuv3::ProducerKind;
+
+    fn path(mode: DomainMode) -> (Smmuv3DevicePath, Device) {
+        let dev = Device::new(3, 64).unwrap();
+        let alloc =
+            LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 40))).unwrap();
+        let p = Smmuv3DevicePath::new(
+            Smmuv3Config {
+                producer: ProducerKind::LockFree,
+                range_invalidation: false,
+                ..Smmuv3Config::default()
+            },
+            5,
+            DomainConfig::new(crate::dma::DomainId(1), mode),
+            LpaeConfig::new(SZ_4K, 48, 48),
+            Arc::new(alloc),
+            &dev,
+        )
+        .unwrap();
+        (p, dev)
+    }
+
+    #[test]
+    fn first_access_walks_then_hits_the_iotlb() {
+        let (p, dev) = path(DomainMode::Strict);
+        let mut w = WorkRecord::new();
+        let m = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let mut first = WorkRecord::new();
+        let r = p
+            .device_translate(m.dma_addr(), SZ_4K, Access::Write, &mut first)
+            .unwrap();
+        assert_eq!(r[0].pa, PhysAddr::new(0x8000_0000));
+        assert_eq!((first.iotlb_misses, first.iotlb_hits), (1, 0));
+        // A cold walk of a 4-level table reads every level.
+        assert_eq!(first.walk_reads, 4);
+        let mut second = WorkRecord::new();
+        p.device_translate(m.dma_addr(), SZ_4K, Access::Write, &mut second)
+            .unwrap();
+        assert_eq!((second.iotlb_hits, second.walk_reads), (1, 0));
+    }
+
+    #[test]
+    fn walk_cache_shortens_the_walk_of_a_neighbour_page() {
+        let (p, dev) = path(DomainMode::Strict);
+        let mut w = WorkRecord::new();
+        let a = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let b = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_1000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let mut wa = WorkRecord::new();
+        p.device_translate(a.dma_addr(), SZ_4K, Access::Write, &mut wa)
+            .unwrap();
+        let mut wb = WorkRecord::new();
+        p.device_translate(b.dma_addr(), SZ_4K, Access::Write, &mut wb)
+            .unwrap();
+        assert_eq!(wb.iotlb_misses, 1);
+        assert!(
+            wb.walk_reads < wa.walk_reads,
+            "{} vs {}",
+            wb.walk_reads,
+            wa.walk_reads
+        );
+    }
+
+    #[test]
+    fn strict_unmap_evicts_the_entry_and_the_queue_work_splits_out() {
+        let (p, dev) = path(DomainMode::Strict);
+        let mut w = WorkRecord::new();
+        let m = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let dma = m.dma_addr();
+        p.device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
+            .unwrap();
+        assert_eq!(p.smmu().caches().lock().iotlb.len(), 1);
+        let mut u = WorkRecord::new();
+        p.domain().unmap_page(m, 0, 0, &mut u).unwrap();
+        assert_eq!(
+            p.smmu().caches().lock().iotlb.len(),
+            0,
+            "strict: evicted at unmap"
+        );
+        let q = split_queue_work(&mut u);
+        // One CMD_TLBI_NH_VA and one CMD_SYNC, one PROD write for the batch.
+        assert_eq!(
+            q,
+            QueueWork {
+                commands: 2,
+                syncs: 1,
+                prod_writes: 1
+            }
+        );
+        assert_eq!(q.invalidations(), 1);
+        assert_eq!(
+            (u.commands_written, u.mmio_writes, u.cas_attempts),
+            (0, 0, 0)
+        );
+        assert!(u.ptes_cleared >= 1, "the CPU's part stays");
+        // The device now faults.
+        assert!(p
+            .device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
+            .is_err());
+    }
+
+    #[test]
+    fn lazy_unmap_leaves_the_entry_until_the_flush() {
+        let (p, dev) = path(DomainMode::Lazy);
+        let mut w = WorkRecord::new();
+        let m = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let dma = m.dma_addr();
+        p.device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
+            .unwrap();
+        let mut u = WorkRecord::new();
+        p.domain().unmap_page(m, 0, 0, &mut u).unwrap();
+        assert_eq!(
+            split_queue_work(&mut u).commands,
+            0,
+            "lazy: no command at unmap"
+        );
+        // The stale entry still translates: the window lazy mode accepts.
+        let mut s = WorkRecord::new();
+        let r = p
+            .device_translate(dma, SZ_4K, Access::Write, &mut s)
+            .unwrap();
+        assert_eq!(r[0].pa, PhysAddr::new(0x8000_0000));
+        assert_eq!((s.iotlb_hits, s.iotlb_stale_hits), (1, 1));
+        let mut f = WorkRecord::new();
+        p.domain().flush_all(&mut f);
+        assert!(split_queue_work(&mut f).syncs >= 1);
+        assert_eq!(p.smmu().caches().lock().iotlb.len(), 0, "flushed");
+        assert!(p
+            .device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
+            .is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! What the spinlock and the sleeping lock share: registration with the simulation, and the
+//! line of tasks (holder, FIFO waiters, hand-off time, statistics). The two differ only in
+//! what a waiter does (spin or block) and what a hand-off costs.
+
+use std::collections::VecDeque;
+
+use crate::accounting::LockStats;
+use crate::engine::kernel::{State, TaskRef, NO_TASK};
+use crate::engine::{Ctx, Handle, SimError};
+
+/// Registers a resource in one of the engine's resource tables (`table` picks it),
+/// counting it against the resource cap; returns its index.
+pub(crate) fn register<T>(
+    h: &Handle,
+    table: fn(&mut State) -> &mut Vec<T>,
+    item: T,
+) -> Result<usize, SimError> {
+    let mut st = h.0.st.borrow_mut();
+    st.check_resource_cap()?;
+    let t = table(&mut st);
+    t.push(item);
+    Ok(t.len() - 1)
+}
+
+/// The CPU of a lock's task, or `None` after recording [`SimError::NoCpu`], which stops
+/// the run: an agent has no CPU to pay the acquire cost (or to spin) on.
+pub(crate) fn lock_cpu(st: &mut State, ctx: &Ctx, what: &'static str) -> Option<u32> {
+    match ctx.cpu_id() {
+        Some(c) => Some(c as u32),
+        None => {
+            st.fail(SimError::NoCpu {
+                task: ctx.task_id(),
+                what,
+            });
+            None
+        }
+    }
+}
+
+/// A lock's line: who holds it, from when they may use it, and who waits, in order.
+pub(crate) struct WaitLine {
+    holder: TaskRef,
+    /// When the holder may proceed (a hand-off takes time to arrive).
+    usable_from: u64,
+    held_since: u64,
+    waiters: VecDeque<TaskRef>,
+    pub(crate) stats: LockStats,
+}
+
+impl WaitLine {
+    /// A free lock named `name`.
+    pub(crate) fn new(name: String) -> Self {
+        WaitLine {
+            holder: NO_TASK,
+            usable_from: 0,
+            held_since: 0,
+            waiters: VecDeque::new(),
+            stats: LockStats {
+                name,
+                ..LockStats::default()
+            },
+        }
+    }
+
+    /// `me` takes its place in line at `now`: it holds the lock at once if the lock is
+    /// free and nobody waits. Returns whether the acquisition is contended.
+    pub(crate) fn arrive(&mut self, me: TaskRef, now: u64) -> bool {
+        if self.holder == NO_TASK && self.waiters.is_empty() {
+            self.holder = me;
+            self.usable_from = now;
+            false
+        } else {
+            self.waiters.push_back(me);
+            true
+        }
+    }
+
+    /// Whether `me` holds the lock and may use it at `now`.
+    pub(crate) fn granted(&self, me: TaskRef, now: u64) -> bool {
+        self.holder == me && self.usable_from <= now
+    }
+
+    /// `me` starts using the lock at `now`; its wait counts from `wait_from`.
+    pub(crate) fn acquired(&mut self, now: u64, wait_from: u64, contended: bool) {
+        self.held_since = now;
+        self.stats
+            .record_wait(now.saturating_sub(wait_from), contended);
+    }
+
+    /// Releases the lock at `now`: the first waiter, if any, holds it from `now + delay`
+    /// and must be woken then (returned).
+    pub(crate) fn release(&mut self, now: u64, delay: u64) -> Option<(u64, TaskRef)> {
+        self.stats.hold_total_ns += now.saturating_sub(self.held_since);
+        match self.waiters.pop_front() {
+            Some(w) => {
+                self.holder = w;
+                self.usable_from = now + delay;
+                Some((self.usable_from, w))
+            }
+            None => {
+                self.holder = NO_TASK;
+                None
+            }
+        }
+    }
+
+    /// `me` abandons its acquisition at `now`: it leaves the line, or, if the lock was
+    /// already handed to it, passes it on as [`WaitLine::release`] does (holding no time).
+    pub(crate) fn abandon(&mut self, me: TaskRef, now: u64, delay: u64) -> Option<(u64, TaskRef)> {
+        if let Some(i) = self.waiters.iter().position(|&w| w == me) {
+            self.waiters.remove(i);
+            None
+        } else if self.holder == me {
+            self.held_since = now;
+            self.release(now, delay)
+        } else {
+            None
+        }
+    }
+}
