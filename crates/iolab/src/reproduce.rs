@@ -295,9 +295,22 @@ fn run_lab(
     if json {
         // One document for all repetitions: fio's shape with a job group per repetition,
         // or the measurements of every repetition.
+        // With several repetitions, each job group is named `NAME#i` (repetition i).
+        let several = outputs.len() > 1;
         let fio_jobs: Option<Vec<_>> = outputs
             .iter()
-            .map(|o| o.fio.as_ref().map(|f| f.jobs.clone()))
+            .enumerate()
+            .map(|(i, o)| {
+                o.fio.as_ref().map(|f| {
+                    let mut jobs = f.jobs.clone();
+                    if several {
+                        for j in &mut jobs {
+                            j.jobname = format!("{}#{i}", j.jobname);
+                        }
+                    }
+                    jobs
+                })
+            })
             .collect();
         let encoded = match fio_jobs {
             Some(jobs) => serde_json::to_string_pretty(&iolab_sim::workloads::fio::FioJson {
