@@ -212,16 +212,50 @@ pub struct Comparison {
     pub only_in_a: usize,
     /// (configuration, metric) pairs only B has.
     pub only_in_b: usize,
+    /// When each side is lab runs that measured a single configuration under different names
+    /// (two variants of one scenario, say `fio-nvme-strict` against `fio-nvme-lazy`), they
+    /// are paired:
+    /// (A's configuration, B's configuration). Rows carry A's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paired: Option<(String, String)>,
 }
 
 /// The samples of one side: per (config, metric), the unit and one value per run.
 #[derive(Default)]
 struct Samples {
+    /// Whether every run of the side is a lab run (not an import).
+    all_lab: bool,
     order: Vec<(String, String)>,
     values: BTreeMap<(String, String), (String, Vec<f64>)>,
 }
 
 impl Samples {
+    /// The distinct configurations, in first-seen order.
+    fn configs(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for (c, _) in &self.order {
+            if !out.contains(&c.as_str()) {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// The same samples with every configuration renamed to `config`.
+    fn renamed(&self, config: &str) -> Samples {
+        let mut out = Samples {
+            all_lab: self.all_lab,
+            ..Samples::default()
+        };
+        for key in &self.order {
+            let (unit, values) = &self.values[key];
+            for v in values {
+                out.push(config, &key.1, unit, *v);
+            }
+        }
+        out
+    }
+
     fn push(&mut self, config: &str, metric: &str, unit: &str, value: f64) {
         let key = (config.to_owned(), metric.to_owned());
         let entry = self.values.entry(key.clone()).or_insert_with(|| {
@@ -233,13 +267,17 @@ impl Samples {
 }
 
 fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples, DbError> {
-    let mut s = Samples::default();
+    let mut s = Samples {
+        all_lab: true,
+        ..Samples::default()
+    };
     let wanted = |name: &str| match metric {
         Some(g) => glob_match(g, name),
         None => true,
     };
     for &id in runs {
         let run = db.show(id)?;
+        s.all_lab &= run.kind == "lab";
         if run.measurements.is_empty() {
             for f in run.figures.iter().filter(|f| wanted(&f.id)) {
                 s.push(&run.experiment, &f.id, &f.unit, f.lab);
@@ -275,7 +313,14 @@ pub fn compare(
     let runs_a = a.1.resolve(db)?;
     let runs_b = b.1.resolve(db)?;
     let sa = collect(db, &runs_a, metric)?;
-    let sb = collect(db, &runs_b, metric)?;
+    let mut sb = collect(db, &runs_b, metric)?;
+    let mut paired = None;
+    let (ca, cb) = (sa.configs(), sb.configs());
+    // Only lab runs pair: an imported fio job's name says which workload it ran.
+    if sa.all_lab && sb.all_lab && ca.len() == 1 && cb.len() == 1 && ca[0] != cb[0] {
+        paired = Some((ca[0].to_owned(), cb[0].to_owned()));
+        sb = sb.renamed(ca[0]);
+    }
     let mut rows = Vec::new();
     for key in &sa.order {
         let Some((_, vb)) = sb.values.get(key) else {
@@ -314,6 +359,7 @@ pub fn compare(
         rows,
         only_in_a,
         only_in_b,
+        paired,
     })
 }
 
@@ -419,6 +465,12 @@ const HEADER: [&str; 12] = [
 
 fn footer(c: &Comparison) -> String {
     let mut out = String::new();
+    if let Some((a, b)) = &c.paired {
+        let _ = writeln!(
+            out,
+            "paired: configuration {a} (A) with {b} (B), the only one on each side"
+        );
+    }
     if c.only_in_a + c.only_in_b > 0 {
         let _ = writeln!(
             out,

@@ -315,3 +315,61 @@ fn bad_sides_are_refused_with_exit_2() {
     assert!(stderr(&out).contains("matching `nothing.*`"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn two_variants_of_one_workload_scenario_pair_their_single_configurations() {
+    let dir = temp_dir("paired");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    // Runs 1-2: strict; runs 3-4: lazy. Each run measures one configuration, named after
+    // its scenario, so the names differ.
+    for example in ["fio-nvme-strict", "fio-nvme-lazy"] {
+        ok(iolab(&[
+            "--db",
+            db,
+            "run",
+            "--example",
+            example,
+            "--runs",
+            "2",
+        ]));
+    }
+    let json: Value = serde_json::from_str(&ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "g1",
+        "g3",
+        "--format",
+        "json",
+        "--metric",
+        "read.iops",
+    ])))
+    .unwrap();
+    assert_eq!(
+        json["paired"],
+        serde_json::json!(["fio-nvme-strict", "fio-nvme-lazy"])
+    );
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["config"], "fio-nvme-strict");
+    assert_eq!(
+        (rows[0]["a"]["n"].as_u64(), rows[0]["b"]["n"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let text = ok(iolab(&["--db", db, "compare", "g1", "g3"]));
+    assert!(
+        text.contains("paired: configuration fio-nvme-strict (A) with fio-nvme-lazy (B)"),
+        "{text}"
+    );
+    // Runs with several configurations are not paired by position: a run of the
+    // smmuv3-cmdq experiment against a workload scenario has nothing in common.
+    ok(iolab(&[
+        "--db",
+        db,
+        "run",
+        &repo("../../scenarios/sba-vmerge.toml"),
+    ]));
+    let out = iolab(&["--db", db, "compare", "1", "5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
