@@ -327,9 +327,10 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             )
             .into());
     }
-    let sync_msi = match check(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi, 0.0, 1.0)? {
-        x if x == 0.0 => false,
-        x if x == 1.0 => true,
+    let msi = check(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi, 0.0, 1.0)?;
+    let sync_msi = match msi {
+        _ if msi == 0.0 => false,
+        _ if msi == 1.0 => true,
         _ => {
             return Err(doc
                 .field_error(
