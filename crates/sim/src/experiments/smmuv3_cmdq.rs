@@ -44,7 +44,7 @@ use crate::devices::sas::{SasHba, SasParams};
 use crate::engine::{Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::metrics::{CpuBreakdown, Measurement, Metric};
-use crate::resources::{CacheLine, LineParams, SpinLock, SpinParams};
+use crate::resources::{CacheLine, LineParams, SpinGuard, SpinLock, SpinParams};
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::trace::{Tracer, Track};
 use crate::workloads::fio::{
@@ -120,6 +120,9 @@ struct KernelScen {
 struct CmdqScen {
     queue_log2size: Param,
     batch_max: Param,
+    /// 1: CMD_SYNC completion signalled by an MSI write into the sync (polled in memory);
+    /// 0: no MSI, the CPU polls the SMMU's CONS register with MMIO reads.
+    sync_msi: Param,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -257,6 +260,7 @@ struct Validated {
     kernel: Kernel,
     queue_log2size: u32,
     batch_max: u32,
+    sync_msi: bool,
     nvme: NvmeParams,
     coalescing: InterruptCoalescing,
     sas: SasParams,
@@ -323,6 +327,19 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             )
             .into());
     }
+    let msi = check(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi, 0.0, 1.0)?;
+    let sync_msi = match msi {
+        _ if msi == 0.0 => false,
+        _ if msi == 1.0 => true,
+        _ => {
+            return Err(doc
+                .field_error(
+                    "cmdq.sync_msi.value",
+                    "expected 0 (poll the CONS register) or 1 (MSI completion)",
+                )
+                .into())
+        }
+    };
     let n = &s.nvme;
     let nvme = NvmeParams {
         io_queues: check(&doc, "nvme.io_queues", &n.io_queues, 1.0, 65535.0)? as usize,
@@ -547,6 +564,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         kernel,
         queue_log2size,
         batch_max,
+        sync_msi,
         nvme,
         coalescing,
         sas,
@@ -567,8 +585,9 @@ struct Smmu {
 }
 
 impl Smmu {
-    /// `n` commands (the last a sync) published at `now`: when the consumer passes the last.
-    fn publish(&self, tracer: &Tracer, now: u64, n: u64, consume_ns: u64) -> u64 {
+    /// `n` commands published at `now` (`sync`: the last is a CMD_SYNC): when the consumer
+    /// passes the last.
+    fn publish(&self, tracer: &Tracer, now: u64, n: u64, consume_ns: u64, sync: bool) -> u64 {
         let start = now.max(self.busy_until.get());
         let end = start + n * consume_ns;
         if tracer.is_on() {
@@ -582,9 +601,21 @@ impl Smmu {
         }
         self.busy_until.set(end);
         self.consumed.set(self.consumed.get() + n);
-        self.syncs.set(self.syncs.get() + 1);
+        self.syncs.set(self.syncs.get() + u64::from(sync));
         end
     }
+}
+
+/// How a CPU learns that its `CMD_SYNC` completed (Linux `arm_smmu_cmdq_poll_until_sync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncWait {
+    /// The SMMU writes an MSI into the sync command (SMMU_IDR0.MSI with coherency): the
+    /// CPU polls cacheable memory and sees the completion as it lands.
+    Msi,
+    /// No MSI: the CPU reads the SMMU's CONS register (`readl`) until it has passed the
+    /// sync; each read is a non-posted MMIO read (`mmio.read` of the profile), so the
+    /// completion is seen by the first read issued after it, one read later.
+    ConsPoll,
 }
 
 /// What the simulated queue did.
@@ -608,6 +639,8 @@ pub struct CmdqStats {
     pub cas_attempts: u64,
     /// Total ns CPUs spent waiting for syncs (polling).
     pub sync_wait_ns: u64,
+    /// CONS register reads made while polling for syncs (0 with MSI completion).
+    pub cons_reads: u64,
 }
 
 struct Gather {
@@ -615,8 +648,9 @@ struct Gather {
     cmds: u64,
     /// When the last gathered slot is written and marked valid.
     valid_at: u64,
-    /// Joiners: (their commands including their sync, their sync's completion).
-    waiters: Vec<(u64, Completion<u64>)>,
+    /// Joiners: (their commands including their sync, their sync's completion; `None`
+    /// for a list without a sync).
+    waiters: Vec<(u64, bool, Option<Completion<u64>>)>,
 }
 
 /// The lock-free queue's shared `{prod, cons | OWNED}` word: one cache line, owned by one
@@ -682,7 +716,8 @@ impl CasWord {
         (attempts, end)
     }
 
-    /// A plain atomic (e.g. `fetch_andnot` clearing the OWNED flag): one grant.
+    /// A plain atomic or store on the word (e.g. `fetch_andnot` clearing the OWNED flag,
+    /// or the last sync waiter's `WRITE_ONCE` of `cons`): one grant.
     pub fn fetch_op(&self, now: u64, cpu: usize) -> (u64, u64) {
         let (_, end) = self.grant(now, cpu);
         self.busy_until.set(end);
@@ -701,7 +736,15 @@ pub(crate) struct SimCmdq {
     smmu: Smmu,
     lock: Option<SpinLock>,
     cas: CasWord,
+    /// `cmdq->lock`, the counter taken shared by CPUs waiting on a sync.
     shared_line: CacheLine,
+    /// `cmdq->valid_map`: the bitmap word a CPU toggles to mark its slots valid and the
+    /// owner reads to see the gathered slots valid.
+    valid_map: CacheLine,
+    /// `cmdq->owner_prod`: read by an owner waiting for the previous owner, then set.
+    owner_prod: CacheLine,
+    /// CPUs holding the shared lock (waiting on a sync).
+    shared_holders: Cell<u64>,
     gather: RefCell<Gather>,
     prev_owner_done: Cell<u64>,
     last_holder: Cell<Option<usize>>,
@@ -710,8 +753,9 @@ pub(crate) struct SimCmdq {
     sync_ns: u64,
     cmd_write_ns: u64,
     mmio_write_ns: u64,
+    mmio_read_ns: u64,
+    sync_wait: SyncWait,
     owner_ns: u64,
-    atomic_ns: u64,
     batch_max: u64,
     stats: RefCell<CmdqStats>,
     h: Handle,
@@ -748,6 +792,9 @@ impl SimCmdq {
             lock,
             cas: CasWord::new(line),
             shared_line: CacheLine::new(h, "cmdq_shared_lock", line)?,
+            valid_map: CacheLine::new(h, "cmdq_valid_map", line)?,
+            owner_prod: CacheLine::new(h, "cmdq_owner_prod", line)?,
+            shared_holders: Cell::new(0),
             gather: RefCell::new(Gather {
                 open: false,
                 cmds: 0,
@@ -761,12 +808,48 @@ impl SimCmdq {
             sync_ns: r(cq.sync_latency.ns()),
             cmd_write_ns: r(p.cpu.command_write.ns()),
             mmio_write_ns: r(p.mmio.write.ns()),
+            mmio_read_ns: r(p.mmio.read.ns()).max(1),
+            sync_wait: SyncWait::Msi,
             owner_ns: r(p.cpu.owner_election.ns()),
-            atomic_ns: r(p.sync.atomic_rmw.ns()),
             batch_max: u64::from(batch_max),
             stats: RefCell::new(CmdqStats::default()),
             h: h.clone(),
         })
+    }
+
+    /// The same queue with CPUs learning of sync completion by `wait` (default
+    /// [`SyncWait::Msi`]).
+    pub(crate) fn with_sync_wait(mut self, wait: SyncWait) -> Self {
+        self.sync_wait = wait;
+        self
+    }
+
+    /// When a CPU that starts polling at `now` sees a sync that completes at `t`.
+    fn sync_seen_at(&self, now: u64, t: u64) -> (u64, u64) {
+        match self.sync_wait {
+            SyncWait::Msi => (t.max(now), 0),
+            SyncWait::ConsPoll => {
+                // Reads issued back to back from `now`; each samples CONS about half-way
+                // through its round trip and returns a full read time after issue. The
+                // first read always happens (the software copy of cons is behind).
+                let r = self.mmio_read_ns;
+                let need = t.saturating_sub(now + r / 2);
+                let reads = need.div_ceil(r) + 1;
+                (now + reads * r, reads)
+            }
+        }
+    }
+
+    /// Polls (busy, system time) until the sync completing at `t` is seen; `label` names
+    /// the wait in a timeline trace.
+    async fn poll_sync(&self, ctx: &Ctx, t: u64, label: &'static str) {
+        let now = ctx.now().as_ns();
+        let (seen, reads) = self.sync_seen_at(now, t);
+        {
+            let mut s = self.stats.borrow_mut();
+            s.cons_reads += reads;
+        }
+        self.poll_until(ctx, seen, label).await;
     }
 
     /// Polls (busy, system time) until `t`; `label` names the wait in a timeline trace.
@@ -792,19 +875,28 @@ impl SimCmdq {
         let t0 = ctx.now();
         match self.mode {
             Mode::Spinlock => self.issue_spinlock(ctx, cmds, prod_writes).await,
-            Mode::LockFree => self.issue_lockfree(ctx, cmds).await,
+            Mode::LockFree => {
+                // Linux 5.3 arm_smmu_tlb_inv_range: the TLBIs go in lists of up to
+                // CMDQ_BATCH_ENTRIES (`batch_max`) without a sync, the last list with one.
+                let mut left = cmds;
+                while left > self.batch_max {
+                    self.issue_lockfree(ctx, self.batch_max, false).await;
+                    left -= self.batch_max;
+                }
+                self.issue_lockfree(ctx, left, true).await;
+            }
             Mode::Off => {}
         }
         ctx.trace_since("cmdq issue", t0);
     }
 
-    async fn issue_spinlock(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
-        let Some(lock) = &self.lock else { return };
+    /// One acquisition of the queue spinlock: an uncontended acquisition whose previous
+    /// holder was another CPU still moves the lock word (and the queue's software
+    /// prod/cons next to it) from that CPU's cache; contended hand-offs are charged by the
+    /// lock itself.
+    async fn spin_acquire<'a>(&'a self, ctx: &'a Ctx, lock: &'a SpinLock) -> SpinGuard<'a> {
         let t0 = ctx.now().as_ns();
         let g = lock.lock(ctx).await;
-        // An uncontended acquisition still moves the lock word (and the queue's software
-        // prod/cons next to it) from the previous holder's cache; contended hand-offs
-        // are charged by the lock itself.
         let cpu = ctx.cpu().id();
         let waited = ctx.now().as_ns() - t0 > self.lock_acquire_ns;
         if !waited && self.last_holder.get().is_some_and(|c| c != cpu) {
@@ -816,24 +908,55 @@ impl SimCmdq {
                 .await;
         }
         self.last_holder.set(Some(cpu));
-        let write = (cmds + 1) * self.cmd_write_ns + prod_writes.max(1) * self.mmio_write_ns;
+        g
+    }
+
+    /// Linux <= 5.2: `arm_smmu_tlb_inv_range_nosync` issues each TLBI with
+    /// `arm_smmu_cmdq_issue_cmd` (lock, write the command, write PROD, unlock), then
+    /// `arm_smmu_cmdq_issue_sync` takes the lock again, writes the sync and PROD, and
+    /// without MSIs (`__arm_smmu_cmdq_issue_sync`) polls CONS until the queue is empty
+    /// while still holding the lock.
+    async fn issue_spinlock(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
+        let Some(lock) = &self.lock else { return };
+        // The functional producer writes PROD once per command.
+        let sync_prod_writes = prod_writes.saturating_sub(cmds).max(1);
+        for _ in 0..cmds {
+            let g = self.spin_acquire(ctx, lock).await;
+            ctx.cpu()
+                .spend(
+                    SimDuration::ns(self.cmd_write_ns + self.mmio_write_ns),
+                    Account::System,
+                )
+                .await;
+            self.smmu.publish(
+                self.h.tracer(),
+                ctx.now().as_ns(),
+                1,
+                self.consume_ns,
+                false,
+            );
+            g.unlock().await;
+        }
+        let g = self.spin_acquire(ctx, lock).await;
+        let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
         ctx.cpu()
             .spend(SimDuration::ns(write), Account::System)
             .await;
-        let passed = self.smmu.publish(
-            self.h.tracer(),
-            ctx.now().as_ns(),
-            cmds + 1,
-            self.consume_ns,
-        );
+        let passed =
+            self.smmu
+                .publish(self.h.tracer(), ctx.now().as_ns(), 1, self.consume_ns, true);
         self.stats.borrow_mut().batches += 1;
-        self.poll_until(ctx, passed + self.sync_ns, "cmdq sync wait")
+        self.poll_sync(ctx, passed + self.sync_ns, "cmdq sync wait")
             .await;
         g.unlock().await;
     }
 
-    async fn issue_lockfree(&self, ctx: &Ctx, cmds: u64) {
+    /// Linux 5.3 `arm_smmu_cmdq_issue_cmdlist`: `cmds` commands, plus a `CMD_SYNC` and the
+    /// wait for it if `sync`.
+    async fn issue_lockfree(&self, ctx: &Ctx, cmds: u64, sync: bool) {
+        let mine = cmds + u64::from(sync);
         // 1. Reserve slots: compare-and-swap on the shared {prod, cons | OWNED} word.
+        // The queue (256 slots) never fills here: each CPU has at most one list in it.
         let (attempts, end) = self.cas.reserve(ctx.now().as_ns(), ctx.cpu().id());
         {
             let mut s = self.stats.borrow_mut();
@@ -846,64 +969,68 @@ impl SimCmdq {
                 .spend(SimDuration::ns(end - now), Account::System)
                 .await;
         }
-        // Every CPU writes its own commands and its own CMD_SYNC into the slots it
-        // reserved (Linux 5.3 arm_smmu_cmdq_issue_cmdlist), takes the shared lock that
-        // keeps the queue from wrapping under its sync, and marks its slots valid.
-        // Whether it is the owner was decided by its successful CAS: the OWNED flag was
-        // clear (no owner's gathering window open) or the open batch is full.
-        let write = (cmds + 1) * self.cmd_write_ns + self.atomic_ns;
-        // A full gathering window makes the CPU wait (polling) until its owner closes it;
-        // it then owns the next batch.
-        while {
-            let g = self.gather.borrow();
-            g.open && g.cmds + cmds + 1 > self.batch_max
-        } {
-            ctx.cpu()
-                .spend(SimDuration::ns(self.consume_ns), Account::System)
-                .await;
-        }
+        // Whether this CPU owns the batch was decided by its CAS: the OWNED flag was
+        // clear. Gathering is bounded only by queue space (no batch limit in 5.3).
+        let write = mine * self.cmd_write_ns;
         let join = {
             let mut g = self.gather.borrow_mut();
             if g.open {
-                g.cmds += cmds + 1;
-                // Our slots become valid once we have written them and set the bits.
-                let valid_at = ctx.now().as_ns() + self.line_cost_hint() + write;
+                g.cmds += mine;
+                // Our slots become valid once we have written them, taken the shared
+                // lock and toggled the valid bits.
+                let atomics = u64::from(sync) + 1;
+                let valid_at = ctx.now().as_ns() + atomics * self.line_cost_hint() + write;
                 g.valid_at = g.valid_at.max(valid_at);
-                let c = Completion::new(&self.h);
-                g.waiters.push((cmds + 1, c.clone()));
+                let c = sync.then(|| Completion::new(&self.h));
+                g.waiters.push((mine, sync, c.clone()));
                 Some(c)
             } else {
-                // Owner: our CAS set the OWNED flag; CPUs reserving from now on gather
-                // behind us.
                 g.open = true;
-                g.cmds = cmds + 1;
+                g.cmds = mine;
                 g.valid_at = 0;
                 g.waiters.clear();
                 None
             }
         };
-        self.shared_line.rmw(ctx, Account::System).await;
+        // 2. Write our commands and our own CMD_SYNC into the reserved slots.
+        ctx.cpu()
+            .spend(SimDuration::ns(write), Account::System)
+            .await;
+        // A CPU with a sync takes the queue lock shared (atomic_fetch_inc) so the queue
+        // cannot wrap twice under it.
+        if sync {
+            self.shared_line.rmw(ctx, Account::System).await;
+            self.shared_holders.set(self.shared_holders.get() + 1);
+        }
+        // 3. Mark our slots valid: atomic xor on the valid_map word.
+        self.valid_map.rmw(ctx, Account::System).await;
         match join {
             Some(done) => {
-                ctx.cpu()
-                    .spend(SimDuration::ns(write), Account::System)
-                    .await;
                 self.stats.borrow_mut().gathered += 1;
-                let start = ctx.now().as_ns();
-                let at = done.wait_polling(ctx, Account::System).await;
-                ctx.trace_since("cmdq sync wait", SimTime::from_ns(start));
-                self.stats.borrow_mut().sync_wait_ns += at.saturating_sub(start);
+                if let Some(done) = done {
+                    let start = ctx.now().as_ns();
+                    // The owner publishes; our sync completes when the SMMU passes it.
+                    let completes = done.wait_polling(ctx, Account::System).await;
+                    // We poll from when we started waiting: with CONS reads, the
+                    // completion is seen by the first read issued after it.
+                    let (seen, reads) = self.sync_seen_at(start, completes);
+                    self.stats.borrow_mut().cons_reads += reads;
+                    self.poll_until(ctx, seen, "cmdq sync wait").await;
+                    ctx.trace_since("cmdq sync wait", SimTime::from_ns(start));
+                    // (poll_until counted the part after the completion.)
+                    self.stats.borrow_mut().sync_wait_ns += completes.saturating_sub(start);
+                }
             }
             None => {
-                // Owner: the OWNED flag is now set, so CPUs reserving from here on gather
-                // behind us. Write our commands and sync, wait for the previous owner to
-                // have advanced PROD, clear the flag (closing the window), wait until
-                // every gathered slot is valid, write PROD once for the whole batch.
-                let t = self.owner_ns + write;
-                ctx.cpu().spend(SimDuration::ns(t), Account::System).await;
+                // 4. Owner. a. Wait for the previous owner to have written PROD (reading
+                // owner_prod, last written by that owner).
+                ctx.cpu()
+                    .spend(SimDuration::ns(self.owner_ns), Account::System)
+                    .await;
                 let prev = self.prev_owner_done.get();
                 self.poll_until(ctx, prev, "cmdq previous owner wait").await;
-                // Clearing the OWNED flag is an atomic on the prod word.
+                self.owner_prod.rmw(ctx, Account::System).await;
+                // b. Clear the OWNED flag (atomic on the prod word): gathering stops.
                 let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
                 let now = ctx.now().as_ns();
                 if end > now {
@@ -918,33 +1045,62 @@ impl SimCmdq {
                     let joined: u64 = w.iter().map(|x| x.0).sum();
                     (g.cmds - joined, g.valid_at, w)
                 };
-                self.poll_until(ctx, valid_at, "cmdq gathered slots wait")
-                    .await;
+                // c. Wait until every gathered slot is valid (reading the valid_map the
+                // joiners toggled).
+                if !waiters.is_empty() {
+                    self.poll_until(ctx, valid_at, "cmdq gathered slots wait")
+                        .await;
+                    self.valid_map.rmw(ctx, Account::System).await;
+                }
+                // d. Write PROD once for the batch; e. release owner_prod (local line).
                 ctx.cpu()
                     .spend(SimDuration::ns(self.mmio_write_ns), Account::System)
                     .await;
+                self.owner_prod.rmw(ctx, Account::System).await;
                 let now = ctx.now().as_ns();
                 self.prev_owner_done.set(now);
                 // The SMMU consumes the batch in order; each CPU's sync completes when the
                 // consumer passes it plus the sync latency.
-                let mine = self
+                let mine_done = self
                     .smmu
-                    .publish(self.h.tracer(), now, own, self.consume_ns)
+                    .publish(self.h.tracer(), now, own, self.consume_ns, sync)
                     + self.sync_ns;
                 self.stats.borrow_mut().batches += 1;
-                for (n, w) in waiters {
-                    let passed = self.smmu.publish(self.h.tracer(), now, n, self.consume_ns);
-                    let done = passed + self.sync_ns;
-                    let _ = w.fire_at(SimTime::from_ns(done), done);
+                for (n, has_sync, w) in waiters {
+                    let passed =
+                        self.smmu
+                            .publish(self.h.tracer(), now, n, self.consume_ns, has_sync);
+                    if let Some(w) = w {
+                        let done = passed + self.sync_ns;
+                        let _ = w.fire_at(SimTime::from_ns(done), done);
+                    }
                 }
-                self.poll_until(ctx, mine, "cmdq sync wait").await;
+                if sync {
+                    // 5. Wait for our own sync.
+                    self.poll_sync(ctx, mine_done, "cmdq sync wait").await;
+                }
             }
         }
-        self.shared_line.rmw(ctx, Account::System).await;
+        if sync {
+            // arm_smmu_cmdq_shared_tryunlock: read the lock; the last reader out also
+            // writes the software cons into the shared prod/cons word, then decrements.
+            let last = self.shared_holders.get() == 1;
+            self.shared_holders.set(self.shared_holders.get() - 1);
+            if last {
+                let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
+                let now = ctx.now().as_ns();
+                if end > now {
+                    ctx.cpu()
+                        .spend(SimDuration::ns(end - now), Account::System)
+                        .await;
+                }
+            }
+            self.shared_line.rmw(ctx, Account::System).await;
+        }
     }
 
-    /// The time a joiner's shared-lock atomic is expected to take before it writes (its
-    /// slots become valid after it): one cache-line transfer.
+    /// The time a joiner's atomic on a shared line is expected to take before its slots
+    /// are valid: one cache-line transfer and one RMW.
     fn line_cost_hint(&self) -> u64 {
         self.cas.params.transfer_ns + self.cas.params.base_ns
     }
@@ -1364,7 +1520,13 @@ fn run_cell(
     };
     let cmdq = match mode {
         Mode::Off => None,
-        _ => Some(SimCmdq::new(&h, mode, &row.profile, v.batch_max)?),
+        _ => Some(
+            SimCmdq::new(&h, mode, &row.profile, v.batch_max)?.with_sync_wait(if v.sync_msi {
+                SyncWait::Msi
+            } else {
+                SyncWait::ConsPoll
+            }),
+        ),
     };
     let (dev, nvec, vector_cpu): (Dev, usize, Vec<usize>) = match row.device {
         DeviceKind::Nvme => {
@@ -1898,16 +2060,25 @@ pub fn run_scenario(
          failure per reservation (hardware at 64 CPUs: ~1 in 12 succeed, RESEARCH.md), i.e. \
          the lab is optimistic about the CAS; no retry storm."
             .to_string(),
-        "Gathering: every CPU writes its own CMD_SYNC (Linux 5.3); a batch shares one PROD \
-         write and parallel sync waits. With one TLBI per 4 KiB unmap the owner's window is \
-         short, so batches stay small on NVMe (~1.0-1.05 issues per PROD write)."
+        "Queue algorithms as in Linux: spinlock (<= 5.2) takes the lock once per TLBI \
+         (arm_smmu_cmdq_issue_cmd) and again for the CMD_SYNC, polling under it; lock-free \
+         (5.3 arm_smmu_cmdq_issue_cmdlist) pays the cmpxchg, the shared-lock inc/dec, the \
+         valid_map xor, the owner's owner_prod read/set and OWNED clear, and the last sync \
+         waiter's write of cons into the prod/cons word; gathering has no batch limit."
             .to_string(),
-        "NVMe rows are bound by the device rating (770K, ES3000 spec sheet; the 2019 drive \
-         model is an assumption): the spinlock holds ~0.75 us per unmap (TLBI + sync waited \
-         under the lock), capping at ~1M unmaps/s (see the sensitivity test), and is ~20% contended at 770K, so neither \
-         design is lock-bound and the +4% effect and the published 454K/442K are not reached. \
-         Reaching them would need per-I/O costs or a device rating the sources do not support; \
-         not tuned."
+        "Sync completion: the D05 SMMU has no MSI (R. Murphy, 2017), so both designs poll \
+         the CONS register with MMIO reads (mmio.read each) and see the sync one read after \
+         it completes (~0.9 us for TLBI + sync); D06 is assumed the same."
+            .to_string(),
+        "NOT REACHED, and why: with that faithful sync path the spinlock is held ~1.5 us per \
+         unmap when contended (two lock hand-offs + ~0.9 us of CONS polling under the lock), \
+         so the spinlock design caps at ~640K unmaps/s on every row (SAS and NVMe), below the \
+         published SAS 839K; the published spinlock figure implies a CMD_SYNC round trip on \
+         Hi1616 shorter than the profile's assumed sync_latency 500 ns + command_consume \
+         100 ns/command + mmio.read 300 ns. Those timings are assumptions without a source \
+         and were not re-tuned toward the published figures; the lock-free gain on every row \
+         (+12-21%) is therefore far above the published -0.5%/+4%. NVMe lock-free rows are \
+         bound by the assumed 770K drive rating (the 2019 drive model was not found)."
             .to_string(),
         "Device DMA translates through the SMMU model's IOTLB and walk cache (gem5's \
          geometry; the Hi16xx one is not published): a hit costs the profile's IOTLB lookup, \
