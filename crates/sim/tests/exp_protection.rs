@@ -44,7 +44,14 @@ fn each_mode_leaves_open_what_it_should() {
     let storm = rs.iter().find(|r| r.row.storm).unwrap();
     let se = storm.events.unwrap();
     assert!(se.overflows > 0 && se.lost > 0, "{se:?}");
-    assert!(storm.measurement.get("faults.event_queue_overflows").unwrap().value > 0.0);
+    assert!(
+        storm
+            .measurement
+            .get("faults.event_queue_overflows")
+            .unwrap()
+            .value
+            > 0.0
+    );
     assert!(lazy.protection.max_reachable_after_unmap_ns > 0);
     // The lazy window never outlasts the flush timer plus one I/O's time.
     assert!(lazy.protection.max_reachable_after_unmap_ns <= 11_000_000);
@@ -130,6 +137,10 @@ fn repetitions_are_averaged() {
     .unwrap()
     .1;
     let mean = (strict(&one) + strict(&second)) / 2.0;
-    assert!((strict(&two) - mean).abs() < 1e-6, "{} vs {mean}", strict(&two));
+    assert!(
+        (strict(&two) - mean).abs() < 1e-6,
+        "{} vs {mean}",
+        strict(&two)
+    );
     assert_eq!(of(&two, Mode::Strict).protection.stale_hits, 0);
 }

@@ -34,9 +34,9 @@ use iolab_iommu::dma::{
 };
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwPolicy};
 use iolab_iommu::hw::{DmaPath, PseriesConfig, PseriesIommu, Smmuv3DevicePath};
-use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
+use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
 use super::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
@@ -739,7 +739,11 @@ fn run_mode(v: &Validated, row: &RowSpec, seed: u64) -> Result<ModeResult, Exper
                 "count",
                 e.overflows as f64,
             ))
-            .metric(Metric::new("faults.events_written", "count", e.written as f64))
+            .metric(Metric::new(
+                "faults.events_written",
+                "count",
+                e.written as f64,
+            ))
             .metric(Metric::new("faults.events_lost", "count", e.lost as f64));
     }
     Ok(ModeResult {
@@ -808,8 +812,7 @@ fn average(runs: Vec<ModeResult>) -> Result<ModeResult, ExperimentError> {
             })?;
             sums[i] += v;
         }
-        if let (Some(a), Some(b)) = (acc.measurement.latency.as_mut(), &r.measurement.latency)
-        {
+        if let (Some(a), Some(b)) = (acc.measurement.latency.as_mut(), &r.measurement.latency) {
             a.merge(b);
         }
         if let (Some(a), Some(b)) = (acc.measurement.cpu.as_mut(), &r.measurement.cpu) {
@@ -914,7 +917,6 @@ pub fn protection_metrics(
         p.permission_faults as f64,
     ))
 }
-
 
 /// Runs every row `runs` times (seeds `seed`, `seed + 0x9e3779b9`, ...) and averages.
 pub fn run_results_runs(
