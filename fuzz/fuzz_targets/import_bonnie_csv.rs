@@ -1,6 +1,7 @@
 //! Fuzzes the importer of bonnie++ CSV rows (`iolab::import::bonnie::parse`): any text gives measurements or one
-//! `ImportError`, never a panic. An accepted file's configurations are unique and named, and
-//! its metric names are not empty.
+//! `ImportError`, never a panic. An accepted file's configurations are named and its metric
+//! names are not empty. (Rows with the same machine name are repetitions, `-x N`: the CLI
+//! stores them as runs of one group, so configurations may repeat here.)
 #![no_main]
 
 use iolab::import::{bonnie, ImportError};
@@ -12,10 +13,8 @@ fuzz_target!(|data: &[u8]| {
     };
     match bonnie::parse(text) {
         Ok(measurements) => {
-            let mut seen = std::collections::BTreeSet::new();
             for m in &measurements {
                 assert!(!m.config.is_empty(), "a configuration without a name");
-                assert!(seen.insert(m.config.clone()), "configuration {} twice", m.config);
                 for metric in &m.metrics {
                     assert!(!metric.name.is_empty(), "a metric without a name in {}", m.config);
                 }
