@@ -15,7 +15,7 @@
 //!
 //! Over an SMMUv3 ([`Smmuv3DevicePath`](iolab_iommu::hw::Smmuv3DevicePath)) the unmap's
 //! command-queue work is timed by the simulated queue (set with
-//! [`ProbedNvme::set_command_queue`]): a strict unmap waits for its `CMD_TLBI_NH_VA` and
+//! `ProbedNvme::set_command_queue`): a strict unmap waits for its `CMD_TLBI_NH_VA` and
 //! `CMD_SYNC`; a lazy unmap that fills its flush-queue ring waits for the flush's
 //! `CMD_TLBI_NH_ASID` and `CMD_SYNC`. In lazy mode the stack also measures the window: from
 //! an unmap to the completion of the sync of the first flush issued after it (the IOTLB
