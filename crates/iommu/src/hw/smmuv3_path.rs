@@ -15,14 +15,24 @@
 //! command queue (slots written, PROD writes, CAS, lock, polls). A lab that times the
 //! queue itself takes the queue's part out with [`split_queue_work`] and charges only the
 //! rest as CPU work.
+//!
+//! As a [`DmaPath`] (platform `"smmuv3"`), drivers map and unmap through the domain and the
+//! device's accesses go through the SMMU; [`Smmuv3DevicePath::protection`] then reports
+//! *measured* stale hits (device accesses that succeeded through an IOTLB entry whose
+//! mapping had been removed) and the SMMU's translation and permission faults (each one an
+//! event record in the bounded event queue, [`Smmuv3::fault_stats`]).
 
 use std::sync::Arc;
 
+use super::{DmaPath, MappedBuffer, MappedSg};
 use crate::addr::{Access, DmaAddr, Iova, PhysAddr};
-use crate::dma::{Device, Direction, DmaError, DmaMapping, Domain, DomainConfig, PhysRange};
+use crate::dma::{
+    Device, Direction, DmaError, DmaFault, DmaMapping, Domain, DomainConfig, FaultReason,
+    PhysRange, ProtectionCounters, ProtectionStats, Rejected, SgEntry,
+};
 use crate::iova::IovaAllocator;
 use crate::pgtable::lpae::LpaeConfig;
-use crate::smmuv3::{SmmuDomain, SmmuFault, Smmuv3, Smmuv3Config, Smmuv3Error};
+use crate::smmuv3::{SmmuDomain, SmmuFault, SmmuFaultReason, Smmuv3, Smmuv3Config, Smmuv3Error};
 use crate::work::{LockId, WorkRecord};
 
 /// What an operation did on the command queue, taken out of its work record by
@@ -77,6 +87,8 @@ pub struct Smmuv3DevicePath {
     smmu: Smmuv3,
     domain: SmmuDomain,
     sid: u32,
+    /// Stale hits measured on the device side.
+    stale: ProtectionCounters,
 }
 
 impl std::fmt::Debug for Smmuv3DevicePath {
@@ -105,7 +117,28 @@ impl Smmuv3DevicePath {
         let domain = smmu.new_domain(asid, config, table, allocator)?;
         let sid = device.id();
         smmu.attach(sid, &domain, &mut WorkRecord::new())?;
-        Ok(Smmuv3DevicePath { smmu, domain, sid })
+        Ok(Smmuv3DevicePath {
+            smmu,
+            domain,
+            sid,
+            stale: ProtectionCounters::new(),
+        })
+    }
+
+    /// What the path has left the device able to reach: the domain's figures (sub-page
+    /// exposure, deferred unmaps, the unmap-to-flush window), the stale hits measured in the
+    /// SMMU's IOTLB by the device's successful accesses through this path, and the SMMU's
+    /// translation and permission faults (raised events, whether or not their records fit
+    /// in the event queue).
+    pub fn protection(&self) -> ProtectionStats {
+        let mut p = self.domain().protection();
+        let measured = self.stale.snapshot();
+        p.stale_hits = measured.stale_hits;
+        p.stale_bytes = measured.stale_bytes;
+        let f = self.smmu.fault_stats();
+        p.translation_faults += f.translation;
+        p.permission_faults += f.permission;
+        p
     }
 
     /// The DMA-API domain drivers map and unmap with.
@@ -152,8 +185,111 @@ impl Smmuv3DevicePath {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, SmmuFault> {
-        self.smmu
-            .translate(self.sid, Iova::new(addr.0), len, access, work)
+        self.translate_stream(self.sid, addr, len, access, work)
+    }
+
+    /// Translates for stream `sid`, counting a successful access that used a stale IOTLB
+    /// entry as a stale hit.
+    fn translate_stream(
+        &self,
+        sid: u32,
+        addr: DmaAddr,
+        len: u64,
+        access: Access,
+        work: &mut WorkRecord,
+    ) -> Result<Vec<PhysRange>, SmmuFault> {
+        let before = work.iotlb_stale_hits;
+        let r = self
+            .smmu
+            .translate(sid, Iova::new(addr.0), len, access, work);
+        if r.is_ok() && work.iotlb_stale_hits > before {
+            self.stale.record_stale_hit(len);
+        }
+        r
+    }
+}
+
+/// The DMA layer's view of an SMMU fault.
+fn dma_fault(device: u32, access: Access, f: SmmuFault) -> DmaFault {
+    let reason = match f.reason {
+        SmmuFaultReason::Permission { had } => FaultReason::Permission {
+            needed: access.prot(),
+            had,
+        },
+        SmmuFaultReason::OutsideMemory { pa } => FaultReason::OutsideMemory { pa: pa.get() },
+        SmmuFaultReason::Translation
+        | SmmuFaultReason::BadStreamId
+        | SmmuFaultReason::BadSte
+        | SmmuFaultReason::Aborted => FaultReason::Unmapped,
+    };
+    DmaFault {
+        device,
+        dma: DmaAddr(f.iova.get()),
+        access,
+        reason,
+    }
+}
+
+/// Drivers map and unmap through the domain; the device (its id is its StreamID) reaches
+/// memory through the SMMU: IOTLB, walk cache, faults recorded in the event queue.
+impl DmaPath for Smmuv3DevicePath {
+    fn platform(&self) -> &'static str {
+        "smmuv3"
+    }
+
+    fn map_single(
+        &self,
+        dev: &Device,
+        pa: PhysAddr,
+        len: u64,
+        dir: Direction,
+        cpu: usize,
+        work: &mut WorkRecord,
+    ) -> Result<MappedBuffer, DmaError> {
+        DmaPath::map_single(&**self.domain(), dev, pa, len, dir, cpu, work)
+    }
+
+    fn unmap_single(
+        &self,
+        buf: MappedBuffer,
+        cpu: usize,
+        now_ns: u64,
+        work: &mut WorkRecord,
+    ) -> Result<(), Rejected<MappedBuffer>> {
+        DmaPath::unmap_single(&**self.domain(), buf, cpu, now_ns, work)
+    }
+
+    fn map_sg(
+        &self,
+        dev: &Device,
+        entries: &[SgEntry],
+        dir: Direction,
+        cpu: usize,
+        work: &mut WorkRecord,
+    ) -> Result<MappedSg, DmaError> {
+        DmaPath::map_sg(&**self.domain(), dev, entries, dir, cpu, work)
+    }
+
+    fn unmap_sg(
+        &self,
+        sg: MappedSg,
+        cpu: usize,
+        now_ns: u64,
+        work: &mut WorkRecord,
+    ) -> Result<(), Rejected<MappedSg>> {
+        DmaPath::unmap_sg(&**self.domain(), sg, cpu, now_ns, work)
+    }
+
+    fn translate(
+        &self,
+        dev: &Device,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        work: &mut WorkRecord,
+    ) -> Result<Vec<PhysRange>, DmaFault> {
+        self.translate_stream(dev.id(), dma, len, access, work)
+            .map_err(|f| dma_fault(dev.id(), access, f))
     }
 }
 
@@ -337,5 +473,47 @@ mod tests {
         assert!(p
             .device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
             .is_err());
+    }
+
+    #[test]
+    fn as_a_dma_path_lazy_counts_measured_stale_hits_and_strict_faults() {
+        for mode in [DomainMode::Strict, DomainMode::Lazy] {
+            let (p, dev) = path(mode);
+            let mut w = WorkRecord::new();
+            let buf = DmaPath::map_single(
+                &p,
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                512,
+                Direction::ToDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+            let dma = buf.dma_addr();
+            // The legitimate read fills the IOTLB; a write is a permission fault.
+            DmaPath::translate(&p, &dev, dma, 512, Access::Read, &mut w).unwrap();
+            let e = DmaPath::translate(&p, &dev, dma, 64, Access::Write, &mut w).unwrap_err();
+            assert!(matches!(e.reason, FaultReason::Permission { .. }), "{e:?}");
+            DmaPath::unmap_single(&p, buf, 0, 0, &mut w).unwrap();
+            let after = DmaPath::translate(&p, &dev, dma, 64, Access::Read, &mut w);
+            let s = p.protection();
+            assert_eq!(s.permission_faults, 1, "{mode:?}");
+            assert_eq!(s.max_subpage_exposed_bytes, SZ_4K - 512);
+            if mode == DomainMode::Strict {
+                assert!(after.is_err());
+                assert_eq!((s.stale_hits, s.translation_faults), (0, 1));
+            } else {
+                assert_eq!(after.unwrap()[0].pa, PhysAddr::new(0x8000_0000));
+                assert_eq!((s.stale_hits, s.stale_bytes), (1, 64));
+                assert_eq!(s.translation_faults, 0);
+            }
+            let f = p.smmu().fault_stats();
+            assert_eq!(
+                f.events_written,
+                s.translation_faults + s.permission_faults,
+                "each fault is an event record"
+            );
+        }
     }
 }

@@ -2,12 +2,23 @@
 //! protection costs in throughput. Not a published experiment: every figure is the lab's
 //! own prediction (`published: None`), and `iolab reproduce` runs it only when named.
 //!
-//! One machine (the scenario's platform profile for every CPU cost), one NVMe SSD doing
-//! fio-like random reads of sub-page buffers, and the same device probing just-unmapped
-//! addresses and the neighbours of live buffers ([`crate::workloads::hostile`]), in six
-//! modes: no IOMMU, passthrough (identity domain), strict and lazy (a translated domain
-//! with an LPAE table and the Linux IOVA allocator), and POWER's DDW in direct and dynamic
-//! form. See docs/model/protection.md and docs/SECURITY.md.
+//! One NVMe SSD doing fio-like random reads of sub-page buffers, and the same device probing
+//! just-unmapped addresses and the neighbours of live buffers
+//! ([`crate::workloads::hostile`]), on two machines:
+//!
+//! - the scenario's `platform` (POWER, `power-lpar`): no IOMMU, passthrough (identity
+//!   domain), and POWER's DDW in direct and dynamic form;
+//! - the `[smmu]` platform (an SMMUv3 machine, `hisilicon-d06`): no IOMMU, and strict and
+//!   lazy over the SMMUv3 model ([`Smmuv3DevicePath`]): the device's DMA goes through the
+//!   SMMU's IOTLB and walk cache, every invalidation is a real `CMD_TLBI_NH_VA` /
+//!   `CMD_TLBI_NH_ASID` plus `CMD_SYNC` through the command queue, timed by the simulated
+//!   queue with the profile's command consumption and sync latency; stale hits are measured
+//!   IOTLB hits on entries whose mapping was removed; faults are SMMUv3 events in a bounded
+//!   event queue that a driver thread drains periodically. A last row repeats strict with a
+//!   fault storm (the device probes around every buffer) that overflows the event queue.
+//!
+//! "vs off" compares each row with the no-IOMMU row of its own platform. See
+//! docs/model/protection.md and docs/SECURITY.md.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -22,11 +33,13 @@ use iolab_iommu::dma::{
     ProtectionStats,
 };
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwPolicy};
-use iolab_iommu::hw::{DmaPath, PseriesConfig, PseriesIommu};
+use iolab_iommu::hw::{DmaPath, PseriesConfig, PseriesIommu, Smmuv3DevicePath};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
+use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
+use super::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
 use super::ExperimentError;
 use crate::cost::PlatformProfile;
 use crate::devices::nvme::{Nvme, NvmeParams};
@@ -59,6 +72,18 @@ struct Scenario {
     kernel: KernelScen,
     hostile: HostileScen,
     iommu: IommuScen,
+    smmu: SmmuScen,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SmmuScen {
+    platform: String,
+    queue_log2size: Sourced,
+    batch_max: Sourced,
+    evtq_log2size: Sourced,
+    evtq_drain_interval_us: Sourced,
+    storm_neighbour_every: Sourced,
 }
 
 #[derive(Deserialize)]
@@ -165,6 +190,18 @@ struct Validated {
     fq: FlushQueueConfig,
     ddw_page_shift: u32,
     ddw_dynamic_window: u64,
+    smmu: SmmuParams,
+}
+
+/// The SMMUv3 machine's part of the scenario.
+struct SmmuParams {
+    platform: String,
+    profile: PlatformProfile,
+    queue_log2size: u32,
+    batch_max: u32,
+    evtq_log2size: u32,
+    evtq_drain_ns: u64,
+    storm_every: u64,
 }
 
 fn check(doc: &TomlDoc<'_>, path: &str, p: &Sourced, lo: f64, hi: f64) -> Result<f64, InputError> {
@@ -300,7 +337,33 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             )
             .into());
     }
+    let sm = &s.smmu;
+    let smmu_profile = PlatformProfile::bundled(&sm.platform)
+        .map_err(|e| doc.field_error("smmu.platform", e.to_string()))?;
+    if let Err(e) = smmu_profile.require_cmdq() {
+        return Err(doc.field_error("smmu.platform", e.to_string()).into());
+    }
+    let smmu = SmmuParams {
+        platform: sm.platform.clone(),
+        profile: smmu_profile,
+        queue_log2size: c("smmu.queue_log2size", &sm.queue_log2size, 2.0, 19.0)? as u32,
+        batch_max: c("smmu.batch_max", &sm.batch_max, 1.0, 1024.0)? as u32,
+        evtq_log2size: c("smmu.evtq_log2size", &sm.evtq_log2size, 1.0, 16.0)? as u32,
+        evtq_drain_ns: (c(
+            "smmu.evtq_drain_interval_us",
+            &sm.evtq_drain_interval_us,
+            0.1,
+            1e6,
+        )? * 1e3) as u64,
+        storm_every: c(
+            "smmu.storm_neighbour_every",
+            &sm.storm_neighbour_every,
+            1.0,
+            1e6,
+        )? as u64,
+    };
     Ok(Validated {
+        smmu,
         title: s.title,
         profile,
         job,
@@ -318,6 +381,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
 enum Stack {
     Domain(Arc<Domain>),
     Pseries(Arc<PseriesIommu>),
+    Smmu(Arc<Smmuv3DevicePath>),
 }
 
 impl Stack {
@@ -325,6 +389,7 @@ impl Stack {
         match self {
             Stack::Domain(d) => d.clone(),
             Stack::Pseries(p) => p.clone(),
+            Stack::Smmu(p) => p.clone(),
         }
     }
 
@@ -332,15 +397,64 @@ impl Stack {
         match self {
             Stack::Domain(d) => d.protection(),
             Stack::Pseries(p) => p.protection(),
+            Stack::Smmu(p) => p.protection(),
         }
     }
+}
+
+/// One row of the table: a mode on a platform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowSpec {
+    /// The DMA mode.
+    pub mode: Mode,
+    /// The platform profile it runs on.
+    pub platform: String,
+    /// Whether the DMA goes through the SMMUv3 model (strict and lazy).
+    pub smmu: bool,
+    /// The fault-storm variant (probes around every buffer).
+    pub storm: bool,
+}
+
+impl RowSpec {
+    /// The row's name in the table (`strict-storm` for the storm variant).
+    pub fn name(&self) -> String {
+        if self.storm {
+            format!("{}-storm", self.mode.name())
+        } else {
+            self.mode.name().to_string()
+        }
+    }
+}
+
+/// The rows of a scenario, in table order: the POWER machine's four modes, then the SMMUv3
+/// machine's no-IOMMU, strict, lazy and strict under a fault storm.
+fn rows(v: &Validated) -> Vec<RowSpec> {
+    let row = |mode, platform: &str, smmu, storm| RowSpec {
+        mode,
+        platform: platform.to_string(),
+        smmu,
+        storm,
+    };
+    let power = v.profile.name.as_str();
+    let arm = v.smmu.platform.as_str();
+    vec![
+        row(Mode::NoIommu, power, false, false),
+        row(Mode::Passthrough, power, false, false),
+        row(Mode::DdwDirect, power, false, false),
+        row(Mode::DdwDynamic, power, false, false),
+        row(Mode::NoIommu, arm, false, false),
+        row(Mode::Strict, arm, true, false),
+        row(Mode::Lazy, arm, true, false),
+        row(Mode::Strict, arm, true, true),
+    ]
 }
 
 fn model<E: std::fmt::Display>(e: E) -> ExperimentError {
     ExperimentError::Model(e.to_string())
 }
 
-fn build(v: &Validated, mode: Mode) -> Result<Stack, ExperimentError> {
+fn build(v: &Validated, row: &RowSpec, dev: &Device) -> Result<Stack, ExperimentError> {
+    let mode = row.mode;
     let cpus = v.job.numjobs as usize;
     let config = |m| DomainConfig {
         cpus,
@@ -354,6 +468,37 @@ fn build(v: &Validated, mode: Mode) -> Result<Stack, ExperimentError> {
         Mode::Passthrough => Stack::Domain(Arc::new(
             Domain::direct(config(DomainMode::Identity)).map_err(model)?,
         )),
+        Mode::Strict | Mode::Lazy if row.smmu => {
+            let m = if mode == Mode::Strict {
+                DomainMode::Strict
+            } else {
+                DomainMode::Lazy
+            };
+            let alloc = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48)))
+                .map_err(model)?;
+            // D06's SMMU: SMMUv3.0/3.1 without range invalidation (one CMD_TLBI_NH_VA per
+            // page), the 2019 lock-free producer, gem5's IOTLB and walk-cache geometry (as
+            // the smmuv3-cmdq experiment: docs/model/smmuv3-cmdq.md).
+            let smmu = Smmuv3Config {
+                streams: dev.id() + 1,
+                cmdq: CmdqConfig::with_log2size(v.smmu.queue_log2size),
+                producer: ProducerKind::LockFree,
+                range_invalidation: false,
+                evtq_log2size: v.smmu.evtq_log2size,
+                ..Smmuv3Config::default()
+            };
+            Stack::Smmu(Arc::new(
+                Smmuv3DevicePath::new(
+                    smmu,
+                    1,
+                    config(m),
+                    LpaeConfig::new(SZ_4K, 48, 48),
+                    Arc::new(alloc),
+                    dev,
+                )
+                .map_err(model)?,
+            ))
+        }
         Mode::Strict | Mode::Lazy => {
             let m = if mode == Mode::Strict {
                 DomainMode::Strict
@@ -397,11 +542,24 @@ fn build(v: &Validated, mode: Mode) -> Result<Stack, ExperimentError> {
     })
 }
 
-/// One mode's run.
+/// The SMMUv3 event queue's record counts of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventQueueCounts {
+    /// Records written.
+    pub written: u64,
+    /// Records lost because the queue was full.
+    pub lost: u64,
+    /// Overflow episodes (`SMMU_EVTQ_PROD.OVFLG` toggles).
+    pub overflows: u64,
+}
+
+/// One row's result (the mean of its runs).
 #[derive(Clone, Debug)]
 pub struct ModeResult {
     /// The mode.
     pub mode: Mode,
+    /// The row (mode, platform, SMMU or not, storm).
+    pub row: RowSpec,
     /// Read IOPS in the window.
     pub iops: f64,
     /// Read bandwidth, bytes per second.
@@ -410,47 +568,86 @@ pub struct ModeResult {
     pub sys_pct: f64,
     /// What the hostile device reached.
     pub exposure: ExposureReport,
-    /// What the stack counted.
+    /// What the stack counted (for lazy over the SMMU, `max_reachable_after_unmap_ns` is
+    /// the window measured up to each flush's sync completion).
     pub protection: ProtectionStats,
+    /// The SMMUv3 event queue (rows over the SMMU only).
+    pub events: Option<EventQueueCounts>,
     /// Virtual length of the run, ns.
     pub run_ns: u64,
+    /// Runs averaged.
+    pub runs: u32,
     /// The configuration's measurement.
     pub measurement: Measurement,
 }
 
-fn run_mode(v: &Validated, mode: Mode, seed: u64) -> Result<ModeResult, ExperimentError> {
+fn run_mode(v: &Validated, row: &RowSpec, seed: u64) -> Result<ModeResult, ExperimentError> {
+    let mode = row.mode;
+    let profile = if row.platform == v.smmu.platform {
+        &v.smmu.profile
+    } else {
+        &v.profile
+    };
     let cpus = v.job.numjobs as usize;
     let mut sim = Sim::new(SimConfig { cpus, seed })?;
     let h = sim.handle().clone();
-    let stack = build(v, mode)?;
     let dev = Device::new(1, 64).map_err(model)?;
+    let stack = build(v, row, &dev)?;
     let inflight = (v.job.iodepth as usize) * cpus + 1;
+    let hostile = HostileParams {
+        neighbour_every: if row.storm {
+            v.smmu.storm_every
+        } else {
+            v.hostile.neighbour_every
+        },
+        ..v.hostile
+    };
     let probed = ProbedNvme::new(
         &h,
         stack.path(),
         dev,
         Nvme::new(v.nvme),
-        v.profile.cpu_cost_model(),
+        profile.cpu_cost_model(),
         v.kernel,
-        v.hostile,
+        hostile,
         cpus,
         BUF_BASE,
         u64::from(v.job.iodepth),
         inflight,
     );
+    let spec = Rc::new(v.job.clone());
+    let t0 = SimTime::ZERO + spec.ramp;
+    let t1 = t0 + spec.runtime;
+    if let Stack::Smmu(p) = &stack {
+        let q = SimCmdq::new(&h, CmdqMode::LockFree, profile, v.smmu.batch_max)?;
+        probed
+            .set_command_queue(q, mode == Mode::Lazy)
+            .map_err(ExperimentError::Model)?;
+        // The driver's event-queue thread: reads every record and acknowledges an overflow,
+        // every drain interval, until the end of the measured window.
+        let (p, every, stop) = (p.clone(), v.smmu.evtq_drain_ns.max(1), t1.as_ns());
+        h.spawn_agent(move |actx| async move {
+            let mut next = every;
+            while next <= stop {
+                actx.sleep_until(SimTime::from_ns(next)).await;
+                p.smmu().with_events(|q| {
+                    q.drain();
+                    q.ack_overflow();
+                });
+                next += every;
+            }
+        })?;
+    }
     for cpu in 0..cpus {
         let p = probed.clone();
         sim.spawn_on(cpu, move |ctx| p.irq_loop(ctx, cpu))?;
     }
-    let spec = Rc::new(v.job.clone());
     let stats: SharedStats = Rc::new(RefCell::new(GroupStats::default()));
     let target = Rc::new(ProbedTarget(probed.clone()));
     for j in 0..cpus {
         let (spec, target, stats) = (spec.clone(), target.clone(), stats.clone());
         sim.spawn_on(j, move |ctx| fio::run_job(ctx, spec, j, target, stats))?;
     }
-    let t0 = SimTime::ZERO + spec.ramp;
-    let t1 = t0 + spec.runtime;
     let before = sim.run_until(t0)?;
     let after = sim.run_until(t1)?;
     let end = sim.run()?;
@@ -460,20 +657,45 @@ fn run_mode(v: &Validated, mode: Mode, seed: u64) -> Result<ModeResult, Experime
     let (usr, sys) = fio::cpu_usage(&before, &after, &spec.cpus);
     let g = stats.borrow();
     let json = fio::job_json(&spec, &g, usr, sys);
-    let protection = stack.protection();
+    let mut protection = stack.protection();
     let exposure = probed.exposure();
     let run_ns = end.end.as_ns();
+    // Lazy over the SMMU: the window measured up to each flush's sync completion.
+    if let Some(w) = probed.measured_window_ns(run_ns) {
+        protection.max_reachable_after_unmap_ns = w;
+    }
     // Untranslated: a freed buffer stays reachable for the whole run.
     let window_ns = if mode.untranslated() {
         run_ns
     } else {
         protection.max_reachable_after_unmap_ns
     };
-    let config = format!("nvme.{}", mode.name());
-    let measurement = protection_metrics(
+    let events = match &stack {
+        Stack::Smmu(p) => {
+            let f = p.smmu().fault_stats();
+            Some(EventQueueCounts {
+                written: f.events_written,
+                lost: f.events_lost,
+                overflows: f.event_queue_overflows,
+            })
+        }
+        _ => None,
+    };
+    let config = format!("nvme.{}.{}", row.platform, row.name());
+    let mut measurement = protection_metrics(
         fio::measurement(&config, &spec, &g, usr, sys)
             .attr("iommu_mode", mode.name())
             .attr("device", "nvme")
+            .attr("platform", &row.platform)
+            .attr(
+                "iommu_model",
+                match &stack {
+                    Stack::Smmu(_) => "smmuv3",
+                    Stack::Pseries(_) => "pseries",
+                    Stack::Domain(_) => "none",
+                },
+            )
+            .attr("neighbour_every", hostile.neighbour_every)
             .attr(
                 "exposure_window",
                 if mode.untranslated() {
@@ -510,16 +732,146 @@ fn run_mode(v: &Validated, mode: Mode, seed: u64) -> Result<ModeResult, Experime
         "B",
         exposure.neighbour_writable_bytes as f64,
     ));
+    if let Some(e) = events {
+        measurement = measurement
+            .metric(Metric::new(
+                "faults.event_queue_overflows",
+                "count",
+                e.overflows as f64,
+            ))
+            .metric(Metric::new(
+                "faults.events_written",
+                "count",
+                e.written as f64,
+            ))
+            .metric(Metric::new("faults.events_lost", "count", e.lost as f64));
+    }
     Ok(ModeResult {
         mode,
+        row: row.clone(),
         iops: json.read.iops,
         bw_bytes_per_s: json.read.bw * 1024.0,
         sys_pct: sys,
         exposure,
         protection,
+        events,
         run_ns,
+        runs: 1,
         measurement,
     })
+}
+
+/// The mean of `n` counts, rounded.
+fn mean_u64(sum: u64, n: u64) -> u64 {
+    (sum + n / 2) / n.max(1)
+}
+
+/// Averages the runs of one row: throughput, CPU, counts and every metric are means (counts
+/// rounded); the maxima (longest window, largest sub-page excess) are the largest of any
+/// run; the latency histogram merges every run's; the CPU breakdown sums them.
+fn average(runs: Vec<ModeResult>) -> Result<ModeResult, ExperimentError> {
+    let n = runs.len() as u64;
+    let mut it = runs.into_iter();
+    let mut acc = it
+        .next()
+        .ok_or_else(|| ExperimentError::Model("no run".into()))?;
+    if n == 1 {
+        return Ok(acc);
+    }
+    let first_metrics = acc.measurement.metrics.clone();
+    let mut sums: Vec<f64> = first_metrics.iter().map(|m| m.value).collect();
+    let (mut iops, mut bw, mut sys, mut run_ns) =
+        (acc.iops, acc.bw_bytes_per_s, acc.sys_pct, acc.run_ns);
+    let mut e = acc.exposure;
+    let mut p = acc.protection;
+    let mut ev = acc.events;
+    for r in it {
+        iops += r.iops;
+        bw += r.bw_bytes_per_s;
+        sys += r.sys_pct;
+        run_ns += r.run_ns;
+        let x = r.exposure;
+        e.stale_read_attempts += x.stale_read_attempts;
+        e.stale_reads += x.stale_reads;
+        e.stale_read_bytes += x.stale_read_bytes;
+        e.stale_write_attempts += x.stale_write_attempts;
+        e.stale_writes += x.stale_writes;
+        e.stale_write_bytes += x.stale_write_bytes;
+        e.neighbour_attempts += x.neighbour_attempts;
+        e.neighbour_readable_bytes += x.neighbour_readable_bytes;
+        e.neighbour_writable_bytes += x.neighbour_writable_bytes;
+        p.merge(&r.protection);
+        if let (Some(a), Some(b)) = (ev.as_mut(), r.events) {
+            a.written += b.written;
+            a.lost += b.lost;
+            a.overflows += b.overflows;
+        }
+        for (i, m) in first_metrics.iter().enumerate() {
+            let v = r.measurement.get(&m.name).map(|x| x.value).ok_or_else(|| {
+                ExperimentError::Model(format!("metric {} missing in a repetition", m.name))
+            })?;
+            sums[i] += v;
+        }
+        if let (Some(a), Some(b)) = (acc.measurement.latency.as_mut(), &r.measurement.latency) {
+            a.merge(b);
+        }
+        if let (Some(a), Some(b)) = (acc.measurement.cpu.as_mut(), &r.measurement.cpu) {
+            a.user_ns += b.user_ns;
+            a.system_ns += b.system_ns;
+            a.spin_ns += b.spin_ns;
+            a.idle_ns += b.idle_ns;
+        }
+    }
+    let nf = n as f64;
+    acc.iops = iops / nf;
+    acc.bw_bytes_per_s = bw / nf;
+    acc.sys_pct = sys / nf;
+    acc.run_ns = run_ns / n;
+    acc.runs = n as u32;
+    let m = |x: u64| mean_u64(x, n);
+    acc.exposure = ExposureReport {
+        stale_read_attempts: m(e.stale_read_attempts),
+        stale_reads: m(e.stale_reads),
+        stale_read_bytes: m(e.stale_read_bytes),
+        stale_write_attempts: m(e.stale_write_attempts),
+        stale_writes: m(e.stale_writes),
+        stale_write_bytes: m(e.stale_write_bytes),
+        neighbour_attempts: m(e.neighbour_attempts),
+        neighbour_readable_bytes: m(e.neighbour_readable_bytes),
+        neighbour_writable_bytes: m(e.neighbour_writable_bytes),
+    };
+    acc.protection = ProtectionStats {
+        stale_hits: m(p.stale_hits),
+        stale_bytes: m(p.stale_bytes),
+        deferred_unmaps: m(p.deferred_unmaps),
+        subpage_exposed_bytes: m(p.subpage_exposed_bytes),
+        bypass_accesses: m(p.bypass_accesses),
+        translation_faults: m(p.translation_faults),
+        permission_faults: m(p.permission_faults),
+        ..p
+    };
+    acc.events = ev.map(|a| EventQueueCounts {
+        written: m(a.written),
+        lost: m(a.lost),
+        overflows: m(a.overflows),
+    });
+    for (metric, sum) in acc.measurement.metrics.iter_mut().zip(sums) {
+        metric.value = sum / nf;
+    }
+    // The maxima stay maxima.
+    for metric in acc.measurement.metrics.iter_mut() {
+        match metric.name.as_str() {
+            "protection.max_reachable_after_unmap_ns" if !acc.mode.untranslated() => {
+                metric.value = acc.protection.max_reachable_after_unmap_ns as f64;
+            }
+            "protection.max_subpage_exposed_bytes" => {
+                metric.value = acc.protection.max_subpage_exposed_bytes as f64;
+            }
+            _ => {}
+        }
+    }
+    acc.measurement = acc.measurement.clone().attr("runs", n);
+    Ok(acc)
 }
 
 /// Adds the protection report's metrics (`protection.*`, `faults.*`) to `m`.
@@ -566,18 +918,33 @@ pub fn protection_metrics(
     ))
 }
 
-/// Runs every mode once with `seed`.
+/// Runs every row `runs` times (seeds `seed`, `seed + 0x9e3779b9`, ...) and averages.
+pub fn run_results_runs(
+    text: &str,
+    origin: &str,
+    seed: u64,
+    runs: u32,
+) -> Result<(String, Vec<ModeResult>), ExperimentError> {
+    let v = validate(text, origin)?;
+    let mut out = Vec::new();
+    for row in rows(&v) {
+        let mut rs = Vec::new();
+        for r in 0..runs.max(1) {
+            let s = seed.wrapping_add(u64::from(r).wrapping_mul(0x9e37_79b9));
+            rs.push(run_mode(&v, &row, s)?);
+        }
+        out.push(average(rs)?);
+    }
+    Ok((v.title, out))
+}
+
+/// Runs every row once with `seed`.
 pub fn run_results(
     text: &str,
     origin: &str,
     seed: u64,
 ) -> Result<(String, Vec<ModeResult>), ExperimentError> {
-    let v = validate(text, origin)?;
-    let mut out = Vec::new();
-    for mode in Mode::ALL {
-        out.push(run_mode(&v, mode, seed)?);
-    }
-    Ok((v.title, out))
+    run_results_runs(text, origin, seed, 1)
 }
 
 fn window_text(r: &ModeResult) -> String {
@@ -591,39 +958,46 @@ fn window_text(r: &ModeResult) -> String {
     }
 }
 
-/// The table of modes by throughput and exposure.
+/// The table of rows by throughput and exposure.
 pub fn table(results: &[ModeResult]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<12} {:>9} {:>8} {:>7} {:>13} {:>13} {:>11} {:>11} {:>12} {:>10} {:>9}",
+        "{:<13} {:<14} {:>7} {:>7} {:>5} {:>13} {:>13} {:>9} {:>9} {:>10} {:>8} {:>8} {:>13} {:>12}",
         "mode",
+        "platform",
         "kIOPS",
         "vs off",
         "sys%",
         "stale reads",
         "stale writes",
-        "nbr read B",
-        "nbr write B",
+        "nbr rd B",
+        "nbr wr B",
         "max window",
-        "subpage B",
-        "bypasses"
+        "subpg B",
+        "bypass",
+        "faults T/P",
+        "evtq lost/ov"
     );
-    let base = results
-        .iter()
-        .find(|r| r.mode == Mode::NoIommu)
-        .map_or(0.0, |r| r.iops);
     for r in results {
         let e = &r.exposure;
+        let base = results
+            .iter()
+            .find(|b| b.mode == Mode::NoIommu && b.row.platform == r.row.platform)
+            .map_or(0.0, |b| b.iops);
         let vs = if base > 0.0 {
             format!("{:+.1}%", (r.iops - base) / base * 100.0)
         } else {
             "-".into()
         };
+        let evtq = r
+            .events
+            .map_or("-".to_string(), |q| format!("{}/{}", q.lost, q.overflows));
         let _ = writeln!(
             out,
-            "{:<12} {:>9.1} {:>8} {:>7.1} {:>13} {:>13} {:>11} {:>11} {:>12} {:>10} {:>9}",
-            r.mode.name(),
+            "{:<13} {:<14} {:>7.1} {:>7} {:>5.1} {:>13} {:>13} {:>9} {:>9} {:>10} {:>8} {:>8} {:>13} {:>12}",
+            r.row.name(),
+            r.row.platform,
             r.iops / 1e3,
             vs,
             r.sys_pct,
@@ -634,6 +1008,11 @@ pub fn table(results: &[ModeResult]) -> String {
             window_text(r),
             r.protection.max_subpage_exposed_bytes,
             r.protection.bypass_accesses,
+            format!(
+                "{}/{}",
+                r.protection.translation_faults, r.protection.permission_faults
+            ),
+            evtq,
         );
     }
     out
@@ -645,10 +1024,11 @@ pub fn run_scenario(
     origin: &str,
     options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
-    let (title, results) = run_results(text, origin, options.seed)?;
+    let runs = options.runs.max(1);
+    let (title, results) = run_results_runs(text, origin, options.seed, runs)?;
     let mut figures = Vec::new();
     for r in &results {
-        let m = r.mode.name();
+        let m = format!("{}.{}", r.row.platform, r.row.name());
         let fig = |id: String, unit: &str, lab: f64| Figure {
             id,
             unit: unit.into(),
@@ -671,23 +1051,32 @@ pub fn run_scenario(
     let mut text = table(&results);
     let _ = writeln!(
         text,
-        "(stale: probes of a just-unmapped buffer that succeeded / tried; nbr: bytes after live \
+        "(vs off: against the no-IOMMU row of the same platform; strict and lazy run over the \
+         SMMUv3 model (IOTLB, walk cache, TLBI + CMD_SYNC through the timed command queue), \
+         the other rows as before; stale: probes of a just-unmapped buffer that succeeded / \
+         tried, over the SMMU measured IOTLB hits on removed mappings; nbr: bytes after live \
          buffers the device could reach; max window: longest unmap-to-unreachable time, \
-         'unbounded' where nothing translates; subpage B: largest page excess of one mapping)"
+         'unbounded' where nothing translates; subpg B: largest page excess of one mapping; \
+         faults T/P: translation / permission faults; evtq lost/ov: SMMUv3 event records lost \
+         / overflow episodes; storm: the device probes around every buffer{})",
+        if runs > 1 {
+            format!("; means of {runs} runs")
+        } else {
+            String::new()
+        }
     );
     Ok(ExperimentReport {
         name: NAME.into(),
         title,
-        runs: 1,
+        runs,
         figures,
         effects: Vec::new(),
         calibrated: Vec::new(),
         report_text: text,
         notes: vec![
             "Not a published experiment: every figure is the lab's prediction.".into(),
-            "Strict and lazy use a generic translated domain (LPAE table, Linux IOVA allocator, \
-             invalidation that completes at once); lazy assumes the IOTLB keeps every \
-             unmapped page until the flush (the worst case). See docs/SECURITY.md."
+            "Strict and lazy run on the SMMUv3 model (hisilicon-d06 costs); the no-IOMMU, \
+             passthrough and DDW rows on their own platform. See docs/SECURITY.md."
                 .into(),
         ],
         measurements: results.into_iter().map(|r| r.measurement).collect(),

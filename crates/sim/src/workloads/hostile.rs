@@ -12,20 +12,29 @@
 //! exactly when the platform's IOMMU (or its bypass) would let the access through. The
 //! probes cost the host no CPU time (the device does them). The workload's buffers are
 //! packed (`block_bytes` apart), so a buffer's neighbours are other I/Os' buffers.
+//!
+//! Over an SMMUv3 ([`Smmuv3DevicePath`](iolab_iommu::hw::Smmuv3DevicePath)) the unmap's
+//! command-queue work is timed by the simulated queue (set with
+//! `ProbedNvme::set_command_queue`): a strict unmap waits for its `CMD_TLBI_NH_VA` and
+//! `CMD_SYNC`; a lazy unmap that fills its flush-queue ring waits for the flush's
+//! `CMD_TLBI_NH_ASID` and `CMD_SYNC`. In lazy mode the stack also measures the window: from
+//! an unmap to the completion of the sync of the first flush issued after it (the IOTLB
+//! entry may have been evicted sooner: the longest time the page *could* still be reached).
 
-use std::cell::RefCell;
+use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::addr::{Access, DmaAddr, PhysAddr};
 use iolab_iommu::dma::{Device, Direction};
-use iolab_iommu::hw::{DmaPath, MappedBuffer};
+use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer};
 use iolab_iommu::work::WorkRecord;
 
 use crate::accounting::Account;
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::engine::{Channel, Ctx, Handle, SimDuration, SimTime};
+use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::workloads::fio::{BlockTarget, IoCompletion, IoRequest, SubmitFuture};
 
 /// What the hostile device tries.
@@ -178,6 +187,12 @@ pub struct ProbedNvme {
     slots_per_job: u64,
     error: RefCell<Option<String>>,
     h: Handle,
+    /// The timed command queue of an SMMUv3 path, and whether its unmaps are deferred (lazy).
+    cmdq: OnceCell<(SimCmdq, bool)>,
+    /// Lazy: the earliest unmap no flush has been issued for yet, ns.
+    pending_since: Cell<Option<u64>>,
+    /// Lazy: the longest unmap-to-flush-sync-completion time measured, ns.
+    max_window_ns: Cell<u64>,
 }
 
 impl ProbedNvme {
@@ -209,7 +224,34 @@ impl ProbedNvme {
             slots_per_job,
             error: RefCell::new(None),
             h: h.clone(),
+            cmdq: OnceCell::new(),
+            pending_since: Cell::new(None),
+            max_window_ns: Cell::new(0),
         })
+    }
+
+    /// Times the unmaps' command-queue work with `q` (an SMMUv3 path); `deferred`: the
+    /// domain is lazy (unmaps queue their invalidation). Set once, before the run.
+    pub(crate) fn set_command_queue(&self, q: SimCmdq, deferred: bool) -> Result<(), String> {
+        self.cmdq
+            .set((q, deferred))
+            .map_err(|_| "the command queue is already set".to_string())
+    }
+
+    /// Lazy over a timed command queue: the longest time from an unmap to the completion of
+    /// the `CMD_SYNC` of the first flush issued after it; unmaps still waiting at `end_ns`
+    /// count up to it. `None` without a timed queue in lazy mode.
+    pub fn measured_window_ns(&self, end_ns: u64) -> Option<u64> {
+        match self.cmdq.get() {
+            Some((_, true)) => {
+                let open = self
+                    .pending_since
+                    .get()
+                    .map_or(0, |t| end_ns.saturating_sub(t));
+                Some(self.max_window_ns.get().max(open))
+            }
+            _ => None,
+        }
     }
 
     /// What the hostile device reached.
@@ -286,21 +328,49 @@ impl ProbedNvme {
             while let Some(d) = next {
                 let (dma, len) = (d.buf.dma_addr().0, d.buf.len());
                 let mut w = WorkRecord::new();
-                if let Err(e) = self
-                    .path
-                    .unmap_single(d.buf, cpu, ctx.now().as_ns(), &mut w)
-                {
+                let unmapped_at = ctx.now().as_ns();
+                if let Err(e) = self.path.unmap_single(d.buf, cpu, unmapped_at, &mut w) {
                     self.fail(format!("dma unmap failed: {}", e.error));
                 }
                 // The device strikes at once: before anything else can map that address.
                 self.hostile.probe_unmapped(dma, len);
+                // Over an SMMUv3, the queue's part of the unmap is timed by the queue.
+                let queue = self.cmdq.get().map(|(q, deferred)| {
+                    let flushed = w.flush_queue_flushes > 0;
+                    let covered = if *deferred && flushed {
+                        // The flush's TLBI covers every unmap so far, this one included.
+                        Some(self.pending_since.take().unwrap_or(unmapped_at))
+                    } else {
+                        if *deferred && self.pending_since.get().is_none() {
+                            self.pending_since.set(Some(unmapped_at));
+                        }
+                        None
+                    };
+                    (q, split_queue_work(&mut w), covered)
+                });
                 let unmap_ns = self.cost.cpu_ns(&w).round() as u64;
-                ctx.cpu()
-                    .spend(
-                        SimDuration::ns(unmap_ns + self.k.complete_ns),
-                        Account::System,
-                    )
-                    .await;
+                if let Some((q, work, covered)) = queue {
+                    ctx.cpu()
+                        .spend(SimDuration::ns(unmap_ns), Account::System)
+                        .await;
+                    if work.syncs > 0 {
+                        q.issue(&ctx, work.invalidations(), work.prod_writes).await;
+                    }
+                    if let Some(t) = covered {
+                        let window = ctx.now().as_ns().saturating_sub(t);
+                        self.max_window_ns.set(self.max_window_ns.get().max(window));
+                    }
+                    ctx.cpu()
+                        .spend(SimDuration::ns(self.k.complete_ns), Account::System)
+                        .await;
+                } else {
+                    ctx.cpu()
+                        .spend(
+                            SimDuration::ns(unmap_ns + self.k.complete_ns),
+                            Account::System,
+                        )
+                        .await;
+                }
                 let r = d.req;
                 let _ = r.done.send(IoCompletion {
                     slot: r.slot,
