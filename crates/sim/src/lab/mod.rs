@@ -39,7 +39,6 @@
 
 mod block;
 pub mod caps;
-mod cmdq_invalidator;
 pub mod defaults;
 pub mod examples;
 mod iommu;
@@ -475,6 +474,30 @@ fn run_fio(
                 "count",
                 out.dma.flush_queue_flushes as f64,
             ));
+        if out.iotlb {
+            let d = &out.dma;
+            let pages = d.iotlb_hits + d.iotlb_misses;
+            m = m
+                .metric(Metric::new(
+                    "iotlb.hit_pct",
+                    "%",
+                    if pages > 0 {
+                        d.iotlb_hits as f64 / pages as f64 * 100.0
+                    } else {
+                        0.0
+                    },
+                ))
+                .metric(Metric::new(
+                    "iotlb.walk_reads_per_io",
+                    "count",
+                    per(d.walk_reads as f64, d.translated_ios),
+                ))
+                .metric(Metric::new(
+                    "iotlb.stale_hits",
+                    "count",
+                    d.iotlb_stale_hits as f64,
+                ));
+        }
         if let Some(q) = &out.cmdq {
             m = m
                 .metric(Metric::new("cmdq.commands", "count", q.commands as f64))
@@ -516,6 +539,18 @@ fn run_fio(
             out.dma.flush_queue_flushes,
             out.irq_cpus
         );
+        if out.iotlb {
+            let d = &out.dma;
+            let _ = writeln!(
+                text,
+                "  iotlb        : hits={}, misses={}, stale hits={}, walk reads={} ({:.2}/io)",
+                d.iotlb_hits,
+                d.iotlb_misses,
+                d.iotlb_stale_hits,
+                d.walk_reads,
+                per(d.walk_reads as f64, d.translated_ios)
+            );
+        }
         jobs.push(JobJson {
             jobname: config,
             ..out.json
