@@ -43,6 +43,7 @@ pub mod defaults;
 pub mod examples;
 mod iommu;
 mod net;
+mod reaim;
 pub mod spec;
 mod usb;
 
@@ -166,6 +167,9 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
         }
         (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
             run_netperf(s, n, *link, base, options.runs)
+        }
+        (spec::Workload::Reaim(r), spec::Devices::Scsi(d)) => {
+            run_reaim(s, r, d, base, options.runs)
         }
         (w, d) => Err(ExperimentError::Model(format!(
             "a {} workload cannot drive {} devices",
@@ -318,6 +322,100 @@ fn run_bonnie(
         "bonnie++ 1.03 CSV, {} MiB file on USB {} ({}), {} ({} CPUs)",
         b.config.file_bytes >> 20,
         u.config.link.name,
+        s.profile.name,
+        iommu_label(s),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+    })
+}
+
+fn run_reaim(
+    s: &LabScenario,
+    r: &spec::ReaimSetup,
+    d: &spec::ScsiSetup,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    let mut text = String::new();
+    let mut measurements = Vec::new();
+    let first = r.users.first().copied().unwrap_or(0);
+    let last = r.users.last().copied().unwrap_or(0);
+    for run in 0..runs {
+        let seed = run_seed(base, run);
+        let out = reaim::run_reaim(s, r, d, seed)?;
+        let config = config_id(s, run, runs);
+        let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+        let max = out.rows.iter().map(|x| x.jpm).fold(0.0, f64::max);
+        let jti = out.rows.iter().map(|x| x.jti).min().unwrap_or(0);
+        let mut m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "reaim")
+            .attr("workfile", &r.workfile.name)
+            .attr(
+                "users",
+                format!("{first}..={last} step {}", r.users.get(1).map_or(1, |u| u - first)),
+            )
+            .attr("threads", last)
+            .attr("seed", seed)
+            .attr("run", run)
+            .cpu(out.cpu)
+            .metric(Metric::new("reaim.max_jpm", "jobs/min", max))
+            .metric(Metric::new("reaim.min_jti", "index", f64::from(jti)));
+        for row in &out.rows {
+            let u = row.forked;
+            m = m
+                .metric(Metric::new(format!("reaim.users{u}.jpm"), "jobs/min", row.jpm))
+                .metric(Metric::new(
+                    format!("reaim.users{u}.parent_time_s"),
+                    "s",
+                    row.parent_time,
+                ))
+                .metric(Metric::new(
+                    format!("reaim.users{u}.jti"),
+                    "index",
+                    f64::from(row.jti),
+                ));
+        }
+        let q = &out.scsi;
+        m = m
+            .metric(Metric::new("scsi.requests", "count", q.requests as f64))
+            .metric(Metric::new(
+                "scsi.dma_segments_per_request",
+                "count",
+                per(q.dma_segments as f64, q.requests),
+            ))
+            .metric(Metric::new(
+                "scsi.iommu_cpu_ns_per_request",
+                "ns",
+                per(q.iommu_cpu_ns as f64, q.requests),
+            ))
+            .metric(Metric::new("disk.busy_pct", "%", out.disk_busy_pct))
+            .metric(Metric::new(
+                "lock.contended",
+                "count",
+                out.lock_contended as f64,
+            ));
+        if runs > 1 {
+            let _ = writeln!(text, "[run {run}, seed {seed}]");
+        }
+        text.push_str(&crate::workloads::reaim::format_table(&out.rows, &[]));
+        let _ = writeln!(
+            text,
+            "disk: requests={}, dma segments/request={:.2}, iommu cpu/request={:.0}ns, busy={:.1}%",
+            q.requests,
+            per(q.dma_segments as f64, q.requests),
+            per(q.iommu_cpu_ns as f64, q.requests),
+            out.disk_busy_pct
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "re-aim-like, workfile {} (weight {}), {first}..={last} users on a SCSI disk ({}), {} ({} CPUs)",
+        r.workfile.name,
+        r.workfile.weight_sum(),
         s.profile.name,
         iommu_label(s),
         s.cpus
