@@ -361,7 +361,10 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
         };
         let mut translated = 0u64;
         for s in &cmd.segments {
-            if let Ok(ranges) = inn.path.translate(&inn.dev, s.dma, s.len, access, &mut work) {
+            if let Ok(ranges) = inn
+                .path
+                .translate(&inn.dev, s.dma, s.len, access, &mut work)
+            {
                 translated += ranges.iter().map(|r| r.len).sum::<u64>();
             }
         }

@@ -115,9 +115,11 @@ impl Stack {
             .map(|&id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id))
             .sum::<f64>();
         let (tree, fq) = self.critical_ns(w);
-        Ok(self.cost.cpu_ns(w) - tree - fq + self.cost.locks_uncontended_ns(w) - engine_locks
-            + hv
-            + polls as f64)
+        Ok(
+            self.cost.cpu_ns(w) - tree - fq + self.cost.locks_uncontended_ns(w) - engine_locks
+                + hv
+                + polls as f64,
+        )
     }
 
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
@@ -345,6 +347,8 @@ pub(crate) struct FioRun {
     pub irq_cpus: usize,
     /// Whether the device's DMA went through the SMMUv3 model's IOTLB.
     pub iotlb: bool,
+    /// The IOVA tree's lock over the measured window: (acquisitions, contended).
+    pub tree_lock: (u64, u64),
 }
 
 /// The fio job of a scenario.
@@ -470,9 +474,21 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         cpu,
         dma,
         iotlb: cmdq.is_some(),
+        tree_lock: lock_window(&before, &after, "iova_tree_lock"),
         cmdq,
         irq_cpus: irq_cpus.len(),
     })
+}
+
+/// Acquisitions and contended acquisitions of spin lock `name` between two reports.
+fn lock_window(before: &RunReport, after: &RunReport, name: &str) -> (u64, u64) {
+    let get = |r: &RunReport| {
+        r.spin_lock(name)
+            .map_or((0, 0), |l| (l.acquisitions, l.contended))
+    };
+    let (a0, c0) = get(before);
+    let (a1, c1) = get(after);
+    (a1.saturating_sub(a0), c1.saturating_sub(c0))
 }
 
 /// The profile's spinlock costs: an uncontended acquire and release, and the hand-off of

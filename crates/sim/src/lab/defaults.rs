@@ -208,8 +208,7 @@ pub const SCSI_SG_TABLESIZE: Sourced<usize> = (
 pub const SCSI_MAX_SECTORS: Sourced<u64> =
     (8192, "mptscsih host template .max_sectors = 8192 (4 MiB)");
 /// scsi `device.max_segment_kib`.
-pub const SCSI_MAX_SEGMENT_KIB: Sourced<u64> =
-    (64, "Linux block layer MAX_SEGMENT_SIZE = 65536");
+pub const SCSI_MAX_SEGMENT_KIB: Sourced<u64> = (64, "Linux block layer MAX_SEGMENT_SIZE = 65536");
 /// scsi `device.submit_kcycles`.
 pub const SCSI_SUBMIT_KCYCLES: Sourced<f64> = (
     15.0,
@@ -231,11 +230,15 @@ pub const SCSI_CAPACITY_GB: Sourced<f64> =
 /// scsi `device.rpm`.
 pub const SCSI_RPM: Sourced<f64> = (15000.0, "Seagate Cheetah 15K.3 data sheet: 15,000 rpm");
 /// scsi `device.seek_read_ms`.
-pub const SCSI_SEEK_READ_MS: Sourced<f64> =
-    (3.6, "Seagate Cheetah 15K.3 data sheet: average read seek 3.6 ms");
+pub const SCSI_SEEK_READ_MS: Sourced<f64> = (
+    3.6,
+    "Seagate Cheetah 15K.3 data sheet: average read seek 3.6 ms",
+);
 /// scsi `device.seek_write_ms`.
-pub const SCSI_SEEK_WRITE_MS: Sourced<f64> =
-    (4.0, "Seagate Cheetah 15K.3 data sheet: average write seek 4.0 ms");
+pub const SCSI_SEEK_WRITE_MS: Sourced<f64> = (
+    4.0,
+    "Seagate Cheetah 15K.3 data sheet: average write seek 4.0 ms",
+);
 /// scsi `device.media_mb_per_s`.
 pub const SCSI_MEDIA_MB_PER_S: Sourced<f64> = (
     58.0,

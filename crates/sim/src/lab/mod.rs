@@ -356,7 +356,10 @@ fn run_reaim(
             .attr("workfile", &r.workfile.name)
             .attr(
                 "users",
-                format!("{first}..={last} step {}", r.users.get(1).map_or(1, |u| u - first)),
+                format!(
+                    "{first}..={last} step {}",
+                    r.users.get(1).map_or(1, |u| u - first)
+                ),
             )
             .attr("threads", last)
             .attr("seed", seed)
@@ -367,7 +370,11 @@ fn run_reaim(
         for row in &out.rows {
             let u = row.forked;
             m = m
-                .metric(Metric::new(format!("reaim.users{u}.jpm"), "jobs/min", row.jpm))
+                .metric(Metric::new(
+                    format!("reaim.users{u}.jpm"),
+                    "jobs/min",
+                    row.jpm,
+                ))
                 .metric(Metric::new(
                     format!("reaim.users{u}.parent_time_s"),
                     "s",
@@ -571,6 +578,17 @@ fn run_fio(
                 "dma.flush_queue_flushes",
                 "count",
                 out.dma.flush_queue_flushes as f64,
+            ));
+        m = m
+            .metric(Metric::new(
+                "lock.iova_tree.acquisitions",
+                "count",
+                out.tree_lock.0 as f64,
+            ))
+            .metric(Metric::new(
+                "lock.iova_tree.contended",
+                "count",
+                out.tree_lock.1 as f64,
             ));
         if out.iotlb {
             let d = &out.dma;

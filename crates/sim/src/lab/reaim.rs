@@ -27,7 +27,7 @@ use crate::workloads::reaim::{
 
 use super::block::lock_params;
 use super::iommu::{self, model_err};
-use super::spec::{BUFFER_BASE, IommuModel, LabScenario, ReaimSetup, ScsiSetup};
+use super::spec::{IommuModel, LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
 
 /// What one ramp produced.
 pub(crate) struct ReaimRun {
@@ -172,9 +172,7 @@ pub(crate) fn run_reaim(
         scsi.seeks += st.seeks;
         busy += st.disk_busy_ns;
         parent_total += parent;
-        contended += report
-            .spin_lock("sba_res_lock")
-            .map_or(0, |l| l.contended);
+        contended += report.spin_lock("sba_res_lock").map_or(0, |l| l.contended);
         for c in &report.cpus {
             cpu.user += c.user;
             cpu.system += c.system;

@@ -1741,11 +1741,41 @@ fn scsi(
         real(doc, &at(f), v.unwrap_or(def), lo, hi)
     };
     let ghz = profile.cpu.clock_ghz;
-    let bus = r("bus_mb_per_s", s.bus_mb_per_s, d::SCSI_BUS_MB_PER_S.0, 1.0, 1e6)?;
-    let per_cmd = r("hba_command_us", s.hba_command_us, d::SCSI_HBA_COMMAND_US.0, 0.0, 1e6)?;
-    let hba_sge = r("hba_per_sge_ns", s.hba_per_sge_ns, d::SCSI_HBA_PER_SGE_NS.0, 0.0, 1e6)?;
-    let submit = r("submit_kcycles", s.submit_kcycles, d::SCSI_SUBMIT_KCYCLES.0, 0.0, 1e6)?;
-    let drv_sge = r("per_sge_cycles", s.per_sge_cycles, d::SCSI_PER_SGE_CYCLES.0, 0.0, 1e6)?;
+    let bus = r(
+        "bus_mb_per_s",
+        s.bus_mb_per_s,
+        d::SCSI_BUS_MB_PER_S.0,
+        1.0,
+        1e6,
+    )?;
+    let per_cmd = r(
+        "hba_command_us",
+        s.hba_command_us,
+        d::SCSI_HBA_COMMAND_US.0,
+        0.0,
+        1e6,
+    )?;
+    let hba_sge = r(
+        "hba_per_sge_ns",
+        s.hba_per_sge_ns,
+        d::SCSI_HBA_PER_SGE_NS.0,
+        0.0,
+        1e6,
+    )?;
+    let submit = r(
+        "submit_kcycles",
+        s.submit_kcycles,
+        d::SCSI_SUBMIT_KCYCLES.0,
+        0.0,
+        1e6,
+    )?;
+    let drv_sge = r(
+        "per_sge_cycles",
+        s.per_sge_cycles,
+        d::SCSI_PER_SGE_CYCLES.0,
+        0.0,
+        1e6,
+    )?;
     let complete = r(
         "complete_kcycles",
         s.complete_kcycles,
@@ -1753,11 +1783,35 @@ fn scsi(
         0.0,
         1e6,
     )?;
-    let cap = r("capacity_gb", s.capacity_gb, d::SCSI_CAPACITY_GB.0, 1.0, 1e6)?;
+    let cap = r(
+        "capacity_gb",
+        s.capacity_gb,
+        d::SCSI_CAPACITY_GB.0,
+        1.0,
+        1e6,
+    )?;
     let rpm = r("rpm", s.rpm, d::SCSI_RPM.0, 1000.0, 30_000.0)?;
-    let seek_r = r("seek_read_ms", s.seek_read_ms, d::SCSI_SEEK_READ_MS.0, 0.0, 100.0)?;
-    let seek_w = r("seek_write_ms", s.seek_write_ms, d::SCSI_SEEK_WRITE_MS.0, 0.0, 100.0)?;
-    let media = r("media_mb_per_s", s.media_mb_per_s, d::SCSI_MEDIA_MB_PER_S.0, 1.0, 1e5)?;
+    let seek_r = r(
+        "seek_read_ms",
+        s.seek_read_ms,
+        d::SCSI_SEEK_READ_MS.0,
+        0.0,
+        100.0,
+    )?;
+    let seek_w = r(
+        "seek_write_ms",
+        s.seek_write_ms,
+        d::SCSI_SEEK_WRITE_MS.0,
+        0.0,
+        100.0,
+    )?;
+    let media = r(
+        "media_mb_per_s",
+        s.media_mb_per_s,
+        d::SCSI_MEDIA_MB_PER_S.0,
+        1.0,
+        1e5,
+    )?;
     let sg_tablesize = range(
         doc,
         &at("sg_tablesize"),
@@ -1812,7 +1866,14 @@ fn reaim(
     scsi: &ScsiSetup,
 ) -> Result<ReaimSetup, InputError> {
     use crate::workloads::reaim::{Task, Workfile};
-    let start = range(doc, "workload.start", s.start, 1, MAX_USERS, "users (cap MAX_USERS)")?;
+    let start = range(
+        doc,
+        "workload.start",
+        s.start,
+        1,
+        MAX_USERS,
+        "users (cap MAX_USERS)",
+    )?;
     let end = range(
         doc,
         "workload.end",
@@ -1821,7 +1882,14 @@ fn reaim(
         MAX_USERS,
         "users, from workload.start (cap MAX_USERS)",
     )?;
-    let increment = range(doc, "workload.increment", s.increment, 1, MAX_USERS, "users")?;
+    let increment = range(
+        doc,
+        "workload.increment",
+        s.increment,
+        1,
+        MAX_USERS,
+        "users",
+    )?;
     let users: Vec<u32> = (start..=end).step_by(increment as usize).collect();
     if users.len() > MAX_RAMP_POINTS {
         return Err(doc.field_error(
@@ -1848,7 +1916,10 @@ fn reaim(
             if list.is_empty() || list.len() > MAX_TASKS {
                 return Err(doc.field_error(
                     "workload.task",
-                    format!("expected 1..={MAX_TASKS} tasks (cap MAX_TASKS), got {}", list.len()),
+                    format!(
+                        "expected 1..={MAX_TASKS} tasks (cap MAX_TASKS), got {}",
+                        list.len()
+                    ),
                 ));
             }
             let mut v = Vec::with_capacity(list.len());
@@ -1860,7 +1931,14 @@ fn reaim(
                 let weight = range(doc, &at("weight"), t.weight, 1, 10_000, "runs per job")?;
                 let user = real(doc, &at("user_kcycles"), t.user_kcycles, 0.0, 1e7)?;
                 let sys = real(doc, &at("sys_kcycles"), t.sys_kcycles, 0.0, 1e7)?;
-                let kib = range(doc, &at("sync_write_kib"), t.sync_write_kib, 0, 1 << 20, "KiB")?;
+                let kib = range(
+                    doc,
+                    &at("sync_write_kib"),
+                    t.sync_write_kib,
+                    0,
+                    1 << 20,
+                    "KiB",
+                )?;
                 v.push(Task {
                     name: t.name.clone(),
                     weight,
