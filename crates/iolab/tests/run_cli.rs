@@ -201,3 +201,27 @@ fn experiment_scenarios_still_run_through_their_experiment() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reaim_prints_the_reaim_table_and_a_bad_ramp_is_bad_input() {
+    let out = iolab(&["--no-db", "run", "--example", "reaim-scsi-sba"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Num     Parent"), "{text}");
+    assert!(text.contains("Max Jobs per Minute"), "{text}");
+    let rows = iolab_sim::workloads::reaim::parse_table(&text);
+    assert_eq!(rows.len(), 4, "{text}");
+    let dir = temp_dir("reaim-bad");
+    let bad = dir.join("bad.toml");
+    let t = std::fs::read_to_string(example("reaim-scsi-sba"))
+        .unwrap()
+        .replace("increment = 2", "increment = 0");
+    std::fs::write(&bad, t).unwrap();
+    let out = iolab(&["--no-db", "run", s(&bad)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("workload.increment") && err.contains("bad.toml"),
+        "{err}"
+    );
+}

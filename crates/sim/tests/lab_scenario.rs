@@ -571,3 +571,177 @@ fn bypass_and_direct_windows_skip_the_mapping_work() {
     assert_eq!(metric(&direct, "dma.map_ns"), 0.0, "pre-mapped once");
     assert!(metric(&direct, "read.iops") > metric(&window, "read.iops"));
 }
+
+// ---------------------------------------------------------------------------------------
+// re-aim on a SCSI/SAS disk
+// ---------------------------------------------------------------------------------------
+
+/// A small re-aim ramp on a zx1 with one SCSI disk behind `model`/`mode`.
+fn reaim_scenario(model: &str, mode: &str, device_extra: &str) -> String {
+    format!(
+        r#"
+name = "reaim-{model}"
+seed = 3
+[machine]
+platform = "hp-zx1"
+cpus = 2
+memory_gib = 8
+[iommu]
+model = "{model}"
+mode = "{mode}"
+[[device]]
+kind = "scsi"
+{device_extra}
+[workload]
+kind = "reaim"
+start = 2
+end = 6
+increment = 2
+"#
+    )
+}
+
+#[test]
+fn reaim_fields_are_validated_by_name() {
+    let base = reaim_scenario("sba", "translated", "");
+    let (field, line, msg) = refused(&base.replace("end = 6", "end = 1"));
+    assert_eq!(field, "workload.end");
+    assert!(line.is_some());
+    assert!(msg.contains("from workload.start"), "{msg}");
+    let (field, _, _) = refused(&base.replace("increment = 2", "incremnet = 2"));
+    assert_eq!(field, "workload.incremnet");
+    let (field, _, msg) = refused(&base.replace("end = 6", "end = 6000"));
+    assert_eq!(field, "workload.end");
+    assert!(msg.contains("MAX_USERS"), "{msg}");
+    let (field, _, msg) = refused(&base.replace("kind = \"scsi\"", "kind = \"scsi\"\nrpm = 99"));
+    assert_eq!(field, "device[0].rpm");
+    assert!(msg.contains("1000"), "{msg}");
+    let (field, _, _) = refused(&base.replace("memory_gib = 8", "memory_gib = 4"));
+    assert_eq!(field, "machine.memory_gib");
+    let bad_task = base.replace(
+        "increment = 2",
+        "increment = 2\n[[workload.task]]\nname = \"cpu\"\nweight = 0\nuser_kcycles = 10",
+    );
+    let (field, _, _) = refused(&bad_task);
+    assert_eq!(field, "workload.task[0].weight");
+    // fio fields do not belong to re-aim, and re-aim does not run on NVMe.
+    let (field, _, _) = refused(&base.replace("increment = 2", "increment = 2\nbs = 4096"));
+    assert_eq!(field, "workload.bs");
+    let (field, _, msg) = refused(&base.replace("kind = \"scsi\"", "kind = \"nvme\""));
+    assert_eq!(field, "workload.kind");
+    assert!(msg.contains("reaim on scsi"), "{msg}");
+    // The ramp is capped in task runs.
+    let (field, _, msg) = refused(
+        &base
+            .replace("end = 6", "end = 5000")
+            .replace("increment = 2", "increment = 100"),
+    );
+    assert_eq!(field, "workload.end");
+    assert!(msg.contains("MAX_TASK_RUNS"), "{msg}");
+}
+
+#[test]
+fn reaim_prints_the_reaim_table_and_is_deterministic() {
+    let text = reaim_scenario("sba", "translated", "");
+    let a = run(&text);
+    let b = run(&text);
+    assert_eq!(a.report.report_text, b.report.report_text);
+    let rows = iolab_sim::workloads::reaim::parse_table(&a.report.report_text);
+    assert_eq!(
+        rows.iter().map(|r| r.forked).collect::<Vec<_>>(),
+        vec![2, 4, 6]
+    );
+    assert!(a.report.report_text.contains("Max Jobs per Minute"));
+    for r in &rows {
+        assert!(r.jpm > 0.0 && r.jti <= 100, "{r:?}");
+    }
+    let max = rows.iter().map(|r| r.jpm).fold(0.0, f64::max);
+    assert!((metric(&a, "reaim.max_jpm") - max).abs() / max < 1e-3);
+    assert_eq!(a.report.measurements[0].attrs["workload"], "reaim");
+    let other = run_seed(&text, 99);
+    assert_ne!(a.report.report_text, other.report.report_text);
+}
+
+#[test]
+fn reaim_jobs_per_minute_fall_when_the_disk_is_slower() {
+    let fast = run(&reaim_scenario("none", "off", ""));
+    let slow = run(&reaim_scenario(
+        "none",
+        "off",
+        "rpm = 5400\nseek_read_ms = 9\nseek_write_ms = 10",
+    ));
+    let (f, s) = (
+        metric(&fast, "reaim.max_jpm"),
+        metric(&slow, "reaim.max_jpm"),
+    );
+    assert!(s < f * 0.8, "slow disk {s} vs fast {f}");
+    // The fsync path really used the disk.
+    assert!(metric(&fast, "scsi.requests") > 0.0);
+    assert!(metric(&fast, "disk.busy_pct") > 10.0);
+}
+
+#[test]
+fn reaim_maps_through_the_iommu_model_it_names() {
+    let off = run(&reaim_scenario("none", "off", ""));
+    let sba = run(&reaim_scenario("sba", "translated", ""));
+    assert_eq!(metric(&off, "scsi.iommu_cpu_ns_per_request"), 0.0);
+    assert!(metric(&sba, "scsi.iommu_cpu_ns_per_request") > 0.0);
+    // The SBA coalesces page-aligned pieces into fewer DMA segments than pages.
+    assert!(
+        metric(&sba, "scsi.dma_segments_per_request")
+            < metric(&off, "scsi.dma_segments_per_request")
+    );
+    let smmu = run(examples::example("reaim-sas-smmuv3").unwrap());
+    assert!(metric(&smmu, "scsi.iommu_cpu_ns_per_request") > 0.0);
+    assert_eq!(smmu.report.measurements[0].attrs["iommu_model"], "smmuv3");
+}
+
+// ---------------------------------------------------------------------------------------
+// SMMUv3 IOTLB on the fio path
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn smmuv3_fio_translates_through_the_iotlb() {
+    let strict = run(examples::example("fio-nvme-smmuv3-strict").unwrap());
+    let lazy = run(examples::example("fio-nvme-smmuv3-lazy").unwrap());
+    for r in [&strict, &lazy] {
+        let hit = metric(r, "iotlb.hit_pct");
+        assert!((0.0..=100.0).contains(&hit));
+        // 64 KiB I/Os: 16 pages each, every page a fresh IOVA, so a miss and at least one
+        // walk read each; the walk cache keeps the walks short of 4 reads a page.
+        let walks = metric(r, "iotlb.walk_reads_per_io");
+        assert!((16.0..64.0).contains(&walks), "{walks}");
+    }
+    // Strict issues a CMD_TLBI_NH_VA per page and a sync per unmap; lazy a whole-ASID
+    // invalidation per flush, which also empties the walk cache, so its walks are no
+    // shorter than strict's.
+    assert!(metric(&strict, "cmdq.commands") > 10.0 * metric(&lazy, "cmdq.commands"));
+    assert!(metric(&lazy, "iotlb.walk_reads_per_io") >= metric(&strict, "iotlb.walk_reads_per_io"));
+    let off = run(examples::example("fio-nvme-off").unwrap());
+    assert!(off.report.measurements[0].get("iotlb.hit_pct").is_none());
+}
+
+#[test]
+fn the_iova_tree_lock_is_an_engine_spinlock_contended_at_many_cpus() {
+    // SAS completions run on the completion queues' CPUs, not the submitters': IOVAs are
+    // freed into other CPUs' magazines, and the misses take the IOVA tree's lock.
+    let tree = |cpus: usize| {
+        let text = examples::example("fio-sas-lockfree")
+            .unwrap()
+            .replace("cpus = 64", &format!("cpus = {cpus}"))
+            .replace("numjobs = 16", &format!("numjobs = {cpus}"))
+            .replace("first_cpu = 16", "");
+        let r = run(&text);
+        (
+            metric(&r, "lock.iova_tree.acquisitions"),
+            metric(&r, "lock.iova_tree.contended"),
+        )
+    };
+    let (few, many) = (tree(4), tree(64));
+    assert!(
+        few.0 > 0.0 && many.0 > 0.0,
+        "the tree lock is taken: {few:?} {many:?}"
+    );
+    assert_eq!(few.1, 0.0, "4 CPUs do not contend: {few:?}");
+    assert!(many.1 > 0.0, "64 CPUs contend: {many:?}");
+}

@@ -12,8 +12,11 @@
 //! serves it from the media (seek + rotational latency + media transfer), in FIFO order,
 //! one command at a time (no tagged reordering: stated in docs/model/sba-vmerge.md). The
 //! completion runs on the submitter's CPU: the interrupt and completion path, then the unmap.
+//!
+//! [`ScsiHost::start`] puts the host behind the zx1's SBA (under its resource lock, as an
+//! engine spin lock); [`ScsiHost::start_on`] behind any [`DmaPath`] ([`HostDma`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -98,15 +101,27 @@ struct Cmd {
     done: Completion<()>,
 }
 
+/// What a [`ScsiHost`] maps its DMA through.
+pub struct HostDma {
+    /// The DMA path (IOMMU, bypass or none).
+    pub path: Arc<dyn DmaPath>,
+    /// Time of a map or unmap call's work that the profile's step costs do not cover
+    /// (waits for the hardware: purges, flush polls, queue syncs, hypervisor time), ns.
+    pub extra_ns: Box<dyn Fn(&WorkRecord) -> f64>,
+    /// The lock map and unmap calls run under, modelled by the engine, with its name.
+    pub lock: Option<(&'static str, SpinParams)>,
+}
+
 struct Inner {
     params: ScsiParams,
     limits: QueueLimits,
-    sba: Arc<SbaIommu>,
+    path: Arc<dyn DmaPath>,
     dev: Device,
     cost: CpuCostModel,
-    purge_ns: f64,
+    extra_ns: Box<dyn Fn(&WorkRecord) -> f64>,
     lock_ns: f64,
-    res_lock: SpinLock,
+    res_lock: Option<SpinLock>,
+    live: Cell<usize>,
     queue: Channel<Cmd>,
     stats: RefCell<ScsiStats>,
 }
@@ -141,16 +156,40 @@ impl ScsiHost {
         purge_ns: f64,
         lock_params: SpinParams,
     ) -> Result<Self, SimError> {
-        let res_lock = SpinLock::new(h, "sba_res_lock", lock_params)?;
+        let dma = HostDma {
+            path: sba,
+            extra_ns: Box::new(move |w: &WorkRecord| w.purges as f64 * purge_ns),
+            lock: Some(("sba_res_lock", lock_params)),
+        };
+        Self::start_on(h, params, limits, dma, dev, cost)
+    }
+
+    /// Builds the host behind `dma` and starts its HBA/disk agent on `h`.
+    pub fn start_on(
+        h: &Handle,
+        params: ScsiParams,
+        limits: QueueLimits,
+        dma: HostDma,
+        dev: Device,
+        cost: CpuCostModel,
+    ) -> Result<Self, SimError> {
+        let (res_lock, lock_ns) = match dma.lock {
+            Some((name, p)) => (
+                Some(SpinLock::new(h, name, p)?),
+                (p.acquire_ns + p.release_ns) as f64,
+            ),
+            None => (None, 0.0),
+        };
         let inner = Rc::new(Inner {
             params,
             limits,
-            sba,
+            path: dma.path,
             dev,
             cost,
-            purge_ns,
-            lock_ns: (lock_params.acquire_ns + lock_params.release_ns) as f64,
+            extra_ns: dma.extra_ns,
+            lock_ns,
             res_lock,
+            live: Cell::new(0),
             queue: Channel::new(h, HBA_QUEUE_DEPTH),
             stats: RefCell::new(ScsiStats::default()),
         });
@@ -166,7 +205,7 @@ impl ScsiHost {
 
     /// Live IOMMU mappings of this host's I/O (zero when every I/O has completed).
     pub fn live_mappings(&self) -> usize {
-        self.inner.sba.live_mappings()
+        self.inner.live.get()
     }
 
     /// The queue limits the block layer uses.
@@ -221,15 +260,21 @@ impl ScsiHost {
             sys += spend(ctx, inn.params.driver_submit_ns).await;
             // dma_map_sg under the IOMMU's resource lock.
             let t0 = ctx.now();
-            let g = inn.res_lock.lock(ctx).await;
+            let g = match &inn.res_lock {
+                Some(l) => Some(l.lock(ctx).await),
+                None => None,
+            };
             let mut work = WorkRecord::new();
             let mapped = inn
-                .sba
+                .path
                 .map_sg(&inn.dev, &entries, dir, ctx.cpu().id(), &mut work)
                 .map_err(|e| ScsiError::Dma(e.to_string()))?;
+            inn.live.set(inn.live.get() + 1);
             let ns = self.work_ns(&work);
             spend(ctx, ns).await;
-            g.unlock().await;
+            if let Some(g) = g {
+                g.unlock().await;
+            }
             ctx.trace_since("dma map_sg", t0);
             let held = (ctx.now() - t0).as_ns();
             sys += held;
@@ -258,15 +303,21 @@ impl ScsiHost {
             done.wait(ctx).await;
             sys += spend(ctx, inn.params.driver_complete_ns).await;
             let t0 = ctx.now();
-            let g = inn.res_lock.lock(ctx).await;
+            let g = match &inn.res_lock {
+                Some(l) => Some(l.lock(ctx).await),
+                None => None,
+            };
             let mut work = WorkRecord::new();
             let now = ctx.now().as_ns();
-            inn.sba
+            inn.path
                 .unmap_sg(mapped, ctx.cpu().id(), now, &mut work)
                 .map_err(|r| ScsiError::Dma(r.error.to_string()))?;
+            inn.live.set(inn.live.get() - 1);
             let ns = self.work_ns(&work);
             spend(ctx, ns).await;
-            g.unlock().await;
+            if let Some(g) = g {
+                g.unlock().await;
+            }
             ctx.trace_since("dma unmap_sg", t0);
             let held = (ctx.now() - t0).as_ns();
             sys += held;
@@ -275,12 +326,13 @@ impl ScsiHost {
         Ok(IoCpu { sys_ns: sys })
     }
 
-    /// CPU time of an IOMMU call: its counted steps, the purges it waited for, and the
-    /// uncontended cost of every lock it took beyond the one the engine models.
+    /// CPU time of an IOMMU call: its counted steps, the hardware waits of
+    /// [`HostDma::extra_ns`] (the SBA's purges), and the uncontended cost of every lock it
+    /// took beyond the one the engine models.
     fn work_ns(&self, work: &WorkRecord) -> f64 {
         let inn = &self.inner;
         let locks = (inn.cost.locks_uncontended_ns(work) - inn.lock_ns).max(0.0);
-        inn.cost.cpu_ns(work) + work.purges as f64 * inn.purge_ns + locks
+        inn.cost.cpu_ns(work) + (inn.extra_ns)(work) + locks
     }
 }
 
@@ -309,7 +361,10 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
         };
         let mut translated = 0u64;
         for s in &cmd.segments {
-            if let Ok(ranges) = inn.sba.translate(&inn.dev, s.dma, s.len, access, &mut work) {
+            if let Ok(ranges) = inn
+                .path
+                .translate(&inn.dev, s.dma, s.len, access, &mut work)
+            {
                 translated += ranges.iter().map(|r| r.len).sum::<u64>();
             }
         }

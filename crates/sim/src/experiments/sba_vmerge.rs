@@ -19,15 +19,16 @@ use iolab_iommu::hw::{SbaIommu, SbaIommuConfig};
 use serde::Deserialize;
 
 use super::ExperimentError;
-use crate::accounting::Account;
-use crate::block::{Piece, QueueLimits};
+use crate::block::QueueLimits;
 use crate::cost::PlatformProfile;
-use crate::devices::scsi::{page_addr, ScsiHost, ScsiParams, ScsiStats};
+use crate::devices::scsi::{ScsiHost, ScsiParams, ScsiStats};
 use crate::engine::{Sim, SimConfig};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::resources::SpinParams;
 use crate::tomlfile::TomlDoc;
-use crate::workloads::reaim::{self, ChildResult, ReaimRow, Slicer, Task, Workfile};
+use crate::workloads::reaim::{
+    self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, Task, TaskTotals, Workfile,
+};
 
 /// The experiment's name.
 pub const NAME: &str = "sba-vmerge";
@@ -601,13 +602,6 @@ struct RunOut {
     lock_contended: u64,
 }
 
-#[derive(Default)]
-struct Totals {
-    task_user: u64,
-    task_sys: u64,
-    io_sys: u64,
-}
-
 fn run_one(
     cfg: &Config,
     kernel: &Kernel,
@@ -656,117 +650,46 @@ fn run_one(
         lock,
     )?;
     let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
-    let totals: Rc<RefCell<Totals>> = Rc::new(RefCell::new(Totals::default()));
+    let totals: Rc<RefCell<TaskTotals>> = Rc::new(RefCell::new(TaskTotals::default()));
     let errors: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
     let wf = Rc::new(cfg.workfile.clone());
-    // Journal area: the last 1% of the disk, written sequentially.
-    let journal_base = (cfg.disk_bytes / 100 * 99) / cfg.fs_block * cfg.fs_block;
-    let journal_len = (cfg.disk_bytes / 100).max(cfg.fs_block * 1024);
-    let journal_cursor = Rc::new(RefCell::new(0u64));
-    for child in 0..users {
-        let (wf, host, results, totals, errors, journal_cursor) = (
+    let child = ChildSetup {
+        slice_ns: cfg.slice_ns,
+        jitter: cfg.jitter,
+        scale,
+        layout: FsyncLayout {
+            page: cfg.page,
+            // RAM sits at 4 GiB and up, away from the IOV window (scenario).
+            first_pfn: (4u64 << 30) / cfg.page,
+            mem_pages: cfg.mem_pages,
+            disk_bytes: cfg.disk_bytes,
+            fs_block: cfg.fs_block,
+            journal_blocks: cfg.journal_blocks,
+        },
+    };
+    let journal = Rc::new(RefCell::new(Journal::new(&child.layout)));
+    for n in 0..users {
+        let (wf, host, results, totals, errors, journal) = (
             wf.clone(),
             host.clone(),
             results.clone(),
             totals.clone(),
             errors.clone(),
-            journal_cursor.clone(),
+            journal.clone(),
         );
-        let c = cfg.clone();
         // The child's clock starts at its fork, not at its first run.
         let start = h.now();
-        sim.spawn_on(child as usize % cfg.cpus, move |ctx| async move {
-            let mut slicer = Slicer::new(c.slice_ns);
-            let mut job = wf.job();
-            // re-aim runs the job's tasks in a random order per child.
-            for i in (1..job.len()).rev() {
-                let j = ctx.rng().below(i as u64 + 1) as usize;
-                job.swap(i, j);
-            }
-            let (mut user, mut sys) = (0u64, 0u64);
-            for ti in job {
-                let t = &wf.tasks[ti];
-                let f = 1.0 + c.jitter * (2.0 * ctx.rng().next_f64() - 1.0);
-                let u = (t.user_ns * scale.0 * f).round() as u64;
-                let s = (t.sys_ns * scale.1 * f).round() as u64;
-                slicer.spend(&ctx, u, Account::User).await;
-                slicer.spend(&ctx, s, Account::System).await;
-                user += u;
-                sys += s;
-                {
-                    let mut tt = totals.borrow_mut();
-                    tt.task_user += u;
-                    tt.task_sys += s;
-                }
-                if t.sync_write_bytes > 0 {
-                    // The file's page-cache pages: scattered page frames.
-                    let pages = t.sync_write_bytes.div_ceil(c.page);
-                    let mut pieces = Vec::with_capacity(pages as usize);
-                    let mut left = t.sync_write_bytes;
-                    for _ in 0..pages {
-                        // RAM sits at 4 GiB and up, away from the IOV window (scenario).
-                        let pfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
-                        let len = left.min(c.page);
-                        pieces.push(Piece {
-                            pa: page_addr(pfn, c.page),
-                            len,
-                        });
-                        left -= len;
-                    }
-                    let blocks = c.disk_bytes / c.fs_block - 1024;
-                    let offset = ctx.rng().below(blocks * 9 / 10) * c.fs_block;
-                    // fsync (ext3, data=ordered): the data, then the journal blocks (each a
-                    // buffer in its own page), then the commit block.
-                    let mut jpieces = Vec::new();
-                    for _ in 0..c.journal_blocks {
-                        let pfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
-                        let off = ctx.rng().below(c.page / c.fs_block) * c.fs_block;
-                        jpieces.push(Piece {
-                            pa: iolab_iommu::addr::PhysAddr::new(
-                                page_addr(pfn, c.page).get() + off,
-                            ),
-                            len: c.fs_block,
-                        });
-                    }
-                    let cpfn = (4u64 << 30) / c.page + ctx.rng().below(c.mem_pages);
-                    let commit = [Piece {
-                        pa: page_addr(cpfn, c.page),
-                        len: c.fs_block,
-                    }];
-                    let jblocks = (c.journal_blocks + 1) * c.fs_block;
-                    let joff = {
-                        let mut cur = journal_cursor.borrow_mut();
-                        if *cur + jblocks > journal_len {
-                            *cur = 0;
-                        }
-                        let o = journal_base + *cur;
-                        *cur += jblocks;
-                        o
-                    };
-                    let mut io_sys = 0u64;
-                    for (off, list) in [
-                        (offset, pieces.as_slice()),
-                        (joff, jpieces.as_slice()),
-                        (joff + c.journal_blocks * c.fs_block, commit.as_slice()),
-                    ] {
-                        match host.write(&ctx, off, list).await {
-                            Ok(cpu) => io_sys += cpu.sys_ns,
-                            Err(e) => {
-                                errors.borrow_mut().get_or_insert(e.to_string());
-                                return;
-                            }
-                        }
-                    }
-                    slicer.charge(io_sys);
-                    sys += io_sys;
-                    totals.borrow_mut().io_sys += io_sys;
+        sim.spawn_on(n as usize % cfg.cpus, move |ctx| async move {
+            match reaim::run_child(&ctx, &wf, &child, &host, &journal, &totals).await {
+                Ok((user, sys)) => results.borrow_mut().push(ChildResult {
+                    elapsed_ns: (ctx.now() - start).as_ns(),
+                    user_ns: user,
+                    sys_ns: sys,
+                }),
+                Err(e) => {
+                    errors.borrow_mut().get_or_insert(e.to_string());
                 }
             }
-            results.borrow_mut().push(ChildResult {
-                elapsed_ns: (ctx.now() - start).as_ns(),
-                user_ns: user,
-                sys_ns: sys,
-            });
         })?;
     }
     let report = sim.run()?;

@@ -4,10 +4,15 @@
 //! (`kernel.block_submit_ns`), `dma_map` through the scenario's IOMMU (the work the stack
 //! really did, priced by the platform profile), the driver's submission and the doorbell
 //! write; the device's DMA is translated by the IOMMU (its translation time added to the
-//! transfer); the completion interrupt lands on the CPU its queue's vector is affine to,
-//! where the driver completes the command, `dma_unmap` runs (with SMMUv3, the invalidation
-//! commands and `CMD_SYNC` go through the timed command queue of the `smmuv3-cmdq`
-//! experiment) and the block layer completes the request to fio.
+//! transfer; with SMMUv3, through its IOTLB and walk cache, each walk read costed); the
+//! completion interrupt lands on the CPU its queue's vector is affine to, where the driver
+//! completes the command, `dma_unmap` runs (with SMMUv3, the invalidation commands and
+//! `CMD_SYNC` the SMMU model applies go through the timed command queue of the
+//! `smmuv3-cmdq` experiment) and the block layer completes the request to fio.
+//!
+//! The IOVA tree's lock and the per-CPU flush queues' locks are engine [`SpinLock`]s: a
+//! map or unmap that took one holds it for the work done under it (the tree walk and
+//! rotations; the flush-queue ring operations), so waiters spin when many CPUs contend.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -15,10 +20,9 @@ use std::sync::Arc;
 
 use iolab_iommu::addr::{Access, PhysAddr, SZ_4K};
 use iolab_iommu::dma::{Device, Direction};
-use iolab_iommu::hw::{DmaPath, MappedBuffer};
-use iolab_iommu::work::WorkRecord;
+use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, Smmuv3DevicePath};
+use iolab_iommu::work::{LockId, WorkRecord};
 
-use super::cmdq_invalidator::CmdqInvalidator;
 use crate::accounting::{Account, RunReport};
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
@@ -27,6 +31,7 @@ use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
+use crate::resources::{SpinLock, SpinParams};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, JobJson, SharedStats,
     SubmitFuture,
@@ -56,11 +61,25 @@ pub(crate) struct DmaCounters {
     pub translation_ns: f64,
     pub inval_syncs: u64,
     pub flush_queue_flushes: u64,
+    /// Device-side page translations that hit the SMMU's IOTLB (SMMUv3 only).
+    pub iotlb_hits: u64,
+    /// ... that missed it and walked.
+    pub iotlb_misses: u64,
+    /// ... that hit an entry whose mapping was already unmapped (lazy mode's window).
+    pub iotlb_stale_hits: u64,
+    /// Table reads of those walks (after the walk cache).
+    pub walk_reads: u64,
+    /// I/Os whose DMA was translated.
+    pub translated_ios: u64,
 }
 
 struct Stack {
     path: Arc<dyn DmaPath>,
-    cmdq: Option<(Arc<CmdqInvalidator>, SimCmdq)>,
+    cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
+    /// The IOVA tree's lock (Linux `iova_rbtree_lock`).
+    tree_lock: SpinLock,
+    /// Per CPU: its flush queue's lock (lazy mode).
+    fq_locks: Vec<SpinLock>,
     cost: CpuCostModel,
     devs: Vec<BlockDev>,
     /// Per device, per interrupt vector: the completions it delivers.
@@ -81,15 +100,68 @@ impl Stack {
         self.error.borrow_mut().get_or_insert(e).clone()
     }
 
-    /// CPU time of a map or unmap: the counted steps, their locks (uncontended), the
-    /// hypervisor's time for TCE hypercalls (POWER) and the IPMMU's flush polling.
+    /// CPU time of a map or unmap outside the locks the engine models: the counted steps,
+    /// the other locks (uncontended), the hypervisor's time for TCE hypercalls (POWER) and
+    /// the IPMMU's flush polling. The work done under the IOVA-tree and flush-queue locks
+    /// is charged by [`Stack::locked`] instead.
     fn work_ns(&self, w: &WorkRecord) -> Result<f64, String> {
         let hv = self
             .cost
             .hypervisor_ns(w)
             .map_err(|e| self.fail(e.to_string()))?;
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
-        Ok(self.cost.cpu_ns(w) + self.cost.locks_uncontended_ns(w) + hv + polls as f64)
+        let engine_locks = [LockId::IovaTree, LockId::FlushQueue]
+            .iter()
+            .map(|&id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id))
+            .sum::<f64>();
+        let (tree, fq) = self.critical_ns(w);
+        Ok(
+            self.cost.cpu_ns(w) - tree - fq + self.cost.locks_uncontended_ns(w) - engine_locks
+                + hv
+                + polls as f64,
+        )
+    }
+
+    /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
+    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping).
+    fn critical_ns(&self, w: &WorkRecord) -> (f64, f64) {
+        let mut t = WorkRecord::new();
+        if w.lock_count(LockId::IovaTree) > 0 {
+            t.tree_nodes_visited = w.tree_nodes_visited;
+            t.tree_rotations = w.tree_rotations;
+        }
+        let mut f = WorkRecord::new();
+        if w.lock_count(LockId::FlushQueue) > 0 {
+            f.flush_queue_adds = w.flush_queue_adds;
+            f.flush_queue_frees = w.flush_queue_frees;
+            f.flush_queue_flushes = w.flush_queue_flushes;
+        }
+        (self.cost.cpu_ns(&t), self.cost.cpu_ns(&f))
+    }
+
+    /// Takes the IOVA-tree and flush-queue locks `w` took, each for its share of the work
+    /// done under it, on `ctx`'s CPU (waiters spin).
+    async fn locked(&self, ctx: &Ctx, w: &WorkRecord) {
+        let (tree, fq) = self.critical_ns(w);
+        let cpu = ctx.cpu().id();
+        for (lock, n, ns) in [
+            (&self.tree_lock, w.lock_count(LockId::IovaTree), tree),
+            (
+                &self.fq_locks[cpu % self.fq_locks.len()],
+                w.lock_count(LockId::FlushQueue),
+                fq,
+            ),
+        ] {
+            for i in 0..n {
+                let g = lock.lock(ctx).await;
+                if i == 0 && ns >= 0.5 {
+                    ctx.cpu()
+                        .spend(SimDuration::ns(ns.round() as u64), Account::System)
+                        .await;
+                }
+                g.unlock().await;
+            }
+        }
     }
 
     async fn submit(&self, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
@@ -109,7 +181,13 @@ impl Stack {
             .path
             .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
+        let queue = if self.cmdq.is_some() {
+            split_queue_work(&mut w)
+        } else {
+            Default::default()
+        };
         let map_ns = self.work_ns(&w)?;
+        self.locked(ctx, &w).await;
         {
             let mut c = self.counters.borrow_mut();
             c.maps += 1;
@@ -123,18 +201,39 @@ impl Stack {
                 Account::System,
             )
             .await;
-        // The device's DMA goes through the IOMMU (or its bypass).
+        if let (Some((_, q)), true) = (&self.cmdq, queue.syncs > 0) {
+            // A lazy flush run from the map path (its timer expired).
+            q.issue(ctx, queue.invalidations(), queue.prod_writes).await;
+        }
+        // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
+        // its bypass.
         let mut tw = WorkRecord::new();
         let access = if req.is_read {
             Access::Write
         } else {
             Access::Read
         };
-        self.path
-            .translate(&self.device, mapping.dma_addr(), req.len, access, &mut tw)
-            .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?;
+        match &self.cmdq {
+            Some((p, _)) => p
+                .device_translate(mapping.dma_addr(), req.len, access, &mut tw)
+                .map(drop)
+                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+            None => self
+                .path
+                .translate(&self.device, mapping.dma_addr(), req.len, access, &mut tw)
+                .map(drop)
+                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+        }
         let tr_ns = self.cost.translation_ns(&tw);
-        self.counters.borrow_mut().translation_ns += tr_ns;
+        {
+            let mut c = self.counters.borrow_mut();
+            c.translation_ns += tr_ns;
+            c.iotlb_hits += tw.iotlb_hits;
+            c.iotlb_misses += tw.iotlb_misses;
+            c.iotlb_stale_hits += tw.iotlb_stale_hits;
+            c.walk_reads += tw.walk_reads;
+            c.translated_ios += u64::from(tw.translations > 0);
+        }
         let now = ctx.now().as_ns();
         let devno = req.job % self.devs.len();
         let (at, vector) = match &self.devs[devno] {
@@ -190,6 +289,12 @@ impl Stack {
         {
             self.fail(format!("dma unmap failed: {}", e.error));
         }
+        // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
+        let queue = if self.cmdq.is_some() {
+            split_queue_work(&mut w)
+        } else {
+            Default::default()
+        };
         let unmap_ns = self.work_ns(&w).unwrap_or(0.0);
         {
             let mut c = self.counters.borrow_mut();
@@ -201,13 +306,13 @@ impl Stack {
         ctx.cpu()
             .spend(SimDuration::ns(unmap_ns.round() as u64), Account::System)
             .await;
-        if let Some((inv, q)) = &self.cmdq {
-            let issued = inv.take();
-            if issued.syncs > 0 {
-                q.issue(ctx, issued.cmds, issued.prod_writes).await;
+        self.locked(ctx, &w).await;
+        if let Some((p, q)) = &self.cmdq {
+            if queue.syncs > 0 {
+                q.issue(ctx, queue.invalidations(), queue.prod_writes).await;
             }
-            if let Some(e) = inv.error() {
-                self.fail(e);
+            if p.invalidation_errors() > 0 {
+                self.fail("the SMMUv3 command queue refused a command".to_string());
             }
         }
         ctx.cpu()
@@ -240,6 +345,10 @@ pub(crate) struct FioRun {
     pub dma: DmaCounters,
     pub cmdq: Option<crate::experiments::smmuv3_cmdq::CmdqStats>,
     pub irq_cpus: usize,
+    /// Whether the device's DMA went through the SMMUv3 model's IOTLB.
+    pub iotlb: bool,
+    /// The IOVA tree's lock over the measured window: (acquisitions, contended).
+    pub tree_lock: (u64, u64),
 }
 
 /// The fio job of a scenario.
@@ -267,7 +376,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let h = sim.handle().clone();
     let built = iommu::build(s, &h)?;
-    let device = Device::new(1, 64).map_err(model_err)?;
+    let device = iommu::lab_device(64)?;
     let job = fio_job(s, f);
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
     // Interrupt vectors and the CPUs they are affine to: NVMe queue q on CPU q (managed
@@ -301,6 +410,10 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let stack = Rc::new(Stack {
         path: built.path,
         cmdq: built.cmdq,
+        tree_lock: SpinLock::new(&h, "iova_tree_lock", lock_params(s))?,
+        fq_locks: (0..s.cpus)
+            .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}"), lock_params(s)))
+            .collect::<Result<Vec<_>, _>>()?,
         poll_interval_ns: built.poll_interval_ns,
         cost: s.profile.cpu_cost_model(),
         devs,
@@ -360,9 +473,33 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         json,
         cpu,
         dma,
+        iotlb: cmdq.is_some(),
+        tree_lock: lock_window(&before, &after, "iova_tree_lock"),
         cmdq,
         irq_cpus: irq_cpus.len(),
     })
+}
+
+/// Acquisitions and contended acquisitions of spin lock `name` between two reports.
+fn lock_window(before: &RunReport, after: &RunReport, name: &str) -> (u64, u64) {
+    let get = |r: &RunReport| {
+        r.spin_lock(name)
+            .map_or((0, 0), |l| (l.acquisitions, l.contended))
+    };
+    let (a0, c0) = get(before);
+    let (a1, c1) = get(after);
+    (a1.saturating_sub(a0), c1.saturating_sub(c0))
+}
+
+/// The profile's spinlock costs: an uncontended acquire and release, and the hand-off of
+/// the lock's line to a waiting CPU.
+pub(crate) fn lock_params(s: &LabScenario) -> SpinParams {
+    let sync = &s.profile.sync;
+    SpinParams {
+        acquire_ns: sync.lock_acquire_release.ns().round() as u64,
+        release_ns: 0,
+        handoff_ns: sync.lock_handoff.ns().round() as u64,
+    }
 }
 
 /// CPU times summed over every CPU of a report.

@@ -38,3 +38,12 @@ pub const MAX_DEVICE_QUEUES: usize = 4096;
 pub const MAX_DISKS: usize = 1024;
 /// Repetitions of a scenario (`--runs`).
 pub const MAX_RUNS: u32 = 100;
+/// re-aim users of one ramp point (`workload.start`, `workload.end`).
+pub const MAX_USERS: u32 = 5000;
+/// User counts of one re-aim ramp (each is one simulation per run).
+pub const MAX_RAMP_POINTS: usize = 64;
+/// Tasks of a re-aim workfile (`[[workload.task]]`).
+pub const MAX_TASKS: usize = 256;
+/// Task runs of a whole re-aim ramp (the sum over user counts of users x the workfile's
+/// weight): bounds host time (about 2 s per million here).
+pub const MAX_TASK_RUNS: u64 = 2_000_000;

@@ -177,3 +177,116 @@ pub const BONNIE_FILE_MIB: Sourced<u64> = (
     16,
     "assumption: a 16 MiB file runs in well under a second of host time; steady-state rates do not depend on it (the bundled ipmmu-usb scenario uses 64 MiB)",
 );
+
+// ---------------------------------------------------------------------------------------
+// The SCSI/SAS disk of re-aim scenarios (devices::scsi): the zx1 set-up's LSI 53c1030 HBA
+// and Seagate Cheetah 15K.3 of scenarios/sba-vmerge.toml, whose values are datasheet and
+// driver facts or stated assumptions there (none is fitted to a published result).
+// ---------------------------------------------------------------------------------------
+
+/// scsi `device.bus_mb_per_s`.
+pub const SCSI_BUS_MB_PER_S: Sourced<f64> = (
+    160.0,
+    "Ultra160 data phase, 160 MB/s (scenarios/sba-vmerge.toml); a SAS-2 link is 600 MB/s (6 Gb/s, 8b/10b)",
+);
+/// scsi `device.hba_command_us`.
+pub const SCSI_HBA_COMMAND_US: Sourced<f64> = (
+    25.0,
+    "assumption (scenarios/sba-vmerge.toml): LSI Fusion-MPT firmware handles ~40K commands/s",
+);
+/// scsi `device.hba_per_sge_ns`.
+pub const SCSI_HBA_PER_SGE_NS: Sourced<f64> = (
+    150.0,
+    "assumption (scenarios/sba-vmerge.toml): the IOC reads one SG element and programs its DMA engine",
+);
+/// scsi `device.sg_tablesize`.
+pub const SCSI_SG_TABLESIZE: Sourced<usize> = (
+    40,
+    "drivers/message/fusion/mptbase.h MPT_SCSI_SG_DEPTH = 40 (scenarios/sba-vmerge.toml)",
+);
+/// scsi `device.max_sectors`.
+pub const SCSI_MAX_SECTORS: Sourced<u64> =
+    (8192, "mptscsih host template .max_sectors = 8192 (4 MiB)");
+/// scsi `device.max_segment_kib`.
+pub const SCSI_MAX_SEGMENT_KIB: Sourced<u64> = (64, "Linux block layer MAX_SEGMENT_SIZE = 65536");
+/// scsi `device.submit_kcycles`.
+pub const SCSI_SUBMIT_KCYCLES: Sourced<f64> = (
+    15.0,
+    "assumption (scenarios/sba-vmerge.toml): make_request, elevator, SCSI mid-layer and the driver's queuecommand, ~15,000 cycles at the profile's clock",
+);
+/// scsi `device.per_sge_cycles`.
+pub const SCSI_PER_SGE_CYCLES: Sourced<f64> = (
+    60.0,
+    "assumption (scenarios/sba-vmerge.toml): the driver writes one 64-bit SG element into the frame, ~60 cycles",
+);
+/// scsi `device.complete_kcycles`.
+pub const SCSI_COMPLETE_KCYCLES: Sourced<f64> = (
+    20.0,
+    "assumption (scenarios/sba-vmerge.toml): interrupt, reply handling, scsi_done and bio end_io, ~20,000 cycles",
+);
+/// scsi `device.capacity_gb`.
+pub const SCSI_CAPACITY_GB: Sourced<f64> =
+    (73.4, "Seagate Cheetah 15K.3 ST373453LC data sheet: 73.4 GB");
+/// scsi `device.rpm`.
+pub const SCSI_RPM: Sourced<f64> = (15000.0, "Seagate Cheetah 15K.3 data sheet: 15,000 rpm");
+/// scsi `device.seek_read_ms`.
+pub const SCSI_SEEK_READ_MS: Sourced<f64> = (
+    3.6,
+    "Seagate Cheetah 15K.3 data sheet: average read seek 3.6 ms",
+);
+/// scsi `device.seek_write_ms`.
+pub const SCSI_SEEK_WRITE_MS: Sourced<f64> = (
+    4.0,
+    "Seagate Cheetah 15K.3 data sheet: average write seek 4.0 ms",
+);
+/// scsi `device.media_mb_per_s`.
+pub const SCSI_MEDIA_MB_PER_S: Sourced<f64> = (
+    58.0,
+    "Seagate Cheetah 15K.3 data sheet: sustained 49-75 MB/s; assumption: ~58 MB/s over random offsets",
+);
+
+// ---------------------------------------------------------------------------------------
+// re-aim workload
+// ---------------------------------------------------------------------------------------
+
+/// reaim `workload.timeslice_ms`.
+pub const REAIM_TIMESLICE_MS: Sourced<f64> = (
+    10.0,
+    "assumption: a CFS slice with a few runnable tasks per CPU (sched_latency 6 ms x (1 + log2 CPUs), divided among them) is of the order of 10 ms",
+);
+/// reaim `workload.jitter_pct`.
+pub const REAIM_JITTER_PCT: Sourced<f64> = (
+    20.0,
+    "assumption (scenarios/sba-vmerge.toml): a task's CPU cost varies +-20% from run to run (cache and TLB state)",
+);
+/// reaim `workload.fs_block`.
+pub const REAIM_FS_BLOCK: Sourced<u64> = (4096, "assumption: mke2fs's default 4 KiB blocks");
+/// reaim `workload.journal_blocks`.
+pub const REAIM_JOURNAL_BLOCKS: Sourced<u64> = (
+    3,
+    "assumption (scenarios/sba-vmerge.toml): an ext3 fsync of a small file journals the inode, a bitmap and a descriptor block, then a commit block",
+);
+/// The kernel's page size for re-aim's page cache, bytes.
+pub const REAIM_PAGE: Sourced<u64> = (4096, "assumption: 4 KiB kernel pages");
+
+/// One task of the default re-aim workfile: name, class, weight, user and system CPU per run
+/// in thousands of cycles (converted at the profile's `cpu.clock_ghz`), bytes written and
+/// fsynced per run, source.
+pub type DefaultTask = (&'static str, u32, f64, f64, u64, &'static str);
+
+/// The default workfile `lab_mix`: AIM7 task classes (CPU, IPC, fork/exec, page-cache and
+/// synchronous disk) with absolute costs, each an assumption stated with its reasoning. No
+/// published result is an input (the sba-vmerge experiment instead scales its workfile's
+/// relative costs to one published row).
+pub const REAIM_TASKS: &[DefaultTask] = &[
+    ("add_int", 6, 2000.0, 5.0, 0, "assumption (CPU): AIM's integer loop, ~10^6 iterations of ~2 cycles"),
+    ("sort_rtns_1", 6, 4000.0, 10.0, 0, "assumption (CPU): in-memory sort of ~10^5 keys, n log n ~ 1.7M compares at ~2.5 cycles"),
+    ("string_rtns", 6, 3000.0, 10.0, 0, "assumption (CPU): string routines over ~1 MB, ~3 cycles a byte"),
+    ("shared_memory", 10, 1000.0, 400.0, 0, "assumption (IPC): ~1000 semaphore and shared-memory operations, ~400 cycles of syscall each"),
+    ("tcp_test", 6, 200.0, 1500.0, 0, "assumption (IPC): ~100 loopback TCP round trips, ~15,000 cycles of stack each"),
+    ("fork_test", 4, 50.0, 300.0, 0, "assumption (fork/exec): fork, exit and wait of a small process, ~300,000 cycles (lmbench's fork latency is of the order of 100 us on a 2-3 GHz core)"),
+    ("exec_test", 3, 100.0, 800.0, 0, "assumption (fork/exec): fork, execve of a small binary, exit and wait, ~3x a fork"),
+    ("disk_rr", 6, 300.0, 600.0, 0, "assumption (page cache): random reads of a cached file, ~600,000 cycles of copy and lookup"),
+    ("sync_disk_update", 3, 200.0, 300.0, 80 << 10, "assumption (disk): update an 80 KiB file and fsync it (FILESIZE 80k of the OSDL STP re-aim configuration, scenarios/sba-vmerge.toml)"),
+    ("sync_disk_wrt", 3, 200.0, 300.0, 80 << 10, "assumption (disk): write an 80 KiB file sequentially and fsync it"),
+];

@@ -20,6 +20,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/fio-nvme-off.toml"),
     ),
     (
+        "fio-nvme-smmuv3-lazy",
+        include_str!("../../../../scenarios/examples/fio-nvme-smmuv3-lazy.toml"),
+    ),
+    (
+        "fio-nvme-smmuv3-strict",
+        include_str!("../../../../scenarios/examples/fio-nvme-smmuv3-strict.toml"),
+    ),
+    (
         "fio-nvme-strict",
         include_str!("../../../../scenarios/examples/fio-nvme-strict.toml"),
     ),
@@ -42,6 +50,18 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     (
         "netperf-pseries-default",
         include_str!("../../../../scenarios/examples/netperf-pseries-default.toml"),
+    ),
+    (
+        "reaim-sas-smmuv3",
+        include_str!("../../../../scenarios/examples/reaim-sas-smmuv3.toml"),
+    ),
+    (
+        "reaim-scsi-off",
+        include_str!("../../../../scenarios/examples/reaim-scsi-off.toml"),
+    ),
+    (
+        "reaim-scsi-sba",
+        include_str!("../../../../scenarios/examples/reaim-scsi-sba.toml"),
     ),
 ];
 

@@ -1,24 +1,26 @@
 //! Builds the DMA path a scenario's devices use: the IOMMU model in the chosen mode (the same
 //! functional models and assembly the published experiments use), and for SMMUv3 in a
-//! translated mode, its command queue in virtual time.
+//! translated mode the whole SMMU device model ([`Smmuv3DevicePath`]: the device's DMA
+//! through its IOTLB and walk cache, invalidations as real commands its queue's consumer
+//! applies) with its command queue timed in virtual time ([`SimCmdq`]).
 
 use std::sync::Arc;
 
 use iolab_iommu::addr::{Iova, SZ_4K};
 use iolab_iommu::dma::flush_queue::FlushQueueConfig;
-use iolab_iommu::dma::{Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
 use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, DdwPolicy, WindowConfig};
 use iolab_iommu::hw::{
     ipmmu_domain, DmaPath, IpmmuInvalidator, PseriesConfig, PseriesIommu, SbaIommu, SbaIommuConfig,
+    Smmuv3DevicePath,
 };
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
-use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
-use iolab_iommu::smmuv3::ProducerKind;
+use iolab_iommu::pgtable::lpae::LpaeConfig;
+use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
-use super::cmdq_invalidator::CmdqInvalidator;
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
 use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
@@ -31,14 +33,22 @@ use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
 pub(crate) struct IommuPath {
     /// What drivers map and unmap through.
     pub path: Arc<dyn DmaPath>,
-    /// SMMUv3 translated modes: the functional command builder and the timed queue.
-    pub cmdq: Option<(Arc<CmdqInvalidator>, SimCmdq)>,
+    /// SMMUv3 translated modes: the SMMU the device's DMA goes through, and the timed queue.
+    pub cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
     /// IPMMU: busy-wait per flush poll beyond the first register read, ns.
     pub poll_interval_ns: u64,
     /// POWER: the model itself (the NIC's TCE path needs it).
     pub pseries: Option<Arc<PseriesIommu>>,
     /// Whether device addresses are translated (IOTLB misses, virtual merging).
     pub translated: bool,
+}
+
+/// The device (and SMMUv3 StreamID) every scenario's devices share: one DMA domain.
+pub(crate) const LAB_DEVICE_ID: u32 = 1;
+
+/// The scenario's DMA device with `mask_bits` of DMA addressing.
+pub(crate) fn lab_device(mask_bits: u32) -> Result<Device, ExperimentError> {
+    Device::new(LAB_DEVICE_ID, mask_bits).map_err(model_err)
 }
 
 pub(crate) fn model_err(e: impl std::fmt::Display) -> ExperimentError {
@@ -88,17 +98,32 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
                 CmdqDesign::Spinlock => (ProducerKind::Spinlock, CmdqMode::Spinlock),
                 CmdqDesign::LockFree => (ProducerKind::LockFree, CmdqMode::LockFree),
             };
-            let inv = Arc::new(CmdqInvalidator::new(kind, s.iommu.cmdq_log2size, 1)?);
-            let table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).map_err(model_err)?;
             let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48)))
                 .map_err(model_err)?;
             let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
-            let domain = Domain::translated(cfg, Box::new(table), Arc::new(alloc), inv.clone())
-                .map_err(model_err)?;
+            // As the smmuv3-cmdq experiment's SMMU: SMMUv3.0/3.1 without range invalidation
+            // (one CMD_TLBI_NH_VA per page), IOTLB and walk cache of gem5's SMMUv3 model
+            // (docs/model/smmuv3-cmdq.md).
+            let smmu = Smmuv3Config {
+                streams: LAB_DEVICE_ID + 1,
+                cmdq: CmdqConfig::with_log2size(s.iommu.cmdq_log2size),
+                producer: kind,
+                range_invalidation: false,
+                ..Smmuv3Config::default()
+            };
+            let path = Smmuv3DevicePath::new(
+                smmu,
+                1,
+                cfg,
+                LpaeConfig::new(SZ_4K, 48, 48),
+                Arc::new(alloc),
+                &lab_device(64)?,
+            )
+            .map_err(model_err)?;
             let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?;
             Ok(IommuPath {
-                path: Arc::new(domain),
-                cmdq: Some((inv, q)),
+                path: path.domain().clone(),
+                cmdq: Some((Arc::new(path), q)),
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: true,

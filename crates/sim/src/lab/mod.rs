@@ -39,11 +39,11 @@
 
 mod block;
 pub mod caps;
-mod cmdq_invalidator;
 pub mod defaults;
 pub mod examples;
 mod iommu;
 mod net;
+mod reaim;
 pub mod spec;
 mod usb;
 
@@ -167,6 +167,9 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
         }
         (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
             run_netperf(s, n, *link, base, options.runs)
+        }
+        (spec::Workload::Reaim(r), spec::Devices::Scsi(d)) => {
+            run_reaim(s, r, d, base, options.runs)
         }
         (w, d) => Err(ExperimentError::Model(format!(
             "a {} workload cannot drive {} devices",
@@ -330,6 +333,107 @@ fn run_bonnie(
     })
 }
 
+fn run_reaim(
+    s: &LabScenario,
+    r: &spec::ReaimSetup,
+    d: &spec::ScsiSetup,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, ExperimentError> {
+    let mut text = String::new();
+    let mut measurements = Vec::new();
+    let first = r.users.first().copied().unwrap_or(0);
+    let last = r.users.last().copied().unwrap_or(0);
+    for run in 0..runs {
+        let seed = run_seed(base, run);
+        let out = reaim::run_reaim(s, r, d, seed)?;
+        let config = config_id(s, run, runs);
+        let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+        let max = out.rows.iter().map(|x| x.jpm).fold(0.0, f64::max);
+        let jti = out.rows.iter().map(|x| x.jti).min().unwrap_or(0);
+        let mut m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "reaim")
+            .attr("workfile", &r.workfile.name)
+            .attr(
+                "users",
+                format!(
+                    "{first}..={last} step {}",
+                    r.users.get(1).map_or(1, |u| u - first)
+                ),
+            )
+            .attr("threads", last)
+            .attr("seed", seed)
+            .attr("run", run)
+            .cpu(out.cpu)
+            .metric(Metric::new("reaim.max_jpm", "jobs/min", max))
+            .metric(Metric::new("reaim.min_jti", "index", f64::from(jti)));
+        for row in &out.rows {
+            let u = row.forked;
+            m = m
+                .metric(Metric::new(
+                    format!("reaim.users{u}.jpm"),
+                    "jobs/min",
+                    row.jpm,
+                ))
+                .metric(Metric::new(
+                    format!("reaim.users{u}.parent_time_s"),
+                    "s",
+                    row.parent_time,
+                ))
+                .metric(Metric::new(
+                    format!("reaim.users{u}.jti"),
+                    "index",
+                    f64::from(row.jti),
+                ));
+        }
+        let q = &out.scsi;
+        m = m
+            .metric(Metric::new("scsi.requests", "count", q.requests as f64))
+            .metric(Metric::new(
+                "scsi.dma_segments_per_request",
+                "count",
+                per(q.dma_segments as f64, q.requests),
+            ))
+            .metric(Metric::new(
+                "scsi.iommu_cpu_ns_per_request",
+                "ns",
+                per(q.iommu_cpu_ns as f64, q.requests),
+            ))
+            .metric(Metric::new("disk.busy_pct", "%", out.disk_busy_pct))
+            .metric(Metric::new(
+                "lock.contended",
+                "count",
+                out.lock_contended as f64,
+            ));
+        if runs > 1 {
+            let _ = writeln!(text, "[run {run}, seed {seed}]");
+        }
+        text.push_str(&crate::workloads::reaim::format_table(&out.rows, &[]));
+        let _ = writeln!(
+            text,
+            "disk: requests={}, dma segments/request={:.2}, iommu cpu/request={:.0}ns, busy={:.1}%",
+            q.requests,
+            per(q.dma_segments as f64, q.requests),
+            per(q.iommu_cpu_ns as f64, q.requests),
+            out.disk_busy_pct
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "re-aim-like, workfile {} (weight {}), {first}..={last} users on a SCSI disk ({}), {} ({} CPUs)",
+        r.workfile.name,
+        r.workfile.weight_sum(),
+        s.profile.name,
+        iommu_label(s),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+    })
+}
+
 fn run_netperf(
     s: &LabScenario,
     n: &spec::NetperfSetup,
@@ -475,6 +579,41 @@ fn run_fio(
                 "count",
                 out.dma.flush_queue_flushes as f64,
             ));
+        m = m
+            .metric(Metric::new(
+                "lock.iova_tree.acquisitions",
+                "count",
+                out.tree_lock.0 as f64,
+            ))
+            .metric(Metric::new(
+                "lock.iova_tree.contended",
+                "count",
+                out.tree_lock.1 as f64,
+            ));
+        if out.iotlb {
+            let d = &out.dma;
+            let pages = d.iotlb_hits + d.iotlb_misses;
+            m = m
+                .metric(Metric::new(
+                    "iotlb.hit_pct",
+                    "%",
+                    if pages > 0 {
+                        d.iotlb_hits as f64 / pages as f64 * 100.0
+                    } else {
+                        0.0
+                    },
+                ))
+                .metric(Metric::new(
+                    "iotlb.walk_reads_per_io",
+                    "count",
+                    per(d.walk_reads as f64, d.translated_ios),
+                ))
+                .metric(Metric::new(
+                    "iotlb.stale_hits",
+                    "count",
+                    d.iotlb_stale_hits as f64,
+                ));
+        }
         if let Some(q) = &out.cmdq {
             m = m
                 .metric(Metric::new("cmdq.commands", "count", q.commands as f64))
@@ -516,6 +655,18 @@ fn run_fio(
             out.dma.flush_queue_flushes,
             out.irq_cpus
         );
+        if out.iotlb {
+            let d = &out.dma;
+            let _ = writeln!(
+                text,
+                "  iotlb        : hits={}, misses={}, stale hits={}, walk reads={} ({:.2}/io)",
+                d.iotlb_hits,
+                d.iotlb_misses,
+                d.iotlb_stale_hits,
+                d.walk_reads,
+                per(d.walk_reads as f64, d.translated_ios)
+            );
+        }
         jobs.push(JobJson {
             jobname: config,
             ..out.json

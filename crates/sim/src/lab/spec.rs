@@ -153,6 +153,79 @@ struct SasSpec {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ScsiSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    bus_mb_per_s: Option<f64>,
+    #[serde(default)]
+    hba_command_us: Option<f64>,
+    #[serde(default)]
+    hba_per_sge_ns: Option<f64>,
+    #[serde(default)]
+    sg_tablesize: Option<usize>,
+    #[serde(default)]
+    max_sectors: Option<u64>,
+    #[serde(default)]
+    max_segment_kib: Option<u64>,
+    #[serde(default)]
+    submit_kcycles: Option<f64>,
+    #[serde(default)]
+    per_sge_cycles: Option<f64>,
+    #[serde(default)]
+    complete_kcycles: Option<f64>,
+    #[serde(default)]
+    capacity_gb: Option<f64>,
+    #[serde(default)]
+    rpm: Option<f64>,
+    #[serde(default)]
+    seek_read_ms: Option<f64>,
+    #[serde(default)]
+    seek_write_ms: Option<f64>,
+    #[serde(default)]
+    media_mb_per_s: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReaimSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    workfile: Option<String>,
+    start: u32,
+    end: u32,
+    increment: u32,
+    #[serde(default)]
+    timeslice_ms: Option<f64>,
+    #[serde(default)]
+    jitter_pct: Option<f64>,
+    #[serde(default)]
+    fs_block: Option<u64>,
+    #[serde(default)]
+    journal_blocks: Option<u64>,
+    #[serde(default)]
+    task: Option<Vec<ReaimTaskSpec>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReaimTaskSpec {
+    name: String,
+    weight: u32,
+    #[serde(default)]
+    user_kcycles: f64,
+    #[serde(default)]
+    sys_kcycles: f64,
+    #[serde(default)]
+    sync_write_kib: u64,
+    #[serde(default)]
+    #[allow(dead_code)]
+    source: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct UsbSpec {
     #[allow(dead_code)]
     kind: String,
@@ -451,6 +524,19 @@ pub enum Devices {
     Usb(Box<UsbSetup>),
     /// One NIC (an SR-IOV VF of a 100 GbE adapter by default).
     Nic(crate::devices::nic::LinkConfig),
+    /// One SCSI/SAS HBA with one rotating disk (re-aim).
+    Scsi(Box<ScsiSetup>),
+}
+
+/// A validated SCSI/SAS HBA with its disk ([`crate::devices::scsi`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScsiSetup {
+    /// HBA, bus, driver and disk timing.
+    pub params: crate::devices::scsi::ScsiParams,
+    /// The block layer's queue limits.
+    pub limits: crate::block::QueueLimits,
+    /// Disk capacity, bytes.
+    pub disk_bytes: u64,
 }
 
 /// A validated USB mass-storage device.
@@ -472,6 +558,7 @@ impl Devices {
             Devices::Sas(_) => "sas",
             Devices::Usb(_) => "usb",
             Devices::Nic(_) => "nic",
+            Devices::Scsi(_) => "scsi",
         }
     }
 
@@ -480,7 +567,7 @@ impl Devices {
         match self {
             Devices::Nvme(v) => v.len(),
             Devices::Sas(v) => v.len(),
-            Devices::Usb(_) | Devices::Nic(_) => 1,
+            Devices::Usb(_) | Devices::Nic(_) | Devices::Scsi(_) => 1,
         }
     }
 
@@ -539,6 +626,23 @@ pub struct NetperfSetup {
     pub serialisation: crate::devices::nic::HvSerialisation,
 }
 
+/// A validated re-aim workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReaimSetup {
+    /// The workfile (task costs resolved to ns at the profile's clock).
+    pub workfile: crate::workloads::reaim::Workfile,
+    /// The user counts of the ramp.
+    pub users: Vec<u32>,
+    /// Scheduler timeslice, ns.
+    pub slice_ns: u64,
+    /// Per-run cost variation, fraction.
+    pub jitter: f64,
+    /// File-system block size, bytes.
+    pub fs_block: u64,
+    /// Journal blocks per commit.
+    pub journal_blocks: u64,
+}
+
 /// The workload of a scenario.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Workload {
@@ -548,6 +652,8 @@ pub enum Workload {
     Bonnie(Box<BonnieSetup>),
     /// netperf-like TCP streams on a NIC.
     Netperf(Box<NetperfSetup>),
+    /// re-aim on a SCSI/SAS disk.
+    Reaim(Box<ReaimSetup>),
 }
 
 impl Workload {
@@ -557,6 +663,7 @@ impl Workload {
             Workload::Fio(_) => "fio",
             Workload::Bonnie(_) => "bonnie",
             Workload::Netperf(_) => "netperf",
+            Workload::Reaim(_) => "reaim",
         }
     }
 }
@@ -590,8 +697,8 @@ pub struct LabScenario {
 // Validation
 // ---------------------------------------------------------------------------------------
 
-const DEVICE_KINDS: [&str; 4] = ["nvme", "sas", "usb", "nic"];
-const WORKLOAD_KINDS: [&str; 3] = ["fio", "bonnie", "netperf"];
+const DEVICE_KINDS: [&str; 5] = ["nvme", "sas", "usb", "nic", "scsi"];
+const WORKLOAD_KINDS: [&str; 4] = ["fio", "bonnie", "netperf", "reaim"];
 
 fn one_of(names: &[&str]) -> String {
     let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
@@ -827,11 +934,20 @@ pub fn validate(
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Nic(link), Workload::Netperf(Box::new(netperf))))
         }
+        ("reaim", "scsi") => {
+            let f: File<ScsiSpec, ReaimSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "reaim")?;
+            let scsi = scsi(&doc, &f.device[0], &common.profile)?;
+            let reaim = reaim(&doc, &f.workload, &common, &scsi)?;
+            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            Ok(common.finish(kernel, Devices::Scsi(Box::new(scsi)), Workload::Reaim(Box::new(reaim))))
+        }
         (w, dv) => Err(doc
             .field_error(
                 "workload.kind",
                 format!(
-                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on usb, netperf on nic"
+                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on usb, netperf on nic, reaim on scsi"
                 ),
             )
             .into()),
@@ -1612,6 +1728,293 @@ fn sas(
             0.001,
             1000.0,
         )? * 1e9,
+    })
+}
+
+fn scsi(
+    doc: &TomlDoc<'_>,
+    s: &ScsiSpec,
+    profile: &PlatformProfile,
+) -> Result<ScsiSetup, InputError> {
+    let at = |f: &str| format!("device[0].{f}");
+    let r = |f: &str, v: Option<f64>, def: f64, lo: f64, hi: f64| {
+        real(doc, &at(f), v.unwrap_or(def), lo, hi)
+    };
+    let ghz = profile.cpu.clock_ghz;
+    let bus = r(
+        "bus_mb_per_s",
+        s.bus_mb_per_s,
+        d::SCSI_BUS_MB_PER_S.0,
+        1.0,
+        1e6,
+    )?;
+    let per_cmd = r(
+        "hba_command_us",
+        s.hba_command_us,
+        d::SCSI_HBA_COMMAND_US.0,
+        0.0,
+        1e6,
+    )?;
+    let hba_sge = r(
+        "hba_per_sge_ns",
+        s.hba_per_sge_ns,
+        d::SCSI_HBA_PER_SGE_NS.0,
+        0.0,
+        1e6,
+    )?;
+    let submit = r(
+        "submit_kcycles",
+        s.submit_kcycles,
+        d::SCSI_SUBMIT_KCYCLES.0,
+        0.0,
+        1e6,
+    )?;
+    let drv_sge = r(
+        "per_sge_cycles",
+        s.per_sge_cycles,
+        d::SCSI_PER_SGE_CYCLES.0,
+        0.0,
+        1e6,
+    )?;
+    let complete = r(
+        "complete_kcycles",
+        s.complete_kcycles,
+        d::SCSI_COMPLETE_KCYCLES.0,
+        0.0,
+        1e6,
+    )?;
+    let cap = r(
+        "capacity_gb",
+        s.capacity_gb,
+        d::SCSI_CAPACITY_GB.0,
+        1.0,
+        1e6,
+    )?;
+    let rpm = r("rpm", s.rpm, d::SCSI_RPM.0, 1000.0, 30_000.0)?;
+    let seek_r = r(
+        "seek_read_ms",
+        s.seek_read_ms,
+        d::SCSI_SEEK_READ_MS.0,
+        0.0,
+        100.0,
+    )?;
+    let seek_w = r(
+        "seek_write_ms",
+        s.seek_write_ms,
+        d::SCSI_SEEK_WRITE_MS.0,
+        0.0,
+        100.0,
+    )?;
+    let media = r(
+        "media_mb_per_s",
+        s.media_mb_per_s,
+        d::SCSI_MEDIA_MB_PER_S.0,
+        1.0,
+        1e5,
+    )?;
+    let sg_tablesize = range(
+        doc,
+        &at("sg_tablesize"),
+        s.sg_tablesize.unwrap_or(d::SCSI_SG_TABLESIZE.0),
+        1,
+        4096,
+        "SG elements",
+    )?;
+    let max_sectors = range(
+        doc,
+        &at("max_sectors"),
+        s.max_sectors.unwrap_or(d::SCSI_MAX_SECTORS.0),
+        8,
+        1 << 20,
+        "sectors of 512 bytes",
+    )?;
+    let max_segment_kib = range(
+        doc,
+        &at("max_segment_kib"),
+        s.max_segment_kib.unwrap_or(d::SCSI_MAX_SEGMENT_KIB.0),
+        4,
+        1 << 20,
+        "KiB",
+    )?;
+    Ok(ScsiSetup {
+        params: crate::devices::scsi::ScsiParams {
+            bus_bytes_per_s: bus * 1e6,
+            hba_per_command_ns: per_cmd * 1e3,
+            hba_per_sge_ns: hba_sge,
+            driver_submit_ns: submit * 1e3 / ghz,
+            driver_per_sge_ns: drv_sge / ghz,
+            driver_complete_ns: complete * 1e3 / ghz,
+            seek_read_ns: seek_r * 1e6,
+            seek_write_ns: seek_w * 1e6,
+            revolution_ns: 60e9 / rpm,
+            media_bytes_per_s: media * 1e6,
+        },
+        limits: crate::block::QueueLimits {
+            max_segments: sg_tablesize,
+            max_segment_size: max_segment_kib << 10,
+            max_transfer: max_sectors * 512,
+            virt_merge_granule: None,
+        },
+        disk_bytes: (cap * 1e9) as u64,
+    })
+}
+
+fn reaim(
+    doc: &TomlDoc<'_>,
+    s: &ReaimSpec,
+    c: &Common,
+    scsi: &ScsiSetup,
+) -> Result<ReaimSetup, InputError> {
+    use crate::workloads::reaim::{Task, Workfile};
+    let start = range(
+        doc,
+        "workload.start",
+        s.start,
+        1,
+        MAX_USERS,
+        "users (cap MAX_USERS)",
+    )?;
+    let end = range(
+        doc,
+        "workload.end",
+        s.end,
+        start,
+        MAX_USERS,
+        "users, from workload.start (cap MAX_USERS)",
+    )?;
+    let increment = range(
+        doc,
+        "workload.increment",
+        s.increment,
+        1,
+        MAX_USERS,
+        "users",
+    )?;
+    let users: Vec<u32> = (start..=end).step_by(increment as usize).collect();
+    if users.len() > MAX_RAMP_POINTS {
+        return Err(doc.field_error(
+            "workload.increment",
+            format!(
+                "the ramp has {} user counts, more than the cap MAX_RAMP_POINTS = {MAX_RAMP_POINTS}",
+                users.len()
+            ),
+        ));
+    }
+    let ghz = c.profile.cpu.clock_ghz;
+    let tasks: Vec<Task> = match &s.task {
+        None => d::REAIM_TASKS
+            .iter()
+            .map(|&(name, weight, user, sys, bytes, _)| Task {
+                name: name.to_owned(),
+                weight,
+                user_ns: user * 1e3 / ghz,
+                sys_ns: sys * 1e3 / ghz,
+                sync_write_bytes: bytes,
+            })
+            .collect(),
+        Some(list) => {
+            if list.is_empty() || list.len() > MAX_TASKS {
+                return Err(doc.field_error(
+                    "workload.task",
+                    format!(
+                        "expected 1..={MAX_TASKS} tasks (cap MAX_TASKS), got {}",
+                        list.len()
+                    ),
+                ));
+            }
+            let mut v = Vec::with_capacity(list.len());
+            for (i, t) in list.iter().enumerate() {
+                let at = |f: &str| format!("workload.task[{i}].{f}");
+                if t.name.trim().is_empty() {
+                    return Err(doc.field_error(&at("name"), "expected a non-empty task name"));
+                }
+                let weight = range(doc, &at("weight"), t.weight, 1, 10_000, "runs per job")?;
+                let user = real(doc, &at("user_kcycles"), t.user_kcycles, 0.0, 1e7)?;
+                let sys = real(doc, &at("sys_kcycles"), t.sys_kcycles, 0.0, 1e7)?;
+                let kib = range(
+                    doc,
+                    &at("sync_write_kib"),
+                    t.sync_write_kib,
+                    0,
+                    1 << 20,
+                    "KiB",
+                )?;
+                v.push(Task {
+                    name: t.name.clone(),
+                    weight,
+                    user_ns: user * 1e3 / ghz,
+                    sys_ns: sys * 1e3 / ghz,
+                    sync_write_bytes: kib << 10,
+                });
+            }
+            v
+        }
+    };
+    let workfile = Workfile {
+        name: s.workfile.clone().unwrap_or_else(|| "lab_mix".to_owned()),
+        tasks,
+    };
+    let runs: u64 = users.iter().map(|&u| u64::from(u)).sum::<u64>() * workfile.weight_sum();
+    if runs > MAX_TASK_RUNS {
+        return Err(doc.field_error(
+            "workload.end",
+            format!(
+                "the ramp runs {runs} tasks (users summed over the ramp x the workfile's weight {}), more than the cap MAX_TASK_RUNS = {MAX_TASK_RUNS}",
+                workfile.weight_sum()
+            ),
+        ));
+    }
+    let slice_ms = real(
+        doc,
+        "workload.timeslice_ms",
+        s.timeslice_ms.unwrap_or(d::REAIM_TIMESLICE_MS.0),
+        0.01,
+        10_000.0,
+    )?;
+    let jitter = real(
+        doc,
+        "workload.jitter_pct",
+        s.jitter_pct.unwrap_or(d::REAIM_JITTER_PCT.0),
+        0.0,
+        90.0,
+    )? / 100.0;
+    let fs_block = s.fs_block.unwrap_or(d::REAIM_FS_BLOCK.0);
+    if !(512..=d::REAIM_PAGE.0).contains(&fs_block) || !fs_block.is_power_of_two() {
+        return Err(doc.field_error(
+            "workload.fs_block",
+            format!(
+                "expected a power of two from 512 to the page size {}, got {fs_block}",
+                d::REAIM_PAGE.0
+            ),
+        ));
+    }
+    let journal_blocks = range(
+        doc,
+        "workload.journal_blocks",
+        s.journal_blocks.unwrap_or(d::REAIM_JOURNAL_BLOCKS.0),
+        1,
+        1024,
+        "blocks",
+    )?;
+    if scsi.disk_bytes / fs_block < 1 << 16 {
+        return Err(doc.field_error(
+            "device[0].capacity_gb",
+            "expected a disk of at least 65536 file-system blocks (the journal takes its last 1%)",
+        ));
+    }
+    if c.memory_bytes < BUFFER_BASE + (1 << 30) {
+        return Err(doc.field_error(
+            "machine.memory_gib",
+            "expected at least 5 GiB: re-aim's page cache lives above the first 4 GiB",
+        ));
+    }
+    Ok(ReaimSetup {
+        workfile,
+        users,
+        slice_ns: (slice_ms * 1e6).round() as u64,
+        jitter,
+        fs_block,
+        journal_blocks,
     })
 }
 

@@ -18,9 +18,12 @@
 //!
 //! and a final `Max Jobs per Minute` line.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use crate::accounting::Account;
+use crate::block::Piece;
+use crate::devices::scsi::{page_addr, ScsiError, ScsiHost};
 use crate::engine::{Ctx, SimDuration};
 
 /// One task of a workfile.
@@ -234,6 +237,166 @@ impl Slicer {
     pub fn charge(&mut self, ns: u64) {
         self.left_ns = self.left_ns.saturating_sub(ns);
     }
+}
+
+/// Where a child's synchronous writes go: an ext3-like file system on one disk, its page
+/// cache in scattered page frames.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FsyncLayout {
+    /// Page size, bytes.
+    pub page: u64,
+    /// First page frame of the RAM page-cache pages are drawn from.
+    pub first_pfn: u64,
+    /// Page frames page-cache pages are drawn from (uniformly).
+    pub mem_pages: u64,
+    /// Disk capacity, bytes.
+    pub disk_bytes: u64,
+    /// File-system block size, bytes.
+    pub fs_block: u64,
+    /// Journal blocks written per commit besides the commit block.
+    pub journal_blocks: u64,
+}
+
+/// How one child runs its job.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChildSetup {
+    /// Scheduler timeslice, ns.
+    pub slice_ns: u64,
+    /// Per-run cost variation: each task's CPU cost is scaled by a uniform factor in
+    /// `1 +- jitter`.
+    pub jitter: f64,
+    /// Factors applied to every task's user and system CPU cost.
+    pub scale: (f64, f64),
+    /// The file system the synchronous writes go to.
+    pub layout: FsyncLayout,
+}
+
+/// The journal area (the last 1% of the disk, written sequentially) and its write cursor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Journal {
+    base: u64,
+    len: u64,
+    cursor: u64,
+}
+
+impl Journal {
+    /// The journal of a file system laid out as `l`.
+    pub fn new(l: &FsyncLayout) -> Self {
+        Journal {
+            base: (l.disk_bytes / 100 * 99) / l.fs_block * l.fs_block,
+            len: (l.disk_bytes / 100).max(l.fs_block * 1024),
+            cursor: 0,
+        }
+    }
+
+    /// Reserves `bytes` of journal and returns their disk offset (wrapping at the end).
+    fn reserve(&mut self, bytes: u64) -> u64 {
+        if self.cursor + bytes > self.len {
+            self.cursor = 0;
+        }
+        let o = self.base + self.cursor;
+        self.cursor += bytes;
+        o
+    }
+}
+
+/// CPU time of all children of a run by origin, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskTotals {
+    /// User time of the tasks' own work.
+    pub task_user: u64,
+    /// System time of the tasks' own work.
+    pub task_sys: u64,
+    /// System time of the synchronous-write I/O path (block layer, driver, IOMMU).
+    pub io_sys: u64,
+}
+
+/// Runs one re-aim child on `ctx`'s CPU: the workfile's tasks, each `weight` times in a
+/// random order, their CPU work time-sliced; a task with synchronous writes writes its file
+/// (scattered page-cache pages) and `fsync`s it (ext3 `data=ordered`: the data, the
+/// journal blocks, the commit block) through `host`. Returns the child's user and system
+/// time, ns, and adds them to `totals`.
+pub async fn run_child(
+    ctx: &Ctx,
+    wf: &Workfile,
+    c: &ChildSetup,
+    host: &ScsiHost,
+    journal: &RefCell<Journal>,
+    totals: &RefCell<TaskTotals>,
+) -> Result<(u64, u64), ScsiError> {
+    let l = &c.layout;
+    let mut slicer = Slicer::new(c.slice_ns);
+    let mut job = wf.job();
+    // re-aim runs the job's tasks in a random order per child.
+    for i in (1..job.len()).rev() {
+        let j = ctx.rng().below(i as u64 + 1) as usize;
+        job.swap(i, j);
+    }
+    let (mut user, mut sys) = (0u64, 0u64);
+    for ti in job {
+        let t = &wf.tasks[ti];
+        let f = 1.0 + c.jitter * (2.0 * ctx.rng().next_f64() - 1.0);
+        let u = (t.user_ns * c.scale.0 * f).round() as u64;
+        let s = (t.sys_ns * c.scale.1 * f).round() as u64;
+        slicer.spend(ctx, u, Account::User).await;
+        slicer.spend(ctx, s, Account::System).await;
+        user += u;
+        sys += s;
+        {
+            let mut tt = totals.borrow_mut();
+            tt.task_user += u;
+            tt.task_sys += s;
+        }
+        if t.sync_write_bytes == 0 {
+            continue;
+        }
+        // The file's page-cache pages: scattered page frames.
+        let pages = t.sync_write_bytes.div_ceil(l.page);
+        let mut pieces = Vec::with_capacity(pages as usize);
+        let mut left = t.sync_write_bytes;
+        for _ in 0..pages {
+            let pfn = l.first_pfn + ctx.rng().below(l.mem_pages);
+            let len = left.min(l.page);
+            pieces.push(Piece {
+                pa: page_addr(pfn, l.page),
+                len,
+            });
+            left -= len;
+        }
+        let blocks = l.disk_bytes / l.fs_block - 1024;
+        let offset = ctx.rng().below(blocks * 9 / 10) * l.fs_block;
+        // fsync (ext3, data=ordered): the data, then the journal blocks (each a buffer in
+        // its own page), then the commit block.
+        let mut jpieces = Vec::new();
+        for _ in 0..l.journal_blocks {
+            let pfn = l.first_pfn + ctx.rng().below(l.mem_pages);
+            let off = ctx.rng().below(l.page / l.fs_block) * l.fs_block;
+            jpieces.push(Piece {
+                pa: iolab_iommu::addr::PhysAddr::new(page_addr(pfn, l.page).get() + off),
+                len: l.fs_block,
+            });
+        }
+        let cpfn = l.first_pfn + ctx.rng().below(l.mem_pages);
+        let commit = [Piece {
+            pa: page_addr(cpfn, l.page),
+            len: l.fs_block,
+        }];
+        let joff = journal
+            .borrow_mut()
+            .reserve((l.journal_blocks + 1) * l.fs_block);
+        let mut io_sys = 0u64;
+        for (off, list) in [
+            (offset, pieces.as_slice()),
+            (joff, jpieces.as_slice()),
+            (joff + l.journal_blocks * l.fs_block, commit.as_slice()),
+        ] {
+            io_sys += host.write(ctx, off, list).await?.sys_ns;
+        }
+        slicer.charge(io_sys);
+        sys += io_sys;
+        totals.borrow_mut().io_sys += io_sys;
+    }
+    Ok((user, sys))
 }
 
 #[cfg(test)]

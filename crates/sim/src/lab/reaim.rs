@@ -1,0 +1,190 @@
+//! re-aim on a SCSI/SAS disk behind any IOMMU model: the children, workfile and re-aim table
+//! of [`crate::workloads::reaim`], their synchronous writes through the block layer, the
+//! scenario's DMA path and the HBA/disk model of [`crate::devices::scsi`] (the models the
+//! `sba-vmerge` experiment runs, without its calibration: task costs are the scenario's, or
+//! the sourced defaults of [`super::defaults::REAIM_TASKS`]).
+//!
+//! Each user count of the ramp is one simulation. Map and unmap calls are charged their
+//! counted steps through the platform profile; the hardware waits the step costs leave out
+//! are added per model: the SBA's purges (under its resource lock, an engine spin lock, as
+//! in the experiment), the IPMMU's flush polls, POWER's hypervisor time, and for SMMUv3
+//! the command queue's consumption and `CMD_SYNC` latency, uncontended (the timed,
+//! contended queue of fio scenarios is not wired into the synchronous SCSI path).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use iolab_iommu::work::WorkRecord;
+
+use crate::accounting::CpuTimes;
+use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
+use crate::engine::{Sim, SimConfig};
+use crate::experiments::ExperimentError;
+use crate::metrics::CpuBreakdown;
+use crate::workloads::reaim::{
+    self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, TaskTotals,
+};
+
+use super::block::lock_params;
+use super::iommu::{self, model_err};
+use super::spec::{IommuModel, LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
+
+/// What one ramp produced.
+pub(crate) struct ReaimRun {
+    /// One row per user count.
+    pub rows: Vec<ReaimRow>,
+    /// The SCSI host's totals over the ramp.
+    pub scsi: ScsiStats,
+    /// CPU time of every CPU over the ramp's simulations.
+    pub cpu: CpuBreakdown,
+    /// Disk busy time over the summed parent times, %.
+    pub disk_busy_pct: f64,
+    /// Spin-lock acquisitions that waited (SBA resource lock), over the ramp.
+    pub lock_contended: u64,
+}
+
+/// The time a map or unmap waits for the IOMMU hardware beyond its counted CPU steps.
+fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn Fn(&WorkRecord) -> f64> {
+    let cost = s.profile.cpu_cost_model();
+    let purge_ns = s
+        .profile
+        .require_register_flush()
+        .map(|r| r.flush_duration.ns())
+        .unwrap_or(0.0);
+    let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
+        Ok(q) if s.iommu.uses_cmdq() => (q.command_consume.ns(), q.sync_latency.ns()),
+        _ => (0.0, 0.0),
+    };
+    let poll = poll_interval_ns as f64;
+    Box::new(move |w: &WorkRecord| {
+        let syncs = w.inval_syncs.min(w.commands_written);
+        w.purges as f64 * purge_ns
+            + w.polls.saturating_sub(w.inval_domains) as f64 * poll
+            + cost.hypervisor_ns(w).unwrap_or(0.0)
+            + (w.commands_written - syncs) as f64 * consume_ns
+            + syncs as f64 * sync_ns
+    })
+}
+
+/// Runs the ramp of `r` once with `seed`.
+pub(crate) fn run_reaim(
+    s: &LabScenario,
+    r: &ReaimSetup,
+    disk: &ScsiSetup,
+    seed: u64,
+) -> Result<ReaimRun, ExperimentError> {
+    let page = super::defaults::REAIM_PAGE.0;
+    let child = ChildSetup {
+        slice_ns: r.slice_ns,
+        jitter: r.jitter,
+        scale: (1.0, 1.0),
+        layout: FsyncLayout {
+            page,
+            first_pfn: BUFFER_BASE / page,
+            mem_pages: (s.memory_bytes - BUFFER_BASE) / page,
+            disk_bytes: disk.disk_bytes,
+            fs_block: r.fs_block,
+            journal_blocks: r.journal_blocks,
+        },
+    };
+    let mut rows = Vec::with_capacity(r.users.len());
+    let mut scsi = ScsiStats::default();
+    let mut cpu = CpuTimes::default();
+    let (mut busy, mut parent_total, mut contended) = (0u64, 0u64, 0u64);
+    for (i, &users) in r.users.iter().enumerate() {
+        let mut sim = Sim::new(SimConfig {
+            cpus: s.cpus,
+            seed: crate::lab::run_seed(seed, i as u32),
+        })?;
+        let h = sim.handle().clone();
+        let built = iommu::build(s, &h)?;
+        let dma = HostDma {
+            path: built.path,
+            extra_ns: hardware_wait(s, built.poll_interval_ns),
+            lock: (s.iommu.model == IommuModel::Sba).then(|| ("sba_res_lock", lock_params(s))),
+        };
+        let host = ScsiHost::start_on(
+            &h,
+            disk.params,
+            disk.limits,
+            dma,
+            iommu::lab_device(64)?,
+            s.profile.cpu_cost_model(),
+        )?;
+        let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
+        let totals = Rc::new(RefCell::new(TaskTotals::default()));
+        let errors: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
+        let journal = Rc::new(RefCell::new(Journal::new(&child.layout)));
+        let wf = Rc::new(r.workfile.clone());
+        for n in 0..users {
+            let (wf, host, results, totals, errors, journal) = (
+                wf.clone(),
+                host.clone(),
+                results.clone(),
+                totals.clone(),
+                errors.clone(),
+                journal.clone(),
+            );
+            let start = h.now();
+            sim.spawn_on(n as usize % s.cpus, move |ctx| async move {
+                match reaim::run_child(&ctx, &wf, &child, &host, &journal, &totals).await {
+                    Ok((user, sys)) => results.borrow_mut().push(ChildResult {
+                        elapsed_ns: (ctx.now() - start).as_ns(),
+                        user_ns: user,
+                        sys_ns: sys,
+                    }),
+                    Err(e) => {
+                        errors.borrow_mut().get_or_insert(e.to_string());
+                    }
+                }
+            })?;
+        }
+        let report = sim.run()?;
+        if let Some(e) = errors.borrow_mut().take() {
+            return Err(model_err(e));
+        }
+        let kids = results.borrow().clone();
+        if kids.len() != users as usize {
+            return Err(model_err(format!(
+                "{} of {users} re-aim children finished",
+                kids.len()
+            )));
+        }
+        if host.live_mappings() != 0 {
+            return Err(model_err(format!(
+                "{} DMA mappings leaked after the run",
+                host.live_mappings()
+            )));
+        }
+        let parent = kids.iter().map(|k| k.elapsed_ns).max().unwrap_or(0);
+        let row = ReaimRow::from_children(&kids, parent, r.workfile.weight_sum())
+            .ok_or_else(|| model_err("an empty re-aim run"))?;
+        rows.push(row);
+        let st = host.stats();
+        scsi.requests += st.requests;
+        scsi.bytes += st.bytes;
+        scsi.pieces += st.pieces;
+        scsi.hw_segments += st.hw_segments;
+        scsi.dma_segments += st.dma_segments;
+        scsi.splits += st.splits;
+        scsi.disk_busy_ns += st.disk_busy_ns;
+        scsi.iommu_cpu_ns += st.iommu_cpu_ns;
+        scsi.seeks += st.seeks;
+        busy += st.disk_busy_ns;
+        parent_total += parent;
+        contended += report.spin_lock("sba_res_lock").map_or(0, |l| l.contended);
+        for c in &report.cpus {
+            cpu.user += c.user;
+            cpu.system += c.system;
+            cpu.spin += c.spin;
+            cpu.idle += c.idle;
+        }
+    }
+    Ok(ReaimRun {
+        rows,
+        scsi,
+        cpu: CpuBreakdown::between(&CpuTimes::default(), &cpu),
+        disk_busy_pct: busy as f64 / parent_total.max(1) as f64 * 100.0,
+        lock_contended: contended,
+    })
+}
