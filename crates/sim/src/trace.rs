@@ -427,4 +427,73 @@ mod tests {
         assert_eq!(plain, traced);
         assert!(!traces[0].events.is_empty());
     }
+
+    #[test]
+    fn untraced_sims_are_not_counted() {
+        let ((), traces) = capture(TraceOptions::default(), || {
+            let scratch = untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }).unwrap());
+            assert!(!scratch.handle().tracer().is_on());
+            contended_run(2);
+        });
+        assert_eq!(traces.len(), 1);
+        assert_eq!(
+            traces[0].cpus, 2,
+            "the run, not the scratch sim, was traced"
+        );
+    }
+
+    /// A small workload scenario of each DMA path the lab builds, traced and not: the same
+    /// report, and the trace shows the path's map and unmap and a device queue.
+    #[test]
+    fn lab_runs_are_unchanged_by_tracing_and_show_their_dma_paths() {
+        use crate::lab::{self, LabOptions};
+        let fio = |iommu: &str| {
+            format!(
+                "name = \"t\"\n[machine]\nplatform = \"hisilicon-d06\"\ncpus = 4\n\
+                 [iommu]\n{iommu}\n[[device]]\nkind = \"nvme\"\n[workload]\nkind = \"fio\"\n\
+                 rw = \"randread\"\niodepth = 4\nnumjobs = 2\nruntime_ms = 1\nramp_ms = 0\n"
+            )
+        };
+        for (text, names, queue) in [
+            (
+                fio("model = \"smmuv3\"\nmode = \"strict\""),
+                &["dma map", "dma unmap", "cmdq issue", "cmdq sync wait"][..],
+                "nvme0 q0",
+            ),
+            (
+                fio("model = \"smmuv3\"\nmode = \"lazy\""),
+                &["dma map", "dma unmap"][..],
+                "nvme0 q1",
+            ),
+            (
+                lab::examples::example("netperf-pseries-ddw")
+                    .unwrap()
+                    .to_owned(),
+                &["dma map", "dma unmap"][..],
+                "nic tx q0",
+            ),
+        ] {
+            let plain = lab::run_scenario(&text, "t.toml", &LabOptions::default()).unwrap();
+            let (traced, traces) = capture(TraceOptions::default(), || {
+                lab::run_scenario(&text, "t.toml", &LabOptions::default()).unwrap()
+            });
+            assert_eq!(plain.report.report_text, traced.report.report_text);
+            assert_eq!(traces.len(), 1);
+            let t = &traces[0];
+            for n in names {
+                assert!(
+                    t.events
+                        .iter()
+                        .any(|e| matches!(e.track, Track::Cpu(_)) && e.name == *n),
+                    "{n} missing"
+                );
+            }
+            assert!(
+                t.events
+                    .iter()
+                    .any(|e| e.track == Track::Device(queue.to_owned().into())),
+                "no slice on {queue}"
+            );
+        }
+    }
 }
