@@ -744,6 +744,7 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
             (name.clone(), line)
         })
         .collect();
+    let integral = xs.iter().all(|x| x.fract() == 0.0);
     let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let x_max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let y_max = means
@@ -768,10 +769,19 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
             .map_err(err)?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .x_desc(s.x_attr)
             .y_desc(s.y_axis)
             .y_label_formatter(&|v| si(*v))
-            .x_label_formatter(&|v| si(*v))
+            .x_label_formatter(&|v| {
+                // Whole-number attributes (threads, iodepth) get whole-number ticks only.
+                if integral && (v - v.round()).abs() > 1e-9 {
+                    String::new()
+                } else {
+                    si(*v)
+                }
+            })
             .draw()
             .map_err(err)?;
         for (i, (name, line)) in means.iter().enumerate() {
@@ -807,20 +817,35 @@ fn bucket_lower(upper: u64) -> u64 {
     upper + 1 - (1u64 << shift)
 }
 
-/// Tick values for a log axis over `lo..hi`: 1, 1.5, 2, 3, 5, 7 times each power of ten.
+/// Tick values for a log axis over `lo..hi`: 1, 1.5, 2, 3, 5, 7 times each power of ten,
+/// or, over a range too narrow for four of those, every integer multiple (1..9) of the
+/// power of ten and halfway between them.
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let mut out = Vec::new();
-    let mut decade = 10f64.powi(lo.max(1.0).log10().floor() as i32);
-    while decade <= hi {
-        for m in [1.0, 1.5, 2.0, 3.0, 5.0, 7.0] {
-            let v = decade * m;
-            if v >= lo && v <= hi {
-                out.push(v);
+    let ticks = |mults: &[f64]| {
+        let mut out = Vec::new();
+        let mut decade = 10f64.powi(lo.max(1.0).log10().floor() as i32);
+        while decade <= hi {
+            for m in mults {
+                let v = decade * m;
+                if v >= lo && v <= hi {
+                    out.push(v);
+                }
             }
+            decade *= 10.0;
         }
-        decade *= 10.0;
+        out
+    };
+    let coarse = ticks(&[1.0, 1.5, 2.0, 3.0, 5.0, 7.0]);
+    if coarse.len() >= 4 {
+        return coarse;
     }
-    out
+    let fine = ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    if fine.len() >= 4 {
+        return fine;
+    }
+    ticks(&[
+        1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0,
+    ])
 }
 
 fn draw_latency(
@@ -901,6 +926,8 @@ fn draw_latency(
             .map_err(err)?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .x_desc("latency (log scale)")
             .y_desc("CDF: fraction of I/Os ≤ x")
             .x_label_formatter(&|v| latency_label(*v))
@@ -932,6 +959,10 @@ fn draw_latency(
             )
             .map_err(err)?;
         hist.configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .x_desc("latency (log scale)")
             .y_desc("% of I/Os per bucket")
             .x_label_formatter(&|v| latency_label(*v))
@@ -991,6 +1022,8 @@ fn draw_cpu(rows: &[(String, [f64; 4])], title: &str) -> DrawResult<String> {
             .map_err(err)?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .disable_y_mesh()
             .y_labels(0)
             .x_label_formatter(&|v| format!("{v:.0}"))
@@ -1257,6 +1290,17 @@ mod tests {
                 assert_eq!(below, lower - 1);
             }
         }
+    }
+
+    #[test]
+    fn log_ticks_are_dense_enough_on_narrow_ranges() {
+        assert_eq!(
+            log_ticks(1_000.0, 100_000.0),
+            [1e3, 1.5e3, 2e3, 3e3, 5e3, 7e3, 1e4, 1.5e4, 2e4, 3e4, 5e4, 7e4, 1e5]
+        );
+        // 200-400 µs: 200, 250, ... 400 µs rather than only 200 and 300.
+        let t = log_ticks(200_000.0, 400_000.0);
+        assert_eq!(t, [2e5, 2.5e5, 3e5, 3.5e5, 4e5]);
     }
 
     #[test]

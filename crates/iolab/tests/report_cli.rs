@@ -496,13 +496,19 @@ fn report_of_workload_scenario_runs_across_iommu_modes_and_numjobs() {
         assert!(scaling.iter().any(|x| x == t), "{t}: {scaling:?}");
     }
     assert!(
-        !scaling.iter().any(|x| x.contains('=')),
+        !scaling
+            .iter()
+            .any(|x| x.contains('=') && !x.contains("IOPS vs threads")),
         "no attribute=value series: {scaling:?}"
     );
+    // threads are whole numbers: no 0.5 or 1.5 on the axis.
+    assert!(!scaling.iter().any(|x| x.ends_with(".50")), "{scaling:?}");
     assert!(scaling.iter().any(|x| x.ends_with("(mean of 2 runs)")));
     let polylines = std::fs::read_to_string(svg.join(format!("scaling-{family}-threads-iops.svg")))
         .unwrap()
-        .matches("<polyline")
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.split('>').next().unwrap().contains("stroke-width=\"2\""))
         .count();
     assert_eq!(polylines, 6, "a line and a legend mark per mode");
     // Latency at numjobs=4: a CDF per mode, in mode order.

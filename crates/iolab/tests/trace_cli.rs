@@ -292,8 +292,9 @@ fn nvme_workload_scenario_shows_map_unmap_cmdq_waits_and_its_queues() {
     ] {
         assert!(count(&s, "sim 1: CPUs", name) > 0, "no {name} on the CPUs");
     }
-    // Each map is drawn inside its submit spend; each unmap of a strict domain is followed
-    // by a command-queue issue (a few may fall past the cap).
+    // Each map is drawn inside its submit spend; an unmap of a strict domain is followed by
+    // a command-queue issue, unless another CPU's issue took its commands along, or the
+    // issue ended past the cap (slices are kept as they end).
     assert_eq!(
         count(&s, "sim 1: CPUs", "dma map"),
         count(&s, "sim 1: CPUs", "dma map + driver submit")
@@ -303,7 +304,7 @@ fn nvme_workload_scenario_shows_map_unmap_cmdq_waits_and_its_queues() {
         count(&s, "sim 1: CPUs", "cmdq issue"),
     );
     assert!(
-        issues + 32 >= unmaps && issues <= unmaps,
+        issues * 10 >= unmaps * 9 && issues <= unmaps,
         "{unmaps} {issues}"
     );
     assert_eq!(s.threads_of("sim 1: IOMMU"), vec!["cmdq consumer"]);
