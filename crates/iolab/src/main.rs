@@ -179,8 +179,11 @@ enum Command {
     /// table per run (figures published vs lab, effects, every measurement's metrics) and
     /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
     /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
-    /// and CPU time split into user / system / spin / idle. No scripts, no network: the
-    /// SVG is inline. The same database content gives the same bytes.
+    /// and CPU time split into user / system / spin / idle. Measurements plot together per
+    /// experiment, and workload scenarios' runs per workload, device and platform (e.g.
+    /// `iolab run` of fio-nvme-off, -lazy and -strict at several numjobs: one plot, a series
+    /// per mode). No scripts, no network: the SVG is inline. The same database content gives
+    /// the same bytes.
     Report {
         /// Runs to include: ids, `g<group>`, comma lists.
         #[arg(required = true, value_name = "RUNS")]

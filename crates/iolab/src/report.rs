@@ -1,16 +1,19 @@
 //! `iolab report`: one self-contained HTML page about stored runs: a table per run and SVG
 //! plots drawn with plotters' SVG backend (inline, no scripts, no network).
 //!
-//! Plots:
+//! Plots are drawn per family of measurements: an experiment's, or one workload's on one
+//! device and platform across workload scenarios (whatever the scenario files are called).
+//! Per family:
+//!
 //! - **scaling**: IOPS (or throughput) against the first of `threads`, `iodepth`,
-//!   `numjobs`, `cpus` that takes several numeric values among an experiment's
-//!   measurements; a series per value of the other attributes that vary (`iommu_mode`
-//!   first), or per configuration name when measurements carry no attributes. Points of
-//!   repeated runs (a group) are averaged.
-//! - **latency**: per measurement with a latency histogram, the CDF on a log-x axis above
-//!   the histogram itself (bucket counts, same axis).
-//! - **cpu**: per run, every measurement's CPU time split into user / system / spin / idle,
-//!   as stacked horizontal bars in percent of the measured CPU time.
+//!   `numjobs`, `cpus` that takes several numeric values; a series per IOMMU mode, split
+//!   further only by attributes that separate points the mode and x leave together (never
+//!   `seed` or `run`), or per configuration name when measurements carry no attributes.
+//!   Points of repeated runs are averaged.
+//! - **latency**: per x value, a step CDF per series on a log-x axis (repetitions'
+//!   histograms merged), above the share of I/Os per bucket.
+//! - **cpu**: a bar per (series, x), CPU time split into user / system / spin / idle in
+//!   percent of the measured CPU time, repetitions averaged.
 //!
 //! Output is a pure function of the database content: no clock is read, numbers are
 //! formatted with fixed rules, and every collection is ordered.
@@ -386,6 +389,9 @@ struct Family<'a> {
     points: Vec<Point<'a>>,
 }
 
+/// A point's values of the series keys chosen so far, and its x.
+type SeriesId<'a> = (Vec<Option<&'a String>>, Option<OrdF64>);
+
 /// Attributes that tell repetitions apart; never a reason for a series of their own.
 const REPETITION_ATTRS: [&str; 2] = ["seed", "run"];
 
@@ -464,8 +470,7 @@ fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
             candidates.sort_by_key(|k| (*k != "iommu_mode", *k == "scenario", *k));
             let mut keys: Vec<&str> = Vec::new();
             for k in candidates {
-                let mut seen: BTreeMap<(Vec<Option<&String>>, Option<OrdF64>), Option<&String>> =
-                    BTreeMap::new();
+                let mut seen: BTreeMap<SeriesId<'_>, Option<&String>> = BTreeMap::new();
                 let splits = placed.iter().any(|(m, x)| {
                     let id = (
                         keys.iter().map(|kk| m.attrs.get(*kk)).collect(),
