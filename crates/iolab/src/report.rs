@@ -802,6 +802,7 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
+            .label_font(("sans-serif", 14))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
