@@ -4,7 +4,8 @@
 Usage:
   check_trace.py --probe                      exit 0 if the check can run here, else
                                               print why not and exit 1
-  check_trace.py TRACE.json [--expect-slices N]
+  check_trace.py TRACE.json [--expect-slices N] [--expect-names A,B,..]
+                 [--expect-thread PREFIX]...
 
 The trace processor, in order of preference:
 1. the native trace_processor_shell the `perfetto` Python package runs: TRACE_PROCESSOR_SHELL
@@ -18,8 +19,9 @@ Either way the queries go through the `perfetto` package and its QueryResultIter
 
 Checks: the processor imported every slice (N of them when given); durations are
 non-negative; there is a thread track per virtual CPU with slices named as iolab names
-them; on every CPU track the top-level slices do not overlap; nested slices lie within
-their parents.
+them (`system`, and every name of --expect-names); for each --expect-thread, a thread
+whose name starts with PREFIX has slices; on every CPU track the top-level slices do not
+overlap; nested slices lie within their parents.
 """
 
 import os
@@ -176,7 +178,7 @@ def probe():
     return 0
 
 
-def check(trace, expect):
+def check(trace, expect, wanted_names=(), wanted_threads=()):
     kind, reason = which_processor()
     if kind is None:
         print(reason)
@@ -213,9 +215,15 @@ def check(trace, expect):
 
     names = {r.name for r in rows(tp, "select distinct name from slice")}
     print(f"names: {sorted(names)}")
-    for wanted in ("system",):
+    for wanted in ("system",) + tuple(wanted_names):
         if wanted not in names:
             failures.append(f"no slice named {wanted!r}")
+    for prefix in wanted_threads:
+        hits = [r for r in per_track if r.thread and r.thread.startswith(prefix)]
+        if not hits:
+            failures.append(f"no thread named {prefix!r}... with slices")
+        else:
+            print(f"threads {prefix!r}...: {len(hits)}, {sum(r.n for r in hits)} slices")
 
     overlaps = rows(tp, """
         select count(*) as n from (
@@ -250,9 +258,23 @@ def main(argv):
         print(__doc__)
         return 2
     expect = None
-    if "--expect-slices" in argv:
-        expect = int(argv[argv.index("--expect-slices") + 1])
-    return check(argv[1], expect)
+    names, threads = (), []
+    args = argv[2:]
+    while args:
+        flag, value, args = args[0], args[1] if len(args) > 1 else None, args[2:]
+        if value is None:
+            print(f"{flag}: missing value")
+            return 2
+        if flag == "--expect-slices":
+            expect = int(value)
+        elif flag == "--expect-names":
+            names = tuple(n for n in value.split(",") if n)
+        elif flag == "--expect-thread":
+            threads.append(value)
+        else:
+            print(f"unknown option {flag}")
+            return 2
+    return check(argv[1], expect, names, threads)
 
 
 if __name__ == "__main__":

@@ -179,8 +179,11 @@ enum Command {
     /// table per run (figures published vs lab, effects, every measurement's metrics) and
     /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
     /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
-    /// and CPU time split into user / system / spin / idle. No scripts, no network: the
-    /// SVG is inline. The same database content gives the same bytes.
+    /// and CPU time split into user / system / spin / idle. Measurements plot together per
+    /// experiment, and workload scenarios' runs per workload, device and platform (e.g.
+    /// `iolab run` of fio-nvme-off, -lazy and -strict at several numjobs: one plot, a series
+    /// per mode). No scripts, no network: the SVG is inline. The same database content gives
+    /// the same bytes.
     Report {
         /// Runs to include: ids, `g<group>`, comma lists.
         #[arg(required = true, value_name = "RUNS")]
@@ -194,21 +197,27 @@ enum Command {
     },
     /// Run a scenario file with the timeline recorder on and write a Chrome/Perfetto trace.
     ///
-    /// The scenario runs as `iolab run` runs it (one run per configuration); the first
+    /// The scenario (a file, or --example NAME) runs as `iolab run` runs it, one repetition
+    /// (an experiment runs each configuration once); the first
     /// --sims simulations it creates (one per configuration, in the report's order) are
     /// recorded: a track per virtual CPU (DMA map and unmap, lock spins, command-queue
     /// waits, user and system work), the IOMMU's command consumer, and each device queue's
     /// in-flight I/Os. Open the file in ui.perfetto.dev or chrome://tracing. Nothing is
     /// stored in the results database.
     Trace {
-        /// The scenario file (TOML).
-        scenario: std::path::PathBuf,
+        /// The scenario file (TOML): a workload scenario or a published experiment's.
+        #[arg(required_unless_present = "example")]
+        scenario: Option<std::path::PathBuf>,
+        /// Trace a bundled example workload scenario instead of a file (the names of
+        /// `iolab run --example`, e.g. fio-nvme-strict).
+        #[arg(long, value_name = "NAME", conflicts_with = "scenario")]
+        example: Option<String>,
         /// The trace file to write (JSON trace events).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: std::path::PathBuf,
-        /// Base seed.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Base seed (default: a workload scenario's `seed`, else 1).
+        #[arg(long)]
+        seed: Option<u64>,
         /// Slices kept per simulation; later ones are counted, not kept (caps memory and
         /// file size: about 150 bytes per slice).
         #[arg(long, default_value_t = 200_000,
@@ -406,12 +415,14 @@ fn main() -> ExitCode {
         },
         Command::Trace {
             scenario,
+            example,
             output,
             seed,
             max_events,
             sims,
         } => trace::run(&trace::TraceArgs {
             scenario,
+            example,
             output,
             seed,
             max_events: max_events as usize,

@@ -1,16 +1,19 @@
 //! `iolab report`: one self-contained HTML page about stored runs: a table per run and SVG
 //! plots drawn with plotters' SVG backend (inline, no scripts, no network).
 //!
-//! Plots:
+//! Plots are drawn per family of measurements: an experiment's, or one workload's on one
+//! device and platform across workload scenarios (whatever the scenario files are called).
+//! Per family:
+//!
 //! - **scaling**: IOPS (or throughput) against the first of `threads`, `iodepth`,
-//!   `numjobs`, `cpus` that takes several numeric values among an experiment's
-//!   measurements; a series per value of the other attributes that vary (`iommu_mode`
-//!   first), or per configuration name when measurements carry no attributes. Points of
-//!   repeated runs (a group) are averaged.
-//! - **latency**: per measurement with a latency histogram, the CDF on a log-x axis above
-//!   the histogram itself (bucket counts, same axis).
-//! - **cpu**: per run, every measurement's CPU time split into user / system / spin / idle,
-//!   as stacked horizontal bars in percent of the measured CPU time.
+//!   `numjobs`, `cpus` that takes several numeric values; a series per IOMMU mode, split
+//!   further only by attributes that separate points the mode and x leave together (never
+//!   `seed` or `run`), or per configuration name when measurements carry no attributes.
+//!   Points of repeated runs are averaged.
+//! - **latency**: per x value, a step CDF per series on a log-x axis (repetitions'
+//!   histograms merged), above the share of I/Os per bucket.
+//! - **cpu**: a bar per (series, x), CPU time split into user / system / spin / idle in
+//!   percent of the measured CPU time, repetitions averaged.
 //!
 //! Output is a pure function of the database content: no clock is read, numbers are
 //! formatted with fixed rules, and every collection is ordered.
@@ -22,6 +25,7 @@ use std::process::ExitCode;
 
 use iolab_sim::metrics::{LatencyHistogram, Measurement};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::db::{ResultsDb, StoredRun};
 
@@ -343,7 +347,9 @@ struct Scaling {
     experiment: String,
     x_attr: &'static str,
     y_axis: &'static str,
-    series: BTreeMap<String, BTreeMap<OrdF64, Vec<f64>>>,
+    /// Series in legend order: name, x -> the y values (one per run).
+    series: Vec<(String, BTreeMap<OrdF64, Vec<f64>>)>,
+    /// Most runs averaged into one point.
     runs: usize,
 }
 
@@ -362,94 +368,213 @@ impl Ord for OrdF64 {
     }
 }
 
-/// Scaling plots: per experiment, per rate kind, against the first attribute of
-/// [`X_ATTRS`] with several numeric values.
-fn scaling_data(runs: &[StoredRun]) -> Vec<Scaling> {
-    let mut experiments: Vec<&str> = runs.iter().map(|r| r.experiment.as_str()).collect();
-    experiments.sort_unstable();
-    experiments.dedup();
-    let mut out = Vec::new();
-    for exp in experiments {
-        let mine: Vec<&StoredRun> = runs.iter().filter(|r| r.experiment == exp).collect();
-        let all: Vec<&Measurement> = mine.iter().flat_map(|r| &r.measurements).collect();
-        let numeric = |m: &Measurement, a: &str| -> Option<f64> {
-            m.attrs
-                .get(a)
-                .and_then(|v| v.parse::<f64>().ok())
-                .filter(|v| v.is_finite())
-        };
-        let Some(x_attr) = X_ATTRS.into_iter().find(|a| {
-            let values: BTreeSet<OrdF64> = all
+/// One measurement placed in a family: its series and x value, the run it came from.
+struct Point<'a> {
+    series: String,
+    x: Option<f64>,
+    m: &'a Measurement,
+}
+
+/// Measurements that belong on the same plots: an experiment's, or the workload scenarios'
+/// runs of one workload on one device and platform (whatever their scenario names), so
+/// that runs of `fio-nvme-off`, `-lazy` and `-strict` at several `numjobs` make one
+/// scaling plot with a series per IOMMU mode.
+struct Family<'a> {
+    /// The experiment's name, or the workload's description.
+    name: String,
+    /// The attribute on the x axis, when one of [`X_ATTRS`] takes several values.
+    x_attr: Option<&'static str>,
+    /// Series names in legend order.
+    series: Vec<String>,
+    points: Vec<Point<'a>>,
+}
+
+/// A point's values of the series keys chosen so far, and its x.
+type SeriesId<'a> = (Vec<Option<&'a String>>, Option<OrdF64>);
+
+/// Attributes that tell repetitions apart; never a reason for a series of their own.
+const REPETITION_ATTRS: [&str; 2] = ["seed", "run"];
+
+/// The family of a measurement of `r`.
+fn family_of(r: &StoredRun, m: &Measurement) -> String {
+    if !m.attrs.contains_key("scenario") {
+        return r.experiment.clone();
+    }
+    // A workload scenario: the workload and what it ran on.
+    let a = |k: &str| m.attrs.get(k).map(String::as_str);
+    let mut name = a("workload").unwrap_or("workload").to_owned();
+    for k in ["rw", "direction"] {
+        if let Some(v) = a(k) {
+            name = format!("{name} {v}");
+        }
+    }
+    for k in ["bs", "message_bytes", "file_mib"] {
+        if let Some(v) = a(k) {
+            name = format!("{name} {k}={v}");
+        }
+    }
+    if let Some(d) = a("device") {
+        name = format!("{name} on {d}");
+    }
+    if let Some(p) = a("platform") {
+        name = format!("{name} ({p})");
+    }
+    name
+}
+
+fn numeric(m: &Measurement, a: &str) -> Option<f64> {
+    m.attrs
+        .get(a)
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+}
+
+/// Groups every measurement of `runs` into families, in name order.
+fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
+    let mut by_name: BTreeMap<String, Vec<&Measurement>> = BTreeMap::new();
+    for r in runs {
+        for m in &r.measurements {
+            by_name.entry(family_of(r, m)).or_default().push(m);
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, all)| {
+            let x_attr = X_ATTRS.into_iter().find(|a| {
+                let values: BTreeSet<OrdF64> = all
+                    .iter()
+                    .filter_map(|m| numeric(m, a))
+                    .map(OrdF64)
+                    .collect();
+                values.len() >= 2
+            });
+            // With an x axis, only the measurements that have an x value are placed.
+            let placed: Vec<(&Measurement, Option<f64>)> = match x_attr {
+                Some(a) => all
+                    .iter()
+                    .filter_map(|m| numeric(m, a).map(|x| (*m, Some(x))))
+                    .collect(),
+                None => all.iter().map(|m| (*m, None)).collect(),
+            };
+            // Series keys: `iommu_mode` first, then the other attributes in name order; a
+            // key is taken only where it separates measurements the keys taken so far (and
+            // x) leave together. Attributes that follow the IOMMU mode (model, command
+            // queue) or x (numjobs with threads, the scenario's name) add nothing.
+            let mut candidates: Vec<&str> = placed
                 .iter()
-                .filter_map(|m| numeric(m, a))
-                .map(OrdF64)
+                .flat_map(|(m, _)| m.attrs.keys().map(String::as_str))
+                .filter(|k| Some(*k) != x_attr && !REPETITION_ATTRS.contains(k))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
                 .collect();
-            values.len() >= 2
-        }) else {
-            continue;
-        };
-        let mut kinds: Vec<&'static str> =
-            all.iter().filter_map(|m| rate(m)).map(|r| r.0).collect();
+            candidates.sort_by_key(|k| (*k != "iommu_mode", *k == "scenario", *k));
+            let mut keys: Vec<&str> = Vec::new();
+            for k in candidates {
+                let mut seen: BTreeMap<SeriesId<'_>, Option<&String>> = BTreeMap::new();
+                let splits = placed.iter().any(|(m, x)| {
+                    let id = (
+                        keys.iter().map(|kk| m.attrs.get(*kk)).collect(),
+                        x.map(OrdF64),
+                    );
+                    let v = m.attrs.get(k);
+                    *seen.entry(id).or_insert(v) != v
+                });
+                if splits {
+                    keys.push(k);
+                }
+            }
+            let points: Vec<Point> = placed
+                .into_iter()
+                .map(|(m, x)| {
+                    let series = if keys.is_empty() {
+                        match (x_attr, m.attrs.get("iommu_mode")) {
+                            (_, Some(mode)) => mode.clone(),
+                            (None, None) => m.config.clone(),
+                            (Some(_), None) => name.clone(),
+                        }
+                    } else {
+                        keys.iter()
+                            .map(|k| match m.attrs.get(*k) {
+                                Some(v) if *k == "iommu_mode" => v.clone(),
+                                Some(v) => format!("{k}={v}"),
+                                None => format!("{k}=-"),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    Point { series, x, m }
+                })
+                .collect();
+            let mut series: Vec<String> = Vec::new();
+            for p in &points {
+                if !series.contains(&p.series) {
+                    series.push(p.series.clone());
+                }
+            }
+            series.sort_by_key(|s| mode_rank(s));
+            Family {
+                name,
+                x_attr,
+                series,
+                points,
+            }
+        })
+        .collect()
+}
+
+/// Legend order: no IOMMU first, then passthrough, lazy, strict (cheapest protection
+/// first), then the rest by name.
+fn mode_rank(series: &str) -> (usize, String) {
+    let head = series.split(',').next().unwrap_or(series);
+    let rank = ["off", "passthrough", "bypass", "lazy", "strict"]
+        .iter()
+        .position(|m| *m == head)
+        .unwrap_or(5);
+    (rank, series.to_owned())
+}
+
+/// Scaling plots: per family with an x axis, per rate kind.
+fn scaling_data(families: &[Family<'_>]) -> Vec<Scaling> {
+    let mut out = Vec::new();
+    for f in families {
+        let Some(x_attr) = f.x_attr else { continue };
+        let mut kinds: Vec<&'static str> = f
+            .points
+            .iter()
+            .filter_map(|p| rate(p.m))
+            .map(|r| r.0)
+            .collect();
         kinds.sort_unstable();
         kinds.dedup();
         for kind in kinds {
-            let points: Vec<(&Measurement, f64, f64)> = all
+            let mut series: Vec<(String, BTreeMap<OrdF64, Vec<f64>>)> = f
+                .series
                 .iter()
-                .filter_map(|m| {
-                    let x = numeric(m, x_attr)?;
-                    let (k, y) = rate(m)?;
-                    (k == kind).then_some((*m, x, y))
-                })
+                .map(|s| (s.clone(), BTreeMap::new()))
                 .collect();
-            // The attributes (other than x) that vary among these points name the series.
-            let keys: BTreeSet<&String> = points
-                .iter()
-                .flat_map(|(m, _, _)| m.attrs.keys())
-                .filter(|k| k.as_str() != x_attr)
-                .collect();
-            let mut varying: Vec<&String> = keys
-                .into_iter()
-                .filter(|k| {
-                    let vals: BTreeSet<Option<&String>> =
-                        points.iter().map(|(m, _, _)| m.attrs.get(*k)).collect();
-                    vals.len() > 1
-                })
-                .collect();
-            varying.sort_by_key(|k| (k.as_str() != "iommu_mode", k.as_str()));
-            let mut series: BTreeMap<String, BTreeMap<OrdF64, Vec<f64>>> = BTreeMap::new();
-            for (m, x, y) in points {
-                let name = if varying.is_empty() {
-                    if m.attrs.contains_key("iommu_mode") {
-                        m.attrs["iommu_mode"].clone()
-                    } else if m.attrs.len() <= 1 {
-                        m.config.clone()
-                    } else {
-                        kind.to_owned()
-                    }
-                } else {
-                    varying
-                        .iter()
-                        .map(|k| match m.attrs.get(*k) {
-                            Some(v) if k.as_str() == "iommu_mode" => v.clone(),
-                            Some(v) => format!("{k}={v}"),
-                            None => format!("{k}=-"),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
+            for p in &f.points {
+                let (Some(x), Some((k, y))) = (p.x, rate(p.m)) else {
+                    continue;
                 };
-                series
-                    .entry(name)
-                    .or_default()
-                    .entry(OrdF64(x))
-                    .or_default()
-                    .push(y);
+                if k != kind {
+                    continue;
+                }
+                if let Some((_, pts)) = series.iter_mut().find(|(s, _)| *s == p.series) {
+                    pts.entry(OrdF64(x)).or_default().push(y);
+                }
             }
+            series.retain(|(_, pts)| !pts.is_empty());
+            let runs = series
+                .iter()
+                .flat_map(|(_, pts)| pts.values().map(Vec::len))
+                .max()
+                .unwrap_or(0);
             out.push(Scaling {
-                experiment: exp.to_owned(),
+                experiment: f.name.clone(),
                 x_attr,
                 y_axis: kind,
                 series,
-                runs: mine.len(),
+                runs,
             });
         }
     }
@@ -472,8 +597,9 @@ fn color(i: usize) -> RGBColor {
 
 /// Every plot of the report, in page order.
 pub fn plots(runs: &[StoredRun]) -> DrawResult<Vec<Plot>> {
+    let fams = families(runs);
     let mut out = Vec::new();
-    for s in scaling_data(runs) {
+    for s in scaling_data(&fams) {
         let title = format!("{}: {} vs {}", s.experiment, s.y_axis, s.x_attr);
         let slug = slug(&format!(
             "scaling-{}-{}-{}",
@@ -487,38 +613,130 @@ pub fn plots(runs: &[StoredRun]) -> DrawResult<Vec<Plot>> {
             title,
         });
     }
-    for r in runs {
-        for (i, m) in r.measurements.iter().enumerate() {
-            if let Some(h) = m.latency.as_ref().filter(|h| h.count() > 0) {
-                let title = format!("run {}: {} latency", r.id, m.config);
-                out.push(Plot {
-                    svg: draw_latency(h, &title)?,
-                    slug: slug(&format!("latency-run{}-{}-{}", r.id, i, m.config)),
-                    title,
-                });
+    for f in &fams {
+        latency_plots(f, &mut out)?;
+        cpu_plot(f, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Most CDF lines on one plot.
+const MAX_LINES: usize = 8;
+
+/// The latency CDFs of a family: per x value (or one for the family), a line per series,
+/// repetitions' histograms merged.
+fn latency_plots(f: &Family<'_>, out: &mut Vec<Plot>) -> DrawResult<()> {
+    let xs: BTreeSet<Option<OrdF64>> = f
+        .points
+        .iter()
+        .filter(|p| p.m.latency.as_ref().is_some_and(|h| h.count() > 0))
+        .map(|p| p.x.map(OrdF64))
+        .collect();
+    for x in xs {
+        let mut lines: Vec<(String, LatencyHistogram, usize)> = Vec::new();
+        for s in &f.series {
+            let mut merged = LatencyHistogram::new();
+            let mut n = 0;
+            for p in f
+                .points
+                .iter()
+                .filter(|p| p.series == *s && p.x.map(OrdF64) == x)
+            {
+                if let Some(h) = p.m.latency.as_ref().filter(|h| h.count() > 0) {
+                    merged.merge(h);
+                    n += 1;
+                }
+            }
+            if n > 0 {
+                lines.push((s.clone(), merged, n));
             }
         }
-        if r.measurements
-            .iter()
-            .any(|m| m.cpu.is_some_and(|c| c.total_ns() > 0))
-        {
-            let title = format!("run {}: {} CPU time", r.id, r.experiment);
+        let at = match (f.x_attr, x) {
+            (Some(a), Some(x)) => format!(" at {a}={}", si(x.0)),
+            _ => String::new(),
+        };
+        let chunks: Vec<&[(String, LatencyHistogram, usize)]> = lines.chunks(MAX_LINES).collect();
+        for (k, chunk) in chunks.iter().enumerate() {
+            let part = if chunks.len() > 1 {
+                format!(" ({}/{})", k + 1, chunks.len())
+            } else {
+                String::new()
+            };
+            let title = format!("{}: latency{at}{part}", f.name);
+            let reps = chunk.iter().map(|l| l.2).max().unwrap_or(1);
             out.push(Plot {
-                svg: draw_cpu(r, &title)?,
-                slug: slug(&format!("cpu-run{}", r.id)),
+                svg: draw_latency(chunk, &title, reps)?,
+                slug: slug(&format!(
+                    "latency-{}{}{}",
+                    f.name,
+                    match (f.x_attr, x) {
+                        (Some(a), Some(x)) => format!("-{a}{}", x.0),
+                        _ => String::new(),
+                    },
+                    if chunks.len() > 1 {
+                        format!("-{}", k + 1)
+                    } else {
+                        String::new()
+                    }
+                )),
                 title,
             });
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The CPU time of a family: a bar per (series, x), repetitions averaged.
+fn cpu_plot(f: &Family<'_>, out: &mut Vec<Plot>) -> DrawResult<()> {
+    let mut rows: Vec<(String, [f64; 4])> = Vec::new();
+    let mut reps = 0;
+    for s in &f.series {
+        let mut xs: BTreeMap<Option<OrdF64>, ([f64; 4], usize)> = BTreeMap::new();
+        for p in f.points.iter().filter(|p| p.series == *s) {
+            let Some(c) = p.m.cpu.filter(|c| c.total_ns() > 0) else {
+                continue;
+            };
+            let total = c.total_ns() as f64;
+            let e = xs.entry(p.x.map(OrdF64)).or_insert(([0.0; 4], 0));
+            for (acc, v) in
+                e.0.iter_mut()
+                    .zip([c.user_ns, c.system_ns, c.spin_ns, c.idle_ns])
+            {
+                *acc += v as f64 * 100.0 / total;
+            }
+            e.1 += 1;
+        }
+        for (x, (sum, n)) in xs {
+            reps = reps.max(n);
+            let label = match (f.x_attr, x) {
+                (Some(a), Some(x)) => format!("{s}, {a}={}", si(x.0)),
+                _ => s.clone(),
+            };
+            rows.push((label, sum.map(|v| v / n as f64)));
+        }
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let title = if reps > 1 {
+        format!("{}: CPU time (mean of {reps} runs)", f.name)
+    } else {
+        format!("{}: CPU time", f.name)
+    };
+    out.push(Plot {
+        svg: draw_cpu(&rows, &title)?,
+        slug: slug(&format!("cpu-{}", f.name)),
+        title,
+    });
+    Ok(())
 }
 
 fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
     let mut svg = String::new();
     let xs: Vec<f64> = s
         .series
-        .values()
-        .flat_map(|p| p.keys().map(|x| x.0))
+        .iter()
+        .flat_map(|(_, p)| p.keys().map(|x| x.0))
         .collect();
     let means: Vec<(String, Vec<(f64, f64)>)> = s
         .series
@@ -531,6 +749,7 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
             (name.clone(), line)
         })
         .collect();
+    let integral = xs.iter().all(|x| x.fract() == 0.0);
     let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let x_max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let y_max = means
@@ -555,10 +774,19 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
             .map_err(err)?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .x_desc(s.x_attr)
             .y_desc(s.y_axis)
             .y_label_formatter(&|v| si(*v))
-            .x_label_formatter(&|v| si(*v))
+            .x_label_formatter(&|v| {
+                // Whole-number attributes (threads, iodepth) get whole-number ticks only.
+                if integral && (v - v.round()).abs() > 1e-9 {
+                    String::new()
+                } else {
+                    si(*v)
+                }
+            })
             .draw()
             .map_err(err)?;
         for (i, (name, line)) in means.iter().enumerate() {
@@ -574,6 +802,7 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
+            .label_font(("sans-serif", 14))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
@@ -594,43 +823,104 @@ fn bucket_lower(upper: u64) -> u64 {
     upper + 1 - (1u64 << shift)
 }
 
-/// Tick values for a log axis over `lo..hi`: 1, 1.5, 2, 3, 5, 7 times each power of ten.
+/// Tick values for a log axis over `lo..hi`: 1, 1.5, 2, 3, 5, 7 times each power of ten,
+/// or, over a range too narrow for four of those, every integer multiple (1..9) of the
+/// power of ten and halfway between them.
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let mut out = Vec::new();
-    let mut decade = 10f64.powi(lo.max(1.0).log10().floor() as i32);
-    while decade <= hi {
-        for m in [1.0, 1.5, 2.0, 3.0, 5.0, 7.0] {
-            let v = decade * m;
-            if v >= lo && v <= hi {
-                out.push(v);
+    let ticks = |mults: &[f64]| {
+        let mut out = Vec::new();
+        let mut decade = 10f64.powi(lo.max(1.0).log10().floor() as i32);
+        while decade <= hi {
+            for m in mults {
+                let v = decade * m;
+                if v >= lo && v <= hi {
+                    out.push(v);
+                }
             }
+            decade *= 10.0;
         }
-        decade *= 10.0;
+        out
+    };
+    let coarse = ticks(&[1.0, 1.5, 2.0, 3.0, 5.0, 7.0]);
+    if coarse.len() >= 4 {
+        return coarse;
     }
-    out
+    let fine = ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    if fine.len() >= 4 {
+        return fine;
+    }
+    ticks(&[
+        1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0,
+    ])
 }
 
-fn draw_latency(h: &LatencyHistogram, title: &str) -> DrawResult<String> {
+fn draw_latency(
+    lines: &[(String, LatencyHistogram, usize)],
+    title: &str,
+    reps: usize,
+) -> DrawResult<String> {
     let mut svg = String::new();
-    let cdf = h.cdf();
-    let lo = (bucket_lower(h.buckets[0].0).max(1) as f64) / 1.2;
-    let hi = (h.buckets[h.buckets.len() - 1].0 as f64 * 1.25).max(lo * 2.0);
-    let max_count = h.buckets.iter().map(|b| b.1).max().unwrap_or(1) as f64;
+    let first = lines
+        .iter()
+        .filter_map(|l| l.1.buckets.first())
+        .map(|b| b.0);
+    let last = lines.iter().filter_map(|l| l.1.buckets.last()).map(|b| b.0);
+    let lo = (bucket_lower(first.min().unwrap_or(1)).max(1) as f64) / 1.2;
+    let hi = (last.max().unwrap_or(2) as f64 * 1.25).max(lo * 2.0);
+    // Histograms as fractions of each line's samples, so lines of different sizes compare.
+    let max_frac = lines
+        .iter()
+        .flat_map(|l| {
+            let n = l.1.count().max(1) as f64;
+            l.1.buckets.iter().map(move |b| b.1 as f64 / n)
+        })
+        .fold(0.0f64, f64::max);
+    let single = lines.len() == 1;
+    let legend_rows = if single { 0 } else { lines.len() as u32 };
     {
-        let root = SVGBackend::with_string(&mut svg, (SIZE.0, SIZE.1 + 160)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (SIZE.0, SIZE.1 + 160 + 18 * legend_rows))
+            .into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let root = root
-            .titled(
-                &format!(
-                    "{title}: {} samples, p50 {}, p99 {}",
-                    h.count(),
-                    latency_label(h.percentile(50.0) as f64),
-                    latency_label(h.percentile(99.0) as f64)
-                ),
-                ("sans-serif", 17),
-            )
-            .map_err(err)?;
-        let (top, bottom) = root.split_vertically(330);
+        let mut caption = title.to_owned();
+        if reps > 1 {
+            let _ = write!(caption, " ({reps} runs merged)");
+        }
+        if single {
+            let h = &lines[0].1;
+            let _ = write!(
+                caption,
+                ": {} samples, p50 {}, p99 {}",
+                h.count(),
+                latency_label(h.percentile(50.0) as f64),
+                latency_label(h.percentile(99.0) as f64)
+            );
+        }
+        let root = root.titled(&caption, ("sans-serif", 17)).map_err(err)?;
+        let (legend, plots) = root.split_vertically(18 * legend_rows);
+        // The legend: a line per series with its sample count and percentiles.
+        for (i, (name, h, _)) in lines.iter().enumerate().take(legend_rows as usize) {
+            let y = 18 * i as i32 + 4;
+            let c = color(i);
+            legend
+                .draw(&PathElement::new(
+                    vec![(76, y + 7), (100, y + 7)],
+                    c.stroke_width(3),
+                ))
+                .map_err(err)?;
+            legend
+                .draw(&Text::new(
+                    format!(
+                        "{name}: {} samples, p50 {}, p99 {}",
+                        h.count(),
+                        latency_label(h.percentile(50.0) as f64),
+                        latency_label(h.percentile(99.0) as f64)
+                    ),
+                    (108, y),
+                    ("sans-serif", 13),
+                ))
+                .map_err(err)?;
+        }
+        let (top, bottom) = plots.split_vertically(330);
         let mut chart = ChartBuilder::on(&top)
             .margin(12)
             .x_label_area_size(36)
@@ -642,99 +932,119 @@ fn draw_latency(h: &LatencyHistogram, title: &str) -> DrawResult<String> {
             .map_err(err)?;
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .x_desc("latency (log scale)")
             .y_desc("CDF: fraction of I/Os ≤ x")
             .x_label_formatter(&|v| latency_label(*v))
             .draw()
             .map_err(err)?;
-        // A step function: each bucket's fraction holds up to its upper bound.
-        let mut steps = Vec::with_capacity(cdf.len() * 2 + 1);
-        let mut prev = 0.0;
-        for &(upper, frac) in &cdf {
-            let x0 = bucket_lower(upper).max(1) as f64;
-            steps.push((x0, prev));
-            steps.push((upper as f64, frac));
-            prev = frac;
+        for (i, (_, h, _)) in lines.iter().enumerate() {
+            // A step function: each bucket's fraction holds up to its upper bound.
+            let cdf = h.cdf();
+            let mut steps = Vec::with_capacity(cdf.len() * 2 + 1);
+            let mut prev = 0.0;
+            for &(upper, frac) in &cdf {
+                let x0 = bucket_lower(upper).max(1) as f64;
+                steps.push((x0, prev));
+                steps.push((upper as f64, frac));
+                prev = frac;
+            }
+            steps.push((hi, 1.0));
+            chart
+                .draw_series(LineSeries::new(steps, color(i).stroke_width(2)))
+                .map_err(err)?;
         }
-        steps.push((hi, 1.0));
-        chart
-            .draw_series(LineSeries::new(steps, color(0).stroke_width(2)))
-            .map_err(err)?;
         let mut hist = ChartBuilder::on(&bottom)
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
             .build_cartesian_2d(
                 (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
-                0.0..max_count * 1.1,
+                0.0..(max_frac * 110.0).max(1e-9),
             )
             .map_err(err)?;
         hist.configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .x_desc("latency (log scale)")
-            .y_desc("I/Os per bucket")
+            .y_desc("% of I/Os per bucket")
             .x_label_formatter(&|v| latency_label(*v))
             .y_label_formatter(&|v| si(*v))
             .draw()
             .map_err(err)?;
-        hist.draw_series(h.buckets.iter().map(|&(upper, n)| {
-            let x0 = bucket_lower(upper).max(1) as f64;
-            Rectangle::new(
-                [(x0, 0.0), (upper as f64 + 1.0, n as f64)],
-                color(1).filled(),
-            )
-        }))
-        .map_err(err)?;
+        for (i, (_, h, _)) in lines.iter().enumerate() {
+            let n = h.count().max(1) as f64;
+            if single {
+                hist.draw_series(h.buckets.iter().map(|&(upper, k)| {
+                    let x0 = bucket_lower(upper).max(1) as f64;
+                    Rectangle::new(
+                        [(x0, 0.0), (upper as f64 + 1.0, k as f64 * 100.0 / n)],
+                        color(1).filled(),
+                    )
+                }))
+                .map_err(err)?;
+            } else {
+                // Several series: outlines, so that none hides another.
+                let mut outline = Vec::with_capacity(h.buckets.len() * 4);
+                for &(upper, k) in &h.buckets {
+                    let x0 = bucket_lower(upper).max(1) as f64;
+                    let y = k as f64 * 100.0 / n;
+                    outline.extend([
+                        (x0, 0.0),
+                        (x0, y),
+                        (upper as f64 + 1.0, y),
+                        (upper as f64 + 1.0, 0.0),
+                    ]);
+                }
+                hist.draw_series(LineSeries::new(outline, color(i).stroke_width(2)))
+                    .map_err(err)?;
+            }
+        }
         root.present().map_err(err)?;
     }
     Ok(svg)
 }
 
-fn draw_cpu(r: &StoredRun, title: &str) -> DrawResult<String> {
-    let rows: Vec<(&str, [f64; 4])> = r
-        .measurements
-        .iter()
-        .filter_map(|m| {
-            let c = m.cpu?;
-            let total = c.total_ns() as f64;
-            (total > 0.0).then(|| {
-                (
-                    m.config.as_str(),
-                    [c.user_ns, c.system_ns, c.spin_ns, c.idle_ns]
-                        .map(|v| v as f64 * 100.0 / total),
-                )
-            })
-        })
-        .collect();
+fn draw_cpu(rows: &[(String, [f64; 4])], title: &str) -> DrawResult<String> {
     let n = rows.len();
     let height = (120 + 28 * n as u32).max(260);
-    let labels: Vec<String> = rows.iter().map(|r| r.0.to_owned()).collect();
-    let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32;
+    let longest = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(4) as u32;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (SIZE.0, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
+        // Rows on a continuous axis, row i (from the top) in [n-1-i, n-i]: exactly n rows,
+        // none empty; each labelled at its middle, left of the axis.
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(12)
             .margin_right(LEGEND_W)
             .x_label_area_size(40)
-            .y_label_area_size((longest * 7 + 16).clamp(60, 320))
-            .build_cartesian_2d(0.0..100.0, (0..n).into_segmented())
+            .y_label_area_size((longest * 7 + 16).clamp(60, 360))
+            .build_cartesian_2d(0.0..100.0, 0.0..n as f64)
             .map_err(err)?;
-        let label_of = |v: &SegmentValue<usize>| match v {
-            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
-                labels.get(*i).cloned().unwrap_or_default()
-            }
-            SegmentValue::Last => String::new(),
-        };
         chart
             .configure_mesh()
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
             .disable_y_mesh()
+            .y_labels(0)
+            .x_label_formatter(&|v| format!("{v:.0}"))
             .x_desc("% of the measured CPU time")
-            .y_labels(n.max(1))
-            .y_label_formatter(&label_of)
             .draw()
             .map_err(err)?;
+        let label_style = ("sans-serif", 13)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Right, VPos::Center));
+        for (i, (label, _)) in rows.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(0.0, (n - 1 - i) as f64 + 0.5));
+            root.draw(&Text::new(label.clone(), (px - 6, py), label_style.clone()))
+                .map_err(err)?;
+        }
         let parts = ["user", "system", "spin", "idle"];
         let part_colors = [color(0), color(1), color(4), RGBColor(200, 200, 200)];
         for (p, c) in part_colors.iter().copied().enumerate() {
@@ -742,15 +1052,8 @@ fn draw_cpu(r: &StoredRun, title: &str) -> DrawResult<String> {
                 .draw_series(rows.iter().enumerate().map(move |(i, (_, v))| {
                     let start: f64 = v[..p].iter().sum();
                     let end = start + v[p];
-                    let mut bar = Rectangle::new(
-                        [
-                            (start, SegmentValue::Exact(i)),
-                            (end, SegmentValue::Exact(i + 1)),
-                        ],
-                        c.filled(),
-                    );
-                    bar.set_margin(4, 4, 0, 0);
-                    bar
+                    let y = (n - 1 - i) as f64;
+                    Rectangle::new([(start, y + 0.15), (end, y + 0.85)], c.filled())
                 }))
                 .map_err(err)?;
         }
@@ -783,12 +1086,12 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#555}svg{max-width:100%;heig
 /// The page; the same runs and plots give the same bytes.
 pub fn render_html(runs: &[StoredRun], plots: &[Plot]) -> String {
     let mut h = String::new();
-    let ids: Vec<String> = runs.iter().map(|r| r.id.to_string()).collect();
+    let ids = id_ranges(&runs.iter().map(|r| r.id).collect::<Vec<_>>());
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>iolab report: runs {}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<h1>iolab report: runs {}</h1>\n",
-        esc(&ids.join(", ")),
-        esc(&ids.join(", "))
+        esc(&ids),
+        esc(&ids)
     );
     h.push_str("<table>\n<tr><th>run</th><th>experiment</th><th>kind</th><th>label</th><th>seed</th><th>runs</th><th>started</th><th>measurements</th></tr>\n");
     for r in runs {
@@ -825,6 +1128,26 @@ pub fn render_html(runs: &[StoredRun], plots: &[Plot]) -> String {
     }
     h.push_str("</body>\n</html>\n");
     h
+}
+
+/// Run ids as a short list: consecutive ids as ranges (`1-15, 18, 20-22`), in the order
+/// given.
+fn id_ranges(ids: &[i64]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        parts.push(match j - i {
+            0 => ids[i].to_string(),
+            1 => format!("{}, {}", ids[i], ids[j]),
+            _ => format!("{}-{}", ids[i], ids[j]),
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
 }
 
 /// SVG as an inline element (an XML declaration is not allowed inside HTML).
@@ -973,6 +1296,24 @@ mod tests {
                 assert_eq!(below, lower - 1);
             }
         }
+    }
+
+    #[test]
+    fn log_ticks_are_dense_enough_on_narrow_ranges() {
+        assert_eq!(
+            log_ticks(1_000.0, 100_000.0),
+            [1e3, 1.5e3, 2e3, 3e3, 5e3, 7e3, 1e4, 1.5e4, 2e4, 3e4, 5e4, 7e4, 1e5]
+        );
+        // 200-400 µs: 200, 250, ... 400 µs rather than only 200 and 300.
+        let t = log_ticks(200_000.0, 400_000.0);
+        assert_eq!(t, [2e5, 2.5e5, 3e5, 3.5e5, 4e5]);
+    }
+
+    #[test]
+    fn id_lists_shorten_to_ranges() {
+        assert_eq!(id_ranges(&[1, 2, 3, 4, 7, 9, 10, 12]), "1-4, 7, 9, 10, 12");
+        assert_eq!(id_ranges(&[5, 3]), "5, 3");
+        assert_eq!(id_ranges(&[]), "");
     }
 
     #[test]

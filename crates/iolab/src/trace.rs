@@ -1,4 +1,5 @@
-//! `iolab trace`: runs a scenario file the way `iolab run` does, with the engine's timeline
+//! `iolab trace`: runs a scenario file (an experiment's or a workload scenario, or a bundled
+//! example) the way `iolab run` does, with the engine's timeline
 //! recorder on for the first simulations it creates, and writes the slices as Chrome /
 //! Perfetto trace-event JSON (`{"traceEvents": [...], "displayTimeUnit": "ns"}`), loadable in
 //! ui.perfetto.dev or chrome://tracing.
@@ -18,62 +19,114 @@ use std::process::ExitCode;
 
 use iolab_sim::experiment::ExperimentOptions;
 use iolab_sim::experiments::{self, ExperimentError};
+use iolab_sim::lab::{self, LabOptions};
 use iolab_sim::trace::{self, SimTrace, TraceEvent, TraceOptions, Track};
 
 /// What `iolab trace` was asked for.
 #[derive(Debug)]
 pub struct TraceArgs {
-    /// The scenario file.
-    pub scenario: PathBuf,
+    /// The scenario file (None: `example` names a bundled one).
+    pub scenario: Option<PathBuf>,
+    /// A bundled example workload scenario (`iolab run --example NAME`'s names).
+    pub example: Option<String>,
     /// The JSON file to write.
     pub output: PathBuf,
-    /// Base seed.
-    pub seed: u64,
+    /// Base seed (None: the scenario's `seed` for a workload scenario, else 1).
+    pub seed: Option<u64>,
     /// Slices kept per simulation.
     pub max_events: usize,
     /// Simulations traced.
     pub sims: usize,
 }
 
-/// Runs `iolab trace`.
+/// What ran under the recorder: its name for the summary line.
+enum Ran {
+    Experiment(String),
+    Workload(String),
+}
+
+/// Runs `iolab trace`: the same dispatch as `iolab run` (a file with a top-level `experiment`
+/// key through its experiment, any other file, or `--example NAME`, as a workload scenario),
+/// one repetition, with the recorder on.
 pub fn run(args: &TraceArgs) -> ExitCode {
-    let origin = args.scenario.display().to_string();
-    let text = match std::fs::read_to_string(&args.scenario) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("iolab trace: cannot read {origin}: {e}");
+    let (text, origin) = match (&args.scenario, &args.example) {
+        (Some(path), _) => {
+            let origin = path.display().to_string();
+            match std::fs::read_to_string(path) {
+                Ok(t) => (t, origin),
+                Err(e) => {
+                    eprintln!("iolab trace: cannot read {origin}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        (None, Some(name)) => match lab::examples::example(name) {
+            Some(t) => (
+                t.to_owned(),
+                format!("scenarios/examples/{name}.toml (bundled)"),
+            ),
+            None => {
+                eprintln!(
+                    "iolab trace: unknown example '{name}': expected one of {}",
+                    lab::examples::example_names().join(", ")
+                );
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => {
+            eprintln!("iolab trace: expected a scenario file or --example NAME");
             return ExitCode::from(2);
         }
-    };
-    let name = match crate::reproduce::experiment_of(&text, &origin) {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("iolab trace: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let options = ExperimentOptions {
-        runs: 1,
-        seed: args.seed,
     };
     let trace_options = TraceOptions {
         sims: args.sims,
         max_events: args.max_events,
     };
-    let (result, traces) = trace::capture(trace_options, || {
-        experiments::run_scenario(&name, &text, &origin, &options)
-    });
-    match result {
-        Ok(_) => {}
+    let (result, traces) = if lab::is_experiment_scenario(&text) {
+        let name = match crate::reproduce::experiment_of(&text, &origin) {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("iolab trace: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let options = ExperimentOptions {
+            runs: 1,
+            seed: args.seed.unwrap_or(1),
+        };
+        let (r, traces) = trace::capture(trace_options, || {
+            experiments::run_scenario(&name, &text, &origin, &options)
+        });
+        (r.map(|_| Ran::Experiment(name)), traces)
+    } else {
+        // Validated completely before anything runs, as `iolab run` does.
+        let base = Path::new(&origin).parent().filter(|p| p.is_dir());
+        let scenario = match lab::validate(&text, &origin, base) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("iolab trace: {e}");
+                return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+            }
+        };
+        let options = LabOptions {
+            runs: 1,
+            seed: args.seed,
+        };
+        let (r, traces) = trace::capture(trace_options, || lab::run(&scenario, &options));
+        (r.map(|_| Ran::Workload(scenario.name.clone())), traces)
+    };
+    let what = match result {
+        Ok(Ran::Experiment(name)) => name,
+        Ok(Ran::Workload(name)) => format!("workload scenario {name}"),
         Err(ExperimentError::NotImplemented { name }) => {
             eprintln!("iolab trace: experiment {name} is not implemented yet: nothing to trace");
             return ExitCode::from(1);
         }
         Err(e) => {
-            eprintln!("iolab trace: {e}");
+            eprintln!("iolab trace: {origin}: {e}");
             return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
         }
-    }
+    };
     let json = to_json(&traces);
     if let Err(e) = write_file(&args.output, &json) {
         eprintln!("iolab trace: cannot write {}: {e}", args.output.display());
@@ -82,7 +135,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     let slices: usize = traces.iter().map(|t| t.events.len()).sum();
     let dropped: u64 = traces.iter().map(|t| t.dropped).sum();
     eprintln!(
-        "wrote {}: {slices} slices from {} simulation(s) of {name}{}",
+        "wrote {}: {slices} slices from {} simulation(s) of {what}{}",
         args.output.display(),
         traces.len(),
         if dropped > 0 {

@@ -185,10 +185,11 @@ fn report_page_has_tables_and_a_plot_per_kind_and_is_self_contained() {
         "XML declarations stripped inside HTML"
     );
 
-    // Plots: 1 scaling (IOPS vs threads, one experiment) + a latency plot per measurement
-    // with a histogram (12 per run, 3 runs) + a CPU plot per run.
+    // Plots: 1 scaling (IOPS vs threads, one experiment) + a latency plot per thread count
+    // (a CDF per IOMMU mode, the 3 runs' histograms merged) + one CPU plot (a bar per mode
+    // and thread count, the 3 runs averaged).
     let svgs = html.matches("<svg").count();
-    assert_eq!(svgs, 1 + 3 * 12 + 3, "svg elements in the page");
+    assert_eq!(svgs, 1 + 4 + 1, "svg elements in the page");
     let mut files: Vec<String> = std::fs::read_dir(&svg_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -196,7 +197,7 @@ fn report_page_has_tables_and_a_plot_per_kind_and_is_self_contained() {
     files.sort();
     assert_eq!(files.len(), svgs);
     assert!(files.contains(&"scaling-demo-scaling-threads-iops.svg".to_owned()));
-    assert!(files.contains(&"cpu-run1.svg".to_owned()));
+    assert!(files.contains(&"cpu-demo-scaling.svg".to_owned()));
     for f in &files {
         let text = std::fs::read_to_string(svg_dir.join(f)).unwrap();
         assert_well_formed_xml(&text, f);
@@ -223,38 +224,41 @@ fn report_page_has_tables_and_a_plot_per_kind_and_is_self_contained() {
     strokes.sort_unstable();
     let distinct: std::collections::BTreeSet<&str> = strokes.iter().copied().collect();
     assert_eq!((strokes.len(), distinct.len()), (6, 3), "{strokes:?}");
-    // The CPU plot: the four parts in the legend and each configuration on the y axis.
-    let cpu = svg_texts(&std::fs::read_to_string(svg_dir.join("cpu-run1.svg")).unwrap());
+    // The CPU plot: the four parts in the legend and a bar per (mode, threads), averaged.
+    let cpu = svg_texts(&std::fs::read_to_string(svg_dir.join("cpu-demo-scaling.svg")).unwrap());
     for label in [
         "user",
         "system",
         "spin",
         "idle",
-        "nvme.lazy.t8",
-        "<b>&\"odd\"</b>",
+        "lazy, threads=8",
+        "off, threads=1",
     ] {
-        if label.starts_with('<') {
-            // Has no CPU time: not a bar.
-            assert!(!cpu.iter().any(|t| t == label), "{label} has no CPU time");
-        } else {
-            assert!(
-                cpu.iter().any(|t| t == label),
-                "cpu plot lacks {label}: {cpu:?}"
-            );
-        }
+        assert!(
+            cpu.iter().any(|t| t == label),
+            "cpu plot lacks {label}: {cpu:?}"
+        );
     }
-    // A latency plot: CDF and histogram of the known samples (200, p50 in its caption).
-    let lat = files
-        .iter()
-        .find(|f| f.starts_with("latency-run2-0-"))
-        .expect("latency plot of run 2's first measurement");
-    let lat = svg_texts(&std::fs::read_to_string(svg_dir.join(lat)).unwrap());
+    assert!(cpu.iter().any(|t| t.ends_with("CPU time (mean of 3 runs)")));
+    let bars = cpu.iter().filter(|t| t.contains(", threads=")).count();
+    assert_eq!(bars, 12, "a labelled row per bar, no empty row: {cpu:?}");
     assert!(
-        lat.iter().any(|t| t.contains(": 200 samples, p50 ")),
-        "latency caption: {lat:?}"
+        !cpu.iter().any(|t| t.contains("odd")),
+        "a configuration without CPU time has no bar"
     );
+    // A latency plot: a CDF per mode, each of the 3 runs' 200 samples merged.
+    let lat = svg_texts(
+        &std::fs::read_to_string(svg_dir.join("latency-demo-scaling-threads1.svg")).unwrap(),
+    );
+    for mode in MODES {
+        assert!(
+            lat.iter()
+                .any(|t| t.starts_with(&format!("{mode}: 600 samples, p50 "))),
+            "latency legend lacks {mode}: {lat:?}"
+        );
+    }
     assert!(lat.iter().any(|t| t == "CDF: fraction of I/Os ≤ x"));
-    assert!(lat.iter().any(|t| t == "I/Os per bucket"));
+    assert!(lat.iter().any(|t| t == "% of I/Os per bucket"));
 
     // Tables: figures published vs lab, effects, metrics of every measurement.
     for v in [
@@ -402,5 +406,126 @@ fn runs_without_measurements_still_get_tables() {
     assert_eq!(page.matches("<svg").count(), 0);
     assert!(page.contains("No plots"));
     assert!(page.contains("strict_vs_off") && page.contains("x.toml"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Real lab data: the bundled fio-nvme-{off,lazy,strict} examples at two `numjobs`, each
+/// run with `--runs 2` (stored as groups), then `iolab report` on every run: one scaling
+/// plot with exactly a series per IOMMU mode against threads, a latency plot per thread
+/// count with a CDF per mode, one CPU plot with a bar per (mode, threads).
+#[test]
+fn report_of_workload_scenario_runs_across_iommu_modes_and_numjobs() {
+    let dir = tmpdir("lab");
+    let dbp = dir.join("lab.db");
+    let mut ids = 0;
+    for mode in ["off", "lazy", "strict"] {
+        let text = std::fs::read_to_string(
+            repo().join(format!("scenarios/examples/fio-nvme-{mode}.toml")),
+        )
+        .unwrap();
+        for jobs in [1, 4] {
+            let scenario = dir.join(format!("{mode}-j{jobs}.toml"));
+            let lines: Vec<String> = text
+                .lines()
+                .map(|l| match l.split(" = ").next() {
+                    Some("numjobs") => format!("numjobs = {jobs}"),
+                    Some("iodepth") => "iodepth = 8".to_owned(),
+                    Some("runtime_ms") => "runtime_ms = 2".to_owned(),
+                    Some("ramp_ms") => "ramp_ms = 1".to_owned(),
+                    _ => l.to_owned(),
+                })
+                .collect();
+            std::fs::write(&scenario, lines.join("\n")).unwrap();
+            let o = iolab()
+                .arg("--db")
+                .arg(&dbp)
+                .arg("run")
+                .arg(&scenario)
+                .args(["--runs", "2"])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            ids += 2;
+        }
+    }
+    let html = dir.join("r.html");
+    let svg = dir.join("svg");
+    let o = iolab()
+        .arg("--db")
+        .arg(&dbp)
+        .arg("report")
+        .arg(
+            (1..=ids)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .arg("-o")
+        .arg(&html)
+        .arg("--svg")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("iolab report: runs 1-12"), "ids as a range");
+    let mut files: Vec<String> = std::fs::read_dir(&svg)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    let family = "fio_randread_bs_4096_on_nvme__hisilicon-d06_";
+    assert_eq!(
+        files,
+        [
+            format!("cpu-{family}.svg"),
+            format!("latency-{family}-threads1.svg"),
+            format!("latency-{family}-threads4.svg"),
+            format!("scaling-{family}-threads-iops.svg"),
+        ]
+    );
+    let texts = |f: &str| svg_texts(&std::fs::read_to_string(svg.join(f)).unwrap());
+    // Scaling: exactly three series, named by mode (the cmdq and model attributes that
+    // come with a mode and the scenario names that come with numjobs split nothing).
+    let scaling = texts(&format!("scaling-{family}-threads-iops.svg"));
+    for t in ["off", "lazy", "strict", "threads", "IOPS"] {
+        assert!(scaling.iter().any(|x| x == t), "{t}: {scaling:?}");
+    }
+    assert!(
+        !scaling
+            .iter()
+            .any(|x| x.contains('=') && !x.contains("IOPS vs threads")),
+        "no attribute=value series: {scaling:?}"
+    );
+    // threads are whole numbers: no 0.5 or 1.5 on the axis.
+    assert!(!scaling.iter().any(|x| x.ends_with(".50")), "{scaling:?}");
+    assert!(scaling.iter().any(|x| x.ends_with("(mean of 2 runs)")));
+    let polylines = std::fs::read_to_string(svg.join(format!("scaling-{family}-threads-iops.svg")))
+        .unwrap()
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.split('>').next().unwrap().contains("stroke-width=\"2\""))
+        .count();
+    assert_eq!(polylines, 6, "a line and a legend mark per mode");
+    // Latency at numjobs=4: a CDF per mode, in mode order.
+    let lat = texts(&format!("latency-{family}-threads4.svg"));
+    let legend: Vec<&String> = lat
+        .iter()
+        .filter(|t| t.contains(" samples, p50 "))
+        .collect();
+    assert_eq!(legend.len(), 3, "{lat:?}");
+    for (line, mode) in legend.iter().zip(["off", "lazy", "strict"]) {
+        assert!(line.starts_with(&format!("{mode}: ")), "{line}");
+    }
+    // CPU: 6 rows, each labelled once.
+    let cpu = texts(&format!("cpu-{family}.svg"));
+    let rows: Vec<&String> = cpu.iter().filter(|t| t.contains(", threads=")).collect();
+    assert_eq!(rows.len(), 6, "{cpu:?}");
+    assert_eq!(rows[0], "off, threads=1");
+    assert_eq!(rows[5], "strict, threads=4");
     let _ = std::fs::remove_dir_all(&dir);
 }

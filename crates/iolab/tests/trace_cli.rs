@@ -1,4 +1,5 @@
-//! `iolab trace` on the four bundled experiment scenarios: the trace-event JSON is checked
+//! `iolab trace` on the bundled experiment scenarios and workload scenarios (files and
+//! `--example NAME`): the trace-event JSON is checked
 //! strictly in Rust (shape, metadata, per-thread nesting, expected tracks and slice names)
 //! and, where python3 with the `perfetto` package and its trace processor are available,
 //! loaded by Perfetto's own trace processor (tests/perfetto/check_trace.py).
@@ -25,14 +26,13 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn trace(scenario: &str, out: &Path, extra: &[&str]) -> String {
-    let o = iolab()
-        .arg("trace")
-        .arg(repo().join("scenarios").join(scenario))
-        .arg("-o")
-        .arg(out)
-        .args(extra)
-        .output()
-        .unwrap();
+    let mut cmd = iolab();
+    cmd.arg("trace");
+    match scenario.strip_prefix("--example=") {
+        Some(name) => cmd.args(["--example", name]),
+        None => cmd.arg(repo().join("scenarios").join(scenario)),
+    };
+    let o = cmd.arg("-o").arg(out).args(extra).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{scenario}: {err}");
     err
@@ -234,10 +234,10 @@ fn smmuv3_trace_has_cpu_iommu_and_device_tracks() {
 fn every_bundled_scenario_traces_with_its_dma_path_visible() {
     let dir = tmpdir("all");
     // (scenario, simulations, a slice name expected on the CPU tracks)
-    for (scenario, sims, expect) in [
-        ("ipmmu-usb.toml", "4", "dma map_sg"),
-        ("sba-vmerge.toml", "1", "dma unmap_sg"),
-        ("pseries-ddw.toml", "1", "spin phyp_tce_table"),
+    for (scenario, sims, expect, queue) in [
+        ("ipmmu-usb.toml", "4", "dma map_sg", "usb bot"),
+        ("sba-vmerge.toml", "1", "dma unmap_sg", "scsi hba"),
+        ("pseries-ddw.toml", "1", "spin phyp_tce_table", "nic tx q0"),
     ] {
         let out = dir.join(scenario.replace(".toml", ".json"));
         trace(scenario, &out, &["--sims", sims, "--max-events", "20000"]);
@@ -252,6 +252,116 @@ fn every_bundled_scenario_traces_with_its_dma_path_visible() {
         assert!(s.total <= 20_000 * sims, "{scenario}: the cap holds");
         let names: BTreeSet<String> = s.slices.keys().map(|k| k.2.clone()).collect();
         assert!(names.contains(expect), "{scenario}: {names:?}");
+        let queues = s.threads_of("sim 1: devices");
+        assert!(queues.contains(&queue.to_owned()), "{scenario}: {queues:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// How many slices named `name` lie on threads of processes starting with `process`.
+fn count(s: &Summary, process: &str, name: &str) -> usize {
+    s.slices
+        .iter()
+        .filter(|((p, _, n), _)| p.starts_with(process) && n == name)
+        .map(|(_, c)| c)
+        .sum()
+}
+
+#[test]
+fn nvme_workload_scenario_shows_map_unmap_cmdq_waits_and_its_queues() {
+    let dir = tmpdir("nvme");
+    let out = dir.join("t.json");
+    let err = trace(
+        "examples/fio-nvme-strict.toml",
+        &out,
+        &["--max-events", "40000"],
+    );
+    assert!(err.contains("workload scenario fio-nvme-strict"), "{err}");
+    let s = check(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(s.total, 40_000);
+    // A track per CPU of the scenario's machine (32), busy or not.
+    assert_eq!(s.threads_of("sim 1: CPUs").len(), 32);
+    for name in [
+        "dma map",
+        "dma map + driver submit",
+        "dma unmap",
+        "cmdq issue",
+        "cmdq sync wait",
+        "user",
+        "system",
+    ] {
+        assert!(count(&s, "sim 1: CPUs", name) > 0, "no {name} on the CPUs");
+    }
+    // Each map is drawn inside its submit spend; an unmap of a strict domain is followed by
+    // a command-queue issue, unless another CPU's issue took its commands along, or the
+    // issue ended past the cap (slices are kept as they end).
+    assert_eq!(
+        count(&s, "sim 1: CPUs", "dma map"),
+        count(&s, "sim 1: CPUs", "dma map + driver submit")
+    );
+    let (unmaps, issues) = (
+        count(&s, "sim 1: CPUs", "dma unmap"),
+        count(&s, "sim 1: CPUs", "cmdq issue"),
+    );
+    assert!(
+        issues * 10 >= unmaps * 9 && issues <= unmaps,
+        "{unmaps} {issues}"
+    );
+    assert_eq!(s.threads_of("sim 1: IOMMU"), vec!["cmdq consumer"]);
+    // The NVMe queues (one per fio job's CPU: 16), with their in-flight reads on lanes.
+    let queues: BTreeSet<String> = s
+        .threads_of("sim 1: devices")
+        .iter()
+        .map(|t| t.split(" #").next().unwrap().to_owned())
+        .collect();
+    assert_eq!(queues.len(), 16, "{queues:?}");
+    assert!(
+        queues.iter().all(|q| q.starts_with("nvme0 q")),
+        "{queues:?}"
+    );
+    assert!(count(&s, "sim 1: devices", "read") > 1000);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bundled_examples_trace_by_name_with_their_dma_paths_and_devices() {
+    let dir = tmpdir("examples");
+    // (example, CPU slice names expected, a device queue expected)
+    for (example, names, queue) in [
+        (
+            "netperf-pseries-ddw",
+            &["dma map", "dma unmap", "spin phyp_tce_table"][..],
+            "nic tx q0",
+        ),
+        (
+            "bonnie-usb-ipmmu",
+            &["dma map_sg", "irq: dma unmap_sg"][..],
+            "usb bot",
+        ),
+        ("fio-sas-sba", &["dma map", "dma unmap"][..], "sas0 cq0"),
+        (
+            "fio-sas-spinlock",
+            &["dma map", "dma unmap", "cmdq issue", "cmdq sync wait"][..],
+            "sas0 cq0",
+        ),
+    ] {
+        let out = dir.join(format!("{example}.json"));
+        let err = trace(
+            &format!("--example={example}"),
+            &out,
+            &["--max-events", "20000"],
+        );
+        assert!(err.contains(example), "{err}");
+        let s = check(&std::fs::read_to_string(&out).unwrap());
+        for name in names {
+            assert!(
+                count(&s, "sim 1: CPUs", name) > 0,
+                "{example}: no {name}: {:?}",
+                s.names_on("sim 1: CPUs")
+            );
+        }
+        let queues = s.threads_of("sim 1: devices");
+        assert!(queues.contains(&queue.to_owned()), "{example}: {queues:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -284,14 +394,28 @@ fn bad_scenarios_are_refused_with_exit_code_2() {
     std::fs::write(&not_exp, "experiment = \"nope\"\n").unwrap();
     let broken = dir.join("y.toml");
     std::fs::write(&broken, "experiment = \n").unwrap();
-    for (path, expect) in [
-        (dir.join("missing.toml"), "cannot read"),
-        (not_exp, "experiment"),
-        (broken, "y.toml"),
+    let bad_workload = dir.join("w.toml");
+    std::fs::write(
+        &bad_workload,
+        std::fs::read_to_string(repo().join("scenarios/examples/fio-nvme-strict.toml"))
+            .unwrap()
+            .replace("iodepth = 32", "iodepth = \"deep\""),
+    )
+    .unwrap();
+    for (args, expect) in [
+        (vec![dir.join("missing.toml")], "cannot read"),
+        (vec![not_exp], "experiment"),
+        (vec![broken], "y.toml"),
+        (vec![bad_workload], "iodepth"),
+        (
+            vec!["--example".into(), "no-such-example".into()],
+            "fio-nvme-strict",
+        ),
     ] {
+        let path = args.last().unwrap().clone();
         let out = iolab()
             .arg("trace")
-            .arg(&path)
+            .args(&args)
             .arg("-o")
             .arg(dir.join("t.json"))
             .output()
@@ -327,22 +451,40 @@ fn perfetto_trace_processor_loads_the_trace() {
         return;
     }
     let dir = tmpdir("perfetto");
-    let out = dir.join("t.json");
-    trace("smmuv3-cmdq.toml", &out, &["--max-events", "10000"]);
-    let s = check(&std::fs::read_to_string(&out).unwrap());
     println!("{}", String::from_utf8_lossy(&probe.stdout).trim());
-    let o = Command::new("python3")
-        .arg(&script)
-        .arg(&out)
-        .arg("--expect-slices")
-        .arg(s.total.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    // An experiment and a workload scenario; the trace processor must find every slice,
+    // the named slices and the queue tracks.
+    for (scenario, names, threads) in [
+        (
+            "smmuv3-cmdq.toml",
+            "dma unmap,cmdq issue,cmdq sync wait",
+            &["cpu 0", "cmdq consumer", "sas cq"][..],
+        ),
+        (
+            "examples/fio-nvme-strict.toml",
+            "dma map,dma map + driver submit,dma unmap,cmdq issue,cmdq sync wait",
+            &["cpu 0", "cmdq consumer", "nvme0 q0"][..],
+        ),
+    ] {
+        let out = dir.join("t.json");
+        trace(scenario, &out, &["--max-events", "10000"]);
+        let s = check(&std::fs::read_to_string(&out).unwrap());
+        let mut cmd = Command::new("python3");
+        cmd.arg(&script)
+            .arg(&out)
+            .args(["--expect-slices", &s.total.to_string()])
+            .args(["--expect-names", names]);
+        for t in threads {
+            cmd.args(["--expect-thread", t]);
+        }
+        let o = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{scenario}: {stdout}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        println!("{scenario}:\n{stdout}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -112,6 +112,8 @@ struct Capture {
     options: TraceOptions,
     started: usize,
     done: Vec<SimTrace>,
+    /// Inside [`untraced`]: simulations created now are neither traced nor counted.
+    paused: bool,
 }
 
 thread_local! {
@@ -137,6 +139,7 @@ pub fn capture<R>(options: TraceOptions, f: impl FnOnce() -> R) -> (R, Vec<SimTr
             options,
             started: 0,
             done: Vec::new(),
+            paused: false,
         });
     });
     let guard = CaptureGuard;
@@ -148,6 +151,48 @@ pub fn capture<R>(options: TraceOptions, f: impl FnOnce() -> R) -> (R, Vec<SimTr
     drop(guard);
     traces.sort_by_key(|t| t.index);
     (r, traces)
+}
+
+/// Runs `f` with the current [`capture`] (if any) paused: simulations `f` creates are not
+/// traced and do not count towards [`TraceOptions::sims`]. For helper simulations that only
+/// lend a [`Handle`](crate::Handle) to a model's constructor and never run, so that the
+/// simulation that does run is the one traced.
+pub fn untraced<R>(f: impl FnOnce() -> R) -> R {
+    let set = |paused: bool| {
+        CAPTURE.with(|c| {
+            c.borrow_mut()
+                .as_mut()
+                .map(|c| std::mem::replace(&mut c.paused, paused))
+        })
+    };
+    let before = set(true);
+    /// Restores the pause state when `f` returns or unwinds.
+    struct Restore<F: Fn()>(F);
+    impl<F: Fn()> Drop for Restore<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _restore = Restore(|| {
+        if let Some(b) = before {
+            set(b);
+        }
+    });
+    f()
+}
+
+/// Records a slice on the CPU track of `ctx`'s task, from `start_ns` for `dur_ns`: for a part
+/// of one CPU spend that the model prices as a whole (the DMA map inside
+/// `dma map + driver submit`), recorded where the spend starts. Nothing for an agent task or
+/// when tracing is off.
+#[inline]
+pub fn cpu_part(ctx: &crate::Ctx, name: &'static str, start_ns: u64, dur_ns: u64) {
+    let tracer = ctx.handle().tracer();
+    if tracer.is_on() && dur_ns > 0 {
+        if let Some(cpu) = ctx.cpu_id() {
+            tracer.slice(Track::Cpu(cpu as u32), name, start_ns, dur_ns, &[]);
+        }
+    }
 }
 
 struct Buffer {
@@ -180,7 +225,7 @@ impl Tracer {
         let buf = CAPTURE.with(|c| {
             let mut c = c.borrow_mut();
             let c = c.as_mut()?;
-            if c.started >= c.options.sims {
+            if c.paused || c.started >= c.options.sims {
                 return None;
             }
             c.started += 1;
@@ -231,6 +276,23 @@ impl Tracer {
             dur_ns,
             args: args.to_vec(),
         });
+    }
+
+    /// Records a slice on the device-queue track that `queue` names (called only when
+    /// tracing, so the name costs nothing otherwise): an I/O from submission to completion,
+    /// a packet on the wire.
+    #[inline]
+    pub fn device(
+        &self,
+        queue: impl FnOnce() -> String,
+        name: &'static str,
+        start_ns: u64,
+        dur_ns: u64,
+        args: &[(&'static str, u64)],
+    ) {
+        if self.is_on() {
+            self.slice(Track::Device(queue().into()), name, start_ns, dur_ns, args);
+        }
     }
 
     /// Ends recording and hands the trace to the capture (called when the simulation is
@@ -364,5 +426,74 @@ mod tests {
         let (traced, traces) = capture(TraceOptions::default(), run);
         assert_eq!(plain, traced);
         assert!(!traces[0].events.is_empty());
+    }
+
+    #[test]
+    fn untraced_sims_are_not_counted() {
+        let ((), traces) = capture(TraceOptions::default(), || {
+            let scratch = untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }).unwrap());
+            assert!(!scratch.handle().tracer().is_on());
+            contended_run(2);
+        });
+        assert_eq!(traces.len(), 1);
+        assert_eq!(
+            traces[0].cpus, 2,
+            "the run, not the scratch sim, was traced"
+        );
+    }
+
+    /// A small workload scenario of each DMA path the lab builds, traced and not: the same
+    /// report, and the trace shows the path's map and unmap and a device queue.
+    #[test]
+    fn lab_runs_are_unchanged_by_tracing_and_show_their_dma_paths() {
+        use crate::lab::{self, LabOptions};
+        let fio = |iommu: &str| {
+            format!(
+                "name = \"t\"\n[machine]\nplatform = \"hisilicon-d06\"\ncpus = 4\n\
+                 [iommu]\n{iommu}\n[[device]]\nkind = \"nvme\"\n[workload]\nkind = \"fio\"\n\
+                 rw = \"randread\"\niodepth = 4\nnumjobs = 2\nruntime_ms = 1\nramp_ms = 0\n"
+            )
+        };
+        for (text, names, queue) in [
+            (
+                fio("model = \"smmuv3\"\nmode = \"strict\""),
+                &["dma map", "dma unmap", "cmdq issue", "cmdq sync wait"][..],
+                "nvme0 q0",
+            ),
+            (
+                fio("model = \"smmuv3\"\nmode = \"lazy\""),
+                &["dma map", "dma unmap"][..],
+                "nvme0 q1",
+            ),
+            (
+                lab::examples::example("netperf-pseries-ddw")
+                    .unwrap()
+                    .to_owned(),
+                &["dma map", "dma unmap"][..],
+                "nic tx q0",
+            ),
+        ] {
+            let plain = lab::run_scenario(&text, "t.toml", &LabOptions::default()).unwrap();
+            let (traced, traces) = capture(TraceOptions::default(), || {
+                lab::run_scenario(&text, "t.toml", &LabOptions::default()).unwrap()
+            });
+            assert_eq!(plain.report.report_text, traced.report.report_text);
+            assert_eq!(traces.len(), 1);
+            let t = &traces[0];
+            for n in names {
+                assert!(
+                    t.events
+                        .iter()
+                        .any(|e| matches!(e.track, Track::Cpu(_)) && e.name == *n),
+                    "{n} missing"
+                );
+            }
+            assert!(
+                t.events
+                    .iter()
+                    .any(|e| e.track == Track::Device(queue.to_owned().into())),
+                "no slice on {queue}"
+            );
+        }
     }
 }

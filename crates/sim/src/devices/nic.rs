@@ -299,7 +299,7 @@ impl TceDma {
         len: u64,
         dir: Direction,
     ) -> Result<MappedBuffer, NicError> {
-        let cpu = ctx.cpu().id();
+        let (cpu, t0) = (ctx.cpu().id(), ctx.now());
         let before = self.iommu.stats();
         let mut w = WorkRecord::new();
         let buf = self
@@ -339,13 +339,14 @@ impl TceDma {
         ];
         self.hypercalls(ctx, &calls, after.tces_put - before.tces_put)
             .await;
+        ctx.trace_since("dma map", t0);
         Ok(buf)
     }
 
     /// Unmaps a buffer: the clearing hypercalls first, then the bitmap under the lock of
     /// the pool holding the block (Linux `__iommu_free`).
     pub async fn unmap(&self, ctx: &Ctx, buf: MappedBuffer) -> Result<(), NicError> {
-        let cpu = ctx.cpu().id();
+        let (cpu, t0) = (ctx.cpu().id(), ctx.now());
         let dma = buf.dma_addr().0;
         let before = self.iommu.stats();
         let mut w = WorkRecord::new();
@@ -376,6 +377,7 @@ impl TceDma {
             t.pool_locks[0] += locks - large;
             t.pool_locks[1] += large;
         });
+        ctx.trace_since("dma unmap", t0);
         Ok(())
     }
 

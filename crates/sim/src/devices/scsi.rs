@@ -392,6 +392,13 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
         ns += disk;
         let d = ns.round() as u64;
         inn.stats.borrow_mut().disk_busy_ns += disk.round() as u64;
+        ctx.handle().tracer().device(
+            || "scsi hba".to_owned(),
+            if cmd.write { "write" } else { "read" },
+            ctx.now().as_ns(),
+            d,
+            &[("bytes", cmd.len), ("segments", cmd.segments.len() as u64)],
+        );
         ctx.sleep(SimDuration::ns(d)).await;
         let _ = cmd.done.fire(());
     }

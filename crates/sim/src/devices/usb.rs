@@ -535,6 +535,13 @@ async fn run_command(
         *next_read = offset + bytes;
     }
     let before_ns = config.command_overhead_ns + config.link.phase_latency_ns + media_ns;
+    ctx.handle().tracer().device(
+        || "usb bot".to_owned(),
+        if dir == UsbDir::Read { "read" } else { "write" },
+        ctx.now().as_ns(),
+        before_ns + data_ns,
+        &[("bytes", bytes), ("segments", nseg)],
+    );
     ctx.sleep(SimDuration::ns(before_ns + data_ns)).await;
 
     // 3. The interrupt: unmap (and the IOMMU flush), then the CSW phase.
@@ -566,6 +573,13 @@ async fn run_command(
         + bounce_unmap_ns;
     let irq_ns = unmap_ns + config.completion_ns;
     irq.interrupt(irq_ns);
+    ctx.handle().tracer().slice(
+        crate::trace::Track::Cpu(config.irq_cpu as u32),
+        "irq: dma unmap_sg",
+        ctx.now().as_ns(),
+        irq_ns,
+        &[("unmap_ns", unmap_ns)],
+    );
     ctx.sleep(SimDuration::ns(irq_ns + config.link.phase_latency_ns))
         .await;
     {

@@ -193,12 +193,14 @@ impl Stack {
             c.maps += 1;
             c.map_ns += map_ns;
         }
+        crate::trace::cpu_part(ctx, "dma map", ctx.now().as_ns(), map_ns.round() as u64);
         ctx.cpu()
-            .spend(
+            .spend_labeled(
                 SimDuration::ns(
                     map_ns.round() as u64 + self.k.driver_submit_ns + self.mmio_write_ns,
                 ),
                 Account::System,
+                "dma map + driver submit",
             )
             .await;
         if let (Some((_, q)), true) = (&self.cmdq, queue.syncs > 0) {
@@ -249,6 +251,16 @@ impl Stack {
                 )
             }
         };
+        self.h.tracer().device(
+            || match self.devs[devno] {
+                BlockDev::Nvme(_) => format!("nvme{devno} q{}", vector % self.vectors[devno].len()),
+                BlockDev::Sas(_) => format!("sas{devno} cq{}", vector % self.vectors[devno].len()),
+            },
+            if req.is_read { "read" } else { "write" },
+            now,
+            at.saturating_sub(now),
+            &[("bytes", req.len)],
+        );
         let vecs = &self.vectors[devno];
         let chan = vecs[vector % vecs.len()].clone();
         let item = InFlight { req, mapping };
@@ -304,7 +316,11 @@ impl Stack {
             c.flush_queue_flushes += w.flush_queue_flushes;
         }
         ctx.cpu()
-            .spend(SimDuration::ns(unmap_ns.round() as u64), Account::System)
+            .spend_labeled(
+                SimDuration::ns(unmap_ns.round() as u64),
+                Account::System,
+                "dma unmap",
+            )
             .await;
         self.locked(ctx, &w).await;
         if let Some((p, q)) = &self.cmdq {

@@ -20,7 +20,7 @@ pub(crate) fn run_netperf(
     seed: u64,
 ) -> Result<StreamResult, ExperimentError> {
     // The IOMMU model has no time of its own; a throw-away engine gives `build` a handle.
-    let scratch = Sim::new(SimConfig { cpus: 1, seed })?;
+    let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed }))?;
     let built = iommu::build(s, scratch.handle())?;
     let iommu = built
         .pseries

@@ -355,6 +355,13 @@ async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
             }
             let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
             let done = s.link.transmit(ready, skb);
+            ctx.handle().tracer().device(
+                || format!("nic tx q{i}"),
+                "tx skb",
+                ready.0,
+                done.0.saturating_sub(ready.0),
+                &[("bytes", skb)],
+            );
             {
                 let mut m = s.meas.borrow_mut();
                 if done > s.warmup && done <= s.end {
@@ -429,6 +436,13 @@ async fn reader(
     while ctx.now() < s.end && !s.failed() {
         let mut idle = data.is_empty();
         let (sent, arrival) = data.recv(ctx).await;
+        ctx.handle().tracer().device(
+            || format!("nic rx q{i}"),
+            "rx message",
+            sent.0,
+            arrival.0.saturating_sub(sent.0),
+            &[("bytes", c.message_bytes)],
+        );
         if arrival > ctx.now() {
             let delay = if packets >= c.rx_coalescing.frames {
                 0
