@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use crate::accounting::{Account, CpuTimes, RunReport, TaskCounts};
 use crate::engine::queue::EventQueue;
-use crate::engine::rng::splitmix64;
+use crate::engine::rng::task_seed;
 use crate::engine::{Ctx, Handle, Limits, SimError, SimTime, TaskId};
 use crate::resources::cacheline::LineState;
 use crate::resources::sleeplock::SleepState;
@@ -438,11 +438,7 @@ impl Kernel {
             let task = (u64::from(t.gen) << 32) | slot as u64;
             // Each task gets its own stream, derived from the run seed and its spawn index,
             // so adding a task does not shift the random numbers of the others.
-            // (The `spawned`-th output of the splitmix64 stream that starts at the run seed.)
-            let mut s = st
-                .seed
-                .wrapping_add(st.spawned.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let seed = splitmix64(&mut s);
+            let seed = task_seed(st.seed, st.spawned);
             st.spawned += 1;
             st.live += 1;
             let now = st.now;
