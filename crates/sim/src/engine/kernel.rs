@@ -525,10 +525,16 @@ impl Kernel {
                 }
             }
             if !self.spawned.borrow().is_empty() {
-                let new = std::mem::take(&mut *self.spawned.borrow_mut());
+                let mut new = std::mem::take(&mut *self.spawned.borrow_mut());
                 let mut futs = self.futs.borrow_mut();
-                for (slot, tf) in new {
+                for (slot, tf) in new.drain(..) {
                     install(&mut futs, slot, tf);
+                }
+                // Installing spawns nothing: hand the (empty) buffer back, keeping its
+                // capacity, so a spawn per event does not allocate the side list each time.
+                let mut side = self.spawned.borrow_mut();
+                if side.is_empty() {
+                    *side = new;
                 }
             }
             if self.foreign.pending.load(Ordering::Acquire) {
