@@ -1203,6 +1203,36 @@ mod tests {
         assert_eq!(N_CHARGED, WORK_COUNTER_COUNT);
     }
 
+    /// The dense four-lane dot product the model used before the sparse one.
+    fn dense_dot(counts: &[u64; N_CHARGED], weights: &[f64; N_CHARGED]) -> f64 {
+        let mut acc = [0.0f64; 4];
+        for i in 0..N_CHARGED {
+            acc[i % 4] += counts[i] as f64 * weights[i];
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+
+    #[test]
+    fn sparse_dot_is_bit_identical_to_the_dense_sum() {
+        let mut rng = crate::engine::Rng::seed_from_u64(3);
+        for round in 0..2_000 {
+            let mut counts = [0u64; N_CHARGED];
+            let mut weights = [0.0f64; N_CHARGED];
+            for i in 0..N_CHARGED {
+                // Mostly zero counters and some zero weights, as in real records.
+                if rng.below(4) == 0 {
+                    counts[i] = rng.below(if round % 2 == 0 { 10 } else { 1 << 40 });
+                }
+                if rng.below(5) != 0 {
+                    weights[i] = rng.next_f64() * 100.0;
+                }
+            }
+            let sparse = dot(&counts, &nonzero_terms(&weights));
+            let dense = dense_dot(&counts, &weights);
+            assert_eq!(sparse.to_bits(), dense.to_bits(), "{counts:?} {weights:?}");
+        }
+    }
+
     #[test]
     fn counter_values_reads_each_field_at_its_position() {
         let mut w = WorkRecord::new();
