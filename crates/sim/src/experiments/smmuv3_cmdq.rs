@@ -1134,9 +1134,8 @@ impl Stack {
         let item = InFlight { req, mapping };
         let stack = self.clone();
         self.h
-            .spawn_agent(move |actx| async move {
-                actx.sleep_until(SimTime::from_ns(at)).await;
-                stack.post_completion(vector, item);
+            .call_at(SimTime::from_ns(at), move || {
+                stack.post_completion(vector, item)
             })
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
