@@ -50,10 +50,13 @@ const TIMER_ARM: TaskRef = 1 << 62;
 /// Task generations wrap within 30 bits (see [`TIMER`]).
 const GEN_MASK: u32 = (1 << 30) - 1;
 
+/// A timer's callback.
+type Callback = Box<dyn FnOnce()>;
+
 /// Pending timer callbacks by slot, with their expiry times.
 #[derive(Default)]
 struct Timers {
-    slots: Vec<(u64, Option<Box<dyn FnOnce()>>)>,
+    slots: Vec<(u64, Option<Callback>)>,
     free: Vec<u32>,
 }
 
@@ -414,7 +417,7 @@ impl Kernel {
     /// `sleep_until(at).await; f()`, with the same events in the same order, the same spawn
     /// index consumed (so later tasks' random streams do not move) and the same task
     /// counts, but without a task, a future, a waker or a task slot.
-    pub(crate) fn call_at(&self, at: u64, f: Box<dyn FnOnce()>) -> Result<(), SimError> {
+    pub(crate) fn call_at(&self, at: u64, f: Callback) -> Result<(), SimError> {
         let mut st = self.st.borrow_mut();
         if st.live >= st.limits.max_tasks as u64 {
             return Err(SimError::TooManyTasks {
