@@ -891,8 +891,12 @@ fn path_sum_ns(profile: &PlatformProfile, paths: &str) -> Option<f64> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuCostModel {
     cpu: [f64; N_CHARGED],
-    translation: [f64; N_CHARGED],
-    hypervisor: Option<[f64; N_CHARGED]>,
+    /// The non-zero entries of `cpu`, as (counter index, weight), in index order.
+    cpu_terms: Vec<(usize, f64)>,
+    /// The non-zero entries of `translation`; the dense array itself is not needed.
+    translation_terms: Vec<(usize, f64)>,
+    /// The non-zero entries of the hypervisor weights, if the profile has the group.
+    hypervisor_terms: Option<Vec<(usize, f64)>>,
     lock_ns: f64,
     profile_name: String,
     origin: String,
@@ -916,8 +920,12 @@ impl CpuCostModel {
         }
         CpuCostModel {
             cpu,
-            translation,
-            hypervisor: profile.hypervisor.as_ref().map(|_| hypervisor),
+            cpu_terms: nonzero_terms(&cpu),
+            translation_terms: nonzero_terms(&translation),
+            hypervisor_terms: profile
+                .hypervisor
+                .as_ref()
+                .map(|_| nonzero_terms(&hypervisor)),
             lock_ns: profile.sync.lock_acquire_release.ns(),
             profile_name: profile.name.clone(),
             origin: profile.origin.clone(),
@@ -929,20 +937,20 @@ impl CpuCostModel {
     /// hypervisor time and translation time (see the module docs).
     #[inline]
     pub fn cpu_ns(&self, work: &WorkRecord) -> f64 {
-        dot(&counter_values(work), &self.cpu)
+        dot(&counter_values(work), &self.cpu_terms)
     }
 
     /// The time the IOMMU adds to the device's accesses, in ns ([`Charge::Translation`]).
     #[inline]
     pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
-        dot(&counter_values(work), &self.translation)
+        dot(&counter_values(work), &self.translation_terms)
     }
 
     /// Hypervisor time in ns ([`Charge::Hypervisor`]: per call, base plus TCE invalidation;
     /// per TCE touched, the `H_PUT_TCE` cost). Zero for a record with no hypercalls; an
     /// error if the record has some and the profile has no hypervisor group.
     pub fn hypervisor_ns(&self, work: &WorkRecord) -> Result<f64, CostError> {
-        match &self.hypervisor {
+        match &self.hypervisor_terms {
             Some(w) => Ok(dot(&counter_values(work), w)),
             None if work.hypercalls == 0 && work.tces_touched == 0 => Ok(0.0),
             None => Err(CostError::MissingGroup {
@@ -980,26 +988,33 @@ impl CpuCostModel {
     }
 }
 
-/// The dot product, with four independent accumulators (a single chain of dependent
-/// floating-point adds would dominate the cost) combined in a fixed order, so the result is
-/// deterministic.
-#[inline]
-fn dot(counts: &[u64; N_CHARGED], weights: &[f64; N_CHARGED]) -> f64 {
-    let mut acc = [0.0f64; 4];
-    let mut chunks_c = counts.chunks_exact(4);
-    let mut chunks_w = weights.chunks_exact(4);
-    for (c, w) in (&mut chunks_c).zip(&mut chunks_w) {
-        for lane in 0..4 {
-            acc[lane] += c[lane] as f64 * w[lane];
-        }
-    }
-    for (lane, (&c, &w)) in chunks_c
-        .remainder()
+/// The non-zero weights of a dense weight vector, as (counter index, weight) in index order.
+fn nonzero_terms(weights: &[f64; N_CHARGED]) -> Vec<(usize, f64)> {
+    weights
         .iter()
-        .zip(chunks_w.remainder())
         .enumerate()
-    {
-        acc[lane] += c as f64 * w;
+        .filter(|&(_, &w)| w != 0.0)
+        .map(|(i, &w)| (i, w))
+        .collect()
+}
+
+/// The dot product of the counters with the non-zero weights `terms`, skipping zero
+/// counters (most of a record's counters are zero).
+///
+/// The result is exactly the dense four-lane sum the model has always computed: counter
+/// `i` goes to accumulator `i % 4`, each lane adds in index order, and the lanes combine
+/// as `(a0 + a1) + (a2 + a3)`. A skipped term is `+0.0` (a zero counter or a zero weight;
+/// weights are finite and non-negative, checked when the profile is read), and adding
+/// `+0.0` to an accumulator that starts at `+0.0` leaves it unchanged, so skipping changes
+/// no bit.
+#[inline]
+fn dot(counts: &[u64; N_CHARGED], terms: &[(usize, f64)]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    for &(i, w) in terms {
+        let c = counts[i];
+        if c != 0 {
+            acc[i & 3] += c as f64 * w;
+        }
     }
     (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
@@ -1186,6 +1201,36 @@ mod tests {
             "every WorkRecord counter needs a charge, in field order"
         );
         assert_eq!(N_CHARGED, WORK_COUNTER_COUNT);
+    }
+
+    /// The dense four-lane dot product the model used before the sparse one.
+    fn dense_dot(counts: &[u64; N_CHARGED], weights: &[f64; N_CHARGED]) -> f64 {
+        let mut acc = [0.0f64; 4];
+        for i in 0..N_CHARGED {
+            acc[i % 4] += counts[i] as f64 * weights[i];
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+
+    #[test]
+    fn sparse_dot_is_bit_identical_to_the_dense_sum() {
+        let mut rng = crate::engine::Rng::seed_from_u64(3);
+        for round in 0..2_000 {
+            let mut counts = [0u64; N_CHARGED];
+            let mut weights = [0.0f64; N_CHARGED];
+            for i in 0..N_CHARGED {
+                // Mostly zero counters and some zero weights, as in real records.
+                if rng.below(4) == 0 {
+                    counts[i] = rng.below(if round % 2 == 0 { 10 } else { 1 << 40 });
+                }
+                if rng.below(5) != 0 {
+                    weights[i] = rng.next_f64() * 100.0;
+                }
+            }
+            let sparse = dot(&counts, &nonzero_terms(&weights));
+            let dense = dense_dot(&counts, &weights);
+            assert_eq!(sparse.to_bits(), dense.to_bits(), "{counts:?} {weights:?}");
+        }
     }
 
     #[test]

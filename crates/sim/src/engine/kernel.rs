@@ -23,7 +23,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use crate::accounting::{Account, CpuTimes, RunReport, TaskCounts};
 use crate::engine::queue::EventQueue;
-use crate::engine::rng::splitmix64;
+use crate::engine::rng::task_seed;
 use crate::engine::{Ctx, Handle, Limits, SimError, SimTime, TaskId};
 use crate::resources::cacheline::LineState;
 use crate::resources::sleeplock::SleepState;
@@ -39,6 +39,25 @@ pub(crate) const NO_CPU: u32 = u32::MAX;
 #[inline]
 fn slot_of(t: TaskRef) -> usize {
     (t & 0xffff_ffff) as usize
+}
+
+/// Marks a queued event as a timer callback (`Handle::call_at`), not a task wake-up; the
+/// low 32 bits are the timer's slot. Task generations are kept below 2^30, so no task
+/// reference has this bit or [`TIMER_ARM`].
+const TIMER: TaskRef = 1 << 63;
+/// With [`TIMER`]: the timer's first event, which queues its expiry.
+const TIMER_ARM: TaskRef = 1 << 62;
+/// Task generations wrap within 30 bits (see [`TIMER`]).
+const GEN_MASK: u32 = (1 << 30) - 1;
+
+/// A timer's callback.
+type Callback = Box<dyn FnOnce()>;
+
+/// Pending timer callbacks by slot, with their expiry times.
+#[derive(Default)]
+struct Timers {
+    slots: Vec<(u64, Option<Callback>)>,
+    free: Vec<u32>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -195,7 +214,7 @@ impl State {
         let slot = slot_of(task);
         let t = &mut self.tasks[slot];
         t.state = TaskState::Done;
-        t.gen = t.gen.wrapping_add(1);
+        t.gen = t.gen.wrapping_add(1) & GEN_MASK;
         let cpu = t.cpu;
         self.free.push(slot as u32);
         self.live -= 1;
@@ -313,6 +332,8 @@ pub(crate) struct Kernel {
     /// The timeline recorder (off unless the simulation was created under
     /// [`crate::trace::capture`]).
     pub(crate) tracer: crate::trace::Tracer,
+    /// Timer callbacks (`Handle::call_at`).
+    timers: RefCell<Timers>,
 }
 
 impl Kernel {
@@ -387,7 +408,43 @@ impl Kernel {
             foreign,
             spare_wakers: RefCell::new(Vec::new()),
             tracer,
+            timers: RefCell::new(Timers::default()),
         }
+    }
+
+    /// Runs `f` at virtual time `at` (at once, in this instant's order, if `at` is not
+    /// later than now): exactly the run of an agent spawned now whose body is
+    /// `sleep_until(at).await; f()`, with the same events in the same order, the same spawn
+    /// index consumed (so later tasks' random streams do not move) and the same task
+    /// counts, but without a task, a future, a waker or a task slot.
+    pub(crate) fn call_at(&self, at: u64, f: Callback) -> Result<(), SimError> {
+        let mut st = self.st.borrow_mut();
+        if st.live >= st.limits.max_tasks as u64 {
+            return Err(SimError::TooManyTasks {
+                max: st.limits.max_tasks,
+            });
+        }
+        if st.queue.len() + st.ready.len() >= st.limits.max_pending_events {
+            return Err(SimError::TooManyEvents {
+                max: st.limits.max_pending_events,
+            });
+        }
+        let mut timers = self.timers.borrow_mut();
+        let id = match timers.free.pop() {
+            Some(id) => {
+                timers.slots[id as usize] = (at, Some(f));
+                id
+            }
+            None => {
+                timers.slots.push((at, Some(f)));
+                (timers.slots.len() - 1) as u32
+            }
+        };
+        st.spawned += 1;
+        st.live += 1;
+        let now = st.now;
+        st.schedule(now, TIMER | TIMER_ARM | TaskRef::from(id));
+        Ok(())
     }
 
     pub(crate) fn spawn<F, Fut>(
@@ -438,11 +495,7 @@ impl Kernel {
             let task = (u64::from(t.gen) << 32) | slot as u64;
             // Each task gets its own stream, derived from the run seed and its spawn index,
             // so adding a task does not shift the random numbers of the others.
-            // (The `spawned`-th output of the splitmix64 stream that starts at the run seed.)
-            let mut s = st
-                .seed
-                .wrapping_add(st.spawned.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let seed = splitmix64(&mut s);
+            let seed = task_seed(st.seed, st.spawned);
             st.spawned += 1;
             st.live += 1;
             let now = st.now;
@@ -477,6 +530,31 @@ impl Kernel {
                     }
                     return Ok(());
                 };
+                if task & TIMER != 0 {
+                    // Counted as the agent's poll it stands for.
+                    st.events += 1;
+                    let id = slot_of(task);
+                    let fire = {
+                        let mut timers = self.timers.borrow_mut();
+                        let at = timers.slots[id].0;
+                        if task & TIMER_ARM != 0 && at > st.now {
+                            st.schedule(at, TIMER | id as TaskRef);
+                            None
+                        } else {
+                            st.live -= 1;
+                            st.finished += 1;
+                            timers.free.push(id as u32);
+                            timers.slots[id].1.take()
+                        }
+                    };
+                    drop(st);
+                    // Outside every borrow: the callback may schedule, send and spawn.
+                    if let Some(f) = fire {
+                        f();
+                    }
+                    self.after_event();
+                    continue;
+                }
                 let slot = slot_of(task);
                 let t = &mut st.tasks[slot];
                 if t.gen != (task >> 32) as u32 {
@@ -528,16 +606,29 @@ impl Kernel {
                     }
                 }
             }
-            if !self.spawned.borrow().is_empty() {
-                let new = std::mem::take(&mut *self.spawned.borrow_mut());
-                let mut futs = self.futs.borrow_mut();
-                for (slot, tf) in new {
-                    install(&mut futs, slot, tf);
-                }
+            self.after_event();
+        }
+    }
+
+    /// What follows every event: install the tasks spawned during it, take foreign
+    /// wake-ups.
+    #[inline]
+    fn after_event(&self) {
+        if !self.spawned.borrow().is_empty() {
+            let mut new = std::mem::take(&mut *self.spawned.borrow_mut());
+            let mut futs = self.futs.borrow_mut();
+            for (slot, tf) in new.drain(..) {
+                install(&mut futs, slot, tf);
             }
-            if self.foreign.pending.load(Ordering::Acquire) {
-                self.drain_foreign();
+            // Installing spawns nothing: hand the (empty) buffer back, keeping its
+            // capacity, so a spawn per event does not allocate the side list each time.
+            let mut side = self.spawned.borrow_mut();
+            if side.is_empty() {
+                *side = new;
             }
+        }
+        if self.foreign.pending.load(Ordering::Acquire) {
+            self.drain_foreign();
         }
     }
 
@@ -577,8 +668,10 @@ impl Kernel {
     pub(crate) fn clear_tasks(&self) {
         let futs = std::mem::take(&mut *self.futs.borrow_mut());
         let spawned = std::mem::take(&mut *self.spawned.borrow_mut());
+        let timers = std::mem::take(&mut *self.timers.borrow_mut());
         drop(futs);
         drop(spawned);
+        drop(timers);
     }
 }
 

@@ -175,6 +175,16 @@ impl Handle {
         self.0.spawn(None, f)
     }
 
+    /// Runs `f` at virtual time `at`: a timer callback for device models (a completion
+    /// posted when the device finishes). The run is exactly that of
+    /// `spawn_agent(move |ctx| async move { ctx.sleep_until(at).await; f() })` (same events,
+    /// same order, same spawn index consumed, same task counts), without the task: no
+    /// future, waker or task slot is allocated. `f` runs outside any task, so it cannot
+    /// await; it may send, fire completions and spawn. Errors as `spawn_agent`.
+    pub fn call_at(&self, at: SimTime, f: impl FnOnce() + 'static) -> Result<(), SimError> {
+        self.0.call_at(at.0, Box::new(f))
+    }
+
     /// The report as of now (the run may continue afterwards).
     pub fn report(&self) -> RunReport {
         self.0.report()

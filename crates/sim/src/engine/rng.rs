@@ -7,14 +7,52 @@
 
 /// One step of splitmix64: advances `state` and returns the next output.
 ///
-/// Used to expand a 64-bit seed into xoshiro's 256-bit state and to derive independent
-/// per-task seeds.
+/// Used to expand a 64-bit seed into xoshiro's 256-bit state and (after [`mix64`] of the
+/// run seed, see [`task_seed`]) to derive independent per-task seeds.
 pub fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    mix64(*state)
+}
+
+/// The splitmix64 output function (Stafford's "Mix13"): a bijection on 64-bit words in
+/// which every input bit affects every output bit, so inputs that differ by a constant, a
+/// multiple or a bit give outputs with no arithmetic relation.
+#[inline]
+pub fn mix64(z: u64) -> u64 {
+    let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// Keeps the seeds [`task_seed`] and [`derive_seed`] make apart even for equal arguments.
+const TASK_DOMAIN: u64 = 0x7a5c_0000_0000_0001;
+/// See [`TASK_DOMAIN`].
+const DERIVE_DOMAIN: u64 = 0xd371_0000_0000_0002;
+
+/// The seed of the stream of task number `index` (spawn order) in a run seeded with
+/// `run_seed`.
+///
+/// The run seed is mixed first, then task `index` takes output `index` of the splitmix64
+/// stream that starts at the mixed value. Mixing first matters: without it, run seed
+/// `s + k * 0x9e3779b97f4a7c15` would give task `i` exactly the stream of task `i + k` of
+/// run `s`, so runs whose seeds differ by a multiple of the golden-ratio increment (as
+/// `s * 0x9e3779b97f4a7c15 + c` derivations do for consecutive `s`) would share most of
+/// their random numbers.
+#[inline]
+pub fn task_seed(run_seed: u64, index: u64) -> u64 {
+    let mut state =
+        mix64(run_seed ^ TASK_DOMAIN).wrapping_add(index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    splitmix64(&mut state)
+}
+
+/// A run seed derived from a base seed and a label (a configuration or repetition index):
+/// the one way experiments and scenarios derive the seeds of their runs.
+///
+/// Distinct `(base, label)` pairs give unrelated seeds, whatever the arithmetic relation
+/// between the bases (consecutive base seeds, as `iolab run --runs N` uses, included).
+#[inline]
+pub fn derive_seed(base: u64, label: u64) -> u64 {
+    mix64(mix64(base ^ DERIVE_DOMAIN).wrapping_add(mix64(label)))
 }
 
 /// A xoshiro256** generator. Deterministic: the same seed gives the same sequence on every

@@ -730,10 +730,8 @@ pub fn run_scenario(
         let mut cpu = CpuBreakdown::default();
         let mut last = None;
         for r in 0..runs {
-            let seed = options
-                .seed
-                .wrapping_mul(0x9e37_79b9)
-                .wrapping_add(u64::from(r) * 1000 + ci as u64);
+            let seed =
+                crate::engine::rng::derive_seed(options.seed, u64::from(r) * 1000 + ci as u64);
             let c = run_case(&m, ss, io, seed)?;
             for i in 0..12 {
                 sum.v[i] += c.values.v[i] / f64::from(runs);

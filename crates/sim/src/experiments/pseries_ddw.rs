@@ -752,10 +752,10 @@ fn run_config(
     let mut m = Mean::default();
     for r in 0..runs {
         let (iommu, dev) = build_iommu(su, window)?;
-        let seed = options
-            .seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(u64::from(r) * 1_000_003 + threads as u64 * 7 + dir as u64);
+        let seed = crate::engine::rng::derive_seed(
+            options.seed,
+            u64::from(r) * 1_000_003 + threads as u64 * 7 + dir as u64,
+        );
         let res: StreamResult = run_stream(
             &cfg,
             &su.costs,

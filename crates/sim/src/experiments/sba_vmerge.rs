@@ -785,9 +785,10 @@ pub fn run_scenario(
             let mut last = None;
             for r in 0..runs {
                 // Same seed for both kernels at a user count: common random numbers.
-                let seed = options
-                    .seed
-                    .wrapping_add(u64::from(u) * 1000 + u64::from(r));
+                let seed = crate::engine::rng::derive_seed(
+                    options.seed,
+                    u64::from(u) * 1000 + u64::from(r),
+                );
                 let out = run_one(&cfg, kernel, u, (user_scale, sys_scale), seed)?;
                 per.push(out.row);
                 last = Some(out);

@@ -1290,9 +1290,8 @@ impl Stack {
         let item = InFlight { req, mapping };
         let stack = self.clone();
         self.h
-            .spawn_agent(move |actx| async move {
-                actx.sleep_until(SimTime::from_ns(at)).await;
-                stack.post_completion(vector, item);
+            .call_at(SimTime::from_ns(at), move || {
+                stack.post_completion(vector, item)
             })
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
@@ -1777,10 +1776,10 @@ fn results_of(v: &Validated, options: &ExperimentOptions) -> Result<Results, Exp
             let mut first: Option<CellResult> = None;
             let mut sum = 0.0;
             for r in 0..runs {
-                let seed = options
-                    .seed
-                    .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                    .wrapping_add((ri as u64) << 32 | (mi as u64) << 16 | u64::from(r));
+                let seed = crate::engine::rng::derive_seed(
+                    options.seed,
+                    (ri as u64) << 32 | (mi as u64) << 16 | u64::from(r),
+                );
                 let c = run_cell(v, row, mode, seed)?;
                 sum += c.iops;
                 if first.is_none() {

@@ -128,13 +128,13 @@ pub fn is_experiment_scenario(text: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The seed of repetition `r` of a run with base seed `base`.
+/// The seed of repetition `r` of a run with base seed `base`: the base itself for the
+/// first (so `--seed` reruns it), [`derive_seed`](crate::engine::rng::derive_seed) after.
 pub fn run_seed(base: u64, r: u32) -> u64 {
     if r == 0 {
         base
     } else {
-        base.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(u64::from(r))
+        crate::engine::rng::derive_seed(base, u64::from(r))
     }
 }
 
