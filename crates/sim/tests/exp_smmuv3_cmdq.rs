@@ -26,8 +26,8 @@ fn bad_values_name_their_field() {
     assert!(field_of(run(&t).unwrap_err()).contains("rows[0].fio.iodepth"));
     let t = short().replace("disks = { value = 8,", "disks = { value = 0,");
     assert!(field_of(run(&t).unwrap_err()).contains("sas.disks.value"));
-    for bad in ["x", "d05_sas8.off", "d05_nvme"] {
-        // Not a row, a configuration rather than a row, a row without both baselines.
+    for bad in ["x", "d05_sas8.off"] {
+        // Not a row; a configuration rather than a row.
         let t = short().replace(
             "calibrated_from = \"d05_sas8\"",
             &format!("calibrated_from = \"{bad}\""),
@@ -414,7 +414,9 @@ fn every_configuration_is_a_measurement() {
 
 /// The bundled scenario without its `[calibration]` section (the profile's own timings).
 fn uncalibrated(text: &str) -> String {
-    let start = text.find("\n[calibration]\n").expect("a [calibration] section");
+    let start = text
+        .find("\n[calibration]\n")
+        .expect("a [calibration] section");
     let end = start + text[start..].find("\n[[rows]]").expect("rows after it");
     format!("{}{}", &text[..start], &text[end..])
 }
