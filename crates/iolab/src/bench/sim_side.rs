@@ -51,8 +51,8 @@ fn scenario(cpus: usize, runtime_ms: u64) -> String {
     let bundled = smmuv3_cmdq::BUNDLED_SCENARIO;
     let params = bundled.split("[[rows]]").next().unwrap_or(bundled);
     let params = params.replace(
-        "calibrated_from = \"d05_sas8.off\"",
-        "calibrated_from = \"lab.lockfree\"",
+        "calibrated_from = \"d05_sas8\"",
+        "calibrated_from = \"lab\"",
     );
     format!(
         "{params}[[rows]]\nid = \"lab\"\nlabel = \"lab speed\"\nplatform = \"hisilicon-d05\"\n\
