@@ -196,3 +196,31 @@ fn vmerge_gives_fewer_dma_segments_for_the_same_requests_and_the_cpu_is_the_bott
         assert!(busy <= 1.005 && busy > 0.85, "{row:?} busy {busy}");
     }
 }
+
+#[test]
+fn measurements_carry_each_kernel_and_user_count() {
+    let r = run(&short()).unwrap();
+    let configs: Vec<&str> = r.measurements.iter().map(|m| m.config.as_str()).collect();
+    assert_eq!(
+        configs,
+        [
+            "novmerge.users10",
+            "novmerge.users20",
+            "vmerge.users10",
+            "vmerge.users20"
+        ]
+    );
+    // The jobs/min metric is the re-aim table's column (the effects are computed from it).
+    let table = parse_table(&r.report_text);
+    assert!(!table.is_empty(), "the re-aim table parses");
+    let jpm = r.measurements[0].get("reaim.jobs_per_min").unwrap().value;
+    assert!(
+        (jpm - table[0].jpm).abs() <= 0.01,
+        "{jpm} vs {}",
+        table[0].jpm
+    );
+    assert!(r
+        .measurements
+        .iter()
+        .all(|m| m.attrs["workload"] == "reaim" && m.get("reaim.jti").is_some()));
+}
