@@ -460,6 +460,19 @@ fn run_scenario_text(
     origin: &str,
     options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
+    if !iolab_sim::lab::is_experiment_scenario(text) {
+        // A workload scenario (docs/SCENARIOS.md): validated whole, then run.
+        let base = std::path::Path::new(origin).parent().filter(|p| p.is_dir());
+        let scenario = iolab_sim::lab::validate(text, origin, base)?;
+        let out = iolab_sim::lab::run(
+            &scenario,
+            &iolab_sim::lab::LabOptions {
+                runs: options.runs,
+                seed: Some(options.seed),
+            },
+        )?;
+        return Ok(out.report);
+    }
     let table: toml::Table = toml::from_str(text).map_err(|e| {
         ExperimentError::Input(iolab_sim::tomlfile::InputError::Read {
             origin: origin.to_owned(),

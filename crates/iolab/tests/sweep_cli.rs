@@ -274,3 +274,37 @@ fn a_value_the_scenario_rejects_fails_the_point_with_exit_2() {
     let err = stderr(&out);
     assert!(err.contains("point 0") && err.contains("iodepth"), "{err}");
 }
+
+#[test]
+fn a_workload_scenario_sweeps_with_its_measurements_stored() {
+    let dir = temp_dir("workload");
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/examples/fio-nvme-strict.toml");
+    std::fs::copy(&scenario, dir.join("base.toml")).unwrap();
+    let grid = dir.join("grid.toml");
+    std::fs::write(
+        &grid,
+        "name = \"jobs\"\nscenario = \"base.toml\"\n\n\
+         [[axis]]\nfield = \"workload.numjobs\"\nvalues = [1, 4]\n",
+    )
+    .unwrap();
+    let db = dir.join("sweep.db");
+    let out = iolab(&["--db", s(&db), "sweep", s(&grid), "--jobs", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pts = points(&db);
+    assert_eq!(pts.len(), 2);
+    assert!(pts[0].2.contains("numjobs = 1") && pts[1].2.contains("numjobs = 4"));
+    // Each point is the workload scenario's run: one measurement with read IOPS, and four
+    // jobs complete more I/O than one.
+    let c = Connection::open(&db).unwrap();
+    let iops = |point: i64| -> f64 {
+        c.query_row(
+            "SELECT m.value FROM metrics m JOIN sweep_points p ON p.run_id = m.run_id
+             WHERE p.point = ?1 AND m.name = 'read.iops'",
+            [point],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert!(iops(1) > iops(0) * 2.0, "{} vs {}", iops(1), iops(0));
+}
