@@ -491,3 +491,28 @@ fn calibration_touches_only_the_declared_parameter_and_platform() {
         ]
     );
 }
+
+#[test]
+fn every_configuration_carries_the_protection_report() {
+    let r = run(&short()).unwrap();
+    let value = |m: &iolab_sim::metrics::Measurement, name: &str| {
+        m.get(name)
+            .unwrap_or_else(|| panic!("{}: no {name}", m.config))
+            .value
+    };
+    for m in &r.measurements {
+        let off = m.attrs["iommu_mode"] == "off";
+        if off {
+            // Without an IOMMU every device access bypasses translation and a freed buffer
+            // stays reachable for the whole run.
+            assert!(value(m, "protection.bypass_accesses") > 0.0, "{}", m.config);
+            assert!(value(m, "protection.max_reachable_after_unmap_ns") > 0.0);
+        } else {
+            // Strict over the SMMU: no stale IOTLB hit, nothing reachable after the unmap.
+            assert_eq!(value(m, "protection.stale_hits"), 0.0, "{}", m.config);
+            assert_eq!(value(m, "protection.max_reachable_after_unmap_ns"), 0.0);
+            assert_eq!(value(m, "protection.bypass_accesses"), 0.0);
+        }
+        assert_eq!(value(m, "faults.translation"), 0.0, "{}", m.config);
+    }
+}

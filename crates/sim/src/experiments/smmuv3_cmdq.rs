@@ -1727,12 +1727,27 @@ fn run_cell(
         .unwrap_or_default();
     let dma = *stack.stats.borrow();
     let cmdq = stack.cmdq.as_ref().map(SimCmdq::stats).unwrap_or_default();
-    let measurement = with_counts(
-        cell_measurement(row, mode, &spec, &g, (usr, sys), (&before, &after)),
-        &dma,
-        &cmdq,
-        stack.interrupts.get(),
-        stack.handler_runs.get(),
+    // The protection report: over the SMMU, measured IOTLB hits on removed mappings and the
+    // unmap-to-unreachable time; without an IOMMU every access bypasses translation and a
+    // freed page stays reachable for the whole run.
+    let (protection, max_reachable_ns) = match &stack.smmu {
+        Some(path) => {
+            let p = path.protection();
+            let max = p.max_reachable_after_unmap_ns;
+            (p, max)
+        }
+        None => (stack.domain.protection(), after.end.as_ns()),
+    };
+    let measurement = super::protection::protection_metrics(
+        with_counts(
+            cell_measurement(row, mode, &spec, &g, (usr, sys), (&before, &after)),
+            &dma,
+            &cmdq,
+            stack.interrupts.get(),
+            stack.handler_runs.get(),
+        ),
+        &protection,
+        max_reachable_ns,
     );
     Ok(CellResult {
         row: row.id.clone(),
