@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use iolab_iommu::addr::{Access, Iova, PhysAddr, SZ_4K};
 use iolab_iommu::dma::{Device, Direction, DmaMapping, Domain, DomainConfig, DomainId, DomainMode};
-use iolab_iommu::hw::{split_queue_work, Smmuv3DevicePath};
+use iolab_iommu::hw::{split_queue_work, QueueWork, Smmuv3DevicePath};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
 use iolab_iommu::pgtable::lpae::LpaeConfig;
@@ -48,8 +48,8 @@ use crate::resources::{CacheLine, LineParams, SpinGuard, SpinLock, SpinParams};
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::trace::{Tracer, Track};
 use crate::workloads::fio::{
-    self, BlockTarget, FioJob, FioJson, GroupStats, IoCompletion, IoRequest, JobJson, RwPattern,
-    SharedStats, SubmitFuture,
+    self, BlockTarget, FioJob, FioJson, GroupStats, IoRequest, JobJson, RwPattern, SharedStats,
+    SubmitFuture,
 };
 
 /// The experiment's name.
@@ -985,6 +985,16 @@ impl SimCmdq {
     /// Issues `cmds` invalidation commands plus a `CMD_SYNC` and waits for the sync.
     /// `prod_writes` is the functional producer's count of PROD writes (the spinlock design
     /// writes PROD once per command).
+    /// Issues the queue share of one DMA-API call (split off its work record with
+    /// [`split_queue_work`]), if it ended in a `CMD_SYNC`; commands without a sync stay in
+    /// the functional queue's batch and cost nothing here.
+    pub(crate) async fn issue_work(&self, ctx: &Ctx, work: &QueueWork) {
+        if work.syncs > 0 {
+            self.issue(ctx, work.invalidations(), work.prod_writes)
+                .await;
+        }
+    }
+
     pub(crate) async fn issue(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
         {
             let mut s = self.stats.borrow_mut();
@@ -1511,9 +1521,7 @@ impl Stack {
             )
             .await;
         if let (Some(p), Some(q)) = (&self.smmu, &self.cmdq) {
-            if queue.syncs > 0 {
-                q.issue(ctx, queue.invalidations(), queue.prod_writes).await;
-            }
+            q.issue_work(ctx, &queue).await;
             if p.invalidation_errors() > 0 {
                 self.fail("Command queue refused a command".to_string());
             }
@@ -1521,13 +1529,7 @@ impl Stack {
         ctx.cpu()
             .spend(SimDuration::ns(self.k.block_complete), Account::System)
             .await;
-        let r = f.req;
-        let _ = r.done.send(IoCompletion {
-            slot: r.slot,
-            is_read: r.is_read,
-            len: r.len,
-            issued_at: r.issued_at,
-        });
+        f.req.complete();
     }
 }
 

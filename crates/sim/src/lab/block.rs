@@ -33,8 +33,7 @@ use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
 use crate::workloads::fio::{
-    self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, JobJson, SharedStats,
-    SubmitFuture,
+    self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats, SubmitFuture,
 };
 
 use super::iommu::{self, model_err};
@@ -203,9 +202,9 @@ impl Stack {
                 "dma map + driver submit",
             )
             .await;
-        if let (Some((_, q)), true) = (&self.cmdq, queue.syncs > 0) {
-            // A lazy flush run from the map path (its timer expired).
-            q.issue(ctx, queue.invalidations(), queue.prod_writes).await;
+        if let Some((_, q)) = &self.cmdq {
+            // A lazy flush run from the map path (its timer expired), if any.
+            q.issue_work(ctx, &queue).await;
         }
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
         // its bypass.
@@ -324,9 +323,7 @@ impl Stack {
             .await;
         self.locked(ctx, &w).await;
         if let Some((p, q)) = &self.cmdq {
-            if queue.syncs > 0 {
-                q.issue(ctx, queue.invalidations(), queue.prod_writes).await;
-            }
+            q.issue_work(ctx, &queue).await;
             if p.invalidation_errors() > 0 {
                 self.fail("the SMMUv3 command queue refused a command".to_string());
             }
@@ -334,13 +331,7 @@ impl Stack {
         ctx.cpu()
             .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
             .await;
-        let r = f.req;
-        let _ = r.done.send(IoCompletion {
-            slot: r.slot,
-            is_read: r.is_read,
-            len: r.len,
-            issued_at: r.issued_at,
-        });
+        f.req.complete();
     }
 }
 

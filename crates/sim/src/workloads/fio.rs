@@ -122,6 +122,19 @@ pub struct IoRequest {
     pub done: Channel<IoCompletion>,
 }
 
+impl IoRequest {
+    /// Sends this request's [`IoCompletion`] to the job that issued it (a job that has
+    /// already stopped no longer listens; that is not an error).
+    pub fn complete(self) {
+        let _ = self.done.send(IoCompletion {
+            slot: self.slot,
+            is_read: self.is_read,
+            len: self.len,
+            issued_at: self.issued_at,
+        });
+    }
+}
+
 /// A completed I/O, as `io_getevents` returns it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoCompletion {

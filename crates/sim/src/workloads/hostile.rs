@@ -35,7 +35,7 @@ use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::engine::{Channel, Ctx, Handle, SimDuration, SimTime};
 use crate::experiments::smmuv3_cmdq::SimCmdq;
-use crate::workloads::fio::{BlockTarget, IoCompletion, IoRequest, SubmitFuture};
+use crate::workloads::fio::{BlockTarget, IoRequest, SubmitFuture};
 
 /// What the hostile device tries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,9 +353,7 @@ impl ProbedNvme {
                     ctx.cpu()
                         .spend(SimDuration::ns(unmap_ns), Account::System)
                         .await;
-                    if work.syncs > 0 {
-                        q.issue(&ctx, work.invalidations(), work.prod_writes).await;
-                    }
+                    q.issue_work(&ctx, &work).await;
                     if let Some(t) = covered {
                         let window = ctx.now().as_ns().saturating_sub(t);
                         self.max_window_ns.set(self.max_window_ns.get().max(window));
@@ -371,13 +369,7 @@ impl ProbedNvme {
                         )
                         .await;
                 }
-                let r = d.req;
-                let _ = r.done.send(IoCompletion {
-                    slot: r.slot,
-                    is_read: r.is_read,
-                    len: r.len,
-                    issued_at: r.issued_at,
-                });
+                d.req.complete();
                 next = chan.try_recv();
             }
         }
