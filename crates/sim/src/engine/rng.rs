@@ -55,6 +55,16 @@ pub fn derive_seed(base: u64, label: u64) -> u64 {
     mix64(mix64(base ^ DERIVE_DOMAIN).wrapping_add(mix64(label)))
 }
 
+/// The seed of repetition `r` of a run with base seed `base`: the base itself for the first
+/// (so `--seed S` reruns it), [`derive_seed`] for the others.
+pub fn repetition_seed(base: u64, r: u32) -> u64 {
+    if r == 0 {
+        base
+    } else {
+        derive_seed(base, u64::from(r))
+    }
+}
+
 /// A xoshiro256** generator. Deterministic: the same seed gives the same sequence on every
 /// platform and every version of this crate.
 #[derive(Clone, Debug, PartialEq, Eq)]

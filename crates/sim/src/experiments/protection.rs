@@ -918,7 +918,8 @@ pub fn protection_metrics(
     ))
 }
 
-/// Runs every row `runs` times (seeds `seed`, `seed + 0x9e3779b9`, ...) and averages.
+/// Runs every row `runs` times (seeds from [`crate::engine::rng::repetition_seed`]) and
+/// averages.
 pub fn run_results_runs(
     text: &str,
     origin: &str,
@@ -930,7 +931,7 @@ pub fn run_results_runs(
     for row in rows(&v) {
         let mut rs = Vec::new();
         for r in 0..runs.max(1) {
-            let s = seed.wrapping_add(u64::from(r).wrapping_mul(0x9e37_79b9));
+            let s = crate::engine::rng::repetition_seed(seed, r);
             rs.push(run_mode(&v, &row, s)?);
         }
         out.push(average(rs)?);

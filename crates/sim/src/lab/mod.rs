@@ -131,11 +131,7 @@ pub fn is_experiment_scenario(text: &str) -> bool {
 /// The seed of repetition `r` of a run with base seed `base`: the base itself for the
 /// first (so `--seed` reruns it), [`derive_seed`](crate::engine::rng::derive_seed) after.
 pub fn run_seed(base: u64, r: u32) -> u64 {
-    if r == 0 {
-        base
-    } else {
-        crate::engine::rng::derive_seed(base, u64::from(r))
-    }
+    crate::engine::rng::repetition_seed(base, r)
 }
 
 /// Validates and runs a workload scenario given as text. `origin` names it in errors and,
