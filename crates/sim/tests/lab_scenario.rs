@@ -184,7 +184,7 @@ fn a_platform_without_the_needed_group_is_refused() {
 }
 
 #[test]
-fn netperf_needs_the_power_tce_path() {
+fn netperf_needs_the_power_tce_path_and_runs_through_a_direct_ddw() {
     let text = r#"
 [machine]
 platform = "hisilicon-d06"
@@ -205,8 +205,14 @@ run_ms = 5
         .replace("hisilicon-d06", "power-lpar")
         .replace("model = \"smmuv3\"", "model = \"pseries\"")
         .replace("mode = \"strict\"", "mode = \"ddw-direct\"");
-    let (field, _, _) = refused(&direct);
-    assert_eq!(field, "iommu.mode");
+    // A direct DDW is a static map: netperf runs through it with no per-I/O hypercalls,
+    // while the default window issues them for every fragment.
+    let direct_run = run(&direct);
+    assert_eq!(metric(&direct_run, "dma.hypercalls_per_msg"), 0.0);
+    assert!(metric(&direct_run, "net.throughput_gbps") > 0.0);
+    let window = run(&direct.replace("ddw-direct", "default-window"));
+    assert!(metric(&window, "dma.hypercalls_per_msg") >= 1.0);
+    assert!(metric(&direct_run, "cpu.busy_pct") < metric(&window, "cpu.busy_pct"));
 }
 
 #[test]

@@ -49,9 +49,6 @@ pub enum NicError {
     /// The engine refused something (a resource cap).
     #[error("Engine: {0}")]
     Sim(#[from] SimError),
-    /// The functional allocator reports no pools for the device's window (a direct DDW).
-    #[error("The device maps through a direct window: there are no TCE pools to model")]
-    NoPools,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -159,6 +156,37 @@ pub struct DmaTotals {
     pub translation_ns: f64,
     /// Pool-lock acquisitions modelled (small pools, large pool).
     pub pool_locks: [u64; 2],
+    /// Maps through a direct (pre-mapped) DDW: an offset, no allocation, no hypercall.
+    pub direct_maps: u64,
+    /// TCEs of the dynamic window held by live mappings now (small pools, large pool).
+    pub live_tces: [u64; 2],
+    /// The most TCEs live mappings held at once (all pools, then the large pool alone).
+    pub peak_live_tces: [u64; 2],
+    /// Entries of the window's pools (small pools together, large pool); zero through a
+    /// direct window.
+    pub window_tces: [u64; 2],
+}
+
+impl DmaTotals {
+    /// Peak share of the window's TCEs held by live mappings, percent (0 through a direct
+    /// window).
+    pub fn window_peak_pct(&self) -> f64 {
+        let all = self.window_tces[0] + self.window_tces[1];
+        if all == 0 {
+            0.0
+        } else {
+            self.peak_live_tces[0] as f64 / all as f64 * 100.0
+        }
+    }
+
+    /// Peak share of the large pool's TCEs held by live mappings, percent.
+    pub fn large_pool_peak_pct(&self) -> f64 {
+        if self.window_tces[1] == 0 {
+            0.0
+        } else {
+            self.peak_live_tces[1] as f64 / self.window_tces[1] as f64 * 100.0
+        }
+    }
 }
 
 /// Where the pools of the device's window are, read once from the functional allocator.
@@ -175,6 +203,13 @@ struct PoolLayout {
 impl PoolLayout {
     fn small_pools(&self) -> usize {
         self.bounds.len() - 1
+    }
+
+    /// TCEs a mapping of `len` bytes at bus address `dma` occupies.
+    fn entries(&self, dma: u64, len: u64) -> u64 {
+        let first = dma >> self.page_shift;
+        let last = (dma + len.max(1) - 1) >> self.page_shift;
+        last - first + 1
     }
 
     /// The pool (index into the locks) holding the block that starts at bus address `dma`.
@@ -210,7 +245,9 @@ pub struct TceDma {
     last_holder: RefCell<Vec<usize>>,
     line_ns: f64,
     hv_lock: Option<SpinLock>,
-    layout: PoolLayout,
+    /// The pools of the device's dynamic window; `None` through a direct DDW (static map:
+    /// no allocator, no per-I/O hypercalls).
+    layout: Option<PoolLayout>,
     totals: Cell<DmaTotals>,
     work: RefCell<WorkRecord>,
 }
@@ -219,6 +256,8 @@ impl TceDma {
     /// The path for `dev` through `iommu`, on `cpus` CPUs, priced by `profile`. Creates the
     /// pool locks (named `tce_pool0..`, `tce_large_pool`) and, with
     /// [`HvSerialisation::PerTable`], the hypervisor's table lock (`phyp_tce_table`).
+    /// Through a direct DDW there are no pools: maps are the functional model's offset
+    /// (CPU steps only) and unmaps do nothing but bookkeeping.
     pub fn new(
         h: &Handle,
         iommu: Arc<PseriesIommu>,
@@ -229,24 +268,31 @@ impl TceDma {
         let hv = profile.hypervisor.clone().ok_or(NicError::NoHypervisor)?;
         let model = profile.cpu_cost_model();
         let cpus = h.cpus();
-        let layout = iommu
-            .with_window_pool(&dev, |pool, offset, page_shift| PoolLayout {
-                bounds: pool.pool_bounds(),
-                offset,
-                page_shift,
-                cpu_pool: (0..cpus).map(|c| pool.pool_for_cpu(c)).collect(),
-            })
-            .ok_or(NicError::NoPools)?;
+        let layout = iommu.with_window_pool(&dev, |pool, offset, page_shift| PoolLayout {
+            bounds: pool.pool_bounds(),
+            offset,
+            page_shift,
+            cpu_pool: (0..cpus).map(|c| pool.pool_for_cpu(c)).collect(),
+        });
         let params = SpinParams {
             acquire_ns: profile.sync.lock_acquire_release.ns().round() as u64,
             release_ns: 0,
             handoff_ns: profile.sync.lock_handoff.ns().round() as u64,
         };
         let mut pools = Vec::new();
-        for i in 0..layout.small_pools() {
-            pools.push(SpinLock::new(h, format!("tce_pool{i}"), params)?);
+        let mut totals = DmaTotals::default();
+        if let Some(layout) = &layout {
+            for i in 0..layout.small_pools() {
+                pools.push(SpinLock::new(h, format!("tce_pool{i}"), params)?);
+            }
+            pools.push(SpinLock::new(h, "tce_large_pool", params)?);
+            let size = |&(s, e): &(u64, u64)| e - s;
+            let n = layout.small_pools();
+            totals.window_tces = [
+                layout.bounds[..n].iter().map(size).sum(),
+                layout.bounds[n..].iter().map(size).sum(),
+            ];
         }
-        pools.push(SpinLock::new(h, "tce_large_pool", params)?);
         let hv_lock = match serialisation {
             HvSerialisation::None => None,
             HvSerialisation::PerTable => Some(SpinLock::new(h, "phyp_tce_table", params)?),
@@ -264,7 +310,7 @@ impl TceDma {
             pools,
             hv_lock,
             layout,
-            totals: Cell::new(DmaTotals::default()),
+            totals: Cell::new(totals),
             work: RefCell::new(WorkRecord::new()),
         })
     }
@@ -290,6 +336,34 @@ impl TceDma {
         self.totals.set(t);
     }
 
+    /// Whether the device maps through a direct DDW (no pools, no per-I/O hypercalls).
+    pub fn is_direct(&self) -> bool {
+        self.layout.is_none()
+    }
+
+    /// Counts `buf` (mapped outside this path, e.g. receive pages mapped when the interface
+    /// came up) as live in the window's occupancy.
+    pub fn note_mapped(&self, buf: &MappedBuffer) {
+        self.track(buf.dma_addr().0, buf.len(), true);
+    }
+
+    /// Live-TCE bookkeeping of one map (`add`) or unmap.
+    fn track(&self, dma: u64, len: u64, add: bool) {
+        let Some(layout) = &self.layout else { return };
+        let n = layout.entries(dma, len);
+        let large = usize::from(layout.pool_of(dma) == layout.small_pools());
+        self.add(|t| {
+            if add {
+                t.live_tces[large] += n;
+            } else {
+                t.live_tces[large] = t.live_tces[large].saturating_sub(n);
+            }
+            let all = t.live_tces[0] + t.live_tces[1];
+            t.peak_live_tces[0] = t.peak_live_tces[0].max(all);
+            t.peak_live_tces[1] = t.peak_live_tces[1].max(t.live_tces[1]);
+        });
+    }
+
     /// Maps `len` bytes at `pa` for the device (`dma_map_single` / `skb_frag_dma_map`) on
     /// the task's CPU: the allocation under its pool lock, then the TCE hypercalls.
     pub async fn map(
@@ -307,6 +381,17 @@ impl TceDma {
             .map_single(&self.dev, PhysAddr::new(pa), len, dir, cpu, &mut w)?;
         let after = self.iommu.stats();
         *self.work.borrow_mut() += &w;
+        let Some(layout) = &self.layout else {
+            // A direct DDW: the bus address is an offset of the physical one.
+            spend(ctx, self.model.cpu_ns(&w)).await;
+            self.add(|t| {
+                t.maps += 1;
+                t.direct_maps += 1;
+            });
+            ctx.trace_since("dma map", t0);
+            return Ok(buf);
+        };
+        self.track(buf.dma_addr().0, buf.len(), true);
         // The zero-area search runs under the pool lock(s); the rest of the CPU work
         // (argument checks, the hypervisor's table writes counted as PTE writes) outside.
         let held = w.bitmap_words_scanned as f64 * self.scan_ns;
@@ -315,8 +400,8 @@ impl TceDma {
         let small = w.lock_count(LockId::TcePool) as usize;
         let large = w.lock_count(LockId::TceLargePool) as usize;
         let n_locks = (small + large).max(1);
-        let first = self.layout.cpu_pool.get(cpu).copied().unwrap_or(0);
-        let np = self.layout.small_pools();
+        let first = layout.cpu_pool.get(cpu).copied().unwrap_or(0);
+        let np = layout.small_pools();
         let words = w.bitmap_words_scanned / n_locks as u64;
         for k in 0..small {
             self.locked(ctx, (first + k) % np, held / n_locks as f64, words)
@@ -347,7 +432,7 @@ impl TceDma {
     /// the pool holding the block (Linux `__iommu_free`).
     pub async fn unmap(&self, ctx: &Ctx, buf: MappedBuffer) -> Result<(), NicError> {
         let (cpu, t0) = (ctx.cpu().id(), ctx.now());
-        let dma = buf.dma_addr().0;
+        let (dma, len) = (buf.dma_addr().0, buf.len());
         let before = self.iommu.stats();
         let mut w = WorkRecord::new();
         let now = ctx.now().0;
@@ -357,6 +442,12 @@ impl TceDma {
         let after: PseriesStats = self.iommu.stats();
         *self.work.borrow_mut() += &w;
         spend(ctx, self.model.cpu_ns(&w)).await;
+        let Some(layout) = &self.layout else {
+            self.add(|t| t.unmaps += 1);
+            ctx.trace_since("dma unmap", t0);
+            return Ok(());
+        };
+        self.track(dma, len, false);
         let cleared = after.tces_cleared - before.tces_cleared;
         let calls = [
             (TceCall::Stuff, after.stuff_tce - before.stuff_tce),
@@ -364,14 +455,14 @@ impl TceDma {
         ];
         self.hypercalls(ctx, &calls, cleared).await;
         let locks = w.lock_count(LockId::TcePool) + w.lock_count(LockId::TceLargePool);
-        let pool = self.layout.pool_of(dma);
+        let pool = layout.pool_of(dma);
         // bitmap_clear over the block's words.
         let words = 1 + cleared / 64;
         let hold = words as f64 * self.scan_ns;
         for _ in 0..locks {
             self.locked(ctx, pool, hold, words).await;
         }
-        let large = u64::from(pool == self.layout.small_pools()) * locks;
+        let large = u64::from(pool == layout.small_pools()) * locks;
         self.add(|t| {
             t.unmaps += 1;
             t.pool_locks[0] += locks - large;

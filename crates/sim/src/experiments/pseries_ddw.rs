@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use iolab_iommu::addr::SZ_1G;
+use iolab_iommu::dma::protection::ProtectionStats;
 use iolab_iommu::dma::{Device, DomainId};
 use iolab_iommu::hw::pseries::{
     ddw_page, DdwConfig, DdwMode, DdwPolicy, PseriesConfig, WindowConfig,
@@ -735,6 +736,12 @@ struct Mean {
     pool_spin_ms: f64,
     hv_spin_ms: f64,
     hv_busy_pct: f64,
+    /// Peak share of the window's TCEs held by live mappings (percent; mean over runs).
+    window_peak_pct: f64,
+    /// Peak share of the large pool's TCEs held by live mappings (percent; mean over runs).
+    large_pool_peak_pct: f64,
+    /// What the device could reach, summed over the runs.
+    protection: ProtectionStats,
     cpu: CpuBreakdown,
 }
 
@@ -760,7 +767,7 @@ fn run_config(
             &cfg,
             &su.costs,
             su.link,
-            iommu,
+            iommu.clone(),
             dev,
             &su.profile,
             su.serialisation,
@@ -780,6 +787,9 @@ fn run_config(
         m.spin_pct += res.spin_pct;
         m.hypercalls_per_msg += per_msg(res.dma.hypercalls);
         m.tces_per_msg += per_msg(res.dma.tces);
+        m.window_peak_pct += res.dma.window_peak_pct();
+        m.large_pool_peak_pct += res.dma.large_pool_peak_pct();
+        m.protection.merge(&iommu.protection());
         m.cpu.user_ns += res.cpu.user_ns;
         m.cpu.system_ns += res.cpu.system_ns;
         m.cpu.spin_ns += res.cpu.spin_ns;
@@ -804,12 +814,17 @@ fn run_config(
     m.pool_spin_ms /= k;
     m.hv_spin_ms /= k;
     m.hv_busy_pct /= k;
+    m.window_peak_pct /= k;
+    m.large_pool_peak_pct /= k;
     Ok(m)
 }
 
 /// One configuration (window x threads x direction) as a [`Measurement`]: throughput in
 /// Mb/s and mean latency (means over the runs), the busy and spin shares of the threads'
-/// CPUs, hypercalls and TCEs per 64 KiB message, and the CPU time summed over the runs.
+/// CPUs, hypercalls and TCEs per 64 KiB message, the window's peak occupancy, the
+/// protection report's metrics ([`super::protection::protection_metrics`]; TCE clears are
+/// synchronous hypercalls, so nothing stays reachable after an unmap) and the CPU time
+/// summed over the runs.
 fn config_measurement(
     window: &str,
     threads: usize,
@@ -821,7 +836,7 @@ fn config_measurement(
         StreamDirection::Write => "write",
         StreamDirection::Read => "read",
     };
-    Measurement::new(format!("{threads}t.{d}.{window}"))
+    let measurement = Measurement::new(format!("{threads}t.{d}.{window}"))
         .attr(
             "iommu_mode",
             if window == "ddw" {
@@ -850,7 +865,14 @@ fn config_measurement(
         .metric(Metric::new("tce.tces_per_msg", "TCEs", m.tces_per_msg))
         .metric(Metric::new("tce.pool_lock_wait_ms", "ms", m.pool_spin_ms))
         .metric(Metric::new("tce.hv_table_busy_pct", "%", m.hv_busy_pct))
-        .cpu(m.cpu)
+        .metric(Metric::new("tce.window_peak_pct", "%", m.window_peak_pct))
+        .metric(Metric::new(
+            "tce.large_pool_peak_pct",
+            "%",
+            m.large_pool_peak_pct,
+        ))
+        .cpu(m.cpu);
+    super::protection::protection_metrics(measurement, &m.protection, 0)
 }
 
 fn pct(new: f64, old: f64) -> f64 {
@@ -1072,6 +1094,17 @@ pub fn run_scenario(
         results[0].3.hv_busy_pct,
         results[0].2.hv_spin_ms,
         results[0].3.hv_spin_ms
+    );
+    let _ = writeln!(
+        t,
+        "peak TCE-window occupancy by live mappings, default window (all pools / large pool): write {:.1}% / {:.1}%, read {:.1}% / {:.1}% ({} threads); DDW: {:.2}% / {:.2}%",
+        results[0].2.window_peak_pct,
+        results[0].2.large_pool_peak_pct,
+        results[1].2.window_peak_pct,
+        results[1].2.large_pool_peak_pct,
+        results[0].0,
+        results[0].3.window_peak_pct.max(results[1].3.window_peak_pct),
+        results[0].3.large_pool_peak_pct.max(results[1].3.large_pool_peak_pct),
     );
 
     let mut notes = vec![

@@ -907,15 +907,9 @@ pub fn validate(
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "netperf")?;
             match common.iommu.mode {
-                IommuMode::DefaultWindow | IommuMode::DdwDynamic => {}
-                IommuMode::DdwDirect => {
-                    return Err(doc
-                        .field_error(
-                            "iommu.mode",
-                            "the NIC model (devices::nic::TceDma) times TCE pools and hypercalls; a direct DDW has none: expected \"default-window\" or \"ddw-dynamic\"",
-                        )
-                        .into())
-                }
+                // A direct DDW is a static map: the NIC path maps by offset, with no pools
+                // and no per-I/O hypercalls (devices::nic::TceDma).
+                IommuMode::DefaultWindow | IommuMode::DdwDynamic | IommuMode::DdwDirect => {}
                 _ => {
                     return Err(doc
                         .field_error(

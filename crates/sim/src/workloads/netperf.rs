@@ -221,8 +221,11 @@ pub fn run_stream(
         }
         rings.push(ring);
     }
-    let mut rings = rings.into_iter();
     let dma = TceDma::new(sim.handle(), iommu, dev, profile, serialisation)?;
+    for b in rings.iter().flatten() {
+        dma.note_mapped(b);
+    }
+    let mut rings = rings.into_iter();
     let shared = Rc::new(Shared {
         cfg: *cfg,
         costs: *costs,
