@@ -207,12 +207,28 @@ run_ms = 5
         .replace("mode = \"strict\"", "mode = \"ddw-direct\"");
     // A direct DDW is a static map: netperf runs through it with no per-I/O hypercalls,
     // while the default window issues them for every fragment.
+    let direct = direct
+        .replace("run_ms = 5", "run_ms = 5\nwarmup_ms = 1")
+        .replace("memory_gib = 300", "memory_gib = 64")
+        .replace("kind = \"nic\"", "kind = \"nic\"\nqueues = 8");
     let direct_run = run(&direct);
     assert_eq!(metric(&direct_run, "dma.hypercalls_per_msg"), 0.0);
     assert!(metric(&direct_run, "net.throughput_gbps") > 0.0);
     let window = run(&direct.replace("ddw-direct", "default-window"));
     assert!(metric(&window, "dma.hypercalls_per_msg") >= 1.0);
-    assert!(metric(&direct_run, "cpu.busy_pct") < metric(&window, "cpu.busy_pct"));
+    // No mapping work: the CPU-bound stream is faster, or as fast for less CPU.
+    let (dg, wg) = (
+        metric(&direct_run, "net.throughput_gbps"),
+        metric(&window, "net.throughput_gbps"),
+    );
+    let (db, wb) = (
+        metric(&direct_run, "cpu.busy_pct"),
+        metric(&window, "cpu.busy_pct"),
+    );
+    assert!(
+        dg > wg || (dg >= wg * 0.99 && db < wb),
+        "{dg} {db} vs {wg} {wb}"
+    );
 }
 
 #[test]

@@ -303,12 +303,21 @@ pub fn run_stream(
     })
 }
 
-/// Transmit side of one connection.
+/// Transmit side of one connection. TCP cuts the socket's byte stream, not each
+/// `write()`, into TSO skbs of the size goal (`tso_max_bytes`): a write's tail waits in the
+/// last, partly filled skb for the next write's bytes (bulk streams keep the tail corked
+/// while data is in flight). The payload is copied into page fragments back to back, so an
+/// skb whose size is not a multiple of the page straddles two pages and is mapped as two
+/// fragments, as `tcp_sendmsg` and `skb_frag_dma_map` do.
 async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
     let c = s.cfg;
     let base = thread_base(i);
     let mut ring = TxRing::new(c.tx_ring_entries, c.tx_inflight_bytes, c.tx_coalescing);
     let (mut page, mut off, mut heads) = (0u64, 0u64, 0u64);
+    // Stream bytes written but not yet in an skb; messages whose last byte is not yet on
+    // the wire: (stream offset of their end, when their write() started).
+    let (mut unsent, mut sent_to) = (0u64, 0u64);
+    let mut pending: VecDeque<(u64, SimTime)> = VecDeque::new();
     while ctx.now() < s.end && !s.failed() {
         let started = ctx.now();
         s.stack(
@@ -316,10 +325,12 @@ async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
             s.costs.syscall_ns + c.message_bytes as f64 / s.costs.copy_bytes_per_ns,
         )
         .await;
-        let mut left = c.message_bytes;
-        while left > 0 {
-            let skb = left.min(c.tso_max_bytes);
-            left -= skb;
+        unsent += c.message_bytes;
+        pending.push_back((sent_to + unsent, started));
+        let tso = c.tso_max_bytes.max(1);
+        while unsent >= tso {
+            let skb = tso;
+            unsent -= skb;
             while !ring.has_room(skb) {
                 if let Some(at) = ring.interrupt_at() {
                     if at > ctx.now() {
@@ -365,22 +376,31 @@ async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
                 done.0.saturating_sub(ready.0),
                 &[("bytes", skb)],
             );
+            sent_to += skb;
+            let first_started = pending.front().map_or(started, |p| p.1);
+            let mut last = false;
             {
                 let mut m = s.meas.borrow_mut();
                 if done > s.warmup && done <= s.end {
                     m.bytes += skb;
                 }
-                if left == 0 && s.in_window(started, done) {
-                    m.lat_sum_ns += u128::from(done.0 - started.0);
-                    m.lat_n += 1;
+                while pending.front().is_some_and(|p| p.0 <= sent_to) {
+                    let Some((_, st)) = pending.pop_front() else {
+                        break;
+                    };
+                    last = true;
+                    if s.in_window(st, done) {
+                        m.lat_sum_ns += u128::from(done.0 - st.0);
+                        m.lat_n += 1;
+                    }
                 }
             }
             ring.push(TxEntry {
                 maps,
                 bytes: skb,
                 done,
-                started,
-                last: left == 0,
+                started: first_started,
+                last,
             });
         }
         if ring.interrupt_at().is_some_and(|at| at <= ctx.now()) {
@@ -435,7 +455,9 @@ async fn reader(
     let ring_pages = c.rx_ring_pages.max(1) as u64;
     let mut next_page = ring_pages;
     let packets = s.link.config().packets(c.message_bytes);
-    let skbs = c.message_bytes.div_ceil(c.tso_max_bytes.max(1));
+    // GRO builds skbs of up to the same size goal from the byte stream, so a message
+    // costs its share of skbs (not a whole number per message).
+    let skbs = c.message_bytes as f64 / c.tso_max_bytes.max(1) as f64;
     while ctx.now() < s.end && !s.failed() {
         let mut idle = data.is_empty();
         let (sent, arrival) = data.recv(ctx).await;
@@ -479,7 +501,7 @@ async fn reader(
         s.stack(
             ctx,
             packets as f64 * s.costs.rx_per_packet_ns
-                + skbs as f64 * s.costs.rx_per_skb_ns
+                + skbs * s.costs.rx_per_skb_ns
                 + s.costs.syscall_ns
                 + c.message_bytes as f64 / s.costs.copy_bytes_per_ns,
         )
