@@ -180,6 +180,9 @@ struct RowScen {
     device: String,
     cpus: usize,
     modes: Vec<String>,
+    /// Overrides `cmdq.sync_msi` for this row's SMMU (0 or 1), with its source.
+    #[serde(default)]
+    sync_msi: Option<Param>,
     fio: FioScen,
 }
 
@@ -312,6 +315,8 @@ struct Row {
     device: DeviceKind,
     cpus: usize,
     modes: Vec<Mode>,
+    /// Whether this row's SMMU signals CMD_SYNC completion with an MSI.
+    sync_msi: bool,
     job: FioJob,
 }
 
@@ -348,6 +353,21 @@ fn check(doc: &TomlDoc<'_>, path: &str, p: &Param, lo: f64, hi: f64) -> Result<f
 pub const MAX_ROWS: usize = 64;
 /// Most command-queue modes one row may list (there are three).
 pub const MAX_MODES_PER_ROW: usize = 3;
+
+/// A 0/1 `sync_msi` parameter at `path`.
+fn msi_flag(doc: &TomlDoc<'_>, path: &str, p: &Param) -> Result<bool, InputError> {
+    let msi = check(doc, path, p, 0.0, 1.0)?;
+    if msi == 0.0 {
+        Ok(false)
+    } else if msi == 1.0 {
+        Ok(true)
+    } else {
+        Err(doc.field_error(
+            &format!("{path}.value"),
+            "expected 0 (poll the CONS register) or 1 (MSI completion)",
+        ))
+    }
+}
 
 fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
@@ -388,19 +408,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             )
             .into());
     }
-    let msi = check(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi, 0.0, 1.0)?;
-    let sync_msi = match msi {
-        _ if msi == 0.0 => false,
-        _ if msi == 1.0 => true,
-        _ => {
-            return Err(doc
-                .field_error(
-                    "cmdq.sync_msi.value",
-                    "expected 0 (poll the CONS register) or 1 (MSI completion)",
-                )
-                .into())
-        }
-    };
+    let sync_msi = msi_flag(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi)?;
     let n = &s.nvme;
     let nvme = NvmeParams {
         io_queues: check(&doc, "nvme.io_queues", &n.io_queues, 1.0, 65535.0)? as usize,
@@ -640,6 +648,10 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             user_ns_per_io: kernel.fio_user,
             syscall_ns: profile.cpu.syscall.ns().round() as u64,
         };
+        let row_msi = match &r.sync_msi {
+            Some(p) => msi_flag(&doc, &at("sync_msi"), p)?,
+            None => sync_msi,
+        };
         rows.push(Row {
             id: r.id.clone(),
             label: r.label.clone(),
@@ -652,6 +664,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             device,
             cpus: r.cpus,
             modes,
+            sync_msi: row_msi,
             job,
         });
     }
@@ -690,6 +703,9 @@ struct Smmu {
     busy_until: Cell<u64>,
     consumed: Cell<u64>,
     syncs: Cell<u64>,
+    /// When the consumer passes the last published command, if that command was a
+    /// CMD_SYNC (Linux <= 5.2 with MSIs piggy-backs on it: `prev_cmd_opcode`).
+    last_sync_passed: Cell<Option<u64>>,
 }
 
 impl Smmu {
@@ -710,6 +726,7 @@ impl Smmu {
         self.busy_until.set(end);
         self.consumed.set(self.consumed.get() + n);
         self.syncs.set(self.syncs.get() + u64::from(sync));
+        self.last_sync_passed.set(sync.then_some(end));
         end
     }
 }
@@ -749,6 +766,9 @@ pub struct CmdqStats {
     pub sync_wait_ns: u64,
     /// CONS register reads made while polling for syncs (0 with MSI completion).
     pub cons_reads: u64,
+    /// Spinlock design with MSIs: syncs not inserted because the previous command was
+    /// already a CMD_SYNC (the caller waits for that one).
+    pub piggybacked: u64,
 }
 
 struct Gather {
@@ -1067,6 +1087,38 @@ impl SimCmdq {
             g.unlock().await;
         }
         let g = self.spin_acquire(ctx, lock).await;
+        if self.sync_wait == SyncWait::Msi {
+            // `__arm_smmu_cmdq_issue_sync_msi` (Linux 4.15-5.2, SMMU with MSIs and
+            // coherency): under the lock, insert a CMD_SYNC whose MSI writes a sequence
+            // number into `smmu->sync_count`, unless the last command inserted was
+            // already a CMD_SYNC (it then covers our TLBIs too: piggy-back on it, 4.19
+            // "Avoid back-to-back CMD_SYNC operations"); then poll `sync_count` in
+            // memory outside the lock.
+            let passed = match self.smmu.last_sync_passed.get() {
+                Some(passed) => {
+                    self.stats.borrow_mut().piggybacked += 1;
+                    passed
+                }
+                None => {
+                    let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
+                    ctx.cpu()
+                        .spend(SimDuration::ns(write), Account::System)
+                        .await;
+                    self.stats.borrow_mut().batches += 1;
+                    self.smmu.publish(
+                        self.h.tracer(),
+                        ctx.now().as_ns(),
+                        1,
+                        self.consume_ns,
+                        true,
+                    )
+                }
+            };
+            g.unlock().await;
+            self.poll_sync(ctx, passed + self.sync_ns, "cmdq sync wait")
+                .await;
+            return;
+        }
         let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
         ctx.cpu()
             .spend(SimDuration::ns(write), Account::System)
@@ -1642,7 +1694,7 @@ fn run_cell(
         Mode::Off => None,
         _ => Some(
             SimCmdq::new(&h, mode, &row.profile, v.batch_max)?
-                .with_sync_wait(if v.sync_msi {
+                .with_sync_wait(if row.sync_msi {
                     SyncWait::Msi
                 } else {
                     SyncWait::ConsPoll
