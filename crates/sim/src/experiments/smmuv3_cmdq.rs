@@ -99,8 +99,9 @@ struct Scenario {
     cmdq: CmdqScen,
     nvme: NvmeScen,
     sas: SasScen,
+    /// `[[calibration]]`: the SMMU timings fitted against the calibrated row.
     #[serde(default)]
-    calibration: Option<CalibrationScen>,
+    calibration: Vec<CalibrationScen>,
     rows: Vec<RowScen>,
 }
 
@@ -274,6 +275,9 @@ pub enum CalibratedCost {
     /// `mmio.read`: a non-posted register read; in this experiment the only MMIO read is
     /// the CPU's poll of the SMMU's CONS register while it waits for a CMD_SYNC.
     MmioRead,
+    /// `iommu.walk_read`: one memory read by the SMMU's table walker, on an IOTLB miss of
+    /// the device's DMA.
+    WalkRead,
 }
 
 impl CalibratedCost {
@@ -283,6 +287,7 @@ impl CalibratedCost {
             CalibratedCost::SyncLatency => "iommu.cmdq.sync_latency",
             CalibratedCost::CommandConsume => "iommu.cmdq.command_consume",
             CalibratedCost::MmioRead => "mmio.read",
+            CalibratedCost::WalkRead => "iommu.walk_read",
         }
     }
 
@@ -291,6 +296,7 @@ impl CalibratedCost {
             CalibratedCost::SyncLatency,
             CalibratedCost::CommandConsume,
             CalibratedCost::MmioRead,
+            CalibratedCost::WalkRead,
         ]
         .into_iter()
         .find(|c| c.path() == s)
@@ -310,8 +316,8 @@ struct Row {
     label: String,
     platform: String,
     profile: PlatformProfile,
-    /// The calibrated command-queue cost, when this row's platform is one it applies to.
-    cmdq_override: Option<(CalibratedCost, u64)>,
+    /// The calibrated SMMU costs that apply to this row's platform.
+    cmdq_override: Vec<(CalibratedCost, u64)>,
     device: DeviceKind,
     cpus: usize,
     modes: Vec<Mode>,
@@ -322,11 +328,10 @@ struct Row {
 
 struct Validated {
     calibrated_from: String,
-    calibration: Option<Calibration>,
+    calibration: Vec<Calibration>,
     kernel: Kernel,
     queue_log2size: u32,
     batch_max: u32,
-    sync_msi: bool,
     nvme: NvmeParams,
     coalescing: InterruptCoalescing,
     sas: SasParams,
@@ -481,49 +486,51 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             .field_error("rows", format!("expected 1 to {MAX_ROWS} rows"))
             .into());
     }
-    let calibration = match &s.calibration {
-        None => None,
-        Some(c) => {
-            let cost = CalibratedCost::parse(&c.parameter).ok_or_else(|| {
-                doc.field_error(
-                    "calibration.parameter",
-                    "expected \"iommu.cmdq.sync_latency\", \"iommu.cmdq.command_consume\" or \
-                     \"mmio.read\"",
-                )
-            })?;
-            if !c.value.is_finite() || c.value < 0.0 || c.value > 1e6 {
-                return Err(doc
-                    .field_error("calibration.value", "expected 0..=1000000 ns")
-                    .into());
-            }
-            if c.source.trim().is_empty() {
-                return Err(doc
-                    .field_error("calibration.source", "expected a source")
-                    .into());
-            }
-            let names = PlatformProfile::bundled_names();
-            if c.platforms.is_empty() {
-                return Err(doc
-                    .field_error("calibration.platforms", "expected at least one platform")
-                    .into());
-            }
-            for p in &c.platforms {
-                if !names.iter().any(|n| n == p) {
-                    return Err(doc
-                        .field_error(
-                            "calibration.platforms",
-                            format!("expected platforms among {}", names.join(", ")),
-                        )
-                        .into());
-                }
-            }
-            Some(Calibration {
-                cost,
-                platforms: c.platforms.clone(),
-                value_ns: c.value,
-            })
+    let mut calibration: Vec<Calibration> = Vec::new();
+    for (i, c) in s.calibration.iter().enumerate() {
+        let at = |f: &str| format!("calibration[{i}].{f}");
+        let cost = CalibratedCost::parse(&c.parameter).ok_or_else(|| {
+            doc.field_error(
+                &at("parameter"),
+                "expected \"iommu.cmdq.sync_latency\", \"iommu.cmdq.command_consume\", \
+                 \"mmio.read\" or \"iommu.walk_read\"",
+            )
+        })?;
+        if calibration.iter().any(|k| k.cost == cost) {
+            return Err(doc
+                .field_error(&at("parameter"), "expected each parameter calibrated once")
+                .into());
         }
-    };
+        if !c.value.is_finite() || c.value < 0.0 || c.value > 1e6 {
+            return Err(doc
+                .field_error(&at("value"), "expected 0..=1000000 ns")
+                .into());
+        }
+        if c.source.trim().is_empty() {
+            return Err(doc.field_error(&at("source"), "expected a source").into());
+        }
+        let names = PlatformProfile::bundled_names();
+        if c.platforms.is_empty() {
+            return Err(doc
+                .field_error(&at("platforms"), "expected at least one platform")
+                .into());
+        }
+        for p in &c.platforms {
+            if !names.iter().any(|n| n == p) {
+                return Err(doc
+                    .field_error(
+                        &at("platforms"),
+                        format!("expected platforms among {}", names.join(", ")),
+                    )
+                    .into());
+            }
+        }
+        calibration.push(Calibration {
+            cost,
+            platforms: c.platforms.clone(),
+            value_ns: c.value,
+        });
+    }
     let mut rows = Vec::new();
     for (i, r) in s.rows.iter().enumerate() {
         let at = |f: &str| format!("rows[{i}].{f}");
@@ -658,9 +665,10 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             platform: r.platform.clone(),
             profile,
             cmdq_override: calibration
-                .as_ref()
+                .iter()
                 .filter(|c| c.platforms.contains(&r.platform))
-                .map(|c| (c.cost, c.value_ns.round() as u64)),
+                .map(|c| (c.cost, c.value_ns.round() as u64))
+                .collect(),
             device,
             cpus: r.cpus,
             modes,
@@ -685,7 +693,6 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         kernel,
         queue_log2size,
         batch_max,
-        sync_msi,
         nvme,
         coalescing,
         sas,
@@ -953,12 +960,15 @@ impl SimCmdq {
     }
 
     /// The same queue with one profile timing replaced by a calibrated value (ns).
-    fn with_override(mut self, over: Option<(CalibratedCost, u64)>) -> Self {
-        match over {
-            Some((CalibratedCost::SyncLatency, ns)) => self.sync_ns = ns,
-            Some((CalibratedCost::CommandConsume, ns)) => self.consume_ns = ns,
-            Some((CalibratedCost::MmioRead, ns)) => self.mmio_read_ns = ns.max(1),
-            None => {}
+    fn with_override(mut self, over: &[(CalibratedCost, u64)]) -> Self {
+        for &(cost, ns) in over {
+            match cost {
+                CalibratedCost::SyncLatency => self.sync_ns = ns,
+                CalibratedCost::CommandConsume => self.consume_ns = ns,
+                CalibratedCost::MmioRead => self.mmio_read_ns = ns.max(1),
+                // A device-side timing: applied by the stack to the device's translation.
+                CalibratedCost::WalkRead => {}
+            }
         }
         self
     }
@@ -1341,6 +1351,9 @@ struct Stack {
     smmu: Option<Smmuv3DevicePath>,
     cmdq: Option<SimCmdq>,
     cost: CpuCostModel,
+    /// Calibrated walk-read latency minus the profile's, ns per table read (0 unless the
+    /// scenario calibrates `iommu.walk_read` on this row's platform).
+    walk_read_delta_ns: f64,
     dev: Dev,
     device: Device,
     vectors: Vec<Channel<InFlight>>,
@@ -1431,7 +1444,9 @@ impl Stack {
                 .map(drop)
                 .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
         }
-        let tr_ns = self.cost.translation_ns(&tw);
+        let tr_ns = (self.cost.translation_ns(&tw)
+            + tw.walk_reads as f64 * self.walk_read_delta_ns)
+            .max(0.0);
         {
             let mut s = self.stats.borrow_mut();
             s.translation_ns += tr_ns;
@@ -1699,7 +1714,7 @@ fn run_cell(
                 } else {
                     SyncWait::ConsPoll
                 })
-                .with_override(row.cmdq_override),
+                .with_override(&row.cmdq_override),
         ),
     };
     let (dev, nvec, vector_cpu): (Dev, usize, Vec<usize>) = match row.device {
@@ -1730,6 +1745,11 @@ fn run_cell(
         smmu,
         cmdq,
         cost: row.profile.cpu_cost_model(),
+        walk_read_delta_ns: row
+            .cmdq_override
+            .iter()
+            .find(|(c, _)| *c == CalibratedCost::WalkRead)
+            .map_or(0.0, |&(_, ns)| ns as f64 - row.profile.iommu.walk_read.ns()),
         dev,
         device,
         vectors: (0..nvec).map(|_| Channel::new(&h, inflight_cap)).collect(),
@@ -2235,11 +2255,11 @@ pub fn run_scenario(
     let baseline_off = format!("{}.{}", v.calibrated_from, Mode::Off.id());
     let baseline_spin = format!("{}.{}", v.calibrated_from, Mode::Spinlock.id());
     let mut calibrated = vec![Calibrated {
-        parameter: "kernel.block_complete_ns".into(),
-        value: v.kernel.block_complete as f64,
+        parameter: "sas.hba_command_ns".into(),
+        value: v.sas.hba_command_ns,
         fitted_to: vec![baseline_off.clone()],
     }];
-    if let Some(c) = &v.calibration {
+    for c in &v.calibration {
         calibrated.push(Calibrated {
             parameter: format!("{} ({})", c.cost.path(), c.platforms.join(", ")),
             value: c.value_ns,
