@@ -552,7 +552,12 @@ fn d06_syncs_complete_by_msi_outside_the_lock_and_d05_polls_cons() {
     // Polling outside the lock: the lock is held for insertion only, so far shorter waits
     // than D05's, whose holder polls CONS under it.
     let d05 = cell("d05_nvme", Spinlock);
-    assert!(d06.cmdq_lock.2 < d05.cmdq_lock.2, "{:?} vs {:?}", d06.cmdq_lock, d05.cmdq_lock);
+    assert!(
+        d06.cmdq_lock.2 < d05.cmdq_lock.2,
+        "{:?} vs {:?}",
+        d06.cmdq_lock,
+        d05.cmdq_lock
+    );
     assert_eq!(cell("d06_nvme", LockFree).cmdq.cons_reads, 0);
 }
 
@@ -571,7 +576,12 @@ fn sas_array_is_bound_by_the_hba_so_the_queue_design_does_not_matter() {
     let spin = get(smmuv3_cmdq::Mode::Spinlock);
     let free = get(smmuv3_cmdq::Mode::LockFree);
     let off = get(smmuv3_cmdq::Mode::Off);
-    assert!((free.iops / spin.iops - 1.0).abs() < 0.01, "{} vs {}", free.iops, spin.iops);
+    assert!(
+        (free.iops / spin.iops - 1.0).abs() < 0.01,
+        "{} vs {}",
+        free.iops,
+        spin.iops
+    );
     // The IOMMU's loss is the translation stall in the controller: off is faster.
     assert!(off.iops > 1.1 * spin.iops, "{} vs {}", off.iops, spin.iops);
     // A walk-read calibration moves the SAS figures through the controller: a faster walk

@@ -1118,13 +1118,8 @@ impl SimCmdq {
                         .spend(SimDuration::ns(write), Account::System)
                         .await;
                     self.stats.borrow_mut().batches += 1;
-                    self.smmu.publish(
-                        self.h.tracer(),
-                        ctx.now().as_ns(),
-                        1,
-                        self.consume_ns,
-                        true,
-                    )
+                    self.smmu
+                        .publish(self.h.tracer(), ctx.now().as_ns(), 1, self.consume_ns, true)
                 }
             };
             g.unlock().await;
