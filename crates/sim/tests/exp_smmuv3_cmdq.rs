@@ -38,18 +38,25 @@ fn bad_values_name_their_field() {
         "parameter = \"iommu.cmdq.sync_latency\"",
         "parameter = \"cpu.pte_write\"",
     );
-    assert!(field_of(run(&t).unwrap_err()).contains("calibration.parameter"));
+    assert!(field_of(run(&t).unwrap_err()).contains("calibration[0].parameter"));
     let t = short().replace(
         "platforms = [\"hisilicon-d05\"]",
         "platforms = [\"hisilicon-d07\"]",
     );
-    assert!(field_of(run(&t).unwrap_err()).contains("calibration.platforms"));
+    assert!(field_of(run(&t).unwrap_err()).contains("calibration[0].platforms"));
+    // The same parameter calibrated twice.
+    let dup = "[[calibration]]\nparameter = \"iommu.cmdq.sync_latency\"\nplatforms = \
+               [\"hisilicon-d06\"]\nvalue = 100\nsource = \"x\"\n\n[[rows]]";
+    let t = short().replacen("[[rows]]", dup, 1);
+    assert!(field_of(run(&t).unwrap_err()).contains("calibration[1].parameter"));
     let t = short().replace("platform = \"hisilicon-d06\"", "platform = \"nope\"");
     assert!(field_of(run(&t).unwrap_err()).contains("rows[2].platform"));
     let t = short().replace("[cmdq]", "[cmdq]\nbogus = 1");
     assert!(run(&t).unwrap_err().is_bad_input());
     let t = short().replace("sync_msi = { value = 0,", "sync_msi = { value = 0.5,");
     assert!(field_of(run(&t).unwrap_err()).contains("cmdq.sync_msi.value"));
+    let t = short().replace("sync_msi = { value = 1,", "sync_msi = { value = 2,");
+    assert!(field_of(run(&t).unwrap_err()).contains("rows[2].sync_msi.value"));
 }
 
 #[test]
@@ -142,11 +149,13 @@ fn fio_json_and_mechanisms() {
                 assert!(c.cmdq.issues > 0);
                 // At least one TLBI and one sync each; unmaps that free a table page add a walk
                 // invalidation.
-                assert!(c.cmdq.commands >= 2 * c.cmdq.issues);
-                // Every issue carries its own CMD_SYNC (gathered ones too); the SMMU
-                // consumes everything written.
+                // (A sync skipped after another one is not written.)
+                assert!(c.cmdq.commands + c.cmdq.piggybacked >= 2 * c.cmdq.issues);
+                // Every issue carries its own CMD_SYNC (gathered ones too), except that
+                // the <= 5.2 queue with MSIs skips a sync right after another (D06); the
+                // SMMU consumes everything written.
                 assert_eq!(c.cmdq.consumed, c.cmdq.commands);
-                assert_eq!(c.cmdq.syncs, c.cmdq.issues);
+                assert_eq!(c.cmdq.syncs + c.cmdq.piggybacked, c.cmdq.issues);
             }
         }
         if c.mode == smmuv3_cmdq::Mode::Spinlock {
@@ -155,14 +164,14 @@ fn fio_json_and_mechanisms() {
             // sync separately (the lock's count stops at the window's end).
             assert!(c.cmdq_lock.0 > c.cmdq.issues && c.cmdq_lock.0 <= c.cmdq.commands);
         }
-        if c.mode != smmuv3_cmdq::Mode::Off {
-            // Without MSIs every sync is seen by CONS register reads, at least one each,
-            // and the wait lasts at least one MMIO read (300 ns on D05/D06).
+        if c.mode != smmuv3_cmdq::Mode::Off && c.row.starts_with("d05") {
+            // Without MSIs (D05) every sync is seen by CONS register reads, at least one
+            // each, and the wait lasts at least one MMIO read (300 ns).
             assert!(c.cmdq.cons_reads >= c.cmdq.syncs);
             assert!(c.cmdq.sync_wait_ns >= 300 * c.cmdq.syncs);
         }
     }
-    // The IOMMU costs IOPS on the SAS array (completion-CPU bound).
+    // The IOMMU costs IOPS on the SAS array (the controller's translation stall).
     let sas = |m| {
         res.cells
             .iter()
@@ -412,11 +421,11 @@ fn every_configuration_is_a_measurement() {
     }
 }
 
-/// The bundled scenario without its `[calibration]` section (the profile's own timings).
+/// The bundled scenario without its `[[calibration]]` tables (the profile's own timings).
 fn uncalibrated(text: &str) -> String {
     let start = text
-        .find("\n[calibration]\n")
-        .expect("a [calibration] section");
+        .find("\n[[calibration]]\n")
+        .expect("a [[calibration]] table");
     let end = start + text[start..].find("\n[[rows]]").expect("rows after it");
     format!("{}{}", &text[..start], &text[end..])
 }
@@ -424,8 +433,9 @@ fn uncalibrated(text: &str) -> String {
 #[test]
 fn calibrated_sync_latency_reproduces_the_spinlock_baseline() {
     // Full-length run of the bundled scenario: the fitted D05 sync latency brings the SAS
-    // spinlock figure to the published 839K within the model's step (~6.6%, the CONS poll
-    // quantisation documented in the scenario), where the profile's 500 ns misses by ~24%.
+    // spinlock figure as close to the published 839K as the model allows (~7.9% low: the
+    // HBA bound with the profile's walk-read latency, documented in the scenario), where the
+    // profile's 500 ns makes the lock bind and misses by ~24%.
     let text = smmuv3_cmdq::BUNDLED_SCENARIO;
     let report = run(text).unwrap();
     let spin = report
@@ -436,7 +446,7 @@ fn calibrated_sync_latency_reproduces_the_spinlock_baseline() {
     assert_eq!(spin.role, Role::Calibration);
     let published = spin.published.unwrap();
     let err = (spin.lab / published - 1.0).abs();
-    assert!(err < 0.07, "lab {} vs {published}", spin.lab);
+    assert!(err < 0.085, "lab {} vs {published}", spin.lab);
     let cal = report
         .calibrated
         .iter()
@@ -487,7 +497,7 @@ fn calibration_touches_only_the_declared_parameter_and_platform() {
         params,
         [
             "iommu.cmdq.sync_latency (hisilicon-d05)",
-            "kernel.block_complete_ns"
+            "sas.hba_command_ns"
         ]
     );
 }
@@ -515,4 +525,84 @@ fn every_configuration_carries_the_protection_report() {
         }
         assert_eq!(value(m, "faults.translation"), 0.0, "{}", m.config);
     }
+}
+
+#[test]
+fn d06_syncs_complete_by_msi_outside_the_lock_and_d05_polls_cons() {
+    let opts = ExperimentOptions::default();
+    let r = smmuv3_cmdq::run_results(&short(), "test.toml", &opts).unwrap();
+    let cell = |row: &str, mode: smmuv3_cmdq::Mode| {
+        r.cells
+            .iter()
+            .find(|c| c.row == row && c.mode == mode)
+            .unwrap()
+    };
+    use smmuv3_cmdq::Mode::{LockFree, Spinlock};
+    // D05 (no MSI): every sync is waited for with CONS register reads.
+    for mode in [Spinlock, LockFree] {
+        let c = cell("d05_nvme", mode);
+        assert!(c.cmdq.cons_reads >= c.cmdq.syncs, "{mode:?}: {:?}", c.cmdq);
+        assert_eq!(c.cmdq.piggybacked, 0);
+    }
+    // D06 (MSI): no register reads, and the <= 5.2 queue skips a sync right after another
+    // one (the caller waits for that one), so it completes fewer syncs than issues.
+    let d06 = cell("d06_nvme", Spinlock);
+    assert_eq!(d06.cmdq.cons_reads, 0);
+    assert_eq!(d06.cmdq.syncs + d06.cmdq.piggybacked, d06.cmdq.issues);
+    // Polling outside the lock: the lock is held for insertion only, so far shorter waits
+    // than D05's, whose holder polls CONS under it.
+    let d05 = cell("d05_nvme", Spinlock);
+    assert!(
+        d06.cmdq_lock.2 < d05.cmdq_lock.2,
+        "{:?} vs {:?}",
+        d06.cmdq_lock,
+        d05.cmdq_lock
+    );
+    assert_eq!(cell("d06_nvme", LockFree).cmdq.cons_reads, 0);
+}
+
+#[test]
+fn sas_array_is_bound_by_the_hba_so_the_queue_design_does_not_matter() {
+    // Both queue designs give the same rate: the controller's per-command time (including
+    // the translation stall of each command's DMA) binds, not the completion CPUs.
+    let opts = ExperimentOptions::default();
+    let r = smmuv3_cmdq::run_results(&short(), "test.toml", &opts).unwrap();
+    let get = |mode: smmuv3_cmdq::Mode| {
+        r.cells
+            .iter()
+            .find(|c| c.row == "d05_sas8" && c.mode == mode)
+            .unwrap()
+    };
+    let spin = get(smmuv3_cmdq::Mode::Spinlock);
+    let free = get(smmuv3_cmdq::Mode::LockFree);
+    let off = get(smmuv3_cmdq::Mode::Off);
+    assert!(
+        (free.iops / spin.iops - 1.0).abs() < 0.01,
+        "{} vs {}",
+        free.iops,
+        spin.iops
+    );
+    // The IOMMU's loss is the translation stall in the controller: off is faster.
+    assert!(off.iops > 1.1 * spin.iops, "{} vs {}", off.iops, spin.iops);
+    // A walk-read calibration moves the SAS figures through the controller: a faster walk
+    // read gives a shorter stall and more IOPS, with no change without an IOMMU.
+    let fast = short().replacen(
+        "[[rows]]",
+        "[[calibration]]\nparameter = \"iommu.walk_read\"\nplatforms = [\"hisilicon-d05\"]\n\
+         value = 50\nsource = \"test\"\n\n[[rows]]",
+        1,
+    );
+    let f = smmuv3_cmdq::run_results(&fast, "test.toml", &opts).unwrap();
+    let fget = |mode: smmuv3_cmdq::Mode| {
+        f.cells
+            .iter()
+            .find(|c| c.row == "d05_sas8" && c.mode == mode)
+            .unwrap()
+    };
+    assert!(fget(smmuv3_cmdq::Mode::Spinlock).iops > spin.iops);
+    assert!(
+        fget(smmuv3_cmdq::Mode::Spinlock).dma.translation_ns < spin.dma.translation_ns,
+        "translation time falls with the walk read"
+    );
+    assert_eq!(fget(smmuv3_cmdq::Mode::Off).iops, off.iops);
 }

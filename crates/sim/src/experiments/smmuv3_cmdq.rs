@@ -99,8 +99,9 @@ struct Scenario {
     cmdq: CmdqScen,
     nvme: NvmeScen,
     sas: SasScen,
+    /// `[[calibration]]`: the SMMU timings fitted against the calibrated row.
     #[serde(default)]
-    calibration: Option<CalibrationScen>,
+    calibration: Vec<CalibrationScen>,
     rows: Vec<RowScen>,
 }
 
@@ -180,6 +181,9 @@ struct RowScen {
     device: String,
     cpus: usize,
     modes: Vec<String>,
+    /// Overrides `cmdq.sync_msi` for this row's SMMU (0 or 1), with its source.
+    #[serde(default)]
+    sync_msi: Option<Param>,
     fio: FioScen,
 }
 
@@ -271,6 +275,9 @@ pub enum CalibratedCost {
     /// `mmio.read`: a non-posted register read; in this experiment the only MMIO read is
     /// the CPU's poll of the SMMU's CONS register while it waits for a CMD_SYNC.
     MmioRead,
+    /// `iommu.walk_read`: one memory read by the SMMU's table walker, on an IOTLB miss of
+    /// the device's DMA.
+    WalkRead,
 }
 
 impl CalibratedCost {
@@ -280,6 +287,7 @@ impl CalibratedCost {
             CalibratedCost::SyncLatency => "iommu.cmdq.sync_latency",
             CalibratedCost::CommandConsume => "iommu.cmdq.command_consume",
             CalibratedCost::MmioRead => "mmio.read",
+            CalibratedCost::WalkRead => "iommu.walk_read",
         }
     }
 
@@ -288,6 +296,7 @@ impl CalibratedCost {
             CalibratedCost::SyncLatency,
             CalibratedCost::CommandConsume,
             CalibratedCost::MmioRead,
+            CalibratedCost::WalkRead,
         ]
         .into_iter()
         .find(|c| c.path() == s)
@@ -307,21 +316,22 @@ struct Row {
     label: String,
     platform: String,
     profile: PlatformProfile,
-    /// The calibrated command-queue cost, when this row's platform is one it applies to.
-    cmdq_override: Option<(CalibratedCost, u64)>,
+    /// The calibrated SMMU costs that apply to this row's platform.
+    cmdq_override: Vec<(CalibratedCost, u64)>,
     device: DeviceKind,
     cpus: usize,
     modes: Vec<Mode>,
+    /// Whether this row's SMMU signals CMD_SYNC completion with an MSI.
+    sync_msi: bool,
     job: FioJob,
 }
 
 struct Validated {
     calibrated_from: String,
-    calibration: Option<Calibration>,
+    calibration: Vec<Calibration>,
     kernel: Kernel,
     queue_log2size: u32,
     batch_max: u32,
-    sync_msi: bool,
     nvme: NvmeParams,
     coalescing: InterruptCoalescing,
     sas: SasParams,
@@ -348,6 +358,21 @@ fn check(doc: &TomlDoc<'_>, path: &str, p: &Param, lo: f64, hi: f64) -> Result<f
 pub const MAX_ROWS: usize = 64;
 /// Most command-queue modes one row may list (there are three).
 pub const MAX_MODES_PER_ROW: usize = 3;
+
+/// A 0/1 `sync_msi` parameter at `path`.
+fn msi_flag(doc: &TomlDoc<'_>, path: &str, p: &Param) -> Result<bool, InputError> {
+    let msi = check(doc, path, p, 0.0, 1.0)?;
+    if msi == 0.0 {
+        Ok(false)
+    } else if msi == 1.0 {
+        Ok(true)
+    } else {
+        Err(doc.field_error(
+            &format!("{path}.value"),
+            "expected 0 (poll the CONS register) or 1 (MSI completion)",
+        ))
+    }
+}
 
 fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
@@ -388,19 +413,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             )
             .into());
     }
-    let msi = check(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi, 0.0, 1.0)?;
-    let sync_msi = match msi {
-        _ if msi == 0.0 => false,
-        _ if msi == 1.0 => true,
-        _ => {
-            return Err(doc
-                .field_error(
-                    "cmdq.sync_msi.value",
-                    "expected 0 (poll the CONS register) or 1 (MSI completion)",
-                )
-                .into())
-        }
-    };
+    let sync_msi = msi_flag(&doc, "cmdq.sync_msi", &s.cmdq.sync_msi)?;
     let n = &s.nvme;
     let nvme = NvmeParams {
         io_queues: check(&doc, "nvme.io_queues", &n.io_queues, 1.0, 65535.0)? as usize,
@@ -473,49 +486,51 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             .field_error("rows", format!("expected 1 to {MAX_ROWS} rows"))
             .into());
     }
-    let calibration = match &s.calibration {
-        None => None,
-        Some(c) => {
-            let cost = CalibratedCost::parse(&c.parameter).ok_or_else(|| {
-                doc.field_error(
-                    "calibration.parameter",
-                    "expected \"iommu.cmdq.sync_latency\", \"iommu.cmdq.command_consume\" or \
-                     \"mmio.read\"",
-                )
-            })?;
-            if !c.value.is_finite() || c.value < 0.0 || c.value > 1e6 {
-                return Err(doc
-                    .field_error("calibration.value", "expected 0..=1000000 ns")
-                    .into());
-            }
-            if c.source.trim().is_empty() {
-                return Err(doc
-                    .field_error("calibration.source", "expected a source")
-                    .into());
-            }
-            let names = PlatformProfile::bundled_names();
-            if c.platforms.is_empty() {
-                return Err(doc
-                    .field_error("calibration.platforms", "expected at least one platform")
-                    .into());
-            }
-            for p in &c.platforms {
-                if !names.iter().any(|n| n == p) {
-                    return Err(doc
-                        .field_error(
-                            "calibration.platforms",
-                            format!("expected platforms among {}", names.join(", ")),
-                        )
-                        .into());
-                }
-            }
-            Some(Calibration {
-                cost,
-                platforms: c.platforms.clone(),
-                value_ns: c.value,
-            })
+    let mut calibration: Vec<Calibration> = Vec::new();
+    for (i, c) in s.calibration.iter().enumerate() {
+        let at = |f: &str| format!("calibration[{i}].{f}");
+        let cost = CalibratedCost::parse(&c.parameter).ok_or_else(|| {
+            doc.field_error(
+                &at("parameter"),
+                "expected \"iommu.cmdq.sync_latency\", \"iommu.cmdq.command_consume\", \
+                 \"mmio.read\" or \"iommu.walk_read\"",
+            )
+        })?;
+        if calibration.iter().any(|k| k.cost == cost) {
+            return Err(doc
+                .field_error(&at("parameter"), "expected each parameter calibrated once")
+                .into());
         }
-    };
+        if !c.value.is_finite() || c.value < 0.0 || c.value > 1e6 {
+            return Err(doc
+                .field_error(&at("value"), "expected 0..=1000000 ns")
+                .into());
+        }
+        if c.source.trim().is_empty() {
+            return Err(doc.field_error(&at("source"), "expected a source").into());
+        }
+        let names = PlatformProfile::bundled_names();
+        if c.platforms.is_empty() {
+            return Err(doc
+                .field_error(&at("platforms"), "expected at least one platform")
+                .into());
+        }
+        for p in &c.platforms {
+            if !names.iter().any(|n| n == p) {
+                return Err(doc
+                    .field_error(
+                        &at("platforms"),
+                        format!("expected platforms among {}", names.join(", ")),
+                    )
+                    .into());
+            }
+        }
+        calibration.push(Calibration {
+            cost,
+            platforms: c.platforms.clone(),
+            value_ns: c.value,
+        });
+    }
     let mut rows = Vec::new();
     for (i, r) in s.rows.iter().enumerate() {
         let at = |f: &str| format!("rows[{i}].{f}");
@@ -640,18 +655,24 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             user_ns_per_io: kernel.fio_user,
             syscall_ns: profile.cpu.syscall.ns().round() as u64,
         };
+        let row_msi = match &r.sync_msi {
+            Some(p) => msi_flag(&doc, &at("sync_msi"), p)?,
+            None => sync_msi,
+        };
         rows.push(Row {
             id: r.id.clone(),
             label: r.label.clone(),
             platform: r.platform.clone(),
             profile,
             cmdq_override: calibration
-                .as_ref()
+                .iter()
                 .filter(|c| c.platforms.contains(&r.platform))
-                .map(|c| (c.cost, c.value_ns.round() as u64)),
+                .map(|c| (c.cost, c.value_ns.round() as u64))
+                .collect(),
             device,
             cpus: r.cpus,
             modes,
+            sync_msi: row_msi,
             job,
         });
     }
@@ -672,7 +693,6 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
         kernel,
         queue_log2size,
         batch_max,
-        sync_msi,
         nvme,
         coalescing,
         sas,
@@ -690,6 +710,9 @@ struct Smmu {
     busy_until: Cell<u64>,
     consumed: Cell<u64>,
     syncs: Cell<u64>,
+    /// When the consumer passes the last published command, if that command was a
+    /// CMD_SYNC (Linux <= 5.2 with MSIs piggy-backs on it: `prev_cmd_opcode`).
+    last_sync_passed: Cell<Option<u64>>,
 }
 
 impl Smmu {
@@ -710,6 +733,7 @@ impl Smmu {
         self.busy_until.set(end);
         self.consumed.set(self.consumed.get() + n);
         self.syncs.set(self.syncs.get() + u64::from(sync));
+        self.last_sync_passed.set(sync.then_some(end));
         end
     }
 }
@@ -749,6 +773,9 @@ pub struct CmdqStats {
     pub sync_wait_ns: u64,
     /// CONS register reads made while polling for syncs (0 with MSI completion).
     pub cons_reads: u64,
+    /// Spinlock design with MSIs: syncs not inserted because the previous command was
+    /// already a CMD_SYNC (the caller waits for that one).
+    pub piggybacked: u64,
 }
 
 struct Gather {
@@ -933,12 +960,15 @@ impl SimCmdq {
     }
 
     /// The same queue with one profile timing replaced by a calibrated value (ns).
-    fn with_override(mut self, over: Option<(CalibratedCost, u64)>) -> Self {
-        match over {
-            Some((CalibratedCost::SyncLatency, ns)) => self.sync_ns = ns,
-            Some((CalibratedCost::CommandConsume, ns)) => self.consume_ns = ns,
-            Some((CalibratedCost::MmioRead, ns)) => self.mmio_read_ns = ns.max(1),
-            None => {}
+    fn with_override(mut self, over: &[(CalibratedCost, u64)]) -> Self {
+        for &(cost, ns) in over {
+            match cost {
+                CalibratedCost::SyncLatency => self.sync_ns = ns,
+                CalibratedCost::CommandConsume => self.consume_ns = ns,
+                CalibratedCost::MmioRead => self.mmio_read_ns = ns.max(1),
+                // A device-side timing: applied by the stack to the device's translation.
+                CalibratedCost::WalkRead => {}
+            }
         }
         self
     }
@@ -1067,6 +1097,36 @@ impl SimCmdq {
             g.unlock().await;
         }
         let g = self.spin_acquire(ctx, lock).await;
+        if self.sync_wait == SyncWait::Msi {
+            // `__arm_smmu_cmdq_issue_sync_msi` (Linux 4.15-5.2, SMMU with MSIs and
+            // coherency): under the lock, insert a CMD_SYNC whose MSI writes a sequence
+            // number into `smmu->sync_count`, unless the last command inserted was
+            // already a CMD_SYNC (it then covers our TLBIs too: piggy-back on it, 4.19
+            // "Avoid back-to-back CMD_SYNC operations"); then poll `sync_count` in
+            // memory outside the lock.
+            let passed = match self.smmu.last_sync_passed.get() {
+                Some(passed) => {
+                    let mut s = self.stats.borrow_mut();
+                    s.piggybacked += 1;
+                    // No sync written: `issue` counted one.
+                    s.commands -= 1;
+                    passed
+                }
+                None => {
+                    let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
+                    ctx.cpu()
+                        .spend(SimDuration::ns(write), Account::System)
+                        .await;
+                    self.stats.borrow_mut().batches += 1;
+                    self.smmu
+                        .publish(self.h.tracer(), ctx.now().as_ns(), 1, self.consume_ns, true)
+                }
+            };
+            g.unlock().await;
+            self.poll_sync(ctx, passed + self.sync_ns, "cmdq sync wait")
+                .await;
+            return;
+        }
         let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
         ctx.cpu()
             .spend(SimDuration::ns(write), Account::System)
@@ -1289,6 +1349,9 @@ struct Stack {
     smmu: Option<Smmuv3DevicePath>,
     cmdq: Option<SimCmdq>,
     cost: CpuCostModel,
+    /// Calibrated walk-read latency minus the profile's, ns per table read (0 unless the
+    /// scenario calibrates `iommu.walk_read` on this row's platform).
+    walk_read_delta_ns: f64,
     dev: Dev,
     device: Device,
     vectors: Vec<Channel<InFlight>>,
@@ -1379,7 +1442,9 @@ impl Stack {
                 .map(drop)
                 .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
         }
-        let tr_ns = self.cost.translation_ns(&tw);
+        let tr_ns = (self.cost.translation_ns(&tw)
+            + tw.walk_reads as f64 * self.walk_read_delta_ns)
+            .max(0.0);
         {
             let mut s = self.stats.borrow_mut();
             s.translation_ns += tr_ns;
@@ -1642,12 +1707,12 @@ fn run_cell(
         Mode::Off => None,
         _ => Some(
             SimCmdq::new(&h, mode, &row.profile, v.batch_max)?
-                .with_sync_wait(if v.sync_msi {
+                .with_sync_wait(if row.sync_msi {
                     SyncWait::Msi
                 } else {
                     SyncWait::ConsPoll
                 })
-                .with_override(row.cmdq_override),
+                .with_override(&row.cmdq_override),
         ),
     };
     let (dev, nvec, vector_cpu): (Dev, usize, Vec<usize>) = match row.device {
@@ -1678,6 +1743,11 @@ fn run_cell(
         smmu,
         cmdq,
         cost: row.profile.cpu_cost_model(),
+        walk_read_delta_ns: row
+            .cmdq_override
+            .iter()
+            .find(|(c, _)| *c == CalibratedCost::WalkRead)
+            .map_or(0.0, |&(_, ns)| ns as f64 - row.profile.iommu.walk_read.ns()),
         dev,
         device,
         vectors: (0..nvec).map(|_| Channel::new(&h, inflight_cap)).collect(),
@@ -2183,11 +2253,11 @@ pub fn run_scenario(
     let baseline_off = format!("{}.{}", v.calibrated_from, Mode::Off.id());
     let baseline_spin = format!("{}.{}", v.calibrated_from, Mode::Spinlock.id());
     let mut calibrated = vec![Calibrated {
-        parameter: "kernel.block_complete_ns".into(),
-        value: v.kernel.block_complete as f64,
+        parameter: "sas.hba_command_ns".into(),
+        value: v.sas.hba_command_ns,
         fitted_to: vec![baseline_off.clone()],
     }];
-    if let Some(c) = &v.calibration {
+    for c in &v.calibration {
         calibrated.push(Calibrated {
             parameter: format!("{} ({})", c.cost.path(), c.platforms.join(", ")),
             value: c.value_ns,
@@ -2212,9 +2282,19 @@ pub fn run_scenario(
          valid_map xor, the owner's owner_prod read/set and OWNED clear, and the last sync \
          waiter's write of cons into the prod/cons word; gathering has no batch limit."
             .to_string(),
-        "Sync completion: the D05 SMMU has no MSI (R. Murphy, 2017), so both designs poll \
-         the CONS register with MMIO reads (mmio.read each) and see the sync one read after \
-         it completes (~0.9 us for TLBI + sync); D06 is assumed the same."
+        "Sync completion: the D05 SMMU (Hi1616) has no MSI (R. Murphy, 2017), so both \
+         designs poll the CONS register with MMIO reads (mmio.read each) and see the sync one \
+         read after it completes; the D06 SMMU (Hi1620) completes syncs with an MSI (B. Song, \
+         2020), so the <= 5.2 queue inserts the sync under the lock (piggy-backing on a \
+         preceding CMD_SYNC) and polls memory outside it, and its spinlock is barely \
+         contended."
+            .to_string(),
+        "SAS bound: in the 2019 thread the lock-free series halved the unmap path's CPU \
+         samples on the 8-disk D05 run (J. Garry, 2019-07-25) without moving its IOPS, so the \
+         array is not bound by the completion CPUs; the lab binds it by the hisi_sas v2 \
+         controller (hba_command_ns, fitted to the no-IOMMU figure), whose per-command time \
+         includes the SMMU translation stall of the command's DMA (assumption), so both \
+         queue designs give the same rate."
             .to_string(),
         format!(
             "Calibration: {baseline_off} and {baseline_spin} (the published row's baseline \
@@ -2226,18 +2306,19 @@ pub fn run_scenario(
         ),
         "Calibrated SMMU timing: iommu.cmdq.sync_latency on D05 (Hi1616) only, fitted by \
          bisection against the published SAS spinlock baseline (procedure in the scenario and \
-         docs/model/smmuv3-cmdq.md). The model's response to it is a staircase, because the \
-         CPU polls CONS with whole 300 ns register reads and the deterministic lab has no \
-         jitter to blur the read phase: about <= 302 ns gives ~894K (+6.6%), 303-350 ns \
-         ~784K (-6.6%), >= 351 ns ~636K, so no value lands nearer than ~6.6% to 839K. D06 \
-         (Hi1620, a later SoC and SMMU implementation) keeps the profile's unfitted 500 ns: \
-         no source says the two SMMUs time syncs alike."
+         docs/model/smmuv3-cmdq.md): the largest value that brings it as close to 839K as \
+         the model allows. The lock's capacity is a staircase in it (CONS is polled with \
+         whole 300 ns register reads): up to ~302 ns the row is HBA-bound (~773K, -7.9%), \
+         from ~303 ns lock-bound (~635K at 500 ns). D06 keeps the profile's 500 ns."
             .to_string(),
-        "NOT REACHED, and why: the D05 SAS lock-free configuration caps near 770K in the \
-         lab (below the calibrated spinlock figure, so its effect is negative), and both NVMe \
-         lock-free rows sit at the assumed 770K ES3000-class drive rating (the 2019 drive \
-         model was not found) while the published NVMe figures are ~460K; the D06 spinlock \
-         row keeps the unfitted sync latency and caps at the lock (~685K)."
+        "NOT REACHED, and why: d05_sas8.spinlock (a calibration figure) is 7.9% low and \
+         d05_sas8.off_vs_spinlock is about twice the published +9.4%: the HBA's translation \
+         stall is the profile's IOTLB miss plus one 197 ns walk read (an x86 DRAM fit), \
+         ~204 ns per command, where the published pair implies ~103 ns; not re-fitted. \
+         Both NVMe rows sit at the assumed 770K ES3000-class drive rating (the 2019 drive \
+         and fio job were not found) while the published NVMe figures are ~450K and move \
+         +4% with the queue, which points to a CPU-side bound the sources do not describe; \
+         so the NVMe effects are 0%."
             .to_string(),
         "Device DMA translates through the SMMU model's IOTLB and walk cache (gem5's \
          geometry; the Hi16xx one is not published): a hit costs the profile's IOTLB lookup, \
