@@ -648,7 +648,7 @@ pub struct ReaimSetup {
 pub enum Workload {
     /// fio on block devices.
     Fio(FioSetup),
-    /// bonnie++ on a USB disk.
+    /// bonnie++ on a USB disk, an NVMe SSD or a SAS HBA.
     Bonnie(Box<BonnieSetup>),
     /// netperf-like TCP streams on a NIC.
     Netperf(Box<NetperfSetup>),
@@ -898,9 +898,43 @@ pub fn validate(
                 "scenarios/ipmmu-usb.toml (bundled)",
             )?;
             let usb = usb(&doc, &f.device[0], &bundled, common.cpus)?;
-            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, &usb)?;
+            let limits = crate::block::QueueLimits {
+                max_segments: usb.max_segments,
+                max_segment_size: usb.max_segment_size,
+                max_transfer: usb.config.link.max_transfer,
+                virt_merge_granule: (common.iommu.mode != IommuMode::Off).then_some(4096),
+            };
+            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, limits)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
+        }
+        ("bonnie", "nvme") => {
+            let f: File<NvmeSpec, BonnieSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "bonnie")?;
+            let devs = vec![nvme(&doc, 0, &f.device[0], common.cpus)?];
+            let (drv_s, drv_c) = (
+                f.device[0].submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
+                f.device[0].complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+            );
+            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
+            let devices = Devices::Nvme(devs);
+            let bonnie = bonnie_on_block(&doc, &f.workload, &common, &devices)?;
+            Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
+        }
+        ("bonnie", "sas") => {
+            let f: File<SasSpec, BonnieSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "bonnie")?;
+            let devs = vec![sas(&doc, 0, &f.device[0])?];
+            let (drv_s, drv_c) = (
+                f.device[0].submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
+                f.device[0].complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
+            );
+            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
+            let devices = Devices::Sas(devs);
+            let bonnie = bonnie_on_block(&doc, &f.workload, &common, &devices)?;
+            Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
         }
         ("netperf", "nic") => {
             let f: File<NicSpec, NetperfSpec> = deserialize_as(&doc)?;
@@ -947,7 +981,7 @@ pub fn validate(
             .field_error(
                 "workload.kind",
                 format!(
-                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on usb, netperf on nic, reaim on scsi"
+                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on nvme, sas or usb, netperf on nic, reaim on scsi"
                 ),
             )
             .into()),
@@ -1357,12 +1391,30 @@ fn usb(
     })
 }
 
+/// bonnie on an NVMe SSD or a SAS HBA: the page-cache and process costs of the bundled
+/// ipmmu-usb scenario, the block devices' queue limits.
+fn bonnie_on_block(
+    doc: &TomlDoc<'_>,
+    s: &BonnieSpec,
+    c: &Common,
+    devices: &Devices,
+) -> Result<BonnieSetup, ExperimentError> {
+    let bundled = crate::experiments::ipmmu_usb::parse(
+        crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
+        "scenarios/ipmmu-usb.toml (bundled)",
+    )?;
+    let limits = super::block::bonnie_limits(devices).ok_or_else(|| {
+        doc.field_error("device[0].kind", "expected a block device (nvme or sas)")
+    })?;
+    Ok(bonnie(doc, s, &bundled, c, limits)?)
+}
+
 fn bonnie(
     doc: &TomlDoc<'_>,
     s: &BonnieSpec,
     b: &crate::experiments::ipmmu_usb::Model,
     c: &Common,
-    usb: &UsbSetup,
+    limits: crate::block::QueueLimits,
 ) -> Result<BonnieSetup, InputError> {
     let mut cfg = b.bonnie.clone();
     let file_mib = range(
@@ -1452,12 +1504,7 @@ fn bonnie(
     )?;
     cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
     cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
-    cfg.limits = crate::block::QueueLimits {
-        max_segments: usb.max_segments,
-        max_segment_size: usb.max_segment_size,
-        max_transfer: usb.config.link.max_transfer,
-        virt_merge_granule: (c.iommu.mode != IommuMode::Off).then_some(4096),
-    };
+    cfg.limits = limits;
     Ok(BonnieSetup {
         config: cfg,
         size_mib: logical,
