@@ -49,6 +49,11 @@ use crate::{Account, SimError};
 /// Page size of the page cache.
 pub const PAGE: u64 = 4096;
 
+/// The label of the page cache's random stream (where it allocates pages) among the run's
+/// streams: [`derive_seed`](crate::engine::rng::derive_seed)`(seed, PAGE_CACHE_STREAM)`.
+/// The tasks' own streams ([`Ctx::rng`]) come from the engine's per-task derivation.
+pub const PAGE_CACHE_STREAM: u64 = u64::from_be_bytes(*b"pagecach");
+
 /// The benchmark's parameters (sizes in bytes, costs in ns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BonnieConfig {
@@ -798,7 +803,7 @@ pub fn start(
         cursor: 0,
         fsync: false,
         waiters: Vec::new(),
-        rng: Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+        rng: Rng::seed_from_u64(crate::engine::rng::derive_seed(seed, PAGE_CACHE_STREAM)),
         ra: Readahead::default(),
     }));
     let bonnie_cpu = cfg.bonnie_cpu;
