@@ -847,40 +847,10 @@ pub fn validate(
         }
     }
     match (wkind.as_str(), dkind.as_str()) {
-        ("fio", "nvme") => {
-            let f: File<NvmeSpec, FioSpec> = deserialize_as(&doc)?;
-            let common = common(&doc, &f, base)?;
-            let devs = f
-                .device
-                .iter()
-                .enumerate()
-                .map(|(i, s)| nvme(&doc, i, s, common.cpus))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (drv_s, drv_c) = (
-                f.device[0].submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
-                f.device[0].complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
-            );
-            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
-            let fio = fio(&doc, &f.workload, &common)?;
-            Ok(common.finish(kernel, Devices::Nvme(devs), Workload::Fio(fio)))
-        }
-        ("fio", "sas") => {
-            let f: File<SasSpec, FioSpec> = deserialize_as(&doc)?;
-            let common = common(&doc, &f, base)?;
-            let devs = f
-                .device
-                .iter()
-                .enumerate()
-                .map(|(i, s)| sas(&doc, i, s))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (drv_s, drv_c) = (
-                f.device[0].submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
-                f.device[0].complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
-            );
-            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
-            let fio = fio(&doc, &f.workload, &common)?;
-            Ok(common.finish(kernel, Devices::Sas(devs), Workload::Fio(fio)))
-        }
+        ("fio", "nvme") => fio_on::<NvmeSpec>(&doc, base),
+        ("fio", "sas") => fio_on::<SasSpec>(&doc, base),
+        ("bonnie", "nvme") => bonnie_on::<NvmeSpec>(&doc, base),
+        ("bonnie", "sas") => bonnie_on::<SasSpec>(&doc, base),
         ("bonnie", "usb") => {
             let f: File<UsbSpec, BonnieSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
@@ -907,34 +877,6 @@ pub fn validate(
             let bonnie = bonnie(&doc, &f.workload, &bundled, &common, limits)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
-        }
-        ("bonnie", "nvme") => {
-            let f: File<NvmeSpec, BonnieSpec> = deserialize_as(&doc)?;
-            let common = common(&doc, &f, base)?;
-            one_device(&doc, f.device.len(), "bonnie")?;
-            let devs = vec![nvme(&doc, 0, &f.device[0], common.cpus)?];
-            let (drv_s, drv_c) = (
-                f.device[0].submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
-                f.device[0].complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
-            );
-            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
-            let devices = Devices::Nvme(devs);
-            let bonnie = bonnie_on_block(&doc, &f.workload, &common, &devices)?;
-            Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
-        }
-        ("bonnie", "sas") => {
-            let f: File<SasSpec, BonnieSpec> = deserialize_as(&doc)?;
-            let common = common(&doc, &f, base)?;
-            one_device(&doc, f.device.len(), "bonnie")?;
-            let devs = vec![sas(&doc, 0, &f.device[0])?];
-            let (drv_s, drv_c) = (
-                f.device[0].submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
-                f.device[0].complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
-            );
-            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
-            let devices = Devices::Sas(devs);
-            let bonnie = bonnie_on_block(&doc, &f.workload, &common, &devices)?;
-            Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
         }
         ("netperf", "nic") => {
             let f: File<NicSpec, NetperfSpec> = deserialize_as(&doc)?;
@@ -986,6 +928,89 @@ pub fn validate(
             )
             .into()),
     }
+}
+
+/// A block device's `[[device]]` table (NVMe SSD or SAS HBA): what fio and bonnie share.
+trait BlockSpec: DeserializeOwned {
+    /// Validates every table (device `i` names `device[i]` in errors).
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError>;
+    /// The driver's submit and complete costs of the first device, ns (defaults applied).
+    fn driver_ns(&self) -> (u64, u64);
+}
+
+impl BlockSpec for NvmeSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| nvme(doc, i, s, cpus))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Nvme(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+        )
+    }
+}
+
+impl BlockSpec for SasSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], _cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| sas(doc, i, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Sas(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
+        )
+    }
+}
+
+/// The parts of a block-device scenario every workload shares, validated in order: the
+/// file's shape, the common tables, (for a workload that drives one device) the device
+/// count, the devices, the block kernel costs.
+fn block_parts<D: BlockSpec, W: DeserializeOwned>(
+    doc: &TomlDoc<'_>,
+    base: Option<&Path>,
+    one_device_for: Option<&str>,
+) -> Result<(File<D, W>, Common, Devices, BlockKernel), ExperimentError> {
+    let f: File<D, W> = deserialize_as(doc)?;
+    let common = common(doc, &f, base)?;
+    if let Some(workload) = one_device_for {
+        one_device(doc, f.device.len(), workload)?;
+    }
+    let devices = D::devices(doc, &f.device, common.cpus)?;
+    let (drv_s, drv_c) = f.device[0].driver_ns();
+    let kernel = kernel(doc, &f.kernel, drv_s, drv_c)?;
+    Ok((f, common, devices, kernel))
+}
+
+/// fio on NVMe SSDs or SAS HBAs.
+fn fio_on<D: BlockSpec>(
+    doc: &TomlDoc<'_>,
+    base: Option<&Path>,
+) -> Result<LabScenario, ExperimentError> {
+    let (f, common, devices, kernel) = block_parts::<D, FioSpec>(doc, base, None)?;
+    let fio = fio(doc, &f.workload, &common)?;
+    Ok(common.finish(kernel, devices, Workload::Fio(fio)))
+}
+
+/// bonnie on one NVMe SSD or SAS HBA.
+fn bonnie_on<D: BlockSpec>(
+    doc: &TomlDoc<'_>,
+    base: Option<&Path>,
+) -> Result<LabScenario, ExperimentError> {
+    let (f, common, devices, kernel) = block_parts::<D, BonnieSpec>(doc, base, Some("bonnie"))?;
+    let bonnie = bonnie_on_block(doc, &f.workload, &common, &devices)?;
+    Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
 }
 
 /// The parts every kind shares, validated.
