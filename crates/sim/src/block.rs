@@ -8,8 +8,57 @@
 //! that are not physically contiguous count as one segment depends on whether the IOMMU will
 //! merge them ([`QueueLimits::virt_merge_granule`]): that is how SG merging in the IOMMU
 //! changes what the device sees.
+//!
+//! [`BlockQueue`] is what a workload that builds its own requests (bonnie's page cache)
+//! submits them to: the USB mass-storage model, or the lab's NVMe/SAS stack with its DMA
+//! path. The workload cuts its pages into requests with [`QueueLimits::split`] and hands
+//! each to the queue as a [`BlockCommand`].
+
+use std::future::Future;
+use std::pin::Pin;
 
 use iolab_iommu::addr::PhysAddr;
+
+use crate::engine::Ctx;
+
+/// Transfer direction, from the host's point of view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockDir {
+    /// Device to memory (a disk read).
+    Read,
+    /// Memory to device (a disk write).
+    Write,
+}
+
+/// What runs when a command completes (in interrupt context: it may only update state and
+/// wake tasks).
+pub type OnDone = Box<dyn FnOnce()>;
+
+/// One block command: a request the queue limits already cut, with its completion.
+pub struct BlockCommand {
+    /// Direction.
+    pub dir: BlockDir,
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// The request's physical pieces, in transfer order.
+    pub pieces: Vec<Piece>,
+    /// Called at completion.
+    pub on_done: OnDone,
+}
+
+/// The future [`BlockQueue::submit`] returns.
+pub type SubmitCommand<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// A device's request queue, as a workload that builds its own requests sees it.
+///
+/// `submit` runs the submission path on the caller's task and CPU (block layer, DMA map,
+/// driver, doorbell) and returns once the command is on its way; it may spend CPU and spin
+/// on locks but never blocks, so the virtual time it takes is the caller's CPU time. The
+/// command's `on_done` runs when the device and its completion path are done.
+pub trait BlockQueue {
+    /// Submits `cmd` from the task of `ctx`.
+    fn submit<'a>(&'a self, ctx: &'a Ctx, cmd: BlockCommand) -> SubmitCommand<'a>;
+}
 
 /// A piece of a request: physically contiguous bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -96,30 +96,15 @@ pub struct UsbStorageConfig {
     pub irq_cpu: usize,
 }
 
-/// Transfer direction, from the host's point of view.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UsbDir {
-    /// Device to memory (a disk read).
-    Read,
-    /// Memory to device (a disk write).
-    Write,
-}
+/// Transfer direction, from the host's point of view (the block layer's).
+pub type UsbDir = crate::block::BlockDir;
 
 /// What runs when a command completes (in interrupt context: it may only update state and
 /// wake tasks).
-pub type OnDone = Box<dyn FnOnce()>;
+pub type OnDone = crate::block::OnDone;
 
 /// One SCSI command: a block request.
-pub struct UsbCommand {
-    /// Direction.
-    pub dir: UsbDir,
-    /// Byte offset on the device.
-    pub offset: u64,
-    /// The request's physical pieces, in transfer order.
-    pub pieces: Vec<Piece>,
-    /// Called at completion.
-    pub on_done: OnDone,
-}
+pub type UsbCommand = crate::block::BlockCommand;
 
 /// The interrupt CPU: interrupt time is stolen from the task running there.
 #[derive(Debug, Default)]
@@ -427,6 +412,15 @@ impl UsbStorage {
     /// Totals so far.
     pub fn stats(&self) -> UsbStats {
         *self.stats.borrow()
+    }
+}
+
+/// The usb-storage thread does the mapping: submitting only queues the command (no CPU on
+/// the caller's side).
+impl crate::block::BlockQueue for UsbStorage {
+    fn submit<'a>(&'a self, _ctx: &'a Ctx, cmd: UsbCommand) -> crate::block::SubmitCommand<'a> {
+        UsbStorage::submit(self, cmd);
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -1,4 +1,4 @@
-//! fio on block devices (NVMe SSDs, SAS HBAs) behind any DMA path.
+//! fio and bonnie on block devices (NVMe SSDs, SAS HBAs) behind any DMA path.
 //!
 //! Each I/O takes the path Linux takes: on the submitting CPU, the block layer
 //! (`kernel.block_submit_ns`), `dma_map` through the scenario's IOMMU (the work the stack
@@ -13,31 +13,41 @@
 //! The IOVA tree's lock and the per-CPU flush queues' locks are engine [`SpinLock`]s: a
 //! map or unmap that took one holds it for the work done under it (the tree walk and
 //! rotations; the flush-queue ring operations), so waiters spin when many CPUs contend.
+//!
+//! fio maps one buffer per I/O (`dma_map_single` of its slot's buffer). bonnie's page
+//! cache hands the stack block commands ([`BlockQueue`]) whose pages the block layer already
+//! cut under the queue limits; the stack coalesces physically contiguous pages
+//! (`blk_rq_map_sg`) and maps the list with `dma_map_sg`; the device's DMA is translated
+//! segment by segment. A SAS HBA's disks hold the bonnie file striped in units of
+//! [`BONNIE_SAS_STRIPE`]; a command goes to the disk holding its first byte.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use iolab_iommu::addr::{Access, PhysAddr, SZ_4K};
+use iolab_iommu::addr::{Access, DmaAddr, PhysAddr, SZ_4K};
 use iolab_iommu::dma::{Device, Direction};
-use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, Smmuv3DevicePath};
+use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::accounting::{Account, RunReport};
+use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::devices::sas::SasHba;
+use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
+use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats, SubmitFuture,
 };
 
 use super::iommu::{self, model_err};
-use super::spec::{BlockKernel, Devices, FioSetup, LabScenario, BUFFER_BASE};
+use super::spec::{BlockKernel, BonnieSetup, Devices, FioSetup, LabScenario, BUFFER_BASE};
 
 /// One block device's timing model.
 enum BlockDev {
@@ -45,9 +55,34 @@ enum BlockDev {
     Sas(SasHba),
 }
 
+/// A DMA mapping of one I/O: fio's buffer, or a block command's scatter-gather list.
+enum Mapping {
+    Single(MappedBuffer),
+    Sg(MappedSg),
+}
+
+/// Who hears of an I/O's completion.
+enum Done {
+    /// The fio job that issued it.
+    Fio(IoRequest),
+    /// A block command's callback (bonnie's page cache).
+    Command(OnDone),
+}
+
 struct InFlight {
-    req: IoRequest,
-    mapping: MappedBuffer,
+    done: Done,
+    mapping: Mapping,
+}
+
+/// What the device is asked to do for one I/O.
+struct IoShape {
+    is_read: bool,
+    offset: u64,
+    len: u64,
+    /// The device (index into the stack's devices).
+    devno: usize,
+    /// The SAS stripe unit that places the I/O on a disk.
+    stripe: u64,
 }
 
 /// Counters of the DMA path over the whole run.
@@ -70,6 +105,14 @@ pub(crate) struct DmaCounters {
     pub walk_reads: u64,
     /// I/Os whose DMA was translated.
     pub translated_ios: u64,
+    /// I/Os submitted to the devices.
+    pub ios: u64,
+    /// Bytes the devices were asked to read (device to memory).
+    pub device_read_bytes: u64,
+    /// Bytes the devices were asked to write (memory to device).
+    pub device_write_bytes: u64,
+    /// DMA segments the devices were handed (after the DMA layer's merging).
+    pub dma_segments: u64,
 }
 
 struct Stack {
@@ -180,6 +223,60 @@ impl Stack {
             .path
             .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
+        let shape = IoShape {
+            is_read: req.is_read,
+            offset: req.offset,
+            len: req.len,
+            devno: req.job % self.devs.len(),
+            stripe: req.len,
+        };
+        self.issue(ctx, w, Mapping::Single(mapping), shape, Done::Fio(req))
+            .await
+    }
+
+    /// A block command (bonnie's page cache): the block layer, `dma_map_sg` of its pages
+    /// (physically contiguous ones coalesced), then as [`Stack::submit`].
+    async fn submit_command(&self, ctx: &Ctx, cmd: BlockCommand) -> Result<(), String> {
+        let cpu = ctx.cpu().id();
+        ctx.cpu()
+            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
+            .await;
+        let is_read = cmd.dir == BlockDir::Read;
+        let dir = if is_read {
+            Direction::FromDevice
+        } else {
+            Direction::ToDevice
+        };
+        let entries = sg_entries(&cmd.pieces, self.device.max_segment_size());
+        let len: u64 = cmd.pieces.iter().map(|p| p.len).sum();
+        let mut w = WorkRecord::new();
+        let sg = self
+            .path
+            .map_sg(&self.device, &entries, dir, cpu, &mut w)
+            .map_err(|e| self.fail(format!("dma map_sg failed: {e}")))?;
+        let shape = IoShape {
+            is_read,
+            offset: cmd.offset,
+            len,
+            devno: 0,
+            stripe: BONNIE_SAS_STRIPE,
+        };
+        self.issue(ctx, w, Mapping::Sg(sg), shape, Done::Command(cmd.on_done))
+            .await
+    }
+
+    /// The rest of a submission once the I/O is mapped (`w`: the map call's work): the map's
+    /// CPU time and locks, the driver and doorbell, the device's translated DMA, and the
+    /// device's completion sent to its vector.
+    async fn issue(
+        &self,
+        ctx: &Ctx,
+        mut w: WorkRecord,
+        mapping: Mapping,
+        io: IoShape,
+        done: Done,
+    ) -> Result<(), String> {
+        let cpu = ctx.cpu().id();
         let queue = if self.cmdq.is_some() {
             split_queue_work(&mut w)
         } else {
@@ -207,23 +304,29 @@ impl Stack {
             q.issue_work(ctx, &queue).await;
         }
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
-        // its bypass.
+        // its bypass, segment by segment.
         let mut tw = WorkRecord::new();
-        let access = if req.is_read {
+        let access = if io.is_read {
             Access::Write
         } else {
             Access::Read
         };
-        match &self.cmdq {
-            Some((p, _)) => p
-                .device_translate(mapping.dma_addr(), req.len, access, &mut tw)
-                .map(drop)
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-            None => self
-                .path
-                .translate(&self.device, mapping.dma_addr(), req.len, access, &mut tw)
-                .map(drop)
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+        let segments: Vec<(DmaAddr, u64)> = match &mapping {
+            Mapping::Single(m) => vec![(m.dma_addr(), io.len)],
+            Mapping::Sg(sg) => sg.segments().iter().map(|s| (s.dma, s.len)).collect(),
+        };
+        for &(dma, len) in &segments {
+            match &self.cmdq {
+                Some((p, _)) => p
+                    .device_translate(dma, len, access, &mut tw)
+                    .map(drop)
+                    .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+                None => self
+                    .path
+                    .translate(&self.device, dma, len, access, &mut tw)
+                    .map(drop)
+                    .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+            }
         }
         let tr_ns = self.cost.translation_ns(&tw);
         {
@@ -234,18 +337,25 @@ impl Stack {
             c.iotlb_stale_hits += tw.iotlb_stale_hits;
             c.walk_reads += tw.walk_reads;
             c.translated_ios += u64::from(tw.translations > 0);
+            c.ios += 1;
+            if io.is_read {
+                c.device_read_bytes += io.len;
+            } else {
+                c.device_write_bytes += io.len;
+            }
+            c.dma_segments += segments.len() as u64;
         }
         let now = ctx.now().as_ns();
-        let devno = req.job % self.devs.len();
+        let devno = io.devno;
         let (at, vector) = match &self.devs[devno] {
             BlockDev::Nvme(d) => (
-                d.service(now, req.len, req.is_read, tr_ns),
+                d.service(now, io.len, io.is_read, tr_ns),
                 d.queue_for_cpu(cpu),
             ),
             BlockDev::Sas(hba) => {
-                let disk = hba.disk_for(req.offset, req.len);
+                let disk = hba.disk_for(io.offset, io.stripe);
                 (
-                    hba.service(now, disk, req.len, req.is_read, tr_ns),
+                    hba.service(now, disk, io.len, io.is_read, tr_ns),
                     hba.queue_for_disk(disk),
                 )
             }
@@ -255,14 +365,14 @@ impl Stack {
                 BlockDev::Nvme(_) => format!("nvme{devno} q{}", vector % self.vectors[devno].len()),
                 BlockDev::Sas(_) => format!("sas{devno} cq{}", vector % self.vectors[devno].len()),
             },
-            if req.is_read { "read" } else { "write" },
+            if io.is_read { "read" } else { "write" },
             now,
             at.saturating_sub(now),
-            &[("bytes", req.len)],
+            &[("bytes", io.len)],
         );
         let vecs = &self.vectors[devno];
         let chan = vecs[vector % vecs.len()].clone();
-        let item = InFlight { req, mapping };
+        let item = InFlight { done, mapping };
         self.h
             .spawn_agent(move |actx| async move {
                 actx.sleep_until(SimTime::from_ns(at)).await;
@@ -294,11 +404,18 @@ impl Stack {
             .spend(SimDuration::ns(self.k.driver_complete_ns), Account::System)
             .await;
         let mut w = WorkRecord::new();
-        if let Err(e) = self
-            .path
-            .unmap_single(f.mapping, cpu, ctx.now().as_ns(), &mut w)
-        {
-            self.fail(format!("dma unmap failed: {}", e.error));
+        let unmapped = match f.mapping {
+            Mapping::Single(m) => self
+                .path
+                .unmap_single(m, cpu, ctx.now().as_ns(), &mut w)
+                .map_err(|e| e.error),
+            Mapping::Sg(sg) => self
+                .path
+                .unmap_sg(sg, cpu, ctx.now().as_ns(), &mut w)
+                .map_err(|e| e.error),
+        };
+        if let Err(e) = unmapped {
+            self.fail(format!("dma unmap failed: {e}"));
         }
         // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
         let queue = if self.cmdq.is_some() {
@@ -331,7 +448,10 @@ impl Stack {
         ctx.cpu()
             .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
             .await;
-        f.req.complete();
+        match f.done {
+            Done::Fio(req) => req.complete(),
+            Done::Command(on_done) => on_done(),
+        }
     }
 }
 
@@ -378,14 +498,19 @@ pub(crate) fn fio_job(s: &LabScenario, f: &FioSetup) -> FioJob {
     }
 }
 
-/// Runs fio of `s` once with `seed`.
-pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, ExperimentError> {
-    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+/// The block stack of `s` on `sim` with its interrupt handlers started: vectors hold up to
+/// `inflight_cap` completions; fio's buffers are `slot_bytes` each, `iodepth` per job.
+/// Returns the stack and how many CPUs take its interrupts.
+fn start_stack(
+    s: &LabScenario,
+    sim: &mut Sim,
+    inflight_cap: usize,
+    iodepth: u64,
+    slot_bytes: u64,
+) -> Result<(Rc<Stack>, usize), ExperimentError> {
     let h = sim.handle().clone();
     let built = iommu::build(s, &h)?;
     let device = iommu::lab_device(64)?;
-    let job = fio_job(s, f);
-    let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
     // Interrupt vectors and the CPUs they are affine to: NVMe queue q on CPU q (managed
     // interrupts, one queue per CPU); SAS completion queue q on CPU q (mod CPUs).
     let (devs, vector_cpus): (Vec<BlockDev>, Vec<Vec<usize>>) = match &s.devices {
@@ -409,7 +534,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
             .unzip(),
         other => {
             return Err(model_err(format!(
-                "fio needs block devices, not {}",
+                "a block workload needs nvme or sas devices, not {}",
                 other.kind()
             )))
         }
@@ -431,8 +556,8 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         device,
         k: s.kernel,
         mmio_write_ns: s.profile.mmio.write.ns().round() as u64,
-        iodepth: u64::from(f.iodepth),
-        slot_bytes: f.bs.next_multiple_of(SZ_4K),
+        iodepth,
+        slot_bytes,
         counters: RefCell::new(DmaCounters::default()),
         error: RefCell::new(None),
         h: h.clone(),
@@ -447,6 +572,21 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
             }
         }
     }
+    Ok((stack, irq_cpus.len()))
+}
+
+/// Runs fio of `s` once with `seed`.
+pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, ExperimentError> {
+    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let job = fio_job(s, f);
+    let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
+    let (stack, irq_cpus) = start_stack(
+        s,
+        &mut sim,
+        inflight_cap,
+        u64::from(f.iodepth),
+        f.bs.next_multiple_of(SZ_4K),
+    )?;
     let spec = Rc::new(job.clone());
     let stats: SharedStats = Rc::new(RefCell::new(GroupStats::default()));
     let target = Rc::new(Target(stack.clone()));
@@ -483,7 +623,118 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         iotlb: cmdq.is_some(),
         tree_lock: lock_window(&before, &after, "iova_tree_lock"),
         cmdq,
-        irq_cpus: irq_cpus.len(),
+        irq_cpus,
+    })
+}
+
+/// The stripe unit of bonnie's file over a SAS HBA's disks (an md RAID-0 of its disks with
+/// mdadm's default 512 KiB chunk; stated assumption, docs/SCENARIOS.md).
+pub(crate) const BONNIE_SAS_STRIPE: u64 = 512 << 10;
+
+/// Completions one interrupt vector can hold for bonnie: far above what its page cache,
+/// readahead and seekers keep in flight.
+const BONNIE_VECTOR_CAP: usize = 1 << 12;
+
+/// The block queue limits bonnie's page cache cuts requests under on the devices of `s`:
+/// `max_sectors` (512 KiB: `BLK_DEF_MAX_SECTORS`-era default of 1024 sectors for SCSI,
+/// `SCSI_DEFAULT_MAX_SECTORS`; an NVMe SSD with MDTS 7 at 4 KiB pages), the SG list length
+/// (hisi_sas v2: `HISI_SAS_SGE_PAGE_CNT` = 124; nvme-pci: `NVME_MAX_SEGS` = 127) and the
+/// block layer's default 64 KiB segment (`BLK_MAX_SEGMENT_SIZE`). Pages that are not
+/// physically contiguous never merge in the block layer (no virtual merging on arm64 or
+/// x86 since Linux 2.6.3x); the IOMMU may still merge them into one DMA segment.
+pub(crate) fn bonnie_limits(devices: &Devices) -> Option<QueueLimits> {
+    let max_segments = match devices {
+        Devices::Nvme(_) => 127,
+        Devices::Sas(_) => 124,
+        _ => return None,
+    };
+    Some(QueueLimits {
+        max_segments,
+        max_segment_size: 64 << 10,
+        max_transfer: 512 << 10,
+        virt_merge_granule: None,
+    })
+}
+
+/// bonnie's view of the stack: block commands mapped with `dma_map_sg` on the submitting
+/// task's CPU.
+struct CommandTarget(Rc<Stack>);
+
+impl BlockQueue for CommandTarget {
+    fn submit<'a>(&'a self, ctx: &'a Ctx, cmd: BlockCommand) -> SubmitCommand<'a> {
+        Box::pin(async move {
+            // A failed map is recorded in the stack; the run reports it when it ends.
+            let _ = self.0.submit_command(ctx, cmd).await;
+        })
+    }
+}
+
+/// What one bonnie run on a block device produced.
+pub(crate) struct BonnieBlockRun {
+    pub result: BonnieResult,
+    pub dma: DmaCounters,
+    pub cpu: CpuBreakdown,
+    pub irq_cpus: usize,
+    /// Bytes bonnie's page cache submitted: (reads, writes).
+    pub submitted_bytes: (u64, u64),
+}
+
+/// Counts the bytes of every command it passes on: (reads, writes).
+struct Counting<Q> {
+    inner: Q,
+    bytes: Rc<std::cell::Cell<(u64, u64)>>,
+}
+
+impl<Q: BlockQueue> BlockQueue for Counting<Q> {
+    fn submit<'a>(&'a self, ctx: &'a Ctx, cmd: BlockCommand) -> SubmitCommand<'a> {
+        let n: u64 = cmd.pieces.iter().map(|p| p.len).sum();
+        let (r, w) = self.bytes.get();
+        self.bytes.set(match cmd.dir {
+            BlockDir::Read => (r + n, w),
+            BlockDir::Write => (r, w + n),
+        });
+        self.inner.submit(ctx, cmd)
+    }
+}
+
+/// Runs bonnie of `s` once with `seed` on its NVMe SSD or SAS HBA (the first device).
+pub(crate) fn run_bonnie(
+    s: &LabScenario,
+    b: &BonnieSetup,
+    seed: u64,
+) -> Result<BonnieBlockRun, ExperimentError> {
+    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let (stack, irq_cpus) = start_stack(s, &mut sim, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
+    let bytes = Rc::new(std::cell::Cell::new((0, 0)));
+    let target = Counting {
+        inner: CommandTarget(stack.clone()),
+        bytes: bytes.clone(),
+    };
+    // Interrupts run as tasks on their vectors' CPUs (the engine does not preempt): no
+    // interrupt time is stolen from bonnie's processes.
+    let out = bonnie::start(
+        sim.handle(),
+        b.config.clone(),
+        target,
+        IrqCpu::new(),
+        usize::MAX,
+        seed,
+    )?;
+    let report = sim.run()?;
+    if let Some(e) = stack.error.borrow().clone() {
+        return Err(ExperimentError::Model(e));
+    }
+    let result = out
+        .borrow_mut()
+        .take()
+        .ok_or_else(|| model_err("bonnie did not finish (a task blocked forever)"))?;
+    let dma = *stack.counters.borrow();
+    Ok(BonnieBlockRun {
+        result,
+        dma,
+        cpu: CpuBreakdown::from(report.total),
+        irq_cpus,
+        submitted_bytes: bytes.get(),
     })
 }
 

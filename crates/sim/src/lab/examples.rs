@@ -4,6 +4,18 @@
 /// `(name, scenario text)` of every bundled example, in name order.
 pub const EXAMPLES: &[(&str, &str)] = &[
     (
+        "bonnie-nvme-smmuv3-strict",
+        include_str!("../../../../scenarios/examples/bonnie-nvme-smmuv3-strict.toml"),
+    ),
+    (
+        "bonnie-sas-off",
+        include_str!("../../../../scenarios/examples/bonnie-sas-off.toml"),
+    ),
+    (
+        "bonnie-sas-smmuv3-strict",
+        include_str!("../../../../scenarios/examples/bonnie-sas-smmuv3-strict.toml"),
+    ),
+    (
         "bonnie-usb-ipmmu",
         include_str!("../../../../scenarios/examples/bonnie-usb-ipmmu.toml"),
     ),

@@ -158,9 +158,10 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
     let base = options.seed.or(s.seed).unwrap_or(1);
     match (&s.workload, &s.devices) {
         (spec::Workload::Fio(f), _) => run_fio(s, f, base, options.runs),
-        (spec::Workload::Bonnie(b), spec::Devices::Usb(u)) => {
-            run_bonnie(s, b, u, base, options.runs)
-        }
+        (
+            spec::Workload::Bonnie(b),
+            spec::Devices::Usb(_) | spec::Devices::Nvme(_) | spec::Devices::Sas(_),
+        ) => run_bonnie(s, b, base, options.runs),
         (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
             run_netperf(s, n, *link, base, options.runs)
         }
@@ -240,10 +241,70 @@ const BONNIE_PHASES: [&str; 6] = [
     "seeks",
 ];
 
+/// One bonnie run on whichever device the scenario has.
+struct BonnieOut {
+    result: crate::workloads::bonnie::BonnieResult,
+    cpu: crate::metrics::CpuBreakdown,
+    /// Device attributes of the measurement.
+    attrs: Vec<(&'static str, String)>,
+    /// The device's own totals.
+    metrics: Vec<Metric>,
+}
+
+fn bonnie_once(
+    s: &LabScenario,
+    b: &spec::BonnieSetup,
+    seed: u64,
+) -> Result<BonnieOut, ExperimentError> {
+    match &s.devices {
+        spec::Devices::Usb(u) => {
+            let out = usb::run_bonnie(s, b, u, seed)?;
+            let per = |x: u64, n: u64| if n > 0 { x as f64 / n as f64 } else { 0.0 };
+            let c = &out.usb;
+            Ok(BonnieOut {
+                result: out.result,
+                cpu: out.cpu,
+                attrs: vec![("usb_speed", u.config.link.name.clone())],
+                metrics: vec![
+                    Metric::new("usb.commands", "count", c.commands as f64),
+                    Metric::new("usb.map_ns", "ns", per(c.map_ns, c.commands)),
+                    Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns, c.commands)),
+                    Metric::new("usb.flushes", "count", c.flushes as f64),
+                ],
+            })
+        }
+        _ => {
+            let out = block::run_bonnie(s, b, seed)?;
+            let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+            let d = &out.dma;
+            Ok(BonnieOut {
+                result: out.result,
+                cpu: out.cpu,
+                attrs: Vec::new(),
+                metrics: vec![
+                    Metric::new("block.commands", "count", d.ios as f64),
+                    Metric::new("block.read_bytes", "bytes", out.submitted_bytes.0 as f64),
+                    Metric::new("block.write_bytes", "bytes", out.submitted_bytes.1 as f64),
+                    Metric::new("device.read_bytes", "bytes", d.device_read_bytes as f64),
+                    Metric::new("device.write_bytes", "bytes", d.device_write_bytes as f64),
+                    Metric::new(
+                        "dma.segments_per_command",
+                        "count",
+                        per(d.dma_segments as f64, d.ios),
+                    ),
+                    Metric::new("dma.map_ns", "ns", per(d.map_ns, d.maps)),
+                    Metric::new("dma.unmap_ns", "ns", per(d.unmap_ns, d.unmaps)),
+                    Metric::new("dma.inval_syncs", "count", d.inval_syncs as f64),
+                    Metric::new("irq.cpus", "count", out.irq_cpus as f64),
+                ],
+            })
+        }
+    }
+}
+
 fn run_bonnie(
     s: &LabScenario,
     b: &spec::BonnieSetup,
-    u: &spec::UsbSetup,
     base: u64,
     runs: u32,
 ) -> Result<LabRun, ExperimentError> {
@@ -252,12 +313,14 @@ fn run_bonnie(
     let mut measurements = Vec::new();
     for r in 0..runs {
         let seed = run_seed(base, r);
-        let out = usb::run_bonnie(s, b, u, seed)?;
-        let v = CsvValues::from_result(&out.result);
         let config = config_id(s, r, runs);
-        let mut m = base_attrs(s, Measurement::new(&config))
-            .attr("workload", "bonnie")
-            .attr("usb_speed", &u.config.link.name)
+        let out = bonnie_once(s, b, seed)?;
+        let v = CsvValues::from_result(&out.result);
+        let mut m = base_attrs(s, Measurement::new(&config)).attr("workload", "bonnie");
+        for (k, val) in &out.attrs {
+            m = m.attr(*k, val);
+        }
+        let mut m = m
             .attr("file_mib", b.config.file_bytes >> 20)
             .attr("threads", b.config.seekers)
             .attr("seed", seed)
@@ -281,24 +344,9 @@ fn run_bonnie(
                     v.v[2 * i + 1],
                 ));
         }
-        let per = |x: u64, n: u64| if n > 0 { x as f64 / n as f64 } else { 0.0 };
-        m = m
-            .metric(Metric::new(
-                "usb.commands",
-                "count",
-                out.usb.commands as f64,
-            ))
-            .metric(Metric::new(
-                "usb.map_ns",
-                "ns",
-                per(out.usb.map_ns, out.usb.commands),
-            ))
-            .metric(Metric::new(
-                "usb.unmap_ns",
-                "ns",
-                per(out.usb.unmap_ns, out.usb.commands),
-            ))
-            .metric(Metric::new("usb.flushes", "count", out.usb.flushes as f64));
+        for metric in out.metrics {
+            m = m.metric(metric);
+        }
         let _ = writeln!(
             text,
             "{}",
@@ -314,10 +362,14 @@ fn run_bonnie(
         );
         measurements.push(m);
     }
+    let on = match &s.devices {
+        spec::Devices::Usb(u) => format!("USB {}", u.config.link.name),
+        spec::Devices::Sas(p) => format!("a SAS HBA with {} disks", p[0].disks),
+        d => d.kind().to_uppercase(),
+    };
     let title = format!(
-        "bonnie++ 1.03 CSV, {} MiB file on USB {} ({}), {} ({} CPUs)",
+        "bonnie++ 1.03 CSV, {} MiB file on {on} ({}), {} ({} CPUs)",
         b.config.file_bytes >> 20,
-        u.config.link.name,
         s.profile.name,
         iommu_label(s),
         s.cpus

@@ -648,7 +648,7 @@ pub struct ReaimSetup {
 pub enum Workload {
     /// fio on block devices.
     Fio(FioSetup),
-    /// bonnie++ on a USB disk.
+    /// bonnie++ on a USB disk, an NVMe SSD or a SAS HBA.
     Bonnie(Box<BonnieSetup>),
     /// netperf-like TCP streams on a NIC.
     Netperf(Box<NetperfSetup>),
@@ -847,40 +847,10 @@ pub fn validate(
         }
     }
     match (wkind.as_str(), dkind.as_str()) {
-        ("fio", "nvme") => {
-            let f: File<NvmeSpec, FioSpec> = deserialize_as(&doc)?;
-            let common = common(&doc, &f, base)?;
-            let devs = f
-                .device
-                .iter()
-                .enumerate()
-                .map(|(i, s)| nvme(&doc, i, s, common.cpus))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (drv_s, drv_c) = (
-                f.device[0].submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
-                f.device[0].complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
-            );
-            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
-            let fio = fio(&doc, &f.workload, &common)?;
-            Ok(common.finish(kernel, Devices::Nvme(devs), Workload::Fio(fio)))
-        }
-        ("fio", "sas") => {
-            let f: File<SasSpec, FioSpec> = deserialize_as(&doc)?;
-            let common = common(&doc, &f, base)?;
-            let devs = f
-                .device
-                .iter()
-                .enumerate()
-                .map(|(i, s)| sas(&doc, i, s))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (drv_s, drv_c) = (
-                f.device[0].submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
-                f.device[0].complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
-            );
-            let kernel = kernel(&doc, &f.kernel, drv_s, drv_c)?;
-            let fio = fio(&doc, &f.workload, &common)?;
-            Ok(common.finish(kernel, Devices::Sas(devs), Workload::Fio(fio)))
-        }
+        ("fio", "nvme") => fio_on::<NvmeSpec>(&doc, base),
+        ("fio", "sas") => fio_on::<SasSpec>(&doc, base),
+        ("bonnie", "nvme") => bonnie_on::<NvmeSpec>(&doc, base),
+        ("bonnie", "sas") => bonnie_on::<SasSpec>(&doc, base),
         ("bonnie", "usb") => {
             let f: File<UsbSpec, BonnieSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
@@ -898,7 +868,13 @@ pub fn validate(
                 "scenarios/ipmmu-usb.toml (bundled)",
             )?;
             let usb = usb(&doc, &f.device[0], &bundled, common.cpus)?;
-            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, &usb)?;
+            let limits = crate::block::QueueLimits {
+                max_segments: usb.max_segments,
+                max_segment_size: usb.max_segment_size,
+                max_transfer: usb.config.link.max_transfer,
+                virt_merge_granule: (common.iommu.mode != IommuMode::Off).then_some(4096),
+            };
+            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, limits)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
         }
@@ -941,11 +917,94 @@ pub fn validate(
             .field_error(
                 "workload.kind",
                 format!(
-                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on usb, netperf on nic, reaim on scsi"
+                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on nvme, sas or usb, netperf on nic, reaim on scsi"
                 ),
             )
             .into()),
     }
+}
+
+/// A block device's `[[device]]` table (NVMe SSD or SAS HBA): what fio and bonnie share.
+trait BlockSpec: DeserializeOwned {
+    /// Validates every table (device `i` names `device[i]` in errors).
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError>;
+    /// The driver's submit and complete costs of the first device, ns (defaults applied).
+    fn driver_ns(&self) -> (u64, u64);
+}
+
+impl BlockSpec for NvmeSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| nvme(doc, i, s, cpus))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Nvme(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+        )
+    }
+}
+
+impl BlockSpec for SasSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], _cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| sas(doc, i, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Sas(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
+        )
+    }
+}
+
+/// The parts of a block-device scenario every workload shares, validated in order: the
+/// file's shape, the common tables, (for a workload that drives one device) the device
+/// count, the devices, the block kernel costs.
+fn block_parts<D: BlockSpec, W: DeserializeOwned>(
+    doc: &TomlDoc<'_>,
+    base: Option<&Path>,
+    one_device_for: Option<&str>,
+) -> Result<(File<D, W>, Common, Devices, BlockKernel), ExperimentError> {
+    let f: File<D, W> = deserialize_as(doc)?;
+    let common = common(doc, &f, base)?;
+    if let Some(workload) = one_device_for {
+        one_device(doc, f.device.len(), workload)?;
+    }
+    let devices = D::devices(doc, &f.device, common.cpus)?;
+    let (drv_s, drv_c) = f.device[0].driver_ns();
+    let kernel = kernel(doc, &f.kernel, drv_s, drv_c)?;
+    Ok((f, common, devices, kernel))
+}
+
+/// fio on NVMe SSDs or SAS HBAs.
+fn fio_on<D: BlockSpec>(
+    doc: &TomlDoc<'_>,
+    base: Option<&Path>,
+) -> Result<LabScenario, ExperimentError> {
+    let (f, common, devices, kernel) = block_parts::<D, FioSpec>(doc, base, None)?;
+    let fio = fio(doc, &f.workload, &common)?;
+    Ok(common.finish(kernel, devices, Workload::Fio(fio)))
+}
+
+/// bonnie on one NVMe SSD or SAS HBA.
+fn bonnie_on<D: BlockSpec>(
+    doc: &TomlDoc<'_>,
+    base: Option<&Path>,
+) -> Result<LabScenario, ExperimentError> {
+    let (f, common, devices, kernel) = block_parts::<D, BonnieSpec>(doc, base, Some("bonnie"))?;
+    let bonnie = bonnie_on_block(doc, &f.workload, &common, &devices)?;
+    Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
 }
 
 /// The parts every kind shares, validated.
@@ -1351,12 +1410,30 @@ fn usb(
     })
 }
 
+/// bonnie on an NVMe SSD or a SAS HBA: the page-cache and process costs of the bundled
+/// ipmmu-usb scenario, the block devices' queue limits.
+fn bonnie_on_block(
+    doc: &TomlDoc<'_>,
+    s: &BonnieSpec,
+    c: &Common,
+    devices: &Devices,
+) -> Result<BonnieSetup, ExperimentError> {
+    let bundled = crate::experiments::ipmmu_usb::parse(
+        crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
+        "scenarios/ipmmu-usb.toml (bundled)",
+    )?;
+    let limits = super::block::bonnie_limits(devices).ok_or_else(|| {
+        doc.field_error("device[0].kind", "expected a block device (nvme or sas)")
+    })?;
+    Ok(bonnie(doc, s, &bundled, c, limits)?)
+}
+
 fn bonnie(
     doc: &TomlDoc<'_>,
     s: &BonnieSpec,
     b: &crate::experiments::ipmmu_usb::Model,
     c: &Common,
-    usb: &UsbSetup,
+    limits: crate::block::QueueLimits,
 ) -> Result<BonnieSetup, InputError> {
     let mut cfg = b.bonnie.clone();
     let file_mib = range(
@@ -1446,12 +1523,7 @@ fn bonnie(
     )?;
     cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
     cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
-    cfg.limits = crate::block::QueueLimits {
-        max_segments: usb.max_segments,
-        max_segment_size: usb.max_segment_size,
-        max_transfer: usb.config.link.max_transfer,
-        virt_merge_granule: (c.iommu.mode != IommuMode::Off).then_some(4096),
-    };
+    cfg.limits = limits;
     Ok(BonnieSetup {
         config: cfg,
         size_mib: logical,

@@ -27,8 +27,13 @@
 //! wrote. Read phases start with a cold cache: the real file is twice the RAM, so nothing
 //! read sequentially is still cached when it is read again.
 //!
-//! CPU% is what bonnie reports: the process's CPU time (its own, plus interrupt time
-//! stolen while it ran, as tick accounting charges it) over the phase's elapsed time.
+//! CPU% is what bonnie reports: the process's CPU time (its own, the submission path of
+//! the requests it submitted itself, plus interrupt time stolen while it ran, as tick
+//! accounting charges it) over the phase's elapsed time.
+//!
+//! The device is any [`BlockQueue`]: the USB mass-storage model (its usb-storage thread
+//! maps; the xHCI interrupt is stolen time, [`IrqCpu`]) or the lab's NVMe/SAS stack (the
+//! submitting task maps, interrupts run on their vectors' CPUs).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
@@ -36,13 +41,18 @@ use std::rc::Rc;
 
 use iolab_iommu::addr::PhysAddr;
 
-use crate::block::{Piece, QueueLimits};
-use crate::devices::usb::{IrqCpu, UsbCommand, UsbDir, UsbStorage};
+use crate::block::{BlockCommand, BlockDir, BlockQueue, Piece, QueueLimits};
+use crate::devices::usb::IrqCpu;
 use crate::engine::{Completion, Ctx, Handle, Rng, SimDuration, SimTime};
 use crate::{Account, SimError};
 
 /// Page size of the page cache.
 pub const PAGE: u64 = 4096;
+
+/// The label of the page cache's random stream (where it allocates pages) among the run's
+/// streams: [`derive_seed`](crate::engine::rng::derive_seed)`(seed, PAGE_CACHE_STREAM)`.
+/// The tasks' own streams ([`Ctx::rng`]) come from the engine's per-task derivation.
+pub const PAGE_CACHE_STREAM: u64 = u64::from_be_bytes(*b"pagecach");
 
 /// The benchmark's parameters (sizes in bytes, costs in ns).
 #[derive(Clone, Debug, PartialEq)]
@@ -260,6 +270,11 @@ impl<'a> Proc<'a> {
         }
     }
 
+    /// Counts `ns` the process spent outside [`Proc::spend`] (a submission path).
+    fn charge(&self, ns: u64) {
+        self.cpu_ns.set(self.cpu_ns.get() + ns);
+    }
+
     fn block(&self) {
         if let Some(i) = &self.irq {
             i.set_running(false);
@@ -281,7 +296,7 @@ impl<'a> Proc<'a> {
 /// Everything the phases share.
 struct Env {
     cfg: BonnieConfig,
-    dev: UsbStorage,
+    dev: Box<dyn BlockQueue>,
     cache: Shared,
     irq: Rc<IrqCpu>,
     irq_cpu: usize,
@@ -294,8 +309,9 @@ impl Env {
     }
 
     /// Submits the pages `first..first + n` (all in one state: their physical addresses
-    /// set) as block requests in direction `dir`.
-    fn submit(&self, dir: UsbDir, first: usize, n: usize) -> usize {
+    /// set) as block requests in direction `dir`, from the task of `ctx`. Returns the CPU
+    /// time the submission path took on that task, ns.
+    async fn submit(&self, ctx: &Ctx, dir: BlockDir, first: usize, n: usize) -> u64 {
         let pieces: Vec<Piece> = {
             let c = self.cache.borrow();
             (first..first + n)
@@ -308,6 +324,7 @@ impl Env {
         let requests = self.cfg.limits.split(first as u64 * PAGE, &pieces);
         let count = requests.len();
         self.cache.borrow_mut().inflight += count;
+        let t0 = ctx.now();
         for r in requests {
             let start = (r.offset / PAGE) as usize;
             let pages = (r.len() / PAGE) as usize;
@@ -316,12 +333,12 @@ impl Env {
                 let mut c = cache.borrow_mut();
                 for i in start..start + pages {
                     match (dir, c.state[i]) {
-                        (UsbDir::Read, Page::Reading) => c.state[i] = Page::Clean,
-                        (UsbDir::Write, Page::Writeback) => {
+                        (BlockDir::Read, Page::Reading) => c.state[i] = Page::Clean,
+                        (BlockDir::Write, Page::Writeback) => {
                             c.state[i] = Page::Clean;
                             c.writeback -= 1;
                         }
-                        (UsbDir::Write, Page::WritebackRedirty) => {
+                        (BlockDir::Write, Page::WritebackRedirty) => {
                             c.state[i] = Page::Dirty;
                             c.writeback -= 1;
                             c.dirty += 1;
@@ -332,18 +349,24 @@ impl Env {
                 c.inflight -= 1;
                 c.notify();
             });
-            self.dev.submit(UsbCommand {
-                dir,
-                offset: r.offset,
-                pieces: r.pieces,
-                on_done,
-            });
+            self.dev
+                .submit(
+                    ctx,
+                    BlockCommand {
+                        dir,
+                        offset: r.offset,
+                        pieces: r.pieces,
+                        on_done,
+                    },
+                )
+                .await;
         }
-        count
+        elapsed(t0, ctx.now())
     }
 
-    /// Starts a readahead of up to `window` absent pages from `first`.
-    fn readahead(&self, first: usize, window: usize) {
+    /// Starts a readahead of up to `window` absent pages from `first`; returns the CPU time
+    /// of its submission, ns.
+    async fn readahead(&self, ctx: &Ctx, first: usize, window: usize) -> u64 {
         let end = {
             let mut c = self.cache.borrow_mut();
             let npages = c.state.len();
@@ -357,7 +380,9 @@ impl Env {
             end
         };
         if end > first {
-            self.submit(UsbDir::Read, first, end - first);
+            self.submit(ctx, BlockDir::Read, first, end - first).await
+        } else {
+            0
         }
     }
 
@@ -373,7 +398,7 @@ impl Env {
                 (c.state[page] == Page::Absent, c.ra.marker == Some(page))
             };
             if absent {
-                self.readahead(page, window);
+                p.charge(self.readahead(p.ctx, page, window).await);
                 let mut c = self.cache.borrow_mut();
                 c.ra.next = page + window;
                 c.ra.marker = Some(page);
@@ -381,7 +406,7 @@ impl Env {
             if absent || marker {
                 let next = self.cache.borrow().ra.next;
                 if next < self.cache.borrow().state.len() {
-                    self.readahead(next, window);
+                    p.charge(self.readahead(p.ctx, next, window).await);
                     let mut c = self.cache.borrow_mut();
                     c.ra.marker = Some(next);
                     c.ra.next = next + window;
@@ -541,7 +566,7 @@ async fn flusher(ctx: Ctx, env: Rc<Env>) {
                 Account::System,
             )
             .await;
-        env.submit(UsbDir::Write, start, len);
+        env.submit(&ctx, BlockDir::Write, start, len).await;
     }
 }
 
@@ -673,20 +698,27 @@ async fn seeker(ctx: Ctx, env: Rc<Env>, seeks: u64, cached: Rc<RefCell<BTreeSet<
                 .collect();
             let done: Completion<()> = Completion::new(ctx.handle());
             let fire = done.clone();
+            let t0 = ctx.now();
             for r in env.cfg.limits.split(first_page * PAGE, &pieces) {
                 let fire = fire.clone();
                 let end = r.offset + r.len() >= (first_page + pages_per_chunk) * PAGE;
-                env.dev.submit(UsbCommand {
-                    dir: UsbDir::Read,
-                    offset: r.offset,
-                    pieces: r.pieces,
-                    on_done: Box::new(move || {
-                        if end {
-                            let _ = fire.fire(());
-                        }
-                    }),
-                });
+                env.dev
+                    .submit(
+                        &ctx,
+                        BlockCommand {
+                            dir: BlockDir::Read,
+                            offset: r.offset,
+                            pieces: r.pieces,
+                            on_done: Box::new(move || {
+                                if end {
+                                    let _ = fire.fire(());
+                                }
+                            }),
+                        },
+                    )
+                    .await;
             }
+            p.charge(elapsed(t0, ctx.now()));
             p.block();
             done.wait(&ctx).await;
             p.unblock().await;
@@ -743,12 +775,14 @@ async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimErro
     })
 }
 
-/// Starts bonnie (and its flusher) on `dev`. The result appears in the returned cell when
-/// the simulation has run to its end.
+/// Starts bonnie (and its flusher) on `dev`. Interrupt time `irq` records on CPU `irq_cpu`
+/// is stolen from a bonnie process running there (a CPU no process runs on, such as
+/// `usize::MAX`, steals nothing). The result appears in the returned cell when the
+/// simulation has run to its end.
 pub fn start(
     h: &Handle,
     cfg: BonnieConfig,
-    dev: UsbStorage,
+    dev: impl BlockQueue + 'static,
     irq: Rc<IrqCpu>,
     irq_cpu: usize,
     seed: u64,
@@ -769,14 +803,14 @@ pub fn start(
         cursor: 0,
         fsync: false,
         waiters: Vec::new(),
-        rng: Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+        rng: Rng::seed_from_u64(crate::engine::rng::derive_seed(seed, PAGE_CACHE_STREAM)),
         ra: Readahead::default(),
     }));
     let bonnie_cpu = cfg.bonnie_cpu;
     let flusher_cpu = cfg.flusher_cpu;
     let env = Rc::new(Env {
         cfg,
-        dev,
+        dev: Box::new(dev),
         cache,
         irq,
         irq_cpu,
