@@ -10,9 +10,7 @@
 
 use crate::experiment::Sourced as P;
 use crate::metrics::{Measurement, Metric};
-use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::dma::{Device, DomainId, ProtectionStats};
@@ -25,11 +23,10 @@ use crate::cost::PlatformProfile;
 use crate::devices::scsi::{ScsiHost, ScsiParams, ScsiStats};
 use crate::engine::{Sim, SimConfig};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::lab::reaim::{run_children, ChildrenRun};
 use crate::resources::SpinParams;
 use crate::tomlfile::TomlDoc;
-use crate::workloads::reaim::{
-    self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, Task, TaskTotals, Workfile,
-};
+use crate::workloads::reaim::{self, ChildSetup, FsyncLayout, ReaimRow, Task, Workfile};
 
 /// The experiment's name.
 pub const NAME: &str = "sba-vmerge";
@@ -652,10 +649,6 @@ fn run_one(
         purge_ns,
         lock,
     )?;
-    let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
-    let totals: Rc<RefCell<TaskTotals>> = Rc::new(RefCell::new(TaskTotals::default()));
-    let errors: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
-    let wf = Rc::new(cfg.workfile.clone());
     let child = ChildSetup {
         slice_ns: cfg.slice_ns,
         jitter: cfg.jitter,
@@ -670,54 +663,13 @@ fn run_one(
             journal_blocks: cfg.journal_blocks,
         },
     };
-    let journal = Rc::new(RefCell::new(Journal::new(&child.layout)));
-    for n in 0..users {
-        let (wf, host, results, totals, errors, journal) = (
-            wf.clone(),
-            host.clone(),
-            results.clone(),
-            totals.clone(),
-            errors.clone(),
-            journal.clone(),
-        );
-        // The child's clock starts at its fork, not at its first run.
-        let start = h.now();
-        sim.spawn_on(n as usize % cfg.cpus, move |ctx| async move {
-            match reaim::run_child(&ctx, &wf, &child, &host, &journal, &totals).await {
-                Ok((user, sys)) => results.borrow_mut().push(ChildResult {
-                    elapsed_ns: (ctx.now() - start).as_ns(),
-                    user_ns: user,
-                    sys_ns: sys,
-                }),
-                Err(e) => {
-                    errors.borrow_mut().get_or_insert(e.to_string());
-                }
-            }
-        })?;
-    }
-    let report = sim.run()?;
-    if let Some(e) = errors.borrow_mut().take() {
-        return Err(ExperimentError::Model(e));
-    }
-    let kids = results.borrow().clone();
-    if kids.len() != users as usize {
-        return Err(ExperimentError::Model(format!(
-            "{} of {users} children finished",
-            kids.len()
-        )));
-    }
-    if host.live_mappings() != 0 {
-        return Err(ExperimentError::Model(format!(
-            "{} IOMMU mappings leaked after the run",
-            host.live_mappings()
-        )));
-    }
+    let ChildrenRun {
+        row,
+        report,
+        totals: t,
+        ..
+    } = run_children(&mut sim, &host, &cfg.workfile, &child, users, cfg.cpus)?;
     let contended = report.spin_lock("sba_res_lock").map_or(0, |l| l.contended);
-    let parent = kids.iter().map(|k| k.elapsed_ns).max().unwrap_or(0);
-    debug_assert!(report.is_conserved());
-    let row = ReaimRow::from_children(&kids, parent, cfg.workfile.weight_sum())
-        .ok_or_else(|| ExperimentError::Model("empty run".into()))?;
-    let t = totals.borrow();
     let st = sba.stats();
     Ok(RunOut {
         row,
