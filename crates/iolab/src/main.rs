@@ -147,8 +147,8 @@ enum Command {
         #[arg(long)]
         label: Option<String>,
     },
-    /// Soak the pSeries DMA path: a long many-thread TCP write stream in virtual time with
-    /// invariant checks at intervals (SEEDS.md #4).
+    /// Soak the pSeries DMA path: long many-thread TCP write and read streams in virtual time
+    /// with invariant checks at intervals (SEEDS.md #4).
     Soak {
         /// A pseries-ddw scenario file (default: the bundled one).
         #[arg(long)]
@@ -159,9 +159,13 @@ enum Command {
         /// Virtual seconds between invariant checks.
         #[arg(long, default_value_t = 60.0)]
         interval_s: f64,
-        /// Writer threads (default: the scenario's, 64 in the bundled one).
+        /// Threads (default: the scenario's, 64 in the bundled one).
         #[arg(long)]
         threads: Option<usize>,
+        /// Which stream to soak: write, read, or both one after the other (each for the
+        /// whole duration), as the published soak did.
+        #[arg(long, value_enum, default_value_t = soak::Directions::Both)]
+        direction: soak::Directions,
         /// Soak the default DMA window instead of the DDW dynamic window.
         #[arg(long)]
         default_window: bool,
@@ -394,6 +398,7 @@ fn main() -> ExitCode {
             hours,
             interval_s,
             threads,
+            direction,
             default_window,
             seed,
             format,
@@ -402,6 +407,7 @@ fn main() -> ExitCode {
             hours,
             interval_s,
             threads,
+            directions: direction,
             default_window,
             seed,
             json: format == Format::Json,

@@ -1,27 +1,41 @@
-//! The soak of SEEDS.md #4: a long many-thread TCP write stream through the pSeries DMA
-//! path (the `pseries-ddw` scenario's partition, NIC, stack costs and DDW dynamic window),
-//! in virtual time, with invariant checks at intervals and the throughput of every interval.
+//! The soak of SEEDS.md #4: a long many-thread TCP stream, write (transmit) or read
+//! (receive), through the pSeries DMA path (the `pseries-ddw` scenario's partition, NIC,
+//! stack costs and DDW dynamic window), in virtual time, with invariant checks at intervals
+//! and the throughput of every interval.
 //!
-//! The soak runs the real simulation for the whole requested virtual time: every message is
-//! copied, every skb's head and page fragments are mapped through [`TceDma`] (pool locks,
-//! TCE hypercalls), read by the device through the TCE table, sent on the wire, completed
-//! under interrupt moderation and unmapped. Nothing is extrapolated.
+//! The soak runs the stream workload's own transmit and receive loops
+//! ([`TxConnection::write_message`], [`RxConnection::read_message`] of
+//! [`crate::workloads::netperf`]) for the whole requested virtual time, and watches them
+//! through [`StreamHooks`]: every message is copied, every skb's head and page fragments are
+//! mapped through [`TceDma`] (pool locks, TCE hypercalls), read by the device through the TCE
+//! table, sent on the wire, completed under interrupt moderation and unmapped; every
+//! received packet is written by the device into a mapped receive stride, and used-up pages
+//! are recycled or unmapped and replaced. As in the stream test, every queue's receive
+//! pages are mapped when the interface comes up, in both directions. Nothing is
+//! extrapolated.
 //!
-//! At every interval boundary a checker stops the world at message boundaries (each writer
-//! parks before its next message; skbs already posted stay in flight, mapped) and checks:
+//! At every interval boundary a checker stops the world at message boundaries (each thread
+//! parks before its next message; skbs already posted and messages already sent stay in
+//! flight, mapped) and checks:
 //!
 //! - **no leaked IOVA or table entry**: the IOMMU's live mappings and the window
 //!   allocator's live blocks both equal the reference map's entries (the reference is the
 //!   soak's own record of every mapping it holds);
 //! - **page tables consistent with the reference**: every reference mapping translates,
 //!   through a walk of the TCE table, to exactly its physical buffer;
-//! - **no DMA lost or duplicated**: every mapping unmapped so far was read by the device
-//!   exactly once, every skb completed exactly once and in order on its queue, and the
-//!   payload written equals the payload completed plus the payload in flight.
+//! - **no DMA lost or duplicated**: write: every mapping unmapped so far was read by the
+//!   device exactly once, every skb completed exactly once and in order on its queue, and
+//!   the payload written equals the payload completed plus the payload in flight; read:
+//!   every message the remote sender sent was read once and in order on its connection, the
+//!   device wrote every receive page's strides in order, each once per posting, and only
+//!   used-up pages were unmapped, and the bytes the device wrote are exactly one stride
+//!   per packet of the messages read.
 //!
-//! At the end the writers drain their queues, and the IOMMU must hold no mapping, the
-//! allocator no block. Throughput stability is the coefficient of variation of the
-//! per-interval throughput (the first interval, which includes the ramp, is left out).
+//! At the end the threads drain their queues (writers: the remaining completions; readers:
+//! the messages already sent), the interface goes down (its receive pages are unmapped),
+//! and the IOMMU must hold no mapping, the allocator no block. Throughput stability is the
+//! coefficient of variation of the per-interval throughput (the first interval, which
+//! includes the ramp, is left out).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -33,11 +47,13 @@ use iolab_iommu::hw::{DmaPath, MappedBuffer};
 use iolab_iommu::iova::IovaAllocator;
 use iolab_iommu::work::WorkRecord;
 
-use crate::devices::nic::{spend, Link, NicError, TceDma, TxEntry, TxRing};
+use crate::devices::nic::{Link, NicError, TceDma, TxEntry};
 use crate::engine::{Channel, Ctx, Sim, SimConfig, SimDuration, SimError, SimTime};
 use crate::experiments::pseries_ddw::{self, SoakParts};
 use crate::experiments::ExperimentError;
-use crate::workloads::netperf::{StackCosts, StreamConfig};
+use crate::workloads::netperf::{
+    map_rx_rings, sender, RxConnection, StreamDirection, StreamHooks, StreamShared, TxConnection,
+};
 
 /// Longest soak accepted, virtual seconds (a week).
 pub const MAX_SOAK_SECONDS: u64 = 7 * 24 * 3600;
@@ -46,6 +62,26 @@ pub const MAX_INTERVALS: u64 = 1_000_000;
 /// Shortest interval between checks, virtual microseconds.
 pub const MIN_INTERVAL_US: u64 = 100;
 
+/// Which way the soak's stream flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SoakDirection {
+    /// Transmit: the threads write.
+    Write,
+    /// Receive: the threads read what a remote sender streams.
+    Read,
+}
+
+impl SoakDirection {
+    /// "write" or "read".
+    pub fn name(self) -> &'static str {
+        match self {
+            SoakDirection::Write => "write",
+            SoakDirection::Read => "read",
+        }
+    }
+}
+
 /// What to soak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SoakConfig {
@@ -53,11 +89,13 @@ pub struct SoakConfig {
     pub duration_ns: u64,
     /// Virtual time between invariant checks, nanoseconds.
     pub interval_ns: u64,
-    /// Writer threads (`None`: the scenario's many-thread count, 64 in the bundled one).
+    /// Threads (`None`: the scenario's many-thread count, 64 in the bundled one).
     pub threads: Option<usize>,
     /// Use the DDW as a dynamic window (`true`, the change under test) or the default
     /// window only.
     pub ddw: bool,
+    /// Write or read.
+    pub direction: SoakDirection,
     /// Seed of the run.
     pub seed: u64,
 }
@@ -67,9 +105,10 @@ pub struct SoakConfig {
 pub struct IntervalReport {
     /// Virtual time of the checkpoint, nanoseconds.
     pub at_ns: u64,
-    /// Payload the wire finished within the interval, Gb/s.
+    /// Payload within the interval, Gb/s: write, what the wire finished; read, what the wire
+    /// delivered (and the readers consumed).
     pub gbps: f64,
-    /// Live mappings at the checkpoint (skbs in flight).
+    /// Live mappings at the checkpoint (skbs in flight, receive pages).
     pub live_mappings: usize,
     /// Mappings translated and compared with the reference at the checkpoint.
     pub mappings_checked: usize,
@@ -78,11 +117,13 @@ pub struct IntervalReport {
 /// The result of a soak that passed every check.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct SoakReport {
-    /// Writer threads.
+    /// Write or read.
+    pub direction: SoakDirection,
+    /// Threads.
     pub threads: usize,
     /// Whether the DDW was used as a dynamic window.
     pub ddw: bool,
-    /// Virtual time run, nanoseconds (to the end of the writers' drain).
+    /// Virtual time run, nanoseconds (to the end of the threads' drain).
     pub virtual_ns: u64,
     /// Every interval, in order.
     pub intervals: Vec<IntervalReport>,
@@ -90,14 +131,19 @@ pub struct SoakReport {
     pub mean_gbps: f64,
     /// Coefficient of variation of that throughput, percent.
     pub cv_pct: f64,
-    /// Buffers mapped.
+    /// Buffers mapped (including the receive pages mapped when the interface came up).
     pub maps: u64,
-    /// Buffers unmapped.
+    /// Buffers unmapped (including the receive pages unmapped when it went down).
     pub unmaps: u64,
-    /// Skbs completed.
+    /// Skbs completed (write; 0 for read).
     pub skbs: u64,
-    /// Payload bytes completed.
+    /// Messages written (write) or read (read).
+    pub messages: u64,
+    /// Payload bytes completed (write) or read (read).
     pub bytes: u64,
+    /// Bytes the device moved by DMA: read from transmit buffers, written into receive
+    /// strides.
+    pub device_bytes: u64,
     /// TCE hypercalls issued.
     pub hypercalls: u64,
 }
@@ -145,52 +191,64 @@ impl SoakError {
     }
 }
 
-/// A mapping the soak holds: its buffer and how often the device read it.
+/// A mapping the soak holds: its buffer, and what the device did with it.
 struct RefMapping {
     pa: u64,
     len: u64,
+    dir: Direction,
+    /// Device reads of the whole buffer (transmit).
     reads: u32,
+    /// Bytes the device wrote since the mapping was made (receive: strides, in order,
+    /// wrapping when the driver's page cache recycles the page).
+    written: u64,
 }
 
-/// Per-skb bookkeeping beside the ring: its sequence number on its queue.
-struct SkbMark {
-    seq: u64,
-}
-
-struct State {
-    cfg: StreamConfig,
-    costs: StackCosts,
-    dma: TceDma,
-    link: Link,
-    end: SimTime,
+/// The soak's record of everything in flight, checked at every checkpoint: the hooks the
+/// stream's loops call.
+struct Checks {
     interval_ns: u64,
+    message_bytes: u64,
+    /// Bytes the device writes per message received (one stride per packet).
+    rx_bytes_per_message: u64,
     reference: RefCell<BTreeMap<u64, RefMapping>>,
-    /// Payload bytes the wire finished, per interval.
+    /// Payload bytes per interval (write: by wire completion; read: by wire delivery).
     buckets: RefCell<Vec<u64>>,
     written: Cell<u64>,
     completed: Cell<u64>,
     in_flight: Cell<u64>,
     skbs: Cell<u64>,
+    messages: Cell<u64>,
+    device_bytes: Cell<u64>,
+    /// Receive: bytes the device wrote into receive strides.
+    rx_device_bytes: Cell<u64>,
+    /// Maps and unmaps outside the timed DMA path (the interface's receive pages).
+    untimed_maps: Cell<u64>,
+    untimed_unmaps: Cell<u64>,
+    /// Receive pages handed back by the threads when they finished, for the teardown.
+    down: RefCell<Vec<VecDeque<MappedBuffer>>>,
+    /// Per connection: the skbs posted and not yet completed (wire completion, bytes), in
+    /// order.
+    tx_posted: Vec<RefCell<VecDeque<(SimTime, u64)>>>,
+    /// Per connection: the messages the remote sender sent and nobody read yet, in order.
+    rx_sent: Vec<RefCell<VecDeque<(SimTime, SimTime)>>>,
     error: RefCell<Option<SoakError>>,
-    /// Stop-the-world: set by the checker; writers park at their next message boundary.
+    /// Stop-the-world: set by the checker; threads park at their next message boundary.
     pause: Cell<bool>,
     parked: Cell<usize>,
     running: Cell<usize>,
-    /// Virtual time the last writer finished draining.
+    /// Virtual time the last thread finished draining.
     drained_at: Cell<u64>,
     resume: Vec<Channel<()>>,
 }
 
-impl State {
+type Shared = StreamShared<Checks>;
+
+impl Checks {
     fn fail(&self, e: SoakError) {
         let mut err = self.error.borrow_mut();
         if err.is_none() {
             *err = Some(e);
         }
-    }
-
-    fn failed(&self) -> bool {
-        self.error.borrow().is_some()
     }
 
     fn broken(&self, now: SimTime, what: String) -> SoakError {
@@ -200,61 +258,159 @@ impl State {
         }
     }
 
-    async fn stack(&self, ctx: &Ctx, ns: f64) {
-        let j = ctx
-            .rng()
-            .jitter(ns.round() as u64, self.costs.jitter_pct.min(100));
-        spend(ctx, j as f64).await;
+    fn count(&self, at: SimTime, bytes: u64) {
+        let k = (at.as_ns() / self.interval_ns) as usize;
+        if let Some(b) = self.buckets.borrow_mut().get_mut(k) {
+            *b += bytes;
+        }
     }
 
-    async fn map(&self, ctx: &Ctx, pa: u64, len: u64) -> Result<MappedBuffer, SoakError> {
-        let m = self.dma.map(ctx, pa, len, Direction::ToDevice).await?;
+    /// Removes `dma` from the reference; `check` says whether the device must have used it
+    /// fully first (a driver unmap), not at interface teardown.
+    fn forget(&self, now: SimTime, m: &MappedBuffer, check: bool) -> Result<(), SoakError> {
         let dma = m.dma_addr().0;
-        let old = self
-            .reference
-            .borrow_mut()
-            .insert(dma, RefMapping { pa, len, reads: 0 });
+        let r = self.reference.borrow_mut().remove(&dma);
+        let Some(r) = r else {
+            return Err(self.broken(now, format!("unmap of unknown {dma:#x}")));
+        };
+        if !check {
+            return Ok(());
+        }
+        match r.dir {
+            Direction::FromDevice if r.written == 0 || r.written % r.len != 0 => Err(self.broken(
+                now,
+                format!(
+                    "receive page {dma:#x} unmapped after {} bytes written, not a whole number of pages",
+                    r.written
+                ),
+            )),
+            Direction::FromDevice => Ok(()),
+            _ if r.reads == 1 => Ok(()),
+            _ => Err(self.broken(
+                now,
+                format!("mapping {dma:#x} was read {} times, not once", r.reads),
+            )),
+        }
+    }
+}
+
+impl StreamHooks for Checks {
+    type Error = SoakError;
+
+    fn failed(&self) -> bool {
+        self.error.borrow().is_some()
+    }
+
+    fn mapped(&self, ctx: &Ctx, m: &MappedBuffer, pa: u64) -> Result<(), SoakError> {
+        let dma = m.dma_addr().0;
+        let old = self.reference.borrow_mut().insert(
+            dma,
+            RefMapping {
+                pa,
+                len: m.len(),
+                dir: m.direction(),
+                reads: 0,
+                written: 0,
+            },
+        );
         if old.is_some() {
             return Err(self.broken(ctx.now(), format!("IOVA {dma:#x} handed out twice")));
         }
-        Ok(m)
+        Ok(())
     }
 
-    fn device_read(&self, ctx: &Ctx, m: &MappedBuffer) -> Result<f64, SoakError> {
-        let dma = m.dma_addr().0;
-        let ns = self.dma.device_access(dma, m.len(), Access::Read)?;
-        match self.reference.borrow_mut().get_mut(&dma) {
-            Some(r) => r.reads += 1,
-            None => return Err(self.broken(ctx.now(), format!("device read unmapped {dma:#x}"))),
+    fn accessed(&self, ctx: &Ctx, dma: u64, len: u64, access: Access) -> Result<(), SoakError> {
+        let now = ctx.now();
+        let mut reference = self.reference.borrow_mut();
+        let Some((&start, r)) = reference.range_mut(..=dma).next_back() else {
+            return Err(self.broken(now, format!("device access of unmapped {dma:#x}")));
+        };
+        if dma + len > start + r.len {
+            return Err(self.broken(
+                now,
+                format!("device access {dma:#x}+{len} beyond the mapping at {start:#x}"),
+            ));
         }
-        Ok(ns)
-    }
-
-    async fn unmap(&self, ctx: &Ctx, m: MappedBuffer) -> Result<(), SoakError> {
-        let dma = m.dma_addr().0;
-        let r = self.reference.borrow_mut().remove(&dma);
-        match r {
-            Some(r) if r.reads == 1 => {}
-            Some(r) => {
+        match access {
+            Access::Read if dma == start && len == r.len => r.reads += 1,
+            Access::Write if dma - start == r.written % r.len => {
+                r.written += len;
+                self.rx_device_bytes.set(self.rx_device_bytes.get() + len);
+            }
+            _ => {
                 return Err(self.broken(
-                    ctx.now(),
-                    format!("mapping {dma:#x} was read {} times, not once", r.reads),
+                    now,
+                    format!(
+                        "device {access:?} of {dma:#x}+{len} out of order in the mapping at {start:#x} ({} bytes written)",
+                        r.written
+                    ),
                 ))
             }
-            None => return Err(self.broken(ctx.now(), format!("unmap of unknown {dma:#x}"))),
         }
-        self.dma.unmap(ctx, m).await?;
+        self.device_bytes.set(self.device_bytes.get() + len);
+        Ok(())
+    }
+
+    fn unmapping(&self, ctx: &Ctx, m: &MappedBuffer) -> Result<(), SoakError> {
+        self.forget(ctx.now(), m, true)
+    }
+
+    fn message_written(&self, _i: usize, bytes: u64) {
+        self.written.set(self.written.get() + bytes);
+        self.in_flight.set(self.in_flight.get() + bytes);
+        self.messages.set(self.messages.get() + 1);
+    }
+
+    fn skb_sent(&self, _ctx: &Ctx, i: usize, bytes: u64, done: SimTime) -> Result<(), SoakError> {
+        self.count(done, bytes);
+        self.tx_posted[i].borrow_mut().push_back((done, bytes));
+        Ok(())
+    }
+
+    fn skb_completed(&self, ctx: &Ctx, i: usize, skb: &TxEntry) -> Result<(), SoakError> {
+        let expected = self.tx_posted[i].borrow_mut().pop_front();
+        if expected != Some((skb.done, skb.bytes)) {
+            return Err(self.broken(
+                ctx.now(),
+                format!(
+                    "queue {i}: skb ({:?}, {} bytes) completed out of order or twice; expected {expected:?}",
+                    skb.done, skb.bytes
+                ),
+            ));
+        }
+        self.in_flight.set(self.in_flight.get() - skb.bytes);
+        self.completed.set(self.completed.get() + skb.bytes);
+        self.skbs.set(self.skbs.get() + 1);
+        Ok(())
+    }
+
+    fn message_sent(&self, i: usize, sent: SimTime, arrival: SimTime) {
+        self.rx_sent[i].borrow_mut().push_back((sent, arrival));
+    }
+
+    fn message_read(
+        &self,
+        ctx: &Ctx,
+        i: usize,
+        sent: SimTime,
+        arrival: SimTime,
+    ) -> Result<(), SoakError> {
+        let expected = self.rx_sent[i].borrow_mut().pop_front();
+        if expected != Some((sent, arrival)) {
+            return Err(self.broken(
+                ctx.now(),
+                format!(
+                    "connection {i}: message ({sent:?}, {arrival:?}) read out of order, twice or never sent; expected {expected:?}"
+                ),
+            ));
+        }
+        self.count(arrival, self.message_bytes);
+        self.completed
+            .set(self.completed.get() + self.message_bytes);
+        self.messages.set(self.messages.get() + 1);
         Ok(())
     }
 }
-
-/// Physical layout of one writer's buffers (as the stream workload's): 4 GiB apart.
-fn thread_base(i: usize) -> u64 {
-    (i as u64 + 1) << 32
-}
-const FRAG_PAGES: u64 = 256;
-const HEAD_AREA: u64 = 2 << 30;
-const HEADS: u64 = 4096;
 
 /// Runs the soak on a `pseries-ddw` scenario (`text`, named `origin` in errors).
 pub fn run_soak(text: &str, origin: &str, soak: &SoakConfig) -> Result<SoakReport, SoakError> {
@@ -304,109 +460,207 @@ pub fn run_soak(text: &str, origin: &str, soak: &SoakConfig) -> Result<SoakRepor
         ));
     }
     let end_ns = intervals * soak.interval_ns;
+    let mut cfg = stream;
+    cfg.threads = threads;
+    cfg.direction = match soak.direction {
+        SoakDirection::Write => StreamDirection::Write,
+        SoakDirection::Read => StreamDirection::Read,
+    };
+    cfg.run_ns = end_ns;
+    cfg.warmup_ns = 0;
     let cpus = (profile.cpu.cores as usize).max(threads);
     let mut sim = Sim::new(SimConfig {
         cpus,
         seed: soak.seed,
     })?;
     let h = sim.handle().clone();
+    // The interface comes up: every queue's receive pages are mapped (not timed), as in
+    // the stream test.
+    let rings = map_rx_rings(&cfg, &iommu, &dev, cpus)?;
     let dma = TceDma::new(&h, iommu.clone(), dev.clone(), &profile, serialisation)?;
-    let state = Rc::new(State {
-        cfg: stream,
+    let lnk = Link::new(link);
+    let rx_bytes_per_message = lnk.config().packets(cfg.message_bytes) * cfg.rx_stride_bytes;
+    let state = Rc::new(StreamShared {
+        cfg,
         costs,
         dma,
-        link: Link::new(link),
+        link: lnk,
         end: SimTime(end_ns),
-        interval_ns: soak.interval_ns,
-        reference: RefCell::new(BTreeMap::new()),
-        buckets: RefCell::new(vec![0; intervals as usize]),
-        written: Cell::new(0),
-        completed: Cell::new(0),
-        in_flight: Cell::new(0),
-        skbs: Cell::new(0),
-        error: RefCell::new(None),
-        pause: Cell::new(false),
-        parked: Cell::new(0),
-        running: Cell::new(threads),
-        drained_at: Cell::new(0),
-        resume: (0..threads).map(|_| Channel::new(&h, 1)).collect(),
+        hooks: Checks {
+            interval_ns: soak.interval_ns,
+            message_bytes: cfg.message_bytes,
+            rx_bytes_per_message,
+            reference: RefCell::new(BTreeMap::new()),
+            buckets: RefCell::new(vec![0; intervals as usize]),
+            written: Cell::new(0),
+            completed: Cell::new(0),
+            in_flight: Cell::new(0),
+            skbs: Cell::new(0),
+            messages: Cell::new(0),
+            device_bytes: Cell::new(0),
+            rx_device_bytes: Cell::new(0),
+            untimed_maps: Cell::new(0),
+            untimed_unmaps: Cell::new(0),
+            down: RefCell::new(Vec::new()),
+            tx_posted: (0..threads)
+                .map(|_| RefCell::new(VecDeque::new()))
+                .collect(),
+            rx_sent: (0..threads)
+                .map(|_| RefCell::new(VecDeque::new()))
+                .collect(),
+            error: RefCell::new(None),
+            pause: Cell::new(false),
+            parked: Cell::new(0),
+            running: Cell::new(threads),
+            drained_at: Cell::new(0),
+            resume: (0..threads).map(|_| Channel::new(&h, 1)).collect(),
+        },
     });
+    let c = &state.hooks;
+    let mut rings: VecDeque<VecDeque<MappedBuffer>> = rings.into_iter().collect();
+    for (q, ring) in rings.iter().enumerate() {
+        for (k, m) in ring.iter().enumerate() {
+            let pa = crate::workloads::netperf::rx_page_pa(&cfg, q, k as u64);
+            c.reference.borrow_mut().insert(
+                m.dma_addr().0,
+                RefMapping {
+                    pa,
+                    len: m.len(),
+                    dir: m.direction(),
+                    reads: 0,
+                    written: 0,
+                },
+            );
+            c.untimed_maps.set(c.untimed_maps.get() + 1);
+        }
+    }
     for i in 0..threads {
         let s = state.clone();
-        sim.spawn_on(i, move |ctx| async move {
-            if let Err(e) = writer(&ctx, &s, i).await {
-                s.fail(e);
+        let pages = rings.pop_front().unwrap_or_default();
+        let finish = move |s: &Shared, ctx: &Ctx, r: Result<(), SoakError>| {
+            if let Err(e) = r {
+                s.hooks.fail(e);
             }
-            s.running.set(s.running.get() - 1);
-            s.drained_at.set(s.drained_at.get().max(ctx.now().as_ns()));
-        })?;
+            s.hooks.running.set(s.hooks.running.get() - 1);
+            s.hooks
+                .drained_at
+                .set(s.hooks.drained_at.get().max(ctx.now().as_ns()));
+        };
+        match soak.direction {
+            SoakDirection::Write => {
+                sim.spawn_on(i, move |ctx| async move {
+                    let r = writer(&ctx, &s, i, pages).await;
+                    finish(&s, &ctx, r);
+                })?;
+            }
+            SoakDirection::Read => {
+                let window = cfg.rx_window_messages.max(1);
+                let data: Channel<(SimTime, SimTime)> = Channel::new(&h, window + 1);
+                let credits: Channel<()> = Channel::new(&h, window + 1);
+                for _ in 0..window {
+                    let _ = credits.send(());
+                }
+                let (s2, d2, c2) = (s.clone(), data.clone(), credits.clone());
+                sim.spawn_agent(move |ctx| async move { sender(&ctx, &s2, i, &d2, &c2).await })?;
+                sim.spawn_on(i, move |ctx| async move {
+                    let rx = RxConnection::new(&s.cfg, i, pages);
+                    let r = reader(&ctx, &s, i, rx, &data, &credits).await;
+                    finish(&s, &ctx, r);
+                })?;
+            }
+        }
     }
     let reports: Rc<RefCell<Vec<IntervalReport>>> = Rc::new(RefCell::new(Vec::new()));
     {
         let (s, r) = (state.clone(), reports.clone());
         let (iommu, dev) = (iommu.clone(), dev.clone());
         sim.spawn_agent(move |ctx| async move {
+            let c = &s.hooks;
             for k in 1..=intervals {
-                ctx.sleep_until(SimTime(k * s.interval_ns)).await;
-                if s.failed() {
+                ctx.sleep_until(SimTime(k * c.interval_ns)).await;
+                if c.failed() {
                     return;
                 }
                 // Stop the world at message boundaries.
-                s.pause.set(true);
-                while s.parked.get() < s.running.get() && !s.failed() {
+                c.pause.set(true);
+                while c.parked.get() < c.running.get() && !c.failed() {
                     ctx.sleep_until(ctx.now() + SimDuration::ns(200)).await;
                 }
                 match checkpoint(&ctx, &s, &iommu, &dev) {
                     Ok(checked) => r.borrow_mut().push(IntervalReport {
-                        at_ns: k * s.interval_ns,
+                        at_ns: k * c.interval_ns,
                         gbps: 0.0,
                         live_mappings: iommu.live_mappings(),
                         mappings_checked: checked,
                     }),
-                    Err(e) => s.fail(e),
+                    Err(e) => c.fail(e),
                 }
-                s.pause.set(false);
-                for ch in &s.resume {
+                c.pause.set(false);
+                for ch in &c.resume {
                     let _ = ch.send(());
                 }
             }
         })?;
     }
     // Generous horizon for the drain; the run ends when every task has.
-    let report = sim.run_until(SimTime(end_ns + end_ns / 10 + 1_000_000_000))?;
-    if let Some(e) = state.error.borrow_mut().take() {
+    let _ = sim.run_until(SimTime(end_ns + end_ns / 10 + 1_000_000_000))?;
+    if let Some(e) = c.error.borrow_mut().take() {
         return Err(e);
     }
-    let _ = report;
-    let now = SimTime(state.drained_at.get());
+    let now = SimTime(c.drained_at.get());
     let broken = |what: String| SoakError::Invariant {
         at_ns: now.as_ns(),
         what,
     };
-    if state.running.get() != 0 {
-        return Err(broken("writers did not finish draining".into()));
+    if c.running.get() != 0 {
+        return Err(broken("threads did not finish draining".into()));
+    }
+    // The interface goes down (untimed, as it came up): every queue's receive pages are
+    // unmapped, the threads' and the unused queues'.
+    let down: Vec<VecDeque<MappedBuffer>> = c.down.borrow_mut().drain(..).collect();
+    for ring in down.into_iter().chain(rings) {
+        for m in ring {
+            c.forget(now, &m, false)?;
+            let mut w = WorkRecord::new();
+            iommu
+                .unmap_single(m, 0, now.as_ns(), &mut w)
+                .map_err(|r| broken(format!("interface teardown: {}", r.error)))?;
+            c.untimed_unmaps.set(c.untimed_unmaps.get() + 1);
+        }
     }
     // Final: everything unmapped, nothing left in the table or the allocator.
     let live = iommu.live_mappings();
     let blocks = window_blocks(&iommu, &dev);
-    if live != 0 || blocks != Some(0) || !state.reference.borrow().is_empty() {
+    if live != 0 || blocks != Some(0) || !c.reference.borrow().is_empty() {
         return Err(broken(format!(
             "after the drain: {live} live mappings, {blocks:?} allocator blocks, {} reference entries",
-            state.reference.borrow().len()
+            c.reference.borrow().len()
         )));
     }
     let totals = state.dma.totals();
-    if totals.maps != totals.unmaps {
-        return Err(broken(format!(
-            "{} maps but {} unmaps",
-            totals.maps, totals.unmaps
-        )));
+    let (maps, unmaps) = (
+        totals.maps + c.untimed_maps.get(),
+        totals.unmaps + c.untimed_unmaps.get(),
+    );
+    if maps != unmaps {
+        return Err(broken(format!("{maps} maps but {unmaps} unmaps")));
     }
-    if state.written.get() != state.completed.get() {
+    if c.written.get() != c.completed.get() && soak.direction == SoakDirection::Write {
         return Err(broken(format!(
             "{} payload bytes written, {} completed",
-            state.written.get(),
-            state.completed.get()
+            c.written.get(),
+            c.completed.get()
+        )));
+    }
+    if let Some((i, q)) = c
+        .rx_sent
+        .iter()
+        .enumerate()
+        .find(|(_, q)| !q.borrow().is_empty())
+    {
+        return Err(broken(format!(
+            "connection {i}: {} messages sent and never read",
+            q.borrow().len()
         )));
     }
     let mut intervals_out = reports.borrow().clone();
@@ -416,23 +670,26 @@ pub fn run_soak(text: &str, origin: &str, soak: &SoakConfig) -> Result<SoakRepor
             intervals_out.len()
         )));
     }
-    let buckets = state.buckets.borrow();
+    let buckets = c.buckets.borrow();
     for (iv, &bytes) in intervals_out.iter_mut().zip(buckets.iter()) {
         iv.gbps = bytes as f64 * 8.0 / soak.interval_ns as f64;
     }
     let steady: Vec<f64> = intervals_out.iter().skip(1).map(|i| i.gbps).collect();
-    let (mean_gbps, cv_pct) = mean_cv(if steady.is_empty() { &[] } else { &steady });
+    let (mean_gbps, cv_pct) = mean_cv(&steady);
     Ok(SoakReport {
+        direction: soak.direction,
         threads,
         ddw: soak.ddw,
         virtual_ns: now.as_ns(),
         intervals: intervals_out,
         mean_gbps,
         cv_pct,
-        maps: totals.maps,
-        unmaps: totals.unmaps,
-        skbs: state.skbs.get(),
-        bytes: state.completed.get(),
+        maps,
+        unmaps,
+        skbs: c.skbs.get(),
+        messages: c.messages.get(),
+        bytes: c.completed.get(),
+        device_bytes: c.device_bytes.get(),
         hypercalls: totals.hypercalls,
     })
 }
@@ -463,15 +720,16 @@ fn window_blocks(
 /// The checks of one stopped-world checkpoint; returns how many mappings were compared.
 fn checkpoint(
     ctx: &Ctx,
-    s: &State,
+    s: &Shared,
     iommu: &iolab_iommu::hw::PseriesIommu,
     dev: &iolab_iommu::dma::Device,
 ) -> Result<usize, SoakError> {
     let now = ctx.now();
-    let reference = s.reference.borrow();
+    let c = &s.hooks;
+    let reference = c.reference.borrow();
     let live = iommu.live_mappings();
     if live != reference.len() {
-        return Err(s.broken(
+        return Err(c.broken(
             now,
             format!(
                 "the IOMMU holds {live} mappings, the reference {}",
@@ -481,7 +739,7 @@ fn checkpoint(
     }
     let blocks = window_blocks(iommu, dev);
     if blocks != Some(reference.len()) {
-        return Err(s.broken(
+        return Err(c.broken(
             now,
             format!(
                 "the window allocator holds {blocks:?} blocks, the reference {} mappings",
@@ -491,40 +749,61 @@ fn checkpoint(
     }
     let mut work = WorkRecord::new();
     for (&dma, r) in reference.iter() {
+        let access = match r.dir {
+            Direction::FromDevice => Access::Write,
+            _ => Access::Read,
+        };
         let got = iommu
-            .translate(dev, DmaAddr(dma), r.len, Access::Read, &mut work)
-            .map_err(|f| s.broken(now, format!("mapping {dma:#x} faults: {f:?}")))?;
+            .translate(dev, DmaAddr(dma), r.len, access, &mut work)
+            .map_err(|f| c.broken(now, format!("mapping {dma:#x} faults: {f:?}")))?;
         let merged = merge(got);
         let want = [PhysRange {
             pa: iolab_iommu::addr::PhysAddr::new(r.pa),
             len: r.len,
         }];
         if merged != want {
-            return Err(s.broken(
+            return Err(c.broken(
                 now,
                 format!("mapping {dma:#x} translates to {merged:?}, not {want:?}"),
             ));
         }
     }
-    if s.written.get() != s.completed.get() + s.in_flight.get() {
-        return Err(s.broken(
+    if c.written.get() != c.completed.get() + c.in_flight.get()
+        && s.cfg.direction == StreamDirection::Write
+    {
+        return Err(c.broken(
             now,
             format!(
                 "payload: {} written != {} completed + {} in flight",
-                s.written.get(),
-                s.completed.get(),
-                s.in_flight.get()
+                c.written.get(),
+                c.completed.get(),
+                c.in_flight.get()
             ),
         ));
     }
+    if s.cfg.direction == StreamDirection::Read {
+        let want = (c.completed.get() / c.message_bytes.max(1)) * c.rx_bytes_per_message;
+        if c.rx_device_bytes.get() != want {
+            return Err(c.broken(
+                now,
+                format!(
+                    "the device wrote {} bytes of receive strides for {} messages read, not {want}",
+                    c.rx_device_bytes.get(),
+                    c.completed.get() / c.message_bytes.max(1)
+                ),
+            ));
+        }
+    }
     let totals = s.dma.totals();
-    if totals.maps - totals.unmaps != reference.len() as u64 {
-        return Err(s.broken(
+    if totals.maps + c.untimed_maps.get() - totals.unmaps - c.untimed_unmaps.get()
+        != reference.len() as u64
+    {
+        return Err(c.broken(
             now,
             format!(
                 "{} maps - {} unmaps != {} live",
-                totals.maps,
-                totals.unmaps,
+                totals.maps + c.untimed_maps.get(),
+                totals.unmaps + c.untimed_unmaps.get(),
                 reference.len()
             ),
         ));
@@ -543,139 +822,73 @@ fn merge(ranges: Vec<PhysRange>) -> Vec<PhysRange> {
     out
 }
 
-/// One writer: the stream workload's transmit path, with the soak's bookkeeping.
-async fn writer(ctx: &Ctx, s: &State, i: usize) -> Result<(), SoakError> {
-    let c = s.cfg;
-    let base = thread_base(i);
-    let mut ring = TxRing::new(c.tx_ring_entries, c.tx_inflight_bytes, c.tx_coalescing);
-    let mut marks: VecDeque<SkbMark> = VecDeque::new();
-    let (mut next_seq, mut next_done) = (0u64, 0u64);
-    let (mut page, mut off, mut heads) = (0u64, 0u64, 0u64);
-    while ctx.now() < s.end && !s.failed() {
-        if s.pause.get() {
-            s.parked.set(s.parked.get() + 1);
-            s.resume[i].recv(ctx).await;
-            s.parked.set(s.parked.get() - 1);
+/// Parks a thread at a message boundary while the checker holds the world stopped.
+async fn park(ctx: &Ctx, s: &Shared, i: usize) {
+    let c = &s.hooks;
+    c.parked.set(c.parked.get() + 1);
+    c.resume[i].recv(ctx).await;
+    c.parked.set(c.parked.get() - 1);
+}
+
+/// Hands a connection's receive pages back for the interface teardown (after the run,
+/// untimed, as they were mapped).
+fn teardown(s: &Shared, pages: VecDeque<MappedBuffer>) -> Result<(), SoakError> {
+    s.hooks.down.borrow_mut().push(pages);
+    Ok(())
+}
+
+/// One writer: the stream workload's transmit path, parked at checkpoints; then the drain.
+async fn writer(
+    ctx: &Ctx,
+    s: &Shared,
+    i: usize,
+    rx_pages: VecDeque<MappedBuffer>,
+) -> Result<(), SoakError> {
+    let mut tx = TxConnection::new(&s.cfg, i);
+    while ctx.now() < s.end && !s.hooks.failed() {
+        if s.hooks.pause.get() {
+            park(ctx, s, i).await;
             continue;
         }
-        s.stack(
-            ctx,
-            s.costs.syscall_ns + c.message_bytes as f64 / s.costs.copy_bytes_per_ns,
-        )
-        .await;
-        let started = ctx.now();
-        let mut left = c.message_bytes;
-        s.written.set(s.written.get() + left);
-        s.in_flight.set(s.in_flight.get() + left);
-        while left > 0 {
-            let skb = left.min(c.tso_max_bytes);
-            left -= skb;
-            while !ring.has_room(skb) {
-                if let Some(at) = ring.interrupt_at() {
-                    if at > ctx.now() {
-                        ctx.sleep_until(at).await;
-                    }
-                }
-                complete(ctx, s, &mut ring, &mut marks, &mut next_done).await?;
-            }
-            s.stack(ctx, s.costs.tx_per_skb_ns).await;
-            let mut maps = Vec::with_capacity(3);
-            if c.linear_bytes > 0 {
-                let head = base + HEAD_AREA + (heads % HEADS) * 4096 + 64;
-                heads += 1;
-                maps.push(s.map(ctx, head, c.linear_bytes).await?);
-            }
-            let mut rem = skb;
-            while rem > 0 {
-                let n = rem.min(c.page_bytes - off);
-                let pa = base + (page % FRAG_PAGES) * c.page_bytes + off;
-                maps.push(s.map(ctx, pa, n).await?);
-                rem -= n;
-                off += n;
-                if off >= c.page_bytes {
-                    off = 0;
-                    page += 1;
-                }
-            }
-            spend(ctx, s.costs.doorbell_ns).await;
-            let mut xlat = 0.0;
-            for m in &maps {
-                xlat += s.device_read(ctx, m)?;
-            }
-            let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
-            let done = s.link.transmit(ready, skb);
-            let k = (done.as_ns() / s.interval_ns) as usize;
-            if let Some(b) = s.buckets.borrow_mut().get_mut(k) {
-                *b += skb;
-            }
-            ring.push(TxEntry {
-                maps,
-                bytes: skb,
-                done,
-                started,
-                last: left == 0,
-            });
-            marks.push_back(SkbMark { seq: next_seq });
-            next_seq += 1;
-        }
-        if ring.interrupt_at().is_some_and(|at| at <= ctx.now()) {
-            complete(ctx, s, &mut ring, &mut marks, &mut next_done).await?;
-        }
+        tx.write_message(ctx, s).await?;
     }
     // Drain: the remaining completions arrive and are unmapped.
-    while !ring.is_empty() && !s.failed() {
-        if let Some(at) = ring.interrupt_at() {
+    while !tx.ring().is_empty() && !s.hooks.failed() {
+        if let Some(at) = tx.ring().interrupt_at() {
             if at > ctx.now() {
                 ctx.sleep_until(at).await;
             }
         }
-        complete(ctx, s, &mut ring, &mut marks, &mut next_done).await?;
+        tx.complete(ctx, s).await?;
     }
-    if !marks.is_empty() || next_done != next_seq {
-        return Err(s.broken(
-            ctx.now(),
-            format!("queue {i}: {next_seq} skbs posted, {next_done} completed"),
-        ));
+    let left = s.hooks.tx_posted[i].borrow().len();
+    if left != 0 && !s.hooks.failed() {
+        return Err(s
+            .hooks
+            .broken(ctx.now(), format!("queue {i}: {left} skbs never completed")));
     }
-    Ok(())
+    teardown(s, rx_pages)
 }
 
-/// One completion interrupt: frees the completed skbs and unmaps their buffers, checking
-/// each skb completes once, in order.
-async fn complete(
+/// One reader: the stream workload's receive path, parked at checkpoints; then it reads
+/// what the remote sender had already sent.
+async fn reader(
     ctx: &Ctx,
-    s: &State,
-    ring: &mut TxRing,
-    marks: &mut VecDeque<SkbMark>,
-    next_done: &mut u64,
+    s: &Shared,
+    i: usize,
+    mut rx: RxConnection,
+    data: &Channel<(SimTime, SimTime)>,
+    credits: &Channel<()>,
 ) -> Result<(), SoakError> {
-    let done = ring.take_done(ctx.now());
-    if done.is_empty() {
-        return Ok(());
-    }
-    s.stack(ctx, s.costs.irq_ns).await;
-    for e in done {
-        let mark = marks.pop_front();
-        match mark {
-            Some(m) if m.seq == *next_done => *next_done += 1,
-            other => {
-                return Err(s.broken(
-                    ctx.now(),
-                    format!(
-                        "skb completed out of order or twice: got {:?}, expected {}",
-                        other.map(|m| m.seq),
-                        next_done
-                    ),
-                ))
-            }
+    while ctx.now() < s.end && !s.hooks.failed() {
+        if s.hooks.pause.get() {
+            park(ctx, s, i).await;
+            continue;
         }
-        s.stack(ctx, s.costs.tx_completion_ns).await;
-        s.in_flight.set(s.in_flight.get() - e.bytes);
-        s.completed.set(s.completed.get() + e.bytes);
-        s.skbs.set(s.skbs.get() + 1);
-        for m in e.maps {
-            s.unmap(ctx, m).await?;
-        }
+        rx.read_message(ctx, s, data, credits).await?;
     }
-    Ok(())
+    while !data.is_empty() && !s.hooks.failed() {
+        rx.read_message(ctx, s, data, credits).await?;
+    }
+    teardown(s, rx.into_pages())
 }

@@ -232,3 +232,44 @@ fn memory_banks_are_validated() {
     );
     assert_eq!(field_of(run(&t).unwrap_err()), "memory.dma_mask_bits.value");
 }
+
+#[test]
+fn every_configuration_carries_the_protection_report_of_its_domain() {
+    let r = run(&shortened()).unwrap();
+    let value = |m: &iolab_sim::metrics::Measurement, name: &str| {
+        m.get(name)
+            .unwrap_or_else(|| panic!("{}: no {name}", m.config))
+            .value
+    };
+    assert_eq!(r.measurements.len(), 4);
+    for m in &r.measurements {
+        if m.attrs["iommu_mode"] == "none" {
+            // dma-direct: every xHCI access bypasses translation, and a freed buffer stays
+            // reachable for the whole run.
+            assert!(value(m, "protection.bypass_accesses") > 0.0, "{}", m.config);
+            assert!(
+                value(m, "protection.max_reachable_after_unmap_ns") > 0.0,
+                "{}",
+                m.config
+            );
+            assert_eq!(value(m, "protection.stale_hits"), 0.0, "{}", m.config);
+        } else {
+            // Strict IPMMU (whole-context flush before the unmap returns): no stale hit,
+            // nothing reachable after the unmap, every access translated.
+            assert_eq!(m.attrs["iommu_mode"], "strict");
+            assert_eq!(value(m, "protection.stale_hits"), 0.0, "{}", m.config);
+            assert_eq!(
+                value(m, "protection.max_reachable_after_unmap_ns"),
+                0.0,
+                "{}",
+                m.config
+            );
+            assert_eq!(value(m, "protection.bypass_accesses"), 0.0, "{}", m.config);
+        }
+        // Bonnie's buffers are whole pages: nothing beyond them is exposed, nothing faults.
+        assert_eq!(value(m, "protection.subpage_exposed_bytes"), 0.0);
+        assert_eq!(value(m, "protection.max_subpage_exposed_bytes"), 0.0);
+        assert_eq!(value(m, "faults.translation"), 0.0, "{}", m.config);
+        assert_eq!(value(m, "faults.permission"), 0.0, "{}", m.config);
+    }
+}

@@ -224,3 +224,41 @@ fn measurements_carry_each_kernel_and_user_count() {
         .iter()
         .all(|m| m.attrs["workload"] == "reaim" && m.get("reaim.jti").is_some()));
 }
+
+#[test]
+fn single_buffers_of_the_64_bit_hba_bypass_the_sba_and_a_32_bit_one_bypasses_nothing() {
+    let value = |m: &iolab_sim::metrics::Measurement, name: &str| {
+        m.get(name)
+            .unwrap_or_else(|| panic!("{}: no {name}", m.config))
+            .value
+    };
+    // The bundled 53c1030 has a 64-bit mask: one-segment requests take the single-buffer
+    // path and reach RAM untranslated. Every bypassed access is one DMA segment.
+    let text = short();
+    let wide = run(&text).unwrap();
+    let segments = mechanism(&wide.report_text);
+    assert_eq!(segments.len(), wide.measurements.len());
+    for (m, seg) in wide.measurements.iter().zip(&segments) {
+        assert_eq!(m.config, format!("{}.users{}", seg.0, seg.1));
+        let bypass = value(m, "protection.bypass_accesses");
+        assert!(bypass > 0.0, "{}", m.config);
+        assert!(
+            bypass <= seg.4 as f64,
+            "{}: {bypass} > {} segments",
+            m.config,
+            seg.4
+        );
+        assert_eq!(value(m, "faults.translation"), 0.0, "{}", m.config);
+        assert_eq!(value(m, "faults.permission"), 0.0, "{}", m.config);
+    }
+    // A 32-bit mask cannot reach RAM above 4 GiB: everything goes through the pdir.
+    let narrow_text = text.replace(
+        "dma_mask_bits = { value = 64,",
+        "dma_mask_bits = { value = 32,",
+    );
+    assert_ne!(narrow_text, text);
+    let narrow = run(&narrow_text).unwrap();
+    for m in &narrow.measurements {
+        assert_eq!(value(m, "protection.bypass_accesses"), 0.0, "{}", m.config);
+    }
+}

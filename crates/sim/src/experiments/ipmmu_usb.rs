@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::addr::{Iova, SZ_4K};
-use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode, ProtectionStats};
 use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::{ipmmu_domain, DmaPath, IpmmuInvalidator};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
@@ -589,6 +589,11 @@ struct CaseRun {
     irq_ns: u64,
     irq_charged_ns: u64,
     cpu: CpuBreakdown,
+    /// What the domain left the xHCI able to reach (its counters at the end of the run).
+    protection: ProtectionStats,
+    /// Longest time a freed page stayed reachable: the domain's figure, or the whole run
+    /// without an IOMMU (dma-direct never makes a freed page unreachable).
+    max_reachable_ns: u64,
 }
 
 fn model_err(e: impl std::fmt::Display) -> ExperimentError {
@@ -626,7 +631,7 @@ fn run_case(
         },
     );
     dcfg.cpus = cores;
-    let (path, poll_interval_ns): (Arc<dyn DmaPath>, u64) = if iommu {
+    let (domain, poll_interval_ns): (Arc<Domain>, u64) = if iommu {
         let rf = m.profile.require_register_flush()?;
         // The driver writes FLUSH, reads IMCTR (still set while the flush runs), then
         // polls every poll_interval until it reads the bit clear.
@@ -650,6 +655,7 @@ fn run_case(
     } else {
         (Arc::new(Domain::direct(dcfg).map_err(model_err)?), 0)
     };
+    let path: Arc<dyn DmaPath> = domain.clone();
     let mut sim = Sim::new(SimConfig { cpus: cores, seed })?;
     let irq = IrqCpu::new();
     let err = Rc::new(RefCell::new(None));
@@ -686,12 +692,23 @@ fn run_case(
         .borrow_mut()
         .take()
         .ok_or_else(|| model_err("bonnie did not finish (a task blocked forever)"))?;
+    // The protection report from the domain the device's DMA went through: strict IPMMU
+    // (its stale and reachable figures, sub-page exposure of every mapping, faults) or
+    // dma-direct (every device access bypasses translation; a freed page stays reachable).
+    let protection = domain.protection();
+    let max_reachable_ns = if iommu {
+        protection.max_reachable_after_unmap_ns
+    } else {
+        report.end.as_ns()
+    };
     Ok(CaseRun {
         values: CsvValues::from_result(&r),
         usb: dev.stats(),
         irq_ns: irq.total_ns(),
         irq_charged_ns: irq.charged_ns(),
         cpu: CpuBreakdown::from(report.total),
+        protection,
+        max_reachable_ns,
     })
 }
 
@@ -890,7 +907,8 @@ pub fn run_scenario(
 
 /// One configuration as a [`Measurement`]: the bonnie++ columns (mean over the runs) as
 /// `bonnie.<phase>_kps` / `bonnie.<phase>_cpu_pct` (`bonnie.seeks_per_s` for seeks), the
-/// device's totals of the last run, and the CPU time summed over all runs and CPUs.
+/// device's totals and the protection report (`protection.*`, `faults.*`) of the last run,
+/// and the CPU time summed over all runs and CPUs.
 fn case_measurement(
     name: &str,
     superspeed: bool,
@@ -949,6 +967,7 @@ fn case_measurement(
             .metric(Metric::new("usb.bounce_cpu_ns", "ns", u.bounce_ns as f64))
             .metric(Metric::new("usb.map_cpu_ns", "ns", u.map_ns as f64))
             .metric(Metric::new("usb.unmap_cpu_ns", "ns", u.unmap_ns as f64));
+        m = super::protection::protection_metrics(m, &c.protection, c.max_reachable_ns);
     }
     m.cpu(cpu)
 }

@@ -43,7 +43,7 @@ pub mod defaults;
 pub mod examples;
 mod iommu;
 mod net;
-mod reaim;
+pub(crate) mod reaim;
 pub mod spec;
 mod usb;
 

@@ -16,13 +16,13 @@ use std::rc::Rc;
 
 use iolab_iommu::work::WorkRecord;
 
-use crate::accounting::CpuTimes;
+use crate::accounting::{CpuTimes, RunReport};
 use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
 use crate::engine::{Sim, SimConfig};
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::reaim::{
-    self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, TaskTotals,
+    self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, TaskTotals, Workfile,
 };
 
 use super::block::lock_params;
@@ -63,6 +63,91 @@ fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn Fn(&WorkReco
             + cost.hypervisor_ns(w).unwrap_or(0.0)
             + (w.commands_written - syncs) as f64 * consume_ns
             + syncs as f64 * sync_ns
+    })
+}
+
+/// What one re-aim run (one user count) produced.
+pub(crate) struct ChildrenRun {
+    /// The re-aim row.
+    pub row: ReaimRow,
+    /// The parent's time: the longest child's, from its fork, ns.
+    pub parent_ns: u64,
+    /// The simulation's report at the end.
+    pub report: RunReport,
+    /// The children's CPU time by origin.
+    pub totals: TaskTotals,
+}
+
+/// One re-aim run, shared by the `sba-vmerge` experiment and the workload scenarios: forks
+/// `users` children of `wf` (child `n` pinned to CPU `n % cpus`, its clock starting at the
+/// fork), their synchronous I/O going to `host`; runs `sim` to the end; checks that every
+/// child finished and no DMA mapping is left, and builds the re-aim row.
+pub(crate) fn run_children(
+    sim: &mut Sim,
+    host: &ScsiHost,
+    wf: &Workfile,
+    child: &ChildSetup,
+    users: u32,
+    cpus: usize,
+) -> Result<ChildrenRun, ExperimentError> {
+    let h = sim.handle().clone();
+    let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
+    let totals = Rc::new(RefCell::new(TaskTotals::default()));
+    let errors: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
+    let journal = Rc::new(RefCell::new(Journal::new(&child.layout)));
+    let wf_rc = Rc::new(wf.clone());
+    let child = *child;
+    for n in 0..users {
+        let (wf, host, results, totals, errors, journal) = (
+            wf_rc.clone(),
+            host.clone(),
+            results.clone(),
+            totals.clone(),
+            errors.clone(),
+            journal.clone(),
+        );
+        // The child's clock starts at its fork, not at its first run.
+        let start = h.now();
+        sim.spawn_on(n as usize % cpus, move |ctx| async move {
+            match reaim::run_child(&ctx, &wf, &child, &host, &journal, &totals).await {
+                Ok((user, sys)) => results.borrow_mut().push(ChildResult {
+                    elapsed_ns: (ctx.now() - start).as_ns(),
+                    user_ns: user,
+                    sys_ns: sys,
+                }),
+                Err(e) => {
+                    errors.borrow_mut().get_or_insert(e.to_string());
+                }
+            }
+        })?;
+    }
+    let report = sim.run()?;
+    if let Some(e) = errors.borrow_mut().take() {
+        return Err(model_err(e));
+    }
+    let kids = results.borrow().clone();
+    if kids.len() != users as usize {
+        return Err(model_err(format!(
+            "{} of {users} re-aim children finished",
+            kids.len()
+        )));
+    }
+    if host.live_mappings() != 0 {
+        return Err(model_err(format!(
+            "{} DMA mappings leaked after the run",
+            host.live_mappings()
+        )));
+    }
+    debug_assert!(report.is_conserved());
+    let parent_ns = kids.iter().map(|k| k.elapsed_ns).max().unwrap_or(0);
+    let row = ReaimRow::from_children(&kids, parent_ns, wf.weight_sum())
+        .ok_or_else(|| model_err("an empty re-aim run"))?;
+    let totals = *totals.borrow();
+    Ok(ChildrenRun {
+        row,
+        parent_ns,
+        report,
+        totals,
     })
 }
 
@@ -111,54 +196,12 @@ pub(crate) fn run_reaim(
             iommu::lab_device(64)?,
             s.profile.cpu_cost_model(),
         )?;
-        let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
-        let totals = Rc::new(RefCell::new(TaskTotals::default()));
-        let errors: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
-        let journal = Rc::new(RefCell::new(Journal::new(&child.layout)));
-        let wf = Rc::new(r.workfile.clone());
-        for n in 0..users {
-            let (wf, host, results, totals, errors, journal) = (
-                wf.clone(),
-                host.clone(),
-                results.clone(),
-                totals.clone(),
-                errors.clone(),
-                journal.clone(),
-            );
-            let start = h.now();
-            sim.spawn_on(n as usize % s.cpus, move |ctx| async move {
-                match reaim::run_child(&ctx, &wf, &child, &host, &journal, &totals).await {
-                    Ok((user, sys)) => results.borrow_mut().push(ChildResult {
-                        elapsed_ns: (ctx.now() - start).as_ns(),
-                        user_ns: user,
-                        sys_ns: sys,
-                    }),
-                    Err(e) => {
-                        errors.borrow_mut().get_or_insert(e.to_string());
-                    }
-                }
-            })?;
-        }
-        let report = sim.run()?;
-        if let Some(e) = errors.borrow_mut().take() {
-            return Err(model_err(e));
-        }
-        let kids = results.borrow().clone();
-        if kids.len() != users as usize {
-            return Err(model_err(format!(
-                "{} of {users} re-aim children finished",
-                kids.len()
-            )));
-        }
-        if host.live_mappings() != 0 {
-            return Err(model_err(format!(
-                "{} DMA mappings leaked after the run",
-                host.live_mappings()
-            )));
-        }
-        let parent = kids.iter().map(|k| k.elapsed_ns).max().unwrap_or(0);
-        let row = ReaimRow::from_children(&kids, parent, r.workfile.weight_sum())
-            .ok_or_else(|| model_err("an empty re-aim run"))?;
+        let ChildrenRun {
+            row,
+            parent_ns: parent,
+            report,
+            ..
+        } = run_children(&mut sim, &host, &r.workfile, &child, users, s.cpus)?;
         rows.push(row);
         let st = host.stats();
         scsi.requests += st.requests;

@@ -135,6 +135,79 @@ pub struct StreamResult {
     pub cpu: CpuBreakdown,
 }
 
+/// What a caller of the stream's transmit and receive loops observes of them, besides the
+/// DMA path's own work: `iolab_sim::soak` checks its invariants through these calls, the
+/// stream test measures through them. Every method has a no-op default.
+pub trait StreamHooks {
+    /// The error the loops stop with (the DMA path's errors convert into it).
+    type Error: From<NicError>;
+
+    /// Whether the run has failed (the loops stop at their next message).
+    fn failed(&self) -> bool {
+        false
+    }
+
+    /// A buffer of `len` bytes at physical `pa` was mapped for the device as `m`.
+    fn mapped(&self, _ctx: &Ctx, _m: &MappedBuffer, _pa: u64) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The device read or wrote `len` bytes at DMA address `dma` (after the IOMMU allowed it).
+    fn accessed(
+        &self,
+        _ctx: &Ctx,
+        _dma: u64,
+        _len: u64,
+        _access: Access,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The driver is about to unmap `m`.
+    fn unmapping(&self, _ctx: &Ctx, _m: &MappedBuffer) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Connection `i` accepted a `write()` of `bytes` (copied, before its skbs are built).
+    fn message_written(&self, _i: usize, _bytes: u64) {}
+
+    /// Connection `i` handed an skb of `bytes` to the wire, which finishes it at `done`.
+    fn skb_sent(
+        &self,
+        _ctx: &Ctx,
+        _i: usize,
+        _bytes: u64,
+        _done: SimTime,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The last byte of a message connection `i`'s `write()` took at `started` goes on the
+    /// wire in an skb the wire finishes at `done`.
+    fn message_on_wire(&self, _i: usize, _started: SimTime, _done: SimTime) {}
+
+    /// Connection `i`'s completion handler frees `skb` (before unmapping its buffers).
+    fn skb_completed(&self, _ctx: &Ctx, _i: usize, _skb: &TxEntry) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The remote sender of connection `i` sent a message at `sent`; the wire delivers it
+    /// at `arrival`.
+    fn message_sent(&self, _i: usize, _sent: SimTime, _arrival: SimTime) {}
+
+    /// Connection `i`'s reader returned the message sent at `sent` and delivered at
+    /// `arrival` from `read()`, now.
+    fn message_read(
+        &self,
+        _ctx: &Ctx,
+        _i: usize,
+        _sent: SimTime,
+        _arrival: SimTime,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct Meas {
     bytes: u64,
@@ -143,17 +216,15 @@ struct Meas {
     error: Option<NicError>,
 }
 
-struct Shared {
-    cfg: StreamConfig,
-    costs: StackCosts,
-    dma: TceDma,
-    link: Link,
+/// The stream test's measurement: throughput and latency inside the window.
+struct Measure {
     meas: RefCell<Meas>,
     end: SimTime,
     warmup: SimTime,
+    message_bytes: u64,
 }
 
-impl Shared {
+impl Measure {
     fn fail(&self, e: NicError) {
         let mut m = self.meas.borrow_mut();
         if m.error.is_none() {
@@ -161,12 +232,75 @@ impl Shared {
         }
     }
 
+    fn in_window(&self, start: SimTime, end: SimTime) -> bool {
+        start >= self.warmup && end <= self.end
+    }
+}
+
+impl StreamHooks for Measure {
+    type Error = NicError;
+
     fn failed(&self) -> bool {
         self.meas.borrow().error.is_some()
     }
 
-    fn in_window(&self, start: SimTime, end: SimTime) -> bool {
-        start >= self.warmup && end <= self.end
+    fn skb_sent(&self, _ctx: &Ctx, _i: usize, skb: u64, done: SimTime) -> Result<(), NicError> {
+        if done > self.warmup && done <= self.end {
+            self.meas.borrow_mut().bytes += skb;
+        }
+        Ok(())
+    }
+
+    fn message_on_wire(&self, _i: usize, started: SimTime, done: SimTime) {
+        if self.in_window(started, done) {
+            let mut m = self.meas.borrow_mut();
+            m.lat_sum_ns += u128::from(done.0 - started.0);
+            m.lat_n += 1;
+        }
+    }
+
+    fn message_read(
+        &self,
+        ctx: &Ctx,
+        _i: usize,
+        sent: SimTime,
+        arrival: SimTime,
+    ) -> Result<(), NicError> {
+        let now = ctx.now();
+        let mut m = self.meas.borrow_mut();
+        // Counted by when the wire delivered it (so the count never exceeds the
+        // wire), if the reader consumed it within the run.
+        if arrival > self.warmup && arrival <= self.end && now <= self.end {
+            m.bytes += self.message_bytes;
+        }
+        if self.in_window(sent, now) {
+            m.lat_sum_ns += u128::from(now.0 - sent.0);
+            m.lat_n += 1;
+        }
+        Ok(())
+    }
+}
+
+/// What the stream's transmit and receive loops share: the configuration, the stack's
+/// costs, the DMA path, the wire, the end of the run and the caller's hooks.
+pub struct StreamShared<H> {
+    /// The stream configuration.
+    pub cfg: StreamConfig,
+    /// The stack's costs.
+    pub costs: StackCosts,
+    /// The NIC's DMA path.
+    pub dma: TceDma,
+    /// The wire.
+    pub link: Link,
+    /// The end of the run: no message starts at or after it.
+    pub end: SimTime,
+    /// The caller's hooks.
+    pub hooks: H,
+}
+
+impl<H: StreamHooks> StreamShared<H> {
+    fn failed(&self) -> bool {
+        self.hooks.failed()
     }
 
     async fn stack(&self, ctx: &Ctx, ns: f64) {
@@ -187,6 +321,40 @@ const RX_AREA: u64 = 1 << 30;
 const HEAD_AREA: u64 = 2 << 30;
 const HEADS: u64 = 4096;
 
+/// Physical address of receive page `k` of queue `q` (the refills cycle through
+/// `4 * rx_ring_pages` of them).
+pub fn rx_page_pa(cfg: &StreamConfig, q: usize, k: u64) -> u64 {
+    thread_base(q) + RX_AREA + k * cfg.page_bytes
+}
+
+/// Maps every queue's receive pages, as the interface does when it comes up (before the run,
+/// not timed): page `k` of queue `q` is at [`rx_page_pa`]`(cfg, q, k)`.
+pub fn map_rx_rings(
+    cfg: &StreamConfig,
+    iommu: &PseriesIommu,
+    dev: &Device,
+    cpus: usize,
+) -> Result<Vec<VecDeque<MappedBuffer>>, NicError> {
+    let mut rings: Vec<VecDeque<MappedBuffer>> = Vec::new();
+    for q in 0..cfg.queues.max(cfg.threads) {
+        let mut ring = VecDeque::new();
+        for k in 0..cfg.rx_ring_pages.max(1) as u64 {
+            let mut w = iolab_iommu::work::WorkRecord::new();
+            let pa = iolab_iommu::addr::PhysAddr::new(rx_page_pa(cfg, q, k));
+            ring.push_back(iommu.map_single(
+                dev,
+                pa,
+                cfg.page_bytes,
+                Direction::FromDevice,
+                q % cpus,
+                &mut w,
+            )?);
+        }
+        rings.push(ring);
+    }
+    Ok(rings)
+}
+
 /// Runs one stream test on `iommu` for `dev`, priced by `profile`, with `seed`.
 #[allow(clippy::too_many_arguments)]
 pub fn run_stream(
@@ -203,37 +371,24 @@ pub fn run_stream(
     let mut sim = Sim::new(SimConfig { cpus, seed })?;
     // Every queue's receive pages are mapped when the interface comes up (before the
     // run, not timed), whether or not a thread reads from it: they occupy the window.
-    let mut rings: Vec<VecDeque<MappedBuffer>> = Vec::new();
-    for q in 0..cfg.queues.max(cfg.threads) {
-        let base = thread_base(q) + RX_AREA;
-        let mut ring = VecDeque::new();
-        for k in 0..cfg.rx_ring_pages.max(1) as u64 {
-            let mut w = iolab_iommu::work::WorkRecord::new();
-            let pa = iolab_iommu::addr::PhysAddr::new(base + k * cfg.page_bytes);
-            ring.push_back(iommu.map_single(
-                &dev,
-                pa,
-                cfg.page_bytes,
-                Direction::FromDevice,
-                q % cpus,
-                &mut w,
-            )?);
-        }
-        rings.push(ring);
-    }
+    let rings = map_rx_rings(cfg, &iommu, &dev, cpus)?;
     let dma = TceDma::new(sim.handle(), iommu, dev, profile, serialisation)?;
     for b in rings.iter().flatten() {
         dma.note_mapped(b);
     }
     let mut rings = rings.into_iter();
-    let shared = Rc::new(Shared {
+    let shared = Rc::new(StreamShared {
         cfg: *cfg,
         costs: *costs,
         dma,
         link: Link::new(link),
-        meas: RefCell::new(Meas::default()),
         end: SimTime(cfg.run_ns),
-        warmup: SimTime(cfg.warmup_ns.min(cfg.run_ns)),
+        hooks: Measure {
+            meas: RefCell::new(Meas::default()),
+            end: SimTime(cfg.run_ns),
+            warmup: SimTime(cfg.warmup_ns.min(cfg.run_ns)),
+            message_bytes: cfg.message_bytes,
+        },
     });
     for i in 0..cfg.threads {
         let s = shared.clone();
@@ -241,7 +396,7 @@ pub fn run_stream(
             StreamDirection::Write => {
                 sim.spawn_on(i, move |ctx| async move {
                     if let Err(e) = writer(&ctx, &s, i).await {
-                        s.fail(e);
+                        s.hooks.fail(e);
                     }
                 })?;
             }
@@ -253,16 +408,12 @@ pub fn run_stream(
                 for _ in 0..cfg.rx_window_messages.max(1) {
                     let _ = credits.send(());
                 }
-                let rx = RxPages {
-                    pages: rings.next().unwrap_or_default(),
-                    used_strides: 0,
-                    strides_per_page: (cfg.page_bytes / cfg.rx_stride_bytes.max(1)).max(1),
-                };
+                let rx = RxConnection::new(cfg, i, rings.next().unwrap_or_default());
                 let (s2, d2, c2) = (shared.clone(), data.clone(), credits.clone());
-                sim.spawn_agent(move |ctx| async move { sender(&ctx, &s2, &d2, &c2).await })?;
+                sim.spawn_agent(move |ctx| async move { sender(&ctx, &s2, i, &d2, &c2).await })?;
                 sim.spawn_on(i, move |ctx| async move {
-                    if let Err(e) = reader(&ctx, &s, i, rx, &data, &credits).await {
-                        s.fail(e);
+                    if let Err(e) = reader(&ctx, &s, rx, &data, &credits).await {
+                        s.hooks.fail(e);
                     }
                 })?;
             }
@@ -271,7 +422,7 @@ pub fn run_stream(
     let report = sim.run_until(SimTime(cfg.run_ns + 1_000_000))?;
     // The remaining queues' pages stay mapped to the end (the model is dropped with them).
     drop(rings);
-    let mut meas = shared.meas.borrow_mut();
+    let mut meas = shared.hooks.meas.borrow_mut();
     if let Some(e) = meas.error.take() {
         return Err(e);
     }
@@ -303,69 +454,124 @@ pub fn run_stream(
     })
 }
 
-/// Transmit side of one connection. TCP cuts the socket's byte stream, not each
-/// `write()`, into TSO skbs of the size goal (`tso_max_bytes`): a write's tail waits in the
-/// last, partly filled skb for the next write's bytes (bulk streams keep the tail corked
-/// while data is in flight). The payload is copied into page fragments back to back, so an
-/// skb whose size is not a multiple of the page straddles two pages and is mapped as two
-/// fragments, as `tcp_sendmsg` and `skb_frag_dma_map` do.
-async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
-    let c = s.cfg;
-    let base = thread_base(i);
-    let mut ring = TxRing::new(c.tx_ring_entries, c.tx_inflight_bytes, c.tx_coalescing);
-    let (mut page, mut off, mut heads) = (0u64, 0u64, 0u64);
-    // Stream bytes written but not yet in an skb; messages whose last byte is not yet on
-    // the wire: (stream offset of their end, when their write() started).
-    let (mut unsent, mut sent_to) = (0u64, 0u64);
-    let mut pending: VecDeque<(u64, SimTime)> = VecDeque::new();
+/// Transmit side of one connection.
+async fn writer(ctx: &Ctx, s: &StreamShared<Measure>, i: usize) -> Result<(), NicError> {
+    let mut tx = TxConnection::new(&s.cfg, i);
     while ctx.now() < s.end && !s.failed() {
+        tx.write_message(ctx, s).await?;
+    }
+    Ok(())
+}
+
+/// One connection's transmit state: its queue's ring and where its next skb head and
+/// payload fragment go in its buffers.
+#[derive(Debug)]
+pub struct TxConnection {
+    i: usize,
+    base: u64,
+    ring: TxRing,
+    page: u64,
+    off: u64,
+    heads: u64,
+    /// Stream bytes written but not yet in an skb.
+    unsent: u64,
+    /// Stream bytes put in skbs so far.
+    sent_to: u64,
+    /// Messages whose last byte is not yet in an skb: (stream offset of their end, when
+    /// their `write()` started).
+    pending: VecDeque<(u64, SimTime)>,
+}
+
+impl TxConnection {
+    /// Connection `i` (queue and CPU `i`), nothing in flight.
+    pub fn new(c: &StreamConfig, i: usize) -> Self {
+        Self {
+            i,
+            base: thread_base(i),
+            ring: TxRing::new(c.tx_ring_entries, c.tx_inflight_bytes, c.tx_coalescing),
+            page: 0,
+            off: 0,
+            heads: 0,
+            unsent: 0,
+            sent_to: 0,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// The skbs in flight.
+    pub fn ring(&self) -> &TxRing {
+        &self.ring
+    }
+
+    /// One `write()` of a message: the copy, the TSO skbs it completes mapped, read by the
+    /// device and put on the wire (waiting for completions when the ring is full), and the
+    /// completion interrupt if one is due. TCP cuts the socket's byte stream, not each
+    /// `write()`, into skbs of the size goal (`tso_max_bytes`): a write's tail waits in the
+    /// last, partly filled skb for the next write's bytes (bulk streams keep the tail corked
+    /// while data is in flight). The payload is copied into page fragments back to back, so
+    /// an skb whose size is not a multiple of the page straddles two pages and is mapped as
+    /// two fragments, as `tcp_sendmsg` and `skb_frag_dma_map` do.
+    pub async fn write_message<H: StreamHooks>(
+        &mut self,
+        ctx: &Ctx,
+        s: &StreamShared<H>,
+    ) -> Result<(), H::Error> {
+        let c = s.cfg;
+        let (i, base) = (self.i, self.base);
         let started = ctx.now();
         s.stack(
             ctx,
             s.costs.syscall_ns + c.message_bytes as f64 / s.costs.copy_bytes_per_ns,
         )
         .await;
-        unsent += c.message_bytes;
-        pending.push_back((sent_to + unsent, started));
+        s.hooks.message_written(i, c.message_bytes);
+        self.unsent += c.message_bytes;
+        self.pending
+            .push_back((self.sent_to + self.unsent, started));
         let tso = c.tso_max_bytes.max(1);
-        while unsent >= tso {
+        while self.unsent >= tso {
             let skb = tso;
-            unsent -= skb;
-            while !ring.has_room(skb) {
-                if let Some(at) = ring.interrupt_at() {
+            self.unsent -= skb;
+            while !self.ring.has_room(skb) {
+                if let Some(at) = self.ring.interrupt_at() {
                     if at > ctx.now() {
                         ctx.sleep_until(at).await;
                     }
                 }
-                complete(ctx, s, &mut ring).await?;
+                self.complete(ctx, s).await?;
             }
             s.stack(ctx, s.costs.tx_per_skb_ns).await;
             let mut maps = Vec::with_capacity(3);
             if c.linear_bytes > 0 {
-                let head = base + HEAD_AREA + (heads % HEADS) * 4096 + 64;
-                heads += 1;
-                maps.push(
-                    s.dma
-                        .map(ctx, head, c.linear_bytes, Direction::ToDevice)
-                        .await?,
-                );
+                let head = base + HEAD_AREA + (self.heads % HEADS) * 4096 + 64;
+                self.heads += 1;
+                let m = s
+                    .dma
+                    .map(ctx, head, c.linear_bytes, Direction::ToDevice)
+                    .await?;
+                s.hooks.mapped(ctx, &m, head)?;
+                maps.push(m);
             }
             let mut rem = skb;
             while rem > 0 {
-                let n = rem.min(c.page_bytes - off);
-                let pa = base + (page % FRAG_PAGES) * c.page_bytes + off;
-                maps.push(s.dma.map(ctx, pa, n, Direction::ToDevice).await?);
+                let n = rem.min(c.page_bytes - self.off);
+                let pa = base + (self.page % FRAG_PAGES) * c.page_bytes + self.off;
+                let m = s.dma.map(ctx, pa, n, Direction::ToDevice).await?;
+                s.hooks.mapped(ctx, &m, pa)?;
+                maps.push(m);
                 rem -= n;
-                off += n;
-                if off >= c.page_bytes {
-                    off = 0;
-                    page += 1;
+                self.off += n;
+                if self.off >= c.page_bytes {
+                    self.off = 0;
+                    self.page += 1;
                 }
             }
             spend(ctx, s.costs.doorbell_ns).await;
             let mut xlat = 0.0;
             for m in &maps {
                 xlat += s.dma.device_access(m.dma_addr().0, m.len(), Access::Read)?;
+                s.hooks
+                    .accessed(ctx, m.dma_addr().0, m.len(), Access::Read)?;
             }
             let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
             let done = s.link.transmit(ready, skb);
@@ -376,26 +582,19 @@ async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
                 done.0.saturating_sub(ready.0),
                 &[("bytes", skb)],
             );
-            sent_to += skb;
-            let first_started = pending.front().map_or(started, |p| p.1);
+            s.hooks.skb_sent(ctx, i, skb, done)?;
+            self.sent_to += skb;
+            let first_started = self.pending.front().map_or(started, |p| p.1);
             let mut last = false;
-            {
-                let mut m = s.meas.borrow_mut();
-                if done > s.warmup && done <= s.end {
-                    m.bytes += skb;
+            while let Some(&(end, st)) = self.pending.front() {
+                if end > self.sent_to {
+                    break;
                 }
-                while pending.front().is_some_and(|p| p.0 <= sent_to) {
-                    let Some((_, st)) = pending.pop_front() else {
-                        break;
-                    };
-                    last = true;
-                    if s.in_window(st, done) {
-                        m.lat_sum_ns += u128::from(done.0 - st.0);
-                        m.lat_n += 1;
-                    }
-                }
+                self.pending.pop_front();
+                last = true;
+                s.hooks.message_on_wire(i, st, done);
             }
-            ring.push(TxEntry {
+            self.ring.push(TxEntry {
                 maps,
                 bytes: skb,
                 done,
@@ -403,38 +602,52 @@ async fn writer(ctx: &Ctx, s: &Shared, i: usize) -> Result<(), NicError> {
                 last,
             });
         }
-        if ring.interrupt_at().is_some_and(|at| at <= ctx.now()) {
-            complete(ctx, s, &mut ring).await?;
+        if self.ring.interrupt_at().is_some_and(|at| at <= ctx.now()) {
+            self.complete(ctx, s).await?;
         }
+        Ok(())
     }
-    Ok(())
+
+    /// One transmit completion interrupt: the NAPI poll that frees completed skbs and
+    /// unmaps their buffers.
+    pub async fn complete<H: StreamHooks>(
+        &mut self,
+        ctx: &Ctx,
+        s: &StreamShared<H>,
+    ) -> Result<(), H::Error> {
+        let done = self.ring.take_done(ctx.now());
+        if done.is_empty() {
+            return Ok(());
+        }
+        s.stack(ctx, s.costs.irq_ns).await;
+        for e in done {
+            s.hooks.skb_completed(ctx, self.i, &e)?;
+            s.stack(ctx, s.costs.tx_completion_ns).await;
+            for m in e.maps {
+                s.hooks.unmapping(ctx, &m)?;
+                s.dma.unmap(ctx, m).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// One transmit completion interrupt: the NAPI poll that frees completed skbs and unmaps
-/// their buffers.
-async fn complete(ctx: &Ctx, s: &Shared, ring: &mut TxRing) -> Result<(), NicError> {
-    let done = ring.take_done(ctx.now());
-    if done.is_empty() {
-        return Ok(());
-    }
-    s.stack(ctx, s.costs.irq_ns).await;
-    for e in done {
-        s.stack(ctx, s.costs.tx_completion_ns).await;
-        for m in e.maps {
-            s.dma.unmap(ctx, m).await?;
-        }
-    }
-    Ok(())
-}
-
-/// The remote sender of one connection (its CPU is not modelled): keeps the window full.
-async fn sender(ctx: &Ctx, s: &Shared, data: &Channel<(SimTime, SimTime)>, credits: &Channel<()>) {
+/// The remote sender of connection `i` (its CPU is not modelled): keeps the window full
+/// until the end of the run.
+pub async fn sender<H: StreamHooks>(
+    ctx: &Ctx,
+    s: &StreamShared<H>,
+    i: usize,
+    data: &Channel<(SimTime, SimTime)>,
+    credits: &Channel<()>,
+) {
     loop {
         credits.recv(ctx).await;
         if ctx.now() >= s.end || s.failed() {
             return;
         }
         let arrival = s.link.transmit(ctx.now(), s.cfg.message_bytes);
+        s.hooks.message_sent(i, ctx.now(), arrival);
         if data.send((ctx.now(), arrival)).is_err() {
             return;
         }
@@ -444,21 +657,62 @@ async fn sender(ctx: &Ctx, s: &Shared, data: &Channel<(SimTime, SimTime)>, credi
 /// Receive side of one connection.
 async fn reader(
     ctx: &Ctx,
-    s: &Shared,
-    i: usize,
-    mut rx: RxPages,
+    s: &StreamShared<Measure>,
+    mut rx: RxConnection,
     data: &Channel<(SimTime, SimTime)>,
     credits: &Channel<()>,
 ) -> Result<(), NicError> {
-    let c = s.cfg;
-    let base = thread_base(i) + RX_AREA;
-    let ring_pages = c.rx_ring_pages.max(1) as u64;
-    let mut next_page = ring_pages;
-    let packets = s.link.config().packets(c.message_bytes);
-    // GRO builds skbs of up to the same size goal from the byte stream, so a message
-    // costs its share of skbs (not a whole number per message).
-    let skbs = c.message_bytes as f64 / c.tso_max_bytes.max(1) as f64;
     while ctx.now() < s.end && !s.failed() {
+        rx.read_message(ctx, s, data, credits).await?;
+    }
+    Ok(())
+}
+
+/// One connection's receive state: its queue's mapped receive pages and the next page a
+/// refill maps.
+#[derive(Debug)]
+pub struct RxConnection {
+    i: usize,
+    rx: RxPages,
+    next_page: u64,
+}
+
+impl RxConnection {
+    /// Connection `i` with its queue's receive pages `pages` (from [`map_rx_rings`]).
+    pub fn new(c: &StreamConfig, i: usize, pages: VecDeque<MappedBuffer>) -> Self {
+        Self {
+            i,
+            rx: RxPages {
+                pages,
+                used_strides: 0,
+                strides_per_page: (c.page_bytes / c.rx_stride_bytes.max(1)).max(1),
+            },
+            next_page: c.rx_ring_pages.max(1) as u64,
+        }
+    }
+
+    /// Takes the receive pages still mapped (when the interface goes down).
+    pub fn into_pages(self) -> VecDeque<MappedBuffer> {
+        self.rx.pages
+    }
+
+    /// One `read()` of a message: waits for it (the interrupt if the thread was idle), the
+    /// device writes its packets into receive strides, the per-packet and per-skb work and
+    /// the copy, the refill of used-up pages, and the credit back to the sender.
+    pub async fn read_message<H: StreamHooks>(
+        &mut self,
+        ctx: &Ctx,
+        s: &StreamShared<H>,
+        data: &Channel<(SimTime, SimTime)>,
+        credits: &Channel<()>,
+    ) -> Result<(), H::Error> {
+        let c = s.cfg;
+        let (i, rx) = (self.i, &mut self.rx);
+        let ring_pages = c.rx_ring_pages.max(1) as u64;
+        let packets = s.link.config().packets(c.message_bytes);
+        // GRO builds skbs of up to the same size goal from the byte stream, so a message
+        // costs its share of skbs (not a whole number per message).
+        let skbs = c.message_bytes as f64 / c.tso_max_bytes.max(1) as f64;
         let mut idle = data.is_empty();
         let (sent, arrival) = data.recv(ctx).await;
         ctx.handle().tracer().device(
@@ -491,6 +745,8 @@ async fn reader(
             let at = p.dma_addr().0 + rx.used_strides * c.rx_stride_bytes;
             s.dma
                 .device_access(at, n * c.rx_stride_bytes, Access::Write)?;
+            s.hooks
+                .accessed(ctx, at, n * c.rx_stride_bytes, Access::Write)?;
             rx.used_strides += n;
             strides -= n;
             if rx.used_strides == rx.strides_per_page {
@@ -512,29 +768,19 @@ async fn reader(
                 rx.pages.push_back(old);
                 continue;
             }
+            s.hooks.unmapping(ctx, &old)?;
             s.dma.unmap(ctx, old).await?;
-            let pa = base + (next_page % (4 * ring_pages)) * c.page_bytes;
-            next_page += 1;
-            rx.pages.push_back(
-                s.dma
-                    .map(ctx, pa, c.page_bytes, Direction::FromDevice)
-                    .await?,
-            );
+            let pa = rx_page_pa(&c, i, self.next_page % (4 * ring_pages));
+            self.next_page += 1;
+            let m = s
+                .dma
+                .map(ctx, pa, c.page_bytes, Direction::FromDevice)
+                .await?;
+            s.hooks.mapped(ctx, &m, pa)?;
+            rx.pages.push_back(m);
         }
-        let now = ctx.now();
-        {
-            let mut m = s.meas.borrow_mut();
-            // Counted by when the wire delivered it (so the count never exceeds the
-            // wire), if the reader consumed it within the run.
-            if arrival > s.warmup && arrival <= s.end && now <= s.end {
-                m.bytes += c.message_bytes;
-            }
-            if s.in_window(sent, now) {
-                m.lat_sum_ns += u128::from(now.0 - sent.0);
-                m.lat_n += 1;
-            }
-        }
+        s.hooks.message_read(ctx, i, sent, arrival)?;
         let _ = credits.send(());
+        Ok(())
     }
-    Ok(())
 }
