@@ -852,7 +852,10 @@ async fn writer(
         }
         tx.write_message(ctx, s).await?;
     }
-    // Drain: the remaining completions arrive and are unmapped.
+    // Drain: the corked tail goes out, the remaining completions arrive and are unmapped.
+    if !s.hooks.failed() {
+        tx.flush(ctx, s).await?;
+    }
     while !tx.ring().is_empty() && !s.hooks.failed() {
         if let Some(at) = tx.ring().interrupt_at() {
             if at > ctx.now() {

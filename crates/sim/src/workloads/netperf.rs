@@ -517,7 +517,7 @@ impl TxConnection {
         s: &StreamShared<H>,
     ) -> Result<(), H::Error> {
         let c = s.cfg;
-        let (i, base) = (self.i, self.base);
+        let i = self.i;
         let started = ctx.now();
         s.stack(
             ctx,
@@ -530,81 +530,110 @@ impl TxConnection {
             .push_back((self.sent_to + self.unsent, started));
         let tso = c.tso_max_bytes.max(1);
         while self.unsent >= tso {
-            let skb = tso;
-            self.unsent -= skb;
-            while !self.ring.has_room(skb) {
-                if let Some(at) = self.ring.interrupt_at() {
-                    if at > ctx.now() {
-                        ctx.sleep_until(at).await;
-                    }
-                }
-                self.complete(ctx, s).await?;
-            }
-            s.stack(ctx, s.costs.tx_per_skb_ns).await;
-            let mut maps = Vec::with_capacity(3);
-            if c.linear_bytes > 0 {
-                let head = base + HEAD_AREA + (self.heads % HEADS) * 4096 + 64;
-                self.heads += 1;
-                let m = s
-                    .dma
-                    .map(ctx, head, c.linear_bytes, Direction::ToDevice)
-                    .await?;
-                s.hooks.mapped(ctx, &m, head)?;
-                maps.push(m);
-            }
-            let mut rem = skb;
-            while rem > 0 {
-                let n = rem.min(c.page_bytes - self.off);
-                let pa = base + (self.page % FRAG_PAGES) * c.page_bytes + self.off;
-                let m = s.dma.map(ctx, pa, n, Direction::ToDevice).await?;
-                s.hooks.mapped(ctx, &m, pa)?;
-                maps.push(m);
-                rem -= n;
-                self.off += n;
-                if self.off >= c.page_bytes {
-                    self.off = 0;
-                    self.page += 1;
-                }
-            }
-            spend(ctx, s.costs.doorbell_ns).await;
-            let mut xlat = 0.0;
-            for m in &maps {
-                xlat += s.dma.device_access(m.dma_addr().0, m.len(), Access::Read)?;
-                s.hooks
-                    .accessed(ctx, m.dma_addr().0, m.len(), Access::Read)?;
-            }
-            let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
-            let done = s.link.transmit(ready, skb);
-            ctx.handle().tracer().device(
-                || format!("nic tx q{i}"),
-                "tx skb",
-                ready.0,
-                done.0.saturating_sub(ready.0),
-                &[("bytes", skb)],
-            );
-            s.hooks.skb_sent(ctx, i, skb, done)?;
-            self.sent_to += skb;
-            let first_started = self.pending.front().map_or(started, |p| p.1);
-            let mut last = false;
-            while let Some(&(end, st)) = self.pending.front() {
-                if end > self.sent_to {
-                    break;
-                }
-                self.pending.pop_front();
-                last = true;
-                s.hooks.message_on_wire(i, st, done);
-            }
-            self.ring.push(TxEntry {
-                maps,
-                bytes: skb,
-                done,
-                started: first_started,
-                last,
-            });
+            self.unsent -= tso;
+            self.send_skb(ctx, s, tso, started).await?;
         }
         if self.ring.interrupt_at().is_some_and(|at| at <= ctx.now()) {
             self.complete(ctx, s).await?;
         }
+        Ok(())
+    }
+
+    /// Pushes the stream's corked tail (bytes written but short of a full skb) to the wire
+    /// as one last, short skb, as TCP does when the application stops writing.
+    pub async fn flush<H: StreamHooks>(
+        &mut self,
+        ctx: &Ctx,
+        s: &StreamShared<H>,
+    ) -> Result<(), H::Error> {
+        if self.unsent > 0 {
+            let skb = std::mem::take(&mut self.unsent);
+            self.send_skb(ctx, s, skb, ctx.now()).await?;
+        }
+        Ok(())
+    }
+
+    /// Builds one skb of `skb` stream bytes (waiting for ring room), maps it, lets the
+    /// device read it and puts it on the wire; messages whose last byte it carries are on
+    /// the wire when it finishes.
+    async fn send_skb<H: StreamHooks>(
+        &mut self,
+        ctx: &Ctx,
+        s: &StreamShared<H>,
+        skb: u64,
+        started: SimTime,
+    ) -> Result<(), H::Error> {
+        let c = s.cfg;
+        let (i, base) = (self.i, self.base);
+        while !self.ring.has_room(skb) {
+            if let Some(at) = self.ring.interrupt_at() {
+                if at > ctx.now() {
+                    ctx.sleep_until(at).await;
+                }
+            }
+            self.complete(ctx, s).await?;
+        }
+        s.stack(ctx, s.costs.tx_per_skb_ns).await;
+        let mut maps = Vec::with_capacity(3);
+        if c.linear_bytes > 0 {
+            let head = base + HEAD_AREA + (self.heads % HEADS) * 4096 + 64;
+            self.heads += 1;
+            let m = s
+                .dma
+                .map(ctx, head, c.linear_bytes, Direction::ToDevice)
+                .await?;
+            s.hooks.mapped(ctx, &m, head)?;
+            maps.push(m);
+        }
+        let mut rem = skb;
+        while rem > 0 {
+            let n = rem.min(c.page_bytes - self.off);
+            let pa = base + (self.page % FRAG_PAGES) * c.page_bytes + self.off;
+            let m = s.dma.map(ctx, pa, n, Direction::ToDevice).await?;
+            s.hooks.mapped(ctx, &m, pa)?;
+            maps.push(m);
+            rem -= n;
+            self.off += n;
+            if self.off >= c.page_bytes {
+                self.off = 0;
+                self.page += 1;
+            }
+        }
+        spend(ctx, s.costs.doorbell_ns).await;
+        let mut xlat = 0.0;
+        for m in &maps {
+            xlat += s.dma.device_access(m.dma_addr().0, m.len(), Access::Read)?;
+            s.hooks
+                .accessed(ctx, m.dma_addr().0, m.len(), Access::Read)?;
+        }
+        let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
+        let done = s.link.transmit(ready, skb);
+        ctx.handle().tracer().device(
+            || format!("nic tx q{i}"),
+            "tx skb",
+            ready.0,
+            done.0.saturating_sub(ready.0),
+            &[("bytes", skb)],
+        );
+        s.hooks.skb_sent(ctx, i, skb, done)?;
+        self.sent_to += skb;
+        let first_started = self.pending.front().map_or(started, |p| p.1);
+        let mut last = false;
+        while let Some(&(end, st)) = self.pending.front() {
+            if end > self.sent_to {
+                break;
+            }
+            self.pending.pop_front();
+            last = true;
+            s.hooks.message_on_wire(i, st, done);
+        }
+        self.ring.push(TxEntry {
+            maps,
+            bytes: skb,
+            done,
+            started: first_started,
+            last,
+        });
         Ok(())
     }
 
