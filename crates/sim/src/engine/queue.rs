@@ -6,16 +6,16 @@
 //! digit in which its time differs from the queue's `base` (a lower bound of every queued
 //! time), in the *slot* given by that digit. So:
 //! - a push appends a node (from a reused arena) to the FIFO list of one slot and sets an
-//!   occupancy bit: level 0 has one slot per nanosecond of the base's aligned 4,096-ns
+//!   occupancy bit: level 0 has one slot per nanosecond of the base's aligned 1,024-ns
 //!   block (a two-word-deep bitmap finds the first), each level above has 64 slots;
 //! - the earliest event is in the lowest non-empty slot of the lowest non-empty level,
 //!   found with two or three `trailing_zeros`; no comparisons between events;
 //! - taking a slot of a level above 0 *cascades* it: the base moves to the slot's earliest
 //!   time (kept per slot) and its events fall to lower levels, the earliest to level 0.
-//!   An event cascades at most once per level it started above 0: a wake-up less than
-//!   4 us ahead (a CPU's spend) mostly lands at level 0 at once and never cascades, a
-//!   device completion 100 us ahead cascades once. (Level 0 was 64 slots wide until
-//!   session 3; the wider level halved the cascades of the 64-CPU lab benchmark.)
+//!   An event cascades at most once per level it started above 0: a wake-up a few hundred
+//!   ns ahead (a CPU's spend) mostly lands at level 0 at once and never cascades, a
+//!   device completion 100 us ahead cascades once or twice. (Level 0 was 64 slots wide
+//!   until session 3; see docs/ENGINE.md for the measured choice of 1,024.)
 //!
 //! The cost per event barely depends on how many events are pending, which keeps the
 //! simulation's cost per event flat from 1 to 1024 virtual CPUs.
@@ -27,22 +27,23 @@
 
 use super::kernel::TaskRef;
 
-/// Bits of the level-0 digit: level 0 covers the base's aligned 4,096-ns block with one
-/// slot per nanosecond, so a wake-up less than a few microseconds ahead (a CPU's spend)
-/// usually goes straight to its final slot and is never cascaded.
-const BITS0: u32 = 12;
+/// Bits of the level-0 digit: level 0 covers the base's aligned 1,024-ns block with one
+/// slot per nanosecond, so a wake-up a few hundred ns ahead (a CPU's spend) usually goes
+/// straight to its final slot and is never cascaded. (4,096 slots saved a few more
+/// instructions but took more L1 misses: docs/ENGINE.md.)
+const BITS0: u32 = 10;
 const SLOTS0: usize = 1 << BITS0;
 /// Level-0 occupancy words (64 slots each).
 const WORDS0: usize = SLOTS0 / 64;
 /// Bits of the digits above level 0.
 const BITS: u32 = 6;
 const SLOTS: usize = 1 << BITS;
-/// Levels above 0: 12 + 9 * 6 = 66 >= 64 bits.
+/// Levels above 0: 10 + 9 * 6 = 64 bits.
 const LEVELS: usize = 1 + 9;
 /// Arrays are sized to a power of two so that masked indices need no bounds checks.
 const LEVELS_POW2: usize = 16;
 const _: () = assert!(BITS0 as usize + (LEVELS - 1) * BITS as usize >= 64 && LEVELS <= LEVELS_POW2);
-const _: () = assert!(WORDS0 == 64);
+const _: () = assert!(WORDS0 <= 64);
 const NIL: u32 = u32::MAX;
 
 /// A queued event: an entry of the node arena, linked into one slot's FIFO list.
@@ -91,7 +92,7 @@ pub(crate) struct EventQueue {
     base: u64,
     /// The list of events at time `base` being handed out.
     cur: u32,
-    /// Level 0: one FIFO per nanosecond of the base's 4,096-ns block (32 KiB).
+    /// Level 0: one FIFO per nanosecond of the base's 1,024-ns block (8 KiB).
     slots0: Box<[Fifo; SLOTS0]>,
     /// Level-0 occupancy: bit `b` of word `w` set when slot `w * 64 + b` is not empty.
     words0: [u64; WORDS0],
