@@ -1,7 +1,7 @@
 //! The future-event queue: a hierarchical timing wheel (a radix heap).
 //!
 //! A discrete-event simulation never schedules into its past, which is what radix heaps
-//! and timing wheels rely on. Times are split into digits: the low 12 bits (level 0) and
+//! and timing wheels rely on. Times are split into digits: the low 10 bits (level 0) and
 //! 6-bit digits above them (levels 1 to 9); an event lives at the *level* of the highest
 //! digit in which its time differs from the queue's `base` (a lower bound of every queued
 //! time), in the *slot* given by that digit. So:
