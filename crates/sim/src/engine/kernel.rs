@@ -529,8 +529,11 @@ impl Kernel {
         loop {
             let task = {
                 let mut st = self.st.borrow_mut();
+                // Tested before taking it: moving the `Option` out costs on every event.
                 if st.error.is_some() {
-                    return Err(st.error.take().expect("checked"));
+                    if let Some(e) = st.error.take() {
+                        return Err(e);
+                    }
                 }
                 let Some(task) = st.next_event(limit) else {
                     if limit != u64::MAX && st.now < limit {
