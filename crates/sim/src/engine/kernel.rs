@@ -115,20 +115,26 @@ pub(crate) struct State {
 impl State {
     /// Wakes `task` at `at` (at once if `at <= now`). Records an error, which stops the
     /// run, if the pending-event cap is reached.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn schedule(&mut self, at: u64, task: TaskRef) {
         if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
-            if self.error.is_none() {
-                self.error = Some(SimError::TooManyEvents {
-                    max: self.limits.max_pending_events,
-                });
-            }
+            self.too_many_events();
             return;
         }
         if at <= self.now {
             self.ready.push_back(task);
         } else {
             self.queue.push(at, task);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn too_many_events(&mut self) {
+        if self.error.is_none() {
+            self.error = Some(SimError::TooManyEvents {
+                max: self.limits.max_pending_events,
+            });
         }
     }
 
@@ -162,8 +168,10 @@ impl State {
     #[inline]
     pub(crate) fn spend_now(&mut self, cpu: u32, account: Account, ns: u64) -> bool {
         let end = self.now.saturating_add(ns);
-        if !self.ready.is_empty()
-            || end >= self.queue.earliest()
+        // The usual refusal with many CPUs (another CPU's event comes first) is tested
+        // first.
+        if end >= self.queue.earliest()
+            || !self.ready.is_empty()
             || end > self.run_limit
             || self.error.is_some()
             || self.foreign.pending.load(Ordering::Acquire)
@@ -521,8 +529,11 @@ impl Kernel {
         loop {
             let task = {
                 let mut st = self.st.borrow_mut();
-                if let Some(e) = st.error.take() {
-                    return Err(e);
+                // Tested before taking it: moving the `Option` out costs on every event.
+                if st.error.is_some() {
+                    if let Some(e) = st.error.take() {
+                        return Err(e);
+                    }
                 }
                 let Some(task) = st.next_event(limit) else {
                     if limit != u64::MAX && st.now < limit {

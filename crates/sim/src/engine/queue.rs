@@ -1,16 +1,21 @@
-//! The future-event queue: a hierarchical timing wheel (a radix heap with 64-way digits).
+//! The future-event queue: a hierarchical timing wheel (a radix heap).
 //!
 //! A discrete-event simulation never schedules into its past, which is what radix heaps
-//! and timing wheels rely on. Times are split into 6-bit digits; an event lives at the
-//! *level* of the highest digit in which its time differs from the queue's `base` (a lower
-//! bound of every queued time), in the *slot* given by that digit. So:
-//! - a push appends a node (from a reused arena) to the FIFO list of one of 64 slots of
-//!   one of 11 levels, and sets a mask bit;
+//! and timing wheels rely on. Times are split into digits: the low 10 bits (level 0) and
+//! 6-bit digits above them (levels 1 to 9); an event lives at the *level* of the highest
+//! digit in which its time differs from the queue's `base` (a lower bound of every queued
+//! time), in the *slot* given by that digit. So:
+//! - a push appends a node (from a reused arena) to the FIFO list of one slot and sets an
+//!   occupancy bit: level 0 has one slot per nanosecond of the base's aligned 1,024-ns
+//!   block (a two-word-deep bitmap finds the first), each level above has 64 slots;
 //! - the earliest event is in the lowest non-empty slot of the lowest non-empty level,
-//!   found with two `trailing_zeros`; no comparisons between events;
+//!   found with two or three `trailing_zeros`; no comparisons between events;
 //! - taking a slot of a level above 0 *cascades* it: the base moves to the slot's earliest
-//!   time (kept per slot) and its events fall to lower levels, the earliest to level 0. An event cascades at most once per level
-//!   it started above 0 (two or three times for microsecond-scale delays).
+//!   time (kept per slot) and its events fall to lower levels, the earliest to level 0.
+//!   An event cascades at most once per level it started above 0: a wake-up a few hundred
+//!   ns ahead (a CPU's spend) mostly lands at level 0 at once and never cascades, a
+//!   device completion 100 us ahead cascades once or twice. (Level 0 was 64 slots wide
+//!   until session 3; see docs/ENGINE.md for the measured choice of 1,024.)
 //!
 //! The cost per event barely depends on how many events are pending, which keeps the
 //! simulation's cost per event flat from 1 to 1024 virtual CPUs.
@@ -22,12 +27,23 @@
 
 use super::kernel::TaskRef;
 
+/// Bits of the level-0 digit: level 0 covers the base's aligned 1,024-ns block with one
+/// slot per nanosecond, so a wake-up a few hundred ns ahead (a CPU's spend) usually goes
+/// straight to its final slot and is never cascaded. (4,096 slots saved a few more
+/// instructions but took more L1 misses: docs/ENGINE.md.)
+const BITS0: u32 = 10;
+const SLOTS0: usize = 1 << BITS0;
+/// Level-0 occupancy words (64 slots each).
+const WORDS0: usize = SLOTS0 / 64;
+/// Bits of the digits above level 0.
 const BITS: u32 = 6;
 const SLOTS: usize = 1 << BITS;
-const LEVELS: usize = 11; // 11 * 6 = 66 >= 64 bits
+/// Levels above 0: 10 + 9 * 6 = 64 bits.
+const LEVELS: usize = 1 + 9;
 /// Arrays are sized to a power of two so that masked indices need no bounds checks.
 const LEVELS_POW2: usize = 16;
-const _: () = assert!(LEVELS * BITS as usize >= 64 && LEVELS <= LEVELS_POW2);
+const _: () = assert!(BITS0 as usize + (LEVELS - 1) * BITS as usize >= 64 && LEVELS <= LEVELS_POW2);
+const _: () = assert!(WORDS0 <= 64);
 const NIL: u32 = u32::MAX;
 
 /// A queued event: an entry of the node arena, linked into one slot's FIFO list.
@@ -38,9 +54,9 @@ struct Node {
     next: u32,
 }
 
-/// A slot's FIFO list: first and last node (`NIL` when empty), and the earliest time in
-/// it. Nodes leave a slot above level 0 only all together (a cascade or a lone event's
-/// pop), so the minimum never needs recomputing.
+/// A slot's FIFO list above level 0: first and last node (`NIL` when empty), and the
+/// earliest time in it. Nodes leave such a slot only all together (a cascade or a lone
+/// event's pop), so the minimum never needs recomputing.
 #[derive(Clone, Copy)]
 struct List {
     head: u32,
@@ -54,6 +70,18 @@ const EMPTY: List = List {
     min: u64::MAX,
 };
 
+/// A level-0 slot's FIFO list (every event in it has the same time).
+#[derive(Clone, Copy)]
+struct Fifo {
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY0: Fifo = Fifo {
+    head: NIL,
+    tail: NIL,
+};
+
 #[inline]
 fn slot_index(level: usize, digit: usize) -> usize {
     (level * SLOTS + digit) & (LEVELS_POW2 * SLOTS - 1)
@@ -64,9 +92,15 @@ pub(crate) struct EventQueue {
     base: u64,
     /// The list of events at time `base` being handed out.
     cur: u32,
-    /// `slots[level * 64 + digit]`: small list headers in one block (8 KiB).
+    /// Level 0: one FIFO per nanosecond of the base's 1,024-ns block (8 KiB).
+    slots0: Box<[Fifo; SLOTS0]>,
+    /// Level-0 occupancy: bit `b` of word `w` set when slot `w * 64 + b` is not empty.
+    words0: [u64; WORDS0],
+    /// Bit `w` set when `words0[w]` is not zero.
+    summary0: u64,
+    /// `slots[level * 64 + digit]` for levels 1 and up: small list headers in one block.
     slots: Box<[List; LEVELS_POW2 * SLOTS]>,
-    /// Per level, bit `d` set when slot `d` is not empty.
+    /// Per level (1 and up), bit `d` set when slot `d` is not empty.
     masks: [u64; LEVELS_POW2],
     /// Bit `l` set when level `l` has a non-empty slot.
     levels: u16,
@@ -81,6 +115,9 @@ impl EventQueue {
         EventQueue {
             base: 0,
             cur: NIL,
+            slots0: Box::new([EMPTY0; SLOTS0]),
+            words0: [0; WORDS0],
+            summary0: 0,
             slots: Box::new([EMPTY; LEVELS_POW2 * SLOTS]),
             masks: [0; LEVELS_POW2],
             levels: 0,
@@ -98,12 +135,29 @@ impl EventQueue {
     #[inline]
     fn place(&mut self, i: u32) {
         let at = self.nodes[i as usize].at;
-        // Level of the highest differing digit (`| 63` makes level 0 cover the base's
-        // own 64-ns block, including `at == base`).
-        let x = (at ^ self.base) | (SLOTS as u64 - 1);
-        let level = ((63 - x.leading_zeros()) / BITS) as usize & (LEVELS_POW2 - 1);
-        let digit = ((at >> (BITS * level as u32)) & (SLOTS as u64 - 1)) as usize;
         self.nodes[i as usize].next = NIL;
+        let x = at ^ self.base;
+        if x < SLOTS0 as u64 {
+            // Level 0: the base's own block, including `at == base`.
+            let digit = (at as usize) & (SLOTS0 - 1);
+            let slot = &mut self.slots0[digit];
+            if slot.head == NIL {
+                slot.head = i;
+            } else {
+                let tail = slot.tail;
+                self.nodes[tail as usize].next = i;
+            }
+            slot.tail = i;
+            let w = digit / 64;
+            self.words0[w] |= 1 << (digit % 64);
+            self.summary0 |= 1 << w;
+            self.levels |= 1;
+            return;
+        }
+        // Level of the highest differing digit above level 0.
+        let level = ((63 - x.leading_zeros() - BITS0) / BITS + 1) as usize & (LEVELS_POW2 - 1);
+        let shift = BITS0 + BITS * (level as u32 - 1);
+        let digit = ((at >> shift) & (SLOTS as u64 - 1)) as usize;
         let slot = &mut self.slots[slot_index(level, digit)];
         if slot.head == NIL {
             slot.head = i;
@@ -151,10 +205,24 @@ impl EventQueue {
         task
     }
 
+    /// The lowest non-empty level-0 slot (call only when level 0 is not empty).
+    #[inline]
+    fn first0(&self) -> usize {
+        let w = self.summary0.trailing_zeros() as usize & (WORDS0 - 1);
+        w * 64 + self.words0[w].trailing_zeros() as usize
+    }
+
+    /// The time of level-0 slot `digit` (in the base's block).
+    #[inline]
+    fn time0(&self, digit: usize) -> u64 {
+        (self.base & !(SLOTS0 as u64 - 1)) | digit as u64
+    }
+
     /// The earliest queued time, exactly (`u64::MAX` when the queue is empty): the base if
-    /// events of the base's instant are being handed out, else the minimum of the lowest
-    /// non-empty slot of the lowest non-empty level (every event in a later slot or a
-    /// higher level is later, by the radix order).
+    /// events of the base's instant are being handed out, else the time of the lowest
+    /// non-empty level-0 slot, else the minimum of the lowest non-empty slot of the lowest
+    /// non-empty level (every event in a later slot or a higher level is later, by the
+    /// radix order).
     #[inline]
     pub(crate) fn earliest(&self) -> u64 {
         if self.cur != NIL {
@@ -162,6 +230,9 @@ impl EventQueue {
         }
         if self.levels == 0 {
             return u64::MAX;
+        }
+        if self.levels & 1 != 0 {
+            return self.time0(self.first0());
         }
         let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
         let digit = self.masks[level].trailing_zeros() as usize & (SLOTS - 1);
@@ -188,6 +259,19 @@ impl EventQueue {
         }
     }
 
+    #[inline]
+    fn clear_slot0(&mut self, digit: usize) {
+        self.slots0[digit] = EMPTY0;
+        let w = digit / 64;
+        self.words0[w] &= !(1 << (digit % 64));
+        if self.words0[w] == 0 {
+            self.summary0 &= !(1 << w);
+            if self.summary0 == 0 {
+                self.levels &= !1;
+            }
+        }
+    }
+
     /// Takes the earliest event if its time is at most `limit` (call when
     /// [`EventQueue::pop_at_base`] is empty). The base moves to that time: the other events
     /// of that instant follow through `pop_at_base`, and no earlier event may be pushed
@@ -199,20 +283,21 @@ impl EventQueue {
             if self.levels == 0 {
                 return None;
             }
-            let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
-            let digit = self.masks[level].trailing_zeros() as usize & (SLOTS - 1);
-            let List { head, tail, min } = self.slots[slot_index(level, digit)];
-            if level == 0 {
+            if self.levels & 1 != 0 {
                 // Every event in a level-0 slot has the same time.
-                let at = (self.base & !(SLOTS as u64 - 1)) | digit as u64;
+                let digit = self.first0();
+                let at = self.time0(digit);
                 if at > limit {
                     return None;
                 }
                 self.base = at;
-                self.clear_slot(0, digit);
-                self.cur = head;
+                self.cur = self.slots0[digit & (SLOTS0 - 1)].head;
+                self.clear_slot0(digit & (SLOTS0 - 1));
                 return self.pop_at_base().map(|t| (at, t));
             }
+            let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
+            let digit = self.masks[level].trailing_zeros() as usize & (SLOTS - 1);
+            let List { head, tail, min } = self.slots[slot_index(level, digit)];
             if head == tail {
                 // A lone event: take it directly, the base jumps to its time.
                 let at = self.nodes[head as usize].at;
