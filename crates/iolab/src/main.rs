@@ -317,7 +317,27 @@ enum RunsCommand {
     },
 }
 
+/// Makes a closed standard output (`iolab ... | head`) end the process quietly with
+/// success, as it ends `cat` or `grep`, instead of the panic `println!` raises on a broken
+/// pipe. Results are stored before anything is printed, so nothing is lost; any other panic
+/// still reaches the default hook.
+fn exit_quietly_on_broken_pipe() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // The hook's text: "panicked at LOCATION:\nMESSAGE" (the payload of a formatted
+        // panic is not always a string to downcast).
+        let message = info.to_string();
+        if message.contains("failed printing to stdout")
+            && message.to_ascii_lowercase().contains("broken pipe")
+        {
+            std::process::exit(0);
+        }
+        default_hook(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let db_path = (!cli.no_db).then_some(cli.db.as_path());
     match cli.command {

@@ -135,3 +135,34 @@ fn calibrate_writes_a_host_profile_that_loads_and_refuses_to_overwrite() {
     assert!(out.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_run_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    // The JSON report is far bigger than a pipe's buffer, so the writes after the reader
+    // has gone fail with a broken pipe, as under `iolab ... | head`.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(["--no-db", "reproduce", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the iolab binary runs");
+    let mut first = [0u8; 64];
+    child
+        .stdout
+        .take()
+        .expect("piped stdout")
+        .read_exact(&mut first)
+        .expect("the report starts");
+    // The read end is closed here (the handle was taken and dropped).
+    let out = child.wait_with_output().expect("iolab ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "status {:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        first.starts_with(b"{"),
+        "{:?}",
+        String::from_utf8_lossy(&first)
+    );
+}
