@@ -260,5 +260,18 @@ fn single_buffers_of_the_64_bit_hba_bypass_the_sba_and_a_32_bit_one_bypasses_not
     let narrow = run(&narrow_text).unwrap();
     for m in &narrow.measurements {
         assert_eq!(value(m, "protection.bypass_accesses"), 0.0, "{}", m.config);
+        // Every stream now goes through the pdir and waits in the purge batch: most unmaps
+        // are deferred, and a range stays unpurged for a while after its unmap.
+        assert!(value(m, "protection.deferred_unmaps") > 0.0, "{}", m.config);
+        assert!(
+            value(m, "protection.max_reachable_after_unmap_ns") > 0.0,
+            "{}",
+            m.config
+        );
     }
+    // The model has no device-side I/O TLB, so it reports no stale-hit figure at all.
+    assert!(narrow
+        .measurements
+        .iter()
+        .all(|m| m.get("protection.stale_hits").is_none()));
 }

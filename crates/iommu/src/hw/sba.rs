@@ -332,8 +332,9 @@ pub struct SbaIommu {
     instance: u64,
     pdir: Mutex<SbaPdir>,
     res: SbaResourceAllocator,
-    /// `ioc->saved`: ranges waiting for their purge, at most `delayed_frees`.
-    saved: Mutex<Vec<StreamMap>>,
+    /// `ioc->saved`: ranges waiting for their purge, at most `delayed_frees`, each with the
+    /// caller's clock at its unmap (the start of its reachable window).
+    saved: Mutex<Vec<(StreamMap, u64)>>,
     live: AtomicUsize,
     totals: Totals,
     /// Bypasses and faults of device accesses (see [`crate::dma::protection`]).
@@ -398,9 +399,12 @@ impl SbaIommu {
     pub fn id(&self) -> DomainId {
         self.cfg.id
     }
-    /// What this IOMMU has left devices able to reach: bypassed accesses (an SBA bypass, a
-    /// direct DDW) and refused ones (translation and permission faults). The deferred purge
-    /// window and sub-page exposure are not counted here yet: those fields stay 0.
+    /// What this IOMMU has left devices able to reach: bypassed accesses (single buffers
+    /// handed out as physical addresses), refused ones (translation and permission faults),
+    /// sub-page exposure (the rest of each stream's pages), unmaps whose purge was deferred
+    /// to a batch and the longest unmap-to-purge window. Stale hits stay 0: the model has no
+    /// device-side I/O TLB, so it cannot observe one; the window bounds how long one was
+    /// possible.
     pub fn protection(&self) -> ProtectionStats {
         self.protection.snapshot()
     }
@@ -450,7 +454,8 @@ impl SbaIommu {
         work.lock(LockId::Other);
         let mut saved = self.saved.lock();
         if !saved.is_empty() {
-            self.purge(&mut saved, work);
+            let now_ns = self.protection.latest_now_ns();
+            self.purge(&mut saved, now_ns, work);
         }
     }
 
@@ -527,7 +532,8 @@ impl SbaIommu {
                     first
                 } else {
                     self.totals.forced_purges.fetch_add(1, Ordering::Relaxed);
-                    self.purge(&mut saved, work);
+                    let now_ns = self.protection.latest_now_ns();
+                    self.purge(&mut saved, now_ns, work);
                     drop(saved);
                     self.res.alloc(req, work)
                 }
@@ -593,21 +599,24 @@ impl SbaIommu {
     }
 
     /// Returns purged ranges' resource bits.
-    fn release(&self, done: PurgeDone, ranges: &[StreamMap], work: &mut WorkRecord) {
+    fn release(&self, done: PurgeDone, ranges: &[(StreamMap, u64)], work: &mut WorkRecord) {
         let _ = done;
-        let blocks: Vec<IovaBlock> = ranges.iter().map(|r| r.block).collect();
+        let blocks: Vec<IovaBlock> = ranges.iter().map(|(r, _)| r.block).collect();
         let freed = self.res.free_batch(&blocks, 0, work);
         debug_assert_eq!(freed, blocks.len(), "releasing purged ranges failed");
     }
 
-    /// Purges the queued ranges: a PCOM write per range (clearing its pdir entries first in
-    /// ia64 mode), one read-back, then the resource bits.
-    fn purge(&self, saved: &mut Vec<StreamMap>, work: &mut WorkRecord) {
-        for &s in saved.iter() {
+    /// Purges the queued ranges at the caller's clock `now_ns`: a PCOM write per range
+    /// (clearing its pdir entries first in ia64 mode), one read-back, then the resource
+    /// bits. Each range's IOTLB entries could be used by the device from its unmap until
+    /// here: that window is recorded.
+    fn purge(&self, saved: &mut Vec<(StreamMap, u64)>, now_ns: u64, work: &mut WorkRecord) {
+        for &(s, unmapped_at_ns) in saved.iter() {
             if self.cfg.invalidate_at_purge {
                 self.clear(s, work);
             }
             work.mmio_writes += 1;
+            self.protection.record_window(unmapped_at_ns, now_ns);
         }
         work.purges += 1;
         let done = self.read_back(work);
@@ -619,18 +628,30 @@ impl SbaIommu {
         saved.clear();
     }
 
-    /// `sba_unmap_single` for a mapped stream: clears the pdir (unless ia64 mode), queues
-    /// the range, and purges at the batch size.
-    fn retire(&self, s: StreamMap, work: &mut WorkRecord) {
+    /// `sba_unmap_single` for a mapped stream at the caller's clock `now_ns`: clears the
+    /// pdir (unless ia64 mode), queues the range, and purges at the batch size (an unmap
+    /// that does not purge its own range is a deferred one).
+    fn retire(&self, s: StreamMap, now_ns: u64, work: &mut WorkRecord) {
+        self.protection.observe_now(now_ns);
         work.lock(LockId::Other);
         let mut saved = self.saved.lock();
         if !self.cfg.invalidate_at_purge {
             self.clear(s, work);
         }
-        saved.push(s);
+        saved.push((s, now_ns));
         if saved.len() >= self.cfg.delayed_frees.max(1) {
-            self.purge(&mut saved, work);
+            self.purge(&mut saved, now_ns, work);
+        } else {
+            self.protection.record_deferred_unmap();
         }
+    }
+
+    /// A stream of `pages` IOMMU pages mapped for `chunks`: the rest of its pages is
+    /// reachable by the device without being asked for (sub-page exposure).
+    fn note_exposure(&self, pages: u64, chunks: &[VcontigChunk]) {
+        let requested: u64 = chunks.iter().map(|c| c.len).sum();
+        self.protection
+            .record_mapping(requested, pages * self.cfg.page_size);
     }
 
     /// Maps one stream: allocates and fills. Returns its map and DMA address.
@@ -645,6 +666,7 @@ impl SbaIommu {
     ) -> Result<(StreamMap, u64), DmaError> {
         let block = self.alloc(dev, pages, cpu, work)?;
         let bytes = self.fill(block, offset, chunks, work);
+        self.note_exposure(pages, chunks);
         self.totals.streams.fetch_add(1, Ordering::Relaxed);
         Ok((StreamMap { block, bytes }, block.start.get() + offset))
     }
@@ -770,7 +792,7 @@ impl DmaPath for SbaIommu {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<MappedBuffer>> {
-        let _ = (cpu, now_ns);
+        let _ = cpu;
         let check = match &buf.token {
             BufferToken::Sba(s) => self.check_instance(s.instance, buf.owner),
             _ => Err(wrong_owner(buf.owner, self.cfg.id)),
@@ -779,7 +801,7 @@ impl DmaPath for SbaIommu {
             return Err(Rejected { handle: buf, error });
         }
         if let BufferToken::Sba(SbaSingle { map: Some(m), .. }) = buf.token {
-            self.retire(m, work);
+            self.retire(m, now_ns, work);
             self.release_slot();
         }
         Ok(())
@@ -857,6 +879,7 @@ impl DmaPath for SbaIommu {
         let mut streams = Vec::with_capacity(plan.len());
         for (s, &block) in plan.iter().zip(&blocks) {
             let bytes = self.fill(block, s.offset, &s.chunks, work);
+            self.note_exposure(s.pages, &s.chunks);
             streams.push(StreamMap { block, bytes });
             segments.push(DmaSegment {
                 dma: DmaAddr(block.start.get() + s.offset),
@@ -879,7 +902,7 @@ impl DmaPath for SbaIommu {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<MappedSg>> {
-        let _ = (cpu, now_ns);
+        let _ = cpu;
         let check = match &sg.token {
             SgToken::Sba(s) => self.check_instance(s.instance, sg.owner),
             _ => Err(wrong_owner(sg.owner, self.cfg.id)),
@@ -891,7 +914,7 @@ impl DmaPath for SbaIommu {
             // `sba_unmap_sg`: one `sba_unmap_single` per DMA segment.
             if !s.streams.is_empty() {
                 for m in s.streams {
-                    self.retire(m, work);
+                    self.retire(m, now_ns, work);
                 }
                 self.release_slot();
             }
@@ -1113,6 +1136,38 @@ mod tests {
             (1, 1, 1, 1)
         );
         assert!(s.translate(&dev, dma, 1, Access::Read, &mut w).is_err());
+    }
+
+    #[test]
+    fn the_protection_report_counts_exposure_deferral_and_the_purge_window() {
+        let s = sba(|c| c.delayed_frees = 2);
+        let dev = Device::new(1, 32).unwrap();
+        let mut w = WorkRecord::new();
+        let map = |pa: u64, len: u64, w: &mut WorkRecord| {
+            s.map_single(&dev, PhysAddr::new(pa), len, Direction::ToDevice, 0, w)
+                .unwrap()
+        };
+        // 512 bytes expose the rest of their page; a whole page exposes nothing.
+        let a = map(0x2_0000_0000, 512, &mut w);
+        let b = map(0x2_0001_0000, P, &mut w);
+        let p = s.protection();
+        assert_eq!(p.subpage_exposed_bytes, P - 512);
+        assert_eq!(p.max_subpage_exposed_bytes, P - 512);
+        // The first unmap waits for the batch (deferred); the second purges both.
+        s.unmap_single(a, 0, 1_000, &mut w).unwrap();
+        let p = s.protection();
+        assert_eq!((p.deferred_unmaps, p.max_reachable_after_unmap_ns), (1, 0));
+        s.unmap_single(b, 0, 5_000, &mut w).unwrap();
+        let p = s.protection();
+        assert_eq!(p.deferred_unmaps, 1);
+        // `a` stayed purgeable-but-unpurged from 1,000 ns to the purge at 5,000 ns.
+        assert_eq!(p.max_reachable_after_unmap_ns, 4_000);
+        // A purge forced at teardown closes windows at the latest clock seen.
+        let c = map(0x2_0002_0000, P, &mut w);
+        s.unmap_single(c, 0, 6_000, &mut w).unwrap();
+        s.purge_all(&mut w);
+        assert_eq!(s.protection().max_reachable_after_unmap_ns, 4_000);
+        assert_eq!(s.protection().deferred_unmaps, 2);
     }
 
     #[test]

@@ -686,12 +686,33 @@ fn run_one(
 
 /// Adds the protection report's metrics that the SBA model measures: device accesses that
 /// bypassed translation (single buffers of a device whose DMA mask reaches them, as the
-/// 53c1030's 64-bit mask does, are handed out as physical addresses) and refused accesses.
-/// The SBA model does not yet count the deferred-purge window (stale hits, time reachable
-/// after unmap) nor sub-page exposure ([`SbaIommu::protection`]), so those metrics are left
-/// out rather than reported as zero.
+/// 53c1030's 64-bit mask does, are handed out as physical addresses), refused accesses,
+/// sub-page exposure, deferred unmaps and the longest unmap-to-purge window (an unmapped
+/// range waits in the batch of `DELAYED_RESOURCE_CNT` for its purge). Stale hits are left
+/// out rather than reported as zero: the model has no device-side I/O TLB to observe one
+/// ([`SbaIommu::protection`]).
 fn sba_protection_metrics(m: Measurement, p: &ProtectionStats) -> Measurement {
     m.metric(Metric::new(
+        "protection.max_reachable_after_unmap_ns",
+        "ns",
+        p.max_reachable_after_unmap_ns as f64,
+    ))
+    .metric(Metric::new(
+        "protection.deferred_unmaps",
+        "count",
+        p.deferred_unmaps as f64,
+    ))
+    .metric(Metric::new(
+        "protection.subpage_exposed_bytes",
+        "B",
+        p.subpage_exposed_bytes as f64,
+    ))
+    .metric(Metric::new(
+        "protection.max_subpage_exposed_bytes",
+        "B",
+        p.max_subpage_exposed_bytes as f64,
+    ))
+    .metric(Metric::new(
         "protection.bypass_accesses",
         "count",
         p.bypass_accesses as f64,
