@@ -211,7 +211,10 @@ fn the_iommu_changes_segments_per_command_not_the_commands() {
             (off_kib - on_kib).abs() <= 0.005 * off_kib,
             "{speed}: {off_kib} vs {on_kib} KiB per command"
         );
-        assert!(on_segs < off_segs, "{speed}: {on_segs} vs {off_segs} segments");
+        assert!(
+            on_segs < off_segs,
+            "{speed}: {on_segs} vs {off_segs} segments"
+        );
     }
 }
 
