@@ -179,6 +179,45 @@ fn the_iommu_merges_segments_and_flushes_once_per_command() {
     assert_eq!(on_flushes, on_cmds);
 }
 
+/// Linux v5.1: usb-storage on the xHCI has the same block limits with and without the IPMMU
+/// (sg_tablesize ~0 clamped to 2048 segments, 1 MiB max_hw_sectors at SuperSpeed, 64 KiB
+/// segments), and the block layer does not know that dma-iommu merges pages, so the IPMMU
+/// must not change the commands the device sees: only how many DMA segments each one has.
+#[test]
+fn the_iommu_changes_segments_per_command_not_the_commands() {
+    let r = run(&shortened()).unwrap();
+    let totals = |name: &str| -> (f64, f64, f64) {
+        let line = r
+            .report_text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name) && l.contains("segs/cmd"))
+            .unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |key: &str| words[words.iter().position(|w| *w == key).unwrap() + 1];
+        (
+            at("commands").parse().unwrap(),
+            at("transfer").parse().unwrap(),
+            at("segs/cmd").parse().unwrap(),
+        )
+    };
+    for speed in ["superspeed", "highspeed"] {
+        let (off_cmds, off_kib, off_segs) = totals(&format!("{speed}.no_iommu"));
+        let (on_cmds, on_kib, on_segs) = totals(&format!("{speed}.iommu"));
+        assert!(
+            (off_cmds - on_cmds).abs() <= 0.005 * off_cmds,
+            "{speed}: {off_cmds} vs {on_cmds} commands"
+        );
+        assert!(
+            (off_kib - on_kib).abs() <= 0.005 * off_kib,
+            "{speed}: {off_kib} vs {on_kib} KiB per command"
+        );
+        assert!(
+            on_segs < off_segs,
+            "{speed}: {on_segs} vs {off_segs} segments"
+        );
+    }
+}
+
 #[test]
 fn without_the_iommu_pages_above_4_gib_are_bounced_and_with_it_none_are() {
     let r = run(&shortened()).unwrap();
