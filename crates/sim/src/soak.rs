@@ -203,6 +203,19 @@ struct RefMapping {
     written: u64,
 }
 
+impl RefMapping {
+    /// The record of `m`, a fresh mapping of the buffer at physical `pa`.
+    fn of(m: &MappedBuffer, pa: u64) -> Self {
+        RefMapping {
+            pa,
+            len: m.len(),
+            dir: m.direction(),
+            reads: 0,
+            written: 0,
+        }
+    }
+}
+
 /// The soak's record of everything in flight, checked at every checkpoint: the hooks the
 /// stream's loops call.
 struct Checks {
@@ -303,16 +316,10 @@ impl StreamHooks for Checks {
 
     fn mapped(&self, ctx: &Ctx, m: &MappedBuffer, pa: u64) -> Result<(), SoakError> {
         let dma = m.dma_addr().0;
-        let old = self.reference.borrow_mut().insert(
-            dma,
-            RefMapping {
-                pa,
-                len: m.len(),
-                dir: m.direction(),
-                reads: 0,
-                written: 0,
-            },
-        );
+        let old = self
+            .reference
+            .borrow_mut()
+            .insert(dma, RefMapping::of(m, pa));
         if old.is_some() {
             return Err(self.broken(ctx.now(), format!("IOVA {dma:#x} handed out twice")));
         }
@@ -521,16 +528,9 @@ pub fn run_soak(text: &str, origin: &str, soak: &SoakConfig) -> Result<SoakRepor
     for (q, ring) in rings.iter().enumerate() {
         for (k, m) in ring.iter().enumerate() {
             let pa = crate::workloads::netperf::rx_page_pa(&cfg, q, k as u64);
-            c.reference.borrow_mut().insert(
-                m.dma_addr().0,
-                RefMapping {
-                    pa,
-                    len: m.len(),
-                    dir: m.direction(),
-                    reads: 0,
-                    written: 0,
-                },
-            );
+            c.reference
+                .borrow_mut()
+                .insert(m.dma_addr().0, RefMapping::of(m, pa));
             c.untimed_maps.set(c.untimed_maps.get() + 1);
         }
     }

@@ -881,12 +881,19 @@ pub fn protection_metrics(
     p: &ProtectionStats,
     max_reachable_ns: u64,
 ) -> Measurement {
-    m.metric(Metric::new(
+    let m = m.metric(Metric::new(
         "protection.stale_hits",
         "count",
         p.stale_hits as f64,
-    ))
-    .metric(Metric::new(
+    ));
+    exposure_metrics(m, p, max_reachable_ns)
+}
+
+/// The protection report's metrics but the stale-hit count, for a model with no device-side
+/// cache to observe stale hits in: the reachable window (`max_reachable_ns`), sub-page
+/// exposure, bypassed accesses and faults.
+pub fn exposure_metrics(m: Measurement, p: &ProtectionStats, max_reachable_ns: u64) -> Measurement {
+    m.metric(Metric::new(
         "protection.max_reachable_after_unmap_ns",
         "ns",
         max_reachable_ns as f64,

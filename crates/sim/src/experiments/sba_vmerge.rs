@@ -17,6 +17,7 @@ use iolab_iommu::dma::{Device, DomainId, ProtectionStats};
 use iolab_iommu::hw::{SbaIommu, SbaIommuConfig};
 use serde::Deserialize;
 
+use super::protection::exposure_metrics;
 use super::ExperimentError;
 use crate::block::QueueLimits;
 use crate::cost::PlatformProfile;
@@ -692,41 +693,12 @@ fn run_one(
 /// out rather than reported as zero: the model has no device-side I/O TLB to observe one
 /// ([`SbaIommu::protection`]).
 fn sba_protection_metrics(m: Measurement, p: &ProtectionStats) -> Measurement {
-    m.metric(Metric::new(
-        "protection.max_reachable_after_unmap_ns",
-        "ns",
-        p.max_reachable_after_unmap_ns as f64,
-    ))
-    .metric(Metric::new(
+    let m = m.metric(Metric::new(
         "protection.deferred_unmaps",
         "count",
         p.deferred_unmaps as f64,
-    ))
-    .metric(Metric::new(
-        "protection.subpage_exposed_bytes",
-        "B",
-        p.subpage_exposed_bytes as f64,
-    ))
-    .metric(Metric::new(
-        "protection.max_subpage_exposed_bytes",
-        "B",
-        p.max_subpage_exposed_bytes as f64,
-    ))
-    .metric(Metric::new(
-        "protection.bypass_accesses",
-        "count",
-        p.bypass_accesses as f64,
-    ))
-    .metric(Metric::new(
-        "faults.translation",
-        "count",
-        p.translation_faults as f64,
-    ))
-    .metric(Metric::new(
-        "faults.permission",
-        "count",
-        p.permission_faults as f64,
-    ))
+    ));
+    exposure_metrics(m, p, p.max_reachable_after_unmap_ns)
 }
 
 fn mean_rows(rows: &[ReaimRow]) -> ReaimRow {
