@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use iolab_iommu::addr::{Iova, SZ_4K};
 use iolab_iommu::dma::flush_queue::FlushQueueConfig;
+use iolab_iommu::dma::protection::ProtectionStats;
 use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
 use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, DdwPolicy, WindowConfig};
@@ -41,6 +42,72 @@ pub(crate) struct IommuPath {
     pub pseries: Option<Arc<PseriesIommu>>,
     /// Whether device addresses are translated (IOTLB misses, virtual merging).
     pub translated: bool,
+    /// Where the run's protection report is read from.
+    pub protection: ProtectionProbe,
+}
+
+/// The model a run's protection report ([`ProtectionStats`]) is read from: the same object
+/// the devices' DMA went through, so its counters are the run's own.
+#[derive(Clone)]
+pub(crate) enum ProtectionProbe {
+    /// A DMA-API domain: dma-direct (no IOMMU), identity (passthrough), or the IPMMU's
+    /// translated domain.
+    Domain(Arc<Domain>),
+    /// The SMMUv3 device path: the domain's figures with the stale hits measured in the
+    /// SMMU's IOTLB and the SMMU's faults.
+    Smmuv3(Arc<Smmuv3DevicePath>),
+    /// The SBA IOMMU: bypassed and refused accesses only (its model does not count the
+    /// deferred-purge window nor sub-page exposure).
+    Sba(Arc<SbaIommu>),
+    /// The POWER partition IOMMU (TCE clears are synchronous hypercalls: no stale window).
+    Pseries(Arc<PseriesIommu>),
+}
+
+/// A run's protection report, as the lab's measurements carry it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LabProtection {
+    /// The model's counters.
+    pub stats: ProtectionStats,
+    /// The longest time a freed page stayed reachable, ns: the model's figure where the
+    /// device's addresses are translated, the run's length where they are not (a freed page
+    /// stays reachable for as long as the device can address memory).
+    pub max_reachable_ns: u64,
+    /// Whether the model measures the stale window and sub-page exposure (all but SBA).
+    pub window_measured: bool,
+}
+
+impl LabProtection {
+    /// Adds another simulation's report (re-aim runs one simulation per user count).
+    pub fn merge(&mut self, other: &LabProtection) {
+        self.stats.merge(&other.stats);
+        self.max_reachable_ns = self.max_reachable_ns.max(other.max_reachable_ns);
+        self.window_measured = other.window_measured;
+    }
+}
+
+impl ProtectionProbe {
+    /// The report now, for a run of `run_ns` (its virtual length) on a path that does
+    /// (`translated`) or does not translate device addresses.
+    pub fn read(&self, translated: bool, run_ns: u64) -> LabProtection {
+        let (stats, window_measured) = match self {
+            ProtectionProbe::Domain(d) => (d.protection(), true),
+            ProtectionProbe::Smmuv3(p) => (p.protection(), true),
+            ProtectionProbe::Sba(s) => (s.protection(), false),
+            ProtectionProbe::Pseries(p) => (p.protection(), true),
+        };
+        let max_reachable_ns = match self {
+            _ if !translated => run_ns,
+            // TCE updates and clears are synchronous hypercalls: an unmapped page stops
+            // translating before the unmap returns.
+            ProtectionProbe::Pseries(_) => 0,
+            _ => stats.max_reachable_after_unmap_ns,
+        };
+        LabProtection {
+            stats,
+            max_reachable_ns,
+            window_measured,
+        }
+    }
 }
 
 /// The device (and SMMUv3 StreamID) every scenario's devices share: one DMA domain.
@@ -71,12 +138,13 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
     let id = DomainId(1);
     let mut cfg = DomainConfig::new(id, DomainMode::NoIommu);
     cfg.cpus = s.cpus;
-    let direct = |path: Arc<dyn DmaPath>| IommuPath {
-        path,
+    let direct = |d: Arc<Domain>| IommuPath {
+        path: d.clone(),
         cmdq: None,
         poll_interval_ns: 0,
         pseries: None,
         translated: false,
+        protection: ProtectionProbe::Domain(d),
     };
     match (s.iommu.model, s.iommu.mode) {
         (_, IommuMode::Off) => Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?))),
@@ -121,12 +189,14 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
             )
             .map_err(model_err)?;
             let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?;
+            let path = Arc::new(path);
             Ok(IommuPath {
                 path: path.domain().clone(),
-                cmdq: Some((Arc::new(path), q)),
+                cmdq: Some((path.clone(), q)),
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: true,
+                protection: ProtectionProbe::Smmuv3(path),
             })
         }
         (IommuModel::Ipmmu, IommuMode::Strict) => {
@@ -142,13 +212,14 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
             let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 32)))
                 .map_err(model_err)?;
             let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
-            let d = ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?;
+            let d = Arc::new(ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?);
             Ok(IommuPath {
-                path: Arc::new(d),
+                path: d.clone(),
                 cmdq: None,
                 poll_interval_ns,
                 pseries: None,
                 translated: true,
+                protection: ProtectionProbe::Domain(d),
             })
         }
         (IommuModel::Sba, mode @ (IommuMode::Translated | IommuMode::Bypass)) => {
@@ -156,13 +227,14 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
             let mut c = SbaIommuConfig::new(id, base, size, s.iommu.sba_page_size);
             c.delayed_frees = s.iommu.sba_delayed_frees;
             c.allow_bypass = mode == IommuMode::Bypass;
-            let sba = SbaIommu::new(c).map_err(model_err)?;
+            let sba = Arc::new(SbaIommu::new(c).map_err(model_err)?);
             Ok(IommuPath {
-                path: Arc::new(sba),
+                path: sba.clone(),
                 cmdq: None,
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: mode == IommuMode::Translated,
+                protection: ProtectionProbe::Sba(sba),
             })
         }
         (IommuModel::Pseries, mode) => {
@@ -171,8 +243,9 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
                 path: iommu.clone(),
                 cmdq: None,
                 poll_interval_ns: 0,
-                pseries: Some(iommu),
+                pseries: Some(iommu.clone()),
                 translated: mode != IommuMode::DdwDirect,
+                protection: ProtectionProbe::Pseries(iommu),
             })
         }
         (model, mode) => Err(model_err(format!(

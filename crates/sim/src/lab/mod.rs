@@ -231,6 +231,58 @@ fn report(
     }
 }
 
+/// Adds the run's protection report (`protection.*`, `faults.*`, as the published
+/// experiments carry it: [`crate::experiments::protection::protection_metrics`]) to `m`.
+/// Where the model does not measure the stale window and sub-page exposure (SBA), only the
+/// bypassed and refused accesses are added: an unmeasured figure is left out, not reported
+/// as zero.
+fn with_protection(m: Measurement, p: &iommu::LabProtection) -> Measurement {
+    if p.window_measured {
+        return crate::experiments::protection::protection_metrics(
+            m,
+            &p.stats,
+            p.max_reachable_ns,
+        );
+    }
+    m.metric(Metric::new(
+        "protection.bypass_accesses",
+        "count",
+        p.stats.bypass_accesses as f64,
+    ))
+    .metric(Metric::new(
+        "faults.translation",
+        "count",
+        p.stats.translation_faults as f64,
+    ))
+    .metric(Metric::new(
+        "faults.permission",
+        "count",
+        p.stats.permission_faults as f64,
+    ))
+}
+
+/// The protection report as one line of text (after fio's summary and re-aim's table).
+fn protection_line(p: &iommu::LabProtection) -> String {
+    let st = &p.stats;
+    let mut t = String::new();
+    if p.window_measured {
+        let _ = write!(
+            t,
+            "stale hits={}, max reachable after unmap={}ns, sub-page exposed={}B (max {}B), ",
+            st.stale_hits,
+            p.max_reachable_ns,
+            st.subpage_exposed_bytes,
+            st.max_subpage_exposed_bytes
+        );
+    }
+    let _ = write!(
+        t,
+        "bypassed accesses={}, faults={} translation/{} permission",
+        st.bypass_accesses, st.translation_faults, st.permission_faults
+    );
+    t
+}
+
 /// The bonnie++ phases in CSV order, with the metric stem of each.
 const BONNIE_PHASES: [&str; 6] = [
     "out_char",
@@ -249,6 +301,8 @@ struct BonnieOut {
     attrs: Vec<(&'static str, String)>,
     /// The device's own totals.
     metrics: Vec<Metric>,
+    /// The run's protection report.
+    protection: iommu::LabProtection,
 }
 
 fn bonnie_once(
@@ -271,6 +325,7 @@ fn bonnie_once(
                     Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns, c.commands)),
                     Metric::new("usb.flushes", "count", c.flushes as f64),
                 ],
+                protection: out.protection,
             })
         }
         _ => {
@@ -297,6 +352,7 @@ fn bonnie_once(
                     Metric::new("dma.inval_syncs", "count", d.inval_syncs as f64),
                     Metric::new("irq.cpus", "count", out.irq_cpus as f64),
                 ],
+                protection: out.protection,
             })
         }
     }
@@ -347,6 +403,8 @@ fn run_bonnie(
         for metric in out.metrics {
             m = m.metric(metric);
         }
+        // bonnie's output is its CSV rows only: the report is in the measurement.
+        let m = with_protection(m, &out.protection);
         let _ = writeln!(
             text,
             "{}",
@@ -453,6 +511,7 @@ fn run_reaim(
                 "count",
                 out.lock_contended as f64,
             ));
+        m = with_protection(m, &out.protection);
         if runs > 1 {
             let _ = writeln!(text, "[run {run}, seed {seed}]");
         }
@@ -465,6 +524,7 @@ fn run_reaim(
             per(q.iommu_cpu_ns as f64, q.requests),
             out.disk_busy_pct
         );
+        let _ = writeln!(text, "protection: {}", protection_line(&out.protection));
         measurements.push(m);
     }
     let title = format!(
@@ -512,7 +572,7 @@ fn run_netperf(
     let mut measurements = Vec::new();
     for r in 0..runs {
         let seed = run_seed(base, r);
-        let out = net::run_netperf(s, n, link, seed)?;
+        let (out, protection) = net::run_netperf(s, n, link, seed)?;
         let config = config_id(s, r, runs);
         let messages =
             (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);
@@ -548,6 +608,8 @@ fn run_netperf(
                 "count",
                 out.dma.tces as f64 / messages,
             ));
+        // netperf's output is its table: the report is in the measurement.
+        let m = with_protection(m, &protection);
         let _ = writeln!(
             text,
             "{:<8} {:<8.3} {:<13.2} {:<8.1} {:<7.1} {:.1}",
@@ -671,6 +733,7 @@ fn run_fio(
                     per(q.sync_wait_ns as f64, q.issues),
                 ));
         }
+        m = with_protection(m, &out.protection);
         let total = out.cpu.total_ns().max(1) as f64;
         m = m
             .metric(Metric::new(
@@ -715,6 +778,11 @@ fn run_fio(
                 per(d.walk_reads as f64, d.translated_ios)
             );
         }
+        let _ = writeln!(
+            text,
+            "  protection   : {}",
+            protection_line(&out.protection)
+        );
         jobs.push(JobJson {
             jobname: config,
             ..out.json

@@ -26,7 +26,7 @@ use crate::workloads::reaim::{
 };
 
 use super::block::lock_params;
-use super::iommu::{self, model_err};
+use super::iommu::{self, model_err, LabProtection};
 use super::spec::{IommuModel, LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
 
 /// What one ramp produced.
@@ -41,6 +41,9 @@ pub(crate) struct ReaimRun {
     pub disk_busy_pct: f64,
     /// Spin-lock acquisitions that waited (SBA resource lock), over the ramp.
     pub lock_contended: u64,
+    /// The protection report, summed over the ramp's simulations (the longest reachable
+    /// time is the longest of any).
+    pub protection: LabProtection,
 }
 
 /// The time a map or unmap waits for the IOMMU hardware beyond its counted CPU steps.
@@ -176,6 +179,7 @@ pub(crate) fn run_reaim(
     let mut scsi = ScsiStats::default();
     let mut cpu = CpuTimes::default();
     let (mut busy, mut parent_total, mut contended) = (0u64, 0u64, 0u64);
+    let mut protection = LabProtection::default();
     for (i, &users) in r.users.iter().enumerate() {
         let mut sim = Sim::new(SimConfig {
             cpus: s.cpus,
@@ -183,6 +187,7 @@ pub(crate) fn run_reaim(
         })?;
         let h = sim.handle().clone();
         let built = iommu::build(s, &h)?;
+        let (probe, translated) = (built.protection.clone(), built.translated);
         let dma = HostDma {
             path: built.path,
             extra_ns: hardware_wait(s, built.poll_interval_ns),
@@ -203,6 +208,7 @@ pub(crate) fn run_reaim(
             ..
         } = run_children(&mut sim, &host, &r.workfile, &child, users, s.cpus)?;
         rows.push(row);
+        protection.merge(&probe.read(translated, report.end.as_ns()));
         let st = host.stats();
         scsi.requests += st.requests;
         scsi.bytes += st.bytes;
@@ -229,5 +235,6 @@ pub(crate) fn run_reaim(
         cpu: CpuBreakdown::between(&CpuTimes::default(), &cpu),
         disk_busy_pct: busy as f64 / parent_total.max(1) as f64 * 100.0,
         lock_contended: contended,
+        protection,
     })
 }
