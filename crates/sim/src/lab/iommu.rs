@@ -285,3 +285,30 @@ fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, ExperimentE
         ))),
     }
 }
+
+/// The time a map or unmap waits for the IOMMU hardware beyond its counted CPU steps, for
+/// paths that charge hardware waits per call rather than through a timed model (the SCSI
+/// host of re-aim and bonnie on `scsi`): the SBA's purges, the IPMMU's flush polls beyond
+/// the first register read, POWER's hypervisor time, and for SMMUv3 the command queue's
+/// consumption and `CMD_SYNC` latency, uncontended.
+pub(crate) fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn Fn(&WorkRecord) -> f64> {
+    let cost = s.profile.cpu_cost_model();
+    let purge_ns = s
+        .profile
+        .require_register_flush()
+        .map(|r| r.flush_duration.ns())
+        .unwrap_or(0.0);
+    let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
+        Ok(q) if s.iommu.uses_cmdq() => (q.command_consume.ns(), q.sync_latency.ns()),
+        _ => (0.0, 0.0),
+    };
+    let poll = poll_interval_ns as f64;
+    Box::new(move |w: &WorkRecord| {
+        let syncs = w.inval_syncs.min(w.commands_written);
+        w.purges as f64 * purge_ns
+            + w.polls.saturating_sub(w.inval_domains) as f64 * poll
+            + cost.hypervisor_ns(w).unwrap_or(0.0)
+            + (w.commands_written - syncs) as f64 * consume_ns
+            + syncs as f64 * sync_ns
+    })
+}

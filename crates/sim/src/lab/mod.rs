@@ -44,6 +44,7 @@ pub mod examples;
 mod iommu;
 mod net;
 pub(crate) mod reaim;
+mod scsi;
 pub mod spec;
 mod usb;
 
@@ -160,7 +161,10 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
         (spec::Workload::Fio(f), _) => run_fio(s, f, base, options.runs),
         (
             spec::Workload::Bonnie(b),
-            spec::Devices::Usb(_) | spec::Devices::Nvme(_) | spec::Devices::Sas(_),
+            spec::Devices::Usb(_)
+            | spec::Devices::Nvme(_)
+            | spec::Devices::Sas(_)
+            | spec::Devices::Scsi(_),
         ) => run_bonnie(s, b, base, options.runs),
         (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
             run_netperf(s, n, *link, base, options.runs)
@@ -324,6 +328,34 @@ fn bonnie_once(
                     Metric::new("usb.map_ns", "ns", per(c.map_ns, c.commands)),
                     Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns, c.commands)),
                     Metric::new("usb.flushes", "count", c.flushes as f64),
+                ],
+                protection: out.protection,
+            })
+        }
+        spec::Devices::Scsi(disk) => {
+            let out = scsi::run_bonnie(s, b, disk, seed)?;
+            let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+            let q = &out.scsi;
+            Ok(BonnieOut {
+                result: out.result,
+                cpu: out.cpu,
+                attrs: Vec::new(),
+                metrics: vec![
+                    Metric::new("scsi.requests", "count", q.requests as f64),
+                    Metric::new("block.read_bytes", "bytes", out.submitted_bytes.0 as f64),
+                    Metric::new("block.write_bytes", "bytes", out.submitted_bytes.1 as f64),
+                    Metric::new("scsi.bytes", "bytes", q.bytes as f64),
+                    Metric::new(
+                        "scsi.dma_segments_per_request",
+                        "count",
+                        per(q.dma_segments as f64, q.requests),
+                    ),
+                    Metric::new(
+                        "scsi.iommu_cpu_ns_per_request",
+                        "ns",
+                        per(q.iommu_cpu_ns as f64, q.requests),
+                    ),
+                    Metric::new("scsi.seeks", "count", q.seeks as f64),
                 ],
                 protection: out.protection,
             })

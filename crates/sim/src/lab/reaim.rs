@@ -14,8 +14,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use iolab_iommu::work::WorkRecord;
-
 use crate::accounting::{CpuTimes, RunReport};
 use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
 use crate::engine::{Sim, SimConfig};
@@ -44,29 +42,6 @@ pub(crate) struct ReaimRun {
     /// The protection report, summed over the ramp's simulations (the longest reachable
     /// time is the longest of any).
     pub protection: LabProtection,
-}
-
-/// The time a map or unmap waits for the IOMMU hardware beyond its counted CPU steps.
-fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn Fn(&WorkRecord) -> f64> {
-    let cost = s.profile.cpu_cost_model();
-    let purge_ns = s
-        .profile
-        .require_register_flush()
-        .map(|r| r.flush_duration.ns())
-        .unwrap_or(0.0);
-    let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
-        Ok(q) if s.iommu.uses_cmdq() => (q.command_consume.ns(), q.sync_latency.ns()),
-        _ => (0.0, 0.0),
-    };
-    let poll = poll_interval_ns as f64;
-    Box::new(move |w: &WorkRecord| {
-        let syncs = w.inval_syncs.min(w.commands_written);
-        w.purges as f64 * purge_ns
-            + w.polls.saturating_sub(w.inval_domains) as f64 * poll
-            + cost.hypervisor_ns(w).unwrap_or(0.0)
-            + (w.commands_written - syncs) as f64 * consume_ns
-            + syncs as f64 * sync_ns
-    })
 }
 
 /// What one re-aim run (one user count) produced.
@@ -190,7 +165,7 @@ pub(crate) fn run_reaim(
         let (probe, translated) = (built.protection.clone(), built.translated);
         let dma = HostDma {
             path: built.path,
-            extra_ns: hardware_wait(s, built.poll_interval_ns),
+            extra_ns: iommu::hardware_wait(s, built.poll_interval_ns),
             lock: (s.iommu.model == IommuModel::Sba).then(|| ("sba_res_lock", lock_params(s))),
         };
         let host = ScsiHost::start_on(
