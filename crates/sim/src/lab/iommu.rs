@@ -24,7 +24,7 @@ use iolab_iommu::work::WorkRecord;
 
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
-use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
+use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::experiments::ExperimentError;
 
 use super::defaults;
@@ -133,6 +133,16 @@ pub(crate) fn ipmmu_polls(profile: &PlatformProfile) -> Result<(u32, u64), Exper
     Ok((1 + steps as u32, rf.poll_interval.ns().round() as u64))
 }
 
+/// How CPUs learn that a `CMD_SYNC` completed on `profile`'s SMMU: its `iommu.cmdq.sync_msi`
+/// (the D05's SMMU has no MSI and is polled through its CONS register, the D06's signals by
+/// MSI), or the command-queue model's default (MSI) where the profile does not say.
+pub(crate) fn sync_wait(profile: &PlatformProfile) -> SyncWait {
+    match profile.iommu.cmdq.as_ref().and_then(|q| q.sync_msi.as_ref()) {
+        Some(f) if !f.is_set() => SyncWait::ConsPoll,
+        _ => SyncWait::Msi,
+    }
+}
+
 /// Builds the path of `s` on the simulation of `h`.
 pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, ExperimentError> {
     let id = DomainId(1);
@@ -188,7 +198,8 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
                 &lab_device(64)?,
             )
             .map_err(model_err)?;
-            let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?;
+            let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?
+                .with_sync_wait(sync_wait(&s.profile));
             let path = Arc::new(path);
             Ok(IommuPath {
                 path: path.domain().clone(),
@@ -299,7 +310,20 @@ pub(crate) fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn F
         .map(|r| r.flush_duration.ns())
         .unwrap_or(0.0);
     let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
-        Ok(q) if s.iommu.uses_cmdq() => (q.command_consume.ns(), q.sync_latency.ns()),
+        Ok(q) if s.iommu.uses_cmdq() => {
+            let sync = q.sync_latency.ns();
+            // Without MSI the CPU sees the sync by reading CONS back to back from the
+            // write: the read that samples it after completion (about half-way through its
+            // round trip) returns a whole read later (as the timed queue, SimCmdq, polls).
+            let seen = match sync_wait(&s.profile) {
+                SyncWait::Msi => sync,
+                SyncWait::ConsPoll => {
+                    let r = s.profile.mmio.read.ns().max(1.0);
+                    (((sync - r / 2.0).max(0.0) / r).ceil() + 1.0) * r
+                }
+            };
+            (q.command_consume.ns(), seen)
+        }
         _ => (0.0, 0.0),
     };
     let poll = poll_interval_ns as f64;
