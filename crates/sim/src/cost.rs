@@ -669,7 +669,10 @@ impl PlatformProfile {
             if f.value > 1 {
                 return Err((
                     "iommu.cmdq.sync_msi.value".into(),
-                    format!("expected 0 (no MSI: CONS polling) or 1 (MSI), found {}", f.value),
+                    format!(
+                        "expected 0 (no MSI: CONS polling) or 1 (MSI), found {}",
+                        f.value
+                    ),
                 ));
             }
             non_empty("iommu.cmdq.sync_msi.source", &f.source)?;

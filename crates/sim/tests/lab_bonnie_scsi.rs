@@ -51,7 +51,10 @@ fn every_submitted_byte_reaches_the_disk_once() {
         assert!(submitted > 0.0);
         assert_eq!(metric(&r, "scsi.bytes"), submitted, "{name}");
         // The 16 MiB file is written whole (per-char, then block) at least twice.
-        assert!(metric(&r, "block.write_bytes") >= 2.0 * 16.0 * 1048576.0, "{name}");
+        assert!(
+            metric(&r, "block.write_bytes") >= 2.0 * 16.0 * 1048576.0,
+            "{name}"
+        );
     }
 }
 

@@ -13,12 +13,23 @@ fn d05_text() -> &'static str {
 fn hisilicon_profiles_say_how_syncs_complete() {
     let flag = |name: &str| {
         let p = PlatformProfile::bundled(name).unwrap();
-        let f = p.require_cmdq().unwrap().sync_msi.clone().expect("sync_msi");
-        assert!(!f.source.trim().is_empty(), "{name}: sync_msi has no source");
+        let f = p
+            .require_cmdq()
+            .unwrap()
+            .sync_msi
+            .clone()
+            .expect("sync_msi");
+        assert!(
+            !f.source.trim().is_empty(),
+            "{name}: sync_msi has no source"
+        );
         f.is_set()
     };
     assert!(!flag("hisilicon-d05"), "the D05's SMMU has no MSI");
-    assert!(flag("hisilicon-d06"), "the D06's SMMU signals CMD_SYNC by MSI");
+    assert!(
+        flag("hisilicon-d06"),
+        "the D06's SMMU signals CMD_SYNC by MSI"
+    );
 }
 
 #[test]
@@ -76,7 +87,12 @@ fn workload_scenarios_follow_the_profiles_sync_completion() {
     )
     .unwrap();
     assert_eq!(
-        bundled.report.report_text.lines().skip(1).collect::<Vec<_>>(),
+        bundled
+            .report
+            .report_text
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>(),
         poll.report.report_text.lines().skip(1).collect::<Vec<_>>()
     );
     // Polling CONS with non-posted reads (under the queue's lock, as Linux <= 5.2 does

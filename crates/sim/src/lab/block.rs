@@ -744,7 +744,10 @@ pub(crate) fn run_bonnie(
         cpu: CpuBreakdown::from(report.total),
         irq_cpus,
         submitted_bytes: bytes.get(),
-        protection: stack.protection.0.read(stack.protection.1, report.end.as_ns()),
+        protection: stack
+            .protection
+            .0
+            .read(stack.protection.1, report.end.as_ns()),
     })
 }
 

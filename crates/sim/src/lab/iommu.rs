@@ -137,7 +137,12 @@ pub(crate) fn ipmmu_polls(profile: &PlatformProfile) -> Result<(u32, u64), Exper
 /// (the D05's SMMU has no MSI and is polled through its CONS register, the D06's signals by
 /// MSI), or the command-queue model's default (MSI) where the profile does not say.
 pub(crate) fn sync_wait(profile: &PlatformProfile) -> SyncWait {
-    match profile.iommu.cmdq.as_ref().and_then(|q| q.sync_msi.as_ref()) {
+    match profile
+        .iommu
+        .cmdq
+        .as_ref()
+        .and_then(|q| q.sync_msi.as_ref())
+    {
         Some(f) if !f.is_set() => SyncWait::ConsPoll,
         _ => SyncWait::Msi,
     }
@@ -302,7 +307,10 @@ fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, ExperimentE
 /// host of re-aim and bonnie on `scsi`): the SBA's purges, the IPMMU's flush polls beyond
 /// the first register read, POWER's hypervisor time, and for SMMUv3 the command queue's
 /// consumption and `CMD_SYNC` latency, uncontended.
-pub(crate) fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn Fn(&WorkRecord) -> f64> {
+pub(crate) fn hardware_wait(
+    s: &LabScenario,
+    poll_interval_ns: u64,
+) -> Box<dyn Fn(&WorkRecord) -> f64> {
     let cost = s.profile.cpu_cost_model();
     let purge_ns = s
         .profile

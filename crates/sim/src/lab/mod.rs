@@ -242,11 +242,7 @@ fn report(
 /// as zero.
 fn with_protection(m: Measurement, p: &iommu::LabProtection) -> Measurement {
     if p.window_measured {
-        return crate::experiments::protection::protection_metrics(
-            m,
-            &p.stats,
-            p.max_reachable_ns,
-        );
+        return crate::experiments::protection::protection_metrics(m, &p.stats, p.max_reachable_ns);
     }
     m.metric(Metric::new(
         "protection.bypass_accesses",

@@ -43,12 +43,14 @@ impl BlockQueue for ScsiQueue {
             let write = cmd.dir == BlockDir::Write;
             self.bytes.set(if write { (r, w + n) } else { (r + n, w) });
             let (host, error) = (self.host.clone(), self.error.clone());
-            let spawned = ctx.handle().spawn_on(ctx.cpu().id(), move |ctx| async move {
-                if let Err(e) = host.submit(&ctx, cmd.offset, &cmd.pieces, write).await {
-                    error.borrow_mut().get_or_insert(e.to_string());
-                }
-                (cmd.on_done)();
-            });
+            let spawned = ctx
+                .handle()
+                .spawn_on(ctx.cpu().id(), move |ctx| async move {
+                    if let Err(e) = host.submit(&ctx, cmd.offset, &cmd.pieces, write).await {
+                        error.borrow_mut().get_or_insert(e.to_string());
+                    }
+                    (cmd.on_done)();
+                });
             if let Err(e) = spawned {
                 self.error.borrow_mut().get_or_insert(e.to_string());
             }
@@ -99,14 +101,7 @@ pub(crate) fn run_bonnie(
         bytes: bytes.clone(),
     };
     // No interrupt time is stolen from bonnie's processes: completions run as tasks.
-    let out = bonnie::start(
-        &h,
-        b.config.clone(),
-        queue,
-        IrqCpu::new(),
-        usize::MAX,
-        seed,
-    )?;
+    let out = bonnie::start(&h, b.config.clone(), queue, IrqCpu::new(), usize::MAX, seed)?;
     let report = sim.run()?;
     if let Some(e) = error.borrow_mut().take() {
         return Err(model_err(e));
