@@ -111,6 +111,24 @@ pub struct Bandwidth {
     pub source: String,
 }
 
+/// A yes/no fact of the hardware with its source, written `{ value = 0 | 1, source = "..." }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flag {
+    /// `1` (yes) or `0` (no); other values are refused when the profile is loaded.
+    pub value: u8,
+    /// A citation, or `assumption: ...` with the reasoning. Never empty.
+    pub source: String,
+}
+
+impl Flag {
+    /// Whether the fact holds (`value = 1`).
+    #[inline]
+    pub fn is_set(&self) -> bool {
+        self.value == 1
+    }
+}
+
 impl Bandwidth {
     /// Nanoseconds to move `bytes` at this bandwidth.
     #[inline]
@@ -261,7 +279,13 @@ cost_group! {
 cost_group! {
     /// Command-queue timings (SMMUv3-style IOMMUs).
     pub struct CmdqCosts {
-        plain {}
+        plain {
+            /// Whether the SMMU completes `CMD_SYNC` with an MSI write the CPU polls in memory
+            /// (`1`; SMMU_IDR0.MSI with coherent access) or the CPU polls the CONS register
+            /// (`0`). Optional: absent, the command-queue model's default (MSI) applies.
+            #[serde(default)]
+            sync_msi: Option<Flag>,
+        }
         costs {
             /// Time the IOMMU takes to fetch and execute one command.
             command_consume,
@@ -641,6 +665,18 @@ impl PlatformProfile {
             ));
         }
         non_empty("memory.memcpy_bandwidth.source", &bw.source)?;
+        if let Some(f) = self.iommu.cmdq.as_ref().and_then(|q| q.sync_msi.as_ref()) {
+            if f.value > 1 {
+                return Err((
+                    "iommu.cmdq.sync_msi.value".into(),
+                    format!(
+                        "expected 0 (no MSI: CONS polling) or 1 (MSI), found {}",
+                        f.value
+                    ),
+                ));
+            }
+            non_empty("iommu.cmdq.sync_msi.source", &f.source)?;
+        }
         for (path, cost) in self.costs() {
             if !(cost.value.is_finite() && (0.0..=MAX_COST_VALUE).contains(&cost.value)) {
                 return Err((
@@ -722,6 +758,14 @@ impl PlatformProfile {
                 c.unit.name(),
                 fmt_num(c.ns()),
                 md_cell(&c.source)
+            );
+        }
+        if let Some(f) = self.iommu.cmdq.as_ref().and_then(|q| q.sync_msi.as_ref()) {
+            let _ = writeln!(
+                s,
+                "| iommu.cmdq.sync_msi | {} | | | {} |",
+                f.value,
+                md_cell(&f.source)
             );
         }
         let bw = &self.memory.memcpy_bandwidth;

@@ -176,7 +176,7 @@ kind = "bonnie"
     match lab::run_scenario(nic, "nic.toml", &LabOptions::default()) {
         Err(ExperimentError::Input(e)) => {
             let msg = e.to_string();
-            assert!(msg.contains("bonnie on nvme, sas or usb"), "{msg}");
+            assert!(msg.contains("bonnie on nvme, sas, scsi or usb"), "{msg}");
             assert!(msg.contains("fio runs on nvme or sas"), "{msg}");
         }
         Err(e) => panic!("expected an input error, got {e}"),

@@ -46,7 +46,7 @@ use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats, SubmitFuture,
 };
 
-use super::iommu::{self, model_err};
+use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
 use super::spec::{BlockKernel, BonnieSetup, Devices, FioSetup, LabScenario, BUFFER_BASE};
 
 /// One block device's timing model.
@@ -134,6 +134,8 @@ struct Stack {
     slot_bytes: u64,
     counters: RefCell<DmaCounters>,
     error: RefCell<Option<String>>,
+    /// Where the run's protection report is read, and whether the path translates.
+    protection: (ProtectionProbe, bool),
     h: Handle,
 }
 
@@ -476,6 +478,8 @@ pub(crate) struct FioRun {
     pub iotlb: bool,
     /// The IOVA tree's lock over the measured window: (acquisitions, contended).
     pub tree_lock: (u64, u64),
+    /// The protection report over the whole run.
+    pub protection: LabProtection,
 }
 
 /// The fio job of a scenario.
@@ -511,6 +515,7 @@ fn start_stack(
     let h = sim.handle().clone();
     let built = iommu::build(s, &h)?;
     let device = iommu::lab_device(64)?;
+    let protection = (built.protection.clone(), built.translated);
     // Interrupt vectors and the CPUs they are affine to: NVMe queue q on CPU q (managed
     // interrupts, one queue per CPU); SAS completion queue q on CPU q (mod CPUs).
     let (devs, vector_cpus): (Vec<BlockDev>, Vec<Vec<usize>>) = match &s.devices {
@@ -560,6 +565,7 @@ fn start_stack(
         slot_bytes,
         counters: RefCell::new(DmaCounters::default()),
         error: RefCell::new(None),
+        protection,
         h: h.clone(),
     });
     let mut irq_cpus: Vec<usize> = Vec::new();
@@ -599,7 +605,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let t1 = t0 + spec.runtime;
     let before: RunReport = sim.run_until(t0)?;
     let after: RunReport = sim.run_until(t1)?;
-    let _ = sim.run()?;
+    let end = sim.run()?.end.as_ns();
     if let Some(e) = stack
         .error
         .borrow()
@@ -624,6 +630,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         tree_lock: lock_window(&before, &after, "iova_tree_lock"),
         cmdq,
         irq_cpus,
+        protection: stack.protection.0.read(stack.protection.1, end),
     })
 }
 
@@ -677,6 +684,8 @@ pub(crate) struct BonnieBlockRun {
     pub irq_cpus: usize,
     /// Bytes bonnie's page cache submitted: (reads, writes).
     pub submitted_bytes: (u64, u64),
+    /// The protection report over the whole run.
+    pub protection: LabProtection,
 }
 
 /// Counts the bytes of every command it passes on: (reads, writes).
@@ -735,6 +744,10 @@ pub(crate) fn run_bonnie(
         cpu: CpuBreakdown::from(report.total),
         irq_cpus,
         submitted_bytes: bytes.get(),
+        protection: stack
+            .protection
+            .0
+            .read(stack.protection.1, report.end.as_ns()),
     })
 }
 

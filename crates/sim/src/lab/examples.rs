@@ -16,6 +16,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/bonnie-sas-smmuv3-strict.toml"),
     ),
     (
+        "bonnie-scsi-off",
+        include_str!("../../../../scenarios/examples/bonnie-scsi-off.toml"),
+    ),
+    (
+        "bonnie-scsi-sba",
+        include_str!("../../../../scenarios/examples/bonnie-scsi-sba.toml"),
+    ),
+    (
         "bonnie-usb-ipmmu",
         include_str!("../../../../scenarios/examples/bonnie-usb-ipmmu.toml"),
     ),

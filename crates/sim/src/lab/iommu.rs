@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use iolab_iommu::addr::{Iova, SZ_4K};
 use iolab_iommu::dma::flush_queue::FlushQueueConfig;
+use iolab_iommu::dma::protection::ProtectionStats;
 use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
 use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, DdwPolicy, WindowConfig};
@@ -23,7 +24,7 @@ use iolab_iommu::work::WorkRecord;
 
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
-use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
+use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::experiments::ExperimentError;
 
 use super::defaults;
@@ -41,6 +42,73 @@ pub(crate) struct IommuPath {
     pub pseries: Option<Arc<PseriesIommu>>,
     /// Whether device addresses are translated (IOTLB misses, virtual merging).
     pub translated: bool,
+    /// Where the run's protection report is read from.
+    pub protection: ProtectionProbe,
+}
+
+/// The model a run's protection report ([`ProtectionStats`]) is read from: the same object
+/// the devices' DMA went through, so its counters are the run's own.
+#[derive(Clone)]
+pub(crate) enum ProtectionProbe {
+    /// A DMA-API domain: dma-direct (no IOMMU), identity (passthrough), or the IPMMU's
+    /// translated domain.
+    Domain(Arc<Domain>),
+    /// The SMMUv3 device path: the domain's figures with the stale hits measured in the
+    /// SMMU's IOTLB and the SMMU's faults.
+    Smmuv3(Arc<Smmuv3DevicePath>),
+    /// The SBA IOMMU: bypassed and refused accesses, sub-page exposure and the deferred-purge
+    /// window (no stale hits: its model has no device-side I/O TLB).
+    Sba(Arc<SbaIommu>),
+    /// The POWER partition IOMMU (TCE clears are synchronous hypercalls: no stale window).
+    Pseries(Arc<PseriesIommu>),
+}
+
+/// A run's protection report, as the lab's measurements carry it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LabProtection {
+    /// The model's counters.
+    pub stats: ProtectionStats,
+    /// The longest time a freed page stayed reachable, ns: the model's figure where the
+    /// device's addresses are translated, the run's length where they are not (a freed page
+    /// stays reachable for as long as the device can address memory).
+    pub max_reachable_ns: u64,
+    /// Whether the model can observe stale hits (all but SBA, which has no device-side I/O
+    /// TLB model; its purge window and sub-page exposure are measured).
+    pub stale_hits_measured: bool,
+}
+
+impl LabProtection {
+    /// Adds another simulation's report (re-aim runs one simulation per user count).
+    pub fn merge(&mut self, other: &LabProtection) {
+        self.stats.merge(&other.stats);
+        self.max_reachable_ns = self.max_reachable_ns.max(other.max_reachable_ns);
+        self.stale_hits_measured = other.stale_hits_measured;
+    }
+}
+
+impl ProtectionProbe {
+    /// The report now, for a run of `run_ns` (its virtual length) on a path that does
+    /// (`translated`) or does not translate device addresses.
+    pub fn read(&self, translated: bool, run_ns: u64) -> LabProtection {
+        let (stats, stale_hits_measured) = match self {
+            ProtectionProbe::Domain(d) => (d.protection(), true),
+            ProtectionProbe::Smmuv3(p) => (p.protection(), true),
+            ProtectionProbe::Sba(s) => (s.protection(), false),
+            ProtectionProbe::Pseries(p) => (p.protection(), true),
+        };
+        let max_reachable_ns = match self {
+            _ if !translated => run_ns,
+            // TCE updates and clears are synchronous hypercalls: an unmapped page stops
+            // translating before the unmap returns.
+            ProtectionProbe::Pseries(_) => 0,
+            _ => stats.max_reachable_after_unmap_ns,
+        };
+        LabProtection {
+            stats,
+            max_reachable_ns,
+            stale_hits_measured,
+        }
+    }
 }
 
 /// The device (and SMMUv3 StreamID) every scenario's devices share: one DMA domain.
@@ -66,17 +134,33 @@ pub(crate) fn ipmmu_polls(profile: &PlatformProfile) -> Result<(u32, u64), Exper
     Ok((1 + steps as u32, rf.poll_interval.ns().round() as u64))
 }
 
+/// How CPUs learn that a `CMD_SYNC` completed on `profile`'s SMMU: its `iommu.cmdq.sync_msi`
+/// (the D05's SMMU has no MSI and is polled through its CONS register, the D06's signals by
+/// MSI), or the command-queue model's default (MSI) where the profile does not say.
+pub(crate) fn sync_wait(profile: &PlatformProfile) -> SyncWait {
+    match profile
+        .iommu
+        .cmdq
+        .as_ref()
+        .and_then(|q| q.sync_msi.as_ref())
+    {
+        Some(f) if !f.is_set() => SyncWait::ConsPoll,
+        _ => SyncWait::Msi,
+    }
+}
+
 /// Builds the path of `s` on the simulation of `h`.
 pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, ExperimentError> {
     let id = DomainId(1);
     let mut cfg = DomainConfig::new(id, DomainMode::NoIommu);
     cfg.cpus = s.cpus;
-    let direct = |path: Arc<dyn DmaPath>| IommuPath {
-        path,
+    let direct = |d: Arc<Domain>| IommuPath {
+        path: d.clone(),
         cmdq: None,
         poll_interval_ns: 0,
         pseries: None,
         translated: false,
+        protection: ProtectionProbe::Domain(d),
     };
     match (s.iommu.model, s.iommu.mode) {
         (_, IommuMode::Off) => Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?))),
@@ -120,13 +204,16 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
                 &lab_device(64)?,
             )
             .map_err(model_err)?;
-            let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?;
+            let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?
+                .with_sync_wait(sync_wait(&s.profile));
+            let path = Arc::new(path);
             Ok(IommuPath {
                 path: path.domain().clone(),
-                cmdq: Some((Arc::new(path), q)),
+                cmdq: Some((path.clone(), q)),
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: true,
+                protection: ProtectionProbe::Smmuv3(path),
             })
         }
         (IommuModel::Ipmmu, IommuMode::Strict) => {
@@ -142,13 +229,14 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
             let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 32)))
                 .map_err(model_err)?;
             let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
-            let d = ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?;
+            let d = Arc::new(ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?);
             Ok(IommuPath {
-                path: Arc::new(d),
+                path: d.clone(),
                 cmdq: None,
                 poll_interval_ns,
                 pseries: None,
                 translated: true,
+                protection: ProtectionProbe::Domain(d),
             })
         }
         (IommuModel::Sba, mode @ (IommuMode::Translated | IommuMode::Bypass)) => {
@@ -156,13 +244,14 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
             let mut c = SbaIommuConfig::new(id, base, size, s.iommu.sba_page_size);
             c.delayed_frees = s.iommu.sba_delayed_frees;
             c.allow_bypass = mode == IommuMode::Bypass;
-            let sba = SbaIommu::new(c).map_err(model_err)?;
+            let sba = Arc::new(SbaIommu::new(c).map_err(model_err)?);
             Ok(IommuPath {
-                path: Arc::new(sba),
+                path: sba.clone(),
                 cmdq: None,
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: mode == IommuMode::Translated,
+                protection: ProtectionProbe::Sba(sba),
             })
         }
         (IommuModel::Pseries, mode) => {
@@ -171,8 +260,9 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
                 path: iommu.clone(),
                 cmdq: None,
                 poll_interval_ns: 0,
-                pseries: Some(iommu),
+                pseries: Some(iommu.clone()),
                 translated: mode != IommuMode::DdwDirect,
+                protection: ProtectionProbe::Pseries(iommu),
             })
         }
         (model, mode) => Err(model_err(format!(
@@ -211,4 +301,47 @@ fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, ExperimentE
             mode.name()
         ))),
     }
+}
+
+/// The time a map or unmap waits for the IOMMU hardware beyond its counted CPU steps, for
+/// paths that charge hardware waits per call rather than through a timed model (the SCSI
+/// host of re-aim and bonnie on `scsi`): the SBA's purges, the IPMMU's flush polls beyond
+/// the first register read, POWER's hypervisor time, and for SMMUv3 the command queue's
+/// consumption and `CMD_SYNC` latency, uncontended.
+pub(crate) fn hardware_wait(
+    s: &LabScenario,
+    poll_interval_ns: u64,
+) -> Box<dyn Fn(&WorkRecord) -> f64> {
+    let cost = s.profile.cpu_cost_model();
+    let purge_ns = s
+        .profile
+        .require_register_flush()
+        .map(|r| r.flush_duration.ns())
+        .unwrap_or(0.0);
+    let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
+        Ok(q) if s.iommu.uses_cmdq() => {
+            let sync = q.sync_latency.ns();
+            // Without MSI the CPU sees the sync by reading CONS back to back from the
+            // write: the read that samples it after completion (about half-way through its
+            // round trip) returns a whole read later (as the timed queue, SimCmdq, polls).
+            let seen = match sync_wait(&s.profile) {
+                SyncWait::Msi => sync,
+                SyncWait::ConsPoll => {
+                    let r = s.profile.mmio.read.ns().max(1.0);
+                    (((sync - r / 2.0).max(0.0) / r).ceil() + 1.0) * r
+                }
+            };
+            (q.command_consume.ns(), seen)
+        }
+        _ => (0.0, 0.0),
+    };
+    let poll = poll_interval_ns as f64;
+    Box::new(move |w: &WorkRecord| {
+        let syncs = w.inval_syncs.min(w.commands_written);
+        w.purges as f64 * purge_ns
+            + w.polls.saturating_sub(w.inval_domains) as f64 * poll
+            + cost.hypervisor_ns(w).unwrap_or(0.0)
+            + (w.commands_written - syncs) as f64 * consume_ns
+            + syncs as f64 * sync_ns
+    })
 }

@@ -44,6 +44,7 @@ pub mod examples;
 mod iommu;
 mod net;
 pub(crate) mod reaim;
+mod scsi;
 pub mod spec;
 mod usb;
 
@@ -160,7 +161,10 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
         (spec::Workload::Fio(f), _) => run_fio(s, f, base, options.runs),
         (
             spec::Workload::Bonnie(b),
-            spec::Devices::Usb(_) | spec::Devices::Nvme(_) | spec::Devices::Sas(_),
+            spec::Devices::Usb(_)
+            | spec::Devices::Nvme(_)
+            | spec::Devices::Sas(_)
+            | spec::Devices::Scsi(_),
         ) => run_bonnie(s, b, base, options.runs),
         (spec::Workload::Netperf(n), spec::Devices::Nic(link)) => {
             run_netperf(s, n, *link, base, options.runs)
@@ -231,6 +235,39 @@ fn report(
     }
 }
 
+/// Adds the run's protection report (`protection.*`, `faults.*`, as the published
+/// experiments carry it: [`crate::experiments::protection::protection_metrics`]) to `m`.
+/// Where the model has no device-side cache to observe stale hits in (SBA), that figure is
+/// left out, not reported as zero.
+fn with_protection(m: Measurement, p: &iommu::LabProtection) -> Measurement {
+    use crate::experiments::protection::{exposure_metrics, protection_metrics};
+    if p.stale_hits_measured {
+        protection_metrics(m, &p.stats, p.max_reachable_ns)
+    } else {
+        exposure_metrics(m, &p.stats, p.max_reachable_ns)
+    }
+}
+
+/// The protection report as one line of text (after fio's summary and re-aim's table).
+fn protection_line(p: &iommu::LabProtection) -> String {
+    let st = &p.stats;
+    let mut t = String::new();
+    if p.stale_hits_measured {
+        let _ = write!(t, "stale hits={}, ", st.stale_hits);
+    }
+    let _ = write!(
+        t,
+        "max reachable after unmap={}ns, sub-page exposed={}B (max {}B), ",
+        p.max_reachable_ns, st.subpage_exposed_bytes, st.max_subpage_exposed_bytes
+    );
+    let _ = write!(
+        t,
+        "bypassed accesses={}, faults={} translation/{} permission",
+        st.bypass_accesses, st.translation_faults, st.permission_faults
+    );
+    t
+}
+
 /// The bonnie++ phases in CSV order, with the metric stem of each.
 const BONNIE_PHASES: [&str; 6] = [
     "out_char",
@@ -249,6 +286,8 @@ struct BonnieOut {
     attrs: Vec<(&'static str, String)>,
     /// The device's own totals.
     metrics: Vec<Metric>,
+    /// The run's protection report.
+    protection: iommu::LabProtection,
 }
 
 fn bonnie_once(
@@ -271,6 +310,35 @@ fn bonnie_once(
                     Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns, c.commands)),
                     Metric::new("usb.flushes", "count", c.flushes as f64),
                 ],
+                protection: out.protection,
+            })
+        }
+        spec::Devices::Scsi(disk) => {
+            let out = scsi::run_bonnie(s, b, disk, seed)?;
+            let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
+            let q = &out.scsi;
+            Ok(BonnieOut {
+                result: out.result,
+                cpu: out.cpu,
+                attrs: Vec::new(),
+                metrics: vec![
+                    Metric::new("scsi.requests", "count", q.requests as f64),
+                    Metric::new("block.read_bytes", "bytes", out.submitted_bytes.0 as f64),
+                    Metric::new("block.write_bytes", "bytes", out.submitted_bytes.1 as f64),
+                    Metric::new("scsi.bytes", "bytes", q.bytes as f64),
+                    Metric::new(
+                        "scsi.dma_segments_per_request",
+                        "count",
+                        per(q.dma_segments as f64, q.requests),
+                    ),
+                    Metric::new(
+                        "scsi.iommu_cpu_ns_per_request",
+                        "ns",
+                        per(q.iommu_cpu_ns as f64, q.requests),
+                    ),
+                    Metric::new("scsi.seeks", "count", q.seeks as f64),
+                ],
+                protection: out.protection,
             })
         }
         _ => {
@@ -297,6 +365,7 @@ fn bonnie_once(
                     Metric::new("dma.inval_syncs", "count", d.inval_syncs as f64),
                     Metric::new("irq.cpus", "count", out.irq_cpus as f64),
                 ],
+                protection: out.protection,
             })
         }
     }
@@ -347,6 +416,8 @@ fn run_bonnie(
         for metric in out.metrics {
             m = m.metric(metric);
         }
+        // bonnie's output is its CSV rows only: the report is in the measurement.
+        let m = with_protection(m, &out.protection);
         let _ = writeln!(
             text,
             "{}",
@@ -453,6 +524,7 @@ fn run_reaim(
                 "count",
                 out.lock_contended as f64,
             ));
+        m = with_protection(m, &out.protection);
         if runs > 1 {
             let _ = writeln!(text, "[run {run}, seed {seed}]");
         }
@@ -465,6 +537,7 @@ fn run_reaim(
             per(q.iommu_cpu_ns as f64, q.requests),
             out.disk_busy_pct
         );
+        let _ = writeln!(text, "protection: {}", protection_line(&out.protection));
         measurements.push(m);
     }
     let title = format!(
@@ -512,7 +585,7 @@ fn run_netperf(
     let mut measurements = Vec::new();
     for r in 0..runs {
         let seed = run_seed(base, r);
-        let out = net::run_netperf(s, n, link, seed)?;
+        let (out, protection) = net::run_netperf(s, n, link, seed)?;
         let config = config_id(s, r, runs);
         let messages =
             (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);
@@ -548,6 +621,8 @@ fn run_netperf(
                 "count",
                 out.dma.tces as f64 / messages,
             ));
+        // netperf's output is its table: the report is in the measurement.
+        let m = with_protection(m, &protection);
         let _ = writeln!(
             text,
             "{:<8} {:<8.3} {:<13.2} {:<8.1} {:<7.1} {:.1}",
@@ -671,6 +746,7 @@ fn run_fio(
                     per(q.sync_wait_ns as f64, q.issues),
                 ));
         }
+        m = with_protection(m, &out.protection);
         let total = out.cpu.total_ns().max(1) as f64;
         m = m
             .metric(Metric::new(
@@ -715,6 +791,11 @@ fn run_fio(
                 per(d.walk_reads as f64, d.translated_ios)
             );
         }
+        let _ = writeln!(
+            text,
+            "  protection   : {}",
+            protection_line(&out.protection)
+        );
         jobs.push(JobJson {
             jobname: config,
             ..out.json

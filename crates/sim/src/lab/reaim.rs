@@ -14,8 +14,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use iolab_iommu::work::WorkRecord;
-
 use crate::accounting::{CpuTimes, RunReport};
 use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
 use crate::engine::{Sim, SimConfig};
@@ -26,7 +24,7 @@ use crate::workloads::reaim::{
 };
 
 use super::block::lock_params;
-use super::iommu::{self, model_err};
+use super::iommu::{self, model_err, LabProtection};
 use super::spec::{IommuModel, LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
 
 /// What one ramp produced.
@@ -41,29 +39,9 @@ pub(crate) struct ReaimRun {
     pub disk_busy_pct: f64,
     /// Spin-lock acquisitions that waited (SBA resource lock), over the ramp.
     pub lock_contended: u64,
-}
-
-/// The time a map or unmap waits for the IOMMU hardware beyond its counted CPU steps.
-fn hardware_wait(s: &LabScenario, poll_interval_ns: u64) -> Box<dyn Fn(&WorkRecord) -> f64> {
-    let cost = s.profile.cpu_cost_model();
-    let purge_ns = s
-        .profile
-        .require_register_flush()
-        .map(|r| r.flush_duration.ns())
-        .unwrap_or(0.0);
-    let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
-        Ok(q) if s.iommu.uses_cmdq() => (q.command_consume.ns(), q.sync_latency.ns()),
-        _ => (0.0, 0.0),
-    };
-    let poll = poll_interval_ns as f64;
-    Box::new(move |w: &WorkRecord| {
-        let syncs = w.inval_syncs.min(w.commands_written);
-        w.purges as f64 * purge_ns
-            + w.polls.saturating_sub(w.inval_domains) as f64 * poll
-            + cost.hypervisor_ns(w).unwrap_or(0.0)
-            + (w.commands_written - syncs) as f64 * consume_ns
-            + syncs as f64 * sync_ns
-    })
+    /// The protection report, summed over the ramp's simulations (the longest reachable
+    /// time is the longest of any).
+    pub protection: LabProtection,
 }
 
 /// What one re-aim run (one user count) produced.
@@ -176,6 +154,7 @@ pub(crate) fn run_reaim(
     let mut scsi = ScsiStats::default();
     let mut cpu = CpuTimes::default();
     let (mut busy, mut parent_total, mut contended) = (0u64, 0u64, 0u64);
+    let mut protection = LabProtection::default();
     for (i, &users) in r.users.iter().enumerate() {
         let mut sim = Sim::new(SimConfig {
             cpus: s.cpus,
@@ -183,9 +162,10 @@ pub(crate) fn run_reaim(
         })?;
         let h = sim.handle().clone();
         let built = iommu::build(s, &h)?;
+        let (probe, translated) = (built.protection.clone(), built.translated);
         let dma = HostDma {
             path: built.path,
-            extra_ns: hardware_wait(s, built.poll_interval_ns),
+            extra_ns: iommu::hardware_wait(s, built.poll_interval_ns),
             lock: (s.iommu.model == IommuModel::Sba).then(|| ("sba_res_lock", lock_params(s))),
         };
         let host = ScsiHost::start_on(
@@ -203,6 +183,7 @@ pub(crate) fn run_reaim(
             ..
         } = run_children(&mut sim, &host, &r.workfile, &child, users, s.cpus)?;
         rows.push(row);
+        protection.merge(&probe.read(translated, report.end.as_ns()));
         let st = host.stats();
         scsi.requests += st.requests;
         scsi.bytes += st.bytes;
@@ -229,5 +210,6 @@ pub(crate) fn run_reaim(
         cpu: CpuBreakdown::between(&CpuTimes::default(), &cpu),
         disk_busy_pct: busy as f64 / parent_total.max(1) as f64 * 100.0,
         lock_contended: contended,
+        protection,
     })
 }

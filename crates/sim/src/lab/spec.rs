@@ -851,6 +851,19 @@ pub fn validate(
         ("fio", "sas") => fio_on::<SasSpec>(&doc, base),
         ("bonnie", "nvme") => bonnie_on::<NvmeSpec>(&doc, base),
         ("bonnie", "sas") => bonnie_on::<SasSpec>(&doc, base),
+        ("bonnie", "scsi") => {
+            let f: File<ScsiSpec, BonnieSpec> = deserialize_as(&doc)?;
+            let common = common(&doc, &f, base)?;
+            one_device(&doc, f.device.len(), "bonnie")?;
+            let scsi = scsi(&doc, &f.device[0], &common.profile)?;
+            let bundled = crate::experiments::ipmmu_usb::parse(
+                crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
+                "scenarios/ipmmu-usb.toml (bundled)",
+            )?;
+            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, scsi.limits)?;
+            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            Ok(common.finish(kernel, Devices::Scsi(Box::new(scsi)), Workload::Bonnie(Box::new(bonnie))))
+        }
         ("bonnie", "usb") => {
             let f: File<UsbSpec, BonnieSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
@@ -917,7 +930,7 @@ pub fn validate(
             .field_error(
                 "workload.kind",
                 format!(
-                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on nvme, sas or usb, netperf on nic, reaim on scsi"
+                    "a {w} workload does not run on {dv} devices: fio runs on nvme or sas, bonnie on nvme, sas, scsi or usb, netperf on nic, reaim on scsi"
                 ),
             )
             .into()),

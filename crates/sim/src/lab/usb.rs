@@ -13,7 +13,7 @@ use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::bonnie::{self, BonnieResult};
 
-use super::iommu::{self, model_err};
+use super::iommu::{self, model_err, LabProtection};
 use super::spec::{BonnieSetup, LabScenario, UsbSetup};
 
 /// What one bonnie run produced.
@@ -21,6 +21,8 @@ pub(crate) struct BonnieRun {
     pub result: BonnieResult,
     pub usb: UsbStats,
     pub cpu: CpuBreakdown,
+    /// The protection report over the whole run.
+    pub protection: LabProtection,
 }
 
 /// Runs bonnie of `s` once with `seed`.
@@ -37,6 +39,8 @@ pub(crate) fn run_bonnie(
     let device = Device::new(1, if built.translated { 32 } else { 40 })
         .and_then(|d| d.with_max_segment_size(u.max_segment_size))
         .map_err(model_err)?;
+    let probe = built.protection.clone();
+    let translated = built.translated;
     let irq = IrqCpu::new();
     let err = Rc::new(RefCell::new(None));
     let dev = UsbStorage::start(
@@ -82,5 +86,6 @@ pub(crate) fn run_bonnie(
         result,
         usb: dev.stats(),
         cpu,
+        protection: probe.read(translated, report.end.as_ns()),
     })
 }
