@@ -43,6 +43,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use crate::accounting::{Account, RunReport};
+pub use kernel::MAX_SPEND_PARTS;
 use kernel::{Burn, Kernel, TaskRef, NO_CPU};
 pub use rng::Rng;
 pub use sync::{Channel, Completion, Full};
@@ -465,6 +466,155 @@ impl<'a> Cpu<'a> {
             burn: Burn::default(),
         }
     }
+}
+
+/// One part of a [`Cpu::spend_parts`] span: a length, the account it is charged to and its
+/// name in the timeline trace (empty: the account's name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpendPart {
+    /// How long the part keeps the CPU busy.
+    pub d: SimDuration,
+    /// The account it is charged to.
+    pub account: Account,
+    /// Its name in the timeline trace; empty for the account's name.
+    pub label: &'static str,
+}
+
+impl SpendPart {
+    /// A part of `d` charged to `account`, traced under the account's name.
+    pub const fn new(d: SimDuration, account: Account) -> Self {
+        SpendPart {
+            d,
+            account,
+            label: "",
+        }
+    }
+
+    /// A part with a name for the timeline trace.
+    pub const fn labeled(d: SimDuration, account: Account, label: &'static str) -> Self {
+        SpendPart { d, account, label }
+    }
+}
+
+impl<'a> Cpu<'a> {
+    /// Keeps the CPU busy for the parts one after another, as ONE engine event: each
+    /// part is charged to its own account (user, system and spin time come out exactly as
+    /// consecutive [`Cpu::spend_labeled`] calls of the parts would give them, also when the
+    /// span is cut short by the end of a run or a dropped future) and traced as its own
+    /// slice. Use it for consecutive spends of one task with nothing in between that
+    /// another task can observe: the task is woken once, at the end, instead of once per
+    /// part. The one thing that can differ from separate spends is the order among other
+    /// tasks' events at exactly the span's end instant that were scheduled while the span
+    /// ran (the span's wake-up is scheduled at its start, not at its last part's start).
+    ///
+    /// # Panics
+    ///
+    /// If there are more than [`MAX_SPEND_PARTS`] parts.
+    pub fn spend_parts(self, parts: &[SpendPart]) -> SpendParts<'a> {
+        assert!(
+            parts.len() <= MAX_SPEND_PARTS,
+            "spend_parts takes at most {MAX_SPEND_PARTS} parts, got {}",
+            parts.len()
+        );
+        let mut p = SpendParts {
+            ctx: self.ctx,
+            parts: [SpendPart::new(SimDuration::ZERO, Account::User); MAX_SPEND_PARTS],
+            n: parts.len() as u8,
+            started: false,
+            burn: Burn::default(),
+        };
+        p.parts[..parts.len()].copy_from_slice(parts);
+        p
+    }
+}
+
+/// Future of [`Cpu::spend_parts`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct SpendParts<'a> {
+    ctx: &'a Ctx,
+    parts: [SpendPart; MAX_SPEND_PARTS],
+    n: u8,
+    started: bool,
+    burn: Burn,
+}
+
+impl Future for SpendParts<'_> {
+    type Output = ();
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let mut st = this.ctx.h.0.st.borrow_mut();
+        if !this.started {
+            this.started = true;
+            // The non-empty parts, in order (an empty spend neither waits nor charges).
+            let mut parts = [(0u64, Account::User); MAX_SPEND_PARTS];
+            let mut n = 0;
+            let mut total = 0u64;
+            for p in &this.parts[..this.n as usize] {
+                if p.d.0 != 0 {
+                    parts[n] = (p.d.0, p.account);
+                    n += 1;
+                    total = total.saturating_add(p.d.0);
+                }
+            }
+            if n == 0 {
+                return Poll::Ready(());
+            }
+            let tracer = this.ctx.h.tracer();
+            if tracer.is_on() {
+                let mut at = st.now;
+                for p in &this.parts[..this.n as usize] {
+                    if p.d.0 != 0 {
+                        trace_part(tracer, this.ctx.cpu, p.label, p.account, at, p.d.0);
+                        at += p.d.0;
+                    }
+                }
+            }
+            let cpu = this.ctx.cpu_index();
+            if this
+                .burn
+                .start_parts(&mut st, cpu, this.ctx.task, &parts[..n], total)
+            {
+                return Poll::Ready(());
+            }
+            return Poll::Pending;
+        }
+        if this.burn.poll(&mut st, this.ctx.cpu) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for SpendParts<'_> {
+    fn drop(&mut self) {
+        if self.burn.is_active() {
+            if let Ok(mut st) = self.ctx.h.0.st.try_borrow_mut() {
+                self.burn.cancel(&mut st, self.ctx.cpu);
+            }
+        }
+    }
+}
+
+fn trace_part(
+    tracer: &crate::trace::Tracer,
+    cpu: u32,
+    label: &'static str,
+    account: Account,
+    at: u64,
+    ns: u64,
+) {
+    let name = if label.is_empty() {
+        match account {
+            Account::User => "user",
+            Account::System => "system",
+            Account::Spin => "spin",
+        }
+    } else {
+        label
+    };
+    tracer.slice(crate::trace::Track::Cpu(cpu), name, at, ns, &[]);
 }
 
 /// Future of [`Cpu::spend`].
