@@ -47,10 +47,6 @@ fn slot_of(t: TaskRef) -> usize {
 const TIMER: TaskRef = 1 << 63;
 /// With [`TIMER`]: the timer's first event, which queues its expiry.
 const TIMER_ARM: TaskRef = 1 << 62;
-/// With [`TIMER`]: not a timer but the boundary of a multi-part span's part (see
-/// [`State::advance_parts`]); the low 32 bits are the CPU. Timer references use only bits
-/// 0-31, 62 and 63.
-const PART_END: TaskRef = 1 << 61;
 /// Task generations wrap within 30 bits (see [`TIMER`]).
 const GEN_MASK: u32 = (1 << 30) - 1;
 
@@ -82,36 +78,12 @@ pub(crate) struct TaskSlot {
     cpu: u32,
 }
 
-/// The most parts one [`crate::engine::Cpu::spend_parts`] span may have.
-pub const MAX_SPEND_PARTS: usize = 4;
-
 pub(crate) struct CpuState {
     occupant: TaskRef,
     runq: VecDeque<TaskRef>,
     busy: Option<Account>,
     since: u64,
     acct: [u64; 3],
-    /// The parts of the busy interval in progress, when it is a multi-part span (`nparts`
-    /// > 0): each part's length and account, charged in order (see [`charge_parts`]).
-    parts: [(u64, Account); MAX_SPEND_PARTS],
-    nparts: u8,
-    /// The next part of the span to start.
-    next_part: u8,
-    /// The task spending the span.
-    span_task: TaskRef,
-}
-
-/// Charges `elapsed` ns of a multi-part span to `acct`: each part in order, the last one
-/// reached only partly if the span is still in progress, exactly as consecutive spends of
-/// those parts would have been charged.
-#[inline]
-fn charge_parts(acct: &mut [u64; 3], parts: &[(u64, Account)], mut elapsed: u64) {
-    for &(ns, a) in parts {
-        let take = ns.min(elapsed);
-        acct[a as usize] += take;
-        elapsed -= take;
-    }
-    debug_assert_eq!(elapsed, 0, "a multi-part span ran past its parts");
 }
 
 pub(crate) struct State {
@@ -215,62 +187,6 @@ impl State {
         true
     }
 
-    /// Whether a span ending at `end` may be taken at once ([`State::spend_now`]'s test).
-    #[inline]
-    fn may_spend_now(&self, end: u64) -> bool {
-        !(end >= self.queue.earliest()
-            || !self.ready.is_empty()
-            || end > self.run_limit
-            || self.error.is_some()
-            || self.foreign.pending.load(Ordering::Acquire)
-            || self.queue.len() + self.ready.len() >= self.limits.max_pending_events)
-    }
-
-    /// Starts the multi-part span's parts on `cpu` from the next one on, exactly as
-    /// consecutive spends would: a part is taken at once when [`State::spend_now`] would
-    /// take it; otherwise its end is scheduled, as the task's wake-up if it is the last
-    /// part, else as a [`PART_END`] event that continues here without polling the task.
-    /// Returns whether the span is over.
-    #[inline]
-    pub(crate) fn advance_parts(&mut self, cpu: u32) -> bool {
-        loop {
-            let c = &mut self.cpus[cpu as usize];
-            let k = c.next_part;
-            if k == c.nparts {
-                return true;
-            }
-            c.next_part = k + 1;
-            let last = k + 1 == c.nparts;
-            let task = c.span_task;
-            let end = self.now.saturating_add(c.parts[k as usize].0);
-            if self.may_spend_now(end) {
-                self.now = end;
-                self.events += 1;
-                continue;
-            }
-            let wake = if last {
-                task
-            } else {
-                TIMER | PART_END | TaskRef::from(cpu)
-            };
-            self.schedule(end, wake);
-            return false;
-        }
-    }
-
-    /// Starts a multi-part busy interval on `cpu` (at most [`MAX_SPEND_PARTS`] parts).
-    #[inline]
-    pub(crate) fn begin_busy_parts(&mut self, cpu: u32, task: TaskRef, parts: &[(u64, Account)]) {
-        let c = &mut self.cpus[cpu as usize];
-        debug_assert!(c.busy.is_none(), "CPU {cpu} is already busy");
-        c.busy = Some(parts[0].1);
-        c.since = self.now;
-        c.parts[..parts.len()].copy_from_slice(parts);
-        c.nparts = parts.len() as u8;
-        c.next_part = 0;
-        c.span_task = task;
-    }
-
     /// Starts a busy interval on `cpu`.
     #[inline]
     pub(crate) fn begin_busy(&mut self, cpu: u32, account: Account) {
@@ -286,14 +202,7 @@ impl State {
         let now = self.now;
         let c = &mut self.cpus[cpu as usize];
         if let Some(a) = c.busy.take() {
-            if c.nparts == 0 {
-                c.acct[a as usize] += now - c.since;
-            } else {
-                charge_parts(&mut c.acct, &c.parts[..c.nparts as usize], now - c.since);
-                c.nparts = 0;
-                c.next_part = 0;
-                c.span_task = NO_TASK;
-            }
+            c.acct[a as usize] += now - c.since;
         }
     }
 
@@ -342,11 +251,7 @@ impl State {
             .map(|c| {
                 let mut a = c.acct;
                 if let Some(k) = c.busy {
-                    if c.nparts == 0 {
-                        a[k as usize] += self.now - c.since;
-                    } else {
-                        charge_parts(&mut a, &c.parts[..c.nparts as usize], self.now - c.since);
-                    }
+                    a[k as usize] += self.now - c.since;
                 }
                 let busy = a[0] + a[1] + a[2];
                 debug_assert!(busy <= self.now, "busy time exceeds elapsed time");
@@ -478,10 +383,6 @@ impl Kernel {
                 busy: None,
                 since: 0,
                 acct: [0; 3],
-                parts: [(0, Account::User); MAX_SPEND_PARTS],
-                nparts: 0,
-                next_part: 0,
-                span_task: NO_TASK,
             })
             .collect();
         let foreign = Arc::new(ForeignWakes {
@@ -640,27 +541,6 @@ impl Kernel {
                     }
                     return Ok(());
                 };
-                let mut task = task;
-                let mut continued = false;
-                if task & (TIMER | PART_END) == TIMER | PART_END {
-                    // Counted as the task's poll it stands for.
-                    st.events += 1;
-                    let cpu = slot_of(task) as u32;
-                    let c = &st.cpus[cpu as usize];
-                    if c.nparts == 0 || c.next_part == c.nparts {
-                        continue; // the span was dropped
-                    }
-                    let owner = c.span_task;
-                    if !st.advance_parts(cpu) {
-                        drop(st);
-                        self.after_event();
-                        continue;
-                    }
-                    // The last part was taken at once: the task continues now, in this
-                    // event, as it would after taking it itself.
-                    task = owner;
-                    continued = true;
-                }
                 if task & TIMER != 0 {
                     // Counted as the agent's poll it stands for.
                     st.events += 1;
@@ -712,9 +592,7 @@ impl Kernel {
                     }
                 }
                 st.keep_cpu = false;
-                if !continued {
-                    st.events += 1;
-                }
+                st.events += 1;
                 task
             };
             let slot = slot_of(task);
@@ -851,28 +729,6 @@ impl Burn {
         st.end_busy(cpu);
         self.active = false;
         true
-    }
-
-    /// [`Burn::start`] for a multi-part span of `total` ns (non-empty parts, `total` > 0):
-    /// returns `true` if every part was taken at once (see [`State::advance_parts`]).
-    #[inline]
-    pub(crate) fn start_parts(
-        &mut self,
-        st: &mut State,
-        cpu: u32,
-        task: TaskRef,
-        parts: &[(u64, Account)],
-        total: u64,
-    ) -> bool {
-        st.begin_busy_parts(cpu, task, parts);
-        self.end = st.now + total;
-        if st.advance_parts(cpu) {
-            st.end_busy(cpu);
-            return true;
-        }
-        self.active = true;
-        st.keep_cpu = true;
-        false
     }
 
     /// Closes the busy interval early (the future was dropped).

@@ -41,9 +41,7 @@ use crate::accounting::{Account, RunReport};
 use crate::cost::{CpuCostModel, PlatformProfile};
 use crate::devices::nvme::{InterruptCoalescing, Nvme, NvmeParams, Post};
 use crate::devices::sas::{SasHba, SasParams};
-use crate::engine::{
-    Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime, SpendPart,
-};
+use crate::engine::{Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::metrics::{CpuBreakdown, Measurement, Metric};
 use crate::resources::{CacheLine, LineParams, SpinGuard, SpinLock, SpinParams};
@@ -1390,21 +1388,10 @@ impl Stack {
         slot.get_or_insert(e).clone()
     }
 
-    /// Submits `req` after the caller's `lead` work (spent with the block layer's
-    /// submission cost as one engine event).
-    async fn do_submit(
-        self: &Rc<Self>,
-        ctx: &Ctx,
-        lead: [SpendPart; 2],
-        req: IoRequest,
-    ) -> Result<(), String> {
+    async fn do_submit(self: &Rc<Self>, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
         let cpu = ctx.cpu().id();
         ctx.cpu()
-            .spend_parts(&[
-                lead[0],
-                lead[1],
-                SpendPart::new(SimDuration::ns(self.k.block_submit), Account::System),
-            ])
+            .spend(SimDuration::ns(self.k.block_submit), Account::System)
             .await;
         let pa = BUF_BASE + ((req.job as u64) * self.iodepth + u64::from(req.slot)) * SZ_4K;
         let dir = if req.is_read {
@@ -1555,30 +1542,24 @@ impl Stack {
         loop {
             let first = chan.recv(&ctx).await;
             self.handler_runs.set(self.handler_runs.get() + 1);
-            // The interrupt entry is spent with the first completion's driver work as one
-            // engine event (nothing between them touches shared state).
-            let mut entry = SimDuration::ns(self.k.irq_entry);
+            ctx.cpu()
+                .spend(SimDuration::ns(self.k.irq_entry), Account::System)
+                .await;
             let mut next = Some(first);
             while let Some(f) = next {
-                self.complete(&ctx, cpu, entry, f).await;
-                entry = SimDuration::ZERO;
+                self.complete(&ctx, cpu, f).await;
                 next = chan.try_recv();
             }
         }
     }
 
-    /// Completes `f` on `cpu`, after `entry` of interrupt entry work (zero after the
-    /// handler's first completion).
-    async fn complete(&self, ctx: &Ctx, cpu: usize, entry: SimDuration, f: InFlight) {
+    async fn complete(&self, ctx: &Ctx, cpu: usize, f: InFlight) {
         let driver = match self.kind {
             DeviceKind::Nvme => self.k.nvme_complete,
             DeviceKind::Sas => self.k.sas_complete,
         };
         ctx.cpu()
-            .spend_parts(&[
-                SpendPart::new(entry, Account::System),
-                SpendPart::new(SimDuration::ns(driver), Account::System),
-            ])
+            .spend(SimDuration::ns(driver), Account::System)
             .await;
         let mut w = WorkRecord::new();
         if let Err(e) = self
@@ -1622,17 +1603,7 @@ struct Target(Rc<Stack>);
 
 impl BlockTarget for Target {
     fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a> {
-        let none = SpendPart::new(SimDuration::ZERO, Account::System);
-        Box::pin(async move { self.0.do_submit(ctx, [none, none], req).await })
-    }
-
-    fn submit_after<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        lead: [SpendPart; 2],
-        req: IoRequest,
-    ) -> SubmitFuture<'a> {
-        Box::pin(async move { self.0.do_submit(ctx, lead, req).await })
+        Box::pin(async move { self.0.do_submit(ctx, req).await })
     }
 }
 

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use serde::Serialize;
 
 use crate::accounting::{Account, RunReport};
-use crate::engine::{Channel, Ctx, SimDuration, SimTime, SpendPart, MAX_SPEND_PARTS};
+use crate::engine::{Channel, Ctx, SimDuration, SimTime};
 
 /// fio's `rw=` patterns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -156,23 +156,6 @@ pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + 'a
 pub trait BlockTarget {
     /// Submits `req` from the task of `ctx`. An error stops the job (the message is kept).
     fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a>;
-
-    /// Spends `lead` (the caller's CPU work just before the submission: at most two
-    /// parts, nothing another task can observe in between) and then submits `req`, as
-    /// `spend_parts(lead)` followed by [`BlockTarget::submit`]. A target whose submission
-    /// starts with a spend of its own overrides this to spend both as one engine event
-    /// ([`crate::engine::Cpu::spend_parts`]).
-    fn submit_after<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        lead: [SpendPart; 2],
-        req: IoRequest,
-    ) -> SubmitFuture<'a> {
-        Box::pin(async move {
-            ctx.cpu().spend_parts(&lead).await;
-            self.submit(ctx, req).await
-        })
-    }
 }
 
 /// Completions and latencies of one direction, measured in the window.
@@ -228,18 +211,10 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
             // Submit in batches until the queue is full.
             while !free.is_empty() {
                 let n = (free.len() as u32).min(spec.batch_submit.max(1));
-                // The batch's system call, then per I/O fio's own work, are spent with the
-                // target's first spend as one engine event (nothing in between is seen by
-                // another task: the random stream is this task's, `issued` a sum).
-                let mut lead_syscall = syscall;
+                ctx.cpu().spend(syscall, Account::System).await;
                 for _ in 0..n {
                     let Some(slot) = free.pop() else { break };
-                    let lead = [
-                        SpendPart::new(lead_syscall, Account::System),
-                        SpendPart::new(user, Account::User),
-                    ];
-                    let issued_at = ctx.now() + lead_syscall + user;
-                    lead_syscall = SimDuration::ZERO;
+                    ctx.cpu().spend(user, Account::User).await;
                     let is_read = match spec.rw {
                         RwPattern::Read | RwPattern::RandRead => true,
                         RwPattern::Write | RwPattern::RandWrite => false,
@@ -257,11 +232,11 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
                         is_read,
                         offset: block * spec.bs,
                         len: spec.bs,
-                        issued_at,
+                        issued_at: ctx.now(),
                         done: done.clone(),
                     };
                     stats.borrow_mut().issued += 1;
-                    if let Err(e) = target.submit_after(&ctx, lead, req).await {
+                    if let Err(e) = target.submit(&ctx, req).await {
                         let mut s = stats.borrow_mut();
                         if s.error.is_none() {
                             s.error = Some(e);
@@ -288,38 +263,19 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
         while let Some(c) = done.try_recv() {
             got.push(c);
         }
-        // The system call, then fio's work per completion, spent in runs of up to
-        // MAX_SPEND_PARTS parts as one engine event each; each completion's bookkeeping
-        // follows its run (it touches only this job's state and the group's sums and
-        // latency list, whose order no reader depends on: the list is sorted).
-        if got.is_empty() {
-            ctx.cpu().spend(syscall, Account::System).await;
-        }
-        let now = ctx.now() + syscall;
-        let mut parts = [SpendPart::new(syscall, Account::System); MAX_SPEND_PARTS];
-        let mut nparts = 1;
-        let mut from = 0;
-        for i in 0..got.len() {
-            parts[nparts] = SpendPart::new(user, Account::User);
-            nparts += 1;
-            if nparts < MAX_SPEND_PARTS && i + 1 < got.len() {
-                continue;
+        ctx.cpu().spend(syscall, Account::System).await;
+        let now = ctx.now();
+        for c in got.drain(..) {
+            ctx.cpu().spend(user, Account::User).await;
+            inflight -= 1;
+            free.push(c.slot);
+            if now > window_start && now <= end {
+                let mut s = stats.borrow_mut();
+                let d = if c.is_read { &mut s.read } else { &mut s.write };
+                d.clat_ns.push((now - c.issued_at).as_ns());
+                d.bytes += c.len;
             }
-            ctx.cpu().spend_parts(&parts[..nparts]).await;
-            nparts = 0;
-            for c in &got[from..=i] {
-                inflight -= 1;
-                free.push(c.slot);
-                if now > window_start && now <= end {
-                    let mut s = stats.borrow_mut();
-                    let d = if c.is_read { &mut s.read } else { &mut s.write };
-                    d.clat_ns.push((now - c.issued_at).as_ns());
-                    d.bytes += c.len;
-                }
-            }
-            from = i + 1;
         }
-        got.clear();
     }
 }
 
