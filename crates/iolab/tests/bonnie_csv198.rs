@@ -127,7 +127,7 @@ fn a_bad_csv_value_is_bad_input_naming_file_line_and_field() {
         ),
         (
             "csv = 1.98",
-            "expected one of \"1.03\", \"1.98\" (a quoted string), found 1.98",
+            "expected one of \"1.03\", \"1.98\" (a quoted string), found a float",
         ),
     ] {
         let file = dir.join("bad.toml");

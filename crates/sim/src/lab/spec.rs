@@ -1566,7 +1566,7 @@ fn csv_layout(
         }),
         Some(other) => Err(doc.field_error(
             "workload.csv",
-            format!("{expected} (a quoted string), found {other}"),
+            format!("{expected} (a quoted string), found a {}", other.type_str()),
         )),
     }
 }

@@ -1166,3 +1166,66 @@ pub fn csv_row_198(p: &Csv198Params<'_>, r: &BonnieResult) -> String {
     cols.extend(std::iter::repeat(String::new()).take(6));
     cols.join(",")
 }
+
+#[cfg(test)]
+mod csv198_tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_latencies_print_as_bonnie_prints_them() {
+        assert_eq!(bonnie_size(8192, "MG"), "8G");
+        assert_eq!(bonnie_size(16, "MG"), "16M");
+        assert_eq!(bonnie_size(4096, " km"), "4k");
+        assert_eq!(bonnie_size(1 << 20, " km"), "1m");
+        assert_eq!(bonnie_size(512, " km"), "512");
+        assert_eq!(bonnie_latency(None), "");
+        assert_eq!(bonnie_latency(Some(0)), "");
+        assert_eq!(bonnie_latency(Some(95_400)), "95us");
+        assert_eq!(bonnie_latency(Some(99_999_000)), "99999us");
+        assert_eq!(bonnie_latency(Some(221_700_000)), "221ms");
+        assert_eq!(bonnie_latency(Some(120_000_000_000)), "120s");
+    }
+
+    #[test]
+    fn a_198_row_has_bonnies_columns_and_leaves_unmodelled_tests_empty() {
+        let ph = |kib: f64, ms: u64| PhaseResult {
+            amount: kib * 1024.0,
+            elapsed_ns: 1_000_000_000,
+            cpu_ns: 505_000_000,
+            max_op_ns: ms * 1_000_000,
+        };
+        let r = BonnieResult {
+            out_char: ph(100.9, 1),
+            out_block: ph(200.0, 2),
+            rewrite: ph(300.0, 3),
+            in_char: ph(400.0, 4),
+            in_block: ph(500.0, 5),
+            seeks: PhaseResult {
+                amount: 812.34,
+                ..ph(0.0, 600)
+            },
+        };
+        let p = Csv198Params {
+            name: "box",
+            size_mib: 8192,
+            chunk: 4096,
+            seed: 7,
+            seeks: 8000,
+            seekers: 3,
+        };
+        let row = csv_row_198(&p, &r);
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols.len(), CSV_198_COLUMNS.len());
+        assert_eq!(
+            &cols[..11],
+            &["1.98", "1.98", "box", "1", "7", "8G", "4k", "8000", "3", "100", "50"]
+        );
+        assert_eq!(&cols[19..21], &["812.3", "50"]);
+        assert!(cols[21..38].iter().all(|c| c.is_empty()), "{row}");
+        assert_eq!(
+            &cols[38..44],
+            &["1000us", "2000us", "3000us", "4000us", "5000us", "600ms"]
+        );
+        assert!(cols[44..].iter().all(|c| c.is_empty()), "{row}");
+    }
+}
