@@ -143,6 +143,13 @@ pub struct IoCpu {
     pub sys_ns: u64,
 }
 
+/// The requests of one transfer mapped and queued by [`ScsiHost::issue`], each with its
+/// mapping and its completion, for [`ScsiHost::complete`] to wait for and unmap.
+#[derive(Debug)]
+pub struct ScsiPending {
+    inflight: Vec<(MappedSg, Completion<()>)>,
+}
+
 impl ScsiHost {
     /// Builds the host and starts its HBA/disk agent on `h`.
     #[allow(clippy::too_many_arguments)]
@@ -239,6 +246,23 @@ impl ScsiHost {
         pieces: &[Piece],
         write: bool,
     ) -> Result<IoCpu, ScsiError> {
+        let (pending, submit_ns) = self.issue(ctx, offset, pieces, write).await?;
+        let complete_ns = self.complete(ctx, pending).await?;
+        Ok(IoCpu {
+            sys_ns: submit_ns + complete_ns,
+        })
+    }
+
+    /// The submission half of [`ScsiHost::submit`]: cuts `pieces` into requests, maps each
+    /// (`dma_map_sg`) and queues it to the HBA, in the caller's task. Returns the requests in
+    /// flight, for [`ScsiHost::complete`], and the system time spent, ns.
+    pub async fn issue(
+        &self,
+        ctx: &Ctx,
+        offset: u64,
+        pieces: &[Piece],
+        write: bool,
+    ) -> Result<(ScsiPending, u64), ScsiError> {
         let dir = if write {
             Direction::ToDevice
         } else {
@@ -299,7 +323,15 @@ impl ScsiHost {
             inn.queue.send(cmd).map_err(|_| ScsiError::QueueFull)?;
             inflight.push((mapped, done));
         }
-        for (mapped, done) in inflight {
+        Ok((ScsiPending { inflight }, sys))
+    }
+
+    /// The completion half of [`ScsiHost::submit`]: waits for each request of `pending` and
+    /// unmaps it (`dma_unmap_sg`), in the caller's task. Returns the system time spent, ns.
+    pub async fn complete(&self, ctx: &Ctx, pending: ScsiPending) -> Result<u64, ScsiError> {
+        let inn = &self.inner;
+        let mut sys = 0u64;
+        for (mapped, done) in pending.inflight {
             done.wait(ctx).await;
             sys += spend(ctx, inn.params.driver_complete_ns).await;
             let t0 = ctx.now();
@@ -323,7 +355,7 @@ impl ScsiHost {
             sys += held;
             inn.stats.borrow_mut().iommu_cpu_ns += held;
         }
-        Ok(IoCpu { sys_ns: sys })
+        Ok(sys)
     }
 
     /// CPU time of an IOMMU call: its counted steps, the hardware waits of

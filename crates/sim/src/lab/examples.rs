@@ -8,6 +8,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/bonnie-nvme-smmuv3-strict.toml"),
     ),
     (
+        "bonnie-nvme-smmuv3-strict-198",
+        include_str!("../../../../scenarios/examples/bonnie-nvme-smmuv3-strict-198.toml"),
+    ),
+    (
         "bonnie-sas-off",
         include_str!("../../../../scenarios/examples/bonnie-sas-off.toml"),
     ),

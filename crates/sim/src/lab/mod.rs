@@ -377,7 +377,7 @@ fn run_bonnie(
     base: u64,
     runs: u32,
 ) -> Result<LabRun, ExperimentError> {
-    use crate::workloads::bonnie::{csv_row, CsvValues};
+    use crate::workloads::bonnie::{csv_row, csv_row_198, Csv198Params, CsvLayout, CsvValues};
     let mut text = String::new();
     let mut measurements = Vec::new();
     for r in 0..runs {
@@ -413,24 +413,53 @@ fn run_bonnie(
                     v.v[2 * i + 1],
                 ));
         }
+        if b.csv == CsvLayout::V198 {
+            // bonnie++ 1.9x's latency columns: the longest operation of each phase.
+            let r = &out.result;
+            let phases = [
+                r.out_char,
+                r.out_block,
+                r.rewrite,
+                r.in_char,
+                r.in_block,
+                r.seeks,
+            ];
+            for (phase, p) in BONNIE_PHASES.iter().zip(phases) {
+                m = m.metric(Metric::new(
+                    format!("bonnie.{phase}_latency_ns"),
+                    "ns",
+                    p.max_op_ns as f64,
+                ));
+            }
+        }
         for metric in out.metrics {
             m = m.metric(metric);
         }
         // bonnie's output is its CSV rows only: the report is in the measurement.
         let m = with_protection(m, &out.protection);
-        let _ = writeln!(
-            text,
-            "{}",
-            csv_row(
+        let row = match b.csv {
+            CsvLayout::V103 => csv_row(
                 &config,
                 &if b.size_mib % 1024 == 0 {
                     format!("{}G", b.size_mib / 1024)
                 } else {
                     format!("{}M", b.size_mib)
                 },
-                &v
-            )
-        );
+                &v,
+            ),
+            CsvLayout::V198 => csv_row_198(
+                &Csv198Params {
+                    name: &config,
+                    size_mib: b.size_mib,
+                    chunk: b.config.chunk,
+                    seed,
+                    seeks: b.config.seeks,
+                    seekers: b.config.seekers,
+                },
+                &out.result,
+            ),
+        };
+        let _ = writeln!(text, "{row}");
         measurements.push(m);
     }
     let on = match &s.devices {
@@ -439,7 +468,8 @@ fn run_bonnie(
         d => d.kind().to_uppercase(),
     };
     let title = format!(
-        "bonnie++ 1.03 CSV, {} MiB file on {on} ({}), {} ({} CPUs)",
+        "bonnie++ {} CSV, {} MiB file on {on} ({}), {} ({} CPUs)",
+        b.csv.name(),
         b.config.file_bytes >> 20,
         s.profile.name,
         iommu_label(s),

@@ -4,11 +4,14 @@
 //! The SCSI host's [`ScsiHost::submit`] is synchronous: it maps a transfer, queues it to the
 //! HBA, waits for the disk and unmaps, all in the caller's task (re-aim's `fsync` writers
 //! wait for their I/O anyway). bonnie's page cache needs a [`BlockQueue`] that returns once a
-//! command is on its way, so [`ScsiQueue`] runs each command's synchronous I/O in a task of
-//! its own on the submitter's CPU (as writeback runs in a kernel worker beside the process)
-//! and calls the command's `on_done` when it has completed and been unmapped. The map and
-//! unmap CPU time is spent on that CPU, in the run's system time, but bonnie's own CPU%
-//! columns do not include it (they count what the submitting process spent).
+//! command is on its way, so [`ScsiQueue`] runs the submission half ([`ScsiHost::issue`]:
+//! `dma_map_sg`, the driver, the HBA queue) in the submitting task, as the block path of
+//! nvme/sas does, and the completion half ([`ScsiHost::complete`]: the wait, the driver's
+//! completion, `dma_unmap_sg`) in a task of its own on the submitter's CPU, which calls the
+//! command's `on_done` once the command has completed and been unmapped. So the map time is
+//! in the CPU% of the bonnie process that submitted the command (its readahead, the
+//! seekers' reads; the flusher's write-back is the flusher's), the unmap time in the run's
+//! system time only.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -42,14 +45,23 @@ impl BlockQueue for ScsiQueue {
             let (r, w) = self.bytes.get();
             let write = cmd.dir == BlockDir::Write;
             self.bytes.set(if write { (r, w + n) } else { (r + n, w) });
+            let pending = match self.host.issue(ctx, cmd.offset, &cmd.pieces, write).await {
+                Ok((pending, _)) => pending,
+                Err(e) => {
+                    self.error.borrow_mut().get_or_insert(e.to_string());
+                    (cmd.on_done)();
+                    return;
+                }
+            };
             let (host, error) = (self.host.clone(), self.error.clone());
+            let on_done = cmd.on_done;
             let spawned = ctx
                 .handle()
                 .spawn_on(ctx.cpu().id(), move |ctx| async move {
-                    if let Err(e) = host.submit(&ctx, cmd.offset, &cmd.pieces, write).await {
+                    if let Err(e) = host.complete(&ctx, pending).await {
                         error.borrow_mut().get_or_insert(e.to_string());
                     }
-                    (cmd.on_done)();
+                    on_done();
                 });
             if let Err(e) = spawned {
                 self.error.borrow_mut().get_or_insert(e.to_string());

@@ -283,6 +283,8 @@ struct BonnieSpec {
     bonnie_cpu: Option<usize>,
     #[serde(default)]
     flusher_cpu: Option<usize>,
+    #[serde(default)]
+    csv: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -613,6 +615,8 @@ pub struct BonnieSetup {
     pub config: crate::workloads::bonnie::BonnieConfig,
     /// The size column of the CSV row, MiB (the logical file size bonnie++ reports).
     pub size_mib: u64,
+    /// The CSV layout the run prints (`workload.csv`, default bonnie++ 1.03).
+    pub csv: crate::workloads::bonnie::CsvLayout,
 }
 
 /// A validated netperf-like stream workload.
@@ -1537,10 +1541,34 @@ fn bonnie(
     cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
     cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
     cfg.limits = limits;
+    let csv = csv_layout(doc, s.csv.as_ref())?;
     Ok(BonnieSetup {
         config: cfg,
         size_mib: logical,
+        csv,
     })
+}
+
+/// `workload.csv`: the bonnie++ CSV layout, a string naming a bonnie++ version.
+fn csv_layout(
+    doc: &TomlDoc<'_>,
+    v: Option<&toml::Value>,
+) -> Result<crate::workloads::bonnie::CsvLayout, InputError> {
+    use crate::workloads::bonnie::CsvLayout;
+    let expected = one_of(&CsvLayout::NAMES);
+    match v {
+        None => Ok(CsvLayout::default()),
+        Some(toml::Value::String(name)) => CsvLayout::from_name(name).ok_or_else(|| {
+            doc.field_error(
+                "workload.csv",
+                format!("unknown bonnie++ CSV layout \"{name}\": {expected}"),
+            )
+        }),
+        Some(other) => Err(doc.field_error(
+            "workload.csv",
+            format!("{expected} (a quoted string), found a {}", other.type_str()),
+        )),
+    }
 }
 
 fn nic(

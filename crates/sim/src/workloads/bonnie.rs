@@ -122,6 +122,11 @@ pub struct PhaseResult {
     pub elapsed_ns: u64,
     /// The process's CPU time, ns.
     pub cpu_ns: u64,
+    /// The longest single operation of the phase, ns (bonnie++ 1.9x's latency column):
+    /// one chunk of `putc` / `getc` calls, one block `write()` / `read()`, one rewrite
+    /// (`read()`, `lseek()`, `write()`), one seek (`lseek()`, `read()` and, one in ten,
+    /// the `write()` back). The closing `fsync()` is not an operation, as in bonnie++.
+    pub max_op_ns: u64,
 }
 
 impl PhaseResult {
@@ -576,11 +581,32 @@ fn elapsed(from: SimTime, to: SimTime) -> u64 {
 
 /// The result of a sequential phase over the whole file that started at `t0` with the
 /// process's CPU counter at `c0`.
-fn sequential_result(env: &Env, p: &Proc<'_>, t0: SimTime, c0: u64) -> PhaseResult {
+fn sequential_result(env: &Env, p: &Proc<'_>, t0: SimTime, c0: u64, ops: &OpTimer) -> PhaseResult {
     PhaseResult {
         amount: env.cfg.file_bytes as f64,
         elapsed_ns: elapsed(t0, p.ctx.now()),
         cpu_ns: p.cpu_ns.get() - c0,
+        max_op_ns: ops.max_ns,
+    }
+}
+
+/// The longest operation of a phase (bonnie++ 1.9x's `Duration::getMax`): an observer of
+/// virtual time only, so measuring changes no result.
+#[derive(Default)]
+struct OpTimer {
+    start: Option<SimTime>,
+    max_ns: u64,
+}
+
+impl OpTimer {
+    fn start(&mut self, now: SimTime) {
+        self.start = Some(now);
+    }
+
+    fn stop(&mut self, now: SimTime) {
+        if let Some(t) = self.start.take() {
+            self.max_ns = self.max_ns.max(elapsed(t, now));
+        }
     }
 }
 
@@ -589,9 +615,14 @@ async fn phase_out_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
     let t0 = p.ctx.now();
     let c0 = p.cpu_ns.get();
     let buf = env.cfg.stdio_buffer;
+    let mut ops = OpTimer::default();
     let mut off = 0;
     while off < env.cfg.file_bytes {
         let n = buf.min(env.cfg.file_bytes - off);
+        // bonnie++ 1.9x times one chunk of putc calls at a time.
+        if off % env.cfg.chunk == 0 {
+            ops.start(p.ctx.now());
+        }
         p.spend(
             (n as f64 * env.cfg.putc_ns_per_byte).round() as u64,
             Account::User,
@@ -599,40 +630,49 @@ async fn phase_out_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
         .await;
         env.write(p, off, n).await;
         off += n;
+        if off % env.cfg.chunk == 0 || off >= env.cfg.file_bytes {
+            ops.stop(p.ctx.now());
+        }
     }
     env.fsync(p).await;
-    sequential_result(env, p, t0, c0)
+    sequential_result(env, p, t0, c0, &ops)
 }
 
 async fn phase_out_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
     env.truncate();
     let t0 = p.ctx.now();
     let c0 = p.cpu_ns.get();
+    let mut ops = OpTimer::default();
     let mut off = 0;
     while off < env.cfg.file_bytes {
         let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
+        ops.start(p.ctx.now());
         env.write(p, off, n).await;
+        ops.stop(p.ctx.now());
         off += n;
     }
     env.fsync(p).await;
-    sequential_result(env, p, t0, c0)
+    sequential_result(env, p, t0, c0, &ops)
 }
 
 async fn phase_rewrite(env: &Env, p: &Proc<'_>) -> PhaseResult {
     env.evict();
     let t0 = p.ctx.now();
     let c0 = p.cpu_ns.get();
+    let mut ops = OpTimer::default();
     let mut off = 0;
     while off < env.cfg.file_bytes {
         let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
+        ops.start(p.ctx.now());
         env.read(p, off, n).await;
         // Change the chunk, lseek() back.
         p.spend(env.cfg.syscall_ns, Account::System).await;
         env.write(p, off, n).await;
+        ops.stop(p.ctx.now());
         off += n;
     }
     env.fsync(p).await;
-    sequential_result(env, p, t0, c0)
+    sequential_result(env, p, t0, c0, &ops)
 }
 
 async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
@@ -640,9 +680,14 @@ async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
     let t0 = p.ctx.now();
     let c0 = p.cpu_ns.get();
     let buf = env.cfg.stdio_buffer;
+    let mut ops = OpTimer::default();
     let mut off = 0;
     while off < env.cfg.file_bytes {
         let n = buf.min(env.cfg.file_bytes - off);
+        // bonnie++ 1.9x times one chunk of getc calls at a time.
+        if off % env.cfg.chunk == 0 {
+            ops.start(p.ctx.now());
+        }
         env.read(p, off, n).await;
         p.spend(
             (n as f64 * env.cfg.getc_ns_per_byte).round() as u64,
@@ -650,29 +695,43 @@ async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
         )
         .await;
         off += n;
+        if off % env.cfg.chunk == 0 || off >= env.cfg.file_bytes {
+            ops.stop(p.ctx.now());
+        }
     }
-    sequential_result(env, p, t0, c0)
+    sequential_result(env, p, t0, c0, &ops)
 }
 
 async fn phase_in_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
     env.evict();
     let t0 = p.ctx.now();
     let c0 = p.cpu_ns.get();
+    let mut ops = OpTimer::default();
     let mut off = 0;
     while off < env.cfg.file_bytes {
         let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
+        ops.start(p.ctx.now());
         env.read(p, off, n).await;
+        ops.stop(p.ctx.now());
         off += n;
     }
-    sequential_result(env, p, t0, c0)
+    sequential_result(env, p, t0, c0, &ops)
 }
 
 /// One seeker: `seeks` random chunk reads of the whole logical file.
-async fn seeker(ctx: Ctx, env: Rc<Env>, seeks: u64, cached: Rc<RefCell<BTreeSet<u64>>>) -> u64 {
+/// Returns the seeker's CPU time and its longest seek, ns.
+async fn seeker(
+    ctx: Ctx,
+    env: Rc<Env>,
+    seeks: u64,
+    cached: Rc<RefCell<BTreeSet<u64>>>,
+) -> (u64, u64) {
     let p = Proc::new(&ctx, &env.irq, env.irq_cpu, env.cfg.slice_ns);
     let chunks = (env.cfg.logical_file_bytes / env.cfg.chunk).max(1);
     let pages_per_chunk = (env.cfg.chunk / PAGE).max(1);
+    let mut ops = OpTimer::default();
     for _ in 0..seeks {
+        ops.start(ctx.now());
         let (chunk, update) = {
             let mut r = ctx.rng();
             let chunk = r.below(chunks);
@@ -739,9 +798,10 @@ async fn seeker(ctx: Ctx, env: Rc<Env>, seeks: u64, cached: Rc<RefCell<BTreeSet<
             )
             .await;
         }
+        ops.stop(ctx.now());
     }
     p.leave();
-    p.cpu_ns.get()
+    (p.cpu_ns.get(), ops.max_ns)
 }
 
 async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimError> {
@@ -752,26 +812,30 @@ async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimErro
     for k in 0..n {
         let share = env.cfg.seeks / n as u64 + u64::from((k as u64) < env.cfg.seeks % n as u64);
         let cpu = env.cfg.seeker_cpus[k % env.cfg.seeker_cpus.len()];
-        let done: Completion<u64> = Completion::new(p.ctx.handle());
+        let done: Completion<(u64, u64)> = Completion::new(p.ctx.handle());
         let fire = done.clone();
         let env2 = env.clone();
         let cached2 = cached.clone();
         p.ctx.spawn_on(cpu, move |ctx| async move {
-            let cpu_ns = seeker(ctx, env2, share, cached2).await;
-            let _ = fire.fire(cpu_ns);
+            let out = seeker(ctx, env2, share, cached2).await;
+            let _ = fire.fire(out);
         })?;
         dones.push(done);
     }
     p.block();
     let mut cpu = 0;
+    let mut max_op_ns = 0;
     for d in &dones {
-        cpu += d.wait(p.ctx).await;
+        let (c, m) = d.wait(p.ctx).await;
+        cpu += c;
+        max_op_ns = max_op_ns.max(m);
     }
     p.unblock().await;
     Ok(PhaseResult {
         amount: env.cfg.seeks as f64,
         elapsed_ns: elapsed(t0, p.ctx.now()),
         cpu_ns: cpu,
+        max_op_ns,
     })
 }
 
@@ -917,4 +981,251 @@ pub fn csv_row(name: &str, size: &str, v: &CsvValues) -> String {
         cols.push("+++++".to_owned());
     }
     cols.join(",")
+}
+
+// ---------------------------------------------------------------------------------------
+// bonnie++ 1.98 / 2.00 CSV
+// ---------------------------------------------------------------------------------------
+
+/// The CSV layouts the lab prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CsvLayout {
+    /// bonnie++ 1.03: 27 columns, starting with the machine name ([`csv_row`]).
+    #[default]
+    V103,
+    /// bonnie++ 1.98 / 2.00: 50 columns, starting with the format version, ending with the
+    /// 12 latency columns ([`csv_row_198`]).
+    V198,
+}
+
+impl CsvLayout {
+    /// The names a scenario gives the layouts (`[workload] csv`).
+    pub const NAMES: [&'static str; 2] = ["1.03", "1.98"];
+
+    /// The layout named `name` (one of [`CsvLayout::NAMES`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "1.03" => Some(Self::V103),
+            "1.98" => Some(Self::V198),
+            _ => None,
+        }
+    }
+
+    /// The layout's name, as in [`CsvLayout::NAMES`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V103 => "1.03",
+            Self::V198 => "1.98",
+        }
+    }
+}
+
+/// The columns of a bonnie++ 1.98 CSV row, in bonnie's order (the header `bonnie++` prints
+/// with `-q`, as `bon_csv2txt` of bonnie++ 1.98 / 2.00 reads it).
+pub const CSV_198_COLUMNS: [&str; 50] = [
+    "format_version",
+    "bonnie_version",
+    "name",
+    "concurrency",
+    "seed",
+    "file_size",
+    "chunk_size",
+    "seeks",
+    "seek_proc_count",
+    "putc",
+    "putc_cpu",
+    "put_block",
+    "put_block_cpu",
+    "rewrite",
+    "rewrite_cpu",
+    "getc",
+    "getc_cpu",
+    "get_block",
+    "get_block_cpu",
+    "seeks",
+    "seeks_cpu",
+    "num_files",
+    "max_size",
+    "min_size",
+    "num_dirs",
+    "file_chunk_size",
+    "seq_create",
+    "seq_create_cpu",
+    "seq_stat",
+    "seq_stat_cpu",
+    "seq_del",
+    "seq_del_cpu",
+    "ran_create",
+    "ran_create_cpu",
+    "ran_stat",
+    "ran_stat_cpu",
+    "ran_del",
+    "ran_del_cpu",
+    "putc_latency",
+    "put_block_latency",
+    "rewrite_latency",
+    "getc_latency",
+    "get_block_latency",
+    "seeks_latency",
+    "seq_create_latency",
+    "seq_stat_latency",
+    "seq_del_latency",
+    "ran_create_latency",
+    "ran_stat_latency",
+    "ran_del_latency",
+];
+
+/// bonnie++'s default chunk size: its CSV leaves the chunk column empty for it.
+pub const BONNIE_DEFAULT_CHUNK: u64 = 8192;
+
+/// What a 1.98 row says besides the results: the run's parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Csv198Params<'a> {
+    /// The machine name column (`-m`).
+    pub name: &'a str,
+    /// The file size column, MiB (`-s`).
+    pub size_mib: u64,
+    /// The chunk size, bytes.
+    pub chunk: u64,
+    /// The random seed column.
+    pub seed: u64,
+    /// Total seeks.
+    pub seeks: u64,
+    /// Seeker processes.
+    pub seekers: usize,
+}
+
+/// A size as bonnie++ prints it: divided by 1024 while it divides evenly and a larger unit
+/// is left (`units` from smallest; a space unit prints nothing): 8192 MiB with `"MG"` is
+/// `8G`, 8192 bytes with `" km"` is `8k`, 512 bytes is `512`.
+pub fn bonnie_size(size: u64, units: &str) -> String {
+    let units: Vec<char> = units.chars().collect();
+    let mut v = size;
+    let mut i = 0;
+    if v == 0 {
+        return format!("0{}", units[0]).trim_end().to_owned();
+    }
+    while v % 1024 == 0 && i + 1 < units.len() {
+        v /= 1024;
+        i += 1;
+    }
+    format!("{v}{}", units[i]).trim_end().to_owned()
+}
+
+/// A latency as bonnie++ 1.9x prints it: whole seconds above 99.999999 s, whole
+/// milliseconds above 0.099999 s, else whole microseconds; empty for none (a test not run
+/// or not modelled).
+pub fn bonnie_latency(ns: Option<u64>) -> String {
+    match ns {
+        None | Some(0) => String::new(),
+        Some(ns) if ns > 99_999_999_000 => format!("{}s", ns / 1_000_000_000),
+        Some(ns) if ns > 99_999_000 => format!("{}ms", ns / 1_000_000),
+        Some(ns) => format!("{}us", ns / 1_000),
+    }
+}
+
+/// A bonnie++ 1.98 CSV row (bonnie++ 1.98 / 2.00, format version 1.98): K/s and %CPU
+/// truncated to integers as bonnie++ 1.9x prints them, seeks/s with one decimal below
+/// 1000, the longest operation of each phase in the latency columns. The file tests are
+/// not modelled: their columns are empty, as bonnie++ leaves them for tests it did not run
+/// (`-n 0`). The lab's file is scaled down, so every I/O phase is printed, never `+++++`.
+pub fn csv_row_198(p: &Csv198Params<'_>, r: &BonnieResult) -> String {
+    let mut cols: Vec<String> = vec![
+        "1.98".to_owned(),
+        "1.98".to_owned(),
+        p.name.to_owned(),
+        "1".to_owned(),
+        p.seed.to_string(),
+        bonnie_size(p.size_mib, "MG"),
+        if p.chunk == BONNIE_DEFAULT_CHUNK {
+            String::new()
+        } else {
+            bonnie_size(p.chunk, " km")
+        },
+        p.seeks.to_string(),
+        p.seekers.to_string(),
+    ];
+    let io = [r.out_char, r.out_block, r.rewrite, r.in_char, r.in_block];
+    for ph in &io {
+        cols.push(format!("{}", ph.kib_per_s().trunc() as u64));
+        cols.push(format!("{}", ph.cpu_pct().trunc() as u64));
+    }
+    let seeks = r.seeks.per_s();
+    cols.push(if seeks >= 1000.0 {
+        format!("{seeks:.0}")
+    } else {
+        format!("{seeks:.1}")
+    });
+    cols.push(format!("{}", r.seeks.cpu_pct().trunc() as u64));
+    // num_files, max_size, min_size, num_dirs, file_chunk_size and the 12 file-test
+    // columns: not run.
+    cols.extend(std::iter::repeat(String::new()).take(5 + 12));
+    for ph in io.iter().chain(std::iter::once(&r.seeks)) {
+        cols.push(bonnie_latency(Some(ph.max_op_ns)));
+    }
+    cols.extend(std::iter::repeat(String::new()).take(6));
+    cols.join(",")
+}
+
+#[cfg(test)]
+mod csv198_tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_latencies_print_as_bonnie_prints_them() {
+        assert_eq!(bonnie_size(8192, "MG"), "8G");
+        assert_eq!(bonnie_size(16, "MG"), "16M");
+        assert_eq!(bonnie_size(4096, " km"), "4k");
+        assert_eq!(bonnie_size(1 << 20, " km"), "1m");
+        assert_eq!(bonnie_size(512, " km"), "512");
+        assert_eq!(bonnie_latency(None), "");
+        assert_eq!(bonnie_latency(Some(0)), "");
+        assert_eq!(bonnie_latency(Some(95_400)), "95us");
+        assert_eq!(bonnie_latency(Some(99_999_000)), "99999us");
+        assert_eq!(bonnie_latency(Some(221_700_000)), "221ms");
+        assert_eq!(bonnie_latency(Some(120_000_000_000)), "120s");
+    }
+
+    #[test]
+    fn a_198_row_has_bonnies_columns_and_leaves_unmodelled_tests_empty() {
+        let ph = |kib: f64, ms: u64| PhaseResult {
+            amount: kib * 1024.0,
+            elapsed_ns: 1_000_000_000,
+            cpu_ns: 505_000_000,
+            max_op_ns: ms * 1_000_000,
+        };
+        let r = BonnieResult {
+            out_char: ph(100.9, 1),
+            out_block: ph(200.0, 2),
+            rewrite: ph(300.0, 3),
+            in_char: ph(400.0, 4),
+            in_block: ph(500.0, 5),
+            seeks: PhaseResult {
+                amount: 812.34,
+                ..ph(0.0, 600)
+            },
+        };
+        let p = Csv198Params {
+            name: "box",
+            size_mib: 8192,
+            chunk: 4096,
+            seed: 7,
+            seeks: 8000,
+            seekers: 3,
+        };
+        let row = csv_row_198(&p, &r);
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols.len(), CSV_198_COLUMNS.len());
+        assert_eq!(
+            &cols[..11],
+            &["1.98", "1.98", "box", "1", "7", "8G", "4k", "8000", "3", "100", "50"]
+        );
+        assert_eq!(&cols[19..21], &["812.3", "50"]);
+        assert!(cols[21..38].iter().all(|c| c.is_empty()), "{row}");
+        assert_eq!(
+            &cols[38..44],
+            &["1000us", "2000us", "3000us", "4000us", "5000us", "600ms"]
+        );
+        assert!(cols[44..].iter().all(|c| c.is_empty()), "{row}");
+    }
 }

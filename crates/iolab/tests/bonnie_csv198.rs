@@ -1,0 +1,155 @@
+//! bonnie's 1.98 CSV layout (`[workload] csv = "1.98"`): the row the lab prints reads back
+//! through `iolab import bonnie` with the values the run measured, and a bad `csv` value is
+//! bad input naming the file, line and field.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use iolab_sim::lab::{self, examples, LabOptions};
+use iolab_sim::metrics::Measurement;
+use iolab_sim::workloads::bonnie::{bonnie_latency, CSV_198_COLUMNS};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scenarios/examples/{name}.toml"))
+}
+
+fn value(m: &Measurement, name: &str) -> f64 {
+    m.get(name)
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+        .value
+}
+
+#[test]
+fn a_198_row_round_trips_through_the_importer_with_the_measured_values() {
+    let text = examples::example("bonnie-nvme-smmuv3-strict-198").expect("bundled example");
+    let run = lab::run_scenario(text, "example.toml", &LabOptions::default()).expect("runs");
+    let measured = &run.report.measurements[0];
+    let row = run.report.report_text.lines().next().expect("one row");
+    assert_eq!(row.split(',').count(), CSV_198_COLUMNS.len(), "{row}");
+
+    let imported = iolab::import::parse("bonnie", row)
+        .expect("bonnie is an import format")
+        .expect("the row parses");
+    assert_eq!(imported.len(), 1);
+    let got = &imported[0];
+    assert_eq!(got.attrs["format_version"], "1.98");
+    assert_eq!(got.attrs["concurrency"], "1");
+    assert_eq!(got.config, measured.config);
+
+    let phases = [
+        "out_char",
+        "out_block",
+        "rewrite",
+        "in_char",
+        "in_block",
+        "seeks",
+    ];
+    for phase in phases {
+        let rate = if phase == "seeks" {
+            "seeks_per_s".to_owned()
+        } else {
+            format!("{phase}_kps")
+        };
+        let want = value(measured, &format!("bonnie.{rate}"));
+        let have = value(got, &format!("bonnie.{rate}"));
+        // bonnie++ 1.9x truncates K/s to an integer; seeks/s above 1000 print whole.
+        let printed = if phase == "seeks" && want < 1000.0 {
+            (want * 10.0).round() / 10.0
+        } else if phase == "seeks" {
+            want.round()
+        } else {
+            want.trunc()
+        };
+        assert_eq!(have, printed, "{rate}: measured {want}");
+        let cpu = format!("bonnie.{phase}_cpu_pct");
+        assert_eq!(value(got, &cpu), value(measured, &cpu).trunc(), "{cpu}");
+
+        let lat = format!("bonnie.{phase}_latency_ns");
+        let ns = value(measured, &lat);
+        assert!(
+            ns > 0.0,
+            "{lat}: every modelled phase has a longest operation"
+        );
+        // What the row says, read back: the measured latency truncated to its unit.
+        let shown = bonnie_latency(Some(ns as u64));
+        let unit = if shown.ends_with("us") {
+            1e3
+        } else if shown.ends_with("ms") {
+            1e6
+        } else {
+            1e9
+        };
+        assert_eq!(
+            value(got, &lat),
+            (ns / unit).trunc() * unit,
+            "{lat} ({shown})"
+        );
+    }
+    // The file tests are not modelled: no metric, not a zero.
+    for absent in [
+        "seq_create_per_s",
+        "ran_delete_cpu_pct",
+        "seq_create_latency_ns",
+    ] {
+        assert!(got.get(&format!("bonnie.{absent}")).is_none(), "{absent}");
+    }
+}
+
+#[test]
+fn the_198_layout_is_the_same_run_as_the_103_layout() {
+    let opts = LabOptions::default();
+    let run = |name: &str| {
+        let text = examples::example(name).expect("bundled example");
+        lab::run_scenario(text, "example.toml", &opts).expect("runs")
+    };
+    let v103 = run("bonnie-nvme-smmuv3-strict");
+    let v198 = run("bonnie-nvme-smmuv3-strict-198");
+    let (a, b) = (&v103.report.measurements[0], &v198.report.measurements[0]);
+    for name in [
+        "bonnie.out_block_kps",
+        "bonnie.seeks_per_s",
+        "bonnie.in_char_cpu_pct",
+    ] {
+        assert_eq!(value(a, name), value(b, name), "{name}");
+    }
+    assert!(a.get("bonnie.out_block_latency_ns").is_none());
+}
+
+#[test]
+fn a_bad_csv_value_is_bad_input_naming_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("iolab-bonnie198-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let text = std::fs::read_to_string(example("bonnie-nvme-smmuv3-strict-198")).unwrap();
+    for (bad, says) in [
+        (
+            "csv = \"1.97\"",
+            "unknown bonnie++ CSV layout \"1.97\": expected one of \"1.03\", \"1.98\"",
+        ),
+        (
+            "csv = 1.98",
+            "expected one of \"1.03\", \"1.98\" (a quoted string), found a float",
+        ),
+    ] {
+        let file = dir.join("bad.toml");
+        let line = text.lines().position(|l| l.starts_with("csv =")).unwrap() + 1;
+        let body: String = text
+            .lines()
+            .map(|l| if l.starts_with("csv =") { bad } else { l })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&file, body).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
+            .args(["--no-db", "run", file.to_str().unwrap()])
+            .output()
+            .expect("the iolab binary runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(out.stdout.is_empty(), "no output for bad input");
+        assert!(err.contains("bad.toml"), "{err}");
+        assert!(err.contains(&format!("line {line}")), "{err}");
+        assert!(err.contains("workload.csv"), "{err}");
+        assert!(err.contains(says), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one message: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
