@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::accounting::{CpuTimes, RunReport};
-use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
+use crate::devices::scsi::{ScsiHost, ScsiStats};
 use crate::engine::{Sim, SimConfig};
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
@@ -23,9 +23,8 @@ use crate::workloads::reaim::{
     self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, TaskTotals, Workfile,
 };
 
-use super::block::lock_params;
-use super::iommu::{self, model_err, LabProtection};
-use super::spec::{IommuModel, LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
+use super::iommu::{model_err, LabProtection};
+use super::spec::{LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
 
 /// What one ramp produced.
 pub(crate) struct ReaimRun {
@@ -161,21 +160,7 @@ pub(crate) fn run_reaim(
             seed: crate::lab::run_seed(seed, i as u32),
         })?;
         let h = sim.handle().clone();
-        let built = iommu::build(s, &h)?;
-        let (probe, translated) = (built.protection.clone(), built.translated);
-        let dma = HostDma {
-            path: built.path,
-            extra_ns: iommu::hardware_wait(s, built.poll_interval_ns),
-            lock: (s.iommu.model == IommuModel::Sba).then(|| ("sba_res_lock", lock_params(s))),
-        };
-        let host = ScsiHost::start_on(
-            &h,
-            disk.params,
-            disk.limits,
-            dma,
-            iommu::lab_device(64)?,
-            s.profile.cpu_cost_model(),
-        )?;
+        let (host, probe, translated) = super::scsi::start_host(s, disk, &h)?;
         let ChildrenRun {
             row,
             parent_ns: parent,

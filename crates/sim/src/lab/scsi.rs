@@ -19,7 +19,7 @@ use std::rc::Rc;
 use crate::block::{BlockCommand, BlockDir, BlockQueue, SubmitCommand};
 use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
 use crate::devices::usb::IrqCpu;
-use crate::engine::{Ctx, Sim, SimConfig};
+use crate::engine::{Ctx, Handle, Sim, SimConfig};
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::bonnie::{self, BonnieResult};
@@ -81,6 +81,32 @@ pub(crate) struct BonnieScsiRun {
     pub protection: LabProtection,
 }
 
+/// The scenario's SCSI host on `h`, its DMA through the scenario's IOMMU (the SBA's resource
+/// lock where the model is SBA), with the probe that reads the run's protection report and
+/// whether the path translates device addresses. Shared by bonnie and re-aim on scsi.
+pub(crate) fn start_host(
+    s: &LabScenario,
+    disk: &ScsiSetup,
+    h: &Handle,
+) -> Result<(ScsiHost, iommu::ProtectionProbe, bool), ExperimentError> {
+    let built = iommu::build(s, h)?;
+    let (probe, translated) = (built.protection.clone(), built.translated);
+    let dma = HostDma {
+        path: built.path,
+        extra_ns: iommu::hardware_wait(s, built.poll_interval_ns),
+        lock: (s.iommu.model == IommuModel::Sba).then(|| ("sba_res_lock", lock_params(s))),
+    };
+    let host = ScsiHost::start_on(
+        h,
+        disk.params,
+        disk.limits,
+        dma,
+        iommu::lab_device(64)?,
+        s.profile.cpu_cost_model(),
+    )?;
+    Ok((host, probe, translated))
+}
+
 /// Runs bonnie of `s` once with `seed` on its SCSI disk.
 pub(crate) fn run_bonnie(
     s: &LabScenario,
@@ -90,21 +116,7 @@ pub(crate) fn run_bonnie(
 ) -> Result<BonnieScsiRun, ExperimentError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let h = sim.handle().clone();
-    let built = iommu::build(s, &h)?;
-    let (probe, translated) = (built.protection.clone(), built.translated);
-    let dma = HostDma {
-        path: built.path,
-        extra_ns: iommu::hardware_wait(s, built.poll_interval_ns),
-        lock: (s.iommu.model == IommuModel::Sba).then(|| ("sba_res_lock", lock_params(s))),
-    };
-    let host = ScsiHost::start_on(
-        &h,
-        disk.params,
-        disk.limits,
-        dma,
-        iommu::lab_device(64)?,
-        s.profile.cpu_cost_model(),
-    )?;
+    let (host, probe, translated) = start_host(s, disk, &h)?;
     let error = Rc::new(RefCell::new(None));
     let bytes = Rc::new(Cell::new((0, 0)));
     let queue = ScsiQueue {
