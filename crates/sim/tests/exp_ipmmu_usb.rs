@@ -155,22 +155,31 @@ fn high_speed_is_link_bound_and_never_exceeds_the_link() {
     assert!(e.lab_pct.abs() < 5.0);
 }
 
+/// The report's "device totals" line of case `name`, as a lookup of the number after a key
+/// (`commands`, `transfer`, `segs/cmd`, `flushes`, ...).
+fn device_totals(report_text: &str, name: &str) -> impl Fn(&str) -> f64 {
+    let line = report_text
+        .lines()
+        .find(|l| l.trim_start().starts_with(name) && l.contains("segs/cmd"))
+        .unwrap_or_else(|| panic!("no device totals line for {name}"));
+    let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+    move |key: &str| {
+        let i = words
+            .iter()
+            .position(|w| w == key)
+            .unwrap_or_else(|| panic!("no {key} in {words:?}"));
+        words[i + 1]
+            .parse()
+            .unwrap_or_else(|e| panic!("{key} {}: {e}", words[i + 1]))
+    }
+}
+
 #[test]
 fn the_iommu_merges_segments_and_flushes_once_per_command() {
     let r = run(&shortened()).unwrap();
-    let seg = |name: &str| -> (f64, u64, u64) {
-        let line = r
-            .report_text
-            .lines()
-            .find(|l| l.trim_start().starts_with(name) && l.contains("segs/cmd"))
-            .unwrap();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let at = |key: &str| words[words.iter().position(|w| *w == key).unwrap() + 1];
-        (
-            at("segs/cmd").parse().unwrap(),
-            at("commands").parse().unwrap(),
-            at("flushes").parse().unwrap(),
-        )
+    let seg = |name: &str| {
+        let at = device_totals(&r.report_text, name);
+        (at("segs/cmd"), at("commands") as u64, at("flushes") as u64)
     };
     let (off_segs, _, off_flushes) = seg("superspeed.no_iommu");
     let (on_segs, on_cmds, on_flushes) = seg("superspeed.iommu");
@@ -186,19 +195,9 @@ fn the_iommu_merges_segments_and_flushes_once_per_command() {
 #[test]
 fn the_iommu_changes_segments_per_command_not_the_commands() {
     let r = run(&shortened()).unwrap();
-    let totals = |name: &str| -> (f64, f64, f64) {
-        let line = r
-            .report_text
-            .lines()
-            .find(|l| l.trim_start().starts_with(name) && l.contains("segs/cmd"))
-            .unwrap();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let at = |key: &str| words[words.iter().position(|w| *w == key).unwrap() + 1];
-        (
-            at("commands").parse().unwrap(),
-            at("transfer").parse().unwrap(),
-            at("segs/cmd").parse().unwrap(),
-        )
+    let totals = |name: &str| {
+        let at = device_totals(&r.report_text, name);
+        (at("commands"), at("transfer"), at("segs/cmd"))
     };
     for speed in ["superspeed", "highspeed"] {
         let (off_cmds, off_kib, off_segs) = totals(&format!("{speed}.no_iommu"));

@@ -79,6 +79,21 @@ pub struct ScsiStats {
     pub seeks: u64,
 }
 
+impl ScsiStats {
+    /// Adds another host's (or run's) totals.
+    pub fn add(&mut self, o: &ScsiStats) {
+        self.requests += o.requests;
+        self.bytes += o.bytes;
+        self.pieces += o.pieces;
+        self.hw_segments += o.hw_segments;
+        self.dma_segments += o.dma_segments;
+        self.splits += o.splits;
+        self.disk_busy_ns += o.disk_busy_ns;
+        self.iommu_cpu_ns += o.iommu_cpu_ns;
+        self.seeks += o.seeks;
+    }
+}
+
 /// Why the device refused an I/O.
 #[derive(Debug, thiserror::Error)]
 pub enum ScsiError {

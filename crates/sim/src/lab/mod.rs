@@ -235,6 +235,15 @@ fn report(
     }
 }
 
+/// `total` per item of `count` (0 when there are none).
+fn per(total: f64, count: u64) -> f64 {
+    if count > 0 {
+        total / count as f64
+    } else {
+        0.0
+    }
+}
+
 /// Adds the run's protection report (`protection.*`, `faults.*`, as the published
 /// experiments carry it: [`crate::experiments::protection::protection_metrics`]) to `m`.
 /// Where the model has no device-side cache to observe stale hits in (SBA), that figure is
@@ -298,7 +307,6 @@ fn bonnie_once(
     match &s.devices {
         spec::Devices::Usb(u) => {
             let out = usb::run_bonnie(s, b, u, seed)?;
-            let per = |x: u64, n: u64| if n > 0 { x as f64 / n as f64 } else { 0.0 };
             let c = &out.usb;
             Ok(BonnieOut {
                 result: out.result,
@@ -306,8 +314,8 @@ fn bonnie_once(
                 attrs: vec![("usb_speed", u.config.link.name.clone())],
                 metrics: vec![
                     Metric::new("usb.commands", "count", c.commands as f64),
-                    Metric::new("usb.map_ns", "ns", per(c.map_ns, c.commands)),
-                    Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns, c.commands)),
+                    Metric::new("usb.map_ns", "ns", per(c.map_ns as f64, c.commands)),
+                    Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns as f64, c.commands)),
                     Metric::new("usb.flushes", "count", c.flushes as f64),
                 ],
                 protection: out.protection,
@@ -315,7 +323,6 @@ fn bonnie_once(
         }
         spec::Devices::Scsi(disk) => {
             let out = scsi::run_bonnie(s, b, disk, seed)?;
-            let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
             let q = &out.scsi;
             Ok(BonnieOut {
                 result: out.result,
@@ -343,7 +350,6 @@ fn bonnie_once(
         }
         _ => {
             let out = block::run_bonnie(s, b, seed)?;
-            let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
             let d = &out.dma;
             Ok(BonnieOut {
                 result: out.result,
@@ -497,7 +503,6 @@ fn run_reaim(
         let seed = run_seed(base, run);
         let out = reaim::run_reaim(s, r, d, seed)?;
         let config = config_id(s, run, runs);
-        let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
         let max = out.rows.iter().map(|x| x.jpm).fold(0.0, f64::max);
         let jti = out.rows.iter().map(|x| x.jti).min().unwrap_or(0);
         let mut m = base_attrs(s, Measurement::new(&config))
@@ -710,7 +715,6 @@ fn run_fio(
             .attr("seed", seed)
             .attr("run", r)
             .cpu(out.cpu);
-        let per = |x: f64, n: u64| if n > 0 { x / n as f64 } else { 0.0 };
         m = m
             .metric(Metric::new(
                 "dma.map_ns",

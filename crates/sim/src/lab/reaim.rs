@@ -152,7 +152,7 @@ pub(crate) fn run_reaim(
     let mut rows = Vec::with_capacity(r.users.len());
     let mut scsi = ScsiStats::default();
     let mut cpu = CpuTimes::default();
-    let (mut busy, mut parent_total, mut contended) = (0u64, 0u64, 0u64);
+    let (mut parent_total, mut contended) = (0u64, 0u64);
     let mut protection = LabProtection::default();
     for (i, &users) in r.users.iter().enumerate() {
         let mut sim = Sim::new(SimConfig {
@@ -169,17 +169,7 @@ pub(crate) fn run_reaim(
         } = run_children(&mut sim, &host, &r.workfile, &child, users, s.cpus)?;
         rows.push(row);
         protection.merge(&probe.read(translated, report.end.as_ns()));
-        let st = host.stats();
-        scsi.requests += st.requests;
-        scsi.bytes += st.bytes;
-        scsi.pieces += st.pieces;
-        scsi.hw_segments += st.hw_segments;
-        scsi.dma_segments += st.dma_segments;
-        scsi.splits += st.splits;
-        scsi.disk_busy_ns += st.disk_busy_ns;
-        scsi.iommu_cpu_ns += st.iommu_cpu_ns;
-        scsi.seeks += st.seeks;
-        busy += st.disk_busy_ns;
+        scsi.add(&host.stats());
         parent_total += parent;
         contended += report.spin_lock("sba_res_lock").map_or(0, |l| l.contended);
         for c in &report.cpus {
@@ -193,7 +183,7 @@ pub(crate) fn run_reaim(
         rows,
         scsi,
         cpu: CpuBreakdown::between(&CpuTimes::default(), &cpu),
-        disk_busy_pct: busy as f64 / parent_total.max(1) as f64 * 100.0,
+        disk_busy_pct: scsi.disk_busy_ns as f64 / parent_total.max(1) as f64 * 100.0,
         lock_contended: contended,
         protection,
     })
