@@ -1011,7 +1011,8 @@ impl Domain {
                 let block = *block;
                 drop(guard);
                 self.protection.observe_now(now_ns);
-                let retired = t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work);
+                let retired =
+                    t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work);
                 GATHER.set(gather);
                 retired
             }

@@ -188,6 +188,19 @@ impl Smmuv3DevicePath {
         self.translate_stream(self.sid, addr, len, access, work)
     }
 
+    /// [`Smmuv3DevicePath::device_translate`] into a caller's buffer (cleared first), so a
+    /// device model moving many buffers reuses one allocation.
+    pub fn device_translate_into(
+        &self,
+        addr: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), SmmuFault> {
+        self.translate_stream_into(self.sid, addr, len, access, out, work)
+    }
+
     /// Translates for stream `sid`, counting a successful access that used a stale IOTLB
     /// entry as a stale hit.
     fn translate_stream(
@@ -198,10 +211,25 @@ impl Smmuv3DevicePath {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, SmmuFault> {
+        let mut out = Vec::new();
+        self.translate_stream_into(sid, addr, len, access, &mut out, work)?;
+        Ok(out)
+    }
+
+    /// [`Self::translate_stream`] into `out`.
+    fn translate_stream_into(
+        &self,
+        sid: u32,
+        addr: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), SmmuFault> {
         let before = work.iotlb_stale_hits;
         let r = self
             .smmu
-            .translate(sid, Iova::new(addr.0), len, access, work);
+            .translate_into(sid, Iova::new(addr.0), len, access, out, work);
         if r.is_ok() && work.iotlb_stale_hits > before {
             self.stale.record_stale_hit(len);
         }
