@@ -378,6 +378,49 @@ mod tests {
     }
 
     #[test]
+    fn translate_into_clears_the_buffer_and_matches_translate() {
+        let (p, dev) = path(DomainMode::Strict);
+        let mut w = WorkRecord::new();
+        let a = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let stale = PhysRange {
+            pa: PhysAddr::new(1),
+            len: 1,
+        };
+        // A buffer holding leftovers from an earlier use.
+        let mut out = vec![stale; 3];
+        let mut wi = WorkRecord::new();
+        p.device_translate_into(a.dma_addr(), SZ_4K, Access::Write, &mut out, &mut wi)
+            .unwrap();
+        let mut wv = WorkRecord::new();
+        let v = p
+            .device_translate(a.dma_addr(), SZ_4K, Access::Write, &mut wv)
+            .unwrap();
+        assert_eq!(out, v);
+        assert_eq!(
+            out,
+            vec![PhysRange {
+                pa: PhysAddr::new(0x8000_0000),
+                len: SZ_4K
+            }]
+        );
+        assert_eq!(wi.translations, wv.translations);
+        // A fault leaves an error and no stale entries from before the call.
+        let unmapped = DmaAddr(a.dma_addr().0 + 16 * SZ_4K);
+        let r = p.device_translate_into(unmapped, SZ_4K, Access::Write, &mut out, &mut wi);
+        assert!(r.is_err());
+        assert!(out.iter().all(|r| *r != stale));
+    }
+
+    #[test]
     fn walk_cache_shortens_the_walk_of_a_neighbour_page() {
         let (p, dev) = path(DomainMode::Strict);
         let mut w = WorkRecord::new();
