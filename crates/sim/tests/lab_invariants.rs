@@ -25,7 +25,6 @@ use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{ipmmu_usb, sba_vmerge, smmuv3_cmdq};
 use iolab_sim::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, RwPattern, SharedStats,
-    SubmitFuture,
 };
 use iolab_sim::{Account, RunReport, Sim, SimConfig, SimDuration, SimTime};
 
@@ -214,8 +213,12 @@ impl Machine {
 }
 
 impl BlockTarget for Target {
-    fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a> {
-        Box::pin(async move { self.0.submit(ctx, req).await })
+    fn submit<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        req: IoRequest,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'a {
+        self.0.submit(ctx, req)
     }
 }
 

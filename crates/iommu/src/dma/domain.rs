@@ -16,6 +16,8 @@
 //! record is capped ([`DomainConfig::max_mappings`]). In the direct modes the record is the
 //! only state, and its lock is not counted (Linux keeps no such state there).
 
+use std::cell::Cell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -238,15 +240,33 @@ impl Hasher for KeyHasher {
     }
 }
 
-/// The record of live mappings, keyed by (DMA address, generation). A hash map: every
-/// hot-path access is an exact lookup (a B-tree walk over thousands of live mappings cost
-/// a cache miss per level).
+/// The live mappings at one DMA address, oldest generation first. In the translated modes
+/// every live mapping has its own IOVA, so an address holds one mapping; only the direct
+/// modes map one buffer several times.
+#[derive(Debug)]
+enum AtAddr {
+    One(u64, Live),
+    Many(Vec<(u64, Live)>),
+}
+
+impl AtAddr {
+    fn iter(&self) -> impl Iterator<Item = (u64, &Live)> {
+        let (one, many) = match self {
+            AtAddr::One(g, l) => (Some((*g, l)), &[][..]),
+            AtAddr::Many(v) => (None, &v[..]),
+        };
+        one.into_iter().chain(many.iter().map(|(g, l)| (*g, l)))
+    }
+}
+
+/// The record of live mappings, keyed by (DMA address, generation): one hash map by DMA
+/// address (every hot-path access is an exact lookup; a B-tree walk over thousands of live
+/// mappings cost a cache miss per level), each entry holding the generations live there,
+/// which `unmap_raw` (unmap by address) looks through.
 #[derive(Debug)]
 pub(super) struct LiveMap {
-    map: HashMap<(u64, u64), Live, BuildHasherDefault<KeyHasher>>,
-    /// The generations live at each DMA address, oldest first: the index `unmap_raw`
-    /// (unmap by address) looks up instead of scanning the record.
-    by_addr: HashMap<u64, Vec<u64>, BuildHasherDefault<KeyHasher>>,
+    by_addr: HashMap<u64, AtAddr, BuildHasherDefault<KeyHasher>>,
+    len: usize,
     limit: usize,
     domain: DomainId,
 }
@@ -254,40 +274,66 @@ pub(super) struct LiveMap {
 impl LiveMap {
     fn new(domain: DomainId, limit: usize) -> Self {
         Self {
-            map: HashMap::default(),
             by_addr: HashMap::default(),
+            len: 0,
             limit,
             domain,
         }
     }
 
-    /// Records a live mapping.
+    /// Records a live mapping (its key must not be live).
     fn insert(&mut self, key: (u64, u64), live: Live) {
-        let gens = self.by_addr.entry(key.0).or_default();
-        let at = gens.partition_point(|&g| g < key.1);
-        gens.insert(at, key.1);
-        self.map.insert(key, live);
+        let (dma, generation) = key;
+        match self.by_addr.entry(dma) {
+            Entry::Vacant(e) => {
+                e.insert(AtAddr::One(generation, live));
+            }
+            Entry::Occupied(mut e) => {
+                let at = e.get_mut();
+                let mut gens = match std::mem::replace(at, AtAddr::Many(Vec::new())) {
+                    AtAddr::One(g, l) => vec![(g, l)],
+                    AtAddr::Many(gens) => gens,
+                };
+                let i = gens.partition_point(|&(g, _)| g < generation);
+                gens.insert(i, (generation, live));
+                *at = AtAddr::Many(gens);
+            }
+        }
+        self.len += 1;
     }
 
     /// Removes a live mapping's record, if present.
     fn remove(&mut self, key: &(u64, u64)) -> Option<Live> {
-        let live = self.map.remove(key)?;
-        if let Some(gens) = self.by_addr.get_mut(&key.0) {
-            gens.retain(|&g| g != key.1);
-            if gens.is_empty() {
-                self.by_addr.remove(&key.0);
+        let &(dma, generation) = key;
+        let Entry::Occupied(mut e) = self.by_addr.entry(dma) else {
+            return None;
+        };
+        let live = match e.get_mut() {
+            AtAddr::One(g, _) if *g == generation => match e.remove() {
+                AtAddr::One(_, l) => l,
+                AtAddr::Many(_) => unreachable!("matched One"),
+            },
+            AtAddr::One(..) => return None,
+            AtAddr::Many(v) => {
+                let i = v.iter().position(|&(g, _)| g == generation)?;
+                let (_, l) = v.remove(i);
+                if v.is_empty() {
+                    e.remove();
+                }
+                l
             }
-        }
+        };
+        self.len -= 1;
         Some(live)
     }
 
     /// Number of live mappings.
     fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     fn check_room(&self) -> Result<(), DmaError> {
-        if self.map.len() >= self.limit {
+        if self.len >= self.limit {
             return Err(DmaError::TooManyMappings {
                 domain: self.domain,
                 limit: self.limit,
@@ -306,7 +352,11 @@ impl LiveMap {
     /// The record a handle refers to.
     fn find_handle(&self, dma: u64, generation: u64) -> Result<(u64, u64), DmaError> {
         let key = (dma, generation);
-        if self.map.contains_key(&key) {
+        let live = self.by_addr.get(&dma).is_some_and(|at| match at {
+            AtAddr::One(g, _) => *g == generation,
+            AtAddr::Many(v) => v.iter().any(|&(g, _)| g == generation),
+        });
+        if live {
             Ok(key)
         } else {
             Err(self.not_mapped(dma))
@@ -317,14 +367,7 @@ impl LiveMap {
     /// mappings may share an address; the first, oldest generation first, that matches is
     /// taken), found through the by-address index.
     fn find_raw(&self, dma: u64, len: u64, dir: Direction) -> Result<(u64, u64), DmaError> {
-        let gens = self
-            .by_addr
-            .get(&dma)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let at = gens
-            .iter()
-            .filter_map(|&g| self.map.get(&(dma, g)).map(|l| (g, l)));
+        let at = self.by_addr.get(&dma).into_iter().flat_map(AtAddr::iter);
         let mut first_err = None;
         for (key, live) in at.map(|(g, l)| ((dma, g), l)) {
             let err = if live.kind != MappingKind::Single {
@@ -400,6 +443,17 @@ impl std::fmt::Debug for Domain {
             .field("live_mappings", &self.live_mappings())
             .finish()
     }
+}
+
+thread_local! {
+    /// The gather of the calling thread's unmaps, reused (cleared) so an unmap does not
+    /// allocate.
+    static GATHER: Cell<UnmapGather> = const {
+        Cell::new(UnmapGather {
+            ranges: Vec::new(),
+            freed_tables: Vec::new(),
+        })
+    };
 }
 
 /// Returns an IOVA range that was allocated but never mapped (the map error paths).
@@ -927,7 +981,8 @@ impl Domain {
                 let Some((block, runs)) = &live.translated else {
                     return Err(st.live.not_mapped(key.0));
                 };
-                let mut gather = UnmapGather::new();
+                let mut gather = GATHER.take();
+                gather.clear();
                 let lazy = t.fq.is_some();
                 for &(iova, len) in runs.as_slice() {
                     // Lazy mode: what the IOTLB may keep translating (looked up uncharged:
@@ -946,6 +1001,7 @@ impl Domain {
                             source,
                         };
                         st.live.insert(key, live);
+                        GATHER.set(gather);
                         return Err(err);
                     }
                     if let Some(old) = old {
@@ -955,7 +1011,10 @@ impl Domain {
                 let block = *block;
                 drop(guard);
                 self.protection.observe_now(now_ns);
-                t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work)
+                let retired =
+                    t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work);
+                GATHER.set(gather);
+                retired
             }
         }
     }

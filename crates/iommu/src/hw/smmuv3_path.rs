@@ -188,6 +188,19 @@ impl Smmuv3DevicePath {
         self.translate_stream(self.sid, addr, len, access, work)
     }
 
+    /// [`Smmuv3DevicePath::device_translate`] into a caller's buffer (cleared first), so a
+    /// device model moving many buffers reuses one allocation.
+    pub fn device_translate_into(
+        &self,
+        addr: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), SmmuFault> {
+        self.translate_stream_into(self.sid, addr, len, access, out, work)
+    }
+
     /// Translates for stream `sid`, counting a successful access that used a stale IOTLB
     /// entry as a stale hit.
     fn translate_stream(
@@ -198,10 +211,25 @@ impl Smmuv3DevicePath {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, SmmuFault> {
+        let mut out = Vec::new();
+        self.translate_stream_into(sid, addr, len, access, &mut out, work)?;
+        Ok(out)
+    }
+
+    /// [`Self::translate_stream`] into `out`.
+    fn translate_stream_into(
+        &self,
+        sid: u32,
+        addr: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), SmmuFault> {
         let before = work.iotlb_stale_hits;
         let r = self
             .smmu
-            .translate(sid, Iova::new(addr.0), len, access, work);
+            .translate_into(sid, Iova::new(addr.0), len, access, out, work);
         if r.is_ok() && work.iotlb_stale_hits > before {
             self.stale.record_stale_hit(len);
         }
@@ -347,6 +375,49 @@ mod tests {
         p.device_translate(m.dma_addr(), SZ_4K, Access::Write, &mut second)
             .unwrap();
         assert_eq!((second.iotlb_hits, second.walk_reads), (1, 0));
+    }
+
+    #[test]
+    fn translate_into_clears_the_buffer_and_matches_translate() {
+        let (p, dev) = path(DomainMode::Strict);
+        let mut w = WorkRecord::new();
+        let a = p
+            .map_page(
+                &dev,
+                PhysAddr::new(0x8000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
+            .unwrap();
+        let stale = PhysRange {
+            pa: PhysAddr::new(1),
+            len: 1,
+        };
+        // A buffer holding leftovers from an earlier use.
+        let mut out = vec![stale; 3];
+        let mut wi = WorkRecord::new();
+        p.device_translate_into(a.dma_addr(), SZ_4K, Access::Write, &mut out, &mut wi)
+            .unwrap();
+        let mut wv = WorkRecord::new();
+        let v = p
+            .device_translate(a.dma_addr(), SZ_4K, Access::Write, &mut wv)
+            .unwrap();
+        assert_eq!(out, v);
+        assert_eq!(
+            out,
+            vec![PhysRange {
+                pa: PhysAddr::new(0x8000_0000),
+                len: SZ_4K
+            }]
+        );
+        assert_eq!(wi.translations, wv.translations);
+        // A fault leaves an error and no stale entries from before the call.
+        let unmapped = DmaAddr(a.dma_addr().0 + 16 * SZ_4K);
+        let r = p.device_translate_into(unmapped, SZ_4K, Access::Write, &mut out, &mut wi);
+        assert!(r.is_err());
+        assert!(out.iter().all(|r| *r != stale));
     }
 
     #[test]

@@ -697,8 +697,25 @@ impl Smmuv3 {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, SmmuFault> {
+        let mut out = Vec::new();
+        self.translate_into(sid, iova, len, access, &mut out, work)?;
+        Ok(out)
+    }
+
+    /// [`Smmuv3::translate`] into a caller's buffer (cleared first; on a fault it holds
+    /// the ranges before the faulting page), so a hot loop can reuse one allocation.
+    pub fn translate_into(
+        &self,
+        sid: u32,
+        iova: Iova,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), SmmuFault> {
+        out.clear();
         if len == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let target = self
             .target(sid)
@@ -716,10 +733,11 @@ impl Smmuv3 {
                         SmmuFaultReason::Translation,
                     ));
                 }
-                Ok(vec![PhysRange {
+                out.push(PhysRange {
                     pa: PhysAddr::new(iova.get()),
                     len,
-                }])
+                });
+                Ok(())
             }
             Target::Translate {
                 asid,
@@ -729,7 +747,6 @@ impl Smmuv3 {
                 let tag = Asid(u32::from(asid));
                 let limit = 1u64 << input_bits;
                 let needed = access.prot();
-                let mut out: Vec<PhysRange> = Vec::new();
                 let mut cur = iova.get();
                 let mut remaining = len;
                 while remaining > 0 {
@@ -756,7 +773,7 @@ impl Smmuv3 {
                     cur = cur.wrapping_add(chunk);
                     remaining -= chunk;
                 }
-                Ok(out)
+                Ok(())
             }
         }
     }

@@ -24,7 +24,7 @@
 //! `CMD_TLBI_NH_ASID`, as Linux does for SVA since v6.6 (`CMDQ_MAX_TLBI_OPS`, 512 with 4 KiB
 //! pages) to avoid soft lockups on SMMUs without range invalidation.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -115,7 +115,14 @@ pub fn tlbi_va_commands(
 thread_local! {
     /// Commands built on this thread and not yet issued, tagged by invalidator.
     static PENDING: RefCell<Vec<(u64, Command)>> = const { RefCell::new(Vec::new()) };
+    /// Scratch buffer for the commands of one range (reused: no allocation per unmap).
+    static BUILT: Cell<Vec<Command>> = const { Cell::new(Vec::new()) };
+    /// Scratch buffer for a batch being issued (reused: no allocation per sync).
+    static ISSUING: Cell<Vec<Command>> = const { Cell::new(Vec::new()) };
 }
+
+/// Largest command buffer [`BUILT`] keeps between calls (a huge range's buffer is freed).
+const KEEP_BUILT: usize = 4096;
 
 /// Source of invalidator identities (to tell their pending commands apart).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -184,18 +191,29 @@ impl Smmuv3Invalidator {
         }
     }
 
-    /// Takes this invalidator's pending commands off the thread's batch.
-    fn take_pending(&self) -> Vec<Command> {
+    /// Moves this invalidator's pending commands off the thread's batch into `out`.
+    fn take_pending(&self, out: &mut Vec<Command>) {
         PENDING.with(|p| {
             let mut p = p.borrow_mut();
-            let mine = p
-                .iter()
-                .filter(|(id, _)| *id == self.id)
-                .map(|&(_, c)| c)
-                .collect();
-            p.retain(|(id, _)| *id != self.id);
-            mine
+            if p.iter().all(|(id, _)| *id == self.id) {
+                // The usual case: only this invalidator has commands pending.
+                out.extend(p.drain(..).map(|(_, c)| c));
+            } else {
+                out.extend(p.iter().filter(|(id, _)| *id == self.id).map(|&(_, c)| c));
+                p.retain(|(id, _)| *id != self.id);
+            }
         })
+    }
+
+    /// Issues this invalidator's pending commands (with a `CMD_SYNC` if `sync`), through
+    /// the thread's reused issue buffer.
+    fn issue_pending(&self, sync: bool, work: &mut WorkRecord) {
+        let mut batch = ISSUING.take();
+        batch.clear();
+        self.take_pending(&mut batch);
+        self.issue(&batch, sync, work);
+        batch.clear();
+        ISSUING.set(batch);
     }
 
     /// Adds commands to the thread's batch, issuing it without a sync whenever it is full.
@@ -204,26 +222,30 @@ impl Smmuv3Invalidator {
             let full = PENDING.with(|p| {
                 let mut p = p.borrow_mut();
                 p.push((self.id, cmd));
-                p.iter().filter(|(id, _)| *id == self.id).count() >= self.limit
+                // Only this invalidator's commands count; there are no more of them than
+                // the whole batch holds.
+                p.len() >= self.limit
+                    && p.iter().filter(|(id, _)| *id == self.id).count() >= self.limit
             });
             if full {
-                let batch = self.take_pending();
-                self.issue(&batch, false, work);
+                self.issue_pending(false, work);
             }
         }
     }
 
-    /// The commands for `size` bytes from `start`, or one by-ASID command when the range
-    /// would take too many single-page commands.
-    fn range_commands(&self, start: u64, size: u64, step: u64, leaf: bool) -> Vec<Command> {
+    /// Queues the commands for `size` bytes from `start`, or one by-ASID command when the
+    /// range would take too many single-page commands.
+    fn push_range(&self, start: u64, size: u64, step: u64, leaf: bool, work: &mut WorkRecord) {
         if !self.range {
             if let Some(max) = self.max_tlbi_ops {
                 if size / step.max(1) >= max {
-                    return vec![self.asid_command()];
+                    self.push(&[self.asid_command()], work);
+                    return;
                 }
             }
         }
-        let mut out = Vec::new();
+        let mut out = BUILT.take();
+        out.clear();
         tlbi_va_commands(
             self.asid,
             start,
@@ -234,7 +256,11 @@ impl Smmuv3Invalidator {
             self.range,
             &mut out,
         );
-        out
+        self.push(&out, work);
+        if out.capacity() <= KEEP_BUILT {
+            out.clear();
+            BUILT.set(out);
+        }
     }
 
     fn asid_command(&self) -> Command {
@@ -249,15 +275,13 @@ impl Invalidator for Smmuv3Invalidator {
     fn invalidate_range(&self, _domain: DomainId, range: &GatherRange, work: &mut WorkRecord) {
         work.inval_ranges += 1;
         work.inval_pages += range.size / range.page_size.max(1);
-        let cmds = self.range_commands(range.start.get(), range.size, range.page_size, true);
-        self.push(&cmds, work);
+        self.push_range(range.start.get(), range.size, range.page_size, true, work);
     }
 
     fn invalidate_walk(&self, _domain: DomainId, table: &FreedTable, work: &mut WorkRecord) {
         work.inval_walks += 1;
         let granule = 1u64 << self.granule_shift;
-        let cmds = self.range_commands(table.iova.get(), table.size, granule, false);
-        self.push(&cmds, work);
+        self.push_range(table.iova.get(), table.size, granule, false, work);
     }
 
     fn invalidate_domain(&self, _domain: DomainId, work: &mut WorkRecord) {
@@ -266,8 +290,7 @@ impl Invalidator for Smmuv3Invalidator {
     }
 
     fn sync(&self, work: &mut WorkRecord) {
-        let cmds = self.take_pending();
-        self.issue(&cmds, true, work);
+        self.issue_pending(true, work);
     }
 }
 

@@ -28,7 +28,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use iolab_iommu::addr::{Access, Iova, PhysAddr, SZ_4K};
-use iolab_iommu::dma::{Device, Direction, DmaMapping, Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::dma::{
+    Device, Direction, DmaMapping, Domain, DomainConfig, DomainId, DomainMode, PhysRange,
+};
 use iolab_iommu::hw::{split_queue_work, QueueWork, Smmuv3DevicePath};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
@@ -49,7 +51,6 @@ use crate::tomlfile::{InputError, TomlDoc};
 use crate::trace::{Tracer, Track};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, FioJson, GroupStats, IoRequest, JobJson, RwPattern, SharedStats,
-    SubmitFuture,
 };
 
 /// The experiment's name.
@@ -1367,6 +1368,8 @@ struct Stack {
     iodepth: u64,
     stats: RefCell<DmaStats>,
     error: RefCell<Option<String>>,
+    /// The physical ranges of the last device translation (reused, not kept).
+    ranges: RefCell<Vec<PhysRange>>,
     h: Handle,
 }
 
@@ -1433,8 +1436,13 @@ impl Stack {
         match &self.smmu {
             // Through the SMMU's IOTLB, or a walk (through the walk cache) on a miss.
             Some(p) => p
-                .device_translate(mapping.dma_addr(), req.len, access, &mut tw)
-                .map(drop)
+                .device_translate_into(
+                    mapping.dma_addr(),
+                    req.len,
+                    access,
+                    &mut self.ranges.borrow_mut(),
+                    &mut tw,
+                )
                 .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
             None => self
                 .domain
@@ -1602,8 +1610,12 @@ impl Stack {
 struct Target(Rc<Stack>);
 
 impl BlockTarget for Target {
-    fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a> {
-        Box::pin(async move { self.0.do_submit(ctx, req).await })
+    fn submit<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        req: IoRequest,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'a {
+        self.0.do_submit(ctx, req)
     }
 }
 
@@ -1760,6 +1772,7 @@ fn run_cell(
         iodepth: u64::from(row.job.iodepth),
         stats: RefCell::new(DmaStats::default()),
         error: RefCell::new(None),
+        ranges: RefCell::new(Vec::new()),
         h: h.clone(),
     });
     let _ = stack.mode;

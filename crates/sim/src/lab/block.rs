@@ -43,7 +43,7 @@ use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
 use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
-    self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats, SubmitFuture,
+    self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats,
 };
 
 use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
@@ -460,8 +460,12 @@ impl Stack {
 struct Target(Rc<Stack>);
 
 impl BlockTarget for Target {
-    fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a> {
-        Box::pin(async move { self.0.submit(ctx, req).await })
+    fn submit<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        req: IoRequest,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'a {
+        self.0.submit(ctx, req)
     }
 }
 

@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use serde::Serialize;
@@ -148,14 +147,18 @@ pub struct IoCompletion {
     pub issued_at: SimTime,
 }
 
-/// A boxed future returned by [`BlockTarget::submit`].
-pub type SubmitFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>;
-
 /// The kernel below the system call: submits an I/O (spending the submitting CPU's kernel
 /// time) and later sends its [`IoCompletion`] to `req.done`.
 pub trait BlockTarget {
     /// Submits `req` from the task of `ctx`. An error stops the job (the message is kept).
-    fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a>;
+    ///
+    /// The future is the implementation's own type (no box per I/O): [`run_job`] is generic
+    /// over the target and holds it in place.
+    fn submit<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        req: IoRequest,
+    ) -> impl Future<Output = Result<(), String>> + 'a;
 }
 
 /// Completions and latencies of one direction, measured in the window.

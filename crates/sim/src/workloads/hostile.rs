@@ -35,7 +35,7 @@ use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::engine::{Channel, Ctx, Handle, SimDuration, SimTime};
 use crate::experiments::smmuv3_cmdq::SimCmdq;
-use crate::workloads::fio::{BlockTarget, IoRequest, SubmitFuture};
+use crate::workloads::fio::{BlockTarget, IoRequest};
 
 /// What the hostile device tries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -380,7 +380,11 @@ impl ProbedNvme {
 pub struct ProbedTarget(pub Rc<ProbedNvme>);
 
 impl BlockTarget for ProbedTarget {
-    fn submit<'a>(&'a self, ctx: &'a Ctx, req: IoRequest) -> SubmitFuture<'a> {
-        Box::pin(async move { self.0.submit(ctx, req).await })
+    fn submit<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        req: IoRequest,
+    ) -> impl std::future::Future<Output = Result<(), String>> + 'a {
+        self.0.submit(ctx, req)
     }
 }
