@@ -24,7 +24,7 @@ pub mod pseries;
 pub mod sba;
 pub mod smmuv3_path;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::addr::{Access, DmaAddr, PhysAddr};
 use crate::dma::{
@@ -222,6 +222,35 @@ fn wrong_owner(handle_owner: DomainId, this: DomainId) -> DmaError {
     }
 }
 
+/// Checks that a handle made by model instance `instance` belongs to `this_instance`; if not,
+/// the error names the handle's owner and `this` path's domain.
+pub(crate) fn same_instance(
+    instance: u64,
+    this_instance: u64,
+    handle_owner: DomainId,
+    this: DomainId,
+) -> Result<(), DmaError> {
+    if instance == this_instance {
+        Ok(())
+    } else {
+        Err(wrong_owner(handle_owner, this))
+    }
+}
+
+/// Takes one slot of a cap of `limit` live mappings counted in `live` (the SBA and pSeries
+/// paths), or says the cap of `domain` is reached and leaves the count as it was.
+pub(crate) fn take_live_slot(
+    live: &AtomicUsize,
+    limit: usize,
+    domain: DomainId,
+) -> Result<(), DmaError> {
+    if live.fetch_add(1, Ordering::Relaxed) >= limit {
+        live.fetch_sub(1, Ordering::Relaxed);
+        return Err(DmaError::TooManyMappings { domain, limit });
+    }
+    Ok(())
+}
+
 /// Checks a scatter-gather list as every path does: non-empty, every entry at least one
 /// byte and not wrapping the address space, the total fitting in 64 bits.
 pub(crate) fn check_sg(entries: &[SgEntry]) -> Result<u64, DmaError> {
@@ -338,36 +367,18 @@ impl DmaPath for Domain {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<MappedBuffer>> {
-        let MappedBuffer {
-            dma,
-            len,
-            dir,
-            owner,
-            untranslated,
-            token,
-        } = buf;
-        match token {
+        // The handle's other fields stay in `buf` to rebuild it around a rejected token.
+        match buf.token {
             BufferToken::Domain(m) => self.unmap_page(m, cpu, now_ns, work).map_err(|r| Rejected {
                 handle: MappedBuffer {
-                    dma,
-                    len,
-                    dir,
-                    owner,
-                    untranslated,
                     token: BufferToken::Domain(r.handle),
+                    ..buf
                 },
                 error: r.error,
             }),
             token => Err(Rejected {
-                error: wrong_owner(owner, self.id()),
-                handle: MappedBuffer {
-                    dma,
-                    len,
-                    dir,
-                    owner,
-                    untranslated,
-                    token,
-                },
+                error: wrong_owner(buf.owner, self.id()),
+                handle: MappedBuffer { token, ..buf },
             }),
         }
     }
@@ -396,32 +407,20 @@ impl DmaPath for Domain {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<MappedSg>> {
-        let MappedSg {
-            nents,
-            dir,
-            owner,
-            token,
-        } = sg;
-        match token {
+        // As in `unmap_single`: the other fields stay in `sg` to rebuild a rejected handle.
+        match sg.token {
             SgToken::Domain(m) => {
                 Domain::unmap_sg(self, *m, cpu, now_ns, work).map_err(|r| Rejected {
                     handle: MappedSg {
-                        nents,
-                        dir,
-                        owner,
                         token: SgToken::Domain(Box::new(r.handle)),
+                        ..sg
                     },
                     error: r.error,
                 })
             }
             token => Err(Rejected {
-                error: wrong_owner(owner, self.id()),
-                handle: MappedSg {
-                    nents,
-                    dir,
-                    owner,
-                    token,
-                },
+                error: wrong_owner(sg.owner, self.id()),
+                handle: MappedSg { token, ..sg },
             }),
         }
     }

@@ -67,8 +67,8 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    check_buffer, check_sg, device_access, next_instance, push_range, wrong_owner, BufferToken,
-    DmaPath, MappedBuffer, MappedSg, SgToken,
+    check_buffer, check_sg, device_access, next_instance, push_range, same_instance,
+    take_live_slot, wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
 /// Most TCEs one `H_PUT_TCE_INDIRECT` or `H_STUFF_TCE` touches (one 4 KiB page of TCEs).
@@ -1136,14 +1136,7 @@ impl PseriesIommu {
     }
 
     fn take_slot(&self) -> Result<(), DmaError> {
-        if self.live.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_mappings {
-            self.live.fetch_sub(1, Ordering::Relaxed);
-            return Err(DmaError::TooManyMappings {
-                domain: self.cfg.id,
-                limit: self.cfg.max_mappings,
-            });
-        }
-        Ok(())
+        take_live_slot(&self.live, self.cfg.max_mappings, self.cfg.id)
     }
 
     fn release_slot(&self) {
@@ -1178,11 +1171,7 @@ impl PseriesIommu {
     }
 
     fn check_instance(&self, instance: u64, owner: DomainId) -> Result<(), DmaError> {
-        if instance == self.instance {
-            Ok(())
-        } else {
-            Err(wrong_owner(owner, self.cfg.id))
-        }
+        same_instance(instance, self.instance, owner, self.cfg.id)
     }
 
     /// Undoes element maps `maps` (grouped by `per_segment`), clearing each segment's TCEs

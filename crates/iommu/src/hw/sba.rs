@@ -58,8 +58,8 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    check_buffer, check_sg, device_access, next_instance, push_range, wrong_owner, BufferToken,
-    DmaPath, MappedBuffer, MappedSg, SgToken,
+    check_buffer, check_sg, device_access, next_instance, push_range, same_instance,
+    take_live_slot, wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
 /// Frees queued before a purge (Linux `DELAYED_RESOURCE_CNT`).
@@ -491,14 +491,7 @@ impl SbaIommu {
 
     /// Takes one slot of the live-mapping cap.
     fn take_slot(&self) -> Result<(), DmaError> {
-        if self.live.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_mappings {
-            self.live.fetch_sub(1, Ordering::Relaxed);
-            return Err(DmaError::TooManyMappings {
-                domain: self.cfg.id,
-                limit: self.cfg.max_mappings,
-            });
-        }
-        Ok(())
+        take_live_slot(&self.live, self.cfg.max_mappings, self.cfg.id)
     }
 
     fn release_slot(&self) {
@@ -708,11 +701,7 @@ impl SbaIommu {
     }
 
     fn check_instance(&self, instance: u64, owner: DomainId) -> Result<(), DmaError> {
-        if instance == self.instance {
-            Ok(())
-        } else {
-            Err(wrong_owner(owner, self.cfg.id))
-        }
+        same_instance(instance, self.instance, owner, self.cfg.id)
     }
 
     /// Walks the pdir for `[dma, dma + len)` inside the window.
