@@ -437,8 +437,30 @@ impl DmaPath for Domain {
     }
 }
 
+/// Helpers shared by the platform paths' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{DmaPath, MappedBuffer};
+    use crate::addr::PhysAddr;
+    use crate::dma::{Device, Direction, DmaError};
+    use crate::work::WorkRecord;
+
+    /// Maps `len` bytes at physical address `pa` through `path` for `dev` to be read by the
+    /// device (`Direction::ToDevice`), on CPU 0.
+    pub(crate) fn map_to_device(
+        path: &dyn DmaPath,
+        dev: &Device,
+        pa: u64,
+        len: u64,
+        w: &mut WorkRecord,
+    ) -> Result<MappedBuffer, DmaError> {
+        path.map_single(dev, PhysAddr::new(pa), len, Direction::ToDevice, 0, w)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::map_to_device;
     use super::*;
     use crate::addr::{Iova, SZ_4G, SZ_4K};
     use crate::dma::{DomainConfig, DomainMode, ImmediateInvalidator};
@@ -465,16 +487,7 @@ mod tests {
         let dev = Device::new(1, 64).unwrap();
         let path: &dyn DmaPath = &d;
         let mut w = WorkRecord::new();
-        let buf = path
-            .map_single(
-                &dev,
-                PhysAddr::new(0x1234_5000),
-                8192,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let buf = map_to_device(path, &dev, 0x1234_5000, 8192, &mut w).unwrap();
         assert_eq!(buf.dma_addr(), DmaAddr(0x1234_5000));
         assert!(buf.is_untranslated());
         let r = path

@@ -1467,6 +1467,7 @@ pub fn pool_locks(work: &WorkRecord) -> u64 {
 mod tests {
     use super::*;
     use crate::addr::{SZ_4K, SZ_64K};
+    use crate::hw::test_support::map_to_device;
 
     const GIB: u64 = SZ_1G;
 
@@ -1586,16 +1587,7 @@ mod tests {
         let p = pseries(|_| {});
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = p
-            .map_single(
-                &dev,
-                PhysAddr::new(0),
-                600 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev, 0, 600 * SZ_4K, &mut w).unwrap();
         assert_eq!(w.lock_count(LockId::TceLargePool), 1);
         assert_eq!(pool_locks(&w), 1);
         p.unmap_single(b, 0, 0, &mut w).unwrap();
@@ -1784,27 +1776,11 @@ mod tests {
         });
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let e = p
-            .map_single(
-                &dev,
-                PhysAddr::new(0),
-                64 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&p, &dev, 0, 64 * SZ_4K, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::IovaSpace { .. }));
         let mut held = Vec::new();
         let err = loop {
-            match p.map_single(
-                &dev,
-                PhysAddr::new(0),
-                8 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            ) {
+            match map_to_device(&p, &dev, 0, 8 * SZ_4K, &mut w) {
                 Ok(b) => held.push(b),
                 Err(e) => break e,
             }
@@ -1825,16 +1801,7 @@ mod tests {
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
         let pa = (1u64 << 52) - 512 * SZ_4K;
-        let e = p
-            .map_single(
-                &dev,
-                PhysAddr::new(pa),
-                600 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&p, &dev, pa, 600 * SZ_4K, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::PageTable { .. }), "{e}");
         // Two builds (one refused) and one clear of the 512 built.
         assert_eq!((w.hypercalls, w.tces_touched), (3, 512 + 88 + 512));

@@ -948,6 +948,7 @@ impl DmaPath for SbaIommu {
 mod tests {
     use super::*;
     use crate::addr::{SZ_1G, SZ_4K, SZ_64K};
+    use crate::hw::test_support::map_to_device;
 
     const BASE: u64 = SZ_1G;
     const P: u64 = SZ_4K;
@@ -1032,16 +1033,7 @@ mod tests {
         let s = sba(|_| {});
         let dev = Device::new(1, 64).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x12_3456),
-                5000,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x12_3456, 5000, &mut w).unwrap();
         assert_eq!(b.dma_addr(), DmaAddr(0x12_3456));
         assert!(b.is_untranslated());
         assert!(w.is_empty());
@@ -1104,16 +1096,7 @@ mod tests {
         let s = sba(|c| c.invalidate_at_purge = true);
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, P, &mut w).unwrap();
         let dma = b.dma_addr();
         s.unmap_single(b, 0, 0, &mut w).unwrap();
         assert_eq!(w.ptes_cleared, 0);
@@ -1164,16 +1147,7 @@ mod tests {
         let s = sba(|c| c.delayed_frees = 0);
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, P, &mut w).unwrap();
         let mut w = WorkRecord::new();
         s.unmap_single(b, 0, 0, &mut w).unwrap();
         assert_eq!((w.mmio_writes, w.mmio_reads, w.purges), (1, 1, 1));
@@ -1273,27 +1247,9 @@ mod tests {
         let t = sba(|_| {});
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let e = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                65 * P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&s, &dev, 0x2_0000_0000, 65 * P, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::IovaSpace { pages: 65, .. }));
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                SZ_64K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, SZ_64K, &mut w).unwrap();
         let back = t.unmap_single(b, 0, 0, &mut w).unwrap_err();
         assert!(matches!(back.error, DmaError::WrongDomain { .. }));
         s.unmap_single(back.handle, 0, 0, &mut w).unwrap();
@@ -1304,16 +1260,7 @@ mod tests {
         let s = sba(|_| {});
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let err = s
-            .map_single(
-                &dev,
-                PhysAddr::new(1 << 40),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let err = map_to_device(&s, &dev, 1 << 40, P, &mut w).unwrap_err();
         assert!(matches!(err, DmaError::PageTable { .. }));
         let list = [e(0x1000, P), e((1 << 40) - 0x800, P)];
         assert!(s
@@ -1328,26 +1275,8 @@ mod tests {
         let s = sba(|c| c.max_mappings = 1);
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
-        let e = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0001_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, P, &mut w).unwrap();
+        let e = map_to_device(&s, &dev, 0x2_0001_0000, P, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::TooManyMappings { limit: 1, .. }));
         s.unmap_single(b, 0, 0, &mut w).unwrap();
     }
