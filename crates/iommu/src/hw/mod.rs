@@ -441,8 +441,8 @@ impl DmaPath for Domain {
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::{DmaPath, MappedBuffer};
-    use crate::addr::PhysAddr;
-    use crate::dma::{Device, Direction, DmaError};
+    use crate::addr::{Access, DmaAddr, PhysAddr};
+    use crate::dma::{Device, Direction, DmaError, PhysRange};
     use crate::work::WorkRecord;
 
     /// Maps `len` bytes at physical address `pa` through `path` for `dev` to be read by the
@@ -456,11 +456,27 @@ pub(crate) mod test_support {
     ) -> Result<MappedBuffer, DmaError> {
         path.map_single(dev, PhysAddr::new(pa), len, Direction::ToDevice, 0, w)
     }
+
+    /// Asserts that `dev` reaching `len` bytes at `dma` through `path` for `access` lands in
+    /// one physically contiguous range: `len` bytes at `pa`.
+    pub(crate) fn assert_translates_to(
+        path: &dyn DmaPath,
+        dev: &Device,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        pa: u64,
+        w: &mut WorkRecord,
+    ) {
+        let ranges = path.translate(dev, dma, len, access, w).unwrap();
+        let pa = PhysAddr::new(pa);
+        assert_eq!(ranges, vec![PhysRange { pa, len }]);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::map_to_device;
+    use super::test_support::{assert_translates_to, map_to_device};
     use super::*;
     use crate::addr::{Iova, SZ_4G, SZ_4K};
     use crate::dma::{DomainConfig, DomainMode, ImmediateInvalidator};
@@ -490,15 +506,14 @@ mod tests {
         let buf = map_to_device(path, &dev, 0x1234_5000, 8192, &mut w).unwrap();
         assert_eq!(buf.dma_addr(), DmaAddr(0x1234_5000));
         assert!(buf.is_untranslated());
-        let r = path
-            .translate(&dev, buf.dma_addr(), 8192, Access::Read, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(0x1234_5000),
-                len: 8192
-            }]
+        assert_translates_to(
+            path,
+            &dev,
+            buf.dma_addr(),
+            8192,
+            Access::Read,
+            0x1234_5000,
+            &mut w,
         );
         assert_eq!((w.pte_reads, w.walk_reads, w.ptes_written), (0, 0, 0));
         path.unmap_single(buf, 0, 0, &mut w).unwrap();

@@ -1467,7 +1467,7 @@ pub fn pool_locks(work: &WorkRecord) -> u64 {
 mod tests {
     use super::*;
     use crate::addr::{SZ_4K, SZ_64K};
-    use crate::hw::test_support::map_to_device;
+    use crate::hw::test_support::{assert_translates_to, map_to_device};
 
     const GIB: u64 = SZ_1G;
 
@@ -1562,15 +1562,14 @@ mod tests {
         assert_eq!((w.hypercalls, w.tces_touched, w.ptes_written), (1, 3, 3));
         assert_eq!(w.lock_count(LockId::TcePool), 1);
         assert_eq!(b.dma_addr().0 & 0xfff, 0x100);
-        let r = p
-            .translate(&dev, b.dma_addr(), 2 * SZ_4K, Access::Read, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(0x1234_0100),
-                len: 2 * SZ_4K
-            }]
+        assert_translates_to(
+            &p,
+            &dev,
+            b.dma_addr(),
+            2 * SZ_4K,
+            Access::Read,
+            0x1234_0100,
+            &mut w,
         );
         assert!(p
             .translate(&dev, b.dma_addr(), 1, Access::Write, &mut w)
@@ -1636,16 +1635,7 @@ mod tests {
         assert_eq!((w.hypercalls, w.tces_touched), (512, 262_144));
         assert_eq!(p.stats().premap_hypercalls, 512);
         let mut w = WorkRecord::new();
-        let b = p
-            .map_single(
-                &dev64(),
-                PhysAddr::new(0x4000_1234),
-                9000,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev64(), 0x4000_1234, 9000, &mut w).unwrap();
         assert_eq!(b.dma_addr(), DmaAddr(DEFAULT_DDW_ADDR + 0x4000_1234));
         assert!(b.is_untranslated());
         assert!(w.is_empty());

@@ -948,7 +948,7 @@ impl DmaPath for SbaIommu {
 mod tests {
     use super::*;
     use crate::addr::{SZ_1G, SZ_4K, SZ_64K};
-    use crate::hw::test_support::map_to_device;
+    use crate::hw::test_support::{assert_translates_to, map_to_device};
 
     const BASE: u64 = SZ_1G;
     const P: u64 = SZ_4K;
@@ -1037,15 +1037,14 @@ mod tests {
         assert_eq!(b.dma_addr(), DmaAddr(0x12_3456));
         assert!(b.is_untranslated());
         assert!(w.is_empty());
-        let r = s
-            .translate(&dev, b.dma_addr(), 5000, Access::Read, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(0x12_3456),
-                len: 5000
-            }]
+        assert_translates_to(
+            &s,
+            &dev,
+            b.dma_addr(),
+            5000,
+            Access::Read,
+            0x12_3456,
+            &mut w,
         );
         assert_eq!((w.pte_reads, w.translations), (0, 1));
         assert_eq!(s.pdir_entries_in_use(), 0);
@@ -1073,16 +1072,7 @@ mod tests {
         assert_eq!(b.dma_addr().0 & (P - 1), 0x100);
         assert_eq!(w.ptes_written, 3);
         assert_eq!(w.lock_count(LockId::SbaResource), 1);
-        let r = s
-            .translate(&dev, b.dma_addr(), 2 * P, Access::Write, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(pa),
-                len: 2 * P
-            }]
-        );
+        assert_translates_to(&s, &dev, b.dma_addr(), 2 * P, Access::Write, pa, &mut w);
         // Unmap clears the pdir but the purge waits.
         let mut w = WorkRecord::new();
         let dma = b.dma_addr();
