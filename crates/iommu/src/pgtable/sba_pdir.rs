@@ -259,7 +259,7 @@ impl IoPageTable for SbaPdir {
             spec::IOPDIR_VALID,
             gather,
             work,
-            spec::invalidate,
+            |entries, index| entries.update(index, spec::invalidate),
         )
     }
 

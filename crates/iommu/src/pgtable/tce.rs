@@ -181,6 +181,23 @@ impl SparseEntries {
         }
     }
 
+    /// Replaces entry `index` (< `len`) with `f(entry)`, looking its chunk up once; a chunk
+    /// not yet materialised reads as zero and is materialised only for a non-zero result.
+    #[inline]
+    pub(super) fn update(&mut self, index: u64, f: impl FnOnce(u64) -> u64) {
+        let slot = &mut self.chunks[(index >> CHUNK_SHIFT) as usize];
+        let offset = index as usize & (CHUNK_LEN - 1);
+        match slot {
+            Some(chunk) => chunk[offset] = f(chunk[offset]),
+            None => {
+                let value = f(0);
+                if value != 0 {
+                    slot.insert(Box::new([0; CHUNK_LEN]))[offset] = value;
+                }
+            }
+        }
+    }
+
     /// Sets entry `index` (< `len`), materialising its chunk unless `value` is zero.
     #[inline]
     pub(super) fn set(&mut self, index: u64, value: u64) {
@@ -335,8 +352,14 @@ impl IoPageTable for TceTable {
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        self.table
-            .unmap(iova, size, spec::TCE_PERM_MASK, gather, work, |_| 0)
+        self.table.unmap(
+            iova,
+            size,
+            spec::TCE_PERM_MASK,
+            gather,
+            work,
+            |entries, index| entries.set(index, 0),
+        )
     }
 
     fn translate(&self, iova: Iova, work: &mut WorkRecord) -> Option<Translation> {
@@ -504,8 +527,8 @@ impl OneLevelTable {
     }
 
     /// Unmaps `size` bytes at `iova`: checks the range and that every entry in the run is
-    /// valid (`valid_mask`), then replaces each entry with `invalidate(entry)` and gathers the
-    /// range at the page size. On error nothing is cleared.
+    /// valid (`valid_mask`), then invalidates each with `invalidate(entries, index)` and
+    /// gathers the range at the page size. On error nothing is cleared.
     #[inline]
     pub(super) fn unmap(
         &mut self,
@@ -514,7 +537,7 @@ impl OneLevelTable {
         valid_mask: u64,
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
-        invalidate: impl Fn(u64) -> u64,
+        invalidate: impl Fn(&mut SparseEntries, u64),
     ) -> Result<(), PgTableError> {
         let iova = iova.get();
         let first = self.window.check_range(iova, size)?;
@@ -532,8 +555,7 @@ impl OneLevelTable {
             return Ok(());
         }
         for i in 0..count {
-            let entry = self.entries.get(first + i);
-            self.entries.set(first + i, invalidate(entry));
+            invalidate(&mut self.entries, first + i);
         }
         work.ptes_cleared += count;
         gather.add(Iova::new(iova), size, self.page_size());
