@@ -19,6 +19,10 @@
 //! operations of lazy mode (`poll_timeout` with an advancing clock, `flush_all`) take the
 //! place of "sync" in the call sequences.
 
+mod common;
+
+use common::{canonical, device_access};
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -90,25 +94,6 @@ fn other_direction(d: Direction) -> Direction {
         Direction::FromDevice => Direction::Bidirectional,
         Direction::Bidirectional => Direction::ToDevice,
     }
-}
-
-fn access_for(d: Direction) -> Access {
-    match d {
-        Direction::ToDevice => Access::Read,
-        _ => Access::Write,
-    }
-}
-
-/// Merges physically contiguous neighbours.
-fn canonical(ranges: impl IntoIterator<Item = PhysRange>) -> Vec<PhysRange> {
-    let mut out: Vec<PhysRange> = Vec::new();
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if last.pa.get() + last.len == r.pa.get() => last.len += r.len,
-            _ => out.push(r),
-        }
-    }
-    out
 }
 
 enum Handle {
@@ -804,7 +789,7 @@ impl Harness {
                             &self.devs[l.dev],
                             DmaAddr(dma),
                             len,
-                            access_for(l.dir),
+                            device_access(l.dir),
                             &mut work,
                         )
                         .map_err(|f| fail(format!("live mapping faulted: {f}")))?;

@@ -19,6 +19,10 @@
 //! drained, and the allocator and the page table must be empty (for LPAE, once the empty
 //! tables its default `WholeSpan` reclaim policy keeps have been reclaimed).
 
+mod common;
+
+use common::{canonical, device_access};
+
 use std::sync::{Arc, Mutex};
 
 use iolab_iommu::addr::{Access, DmaAddr, Iova, PhysAddr, Prot, SZ_16K, SZ_4G, SZ_4K, SZ_64K};
@@ -187,27 +191,8 @@ fn direction(d: u8) -> Direction {
 }
 
 /// The access a device makes through a mapping of this direction.
-fn access(dir: Direction) -> Access {
-    match dir {
-        Direction::ToDevice => Access::Read,
-        _ => Access::Write,
-    }
-}
-
 fn align_up(v: u64, g: u64) -> u64 {
     v.div_ceil(g) * g
-}
-
-/// Merges physically contiguous neighbours: the canonical form of a list of ranges.
-fn canonical(ranges: impl IntoIterator<Item = PhysRange>) -> Vec<PhysRange> {
-    let mut out: Vec<PhysRange> = Vec::new();
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if last.pa.get() + last.len == r.pa.get() => last.len += r.len,
-            _ => out.push(r),
-        }
-    }
-    out
 }
 
 /// A live mapping: the model's view and the handle.
@@ -460,7 +445,7 @@ impl Harness {
                 let data: Vec<u8> = (0..total)
                     .map(|k| (k as u8).wrapping_mul(31).wrapping_add(seed))
                     .collect();
-                if access(l.dir) == Access::Write {
+                if device_access(l.dir) == Access::Write {
                     // The device writes through its segments; the CPU reads the buffers.
                     let mut done = 0usize;
                     for (dma, len) in l.dma_pieces() {
@@ -666,7 +651,7 @@ impl Harness {
                     len
                 );
                 let r = d
-                    .translate(dev, dma, len, access(l.dir), &mut self.work)
+                    .translate(dev, dma, len, device_access(l.dir), &mut self.work)
                     .map_err(fail)?;
                 got.extend(r);
             }

@@ -3,7 +3,10 @@
 //! them are safe to share between threads. Tests live in `mod hw` so `cargo test hw` runs
 //! them.
 
+mod common;
+
 mod hw {
+    use crate::common::map_to_device;
     use std::sync::Arc;
     use std::thread;
 
@@ -105,16 +108,7 @@ mod hw {
         let c = passthrough();
         let dev = Device::new(7, 64).unwrap();
         let mut w = WorkRecord::new();
-        let h = a
-            .map_single(
-                &dev,
-                PhysAddr::new(0x1000),
-                1,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let h = map_to_device(&a, &dev, 0x1000, 1, 0, &mut w).unwrap();
         let back = b.unmap_single(h, 0, 0, &mut w).unwrap_err();
         assert!(matches!(back.error, DmaError::WrongDomain { .. }));
         let back = c.unmap_single(back.handle, 0, 0, &mut w).unwrap_err();

@@ -1,7 +1,10 @@
 //! POWER TCE windows: hypercall counts, DDW direct and dynamic, pool locks and errors.
 //! Tests live in `mod hw` so `cargo test hw` runs them.
 
+mod common;
+
 mod hw {
+    use crate::common::map_to_device;
     use iolab_iommu::addr::{Access, DmaAddr, PhysAddr, SZ_1G, SZ_4K, SZ_64K};
     use iolab_iommu::dma::{Device, Direction, DmaError, DomainId, SgEntry};
     use iolab_iommu::hw::pseries::{
@@ -32,16 +35,7 @@ mod hw {
     fn costs(features: HcallFeatures, pages: u64) -> ((u64, u64), (u64, u64)) {
         let p = pseries(|c| c.features = features);
         let mut map = WorkRecord::new();
-        let b = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0x4000_0000),
-                pages * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut map,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev32(), 0x4000_0000, pages * SZ_4K, 0, &mut map).unwrap();
         let mut unmap = WorkRecord::new();
         p.unmap_single(b, 0, 0, &mut unmap).unwrap();
         assert_eq!(p.default_mapped_bytes(), 0);
@@ -77,26 +71,8 @@ mod hw {
     fn hypercall_kinds_are_counted_separately() {
         let p = pseries(|_| {});
         let mut w = WorkRecord::new();
-        let one = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
-        let many = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                600 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let one = map_to_device(&p, &dev32(), 0, SZ_4K, 0, &mut w).unwrap();
+        let many = map_to_device(&p, &dev32(), 0, 600 * SZ_4K, 0, &mut w).unwrap();
         p.unmap_single(one, 0, 0, &mut w).unwrap();
         p.unmap_single(many, 0, 0, &mut w).unwrap();
         let s = p.stats();
@@ -110,16 +86,7 @@ mod hw {
     fn pool_locks_are_counted_by_pool() {
         let p = pseries(|_| {});
         let mut w = WorkRecord::new();
-        let small = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                15 * SZ_4K,
-                Direction::ToDevice,
-                5,
-                &mut w,
-            )
-            .unwrap();
+        let small = map_to_device(&p, &dev32(), 0, 15 * SZ_4K, 5, &mut w).unwrap();
         assert_eq!(
             (
                 w.lock_count(LockId::TcePool),
@@ -127,16 +94,7 @@ mod hw {
             ),
             (1, 0)
         );
-        let large = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                16 * SZ_4K,
-                Direction::ToDevice,
-                5,
-                &mut w,
-            )
-            .unwrap();
+        let large = map_to_device(&p, &dev32(), 0, 16 * SZ_4K, 5, &mut w).unwrap();
         assert_eq!(
             (
                 w.lock_count(LockId::TcePool),
@@ -261,28 +219,10 @@ mod hw {
             (DdwMode::Dynamic, 256 * GIB, 16)
         );
         let mut via_ddw = WorkRecord::new();
-        let b = p
-            .map_single(
-                &dev64(),
-                PhysAddr::new(0x50_0000),
-                SZ_64K,
-                Direction::ToDevice,
-                0,
-                &mut via_ddw,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev64(), 0x50_0000, SZ_64K, 0, &mut via_ddw).unwrap();
         assert_eq!((via_ddw.hypercalls, via_ddw.tces_touched), (1, 1));
         let mut via_default = WorkRecord::new();
-        let c = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0x50_0000),
-                SZ_64K,
-                Direction::ToDevice,
-                0,
-                &mut via_default,
-            )
-            .unwrap();
+        let c = map_to_device(&p, &dev32(), 0x50_0000, SZ_64K, 0, &mut via_default).unwrap();
         assert_eq!((via_default.hypercalls, via_default.tces_touched), (1, 16));
         let mut w = WorkRecord::new();
         let r = p
@@ -306,16 +246,7 @@ mod hw {
         });
         let mut w = WorkRecord::new();
         assert_eq!(p.enable_ddw(&mut w), Ok(None));
-        let b = p
-            .map_single(
-                &dev64(),
-                PhysAddr::new(0x50_0000),
-                SZ_64K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev64(), 0x50_0000, SZ_64K, 0, &mut w).unwrap();
         assert_eq!(w.tces_touched, 16);
         assert!(b.dma_addr().0 < 2 * GIB);
         p.unmap_single(b, 0, 0, &mut w).unwrap();
@@ -325,27 +256,11 @@ mod hw {
     fn over_large_requests_and_exhausted_windows_are_errors() {
         let p = pseries(|c| c.default_window.size = 256 * SZ_4K);
         let mut w = WorkRecord::new();
-        let e = p
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                256 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&p, &dev32(), 0, 256 * SZ_4K, 0, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::IovaSpace { .. }), "{e}");
         let mut held = Vec::new();
         let e = loop {
-            match p.map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                32 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            ) {
+            match map_to_device(&p, &dev32(), 0, 32 * SZ_4K, 0, &mut w) {
                 Ok(b) => held.push(b),
                 Err(e) => break e,
             }
@@ -369,25 +284,9 @@ mod hw {
         assert_eq!(p.default_pool().live_blocks(), 0);
         // The mapping cap.
         let capped = pseries(|c| c.max_mappings = 1);
-        let b = capped
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                1,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&capped, &dev32(), 0, 1, 0, &mut w).unwrap();
         assert!(matches!(
-            capped.map_single(
-                &dev32(),
-                PhysAddr::new(0),
-                1,
-                Direction::ToDevice,
-                0,
-                &mut w
-            ),
+            map_to_device(&capped, &dev32(), 0, 1, 0, &mut w),
             Err(DmaError::TooManyMappings { limit: 1, .. })
         ));
         capped.unmap_single(b, 0, 0, &mut w).unwrap();
@@ -404,16 +303,7 @@ mod hw {
             Some(info),
             "an existing DDW is reused"
         );
-        let b = p
-            .map_single(
-                &dev64(),
-                PhysAddr::new(0),
-                SZ_64K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev64(), 0, SZ_64K, 0, &mut w).unwrap();
         assert_eq!(
             p.remove_ddw(&mut w),
             Err(PseriesError::DdwInUse { live: 1 })

@@ -1,7 +1,10 @@
 //! HP zx1 SBA model: bypass, batched purges, and scatter-gather virtual merging, through
 //! the platform-neutral `DmaPath` trait. Tests live in `mod hw` so `cargo test hw` runs them.
 
+mod common;
+
 mod hw {
+    use crate::common::map_to_device;
     use iolab_iommu::addr::{Access, DmaAddr, PhysAddr, SZ_1G, SZ_4K};
     use iolab_iommu::dma::{Device, Direction, DmaError, DomainId, PhysRange, SgEntry};
     use iolab_iommu::hw::sba::{coalesce_chunks, SbaIommu, SbaIommuConfig};
@@ -40,16 +43,7 @@ mod hw {
         let s = sba(|_| {});
         let dev = Device::new(1, 64).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x3_0000_0000),
-                3 * P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x3_0000_0000, 3 * P, 0, &mut w).unwrap();
         assert_eq!(b.dma_addr(), DmaAddr(0x3_0000_0000));
         assert_eq!((w.ptes_written, w.bitmap_words_scanned), (0, 0));
         assert_eq!(w.lock_count(LockId::SbaResource), 0);
@@ -75,16 +69,7 @@ mod hw {
     fn a_buffer_straddling_the_mask_is_translated() {
         let s = sba(|_| {});
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev32(),
-                PhysAddr::new(0xffff_f000),
-                2 * P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev32(), 0xffff_f000, 2 * P, 0, &mut w).unwrap();
         assert!(!b.is_untranslated());
         assert_eq!(w.ptes_written, 2);
         s.unmap_single(b, 0, 0, &mut w).unwrap();

@@ -303,28 +303,30 @@ impl Domain {
 mod tests {
     use super::*;
     use crate::addr::{SZ_4G, SZ_4K};
-    use crate::dma::testutil::{dev32, dev64, lpae_domain, memory};
-    use crate::dma::{Direction, DomainConfig, DomainId, SgEntry};
+    use crate::dma::testutil::{dev32, dev64, lpae_domain, memory, Fx};
+    use crate::dma::{Direction, DmaError, DmaMapping, DomainConfig, DomainId, SgEntry};
 
     fn pa(v: u64) -> PhysAddr {
         PhysAddr::new(v)
+    }
+
+    /// Maps `len` bytes at physical address `addr` in `fx`'s domain for the 64-bit test
+    /// device, on CPU 0.
+    fn map64(
+        fx: &Fx,
+        addr: u64,
+        len: u64,
+        dir: Direction,
+        w: &mut WorkRecord,
+    ) -> Result<DmaMapping, DmaError> {
+        fx.domain.map_page(&dev64(), pa(addr), len, dir, 0, w)
     }
 
     #[test]
     fn translate_merges_physically_contiguous_pages() {
         let fx = lpae_domain(DomainMode::Strict, |_| {});
         let mut w = WorkRecord::new();
-        let m = fx
-            .domain
-            .map_page(
-                &dev64(),
-                pa(0x10_0800),
-                3 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map64(&fx, 0x10_0800, 3 * SZ_4K, Direction::ToDevice, &mut w).unwrap();
         let mut t = WorkRecord::new();
         let r = fx
             .domain
@@ -379,10 +381,7 @@ mod tests {
     fn a_write_to_a_to_device_mapping_is_a_permission_fault() {
         let fx = lpae_domain(DomainMode::Strict, |_| {});
         let mut w = WorkRecord::new();
-        let m = fx
-            .domain
-            .map_page(&dev64(), pa(0x1000), 16, Direction::ToDevice, 0, &mut w)
-            .unwrap();
+        let m = map64(&fx, 0x1000, 16, Direction::ToDevice, &mut w).unwrap();
         let f = fx
             .domain
             .translate(&dev64(), m.dma_addr(), 16, Access::Write, &mut w)
@@ -403,10 +402,7 @@ mod tests {
         for mode in [DomainMode::Strict, DomainMode::Lazy] {
             let fx = lpae_domain(mode, |_| {});
             let mut w = WorkRecord::new();
-            let m = fx
-                .domain
-                .map_page(&dev64(), pa(0x1000), SZ_4K, Direction::ToDevice, 0, &mut w)
-                .unwrap();
+            let m = map64(&fx, 0x1000, SZ_4K, Direction::ToDevice, &mut w).unwrap();
             let dma = m.dma_addr();
             fx.domain.unmap_page(m, 0, 100, &mut w).unwrap();
             let got = fx.domain.translate(&dev64(), dma, 1, Access::Read, &mut w);
@@ -448,17 +444,7 @@ mod tests {
         let fx = lpae_domain(DomainMode::Strict, |_| {});
         let (mem, _) = memory();
         let mut w = WorkRecord::new();
-        let m = fx
-            .domain
-            .map_page(
-                &dev64(),
-                pa(0x1000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map64(&fx, 0x1000, SZ_4K, Direction::FromDevice, &mut w).unwrap();
         let f = fx
             .domain
             .dma_write(
@@ -496,17 +482,7 @@ mod tests {
         let fx = lpae_domain(DomainMode::Strict, |_| {});
         let (mem, _) = memory();
         let mut w = WorkRecord::new();
-        let m = fx
-            .domain
-            .map_page(
-                &dev64(),
-                pa(0x7_0ff0),
-                0x20,
-                Direction::Bidirectional,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map64(&fx, 0x7_0ff0, 0x20, Direction::Bidirectional, &mut w).unwrap();
         let data: Vec<u8> = (0..0x20).collect();
         let mut d = WorkRecord::new();
         fx.domain
@@ -530,17 +506,14 @@ mod tests {
         let fx = lpae_domain(DomainMode::Strict, |_| {});
         let mem = PhysMemory::new(1 << 20).unwrap();
         let mut w = WorkRecord::new();
-        let m = fx
-            .domain
-            .map_page(
-                &dev64(),
-                pa((1 << 20) - SZ_4K),
-                2 * SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map64(
+            &fx,
+            (1 << 20) - SZ_4K,
+            2 * SZ_4K,
+            Direction::FromDevice,
+            &mut w,
+        )
+        .unwrap();
         let f = fx
             .domain
             .dma_write(

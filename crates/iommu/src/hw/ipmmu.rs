@@ -590,6 +590,17 @@ mod tests {
         IpmmuPageTable::new(IpmmuTableConfig::default()).unwrap()
     }
 
+    /// Maps `size` bytes at `iova` to `pa`, read-only.
+    fn map_read(
+        t: &mut IpmmuPageTable,
+        iova: u64,
+        pa: u64,
+        size: u64,
+        w: &mut WorkRecord,
+    ) -> Result<(), PgTableError> {
+        t.map(Iova::new(iova), PhysAddr::new(pa), size, Prot::READ, w)
+    }
+
     fn alloc_below(end: u64) -> Arc<dyn IovaAllocator> {
         Arc::new(LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(end))).unwrap())
     }
@@ -609,14 +620,7 @@ mod tests {
     fn first_map_cleans_two_table_descriptors_and_one_leaf_line() {
         let mut t = table();
         let mut w = WorkRecord::new();
-        t.map(
-            Iova::new(0x1000),
-            PhysAddr::new(0x8000),
-            SZ_4K,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, 0x1000, 0x8000, SZ_4K, &mut w).unwrap();
         // Level-2 and level-3 tables linked in (a line each), one leaf line.
         assert_eq!(w.tables_allocated, 2);
         assert_eq!(w.cache_cleans, 2 + 1);
@@ -626,29 +630,14 @@ mod tests {
     fn leaf_batches_count_the_lines_they_span() {
         let mut t = table();
         let mut w = WorkRecord::new();
-        t.map(Iova::new(0), PhysAddr::new(0), SZ_4K, Prot::READ, &mut w)
-            .unwrap();
+        map_read(&mut t, 0, 0, SZ_4K, &mut w).unwrap();
         // 16 PTEs from index 16: 128 bytes on a line boundary = 2 lines.
         let mut w = WorkRecord::new();
-        t.map(
-            Iova::new(16 * SZ_4K),
-            PhysAddr::new(0x10_0000),
-            16 * SZ_4K,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, 16 * SZ_4K, 0x10_0000, 16 * SZ_4K, &mut w).unwrap();
         assert_eq!((w.ptes_written, w.cache_cleans), (16, 2));
         // 8 PTEs from index 36: bytes 288..352 span lines 4 and 5.
         let mut w = WorkRecord::new();
-        t.map(
-            Iova::new(36 * SZ_4K),
-            PhysAddr::new(0x20_0000),
-            8 * SZ_4K,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, 36 * SZ_4K, 0x20_0000, 8 * SZ_4K, &mut w).unwrap();
         assert_eq!((w.ptes_written, w.cache_cleans), (8, 2));
         // Unmapping the 16 cleans the same 2 lines.
         let mut w = WorkRecord::new();
@@ -663,14 +652,7 @@ mod tests {
         let mut t = table();
         let mut w = WorkRecord::new();
         // 2 MiB block at level 2, then 1 page in a new level-3 table.
-        t.map(
-            Iova::new(SZ_2M),
-            PhysAddr::new(SZ_2M),
-            SZ_2M + SZ_4K,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, SZ_2M, SZ_2M, SZ_2M + SZ_4K, &mut w).unwrap();
         assert_eq!(w.tables_allocated, 2);
         assert_eq!(w.cache_cleans, 2 + 1 + 1);
     }
@@ -679,14 +661,7 @@ mod tests {
     fn an_unmap_that_empties_a_table_keeps_it() {
         let mut t = table();
         let mut w = WorkRecord::new();
-        t.map(
-            Iova::new(0x1000),
-            PhysAddr::new(0x8000),
-            SZ_4K,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, 0x1000, 0x8000, SZ_4K, &mut w).unwrap();
         let mut w = WorkRecord::new();
         let mut g = UnmapGather::new();
         t.unmap(Iova::new(0x1000), SZ_4K, &mut g, &mut w).unwrap();
@@ -699,14 +674,7 @@ mod tests {
         let mut t = table();
         let mut w = WorkRecord::new();
         // 2 MiB at a 2 MiB-aligned IOVA but a 4 KiB-aligned PA: one full leaf table.
-        t.map(
-            Iova::new(SZ_2M),
-            PhysAddr::new(SZ_4K),
-            SZ_2M,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, SZ_2M, SZ_4K, SZ_2M, &mut w).unwrap();
         assert_eq!((w.ptes_written, w.cache_cleans), (512 + 2, 2 + 64));
         let mut w = WorkRecord::new();
         let mut g = UnmapGather::new();
@@ -714,14 +682,7 @@ mod tests {
         assert_eq!((w.tables_freed, w.cache_cleans), (1, 1));
         // Two adjacent 2 MiB spans and a page before them: the page's batch, two descriptors.
         let mut w = WorkRecord::new();
-        t.map(
-            Iova::new(SZ_2M - SZ_4K),
-            PhysAddr::new(SZ_4K),
-            2 * SZ_2M + SZ_4K,
-            Prot::READ,
-            &mut w,
-        )
-        .unwrap();
+        map_read(&mut t, SZ_2M - SZ_4K, SZ_4K, 2 * SZ_2M + SZ_4K, &mut w).unwrap();
         let mut w = WorkRecord::new();
         let mut g = UnmapGather::new();
         t.unmap(Iova::new(SZ_2M - SZ_4K), 2 * SZ_2M + SZ_4K, &mut g, &mut w)
@@ -745,26 +706,10 @@ mod tests {
     fn iovas_above_4g_cannot_be_mapped() {
         let mut t = table();
         let mut w = WorkRecord::new();
-        let e = t
-            .map(
-                Iova::new(SZ_4G),
-                PhysAddr::new(0),
-                SZ_4K,
-                Prot::READ,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_read(&mut t, SZ_4G, 0, SZ_4K, &mut w).unwrap_err();
         assert!(matches!(e, PgTableError::OutOfRange { end, .. } if end == SZ_4G));
         assert_eq!(t.iova_range(), (Iova::new(0), Iova::new(SZ_4G)));
-        let e = t
-            .map(
-                Iova::new(0),
-                PhysAddr::new(1 << 40),
-                SZ_4K,
-                Prot::READ,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_read(&mut t, 0, 1 << 40, SZ_4K, &mut w).unwrap_err();
         assert!(matches!(e, PgTableError::PhysOutOfRange { bits: 40, .. }));
     }
 

@@ -24,7 +24,7 @@ pub mod pseries;
 pub mod sba;
 pub mod smmuv3_path;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::addr::{Access, DmaAddr, PhysAddr};
 use crate::dma::{
@@ -222,6 +222,35 @@ fn wrong_owner(handle_owner: DomainId, this: DomainId) -> DmaError {
     }
 }
 
+/// Checks that a handle made by model instance `instance` belongs to `this_instance`; if not,
+/// the error names the handle's owner and `this` path's domain.
+pub(crate) fn same_instance(
+    instance: u64,
+    this_instance: u64,
+    handle_owner: DomainId,
+    this: DomainId,
+) -> Result<(), DmaError> {
+    if instance == this_instance {
+        Ok(())
+    } else {
+        Err(wrong_owner(handle_owner, this))
+    }
+}
+
+/// Takes one slot of a cap of `limit` live mappings counted in `live` (the SBA and pSeries
+/// paths), or says the cap of `domain` is reached and leaves the count as it was.
+pub(crate) fn take_live_slot(
+    live: &AtomicUsize,
+    limit: usize,
+    domain: DomainId,
+) -> Result<(), DmaError> {
+    if live.fetch_add(1, Ordering::Relaxed) >= limit {
+        live.fetch_sub(1, Ordering::Relaxed);
+        return Err(DmaError::TooManyMappings { domain, limit });
+    }
+    Ok(())
+}
+
 /// Checks a scatter-gather list as every path does: non-empty, every entry at least one
 /// byte and not wrapping the address space, the total fitting in 64 bits.
 pub(crate) fn check_sg(entries: &[SgEntry]) -> Result<u64, DmaError> {
@@ -338,36 +367,18 @@ impl DmaPath for Domain {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<MappedBuffer>> {
-        let MappedBuffer {
-            dma,
-            len,
-            dir,
-            owner,
-            untranslated,
-            token,
-        } = buf;
-        match token {
+        // The handle's other fields stay in `buf` to rebuild it around a rejected token.
+        match buf.token {
             BufferToken::Domain(m) => self.unmap_page(m, cpu, now_ns, work).map_err(|r| Rejected {
                 handle: MappedBuffer {
-                    dma,
-                    len,
-                    dir,
-                    owner,
-                    untranslated,
                     token: BufferToken::Domain(r.handle),
+                    ..buf
                 },
                 error: r.error,
             }),
             token => Err(Rejected {
-                error: wrong_owner(owner, self.id()),
-                handle: MappedBuffer {
-                    dma,
-                    len,
-                    dir,
-                    owner,
-                    untranslated,
-                    token,
-                },
+                error: wrong_owner(buf.owner, self.id()),
+                handle: MappedBuffer { token, ..buf },
             }),
         }
     }
@@ -396,32 +407,20 @@ impl DmaPath for Domain {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), Rejected<MappedSg>> {
-        let MappedSg {
-            nents,
-            dir,
-            owner,
-            token,
-        } = sg;
-        match token {
+        // As in `unmap_single`: the other fields stay in `sg` to rebuild a rejected handle.
+        match sg.token {
             SgToken::Domain(m) => {
                 Domain::unmap_sg(self, *m, cpu, now_ns, work).map_err(|r| Rejected {
                     handle: MappedSg {
-                        nents,
-                        dir,
-                        owner,
                         token: SgToken::Domain(Box::new(r.handle)),
+                        ..sg
                     },
                     error: r.error,
                 })
             }
             token => Err(Rejected {
-                error: wrong_owner(owner, self.id()),
-                handle: MappedSg {
-                    nents,
-                    dir,
-                    owner,
-                    token,
-                },
+                error: wrong_owner(sg.owner, self.id()),
+                handle: MappedSg { token, ..sg },
             }),
         }
     }
@@ -438,8 +437,46 @@ impl DmaPath for Domain {
     }
 }
 
+/// Helpers shared by the platform paths' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{DmaPath, MappedBuffer};
+    use crate::addr::{Access, DmaAddr, PhysAddr};
+    use crate::dma::{Device, Direction, DmaError, PhysRange};
+    use crate::work::WorkRecord;
+
+    /// Maps `len` bytes at physical address `pa` through `path` for `dev` to be read by the
+    /// device (`Direction::ToDevice`), on CPU 0.
+    pub(crate) fn map_to_device(
+        path: &dyn DmaPath,
+        dev: &Device,
+        pa: u64,
+        len: u64,
+        w: &mut WorkRecord,
+    ) -> Result<MappedBuffer, DmaError> {
+        path.map_single(dev, PhysAddr::new(pa), len, Direction::ToDevice, 0, w)
+    }
+
+    /// Asserts that `dev` reaching `len` bytes at `dma` through `path` for `access` lands in
+    /// one physically contiguous range: `len` bytes at `pa`.
+    pub(crate) fn assert_translates_to(
+        path: &dyn DmaPath,
+        dev: &Device,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        pa: u64,
+        w: &mut WorkRecord,
+    ) {
+        let ranges = path.translate(dev, dma, len, access, w).unwrap();
+        let pa = PhysAddr::new(pa);
+        assert_eq!(ranges, vec![PhysRange { pa, len }]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::{assert_translates_to, map_to_device};
     use super::*;
     use crate::addr::{Iova, SZ_4G, SZ_4K};
     use crate::dma::{DomainConfig, DomainMode, ImmediateInvalidator};
@@ -466,27 +503,17 @@ mod tests {
         let dev = Device::new(1, 64).unwrap();
         let path: &dyn DmaPath = &d;
         let mut w = WorkRecord::new();
-        let buf = path
-            .map_single(
-                &dev,
-                PhysAddr::new(0x1234_5000),
-                8192,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let buf = map_to_device(path, &dev, 0x1234_5000, 8192, &mut w).unwrap();
         assert_eq!(buf.dma_addr(), DmaAddr(0x1234_5000));
         assert!(buf.is_untranslated());
-        let r = path
-            .translate(&dev, buf.dma_addr(), 8192, Access::Read, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(0x1234_5000),
-                len: 8192
-            }]
+        assert_translates_to(
+            path,
+            &dev,
+            buf.dma_addr(),
+            8192,
+            Access::Read,
+            0x1234_5000,
+            &mut w,
         );
         assert_eq!((w.pte_reads, w.walk_reads, w.ptes_written), (0, 0, 0));
         path.unmap_single(buf, 0, 0, &mut w).unwrap();

@@ -67,8 +67,8 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    check_buffer, check_sg, device_access, next_instance, push_range, wrong_owner, BufferToken,
-    DmaPath, MappedBuffer, MappedSg, SgToken,
+    check_buffer, check_sg, device_access, next_instance, push_range, same_instance,
+    take_live_slot, wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
 /// Most TCEs one `H_PUT_TCE_INDIRECT` or `H_STUFF_TCE` touches (one 4 KiB page of TCEs).
@@ -1136,14 +1136,7 @@ impl PseriesIommu {
     }
 
     fn take_slot(&self) -> Result<(), DmaError> {
-        if self.live.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_mappings {
-            self.live.fetch_sub(1, Ordering::Relaxed);
-            return Err(DmaError::TooManyMappings {
-                domain: self.cfg.id,
-                limit: self.cfg.max_mappings,
-            });
-        }
-        Ok(())
+        take_live_slot(&self.live, self.cfg.max_mappings, self.cfg.id)
     }
 
     fn release_slot(&self) {
@@ -1178,11 +1171,7 @@ impl PseriesIommu {
     }
 
     fn check_instance(&self, instance: u64, owner: DomainId) -> Result<(), DmaError> {
-        if instance == self.instance {
-            Ok(())
-        } else {
-            Err(wrong_owner(owner, self.cfg.id))
-        }
+        same_instance(instance, self.instance, owner, self.cfg.id)
     }
 
     /// Undoes element maps `maps` (grouped by `per_segment`), clearing each segment's TCEs
@@ -1478,6 +1467,7 @@ pub fn pool_locks(work: &WorkRecord) -> u64 {
 mod tests {
     use super::*;
     use crate::addr::{SZ_4K, SZ_64K};
+    use crate::hw::test_support::{assert_translates_to, map_to_device};
 
     const GIB: u64 = SZ_1G;
 
@@ -1572,15 +1562,14 @@ mod tests {
         assert_eq!((w.hypercalls, w.tces_touched, w.ptes_written), (1, 3, 3));
         assert_eq!(w.lock_count(LockId::TcePool), 1);
         assert_eq!(b.dma_addr().0 & 0xfff, 0x100);
-        let r = p
-            .translate(&dev, b.dma_addr(), 2 * SZ_4K, Access::Read, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(0x1234_0100),
-                len: 2 * SZ_4K
-            }]
+        assert_translates_to(
+            &p,
+            &dev,
+            b.dma_addr(),
+            2 * SZ_4K,
+            Access::Read,
+            0x1234_0100,
+            &mut w,
         );
         assert!(p
             .translate(&dev, b.dma_addr(), 1, Access::Write, &mut w)
@@ -1597,16 +1586,7 @@ mod tests {
         let p = pseries(|_| {});
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = p
-            .map_single(
-                &dev,
-                PhysAddr::new(0),
-                600 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev, 0, 600 * SZ_4K, &mut w).unwrap();
         assert_eq!(w.lock_count(LockId::TceLargePool), 1);
         assert_eq!(pool_locks(&w), 1);
         p.unmap_single(b, 0, 0, &mut w).unwrap();
@@ -1655,16 +1635,7 @@ mod tests {
         assert_eq!((w.hypercalls, w.tces_touched), (512, 262_144));
         assert_eq!(p.stats().premap_hypercalls, 512);
         let mut w = WorkRecord::new();
-        let b = p
-            .map_single(
-                &dev64(),
-                PhysAddr::new(0x4000_1234),
-                9000,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&p, &dev64(), 0x4000_1234, 9000, &mut w).unwrap();
         assert_eq!(b.dma_addr(), DmaAddr(DEFAULT_DDW_ADDR + 0x4000_1234));
         assert!(b.is_untranslated());
         assert!(w.is_empty());
@@ -1795,27 +1766,11 @@ mod tests {
         });
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let e = p
-            .map_single(
-                &dev,
-                PhysAddr::new(0),
-                64 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&p, &dev, 0, 64 * SZ_4K, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::IovaSpace { .. }));
         let mut held = Vec::new();
         let err = loop {
-            match p.map_single(
-                &dev,
-                PhysAddr::new(0),
-                8 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            ) {
+            match map_to_device(&p, &dev, 0, 8 * SZ_4K, &mut w) {
                 Ok(b) => held.push(b),
                 Err(e) => break e,
             }
@@ -1836,16 +1791,7 @@ mod tests {
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
         let pa = (1u64 << 52) - 512 * SZ_4K;
-        let e = p
-            .map_single(
-                &dev,
-                PhysAddr::new(pa),
-                600 * SZ_4K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&p, &dev, pa, 600 * SZ_4K, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::PageTable { .. }), "{e}");
         // Two builds (one refused) and one clear of the 512 built.
         assert_eq!((w.hypercalls, w.tces_touched), (3, 512 + 88 + 512));

@@ -58,8 +58,8 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    check_buffer, check_sg, device_access, next_instance, push_range, wrong_owner, BufferToken,
-    DmaPath, MappedBuffer, MappedSg, SgToken,
+    check_buffer, check_sg, device_access, next_instance, push_range, same_instance,
+    take_live_slot, wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
 /// Frees queued before a purge (Linux `DELAYED_RESOURCE_CNT`).
@@ -491,14 +491,7 @@ impl SbaIommu {
 
     /// Takes one slot of the live-mapping cap.
     fn take_slot(&self) -> Result<(), DmaError> {
-        if self.live.fetch_add(1, Ordering::Relaxed) >= self.cfg.max_mappings {
-            self.live.fetch_sub(1, Ordering::Relaxed);
-            return Err(DmaError::TooManyMappings {
-                domain: self.cfg.id,
-                limit: self.cfg.max_mappings,
-            });
-        }
-        Ok(())
+        take_live_slot(&self.live, self.cfg.max_mappings, self.cfg.id)
     }
 
     fn release_slot(&self) {
@@ -708,11 +701,7 @@ impl SbaIommu {
     }
 
     fn check_instance(&self, instance: u64, owner: DomainId) -> Result<(), DmaError> {
-        if instance == self.instance {
-            Ok(())
-        } else {
-            Err(wrong_owner(owner, self.cfg.id))
-        }
+        same_instance(instance, self.instance, owner, self.cfg.id)
     }
 
     /// Walks the pdir for `[dma, dma + len)` inside the window.
@@ -959,6 +948,7 @@ impl DmaPath for SbaIommu {
 mod tests {
     use super::*;
     use crate::addr::{SZ_1G, SZ_4K, SZ_64K};
+    use crate::hw::test_support::{assert_translates_to, map_to_device};
 
     const BASE: u64 = SZ_1G;
     const P: u64 = SZ_4K;
@@ -1043,28 +1033,18 @@ mod tests {
         let s = sba(|_| {});
         let dev = Device::new(1, 64).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x12_3456),
-                5000,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x12_3456, 5000, &mut w).unwrap();
         assert_eq!(b.dma_addr(), DmaAddr(0x12_3456));
         assert!(b.is_untranslated());
         assert!(w.is_empty());
-        let r = s
-            .translate(&dev, b.dma_addr(), 5000, Access::Read, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(0x12_3456),
-                len: 5000
-            }]
+        assert_translates_to(
+            &s,
+            &dev,
+            b.dma_addr(),
+            5000,
+            Access::Read,
+            0x12_3456,
+            &mut w,
         );
         assert_eq!((w.pte_reads, w.translations), (0, 1));
         assert_eq!(s.pdir_entries_in_use(), 0);
@@ -1092,16 +1072,7 @@ mod tests {
         assert_eq!(b.dma_addr().0 & (P - 1), 0x100);
         assert_eq!(w.ptes_written, 3);
         assert_eq!(w.lock_count(LockId::SbaResource), 1);
-        let r = s
-            .translate(&dev, b.dma_addr(), 2 * P, Access::Write, &mut w)
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![PhysRange {
-                pa: PhysAddr::new(pa),
-                len: 2 * P
-            }]
-        );
+        assert_translates_to(&s, &dev, b.dma_addr(), 2 * P, Access::Write, pa, &mut w);
         // Unmap clears the pdir but the purge waits.
         let mut w = WorkRecord::new();
         let dma = b.dma_addr();
@@ -1115,16 +1086,7 @@ mod tests {
         let s = sba(|c| c.invalidate_at_purge = true);
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, P, &mut w).unwrap();
         let dma = b.dma_addr();
         s.unmap_single(b, 0, 0, &mut w).unwrap();
         assert_eq!(w.ptes_cleared, 0);
@@ -1175,16 +1137,7 @@ mod tests {
         let s = sba(|c| c.delayed_frees = 0);
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, P, &mut w).unwrap();
         let mut w = WorkRecord::new();
         s.unmap_single(b, 0, 0, &mut w).unwrap();
         assert_eq!((w.mmio_writes, w.mmio_reads, w.purges), (1, 1, 1));
@@ -1284,27 +1237,9 @@ mod tests {
         let t = sba(|_| {});
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let e = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                65 * P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let e = map_to_device(&s, &dev, 0x2_0000_0000, 65 * P, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::IovaSpace { pages: 65, .. }));
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                SZ_64K,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, SZ_64K, &mut w).unwrap();
         let back = t.unmap_single(b, 0, 0, &mut w).unwrap_err();
         assert!(matches!(back.error, DmaError::WrongDomain { .. }));
         s.unmap_single(back.handle, 0, 0, &mut w).unwrap();
@@ -1315,16 +1250,7 @@ mod tests {
         let s = sba(|_| {});
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let err = s
-            .map_single(
-                &dev,
-                PhysAddr::new(1 << 40),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let err = map_to_device(&s, &dev, 1 << 40, P, &mut w).unwrap_err();
         assert!(matches!(err, DmaError::PageTable { .. }));
         let list = [e(0x1000, P), e((1 << 40) - 0x800, P)];
         assert!(s
@@ -1339,26 +1265,8 @@ mod tests {
         let s = sba(|c| c.max_mappings = 1);
         let dev = Device::new(1, 32).unwrap();
         let mut w = WorkRecord::new();
-        let b = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0000_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
-        let e = s
-            .map_single(
-                &dev,
-                PhysAddr::new(0x2_0001_0000),
-                P,
-                Direction::ToDevice,
-                0,
-                &mut w,
-            )
-            .unwrap_err();
+        let b = map_to_device(&s, &dev, 0x2_0000_0000, P, &mut w).unwrap();
+        let e = map_to_device(&s, &dev, 0x2_0001_0000, P, &mut w).unwrap_err();
         assert!(matches!(e, DmaError::TooManyMappings { limit: 1, .. }));
         s.unmap_single(b, 0, 0, &mut w).unwrap();
     }

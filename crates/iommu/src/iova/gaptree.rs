@@ -90,7 +90,8 @@
 
 use crate::addr::Iova;
 use crate::iova::linux::{
-    check_tree_block, check_tree_request, order_base_2, IovaConfigError, IovaSpaceConfig,
+    check_tree_block, check_tree_request, free_tree_blocks, order_base_2, IovaConfigError,
+    IovaSpaceConfig,
 };
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
@@ -873,13 +874,10 @@ impl IovaAllocator for GapTreeAllocator {
         }
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
-        let mut freed = 0;
-        for b in blocks {
-            if let Ok((lo, hi)) = check_tree_block(b, self.granule, self.start_pfn, self.end_pfn) {
-                freed += usize::from(st.tree.remove(lo, hi, work));
-            }
-        }
-        freed
+        let (start, end) = (self.start_pfn, self.end_pfn);
+        free_tree_blocks(blocks, self.granule, start, end, |lo, hi| {
+            st.tree.remove(lo, hi, work)
+        })
     }
 
     fn live_blocks(&self) -> usize {
@@ -891,6 +889,7 @@ impl IovaAllocator for GapTreeAllocator {
 mod tests {
     use super::*;
     use crate::addr::{SZ_4G, SZ_4K};
+    use crate::iova::test_support::assert_bad_frees_refused;
 
     const G: u64 = SZ_4K;
     const END: u64 = 1 << 36;
@@ -1131,13 +1130,7 @@ mod tests {
                 pages: 1,
             },
         ];
-        for x in bad {
-            assert!(
-                matches!(a.free(x, 0, &mut w), Err(IovaError::NotAllocated { .. })),
-                "{x:?}"
-            );
-        }
-        assert_eq!(a.live_blocks(), 1);
+        assert_bad_frees_refused(&a, &bad, &mut w);
         assert_eq!(a.alloc(req(4, END), &mut w).unwrap(), b);
         a.check();
     }

@@ -137,3 +137,27 @@ pub trait IovaAllocator: Send + Sync {
         let _ = work;
     }
 }
+
+/// Checks shared by the allocators' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{IovaAllocator, IovaBlock, IovaError};
+    use crate::work::WorkRecord;
+
+    /// Frees each of `bad` (blocks that are not allocated exactly as given) and asserts that
+    /// every one is refused with [`IovaError::NotAllocated`] and that the allocator still has
+    /// exactly one live block.
+    pub(crate) fn assert_bad_frees_refused(
+        a: &impl IovaAllocator,
+        bad: &[IovaBlock],
+        w: &mut WorkRecord,
+    ) {
+        for &x in bad {
+            assert!(
+                matches!(a.free(x, 0, w), Err(IovaError::NotAllocated { .. })),
+                "{x:?}"
+            );
+        }
+        assert_eq!(a.live_blocks(), 1);
+    }
+}

@@ -311,6 +311,7 @@ impl IovaAllocator for SbaResourceAllocator {
 mod tests {
     use super::*;
     use crate::addr::{SZ_4G, SZ_4K};
+    use crate::iova::test_support::assert_bad_frees_refused;
 
     const P: u64 = SZ_4K;
 
@@ -453,13 +454,7 @@ mod tests {
                 pages: 1,
             },
         ];
-        for x in bad {
-            assert!(
-                matches!(a.free(x, 0, &mut w), Err(IovaError::NotAllocated { .. })),
-                "{x:?}"
-            );
-        }
-        assert_eq!(a.live_blocks(), 1);
+        assert_bad_frees_refused(&a, &bad, &mut w);
         a.free(c, 0, &mut w).unwrap();
         assert_eq!(a.live_blocks(), 0);
     }

@@ -16,7 +16,7 @@
 //! (512-entry chunks materialised on first write).
 
 use crate::addr::{Iova, PhysAddr, Prot};
-use crate::pgtable::tce::{OneLevelWindow, SparseEntries};
+use crate::pgtable::tce::{EntryRun, OneLevelTable, OneLevelWindow};
 use crate::pgtable::{IoPageTable, PgTableError, Translation, UnmapGather};
 use crate::work::WorkRecord;
 
@@ -133,8 +133,7 @@ pub enum SbaConfigError {
 #[derive(Clone)]
 pub struct SbaPdir {
     config: SbaConfig,
-    entries: SparseEntries,
-    mapped: u64,
+    table: OneLevelTable,
 }
 
 impl SbaPdir {
@@ -161,10 +160,14 @@ impl SbaPdir {
                 limit: MAX_PDIR_ENTRIES,
             });
         }
+        let window = OneLevelWindow {
+            start: base,
+            size,
+            page_shift,
+        };
         Ok(Self {
             config,
-            entries: SparseEntries::new(entries),
-            mapped: 0,
+            table: OneLevelTable::new(window, entries),
         })
     }
 
@@ -180,35 +183,22 @@ impl SbaPdir {
 
     /// Number of pdir entries.
     pub fn entries(&self) -> u64 {
-        self.entries.len()
+        self.table.entries.len()
     }
 
     /// The raw pdir entry at `index`, or `None` past the end.
     pub fn pdir_entry(&self, index: u64) -> Option<u64> {
-        (index < self.entries.len()).then(|| self.entries.get(index))
+        self.table.entry_at(index)
     }
 
     /// The pdir index that translates `iova`, or `None` outside the window.
     pub fn index_of(&self, iova: Iova) -> Option<u64> {
-        self.window().index_of(iova)
+        self.table.window.index_of(iova)
     }
 
     /// The first IOVA entry `index` translates, or `None` past the end.
     pub fn iova_of(&self, index: u64) -> Option<Iova> {
-        self.window().iova_of(index, self.entries.len())
-    }
-
-    fn window(&self) -> OneLevelWindow {
-        OneLevelWindow {
-            start: self.config.iova_base,
-            size: self.config.iova_size,
-            page_shift: self.config.page_shift,
-        }
-    }
-
-    /// Checks a range against the window and the page size; returns its first entry index.
-    fn check_range(&self, iova: u64, size: u64) -> Result<u64, PgTableError> {
-        self.window().check_range(iova, size)
+        self.table.iova_of(index)
     }
 }
 
@@ -219,7 +209,7 @@ impl std::fmt::Debug for SbaPdir {
             .field("iova_base", &format_args!("{:#x}", self.config.iova_base))
             .field("iova_size", &format_args!("{:#x}", self.config.iova_size))
             .field("page_size", &format_args!("{:#x}", self.page_size()))
-            .field("mapped_bytes", &self.mapped)
+            .field("mapped_bytes", &self.table.mapped)
             .finish()
     }
 }
@@ -248,44 +238,12 @@ impl IoPageTable for SbaPdir {
         prot: Prot,
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        let (iova, pa) = (iova.get(), pa.get());
-        let first = self.check_range(iova, size)?;
-        let granule = self.page_size();
-        if pa & (granule - 1) != 0 {
-            return Err(PgTableError::Misaligned {
-                addr: pa,
-                size,
-                granule,
-            });
-        }
-        match pa.checked_add(size) {
-            Some(end) if end <= 1u64 << spec::PHYS_BITS => {}
-            _ => {
-                return Err(PgTableError::PhysOutOfRange {
-                    pa,
-                    bits: spec::PHYS_BITS,
-                })
-            }
-        }
-        if !prot.read && !prot.write {
-            return Err(PgTableError::NoPermission);
-        }
-        let shift = self.config.page_shift;
-        let count = size >> shift;
-        for i in 0..count {
-            work.pte_reads += 1;
-            if self.entries.get(first + i) & spec::IOPDIR_VALID != 0 {
-                return Err(PgTableError::AlreadyMapped {
-                    iova: iova + (i << shift),
-                });
-            }
-        }
-        for i in 0..count {
-            self.entries.set(first + i, spec::encode(pa + (i << shift)));
-        }
-        work.ptes_written += count;
-        self.mapped += size;
-        Ok(())
+        let entry_run = EntryRun {
+            phys_bits: spec::PHYS_BITS,
+            valid_mask: spec::IOPDIR_VALID,
+        };
+        self.table
+            .map(iova, pa, size, prot, entry_run, work, spec::encode)
     }
 
     fn unmap(
@@ -295,51 +253,30 @@ impl IoPageTable for SbaPdir {
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        let iova = iova.get();
-        let first = self.check_range(iova, size)?;
-        let shift = self.config.page_shift;
-        let count = size >> shift;
-        for i in 0..count {
-            work.pte_reads += 1;
-            if self.entries.get(first + i) & spec::IOPDIR_VALID == 0 {
-                return Err(PgTableError::NotMapped {
-                    iova: iova + (i << shift),
-                });
-            }
-        }
-        if count == 0 {
-            return Ok(());
-        }
-        for i in 0..count {
-            let entry = self.entries.get(first + i);
-            self.entries.set(first + i, spec::invalidate(entry));
-        }
-        work.ptes_cleared += count;
-        gather.add(Iova::new(iova), size, self.page_size());
-        self.mapped -= size;
-        Ok(())
+        self.table.unmap(
+            iova,
+            size,
+            spec::IOPDIR_VALID,
+            gather,
+            work,
+            |entries, index| entries.update(index, spec::invalidate),
+        )
     }
 
     /// Translates `iova`; the permission is always [`Prot::READ_WRITE`] (see the module docs).
     fn translate(&self, iova: Iova, work: &mut WorkRecord) -> Option<Translation> {
-        let index = self.index_of(iova)?;
-        work.pte_reads += 1;
-        let page_size = self.page_size();
-        let pa = spec::decode(self.entries.get(index))?;
-        Some(Translation {
-            pa: pa.add(iova.offset_in(page_size)),
-            prot: Prot::READ_WRITE,
-            page_size,
+        self.table.translate(iova, work, |entry| {
+            spec::decode(entry).map(|pa| (pa, Prot::READ_WRITE))
         })
     }
 
     /// The whole pdir's size in 4 KiB pages, fixed for the window.
     fn table_pages(&self) -> usize {
-        self.entries.len().div_ceil(512) as usize
+        self.table.table_pages()
     }
 
     fn mapped_bytes(&self) -> u64 {
-        self.mapped
+        self.table.mapped
     }
 }
 

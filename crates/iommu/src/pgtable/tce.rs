@@ -181,6 +181,23 @@ impl SparseEntries {
         }
     }
 
+    /// Replaces entry `index` (< `len`) with `f(entry)`, looking its chunk up once; a chunk
+    /// not yet materialised reads as zero and is materialised only for a non-zero result.
+    #[inline]
+    pub(super) fn update(&mut self, index: u64, f: impl FnOnce(u64) -> u64) {
+        let slot = &mut self.chunks[(index >> CHUNK_SHIFT) as usize];
+        let offset = index as usize & (CHUNK_LEN - 1);
+        match slot {
+            Some(chunk) => chunk[offset] = f(chunk[offset]),
+            None => {
+                let value = f(0);
+                if value != 0 {
+                    slot.insert(Box::new([0; CHUNK_LEN]))[offset] = value;
+                }
+            }
+        }
+    }
+
     /// Sets entry `index` (< `len`), materialising its chunk unless `value` is zero.
     #[inline]
     pub(super) fn set(&mut self, index: u64, value: u64) {
@@ -200,8 +217,7 @@ impl SparseEntries {
 #[derive(Clone)]
 pub struct TceTable {
     config: TceConfig,
-    entries: SparseEntries,
-    mapped: u64,
+    table: OneLevelTable,
 }
 
 impl TceTable {
@@ -236,10 +252,14 @@ impl TceTable {
                 limit: MAX_TCE_ENTRIES,
             });
         }
+        let window = OneLevelWindow {
+            start: offset,
+            size,
+            page_shift,
+        };
         Ok(Self {
             config,
-            entries: SparseEntries::new(entries),
-            mapped: 0,
+            table: OneLevelTable::new(window, entries),
         })
     }
 
@@ -255,35 +275,22 @@ impl TceTable {
 
     /// Number of entries (TCE pages) in the window.
     pub fn entries(&self) -> u64 {
-        self.entries.len()
+        self.table.entries.len()
     }
 
     /// The raw TCE at `index`, or `None` past the end of the table.
     pub fn tce_at(&self, index: u64) -> Option<u64> {
-        (index < self.entries.len()).then(|| self.entries.get(index))
+        self.table.entry_at(index)
     }
 
     /// The entry index that translates bus address `iova`, or `None` outside the window.
     pub fn index_of(&self, iova: Iova) -> Option<u64> {
-        self.window().index_of(iova)
+        self.table.window.index_of(iova)
     }
 
     /// The bus address of the first byte entry `index` translates, or `None` past the end.
     pub fn iova_of(&self, index: u64) -> Option<Iova> {
-        self.window().iova_of(index, self.entries.len())
-    }
-
-    fn window(&self) -> OneLevelWindow {
-        OneLevelWindow {
-            start: self.config.window_offset,
-            size: self.config.window_size,
-            page_shift: self.config.page_shift,
-        }
-    }
-
-    /// Checks a range against the window and the page size; returns its first entry index.
-    fn check_range(&self, iova: u64, size: u64) -> Result<u64, PgTableError> {
-        self.window().check_range(iova, size)
+        self.table.iova_of(index)
     }
 }
 
@@ -300,7 +307,7 @@ impl std::fmt::Debug for TceTable {
                 &format_args!("{:#x}", self.config.window_size),
             )
             .field("page_size", &format_args!("{:#x}", self.page_size()))
-            .field("mapped_bytes", &self.mapped)
+            .field("mapped_bytes", &self.table.mapped)
             .finish()
     }
 }
@@ -327,43 +334,15 @@ impl IoPageTable for TceTable {
         prot: Prot,
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        let (iova, pa) = (iova.get(), pa.get());
-        let first = self.check_range(iova, size)?;
         let shift = self.config.page_shift;
-        if pa & (self.page_size() - 1) != 0 {
-            return Err(PgTableError::Misaligned {
-                addr: pa,
-                size,
-                granule: self.page_size(),
-            });
-        }
-        let bits = spec::phys_bits(shift);
-        let fits = match pa.checked_add(size) {
-            Some(end) => bits >= 64 || end <= 1u64 << bits,
-            None => false,
+        let entry_run = EntryRun {
+            phys_bits: spec::phys_bits(shift),
+            valid_mask: spec::TCE_PERM_MASK,
         };
-        if !fits {
-            return Err(PgTableError::PhysOutOfRange { pa, bits });
-        }
-        if !prot.read && !prot.write {
-            return Err(PgTableError::NoPermission);
-        }
-        let count = size >> shift;
-        for i in 0..count {
-            work.pte_reads += 1;
-            if self.entries.get(first + i) & spec::TCE_PERM_MASK != 0 {
-                return Err(PgTableError::AlreadyMapped {
-                    iova: iova + (i << shift),
-                });
-            }
-        }
-        for i in 0..count {
-            self.entries
-                .set(first + i, spec::encode(pa + (i << shift), prot, shift));
-        }
-        work.ptes_written += count;
-        self.mapped += size;
-        Ok(())
+        self.table
+            .map(iova, pa, size, prot, entry_run, work, |page| {
+                spec::encode(page, prot, shift)
+            })
     }
 
     fn unmap(
@@ -373,50 +352,30 @@ impl IoPageTable for TceTable {
         gather: &mut UnmapGather,
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
-        let iova = iova.get();
-        let first = self.check_range(iova, size)?;
-        let shift = self.config.page_shift;
-        let count = size >> shift;
-        for i in 0..count {
-            work.pte_reads += 1;
-            if self.entries.get(first + i) & spec::TCE_PERM_MASK == 0 {
-                return Err(PgTableError::NotMapped {
-                    iova: iova + (i << shift),
-                });
-            }
-        }
-        if count == 0 {
-            return Ok(());
-        }
-        for i in 0..count {
-            self.entries.set(first + i, 0);
-        }
-        work.ptes_cleared += count;
-        gather.add(Iova::new(iova), size, self.page_size());
-        self.mapped -= size;
-        Ok(())
+        self.table.unmap(
+            iova,
+            size,
+            spec::TCE_PERM_MASK,
+            gather,
+            work,
+            |entries, index| entries.set(index, 0),
+        )
     }
 
     fn translate(&self, iova: Iova, work: &mut WorkRecord) -> Option<Translation> {
-        let index = self.index_of(iova)?;
-        work.pte_reads += 1;
-        let page_size = self.page_size();
-        let (pa, prot) = spec::decode(self.entries.get(index), self.config.page_shift)?;
-        Some(Translation {
-            pa: pa.add(iova.offset_in(page_size)),
-            prot,
-            page_size,
-        })
+        let shift = self.config.page_shift;
+        self.table
+            .translate(iova, work, |tce| spec::decode(tce, shift))
     }
 
     /// The whole table's size in 4 KiB pages (8-byte entries), fixed for the window: firmware
     /// or the hypervisor allocates it when the window is created, and maps never grow it.
     fn table_pages(&self) -> usize {
-        self.entries.len().div_ceil(512) as usize
+        self.table.table_pages()
     }
 
     fn mapped_bytes(&self) -> u64 {
-        self.mapped
+        self.table.mapped
     }
 }
 
@@ -461,6 +420,167 @@ impl OneLevelWindow {
                 end,
             }),
         }
+    }
+}
+
+/// What a one-level format asks of [`OneLevelTable::map`]: the bits of physical address an
+/// entry can hold, and the bits that make an entry valid.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct EntryRun {
+    pub(super) phys_bits: u32,
+    pub(super) valid_mask: u64,
+}
+
+/// A one-level table: the window, its sparse entries and the bytes mapped. The TCE table and
+/// the SBA pdir differ only in how an entry is encoded, invalidated and decoded, which they
+/// pass in as closures (monomorphised, so no dynamic dispatch on the map/unmap paths).
+#[derive(Clone, Debug)]
+pub(super) struct OneLevelTable {
+    pub(super) window: OneLevelWindow,
+    pub(super) entries: SparseEntries,
+    pub(super) mapped: u64,
+}
+
+impl OneLevelTable {
+    /// An empty table of `entries` entries over `window`.
+    pub(super) fn new(window: OneLevelWindow, entries: u64) -> Self {
+        Self {
+            window,
+            entries: SparseEntries::new(entries),
+            mapped: 0,
+        }
+    }
+
+    /// The page size in bytes.
+    #[inline]
+    fn page_size(&self) -> u64 {
+        1 << self.window.page_shift
+    }
+
+    /// The raw entry at `index`, or `None` past the end.
+    pub(super) fn entry_at(&self, index: u64) -> Option<u64> {
+        (index < self.entries.len()).then(|| self.entries.get(index))
+    }
+
+    /// The first IOVA entry `index` translates, or `None` past the end.
+    pub(super) fn iova_of(&self, index: u64) -> Option<Iova> {
+        self.window.iova_of(index, self.entries.len())
+    }
+
+    /// The whole table's size in 4 KiB pages of 8-byte entries.
+    pub(super) fn table_pages(&self) -> usize {
+        self.entries.len().div_ceil(512) as usize
+    }
+
+    /// Maps `size` bytes at `iova` to `pa`: checks the range, the physical address and
+    /// `prot`, then that no entry in the run is valid, and writes `encode(page address)` into
+    /// each. On error nothing is written.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) fn map(
+        &mut self,
+        iova: Iova,
+        pa: PhysAddr,
+        size: u64,
+        prot: Prot,
+        format: EntryRun,
+        work: &mut WorkRecord,
+        encode: impl Fn(u64) -> u64,
+    ) -> Result<(), PgTableError> {
+        let (iova, pa) = (iova.get(), pa.get());
+        let first = self.window.check_range(iova, size)?;
+        let granule = self.page_size();
+        if pa & (granule - 1) != 0 {
+            return Err(PgTableError::Misaligned {
+                addr: pa,
+                size,
+                granule,
+            });
+        }
+        let bits = format.phys_bits;
+        let fits = match pa.checked_add(size) {
+            Some(end) => bits >= 64 || end <= 1u64 << bits,
+            None => false,
+        };
+        if !fits {
+            return Err(PgTableError::PhysOutOfRange { pa, bits });
+        }
+        if !prot.read && !prot.write {
+            return Err(PgTableError::NoPermission);
+        }
+        let shift = self.window.page_shift;
+        let count = size >> shift;
+        for i in 0..count {
+            work.pte_reads += 1;
+            if self.entries.get(first + i) & format.valid_mask != 0 {
+                return Err(PgTableError::AlreadyMapped {
+                    iova: iova + (i << shift),
+                });
+            }
+        }
+        for i in 0..count {
+            self.entries.set(first + i, encode(pa + (i << shift)));
+        }
+        work.ptes_written += count;
+        self.mapped += size;
+        Ok(())
+    }
+
+    /// Unmaps `size` bytes at `iova`: checks the range and that every entry in the run is
+    /// valid (`valid_mask`), then invalidates each with `invalidate(entries, index)` and
+    /// gathers the range at the page size. On error nothing is cleared.
+    #[inline]
+    pub(super) fn unmap(
+        &mut self,
+        iova: Iova,
+        size: u64,
+        valid_mask: u64,
+        gather: &mut UnmapGather,
+        work: &mut WorkRecord,
+        invalidate: impl Fn(&mut SparseEntries, u64),
+    ) -> Result<(), PgTableError> {
+        let iova = iova.get();
+        let first = self.window.check_range(iova, size)?;
+        let shift = self.window.page_shift;
+        let count = size >> shift;
+        for i in 0..count {
+            work.pte_reads += 1;
+            if self.entries.get(first + i) & valid_mask == 0 {
+                return Err(PgTableError::NotMapped {
+                    iova: iova + (i << shift),
+                });
+            }
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        for i in 0..count {
+            invalidate(&mut self.entries, first + i);
+        }
+        work.ptes_cleared += count;
+        gather.add(Iova::new(iova), size, self.page_size());
+        self.mapped -= size;
+        Ok(())
+    }
+
+    /// Translates `iova` through the one entry that covers it; `decode` gives the entry's page
+    /// address and access, or `None` for an invalid entry.
+    #[inline]
+    pub(super) fn translate(
+        &self,
+        iova: Iova,
+        work: &mut WorkRecord,
+        decode: impl Fn(u64) -> Option<(PhysAddr, Prot)>,
+    ) -> Option<Translation> {
+        let index = self.window.index_of(iova)?;
+        work.pte_reads += 1;
+        let page_size = self.page_size();
+        let (pa, prot) = decode(self.entries.get(index))?;
+        Some(Translation {
+            pa: pa.add(iova.offset_in(page_size)),
+            prot,
+            page_size,
+        })
     }
 }
 
@@ -553,7 +673,7 @@ mod tests {
         let t = table(1 << 59, 256 * SZ_1G, 16);
         assert_eq!(t.entries(), 4 << 20);
         assert_eq!(t.table_pages(), 8192);
-        assert!(t.entries.chunks.iter().all(Option::is_none));
+        assert!(t.table.entries.chunks.iter().all(Option::is_none));
     }
 
     // ---- Index helpers ----
