@@ -241,6 +241,18 @@ impl ResultsDb {
         classify(&self.path, e)
     }
 
+    /// The rows `sql` selects with `params`, each made by `row`, in the order SQLite gives.
+    fn select<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, DbError> {
+        let mut stmt = self.conn.prepare(sql).map_err(|e| self.err(e))?;
+        let rows = stmt.query_map(params, row).map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     fn check_and_migrate(&self) -> Result<(), DbError> {
         // Reading the header is the first access: a file that is not SQLite fails here,
         // before anything is written.
@@ -341,15 +353,11 @@ impl ResultsDb {
 
     /// The ids of the runs of group `group_id`, in order; an error if there are none.
     pub fn group_members(&self, group_id: i64) -> Result<Vec<i64>, DbError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id FROM runs WHERE group_id = ?1 ORDER BY id")
-            .map_err(|e| self.err(e))?;
-        let ids: Vec<i64> = stmt
-            .query_map([group_id], |r| r.get(0))
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
+        let ids: Vec<i64> = self.select(
+            "SELECT id FROM runs WHERE group_id = ?1 ORDER BY id",
+            [group_id],
+            |r| r.get(0),
+        )?;
         if ids.is_empty() {
             return Err(DbError::NoSuchGroup {
                 path: self.path.clone(),
@@ -361,18 +369,14 @@ impl ResultsDb {
 
     /// Every stored run, oldest first.
     pub fn list(&self) -> Result<Vec<RunSummary>, DbError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT r.id, r.experiment, r.seed, r.runs, r.started_at,
-                        (SELECT count(*) FROM figures f WHERE f.run_id = r.id),
-                        r.kind, r.group_id, r.label,
-                        (SELECT count(*) FROM measurements m WHERE m.run_id = r.id)
-                 FROM runs r ORDER BY r.id",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |row| {
+        self.select(
+            "SELECT r.id, r.experiment, r.seed, r.runs, r.started_at,
+                    (SELECT count(*) FROM figures f WHERE f.run_id = r.id),
+                    r.kind, r.group_id, r.label,
+                    (SELECT count(*) FROM measurements m WHERE m.run_id = r.id)
+             FROM runs r ORDER BY r.id",
+            [],
+            |row| {
                 Ok(RunSummary {
                     id: row.get(0)?,
                     experiment: row.get(1)?,
@@ -385,9 +389,8 @@ impl ResultsDb {
                     label: row.get(8)?,
                     measurements: row.get::<_, i64>(9)? as u64,
                 })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+            },
+        )
     }
 
     /// One stored run with its figures and effects.
@@ -426,15 +429,11 @@ impl ResultsDb {
                 id,
             });
         };
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, unit, published, lab, role FROM figures
-                 WHERE run_id = ?1 ORDER BY rowid",
-            )
-            .map_err(|e| self.err(e))?;
-        run.figures = stmt
-            .query_map([id], |row| {
+        run.figures = self.select(
+            "SELECT id, unit, published, lab, role FROM figures
+             WHERE run_id = ?1 ORDER BY rowid",
+            [id],
+            |row| {
                 Ok(StoredFigure {
                     id: row.get(0)?,
                     unit: row.get(1)?,
@@ -442,28 +441,20 @@ impl ResultsDb {
                     lab: row.get(3)?,
                     role: row.get(4)?,
                 })
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, published_pct, lab_pct FROM effects
-                 WHERE run_id = ?1 ORDER BY rowid",
-            )
-            .map_err(|e| self.err(e))?;
-        run.effects = stmt
-            .query_map([id], |row| {
+            },
+        )?;
+        run.effects = self.select(
+            "SELECT id, published_pct, lab_pct FROM effects
+             WHERE run_id = ?1 ORDER BY rowid",
+            [id],
+            |row| {
                 Ok(StoredEffect {
                     id: row.get(0)?,
                     published_pct: row.get(1)?,
                     lab_pct: row.get(2)?,
                 })
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
+            },
+        )?;
         run.measurements = self.measurements(id)?;
         Ok(run)
     }
@@ -475,14 +466,6 @@ impl ResultsDb {
             path: self.path.clone(),
             what: format!("run {id}: {what}: {e}"),
         };
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT position, config, attrs, latency, cpu_user_ns, cpu_system_ns,
-                        cpu_spin_ns, cpu_idle_ns
-                 FROM measurements WHERE run_id = ?1 ORDER BY position",
-            )
-            .map_err(|e| self.err(e))?;
         type Row = (
             i64,
             String,
@@ -493,8 +476,12 @@ impl ResultsDb {
             Option<i64>,
             Option<i64>,
         );
-        let rows: Vec<Row> = stmt
-            .query_map([id], |r| {
+        let rows: Vec<Row> = self.select(
+            "SELECT position, config, attrs, latency, cpu_user_ns, cpu_system_ns,
+                    cpu_spin_ns, cpu_idle_ns
+             FROM measurements WHERE run_id = ?1 ORDER BY position",
+            [id],
+            |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
@@ -505,10 +492,8 @@ impl ResultsDb {
                     r.get(6)?,
                     r.get(7)?,
                 ))
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
+            },
+        )?;
         let mut metric_stmt = self
             .conn
             .prepare(

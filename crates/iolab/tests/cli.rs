@@ -1,13 +1,10 @@
 //! The `iolab` binary as a user runs it: exit codes, messages and output shapes.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+mod common;
+
+use common::iolab;
 
 #[test]
 fn version_prints_the_crate_version() {

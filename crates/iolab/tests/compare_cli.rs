@@ -1,24 +1,14 @@
 //! `iolab compare` end to end: groups of lab repetitions, imported files, every output
 //! format, and bad sides.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+mod common;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iolab-compare-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+use common::{iolab, stderr, temp_dir};
 
 fn repo(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,10 +16,6 @@ fn repo(rel: &str) -> String {
         .to_str()
         .expect("utf-8 path")
         .to_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn ok(out: Output) -> String {

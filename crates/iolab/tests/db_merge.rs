@@ -2,31 +2,12 @@
 //! with the output left unchanged.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use rusqlite::Connection;
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+mod common;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iolab-db-merge-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{iolab, s, stderr, temp_dir};
 
 /// A 3-point sweep of the (short) ipmmu-usb scenario over seeds.
 fn write_grid(dir: &Path) -> PathBuf {

@@ -3,14 +3,10 @@
 //! machine with no IOMMU at all.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+mod common;
+
+use common::iolab;
 
 /// Builds a fake root: IOMMU units, groups `(id, type, devices)`, and a command line.
 fn fake_root(

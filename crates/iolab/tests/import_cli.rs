@@ -1,24 +1,14 @@
 //! `iolab import` on real tools' outputs (tests/data, see its README for the commands that
 //! made them): what is stored, and that bad files store nothing.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+mod common;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iolab-import-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+use common::{iolab, stderr, temp_dir};
 
 fn data(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -27,10 +17,6 @@ fn data(name: &str) -> String {
         .to_str()
         .expect("utf-8 path")
         .to_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn import(db: &str, tool: &str, file: &str) -> Output {

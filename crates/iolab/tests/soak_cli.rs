@@ -1,14 +1,9 @@
 //! `iolab soak` as a user runs it: both directions by default, one with `--direction`, the
 //! report's shape, and bad input with exit code 2.
 
-use std::process::{Command, Output};
+mod common;
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+use common::iolab;
 
 /// 20 virtual ms (5.6e-6 h), a checkpoint every 5 ms, 8 threads.
 const SHORT: [&str; 8] = [

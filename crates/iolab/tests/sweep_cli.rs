@@ -2,31 +2,12 @@
 //! with `[set]`), points stored with their axis values, shards, and bad grids.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use rusqlite::Connection;
 
-fn iolab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iolab"))
-        .args(args)
-        .output()
-        .expect("the iolab binary runs")
-}
+mod common;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("iolab-sweep-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{iolab, s, stderr, temp_dir};
 
 /// Fixed fields that make each smmuv3-cmdq run short (5 ms measured per row).
 const SHORT: &str = r#"

@@ -258,14 +258,7 @@ pub const MAX_SEEKER_CPUS: usize = 64;
 pub(crate) fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let s: Scenario = doc.deserialize()?;
-    if s.experiment != NAME {
-        return Err(doc
-            .field_error(
-                "experiment",
-                format!("expected \"{NAME}\", found \"{}\"", s.experiment),
-            )
-            .into());
-    }
+    super::expect_experiment(&doc, &s.experiment, NAME)?;
     let profile = PlatformProfile::bundled(&s.platform)?;
     let flush = profile.require_register_flush()?;
     let _ = flush;

@@ -17,7 +17,7 @@ pub mod smmuv3_cmdq;
 
 use crate::cost::CostError;
 use crate::experiment::{ExperimentOptions, ExperimentReport};
-use crate::tomlfile::InputError;
+use crate::tomlfile::{InputError, TomlDoc};
 use crate::SimError;
 
 /// Why an experiment could not produce its report.
@@ -70,6 +70,21 @@ pub const NAMES: [&str; 4] = [
 
 /// Experiments of the lab's own (no published figures) that run only when named.
 pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
+
+/// Checks that a scenario's `experiment` key, `found`, names `name`.
+pub(crate) fn expect_experiment(
+    doc: &TomlDoc<'_>,
+    found: &str,
+    name: &str,
+) -> Result<(), InputError> {
+    if found != name {
+        return Err(doc.field_error(
+            "experiment",
+            format!("expected \"{name}\", found \"{found}\""),
+        ));
+    }
+    Ok(())
+}
 
 /// Whether `name` is an experiment (published or extra).
 pub fn is_known(name: &str) -> bool {

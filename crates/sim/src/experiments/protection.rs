@@ -553,6 +553,24 @@ pub struct EventQueueCounts {
     pub overflows: u64,
 }
 
+impl EventQueueCounts {
+    /// Adds `other`'s counts to these (the total over several runs).
+    pub fn add(&mut self, other: &EventQueueCounts) {
+        self.written += other.written;
+        self.lost += other.lost;
+        self.overflows += other.overflows;
+    }
+
+    /// Every count put through `f` (for example, a total over runs made a mean).
+    pub fn map(&self, f: impl Fn(u64) -> u64) -> EventQueueCounts {
+        EventQueueCounts {
+            written: f(self.written),
+            lost: f(self.lost),
+            overflows: f(self.overflows),
+        }
+    }
+}
+
 /// One row's result (the mean of its runs).
 #[derive(Clone, Debug)]
 pub struct ModeResult {
@@ -682,7 +700,7 @@ fn run_mode(v: &Validated, row: &RowSpec, seed: u64) -> Result<ModeResult, Exper
         _ => None,
     };
     let config = format!("nvme.{}.{}", row.platform, row.name());
-    let mut measurement = protection_metrics(
+    let measurement = protection_metrics(
         fio::measurement(&config, &spec, &g, usr, sys)
             .attr("iommu_mode", mode.name())
             .attr("device", "nvme")
@@ -706,45 +724,34 @@ fn run_mode(v: &Validated, row: &RowSpec, seed: u64) -> Result<ModeResult, Exper
             ),
         &protection,
         window_ns,
-    )
-    .metric(Metric::new(
-        "hostile.stale_reads",
-        "count",
-        exposure.stale_reads as f64,
-    ))
-    .metric(Metric::new(
-        "hostile.stale_writes",
-        "count",
-        exposure.stale_writes as f64,
-    ))
-    .metric(Metric::new(
-        "hostile.stale_read_bytes",
-        "B",
-        exposure.stale_read_bytes as f64,
-    ))
-    .metric(Metric::new(
-        "hostile.neighbour_readable_bytes",
-        "B",
-        exposure.neighbour_readable_bytes as f64,
-    ))
-    .metric(Metric::new(
-        "hostile.neighbour_writable_bytes",
-        "B",
-        exposure.neighbour_writable_bytes as f64,
-    ));
+    );
+    let mut measurement = counts(
+        measurement,
+        &[
+            ("hostile.stale_reads", "count", exposure.stale_reads),
+            ("hostile.stale_writes", "count", exposure.stale_writes),
+            ("hostile.stale_read_bytes", "B", exposure.stale_read_bytes),
+            (
+                "hostile.neighbour_readable_bytes",
+                "B",
+                exposure.neighbour_readable_bytes,
+            ),
+            (
+                "hostile.neighbour_writable_bytes",
+                "B",
+                exposure.neighbour_writable_bytes,
+            ),
+        ],
+    );
     if let Some(e) = events {
-        measurement = measurement
-            .metric(Metric::new(
-                "faults.event_queue_overflows",
-                "count",
-                e.overflows as f64,
-            ))
-            .metric(Metric::new(
-                "faults.events_written",
-                "count",
-                e.written as f64,
-            ))
-            .metric(Metric::new("faults.events_lost", "count", e.lost as f64));
+        measurement = counts(
+            measurement,
+            &[
+                ("faults.event_queue_overflows", "count", e.overflows),
+                ("faults.events_written", "count", e.written),
+                ("faults.events_lost", "count", e.lost),
+            ],
+        );
     }
     Ok(ModeResult {
         mode,
@@ -790,21 +797,10 @@ fn average(runs: Vec<ModeResult>) -> Result<ModeResult, ExperimentError> {
         bw += r.bw_bytes_per_s;
         sys += r.sys_pct;
         run_ns += r.run_ns;
-        let x = r.exposure;
-        e.stale_read_attempts += x.stale_read_attempts;
-        e.stale_reads += x.stale_reads;
-        e.stale_read_bytes += x.stale_read_bytes;
-        e.stale_write_attempts += x.stale_write_attempts;
-        e.stale_writes += x.stale_writes;
-        e.stale_write_bytes += x.stale_write_bytes;
-        e.neighbour_attempts += x.neighbour_attempts;
-        e.neighbour_readable_bytes += x.neighbour_readable_bytes;
-        e.neighbour_writable_bytes += x.neighbour_writable_bytes;
+        e.add(&r.exposure);
         p.merge(&r.protection);
         if let (Some(a), Some(b)) = (ev.as_mut(), r.events) {
-            a.written += b.written;
-            a.lost += b.lost;
-            a.overflows += b.overflows;
+            a.add(&b);
         }
         for (i, m) in first_metrics.iter().enumerate() {
             let v = r.measurement.get(&m.name).map(|x| x.value).ok_or_else(|| {
@@ -829,17 +825,7 @@ fn average(runs: Vec<ModeResult>) -> Result<ModeResult, ExperimentError> {
     acc.run_ns = run_ns / n;
     acc.runs = n as u32;
     let m = |x: u64| mean_u64(x, n);
-    acc.exposure = ExposureReport {
-        stale_read_attempts: m(e.stale_read_attempts),
-        stale_reads: m(e.stale_reads),
-        stale_read_bytes: m(e.stale_read_bytes),
-        stale_write_attempts: m(e.stale_write_attempts),
-        stale_writes: m(e.stale_writes),
-        stale_write_bytes: m(e.stale_write_bytes),
-        neighbour_attempts: m(e.neighbour_attempts),
-        neighbour_readable_bytes: m(e.neighbour_readable_bytes),
-        neighbour_writable_bytes: m(e.neighbour_writable_bytes),
-    };
+    acc.exposure = e.map(m);
     acc.protection = ProtectionStats {
         stale_hits: m(p.stale_hits),
         stale_bytes: m(p.stale_bytes),
@@ -850,11 +836,7 @@ fn average(runs: Vec<ModeResult>) -> Result<ModeResult, ExperimentError> {
         permission_faults: m(p.permission_faults),
         ..p
     };
-    acc.events = ev.map(|a| EventQueueCounts {
-        written: m(a.written),
-        lost: m(a.lost),
-        overflows: m(a.overflows),
-    });
+    acc.events = ev.map(|a| a.map(m));
     for (metric, sum) in acc.measurement.metrics.iter_mut().zip(sums) {
         metric.value = sum / nf;
     }
@@ -881,48 +863,44 @@ pub fn protection_metrics(
     p: &ProtectionStats,
     max_reachable_ns: u64,
 ) -> Measurement {
-    let m = m.metric(Metric::new(
-        "protection.stale_hits",
-        "count",
-        p.stale_hits as f64,
-    ));
+    let m = counts(m, &[("protection.stale_hits", "count", p.stale_hits)]);
     exposure_metrics(m, p, max_reachable_ns)
+}
+
+/// `m` with a metric per `(name, unit, count)`, in order.
+fn counts(m: Measurement, list: &[(&str, &str, u64)]) -> Measurement {
+    list.iter().fold(m, |m, &(name, unit, v)| {
+        m.metric(Metric::new(name, unit, v as f64))
+    })
 }
 
 /// The protection report's metrics but the stale-hit count, for a model with no device-side
 /// cache to observe stale hits in: the reachable window (`max_reachable_ns`), sub-page
 /// exposure, bypassed accesses and faults.
 pub fn exposure_metrics(m: Measurement, p: &ProtectionStats, max_reachable_ns: u64) -> Measurement {
-    m.metric(Metric::new(
-        "protection.max_reachable_after_unmap_ns",
-        "ns",
-        max_reachable_ns as f64,
-    ))
-    .metric(Metric::new(
-        "protection.subpage_exposed_bytes",
-        "B",
-        p.subpage_exposed_bytes as f64,
-    ))
-    .metric(Metric::new(
-        "protection.max_subpage_exposed_bytes",
-        "B",
-        p.max_subpage_exposed_bytes as f64,
-    ))
-    .metric(Metric::new(
-        "protection.bypass_accesses",
-        "count",
-        p.bypass_accesses as f64,
-    ))
-    .metric(Metric::new(
-        "faults.translation",
-        "count",
-        p.translation_faults as f64,
-    ))
-    .metric(Metric::new(
-        "faults.permission",
-        "count",
-        p.permission_faults as f64,
-    ))
+    counts(
+        m,
+        &[
+            (
+                "protection.max_reachable_after_unmap_ns",
+                "ns",
+                max_reachable_ns,
+            ),
+            (
+                "protection.subpage_exposed_bytes",
+                "B",
+                p.subpage_exposed_bytes,
+            ),
+            (
+                "protection.max_subpage_exposed_bytes",
+                "B",
+                p.max_subpage_exposed_bytes,
+            ),
+            ("protection.bypass_accesses", "count", p.bypass_accesses),
+            ("faults.translation", "count", p.translation_faults),
+            ("faults.permission", "count", p.permission_faults),
+        ],
+    )
 }
 
 /// Runs every row `runs` times (seeds from [`crate::engine::rng::repetition_seed`]) and

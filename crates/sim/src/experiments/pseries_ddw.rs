@@ -233,14 +233,7 @@ fn checkf(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<(),
 pub(crate) fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> {
     let doc = TomlDoc::parse(text, origin)?;
     let sc: Scenario = doc.deserialize()?;
-    if sc.experiment != NAME {
-        return Err(doc
-            .field_error(
-                "experiment",
-                format!("expected \"{NAME}\", found \"{}\"", sc.experiment),
-            )
-            .into());
-    }
+    super::expect_experiment(&doc, &sc.experiment, NAME)?;
     if !PUBLISHED.iter().any(|p| p.0 == sc.calibrated_from) {
         return Err(doc
             .field_error(

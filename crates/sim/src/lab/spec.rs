@@ -7,6 +7,7 @@
 //! serde cannot express (ranges, caps, combinations) name their field through
 //! [`TomlDoc::field_error`]. See docs/SCENARIOS.md for every field, default and cap.
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -749,6 +750,90 @@ fn real(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<f64, 
     Ok(v)
 }
 
+/// Microseconds as whole nanoseconds.
+fn us_to_ns(us: f64) -> u64 {
+    (us * 1e3).round() as u64
+}
+
+/// The checks of one table's optional fields (`device[0]`, `workload`, ...): each takes
+/// the field's value or its default, checks it with [`range`], [`real`] or [`cpu`], and
+/// names `{table}.{field}` in its error.
+struct Fields<'a, 'd> {
+    doc: &'a TomlDoc<'d>,
+    table: String,
+}
+
+impl<'a, 'd> Fields<'a, 'd> {
+    fn new(doc: &'a TomlDoc<'d>, table: impl Into<String>) -> Self {
+        Fields {
+            doc,
+            table: table.into(),
+        }
+    }
+
+    /// The field's path in errors.
+    fn path(&self, field: &str) -> String {
+        format!("{}.{field}", self.table)
+    }
+
+    /// An integer field's value `v`, which must be in `bounds` (`what` names its unit or
+    /// cap).
+    fn int<T: PartialOrd + Copy + std::fmt::Display>(
+        &self,
+        field: &str,
+        v: T,
+        bounds: RangeInclusive<T>,
+        what: &str,
+    ) -> Result<T, InputError> {
+        let (lo, hi) = bounds.into_inner();
+        range(self.doc, &self.path(field), v, lo, hi, what)
+    }
+
+    /// Replaces `target` with an integer field the table sets (checked as by
+    /// [`Fields::int`]); leaves it as it is when the field is absent.
+    fn set_int<T: PartialOrd + Copy + std::fmt::Display>(
+        &self,
+        target: &mut T,
+        field: &str,
+        v: Option<T>,
+        bounds: RangeInclusive<T>,
+        what: &str,
+    ) -> Result<(), InputError> {
+        if let Some(v) = v {
+            *target = self.int(field, v, bounds, what)?;
+        }
+        Ok(())
+    }
+
+    /// A real field's value `v`, which must be finite and in `bounds`.
+    fn real(&self, field: &str, v: f64, bounds: RangeInclusive<f64>) -> Result<f64, InputError> {
+        let (lo, hi) = bounds.into_inner();
+        real(self.doc, &self.path(field), v, lo, hi)
+    }
+
+    /// A time field written in microseconds (checked as by [`Fields::real`]), as whole
+    /// nanoseconds.
+    fn us_as_ns(
+        &self,
+        field: &str,
+        v: f64,
+        bounds: RangeInclusive<f64>,
+    ) -> Result<u64, InputError> {
+        Ok(us_to_ns(self.real(field, v, bounds)?))
+    }
+
+    /// A CPU index field, as [`cpu`] checks it.
+    fn cpu(
+        &self,
+        field: &str,
+        v: Option<usize>,
+        default: usize,
+        cpus: usize,
+    ) -> Result<usize, InputError> {
+        cpu(self.doc, &self.path(field), v, default, cpus)
+    }
+}
+
 /// Resolves `machine.platform`: a bundled profile name, or a path (relative to the
 /// scenario file's directory when the scenario came from a file).
 fn load_profile(
@@ -1057,6 +1142,7 @@ fn common<D, W>(
     f: &File<D, W>,
     base: Option<&Path>,
 ) -> Result<Common, ExperimentError> {
+    let machine = Fields::new(doc, "machine");
     let name = match &f.name {
         Some(n) if n.trim().is_empty() || n.len() > 200 => {
             return Err(doc
@@ -1071,15 +1157,13 @@ fn common<D, W>(
     };
     let profile = load_profile(doc, &f.machine.platform, base)?;
     let cpus = match f.machine.cpus {
-        Some(c) => range(doc, "machine.cpus", c, 1, MAX_CPUS, "(cap MAX_CPUS)")?,
+        Some(c) => machine.int("cpus", c, 1..=MAX_CPUS, "(cap MAX_CPUS)")?,
         None => (profile.cpu.cores as usize).clamp(1, MAX_CPUS),
     };
-    let memory_gib = range(
-        doc,
-        "machine.memory_gib",
+    let memory_gib = machine.int(
+        "memory_gib",
         f.machine.memory_gib.unwrap_or(d::MEMORY_GIB.0),
-        1,
-        MAX_MEMORY_GIB,
+        1..=MAX_MEMORY_GIB,
         "GiB (cap MAX_MEMORY_GIB)",
     )?;
     let iommu = iommu(doc, &f.iommu, &profile, memory_gib)?;
@@ -1103,6 +1187,7 @@ fn iommu(
     profile: &PlatformProfile,
     memory_gib: u64,
 ) -> Result<IommuSetup, ExperimentError> {
+    let table = Fields::new(doc, "iommu");
     let model = IommuModel::parse(&s.model).ok_or_else(|| {
         doc.field_error(
             "iommu.model",
@@ -1200,44 +1285,34 @@ fn iommu(
                 .into())
         }
     };
-    let cmdq_log2size = range(
-        doc,
-        "iommu.cmdq_log2size",
+    let cmdq_log2size = table.int(
+        "cmdq_log2size",
         s.cmdq_log2size.unwrap_or(d::CMDQ_LOG2SIZE.0),
-        4,
-        MAX_CMDQ_LOG2SIZE,
+        4..=MAX_CMDQ_LOG2SIZE,
         "(cap MAX_CMDQ_LOG2SIZE)",
     )?;
-    let cmdq_batch_max = range(
-        doc,
-        "iommu.cmdq_batch_max",
+    let cmdq_batch_max = table.int(
+        "cmdq_batch_max",
         s.cmdq_batch_max.unwrap_or(d::CMDQ_BATCH_MAX.0),
-        2,
-        (1u32 << cmdq_log2size) - 1,
+        2..=(1u32 << cmdq_log2size) - 1,
         "commands (fewer than the queue's slots)",
     )?;
-    let flush_queue_size = range(
-        doc,
-        "iommu.flush_queue_size",
+    let flush_queue_size = table.int(
+        "flush_queue_size",
         s.flush_queue_size.unwrap_or(d::FLUSH_QUEUE_SIZE.0),
-        2,
-        MAX_FLUSH_QUEUE,
+        2..=MAX_FLUSH_QUEUE,
         "slots per CPU (cap MAX_FLUSH_QUEUE)",
     )?;
-    let flush_timeout_ms = range(
-        doc,
-        "iommu.flush_timeout_ms",
+    let flush_timeout_ms = table.int(
+        "flush_timeout_ms",
         s.flush_timeout_ms.unwrap_or(d::FLUSH_TIMEOUT_MS.0),
-        1,
-        MAX_RUN_MS,
+        1..=MAX_RUN_MS,
         "ms",
     )?;
-    let sba_delayed_frees = range(
-        doc,
-        "iommu.delayed_frees",
+    let sba_delayed_frees = table.int(
+        "delayed_frees",
         s.delayed_frees.unwrap_or(d::SBA_DELAYED_FREES.0),
-        0,
-        iolab_iommu::hw::sba::MAX_DELAYED_FREES,
+        0..=iolab_iommu::hw::sba::MAX_DELAYED_FREES,
         "unmaps (the model's cap)",
     )?;
     let sba_page_size = s.page_size.unwrap_or(d::SBA_PAGE_SIZE.0);
@@ -1249,12 +1324,10 @@ fn iommu(
             )
             .into());
     }
-    let default_window_mib = range(
-        doc,
-        "iommu.default_window_mib",
+    let default_window_mib = table.int(
+        "default_window_mib",
         s.default_window_mib.unwrap_or(d::DEFAULT_WINDOW_MIB.0),
-        256,
-        4096,
+        256..=4096,
         "MiB (a 32-bit window)",
     )?;
     let ddw_default = if mode == IommuMode::DdwDirect {
@@ -1262,12 +1335,10 @@ fn iommu(
     } else {
         (memory_gib / 2).max(1)
     };
-    let ddw_window_gib = range(
-        doc,
-        "iommu.ddw_window_gib",
+    let ddw_window_gib = table.int(
+        "ddw_window_gib",
         s.ddw_window_gib.unwrap_or(ddw_default),
-        1,
-        MAX_MEMORY_GIB,
+        1..=MAX_MEMORY_GIB,
         "GiB",
     )?;
     if mode == IommuMode::DdwDynamic && ddw_window_gib >= memory_gib {
@@ -1392,34 +1463,33 @@ fn usb(
             ))
         }
     };
-    if let Some(v) = s.command_overhead_ns {
-        c.command_overhead_ns = range(
-            doc,
-            "device[0].command_overhead_ns",
-            v,
-            0,
-            100_000_000,
-            "ns",
-        )?;
-    }
-    if let Some(v) = s.per_segment_ns {
-        c.per_segment_ns = range(doc, "device[0].per_segment_ns", v, 0, 1_000_000, "ns")?;
-    }
-    if let Some(v) = s.media_read_latency_us {
-        c.media_read_latency_ns =
-            (real(doc, "device[0].media_read_latency_us", v, 0.0, 1e6)? * 1e3).round() as u64;
-    }
-    if let Some(v) = s.completion_ns {
-        c.completion_ns = range(doc, "device[0].completion_ns", v, 0, 1_000_000, "ns")?;
-    }
-    c.storage_cpu = cpu(
-        doc,
-        "device[0].storage_cpu",
-        s.storage_cpu,
-        c.storage_cpu,
-        cpus,
+    let dev = Fields::new(doc, "device[0]");
+    dev.set_int(
+        &mut c.command_overhead_ns,
+        "command_overhead_ns",
+        s.command_overhead_ns,
+        0..=100_000_000,
+        "ns",
     )?;
-    c.irq_cpu = cpu(doc, "device[0].irq_cpu", s.irq_cpu, c.irq_cpu, cpus)?;
+    dev.set_int(
+        &mut c.per_segment_ns,
+        "per_segment_ns",
+        s.per_segment_ns,
+        0..=1_000_000,
+        "ns",
+    )?;
+    if let Some(us) = s.media_read_latency_us {
+        c.media_read_latency_ns = dev.us_as_ns("media_read_latency_us", us, 0.0..=1e6)?;
+    }
+    dev.set_int(
+        &mut c.completion_ns,
+        "completion_ns",
+        s.completion_ns,
+        0..=1_000_000,
+        "ns",
+    )?;
+    c.storage_cpu = dev.cpu("storage_cpu", s.storage_cpu, c.storage_cpu, cpus)?;
+    c.irq_cpu = dev.cpu("irq_cpu", s.irq_cpu, c.irq_cpu, cpus)?;
     Ok(UsbSetup {
         config: c,
         max_segment_size: b.max_segment_size,
@@ -1452,22 +1522,19 @@ fn bonnie(
     c: &Common,
     limits: crate::block::QueueLimits,
 ) -> Result<BonnieSetup, InputError> {
+    let wl = Fields::new(doc, "workload");
     let mut cfg = b.bonnie.clone();
-    let file_mib = range(
-        doc,
-        "workload.file_mib",
+    let file_mib = wl.int(
+        "file_mib",
         s.file_mib.unwrap_or(d::BONNIE_FILE_MIB.0),
-        1,
-        MAX_FILE_MIB,
+        1..=MAX_FILE_MIB,
         "MiB (cap MAX_FILE_MIB)",
     )?;
     let logical = s.logical_file_mib.unwrap_or(cfg.logical_file_bytes >> 20);
-    let logical = range(
-        doc,
-        "workload.logical_file_mib",
+    let logical = wl.int(
+        "logical_file_mib",
         logical,
-        file_mib,
-        MAX_TARGET_GIB << 10,
+        file_mib..=MAX_TARGET_GIB << 10,
         "MiB (at least file_mib)",
     )?;
     // Dirty thresholds scale with the file, as in the bundled scenario.
@@ -1476,13 +1543,11 @@ fn bonnie(
     cfg.dirty_limit = ((cfg.dirty_limit as f64 * scale) as u64).max(cfg.dirty_background + 4096);
     cfg.file_bytes = file_mib << 20;
     cfg.logical_file_bytes = logical << 20;
-    let ram_mib = range(
-        doc,
-        "workload.ram_mib",
+    let ram_mib = wl.int(
+        "ram_mib",
         s.ram_mib
             .unwrap_or(cfg.ram_banks.iter().map(|&(_, b)| b).sum::<u64>() >> 20),
-        1,
-        MAX_MEMORY_GIB << 10,
+        1..=MAX_MEMORY_GIB << 10,
         "MiB",
     )?;
     // One bank above the first 4 GiB: the workload scenario's device reaches all of it
@@ -1506,9 +1571,7 @@ fn bonnie(
         }
         cfg.chunk = ch;
     }
-    if let Some(n) = s.seeks {
-        cfg.seeks = range(doc, "workload.seeks", n, 1, 1_000_000, "seeks")?;
-    }
+    wl.set_int(&mut cfg.seeks, "seeks", s.seeks, 1..=1_000_000, "seeks")?;
     if let Some(cpus) = &s.seeker_cpus {
         if cpus.is_empty() || cpus.len() > MAX_THREADS as usize {
             return Err(doc.field_error(
@@ -1517,27 +1580,15 @@ fn bonnie(
             ));
         }
         for &x in cpus {
-            cpu(doc, "workload.seeker_cpus", Some(x), 0, c.cpus)?;
+            wl.cpu("seeker_cpus", Some(x), 0, c.cpus)?;
         }
         cfg.seeker_cpus = cpus.clone();
     } else {
         cfg.seeker_cpus = cfg.seeker_cpus.iter().map(|&x| x % c.cpus).collect();
     }
     cfg.seekers = cfg.seeker_cpus.len();
-    cfg.bonnie_cpu = cpu(
-        doc,
-        "workload.bonnie_cpu",
-        s.bonnie_cpu,
-        cfg.bonnie_cpu,
-        c.cpus,
-    )?;
-    cfg.flusher_cpu = cpu(
-        doc,
-        "workload.flusher_cpu",
-        s.flusher_cpu,
-        cfg.flusher_cpu,
-        c.cpus,
-    )?;
+    cfg.bonnie_cpu = wl.cpu("bonnie_cpu", s.bonnie_cpu, cfg.bonnie_cpu, c.cpus)?;
+    cfg.flusher_cpu = wl.cpu("flusher_cpu", s.flusher_cpu, cfg.flusher_cpu, c.cpus)?;
     cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
     cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
     cfg.limits = limits;
@@ -1582,46 +1633,38 @@ fn nic(
     ),
     InputError,
 > {
+    let dev = Fields::new(doc, "device[0]");
     let mut link = b.link;
     let mut stream = b.base;
     if let Some(g) = s.link_gbps {
-        link.gbps = real(doc, "device[0].link_gbps", g, 0.001, 10_000.0)?;
+        link.gbps = dev.real("link_gbps", g, 0.001..=10_000.0)?;
     }
     if let Some(mtu) = s.mtu {
-        let mtu = range(doc, "device[0].mtu", mtu, 576, 65_535, "bytes")?;
+        let mtu = dev.int("mtu", mtu, 576..=65_535, "bytes")?;
         let headers = b.sc.nic.tcpip_header_bytes.value;
         link.mss = mtu.saturating_sub(headers).max(1);
     }
-    if let Some(q) = s.queues {
-        stream.queues = range(
-            doc,
-            "device[0].queues",
-            q,
-            1,
-            MAX_DEVICE_QUEUES,
-            "(cap MAX_DEVICE_QUEUES)",
-        )?;
-    }
-    if let Some(t) = s.tx_ring_entries {
-        stream.tx_ring_entries = range(
-            doc,
-            "device[0].tx_ring_entries",
-            t,
-            1,
-            MAX_IODEPTH as usize,
-            "(cap MAX_IODEPTH)",
-        )?;
-    }
-    if let Some(r) = s.rx_ring_pages {
-        stream.rx_ring_pages = range(
-            doc,
-            "device[0].rx_ring_pages",
-            r,
-            1,
-            MAX_IODEPTH as usize,
-            "(cap MAX_IODEPTH)",
-        )?;
-    }
+    dev.set_int(
+        &mut stream.queues,
+        "queues",
+        s.queues,
+        1..=MAX_DEVICE_QUEUES,
+        "(cap MAX_DEVICE_QUEUES)",
+    )?;
+    dev.set_int(
+        &mut stream.tx_ring_entries,
+        "tx_ring_entries",
+        s.tx_ring_entries,
+        1..=MAX_IODEPTH as usize,
+        "(cap MAX_IODEPTH)",
+    )?;
+    dev.set_int(
+        &mut stream.rx_ring_pages,
+        "rx_ring_pages",
+        s.rx_ring_pages,
+        1..=MAX_IODEPTH as usize,
+        "(cap MAX_IODEPTH)",
+    )?;
     Ok((link, stream))
 }
 
@@ -1632,6 +1675,7 @@ fn netperf(
     c: &Common,
     mut stream: crate::workloads::netperf::StreamConfig,
 ) -> Result<NetperfSetup, InputError> {
+    let wl = Fields::new(doc, "workload");
     use crate::workloads::netperf::StreamDirection;
     stream.direction = match s.direction.as_deref().unwrap_or("write") {
         "write" => StreamDirection::Write,
@@ -1646,23 +1690,23 @@ fn netperf(
         }
     };
     let max_threads = c.cpus.min(MAX_THREADS as usize);
-    stream.threads = range(
-        doc,
-        "workload.threads",
+    stream.threads = wl.int(
+        "threads",
         s.threads.unwrap_or(1),
-        1,
-        max_threads,
+        1..=max_threads,
         "(at most machine.cpus; cap MAX_THREADS)",
     )?;
-    if let Some(m) = s.message_bytes {
-        stream.message_bytes = range(doc, "workload.message_bytes", m, 1, 16 << 20, "bytes")?;
-    }
-    let run_ms = range(
-        doc,
-        "workload.run_ms",
+    wl.set_int(
+        &mut stream.message_bytes,
+        "message_bytes",
+        s.message_bytes,
+        1..=16 << 20,
+        "bytes",
+    )?;
+    let run_ms = wl.int(
+        "run_ms",
         s.run_ms,
-        1,
-        MAX_RUN_MS,
+        1..=MAX_RUN_MS,
         "ms of virtual time (cap MAX_RUN_MS)",
     )?;
     let warmup_ms = s.warmup_ms.unwrap_or(b.base.warmup_ns / 1_000_000);
@@ -1702,23 +1746,26 @@ fn kernel(
     driver_submit_ns: u64,
     driver_complete_ns: u64,
 ) -> Result<BlockKernel, InputError> {
-    let ns = |path: &str, v: Option<u64>, default: u64| {
-        range(doc, path, v.unwrap_or(default), 0, 1_000_000, "ns")
+    let (kernel, dev) = (Fields::new(doc, "kernel"), Fields::new(doc, "device[0]"));
+    let ns = |t: &Fields<'_, '_>, field: &str, v: Option<u64>, default: u64| {
+        t.int(field, v.unwrap_or(default), 0..=1_000_000, "ns")
     };
     Ok(BlockKernel {
         block_submit_ns: ns(
-            "kernel.block_submit_ns",
+            &kernel,
+            "block_submit_ns",
             k.block_submit_ns,
             d::BLOCK_SUBMIT_NS.0,
         )?,
         block_complete_ns: ns(
-            "kernel.block_complete_ns",
+            &kernel,
+            "block_complete_ns",
             k.block_complete_ns,
             d::BLOCK_COMPLETE_NS.0,
         )?,
-        irq_entry_ns: ns("kernel.irq_entry_ns", k.irq_entry_ns, d::IRQ_ENTRY_NS.0)?,
-        driver_submit_ns: ns("device[0].submit_ns", Some(driver_submit_ns), 0)?,
-        driver_complete_ns: ns("device[0].complete_ns", Some(driver_complete_ns), 0)?,
+        irq_entry_ns: ns(&kernel, "irq_entry_ns", k.irq_entry_ns, d::IRQ_ENTRY_NS.0)?,
+        driver_submit_ns: ns(&dev, "submit_ns", Some(driver_submit_ns), 0)?,
+        driver_complete_ns: ns(&dev, "complete_ns", Some(driver_complete_ns), 0)?,
     })
 }
 
@@ -1728,48 +1775,36 @@ fn nvme(
     s: &NvmeSpec,
     cpus: usize,
 ) -> Result<crate::devices::nvme::NvmeParams, InputError> {
-    let at = |f: &str| format!("device[{i}].{f}");
-    let io_queues = range(
-        doc,
-        &at("io_queues"),
+    let dev = Fields::new(doc, format!("device[{i}]"));
+    let io_queues = dev.int(
+        "io_queues",
         s.io_queues.unwrap_or(d::NVME_IO_QUEUES.0),
-        1,
-        MAX_DEVICE_QUEUES,
+        1..=MAX_DEVICE_QUEUES,
         "(cap MAX_DEVICE_QUEUES)",
     )?;
     Ok(crate::devices::nvme::NvmeParams {
         // Linux creates one queue pair per CPU, up to the controller's count.
         io_queues: io_queues.min(cpus),
-        max_iops: real(
-            doc,
-            &at("max_iops"),
+        max_iops: dev.real(
+            "max_iops",
             s.max_iops.unwrap_or(d::NVME_MAX_IOPS.0),
-            1.0,
-            1e8,
+            1.0..=1e8,
         )?,
-        bandwidth: real(
-            doc,
-            &at("bandwidth_gb_per_s"),
+        bandwidth: dev.real(
+            "bandwidth_gb_per_s",
             s.bandwidth_gb_per_s.unwrap_or(d::NVME_BANDWIDTH_GB_PER_S.0),
-            0.001,
-            1000.0,
+            0.001..=1000.0,
         )? * 1e9,
-        read_latency_ns: (real(
-            doc,
-            &at("read_latency_us"),
+        read_latency_ns: dev.us_as_ns(
+            "read_latency_us",
             s.read_latency_us.unwrap_or(d::NVME_READ_LATENCY_US.0),
-            0.0,
-            1e6,
-        )? * 1e3)
-            .round() as u64,
-        write_latency_ns: (real(
-            doc,
-            &at("write_latency_us"),
+            0.0..=1e6,
+        )?,
+        write_latency_ns: dev.us_as_ns(
+            "write_latency_us",
             s.write_latency_us.unwrap_or(d::NVME_WRITE_LATENCY_US.0),
-            0.0,
-            1e6,
-        )? * 1e3)
-            .round() as u64,
+            0.0..=1e6,
+        )?,
     })
 }
 
@@ -1778,62 +1813,46 @@ fn sas(
     i: usize,
     s: &SasSpec,
 ) -> Result<crate::devices::sas::SasParams, InputError> {
-    let at = |f: &str| format!("device[{i}].{f}");
+    let dev = Fields::new(doc, format!("device[{i}]"));
     Ok(crate::devices::sas::SasParams {
-        disks: range(
-            doc,
-            &at("disks"),
+        disks: dev.int(
+            "disks",
             s.disks.unwrap_or(d::SAS_DISKS.0),
-            1,
-            MAX_DISKS,
+            1..=MAX_DISKS,
             "(cap MAX_DISKS)",
         )?,
-        completion_queues: range(
-            doc,
-            &at("completion_queues"),
+        completion_queues: dev.int(
+            "completion_queues",
             s.completion_queues.unwrap_or(d::SAS_COMPLETION_QUEUES.0),
-            1,
-            MAX_DEVICE_QUEUES,
+            1..=MAX_DEVICE_QUEUES,
             "(cap MAX_DEVICE_QUEUES)",
         )?,
-        hba_command_ns: real(
-            doc,
-            &at("hba_command_ns"),
+        hba_command_ns: dev.real(
+            "hba_command_ns",
             s.hba_command_ns.unwrap_or(d::SAS_HBA_COMMAND_NS.0),
-            0.0,
-            1e6,
+            0.0..=1e6,
         )?,
-        disk_read_latency_ns: (real(
-            doc,
-            &at("disk_read_latency_us"),
+        disk_read_latency_ns: dev.us_as_ns(
+            "disk_read_latency_us",
             s.disk_read_latency_us
                 .unwrap_or(d::SAS_DISK_READ_LATENCY_US.0),
-            0.0,
-            1e6,
-        )? * 1e3)
-            .round() as u64,
-        disk_write_latency_ns: (real(
-            doc,
-            &at("disk_write_latency_us"),
+            0.0..=1e6,
+        )?,
+        disk_write_latency_ns: dev.us_as_ns(
+            "disk_write_latency_us",
             s.disk_write_latency_us
                 .unwrap_or(d::SAS_DISK_WRITE_LATENCY_US.0),
-            0.0,
-            1e6,
-        )? * 1e3)
-            .round() as u64,
-        disk_max_iops: real(
-            doc,
-            &at("disk_max_iops"),
-            s.disk_max_iops.unwrap_or(d::SAS_DISK_MAX_IOPS.0),
-            1.0,
-            1e8,
+            0.0..=1e6,
         )?,
-        link_bandwidth: real(
-            doc,
-            &at("link_gb_per_s"),
+        disk_max_iops: dev.real(
+            "disk_max_iops",
+            s.disk_max_iops.unwrap_or(d::SAS_DISK_MAX_IOPS.0),
+            1.0..=1e8,
+        )?,
+        link_bandwidth: dev.real(
+            "link_gb_per_s",
             s.link_gb_per_s.unwrap_or(d::SAS_LINK_GB_PER_S.0),
-            0.001,
-            1000.0,
+            0.001..=1000.0,
         )? * 1e9,
     })
 }
@@ -1843,104 +1862,75 @@ fn scsi(
     s: &ScsiSpec,
     profile: &PlatformProfile,
 ) -> Result<ScsiSetup, InputError> {
-    let at = |f: &str| format!("device[0].{f}");
-    let r = |f: &str, v: Option<f64>, def: f64, lo: f64, hi: f64| {
-        real(doc, &at(f), v.unwrap_or(def), lo, hi)
-    };
+    let dev = Fields::new(doc, "device[0]");
     let ghz = profile.cpu.clock_ghz;
-    let bus = r(
+    let bus = dev.real(
         "bus_mb_per_s",
-        s.bus_mb_per_s,
-        d::SCSI_BUS_MB_PER_S.0,
-        1.0,
-        1e6,
+        s.bus_mb_per_s.unwrap_or(d::SCSI_BUS_MB_PER_S.0),
+        1.0..=1e6,
     )?;
-    let per_cmd = r(
+    let per_cmd = dev.real(
         "hba_command_us",
-        s.hba_command_us,
-        d::SCSI_HBA_COMMAND_US.0,
-        0.0,
-        1e6,
+        s.hba_command_us.unwrap_or(d::SCSI_HBA_COMMAND_US.0),
+        0.0..=1e6,
     )?;
-    let hba_sge = r(
+    let hba_sge = dev.real(
         "hba_per_sge_ns",
-        s.hba_per_sge_ns,
-        d::SCSI_HBA_PER_SGE_NS.0,
-        0.0,
-        1e6,
+        s.hba_per_sge_ns.unwrap_or(d::SCSI_HBA_PER_SGE_NS.0),
+        0.0..=1e6,
     )?;
-    let submit = r(
+    let submit = dev.real(
         "submit_kcycles",
-        s.submit_kcycles,
-        d::SCSI_SUBMIT_KCYCLES.0,
-        0.0,
-        1e6,
+        s.submit_kcycles.unwrap_or(d::SCSI_SUBMIT_KCYCLES.0),
+        0.0..=1e6,
     )?;
-    let drv_sge = r(
+    let drv_sge = dev.real(
         "per_sge_cycles",
-        s.per_sge_cycles,
-        d::SCSI_PER_SGE_CYCLES.0,
-        0.0,
-        1e6,
+        s.per_sge_cycles.unwrap_or(d::SCSI_PER_SGE_CYCLES.0),
+        0.0..=1e6,
     )?;
-    let complete = r(
+    let complete = dev.real(
         "complete_kcycles",
-        s.complete_kcycles,
-        d::SCSI_COMPLETE_KCYCLES.0,
-        0.0,
-        1e6,
+        s.complete_kcycles.unwrap_or(d::SCSI_COMPLETE_KCYCLES.0),
+        0.0..=1e6,
     )?;
-    let cap = r(
+    let cap = dev.real(
         "capacity_gb",
-        s.capacity_gb,
-        d::SCSI_CAPACITY_GB.0,
-        1.0,
-        1e6,
+        s.capacity_gb.unwrap_or(d::SCSI_CAPACITY_GB.0),
+        1.0..=1e6,
     )?;
-    let rpm = r("rpm", s.rpm, d::SCSI_RPM.0, 1000.0, 30_000.0)?;
-    let seek_r = r(
+    let rpm = dev.real("rpm", s.rpm.unwrap_or(d::SCSI_RPM.0), 1000.0..=30_000.0)?;
+    let seek_r = dev.real(
         "seek_read_ms",
-        s.seek_read_ms,
-        d::SCSI_SEEK_READ_MS.0,
-        0.0,
-        100.0,
+        s.seek_read_ms.unwrap_or(d::SCSI_SEEK_READ_MS.0),
+        0.0..=100.0,
     )?;
-    let seek_w = r(
+    let seek_w = dev.real(
         "seek_write_ms",
-        s.seek_write_ms,
-        d::SCSI_SEEK_WRITE_MS.0,
-        0.0,
-        100.0,
+        s.seek_write_ms.unwrap_or(d::SCSI_SEEK_WRITE_MS.0),
+        0.0..=100.0,
     )?;
-    let media = r(
+    let media = dev.real(
         "media_mb_per_s",
-        s.media_mb_per_s,
-        d::SCSI_MEDIA_MB_PER_S.0,
-        1.0,
-        1e5,
+        s.media_mb_per_s.unwrap_or(d::SCSI_MEDIA_MB_PER_S.0),
+        1.0..=1e5,
     )?;
-    let sg_tablesize = range(
-        doc,
-        &at("sg_tablesize"),
+    let sg_tablesize = dev.int(
+        "sg_tablesize",
         s.sg_tablesize.unwrap_or(d::SCSI_SG_TABLESIZE.0),
-        1,
-        4096,
+        1..=4096,
         "SG elements",
     )?;
-    let max_sectors = range(
-        doc,
-        &at("max_sectors"),
+    let max_sectors = dev.int(
+        "max_sectors",
         s.max_sectors.unwrap_or(d::SCSI_MAX_SECTORS.0),
-        8,
-        1 << 20,
+        8..=1 << 20,
         "sectors of 512 bytes",
     )?;
-    let max_segment_kib = range(
-        doc,
-        &at("max_segment_kib"),
+    let max_segment_kib = dev.int(
+        "max_segment_kib",
         s.max_segment_kib.unwrap_or(d::SCSI_MAX_SEGMENT_KIB.0),
-        4,
-        1 << 20,
+        4..=1 << 20,
         "KiB",
     )?;
     Ok(ScsiSetup {
@@ -1972,31 +1962,16 @@ fn reaim(
     c: &Common,
     scsi: &ScsiSetup,
 ) -> Result<ReaimSetup, InputError> {
+    let wl = Fields::new(doc, "workload");
     use crate::workloads::reaim::{Task, Workfile};
-    let start = range(
-        doc,
-        "workload.start",
-        s.start,
-        1,
-        MAX_USERS,
-        "users (cap MAX_USERS)",
-    )?;
-    let end = range(
-        doc,
-        "workload.end",
+    let start = wl.int("start", s.start, 1..=MAX_USERS, "users (cap MAX_USERS)")?;
+    let end = wl.int(
+        "end",
         s.end,
-        start,
-        MAX_USERS,
+        start..=MAX_USERS,
         "users, from workload.start (cap MAX_USERS)",
     )?;
-    let increment = range(
-        doc,
-        "workload.increment",
-        s.increment,
-        1,
-        MAX_USERS,
-        "users",
-    )?;
+    let increment = wl.int("increment", s.increment, 1..=MAX_USERS, "users")?;
     let users: Vec<u32> = (start..=end).step_by(increment as usize).collect();
     if users.len() > MAX_RAMP_POINTS {
         return Err(doc.field_error(
@@ -2031,21 +2006,16 @@ fn reaim(
             }
             let mut v = Vec::with_capacity(list.len());
             for (i, t) in list.iter().enumerate() {
-                let at = |f: &str| format!("workload.task[{i}].{f}");
+                let task = Fields::new(doc, format!("workload.task[{i}]"));
                 if t.name.trim().is_empty() {
-                    return Err(doc.field_error(&at("name"), "expected a non-empty task name"));
+                    return Err(
+                        doc.field_error(&task.path("name"), "expected a non-empty task name")
+                    );
                 }
-                let weight = range(doc, &at("weight"), t.weight, 1, 10_000, "runs per job")?;
-                let user = real(doc, &at("user_kcycles"), t.user_kcycles, 0.0, 1e7)?;
-                let sys = real(doc, &at("sys_kcycles"), t.sys_kcycles, 0.0, 1e7)?;
-                let kib = range(
-                    doc,
-                    &at("sync_write_kib"),
-                    t.sync_write_kib,
-                    0,
-                    1 << 20,
-                    "KiB",
-                )?;
+                let weight = task.int("weight", t.weight, 1..=10_000, "runs per job")?;
+                let user = task.real("user_kcycles", t.user_kcycles, 0.0..=1e7)?;
+                let sys = task.real("sys_kcycles", t.sys_kcycles, 0.0..=1e7)?;
+                let kib = task.int("sync_write_kib", t.sync_write_kib, 0..=1 << 20, "KiB")?;
                 v.push(Task {
                     name: t.name.clone(),
                     weight,
@@ -2071,19 +2041,15 @@ fn reaim(
             ),
         ));
     }
-    let slice_ms = real(
-        doc,
-        "workload.timeslice_ms",
+    let slice_ms = wl.real(
+        "timeslice_ms",
         s.timeslice_ms.unwrap_or(d::REAIM_TIMESLICE_MS.0),
-        0.01,
-        10_000.0,
+        0.01..=10_000.0,
     )?;
-    let jitter = real(
-        doc,
-        "workload.jitter_pct",
+    let jitter = wl.real(
+        "jitter_pct",
         s.jitter_pct.unwrap_or(d::REAIM_JITTER_PCT.0),
-        0.0,
-        90.0,
+        0.0..=90.0,
     )? / 100.0;
     let fs_block = s.fs_block.unwrap_or(d::REAIM_FS_BLOCK.0);
     if !(512..=d::REAIM_PAGE.0).contains(&fs_block) || !fs_block.is_power_of_two() {
@@ -2095,12 +2061,10 @@ fn reaim(
             ),
         ));
     }
-    let journal_blocks = range(
-        doc,
-        "workload.journal_blocks",
+    let journal_blocks = wl.int(
+        "journal_blocks",
         s.journal_blocks.unwrap_or(d::REAIM_JOURNAL_BLOCKS.0),
-        1,
-        1024,
+        1..=1024,
         "blocks",
     )?;
     if scsi.disk_bytes / fs_block < 1 << 16 {
@@ -2131,6 +2095,7 @@ fn reaim(
 pub(crate) const BUFFER_BASE: u64 = 4 << 30;
 
 fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputError> {
+    let wl = Fields::new(doc, "workload");
     let rw = RwPattern::parse(&s.rw).ok_or_else(|| {
         doc.field_error(
             "workload.rw",
@@ -2143,12 +2108,10 @@ fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputErro
     if s.rwmixread.is_some() && rw != RwPattern::RandRw {
         return Err(doc.field_error("workload.rwmixread", "applies to rw = \"randrw\" only"));
     }
-    let rwmixread = range(
-        doc,
-        "workload.rwmixread",
+    let rwmixread = wl.int(
+        "rwmixread",
         s.rwmixread.unwrap_or(50),
-        0,
-        100,
+        0..=100,
         "percent reads",
     )?;
     let bs = s.bs.unwrap_or(d::FIO_BS.0);
@@ -2158,20 +2121,11 @@ fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputErro
             format!("expected a non-zero multiple of 512 bytes, got {bs}"),
         ));
     }
-    let bs = range(
-        doc,
-        "workload.bs",
-        bs,
-        512,
-        MAX_BLOCK_SIZE,
-        "bytes (cap MAX_BLOCK_SIZE)",
-    )?;
-    let iodepth = range(
-        doc,
-        "workload.iodepth",
+    let bs = wl.int("bs", bs, 512..=MAX_BLOCK_SIZE, "bytes (cap MAX_BLOCK_SIZE)")?;
+    let iodepth = wl.int(
+        "iodepth",
         s.iodepth.unwrap_or(d::FIO_IODEPTH.0),
-        1,
-        MAX_IODEPTH,
+        1..=MAX_IODEPTH,
         "(cap MAX_IODEPTH)",
     )?;
     let first_cpu = s.first_cpu.unwrap_or(0);
@@ -2182,12 +2136,10 @@ fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputErro
         ));
     }
     let max_jobs = (c.cpus - first_cpu).min(MAX_THREADS as usize) as u32;
-    let numjobs = range(
-        doc,
-        "workload.numjobs",
+    let numjobs = wl.int(
+        "numjobs",
         s.numjobs.unwrap_or(1),
-        1,
-        max_jobs,
+        1..=max_jobs,
         "(one job per CPU from first_cpu; cap MAX_THREADS)",
     )?;
     let inflight = u64::from(numjobs) * u64::from(iodepth);
@@ -2208,20 +2160,16 @@ fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputErro
             ),
         ));
     }
-    let size_gib = range(
-        doc,
-        "workload.size_gib",
+    let size_gib = wl.int(
+        "size_gib",
         s.size_gib.unwrap_or(d::FIO_SIZE_GIB.0),
-        1,
-        MAX_TARGET_GIB,
+        1..=MAX_TARGET_GIB,
         "GiB (cap MAX_TARGET_GIB)",
     )?;
-    let runtime_ms = range(
-        doc,
-        "workload.runtime_ms",
+    let runtime_ms = wl.int(
+        "runtime_ms",
         s.runtime_ms,
-        1,
-        MAX_RUN_MS,
+        1..=MAX_RUN_MS,
         "ms of virtual time (cap MAX_RUN_MS)",
     )?;
     let ramp_ms = s.ramp_ms.unwrap_or(d::FIO_RAMP_MS.0);
@@ -2234,28 +2182,22 @@ fn fio(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<FioSetup, InputErro
             ),
         ));
     }
-    let batch_submit = range(
-        doc,
-        "workload.iodepth_batch_submit",
+    let batch_submit = wl.int(
+        "iodepth_batch_submit",
         s.iodepth_batch_submit.unwrap_or(1),
-        1,
-        iodepth,
+        1..=iodepth,
         "(at most iodepth)",
     )?;
-    let batch_complete_min = range(
-        doc,
-        "workload.iodepth_batch_complete_min",
+    let batch_complete_min = wl.int(
+        "iodepth_batch_complete_min",
         s.iodepth_batch_complete_min.unwrap_or(1),
-        1,
-        iodepth,
+        1..=iodepth,
         "(at most iodepth)",
     )?;
-    let user_ns_per_io = range(
-        doc,
-        "workload.user_ns_per_io",
+    let user_ns_per_io = wl.int(
+        "user_ns_per_io",
         s.user_ns_per_io.unwrap_or(d::FIO_USER_NS_PER_IO.0),
-        0,
-        1_000_000,
+        0..=1_000_000,
         "ns",
     )?;
     Ok(FioSetup {

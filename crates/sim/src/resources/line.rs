@@ -3,10 +3,62 @@
 //! what a waiter does (spin or block) and what a hand-off costs.
 
 use std::collections::VecDeque;
+use std::task::Poll;
 
-use crate::accounting::LockStats;
-use crate::engine::kernel::{State, TaskRef, NO_TASK};
+use crate::accounting::{Account, LockStats};
+use crate::engine::kernel::{Burn, State, TaskRef, NO_TASK};
 use crate::engine::{Ctx, Handle, SimError};
+
+/// How a kind of lock is released: what [`Unlocking`] needs of it.
+pub(crate) trait Release {
+    /// Releases lock `idx` at the current time, handing it to the first waiter if any;
+    /// returns whether a waiter was handed it.
+    fn release(st: &mut State, idx: usize) -> bool;
+    /// The system time the releaser spends (`woke`: a waiter was handed the lock).
+    fn release_ns(st: &State, idx: usize, woke: bool) -> u64;
+}
+
+/// The unlock future both locks share: releases the lock when first polled, then spends
+/// the release cost as system time; dropped before its first poll, it still releases (at
+/// no cost).
+#[derive(Default)]
+pub(crate) struct Unlocking {
+    started: bool,
+    burn: Burn,
+}
+
+impl Unlocking {
+    /// Polls the unlock of lock `idx` of kind `K` by the task of `ctx`.
+    pub(crate) fn poll<K: Release>(&mut self, h: &Handle, ctx: &Ctx, idx: usize) -> Poll<()> {
+        let cpu = ctx.cpu_index();
+        let mut st = h.0.st.borrow_mut();
+        if !self.started {
+            self.started = true;
+            let woke = K::release(&mut st, idx);
+            let ns = K::release_ns(&st, idx, woke);
+            if self.burn.start(&mut st, cpu, ctx.task, Account::System, ns) {
+                return Poll::Ready(());
+            }
+            return Poll::Pending;
+        }
+        if self.burn.poll(&mut st, cpu) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// The unlock future is dropped: releases the lock if that has not happened yet, and
+    /// cancels the release cost's busy span.
+    pub(crate) fn abandon<K: Release>(&mut self, h: &Handle, ctx: &Ctx, idx: usize) {
+        if let Ok(mut st) = h.0.st.try_borrow_mut() {
+            if !self.started {
+                K::release(&mut st, idx);
+            }
+            self.burn.cancel(&mut st, ctx.cpu);
+        }
+    }
+}
 
 /// Registers a resource in one of the engine's resource tables (`table` picks it),
 /// counting it against the resource cap; returns its index.

@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use crate::accounting::{Account, LockStats};
 use crate::engine::kernel::{Burn, State};
 use crate::engine::{Ctx, Handle, SimError};
-use crate::resources::line::{lock_cpu, register, WaitLine};
+use crate::resources::line::{lock_cpu, register, Release, Unlocking, WaitLine};
 
 /// Costs of a sleeping lock, in nanoseconds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -54,16 +54,23 @@ pub(crate) struct SleepState {
     pub(crate) line: WaitLine,
 }
 
-/// Releases the lock at `now`; returns whether a waiter was woken.
-fn release(st: &mut State, idx: usize) -> bool {
-    let now = st.now;
-    let s = &mut st.sleep[idx];
-    match s.line.release(now, s.params.wakeup_ns) {
-        Some((at, w)) => {
-            st.schedule(at, w);
-            true
+impl Release for SleepLock {
+    /// Releases the lock at `now`; returns whether a waiter was woken.
+    fn release(st: &mut State, idx: usize) -> bool {
+        let now = st.now;
+        let s = &mut st.sleep[idx];
+        match s.line.release(now, s.params.wakeup_ns) {
+            Some((at, w)) => {
+                st.schedule(at, w);
+                true
+            }
+            None => false,
         }
-        None => false,
+    }
+
+    fn release_ns(st: &State, idx: usize, woke: bool) -> u64 {
+        let p = st.sleep[idx].params;
+        p.release_ns + if woke { p.wake_cost_ns } else { 0 }
     }
 }
 
@@ -230,8 +237,7 @@ impl<'a> SleepGuard<'a> {
         SleepUnlock {
             lock: self.lock,
             ctx: self.ctx,
-            started: false,
-            burn: Burn::default(),
+            unlocking: Unlocking::default(),
         }
     }
 }
@@ -240,7 +246,7 @@ impl Drop for SleepGuard<'_> {
     fn drop(&mut self) {
         if self.held {
             if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-                release(&mut st, self.lock.idx);
+                SleepLock::release(&mut st, self.lock.idx);
             }
         }
     }
@@ -251,44 +257,21 @@ impl Drop for SleepGuard<'_> {
 pub struct SleepUnlock<'a> {
     lock: &'a SleepLock,
     ctx: &'a Ctx,
-    started: bool,
-    burn: Burn,
+    unlocking: Unlocking,
 }
 
 impl Future for SleepUnlock<'_> {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        let cpu = this.ctx.cpu_index();
-        let mut st = this.lock.h.0.st.borrow_mut();
-        if !this.started {
-            this.started = true;
-            let woke = release(&mut st, this.lock.idx);
-            let p = st.sleep[this.lock.idx].params;
-            let ns = p.release_ns + if woke { p.wake_cost_ns } else { 0 };
-            if this
-                .burn
-                .start(&mut st, cpu, this.ctx.task, Account::System, ns)
-            {
-                return Poll::Ready(());
-            }
-            return Poll::Pending;
-        }
-        if this.burn.poll(&mut st, cpu) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        this.unlocking
+            .poll::<SleepLock>(&this.lock.h, this.ctx, this.lock.idx)
     }
 }
 
 impl Drop for SleepUnlock<'_> {
     fn drop(&mut self) {
-        if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-            if !self.started {
-                release(&mut st, self.lock.idx);
-            }
-            self.burn.cancel(&mut st, self.ctx.cpu);
-        }
+        self.unlocking
+            .abandon::<SleepLock>(&self.lock.h, self.ctx, self.lock.idx);
     }
 }

@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use crate::accounting::{Account, LockStats};
 use crate::engine::kernel::{Burn, State};
 use crate::engine::{Ctx, Handle, SimError};
-use crate::resources::line::{lock_cpu, register, WaitLine};
+use crate::resources::line::{lock_cpu, register, Release, Unlocking, WaitLine};
 
 /// Costs of a spinlock, in nanoseconds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -54,11 +54,21 @@ pub(crate) struct SpinState {
     pub(crate) line: WaitLine,
 }
 
-fn release(st: &mut State, idx: usize) {
-    let now = st.now;
-    let s = &mut st.spin[idx];
-    if let Some((at, w)) = s.line.release(now, s.params.handoff_ns) {
-        st.schedule(at, w);
+impl Release for SpinLock {
+    fn release(st: &mut State, idx: usize) -> bool {
+        let now = st.now;
+        let s = &mut st.spin[idx];
+        match s.line.release(now, s.params.handoff_ns) {
+            Some((at, w)) => {
+                st.schedule(at, w);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn release_ns(st: &State, idx: usize, _woke: bool) -> u64 {
+        st.spin[idx].params.release_ns
     }
 }
 
@@ -263,8 +273,7 @@ impl<'a> SpinGuard<'a> {
         SpinUnlock {
             lock: self.lock,
             ctx: self.ctx,
-            started: false,
-            burn: Burn::default(),
+            unlocking: Unlocking::default(),
         }
     }
 }
@@ -273,7 +282,7 @@ impl Drop for SpinGuard<'_> {
     fn drop(&mut self) {
         if self.held {
             if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-                release(&mut st, self.lock.idx);
+                SpinLock::release(&mut st, self.lock.idx);
             }
         }
     }
@@ -284,43 +293,21 @@ impl Drop for SpinGuard<'_> {
 pub struct SpinUnlock<'a> {
     lock: &'a SpinLock,
     ctx: &'a Ctx,
-    started: bool,
-    burn: Burn,
+    unlocking: Unlocking,
 }
 
 impl Future for SpinUnlock<'_> {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        let cpu = this.ctx.cpu_index();
-        let mut st = this.lock.h.0.st.borrow_mut();
-        if !this.started {
-            this.started = true;
-            release(&mut st, this.lock.idx);
-            let ns = st.spin[this.lock.idx].params.release_ns;
-            if this
-                .burn
-                .start(&mut st, cpu, this.ctx.task, Account::System, ns)
-            {
-                return Poll::Ready(());
-            }
-            return Poll::Pending;
-        }
-        if this.burn.poll(&mut st, cpu) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        this.unlocking
+            .poll::<SpinLock>(&this.lock.h, this.ctx, this.lock.idx)
     }
 }
 
 impl Drop for SpinUnlock<'_> {
     fn drop(&mut self) {
-        if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-            if !self.started {
-                release(&mut st, self.lock.idx);
-            }
-            self.burn.cancel(&mut st, self.ctx.cpu);
-        }
+        self.unlocking
+            .abandon::<SpinLock>(&self.lock.h, self.ctx, self.lock.idx);
     }
 }

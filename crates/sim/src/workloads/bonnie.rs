@@ -610,110 +610,76 @@ impl OpTimer {
     }
 }
 
-async fn phase_out_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
-    env.truncate();
+/// The five sequential phases, in bonnie++'s order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sequential {
+    /// putc() one stdio buffer at a time into an empty file.
+    OutChar,
+    /// write() a chunk at a time into an empty file.
+    OutBlock,
+    /// read() a chunk, change it, lseek() back and write() it.
+    Rewrite,
+    /// getc() one stdio buffer at a time.
+    InChar,
+    /// read() a chunk at a time.
+    InBlock,
+}
+
+/// One sequential phase over the whole file. The output phases start from an empty file,
+/// the others from an empty page cache; the per-character phases step a stdio buffer at a
+/// time, the others a chunk. bonnie++ 1.9x times one chunk of work as one operation (a
+/// chunk step starts and ends a chunk, so each is timed alone). The phases that write end
+/// with fsync().
+async fn sequential(env: &Env, p: &Proc<'_>, phase: Sequential) -> PhaseResult {
+    use Sequential::*;
+    if matches!(phase, OutChar | OutBlock) {
+        env.truncate();
+    } else {
+        env.evict();
+    }
     let t0 = p.ctx.now();
     let c0 = p.cpu_ns.get();
-    let buf = env.cfg.stdio_buffer;
+    let (file, chunk) = (env.cfg.file_bytes, env.cfg.chunk);
+    let step = if matches!(phase, OutChar | InChar) {
+        env.cfg.stdio_buffer
+    } else {
+        chunk
+    };
+    let per_byte = |n: u64, ns_per_byte: f64| (n as f64 * ns_per_byte).round() as u64;
     let mut ops = OpTimer::default();
     let mut off = 0;
-    while off < env.cfg.file_bytes {
-        let n = buf.min(env.cfg.file_bytes - off);
-        // bonnie++ 1.9x times one chunk of putc calls at a time.
-        if off % env.cfg.chunk == 0 {
+    while off < file {
+        let n = step.min(file - off);
+        if off % chunk == 0 {
             ops.start(p.ctx.now());
         }
-        p.spend(
-            (n as f64 * env.cfg.putc_ns_per_byte).round() as u64,
-            Account::User,
-        )
-        .await;
-        env.write(p, off, n).await;
+        match phase {
+            OutChar => {
+                let putc = per_byte(n, env.cfg.putc_ns_per_byte);
+                p.spend(putc, Account::User).await;
+                env.write(p, off, n).await;
+            }
+            OutBlock => env.write(p, off, n).await,
+            Rewrite => {
+                env.read(p, off, n).await;
+                // Change the chunk, lseek() back.
+                p.spend(env.cfg.syscall_ns, Account::System).await;
+                env.write(p, off, n).await;
+            }
+            InChar => {
+                env.read(p, off, n).await;
+                let getc = per_byte(n, env.cfg.getc_ns_per_byte);
+                p.spend(getc, Account::User).await;
+            }
+            InBlock => env.read(p, off, n).await,
+        }
         off += n;
-        if off % env.cfg.chunk == 0 || off >= env.cfg.file_bytes {
+        if off % chunk == 0 || off >= file {
             ops.stop(p.ctx.now());
         }
     }
-    env.fsync(p).await;
-    sequential_result(env, p, t0, c0, &ops)
-}
-
-async fn phase_out_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
-    env.truncate();
-    let t0 = p.ctx.now();
-    let c0 = p.cpu_ns.get();
-    let mut ops = OpTimer::default();
-    let mut off = 0;
-    while off < env.cfg.file_bytes {
-        let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
-        ops.start(p.ctx.now());
-        env.write(p, off, n).await;
-        ops.stop(p.ctx.now());
-        off += n;
-    }
-    env.fsync(p).await;
-    sequential_result(env, p, t0, c0, &ops)
-}
-
-async fn phase_rewrite(env: &Env, p: &Proc<'_>) -> PhaseResult {
-    env.evict();
-    let t0 = p.ctx.now();
-    let c0 = p.cpu_ns.get();
-    let mut ops = OpTimer::default();
-    let mut off = 0;
-    while off < env.cfg.file_bytes {
-        let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
-        ops.start(p.ctx.now());
-        env.read(p, off, n).await;
-        // Change the chunk, lseek() back.
-        p.spend(env.cfg.syscall_ns, Account::System).await;
-        env.write(p, off, n).await;
-        ops.stop(p.ctx.now());
-        off += n;
-    }
-    env.fsync(p).await;
-    sequential_result(env, p, t0, c0, &ops)
-}
-
-async fn phase_in_char(env: &Env, p: &Proc<'_>) -> PhaseResult {
-    env.evict();
-    let t0 = p.ctx.now();
-    let c0 = p.cpu_ns.get();
-    let buf = env.cfg.stdio_buffer;
-    let mut ops = OpTimer::default();
-    let mut off = 0;
-    while off < env.cfg.file_bytes {
-        let n = buf.min(env.cfg.file_bytes - off);
-        // bonnie++ 1.9x times one chunk of getc calls at a time.
-        if off % env.cfg.chunk == 0 {
-            ops.start(p.ctx.now());
-        }
-        env.read(p, off, n).await;
-        p.spend(
-            (n as f64 * env.cfg.getc_ns_per_byte).round() as u64,
-            Account::User,
-        )
-        .await;
-        off += n;
-        if off % env.cfg.chunk == 0 || off >= env.cfg.file_bytes {
-            ops.stop(p.ctx.now());
-        }
-    }
-    sequential_result(env, p, t0, c0, &ops)
-}
-
-async fn phase_in_block(env: &Env, p: &Proc<'_>) -> PhaseResult {
-    env.evict();
-    let t0 = p.ctx.now();
-    let c0 = p.cpu_ns.get();
-    let mut ops = OpTimer::default();
-    let mut off = 0;
-    while off < env.cfg.file_bytes {
-        let n = env.cfg.chunk.min(env.cfg.file_bytes - off);
-        ops.start(p.ctx.now());
-        env.read(p, off, n).await;
-        ops.stop(p.ctx.now());
-        off += n;
+    if matches!(phase, OutChar | OutBlock | Rewrite) {
+        env.fsync(p).await;
     }
     sequential_result(env, p, t0, c0, &ops)
 }
@@ -886,11 +852,11 @@ pub fn start(
     let out2 = out.clone();
     h.spawn_on(bonnie_cpu, move |ctx| async move {
         let p = Proc::new(&ctx, &env.irq, env.irq_cpu, env.cfg.slice_ns);
-        let out_char = phase_out_char(&env, &p).await;
-        let out_block = phase_out_block(&env, &p).await;
-        let rewrite = phase_rewrite(&env, &p).await;
-        let in_char = phase_in_char(&env, &p).await;
-        let in_block = phase_in_block(&env, &p).await;
+        let out_char = sequential(&env, &p, Sequential::OutChar).await;
+        let out_block = sequential(&env, &p, Sequential::OutBlock).await;
+        let rewrite = sequential(&env, &p, Sequential::Rewrite).await;
+        let in_char = sequential(&env, &p, Sequential::InChar).await;
+        let in_block = sequential(&env, &p, Sequential::InBlock).await;
         let seeks = match phase_seeks(&env, &p).await {
             Ok(s) => s,
             Err(_) => return,

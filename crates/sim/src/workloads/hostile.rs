@@ -71,6 +71,39 @@ pub struct ExposureReport {
     pub neighbour_writable_bytes: u64,
 }
 
+impl ExposureReport {
+    /// Adds `other`'s counts to these (the total over several runs).
+    pub fn add(&mut self, other: &ExposureReport) {
+        *self = self.zip(other, |a, b| a + b);
+    }
+
+    /// Every count put through `f` (for example, a total over runs made a mean).
+    pub fn map(&self, f: impl Fn(u64) -> u64) -> ExposureReport {
+        self.zip(self, |a, _| f(a))
+    }
+
+    /// Each count made by `f` from this report's and `other`'s.
+    fn zip(&self, other: &ExposureReport, f: impl Fn(u64, u64) -> u64) -> ExposureReport {
+        ExposureReport {
+            stale_read_attempts: f(self.stale_read_attempts, other.stale_read_attempts),
+            stale_reads: f(self.stale_reads, other.stale_reads),
+            stale_read_bytes: f(self.stale_read_bytes, other.stale_read_bytes),
+            stale_write_attempts: f(self.stale_write_attempts, other.stale_write_attempts),
+            stale_writes: f(self.stale_writes, other.stale_writes),
+            stale_write_bytes: f(self.stale_write_bytes, other.stale_write_bytes),
+            neighbour_attempts: f(self.neighbour_attempts, other.neighbour_attempts),
+            neighbour_readable_bytes: f(
+                self.neighbour_readable_bytes,
+                other.neighbour_readable_bytes,
+            ),
+            neighbour_writable_bytes: f(
+                self.neighbour_writable_bytes,
+                other.neighbour_writable_bytes,
+            ),
+        }
+    }
+}
+
 /// The probing side of the device.
 pub struct HostileDevice {
     path: Arc<dyn DmaPath>,
