@@ -756,7 +756,7 @@ fn checkpoint(
         let got = iommu
             .translate(dev, DmaAddr(dma), r.len, access, &mut work)
             .map_err(|f| c.broken(now, format!("mapping {dma:#x} faults: {f:?}")))?;
-        let merged = merge(got);
+        let merged = PhysRange::coalesce(got);
         let want = [PhysRange {
             pa: iolab_iommu::addr::PhysAddr::new(r.pa),
             len: r.len,
@@ -809,17 +809,6 @@ fn checkpoint(
         ));
     }
     Ok(reference.len())
-}
-
-fn merge(ranges: Vec<PhysRange>) -> Vec<PhysRange> {
-    let mut out: Vec<PhysRange> = Vec::new();
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if last.pa.get() + last.len == r.pa.get() => last.len += r.len,
-            _ => out.push(r),
-        }
-    }
-    out
 }
 
 /// Parks a thread at a message boundary while the checker holds the world stopped.

@@ -38,6 +38,29 @@ pub struct PhysRange {
     pub len: u64,
 }
 
+impl PhysRange {
+    /// Appends `len` bytes at `pa` to `ranges`, growing the last range instead when the
+    /// new piece starts where it ends: how a translation builds its list of physically
+    /// contiguous pieces.
+    #[inline]
+    pub fn append_to(ranges: &mut Vec<PhysRange>, pa: PhysAddr, len: u64) {
+        match ranges.last_mut() {
+            Some(last) if last.pa.get() + last.len == pa.get() => last.len += len,
+            _ => ranges.push(PhysRange { pa, len }),
+        }
+    }
+
+    /// The canonical form of a list of ranges: neighbours that are physically contiguous
+    /// merged into one, order kept.
+    pub fn coalesce(ranges: impl IntoIterator<Item = PhysRange>) -> Vec<PhysRange> {
+        let mut out = Vec::new();
+        for r in ranges {
+            PhysRange::append_to(&mut out, r.pa, r.len);
+        }
+        out
+    }
+}
+
 /// Why a device access faulted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FaultReason {
@@ -117,10 +140,7 @@ fn walk(
             return Err(fault(cur, FaultReason::Permission { needed, had: prot }));
         }
         let chunk = remaining.min(span);
-        match out.last_mut() {
-            Some(last) if last.pa.get() + last.len == pa.get() => last.len += chunk,
-            _ => out.push(PhysRange { pa, len: chunk }),
-        }
+        PhysRange::append_to(&mut out, pa, chunk);
         cur = cur.wrapping_add(chunk);
         remaining -= chunk;
     }

@@ -325,14 +325,6 @@ pub(crate) fn device_access(
     }
 }
 
-/// Appends `chunk` bytes at `pa` to `out`, merging with the last range when contiguous.
-pub(crate) fn push_range(out: &mut Vec<PhysRange>, pa: PhysAddr, chunk: u64) {
-    match out.last_mut() {
-        Some(last) if last.pa.get() + last.len == pa.get() => last.len += chunk,
-        _ => out.push(PhysRange { pa, len: chunk }),
-    }
-}
-
 /// The generic domain (SMMUv3, IPMMU, no IOMMU, passthrough): a thin adapter over
 /// [`Domain::map_page`], [`Domain::map_sg`] and [`Domain::translate`].
 impl DmaPath for Domain {

@@ -67,8 +67,8 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    check_buffer, check_sg, device_access, next_instance, push_range, same_instance,
-    take_live_slot, wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
+    check_buffer, check_sg, device_access, next_instance, same_instance, take_live_slot,
+    wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
 /// Most TCEs one `H_PUT_TCE_INDIRECT` or `H_STUFF_TCE` touches (one 4 KiB page of TCEs).
@@ -777,7 +777,7 @@ impl TceWindow {
                 return Err(fault(cur, reason));
             }
             let chunk = (end - cur).min(page - (cur & (page - 1)));
-            push_range(&mut out, t.pa, chunk);
+            PhysRange::append_to(&mut out, t.pa, chunk);
             cur += chunk;
         }
         Ok(out)

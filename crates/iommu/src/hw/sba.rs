@@ -58,8 +58,8 @@ use crate::pgtable::{IoPageTable, PgTableError, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::{
-    check_buffer, check_sg, device_access, next_instance, push_range, same_instance,
-    take_live_slot, wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
+    check_buffer, check_sg, device_access, next_instance, same_instance, take_live_slot,
+    wrong_owner, BufferToken, DmaPath, MappedBuffer, MappedSg, SgToken,
 };
 
 /// Frees queued before a purge (Linux `DELAYED_RESOURCE_CNT`).
@@ -739,7 +739,7 @@ impl SbaIommu {
                 });
             }
             let chunk = (end - cur).min(page - (cur & (page - 1)));
-            push_range(&mut out, t.pa, chunk);
+            PhysRange::append_to(&mut out, t.pa, chunk);
             cur += chunk;
         }
         Ok(out)

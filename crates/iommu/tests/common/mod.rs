@@ -34,12 +34,5 @@ pub fn device_access(dir: Direction) -> Access {
 /// Merges physically contiguous neighbours: the canonical form of a list of ranges.
 #[allow(dead_code)]
 pub fn canonical(ranges: impl IntoIterator<Item = PhysRange>) -> Vec<PhysRange> {
-    let mut out: Vec<PhysRange> = Vec::new();
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if last.pa.get() + last.len == r.pa.get() => last.len += r.len,
-            _ => out.push(r),
-        }
-    }
-    out
+    PhysRange::coalesce(ranges)
 }
