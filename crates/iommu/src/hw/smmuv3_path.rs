@@ -349,20 +349,17 @@ mod tests {
         (p, dev)
     }
 
+    /// Maps one 4 KiB page at `pa` for the device to write (as a read's buffer is mapped).
+    fn map_4k(p: &Smmuv3DevicePath, dev: &Device, pa: u64, w: &mut WorkRecord) -> DmaMapping {
+        p.map_page(dev, PhysAddr::new(pa), SZ_4K, Direction::FromDevice, 0, w)
+            .unwrap()
+    }
+
     #[test]
     fn first_access_walks_then_hits_the_iotlb() {
         let (p, dev) = path(DomainMode::Strict);
         let mut w = WorkRecord::new();
-        let m = p
-            .map_page(
-                &dev,
-                PhysAddr::new(0x8000_0000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map_4k(&p, &dev, 0x8000_0000, &mut w);
         let mut first = WorkRecord::new();
         let r = p
             .device_translate(m.dma_addr(), SZ_4K, Access::Write, &mut first)
@@ -381,16 +378,7 @@ mod tests {
     fn translate_into_clears_the_buffer_and_matches_translate() {
         let (p, dev) = path(DomainMode::Strict);
         let mut w = WorkRecord::new();
-        let a = p
-            .map_page(
-                &dev,
-                PhysAddr::new(0x8000_0000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let a = map_4k(&p, &dev, 0x8000_0000, &mut w);
         let stale = PhysRange {
             pa: PhysAddr::new(1),
             len: 1,
@@ -424,26 +412,8 @@ mod tests {
     fn walk_cache_shortens_the_walk_of_a_neighbour_page() {
         let (p, dev) = path(DomainMode::Strict);
         let mut w = WorkRecord::new();
-        let a = p
-            .map_page(
-                &dev,
-                PhysAddr::new(0x8000_0000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
-        let b = p
-            .map_page(
-                &dev,
-                PhysAddr::new(0x8000_1000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let a = map_4k(&p, &dev, 0x8000_0000, &mut w);
+        let b = map_4k(&p, &dev, 0x8000_1000, &mut w);
         let mut wa = WorkRecord::new();
         p.device_translate(a.dma_addr(), SZ_4K, Access::Write, &mut wa)
             .unwrap();
@@ -463,16 +433,7 @@ mod tests {
     fn strict_unmap_evicts_the_entry_and_the_queue_work_splits_out() {
         let (p, dev) = path(DomainMode::Strict);
         let mut w = WorkRecord::new();
-        let m = p
-            .map_page(
-                &dev,
-                PhysAddr::new(0x8000_0000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map_4k(&p, &dev, 0x8000_0000, &mut w);
         let dma = m.dma_addr();
         p.device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
             .unwrap();
@@ -510,16 +471,7 @@ mod tests {
     fn lazy_unmap_leaves_the_entry_until_the_flush() {
         let (p, dev) = path(DomainMode::Lazy);
         let mut w = WorkRecord::new();
-        let m = p
-            .map_page(
-                &dev,
-                PhysAddr::new(0x8000_0000),
-                SZ_4K,
-                Direction::FromDevice,
-                0,
-                &mut w,
-            )
-            .unwrap();
+        let m = map_4k(&p, &dev, 0x8000_0000, &mut w);
         let dma = m.dma_addr();
         p.device_translate(dma, SZ_4K, Access::Write, &mut WorkRecord::new())
             .unwrap();
