@@ -22,6 +22,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -43,7 +46,9 @@ use crate::accounting::{Account, RunReport};
 use crate::cost::{CpuCostModel, PlatformProfile};
 use crate::devices::nvme::{InterruptCoalescing, Nvme, NvmeParams, Post};
 use crate::devices::sas::{SasHba, SasParams};
-use crate::engine::{Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
+use crate::engine::{
+    Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime, Spend,
+};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::metrics::{CpuBreakdown, Measurement, Metric};
 use crate::resources::{CacheLine, LineParams, SpinGuard, SpinLock, SpinParams};
@@ -897,6 +902,21 @@ pub(crate) struct SimCmdq {
     h: Handle,
 }
 
+/// A busy wait that may be empty (the target time has passed): a [`Spend`] or nothing.
+struct MaybeSpend<'a>(Option<Spend<'a>>);
+
+impl Future for MaybeSpend<'_> {
+    type Output = ();
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.0.as_mut() {
+            Some(spend) => Pin::new(spend).poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+}
+
 impl SimCmdq {
     pub(crate) fn new(
         h: &Handle,
@@ -991,42 +1011,39 @@ impl SimCmdq {
     }
 
     /// Polls (busy, system time) until the sync completing at `t` is seen; `label` names
-    /// the wait in a timeline trace.
-    async fn poll_sync(&self, ctx: &Ctx, t: u64, label: &'static str) {
+    /// the wait in a timeline trace. Counts its CONS reads when called (it is awaited at
+    /// once): a plain function, so the wait is no extra state machine in the caller's.
+    fn poll_sync<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         let (seen, reads) = self.sync_seen_at(now, t);
         {
             let mut s = self.stats.borrow_mut();
             s.cons_reads += reads;
         }
-        self.poll_until(ctx, seen, label).await;
+        self.poll_until(ctx, seen, label)
     }
 
     /// Polls (busy, system time) until `t`; `label` names the wait in a timeline trace.
-    async fn poll_until(&self, ctx: &Ctx, t: u64, label: &'static str) {
+    /// Like [`SimCmdq::poll_sync`], a plain function whose future is the spend itself.
+    fn poll_until<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
-        if t > now {
+        MaybeSpend((t > now).then(|| {
             self.stats.borrow_mut().sync_wait_ns += t - now;
             ctx.cpu()
                 .spend_labeled(SimDuration::ns(t - now), Account::System, label)
-                .await;
-        }
+        }))
     }
 
-    /// Issues `cmds` invalidation commands plus a `CMD_SYNC` and waits for the sync.
-    /// `prod_writes` is the functional producer's count of PROD writes (the spinlock design
-    /// writes PROD once per command).
     /// Issues the queue share of one DMA-API call (split off its work record with
-    /// [`split_queue_work`]), if it ended in a `CMD_SYNC`; commands without a sync stay in
-    /// the functional queue's batch and cost nothing here.
+    /// [`split_queue_work`]), if it ended in a `CMD_SYNC`: its invalidation commands plus a
+    /// `CMD_SYNC`, and waits for the sync. Commands without a sync stay in the functional
+    /// queue's batch and cost nothing here. `work.prod_writes` is the functional producer's
+    /// count of PROD writes (the spinlock design writes PROD once per command).
     pub(crate) async fn issue_work(&self, ctx: &Ctx, work: &QueueWork) {
-        if work.syncs > 0 {
-            self.issue(ctx, work.invalidations(), work.prod_writes)
-                .await;
+        if work.syncs == 0 {
+            return;
         }
-    }
-
-    pub(crate) async fn issue(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
+        let (cmds, prod_writes) = (work.invalidations(), work.prod_writes);
         {
             let mut s = self.stats.borrow_mut();
             s.issues += 1;
