@@ -798,7 +798,11 @@ mod tests {
             let q = Cmdq::new(cfg, NullSink).unwrap();
             for pos in 0..(2u32 << log2).min(600) {
                 let want = encode_valid(&Command::sync_msi(q.slot_addr(pos).get(), SYNC_MSI_DATA));
-                assert_eq!(q.sync_for(pos), want, "log2 {log2} base {base:#x} pos {pos}");
+                assert_eq!(
+                    q.sync_for(pos),
+                    want,
+                    "log2 {log2} base {base:#x} pos {pos}"
+                );
             }
         }
         // A queue whose slots MSIADDR cannot hold (bit 52 and up) gets the fallback.

@@ -25,8 +25,7 @@
 //! `owner_prod`; 5. with a sync, wait for its MSI and leave the shared lock.
 
 use super::cmdq::{
-    validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Geometry,
-    ProducerKind,
+    validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Geometry, ProducerKind,
 };
 use super::spec::Command;
 use super::sync::{AtomicI32, AtomicU32, AtomicU64, Backoff, Ordering};

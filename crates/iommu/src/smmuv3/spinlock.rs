@@ -6,9 +6,7 @@
 //! on the lock for the whole duration of the sync. That serialisation is what the 2019
 //! rework removed (SEEDS.md experiment 2).
 
-use super::cmdq::{
-    validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, ProducerKind,
-};
+use super::cmdq::{validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, ProducerKind};
 use super::spec::{Command, RawCommand};
 use super::sync::{AtomicBool, AtomicU32, Backoff, Ordering};
 use crate::work::{LockId, WorkRecord};

@@ -24,9 +24,9 @@ use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
 
