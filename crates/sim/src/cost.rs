@@ -861,99 +861,13 @@ macro_rules! counter_charges {
 
         const N_CHARGED: usize = [$(stringify!($field)),*].len();
 
-        /// The position of each counter in [`COUNTER_CHARGES`] (a constant per field).
-        #[allow(non_camel_case_types, dead_code)]
-        #[repr(usize)]
-        enum CounterIndex { $( $field ),* }
-
-        /// The counters of `w` in [`COUNTER_CHARGES`] order.
-        #[cfg(test)]
+        /// The counters of `w` in [`COUNTER_CHARGES`] order (direct field reads, no copies
+        /// of the names: this is the hot path).
+        #[inline]
         fn counter_values(w: &WorkRecord) -> [u64; N_CHARGED] {
             [ $( w.$field ),* ]
         }
-
-        /// Sets counter `i` (in [`COUNTER_CHARGES`] order) of `w` to `v`.
-        #[cfg(test)]
-        fn set_counter(w: &mut WorkRecord, i: usize, v: u64) {
-            $( if i == CounterIndex::$field as usize { w.$field = v; } )*
-        }
-
-        /// Counter `i` (in [`COUNTER_CHARGES`] order) of `w`; 0 past the end.
-        #[inline]
-        fn counter_at(w: &WorkRecord, i: usize) -> u64 {
-            $( if i == CounterIndex::$field as usize { return w.$field; } )*
-            0
-        }
-
-        /// Bit `i` set for each non-zero counter `i` of charge kind `KIND` (see
-        /// [`charge_kind`]) in `w`.
-        #[inline]
-        fn nonzero_mask<const KIND: u8>(w: &WorkRecord) -> u64 {
-            let mut mask = 0u64;
-            $(
-                {
-                    const I: usize = CounterIndex::$field as usize;
-                    // Constant per field and kind: the compiler drops the other kinds.
-                    if charge_kind(&COUNTER_CHARGES[I].1) == KIND {
-                        mask |= u64::from(w.$field != 0) << I;
-                    }
-                }
-            )*
-            mask
-        }
-
-        /// The four-lane dot product of the counters of charge kind `KIND` with `weights`,
-        /// whose non-zero entries are the bits of `weight_mask` (this is the hot path: it
-        /// finds the non-zero counters with one pass over the fields and touches only
-        /// those).
-        ///
-        /// The result is exactly the dense four-lane sum the model has always computed:
-        /// counter `i` goes to accumulator `i % 4`, each lane adds in index order, and the
-        /// lanes combine as `(a0 + a1) + (a2 + a3)`. A skipped term (a zero counter, a zero
-        /// weight, or a counter of another kind, whose weight is zero) is `+0.0` or `-0.0`
-        /// (weights are finite and non-negative, checked when the profile is read), and
-        /// adding a zero to an accumulator that starts at `+0.0` and only ever adds
-        /// non-negative terms leaves every bit unchanged.
-        #[inline]
-        fn dot_kind<const KIND: u8>(
-            w: &WorkRecord,
-            weights: &[f64; N_CHARGED],
-            weight_mask: u64,
-        ) -> f64 {
-            let mut acc = [0.0f64; 4];
-            let mut live = nonzero_mask::<KIND>(w) & weight_mask;
-            while live != 0 {
-                let i = live.trailing_zeros() as usize;
-                live &= live - 1;
-                if let Some(&weight) = weights.get(i) {
-                    acc[i & 3] += counter_at(w, i) as f64 * weight;
-                }
-            }
-            (acc[0] + acc[1]) + (acc[2] + acc[3])
-        }
     };
-}
-
-// The non-zero masks of the dot products have one bit per counter.
-const _: () = assert!(N_CHARGED <= 64, "a WorkRecord counter mask is one u64");
-
-/// [`Charge::Cpu`] as a [`charge_kind`].
-const KIND_CPU: u8 = 0;
-/// [`Charge::Translation`] as a [`charge_kind`].
-const KIND_TRANSLATION: u8 = 1;
-/// [`Charge::Hypervisor`] as a [`charge_kind`].
-const KIND_HYPERVISOR: u8 = 2;
-/// Engine-modelled and uncharged counters as a [`charge_kind`].
-const KIND_NONE: u8 = 3;
-
-/// Which weight vector a charge uses, as a constant the dot products are generic over.
-const fn charge_kind(c: &Charge) -> u8 {
-    match c {
-        Charge::Cpu(_) => KIND_CPU,
-        Charge::Translation(_) => KIND_TRANSLATION,
-        Charge::Hypervisor(_) => KIND_HYPERVISOR,
-        Charge::Engine(_) | Charge::NotCharged(_) => KIND_NONE,
-    }
 }
 
 counter_charges! {
@@ -1020,18 +934,13 @@ fn path_sum_ns(profile: &PlatformProfile, paths: &str) -> Option<f64> {
 /// [`WorkRecord`] is a dot product. Build one per profile and reuse it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuCostModel {
-    /// Weights of the [`Charge::Cpu`] counters (zero elsewhere).
     cpu: [f64; N_CHARGED],
-    /// Weights of the [`Charge::Translation`] counters (zero elsewhere).
-    translation: [f64; N_CHARGED],
-    /// Weights of the [`Charge::Hypervisor`] counters, if the profile has the group.
-    hypervisor: Option<[f64; N_CHARGED]>,
-    /// Bit `i` set where `cpu[i]` is non-zero.
-    cpu_mask: u64,
-    /// Bit `i` set where `translation[i]` is non-zero.
-    translation_mask: u64,
-    /// Bit `i` set where the hypervisor weight `i` is non-zero.
-    hypervisor_mask: u64,
+    /// The non-zero entries of `cpu`, as (counter index, weight), in index order.
+    cpu_terms: Vec<(usize, f64)>,
+    /// The non-zero entries of `translation`; the dense array itself is not needed.
+    translation_terms: Vec<(usize, f64)>,
+    /// The non-zero entries of the hypervisor weights, if the profile has the group.
+    hypervisor_terms: Option<Vec<(usize, f64)>>,
     lock_ns: f64,
     profile_name: String,
     origin: String,
@@ -1055,11 +964,12 @@ impl CpuCostModel {
         }
         CpuCostModel {
             cpu,
-            translation,
-            hypervisor: profile.hypervisor.as_ref().map(|_| hypervisor),
-            cpu_mask: nonzero_weights(&cpu),
-            translation_mask: nonzero_weights(&translation),
-            hypervisor_mask: nonzero_weights(&hypervisor),
+            cpu_terms: nonzero_terms(&cpu),
+            translation_terms: nonzero_terms(&translation),
+            hypervisor_terms: profile
+                .hypervisor
+                .as_ref()
+                .map(|_| nonzero_terms(&hypervisor)),
             lock_ns: profile.sync.lock_acquire_release.ns(),
             profile_name: profile.name.clone(),
             origin: profile.origin.clone(),
@@ -1071,21 +981,21 @@ impl CpuCostModel {
     /// hypervisor time and translation time (see the module docs).
     #[inline]
     pub fn cpu_ns(&self, work: &WorkRecord) -> f64 {
-        dot_kind::<KIND_CPU>(work, &self.cpu, self.cpu_mask)
+        dot(&counter_values(work), &self.cpu_terms)
     }
 
     /// The time the IOMMU adds to the device's accesses, in ns ([`Charge::Translation`]).
     #[inline]
     pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
-        dot_kind::<KIND_TRANSLATION>(work, &self.translation, self.translation_mask)
+        dot(&counter_values(work), &self.translation_terms)
     }
 
     /// Hypervisor time in ns ([`Charge::Hypervisor`]: per call, base plus TCE invalidation;
     /// per TCE touched, the `H_PUT_TCE` cost). Zero for a record with no hypercalls; an
     /// error if the record has some and the profile has no hypervisor group.
     pub fn hypervisor_ns(&self, work: &WorkRecord) -> Result<f64, CostError> {
-        match &self.hypervisor {
-            Some(w) => Ok(dot_kind::<KIND_HYPERVISOR>(work, w, self.hypervisor_mask)),
+        match &self.hypervisor_terms {
+            Some(w) => Ok(dot(&counter_values(work), w)),
             None if work.hypercalls == 0 && work.tces_touched == 0 => Ok(0.0),
             None => Err(CostError::MissingGroup {
                 origin: self.origin.clone(),
@@ -1122,13 +1032,35 @@ impl CpuCostModel {
     }
 }
 
-/// Bit `i` set for each non-zero weight `i`.
-fn nonzero_weights(weights: &[f64; N_CHARGED]) -> u64 {
+/// The non-zero weights of a dense weight vector, as (counter index, weight) in index order.
+fn nonzero_terms(weights: &[f64; N_CHARGED]) -> Vec<(usize, f64)> {
     weights
         .iter()
         .enumerate()
         .filter(|&(_, &w)| w != 0.0)
-        .fold(0, |mask, (i, _)| mask | 1 << i)
+        .map(|(i, &w)| (i, w))
+        .collect()
+}
+
+/// The dot product of the counters with the non-zero weights `terms`, skipping zero
+/// counters (most of a record's counters are zero).
+///
+/// The result is exactly the dense four-lane sum the model has always computed: counter
+/// `i` goes to accumulator `i % 4`, each lane adds in index order, and the lanes combine
+/// as `(a0 + a1) + (a2 + a3)`. A skipped term is `+0.0` (a zero counter or a zero weight;
+/// weights are finite and non-negative, checked when the profile is read), and adding
+/// `+0.0` to an accumulator that starts at `+0.0` leaves it unchanged, so skipping changes
+/// no bit.
+#[inline]
+fn dot(counts: &[u64; N_CHARGED], terms: &[(usize, f64)]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    for &(i, w) in terms {
+        let c = counts[i];
+        if c != 0 {
+            acc[i & 3] += c as f64 * w;
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
 /// The counter-to-cost mapping as a Markdown table, for docs/MODEL.md.
@@ -1315,7 +1247,7 @@ mod tests {
         assert_eq!(N_CHARGED, WORK_COUNTER_COUNT);
     }
 
-    /// The dense four-lane dot product the model has always computed.
+    /// The dense four-lane dot product the model used before the sparse one.
     fn dense_dot(counts: &[u64; N_CHARGED], weights: &[f64; N_CHARGED]) -> f64 {
         let mut acc = [0.0f64; 4];
         for i in 0..N_CHARGED {
@@ -1324,51 +1256,24 @@ mod tests {
         (acc[0] + acc[1]) + (acc[2] + acc[3])
     }
 
-    fn dot_of(kind: u8, w: &WorkRecord, weights: &[f64; N_CHARGED]) -> f64 {
-        let m = nonzero_weights(weights);
-        match kind {
-            KIND_CPU => dot_kind::<KIND_CPU>(w, weights, m),
-            KIND_TRANSLATION => dot_kind::<KIND_TRANSLATION>(w, weights, m),
-            KIND_HYPERVISOR => dot_kind::<KIND_HYPERVISOR>(w, weights, m),
-            _ => dot_kind::<KIND_NONE>(w, weights, m),
-        }
-    }
-
     #[test]
-    fn per_kind_dot_is_bit_identical_to_the_dense_sum() {
+    fn sparse_dot_is_bit_identical_to_the_dense_sum() {
         let mut rng = crate::engine::Rng::seed_from_u64(3);
-        for round in 0..4_000 {
-            let kind = (round % 4) as u8;
-            let mut w = WorkRecord::new();
+        for round in 0..2_000 {
+            let mut counts = [0u64; N_CHARGED];
             let mut weights = [0.0f64; N_CHARGED];
-            for (i, (_, charge)) in COUNTER_CHARGES.iter().enumerate() {
-                // Mostly zero counters and some zero weights, as in real records; the
-                // weights of other kinds are zero, as `CpuCostModel::new` builds them.
+            for i in 0..N_CHARGED {
+                // Mostly zero counters and some zero weights, as in real records.
                 if rng.below(4) == 0 {
-                    let big = round % 3 == 0;
-                    set_counter(&mut w, i, rng.below(if big { 1 << 40 } else { 10 }));
+                    counts[i] = rng.below(if round % 2 == 0 { 10 } else { 1 << 40 });
                 }
-                if charge_kind(charge) == kind && rng.below(5) != 0 {
+                if rng.below(5) != 0 {
                     weights[i] = rng.next_f64() * 100.0;
                 }
             }
-            let counts = counter_values(&w);
-            let fast = dot_of(kind, &w, &weights);
+            let sparse = dot(&counts, &nonzero_terms(&weights));
             let dense = dense_dot(&counts, &weights);
-            assert_eq!(fast.to_bits(), dense.to_bits(), "{counts:?} {weights:?}");
-        }
-    }
-
-    #[test]
-    fn set_counter_sets_the_counter_at_its_position() {
-        for i in 0..N_CHARGED {
-            let mut w = WorkRecord::new();
-            set_counter(&mut w, i, 5 + i as u64);
-            let vals = counter_values(&w);
-            for (j, v) in vals.iter().enumerate() {
-                assert_eq!(*v, if j == i { 5 + i as u64 } else { 0 });
-                assert_eq!(counter_at(&w, j), *v);
-            }
+            assert_eq!(sparse.to_bits(), dense.to_bits(), "{counts:?} {weights:?}");
         }
     }
 
