@@ -53,14 +53,16 @@ impl<'q, P: CmdqProducer + ?Sized> CmdBatch<'q, P> {
     /// Adds a command, first issuing the batch (without a sync) if it is full. A command
     /// that cannot be issued (a `CMD_SYNC`, a field out of range) is rejected here.
     pub fn add(&mut self, cmd: Command, work: &mut WorkRecord) -> Result<(), CmdqError> {
-        validate(std::slice::from_ref(&cmd)).map_err(|e| match e {
-            CmdqError::SyncInList { .. } => CmdqError::SyncInList { index: self.len },
-            CmdqError::Encode { source, .. } => CmdqError::Encode {
-                index: self.len,
-                source,
-            },
-            other => other,
-        })?;
+        validate(std::slice::from_ref(&cmd))
+            .map(drop)
+            .map_err(|e| match e {
+                CmdqError::SyncInList { .. } => CmdqError::SyncInList { index: self.len },
+                CmdqError::Encode { source, .. } => CmdqError::Encode {
+                    index: self.len,
+                    source,
+                },
+                other => other,
+            })?;
         if self.len == self.limit {
             self.q.issue(&self.cmds[..self.len], false, work)?;
             self.len = 0;

@@ -34,7 +34,10 @@ use std::fmt;
 
 use thiserror::Error;
 
-use super::spec::{Command, CommandDecodeError, CommandEncodeError, RawCommand, SyncCs, CMD_BYTES};
+use super::spec::{
+    Command, CommandDecodeError, CommandEncodeError, RawCommand, SyncCs, CMD_BYTES,
+    SYNC_MSIADDR_BITS,
+};
 use super::sync::{self, AtomicU32, AtomicU64, Backoff, Mutex, MutexGuard, Ordering};
 use crate::addr::PhysAddr;
 use crate::work::WorkRecord;
@@ -242,16 +245,44 @@ pub trait CmdqProducer: Send + Sync {
     fn issue(&self, cmds: &[Command], sync: bool, work: &mut WorkRecord) -> Result<(), CmdqError>;
 }
 
+/// How many commands of a list [`validate`] keeps encoded (the common lists are a TLBI or
+/// two; longer ones are encoded again when written).
+const KEPT_ENCODINGS: usize = 4;
+
+/// The encodings [`validate`] computed, so a producer does not encode a command twice.
+pub(crate) struct Encoded {
+    raw: [RawCommand; KEPT_ENCODINGS],
+}
+
+impl Encoded {
+    /// The encoding of `cmds[index]`, where `cmd` is that command of the validated list.
+    #[inline]
+    pub(crate) fn get(&self, index: usize, cmd: &Command) -> RawCommand {
+        match self.raw.get(index) {
+            Some(raw) => *raw,
+            None => encode_valid(cmd),
+        }
+    }
+}
+
 /// Checks a command list before anything is written: no syncs, every command encodable.
-pub(crate) fn validate(cmds: &[Command]) -> Result<(), CmdqError> {
+/// Returns the encodings of the first commands.
+pub(crate) fn validate(cmds: &[Command]) -> Result<Encoded, CmdqError> {
+    let mut kept = Encoded {
+        raw: [[0, 0]; KEPT_ENCODINGS],
+    };
     for (index, cmd) in cmds.iter().enumerate() {
         if cmd.is_sync() {
             return Err(CmdqError::SyncInList { index });
         }
-        cmd.encode()
+        let raw = cmd
+            .encode()
             .map_err(|source| CmdqError::Encode { index, source })?;
+        if let Some(slot) = kept.raw.get_mut(index) {
+            *slot = raw;
+        }
     }
-    Ok(())
+    Ok(kept)
 }
 
 /// Encodes a command that [`validate`] accepted.
@@ -353,6 +384,9 @@ pub struct Cmdq<S> {
     cons_reg: AtomicU32,
     consumer: Mutex<ConsumerStats>,
     sink: S,
+    /// Word 0 of the queue's own `CMD_SYNC` (the same in every slot; only MSIADDR, in
+    /// word 1, differs), or 0 if it cannot be encoded.
+    sync_word0: u64,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Cmdq<S> {
@@ -400,6 +434,7 @@ impl<S: CommandSink> Cmdq<S> {
             cons_reg: AtomicU32::new(0),
             consumer: Mutex::new(ConsumerStats::default()),
             sink,
+            sync_word0: encode_valid(&Command::sync_msi(config.base.get(), SYNC_MSI_DATA))[0],
         })
     }
 
@@ -525,7 +560,14 @@ impl<S: CommandSink> Cmdq<S> {
 
     /// The `CMD_SYNC` that goes into position `pos`: an MSI into its own slot.
     pub(crate) fn sync_for(&self, pos: u32) -> RawCommand {
-        encode_valid(&Command::sync_msi(self.slot_addr(pos).get(), SYNC_MSI_DATA))
+        let addr = self.slot_addr(pos).get();
+        // Word 0 does not depend on the address, and word 1 is the address itself when it
+        // fits MSIADDR: exactly the encoding, without re-checking every field.
+        if self.sync_word0 != 0 && addr & !SYNC_MSIADDR_BITS == 0 {
+            [self.sync_word0, addr]
+        } else {
+            encode_valid(&Command::sync_msi(addr, SYNC_MSI_DATA))
+        }
     }
 
     /// Publishes everything before `prod` to the hardware: one MMIO write of PROD.
@@ -744,6 +786,47 @@ mod tests {
         assert_eq!((stats.consumed, stats.syncs, stats.msi_writes), (2, 1, 1));
         assert_eq!(work.commands_written, 2);
         assert_eq!(work.mmio_writes, 1);
+    }
+
+    #[test]
+    fn sync_for_is_the_encoding_of_the_slot_sync() {
+        for (log2, base) in [(1, 0x20u64), (4, 0x4000_0000), (8, 0xf_ffff_f000), (16, 0)] {
+            let cfg = CmdqConfig {
+                base: PhysAddr::new(base),
+                ..CmdqConfig::with_log2size(log2)
+            };
+            let q = Cmdq::new(cfg, NullSink).unwrap();
+            for pos in 0..(2u32 << log2).min(600) {
+                let want = encode_valid(&Command::sync_msi(q.slot_addr(pos).get(), SYNC_MSI_DATA));
+                assert_eq!(
+                    q.sync_for(pos),
+                    want,
+                    "log2 {log2} base {base:#x} pos {pos}"
+                );
+            }
+        }
+        // A queue whose slots MSIADDR cannot hold (bit 52 and up) gets the fallback.
+        let cfg = CmdqConfig {
+            base: PhysAddr::new(1 << 52),
+            ..CmdqConfig::with_log2size(2)
+        };
+        let q = Cmdq::new(cfg, NullSink).unwrap();
+        assert_eq!(q.sync_for(1), [0, 0]);
+    }
+
+    #[test]
+    fn validate_keeps_the_encodings_of_the_first_commands() {
+        let cmds: Vec<Command> = (0..7u16)
+            .map(|asid| Command::TlbiNhAsid { vmid: 0, asid })
+            .collect();
+        let kept = validate(&cmds).unwrap();
+        for (i, cmd) in cmds.iter().enumerate() {
+            assert_eq!(kept.get(i, cmd), cmd.encode().unwrap(), "command {i}");
+        }
+        assert_eq!(
+            validate(&[Command::TlbiNsnhAll, Command::sync_msi(0, 0)]).err(),
+            Some(CmdqError::SyncInList { index: 1 })
+        );
     }
 
     #[test]

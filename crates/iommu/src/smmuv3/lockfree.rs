@@ -25,8 +25,7 @@
 //! `owner_prod`; 5. with a sync, wait for its MSI and leave the shared lock.
 
 use super::cmdq::{
-    encode_valid, validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Geometry,
-    ProducerKind,
+    validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Geometry, ProducerKind,
 };
 use super::spec::Command;
 use super::sync::{AtomicI32, AtomicU32, AtomicU64, Backoff, Ordering};
@@ -213,7 +212,7 @@ impl<S: CommandSink> CmdqProducer for LockFreeCmdq<S> {
     }
 
     fn issue(&self, cmds: &[Command], sync: bool, work: &mut WorkRecord) -> Result<(), CmdqError> {
-        validate(cmds)?;
+        let encoded = validate(cmds)?;
         let slots = cmds.len() + usize::from(sync);
         if slots == 0 {
             return Ok(());
@@ -258,7 +257,7 @@ impl<S: CommandSink> CmdqProducer for LockFreeCmdq<S> {
         //    become visible, so the queue cannot lap it while we wait).
         for (i, cmd) in cmds.iter().enumerate() {
             self.q
-                .write_slot(geo.inc(start, i as u32), encode_valid(cmd), work);
+                .write_slot(geo.inc(start, i as u32), encoded.get(i, cmd), work);
         }
         let sync_pos = geo.inc(start, cmds.len() as u32);
         if sync {

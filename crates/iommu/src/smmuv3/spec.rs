@@ -104,6 +104,8 @@ const SYNC_0_MSH: Field = Field::new(23, 22);
 const SYNC_0_MSIATTR: Field = Field::new(27, 24);
 const SYNC_0_MSIDATA: Field = Field::new(63, 32);
 const SYNC_1_MSIADDR: Field = Field::new(51, 2);
+/// The address bits a `CMD_SYNC`'s MSIADDR holds (`[51:2]`, in place in word 1).
+pub(crate) const SYNC_MSIADDR_BITS: u64 = SYNC_1_MSIADDR.mask();
 
 /// The bits each command defines in word 0 and word 1; everything else is reserved.
 const fn defined_bits(op: u8) -> Option<[u64; 2]> {

@@ -6,9 +6,7 @@
 //! on the lock for the whole duration of the sync. That serialisation is what the 2019
 //! rework removed (SEEDS.md experiment 2).
 
-use super::cmdq::{
-    encode_valid, validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, ProducerKind,
-};
+use super::cmdq::{validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, ProducerKind};
 use super::spec::{Command, RawCommand};
 use super::sync::{AtomicBool, AtomicU32, Backoff, Ordering};
 use crate::work::{LockId, WorkRecord};
@@ -101,10 +99,10 @@ impl<S: CommandSink> CmdqProducer for SpinlockCmdq<S> {
     }
 
     fn issue(&self, cmds: &[Command], sync: bool, work: &mut WorkRecord) -> Result<(), CmdqError> {
-        validate(cmds)?;
-        for cmd in cmds {
+        let encoded = validate(cmds)?;
+        for (i, cmd) in cmds.iter().enumerate() {
             let _held = self.lock(work);
-            self.insert(|_| encode_valid(cmd), work);
+            self.insert(|_| encoded.get(i, cmd), work);
         }
         if sync {
             let _held = self.lock(work);

@@ -12,6 +12,7 @@
 //!   dropped and spurious wake-ups of a live task are harmless (every primitive re-checks
 //!   its condition when polled).
 
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -50,14 +51,76 @@ const TIMER_ARM: TaskRef = 1 << 62;
 /// Task generations wrap within 30 bits (see [`TIMER`]).
 const GEN_MASK: u32 = (1 << 30) - 1;
 
-/// A timer's callback.
-type Callback = Box<dyn FnOnce()>;
+/// A timer's callback: a closure in a box that outlives its call, so the box can carry
+/// the next closure of the same type (see [`Timers::spare`]).
+trait TimerFn: Any {
+    /// Runs the closure, leaving the box empty. Does nothing if it is empty.
+    fn fire(&mut self);
+    /// The box's contents, for refilling it with a closure of the same type.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A closure that runs once.
+struct OnceFn<F>(Option<F>);
+
+impl<F: FnOnce() + 'static> TimerFn for OnceFn<F> {
+    fn fire(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A timer's callback, boxed, with the type of its contents.
+type Callback = (TypeId, Box<dyn TimerFn>);
+
+/// Empty callback boxes kept per closure type (at most this many of each).
+const SPARE_CALLBACKS: usize = 4096;
 
 /// Pending timer callbacks by slot, with their expiry times.
 #[derive(Default)]
 struct Timers {
     slots: Vec<(u64, Option<Callback>)>,
     free: Vec<u32>,
+    /// Emptied callback boxes by closure type, reused by the next `call_at` with a
+    /// closure of that type (saves an allocation per timer). Few types ever use timers,
+    /// so a list searched in order is enough.
+    spare: Vec<(TypeId, Vec<Box<dyn TimerFn>>)>,
+}
+
+impl Timers {
+    /// `f` in a box: a spare one of its type if there is one, else a new one.
+    fn boxed<F: FnOnce() + 'static>(&mut self, f: F) -> Callback {
+        let ty = TypeId::of::<OnceFn<F>>();
+        let spare = self
+            .spare
+            .iter_mut()
+            .find(|(t, _)| *t == ty)
+            .and_then(|(_, boxes)| boxes.pop());
+        if let Some(mut b) = spare {
+            if let Some(slot) = b.as_any_mut().downcast_mut::<OnceFn<F>>() {
+                slot.0 = Some(f);
+                return (ty, b);
+            }
+        }
+        (ty, Box::new(OnceFn(Some(f))))
+    }
+
+    /// Keeps a fired (empty) callback box for reuse.
+    fn recycle(&mut self, (ty, b): Callback) {
+        match self.spare.iter_mut().find(|(t, _)| *t == ty) {
+            Some((_, boxes)) => {
+                if boxes.len() < SPARE_CALLBACKS {
+                    boxes.push(b);
+                }
+            }
+            None => self.spare.push((ty, vec![b])),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -425,7 +488,10 @@ impl Kernel {
     /// `sleep_until(at).await; f()`, with the same events in the same order, the same spawn
     /// index consumed (so later tasks' random streams do not move) and the same task
     /// counts, but without a task, a future, a waker or a task slot.
-    pub(crate) fn call_at(&self, at: u64, f: Callback) -> Result<(), SimError> {
+    ///
+    /// The closure's box is reused from an earlier timer with a closure of the same type
+    /// when one has fired (no allocation per timer in the steady state).
+    pub(crate) fn call_at<F: FnOnce() + 'static>(&self, at: u64, f: F) -> Result<(), SimError> {
         let mut st = self.st.borrow_mut();
         if st.live >= st.limits.max_tasks as u64 {
             return Err(SimError::TooManyTasks {
@@ -438,6 +504,7 @@ impl Kernel {
             });
         }
         let mut timers = self.timers.borrow_mut();
+        let f = timers.boxed(f);
         let id = match timers.free.pop() {
             Some(id) => {
                 timers.slots[id as usize] = (at, Some(f));
@@ -560,8 +627,9 @@ impl Kernel {
                     };
                     drop(st);
                     // Outside every borrow: the callback may schedule, send and spawn.
-                    if let Some(f) = fire {
-                        f();
+                    if let Some(mut f) = fire {
+                        f.1.fire();
+                        self.timers.borrow_mut().recycle(f);
                     }
                     self.after_event();
                     continue;
@@ -742,5 +810,41 @@ impl Burn {
     /// Whether a span is in progress.
     pub(crate) fn is_active(&self) -> bool {
         self.active
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn timer_boxes_are_reused_per_closure_type_and_carry_the_new_captures() {
+        let mut timers = Timers::default();
+        let seen = Rc::new(Cell::new(0u64));
+        let make = |v: u64| {
+            let seen = seen.clone();
+            move || seen.set(seen.get() * 10 + v)
+        };
+        let mut a = timers.boxed(make(1));
+        let first = &*a.1 as *const dyn TimerFn as *const u8;
+        a.1.fire();
+        // Fired once: firing the emptied box again does nothing.
+        a.1.fire();
+        assert_eq!(seen.get(), 1);
+        timers.recycle(a);
+        // The next closure of the same type goes into the same box.
+        let mut b = timers.boxed(make(2));
+        assert_eq!(&*b.1 as *const dyn TimerFn as *const u8, first);
+        // A closure of another type gets its own box.
+        let other = seen.clone();
+        let mut c = timers.boxed(move || other.set(other.get() * 10 + 3));
+        assert_ne!(c.0, b.0);
+        b.1.fire();
+        c.1.fire();
+        assert_eq!(seen.get(), 123);
+        timers.recycle(b);
+        timers.recycle(c);
+        assert_eq!(timers.spare.len(), 2);
     }
 }

@@ -182,7 +182,7 @@ impl Handle {
     /// future, waker or task slot is allocated. `f` runs outside any task, so it cannot
     /// await; it may send, fire completions and spawn. Errors as `spawn_agent`.
     pub fn call_at(&self, at: SimTime, f: impl FnOnce() + 'static) -> Result<(), SimError> {
-        self.0.call_at(at.0, Box::new(f))
+        self.0.call_at(at.0, f)
     }
 
     /// The report as of now (the run may continue afterwards).
