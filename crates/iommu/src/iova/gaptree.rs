@@ -88,9 +88,7 @@
 //! live ranges. The hash map uses `foldhash`'s fixed-seed hasher: its contents are only ever
 //! looked up, and [`GapTreeAllocator::ranges`] sorts them, so no output depends on its order.
 
-use std::collections::HashMap;
-
-use foldhash::fast::FixedState;
+mod index;
 
 use crate::addr::Iova;
 use crate::iova::linux::{
@@ -731,8 +729,8 @@ pub struct InvariantViolation(pub String);
 #[derive(Debug)]
 struct State {
     holes: HoleTree,
-    /// Allocated ranges: first page -> one past the last page.
-    allocated: HashMap<u64, u64, FixedState>,
+    /// Allocated ranges by first page.
+    allocated: index::RangeIndex,
 }
 
 /// The O(log n) gap-tree IOVA allocator. See the module docs.
@@ -759,7 +757,7 @@ impl GapTreeAllocator {
             max_live: config.max_live_blocks,
             state: Mutex::new(State {
                 holes,
-                allocated: HashMap::with_hasher(FixedState::default()),
+                allocated: index::RangeIndex::new(),
             }),
         })
     }
@@ -767,13 +765,10 @@ impl GapTreeAllocator {
     /// The allocated ranges in address order, as `(first page, last page)`.
     pub fn ranges(&self) -> Vec<(u64, u64)> {
         let st = self.state.lock();
-        let mut v: Vec<_> = st
-            .allocated
-            .iter()
-            .map(|(&lo, &end)| (lo, end - 1))
-            .collect();
-        v.sort_unstable();
-        v
+        let v = st.allocated.sorted();
+        v.into_iter()
+            .map(|(lo, pages)| (lo, lo + pages - 1))
+            .collect()
     }
 
     /// The free holes in address order, as `(first page, one past the last page)`.
@@ -814,7 +809,9 @@ impl GapTreeAllocator {
         }
         let mut pieces: Vec<(u64, u64, bool)> =
             holes.iter().map(|&(lo, hi)| (lo, hi, true)).collect();
-        pieces.extend(st.allocated.iter().map(|(&lo, &end)| (lo, end, false)));
+        st.allocated.check().map_err(InvariantViolation)?;
+        let ranges = st.allocated.sorted();
+        pieces.extend(ranges.iter().map(|&(lo, pages)| (lo, lo + pages, false)));
         pieces.sort_unstable();
         let mut at = self.start_pfn;
         for (lo, hi, hole) in pieces {
@@ -902,7 +899,7 @@ impl IovaAllocator for GapTreeAllocator {
             });
         };
         t.take(a, s, work);
-        st.allocated.insert(a, a + s);
+        st.allocated.insert(a, s);
         Ok(IovaBlock {
             start: Iova::new(a * self.granule),
             pages: s,
@@ -945,19 +942,11 @@ impl IovaAllocator for GapTreeAllocator {
 impl State {
     /// Frees the exact range `lo..=hi`; false (and no change) if it is not allocated so.
     fn free(&mut self, lo: u64, hi: u64, work: &mut WorkRecord) -> bool {
-        let end = hi + 1;
-        match self.allocated.remove(&lo) {
-            Some(e) if e == end => {
-                self.holes.free_range(lo, end, work);
-                true
-            }
-            Some(e) => {
-                // Allocated with another length: put it back untouched.
-                self.allocated.insert(lo, e);
-                false
-            }
-            None => false,
+        if !self.allocated.remove_exact(lo, hi - lo + 1) {
+            return false;
         }
+        self.holes.free_range(lo, hi + 1, work);
+        true
     }
 }
 
