@@ -99,7 +99,9 @@ use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
 
-const NIL: u32 = u32::MAX;
+/// The empty subtree: slot 0 of the arena, a permanent sentinel whose summary (and room) is
+/// all zero, so reading a child's summary needs no branch.
+const NIL: u32 = 0;
 
 /// No node on the path is a predecessor or successor (in [`HoleTree::free_range`]).
 const NONE: usize = usize::MAX;
@@ -204,8 +206,15 @@ struct HoleTree {
 
 impl HoleTree {
     fn new(orders: usize) -> Self {
+        let sentinel = Hole {
+            lo: 0,
+            hi: 0,
+            left: NIL,
+            right: NIL,
+            sum: Sum::default(),
+        };
         Self {
-            nodes: Vec::new(),
+            nodes: vec![sentinel],
             spare: Vec::new(),
             root: NIL,
             len: 0,
@@ -229,11 +238,7 @@ impl HoleTree {
     /// Summary of subtree `i` (all zero for an empty one).
     #[inline]
     fn sum(&self, i: u32) -> Sum {
-        if i == NIL {
-            Sum::default()
-        } else {
-            self.n(i).sum
-        }
+        self.n(i).sum
     }
 
     #[inline]
@@ -244,19 +249,13 @@ impl HoleTree {
     /// Largest room at active order `k` in subtree `i` (0 for an empty subtree).
     #[inline]
     fn room(&self, i: u32, k: usize) -> u64 {
-        if i == NIL {
-            0
-        } else {
-            self.room[i as usize * self.orders + k]
-        }
+        self.room[i as usize * self.orders + k]
     }
 
-    /// Whether some hole in subtree `i` holds the request (exact; see the module docs).
+    /// Whether some hole in subtree `i` holds the request (exact; see the module docs). The
+    /// empty subtree's zero summary holds nothing.
     #[inline]
     fn holds(&self, i: u32, q: &Query) -> bool {
-        if i == NIL {
-            return false;
-        }
         match q.kind {
             Kind::Len => self.n(i).sum.max_len >= q.s,
             Kind::Block => usize::from(self.n(i).sum.block) > q.k,
