@@ -41,6 +41,9 @@ pub(super) struct RangeIndex {
     long: HashMap<u64, u64, FixedState>,
     /// An empty chunk still in the directory, `(chunk number, slot)`: the last one emptied.
     idle: Option<(u64, u32)>,
+    /// The last chunk looked up, `(chunk number, slot)`, if it is still in the directory:
+    /// consecutive operations often fall in the same chunk (always, with one range live).
+    last: Option<(u64, u32)>,
     /// Number of ranges.
     len: usize,
 }
@@ -58,6 +61,7 @@ impl RangeIndex {
             spare: Vec::new(),
             long: HashMap::with_hasher(FixedState::default()),
             idle: None,
+            last: None,
             len: 0,
         }
     }
@@ -71,8 +75,8 @@ impl RangeIndex {
     /// Records a range of `pages` pages (at least 1) starting at `lo`, where none starts.
     pub(super) fn insert(&mut self, lo: u64, pages: u64) {
         let (chunk, at) = split(lo);
-        let slot = match self.directory.get(&chunk) {
-            Some(&slot) => slot,
+        let slot = match self.slot(chunk) {
+            Some(slot) => slot,
             None => {
                 let slot = match self.spare.pop() {
                     Some(slot) => slot,
@@ -82,6 +86,7 @@ impl RangeIndex {
                     }
                 };
                 self.directory.insert(chunk, slot);
+                self.last = Some((chunk, slot));
                 slot
             }
         };
@@ -103,7 +108,7 @@ impl RangeIndex {
     /// change) otherwise.
     pub(super) fn remove_exact(&mut self, lo: u64, pages: u64) -> bool {
         let (chunk, at) = split(lo);
-        let Some(&slot) = self.directory.get(&chunk) else {
+        let Some(slot) = self.slot(chunk) else {
             return false;
         };
         let codes = &mut self.chunks[slot as usize];
@@ -124,10 +129,26 @@ impl RangeIndex {
             if let Some((c, s)) = self.idle.replace((chunk, slot)) {
                 self.directory.remove(&c);
                 self.spare.push(s);
+                if self.last == Some((c, s)) {
+                    self.last = None;
+                }
             }
         }
         self.len -= 1;
         true
+    }
+
+    /// The slot of `chunk`, if it is in the directory.
+    #[inline]
+    fn slot(&mut self, chunk: u64) -> Option<u32> {
+        match self.last {
+            Some((c, slot)) if c == chunk => Some(slot),
+            _ => {
+                let slot = *self.directory.get(&chunk)?;
+                self.last = Some((chunk, slot));
+                Some(slot)
+            }
+        }
     }
 
     /// Every range as `(first page, pages)`, in address order.
@@ -182,6 +203,13 @@ impl RangeIndex {
         }
         if n != self.len {
             return Err(format!("{n} ranges indexed, {} counted", self.len));
+        }
+        if let Some((c, slot)) = self.last {
+            if self.directory.get(&c) != Some(&slot) {
+                return Err(format!(
+                    "last chunk {c:#x} (slot {slot}) is not in the directory"
+                ));
+            }
         }
         Ok(())
     }
