@@ -5,17 +5,18 @@
 //! Unlike Linux there is no cursor and no linear walk: the result is always the highest fit,
 //! found in O(log n) in the worst case.
 //!
-//! # Two indexes: free holes in a tree, allocated ranges in a hash map
+//! # Two indexes: free holes in a tree, allocated ranges by page
 //!
 //! The free space is kept as **holes**: maximal runs of free pages, `[lo, hi)`, never empty,
 //! never overlapping and never touching (a freed range is coalesced with the holes on either
 //! side). They are the nodes of an AVL tree ordered by address, in an arena. The allocated
 //! ranges are only needed to check that a free is of a range allocated exactly as given, so
-//! they live in a hash map from first page to one past the last page. The tree is therefore
-//! as large as the number of holes, not of ranges: under the random churn of `iolab bench`
-//! about 100 holes at 10,000 live ranges and 11,000 at 100,000 (an earlier version kept every
-//! allocated range in the tree, with the gap below it, and was 2.5-4x slower than range-alloc:
-//! docs/PERFORMANCE.md). Every page of the space is in exactly one hole or one allocated range.
+//! they live in a separate index, a byte per page holding the length of the range that starts
+//! there, in 64-page chunks (see `index`). The tree is therefore as large as the number of
+//! holes, not of ranges: under the random churn of `iolab bench` about 100 holes at 10,000
+//! live ranges and 11,000 at 100,000 (an earlier version kept every allocated range in the
+//! tree, with the gap below it, and was 2.5-4x slower than range-alloc: docs/PERFORMANCE.md).
+//! Every page of the space is in exactly one hole or one allocated range.
 //!
 //! # The augmentation, and why the search is exact
 //!
@@ -61,8 +62,8 @@
 //! - **Allocation** cuts the range out of the holder hole, leaving a part below it, above it
 //!   (less than the alignment), both, or neither: the hole shrinks in place, gains its upper
 //!   part as a new in-order successor (linked as the leftmost node of its right subtree,
-//!   continuing the search's path), or is deleted. The range goes into the hash map.
-//! - **Free** removes the range from the hash map (refusing it if it is not there exactly as
+//!   continuing the search's path), or is deleted. The range goes into the index.
+//! - **Free** removes the range from the index (refusing it if it is not there exactly as
 //!   given), then walks down the hole tree by address, which passes both the hole just below
 //!   the range and the hole just above it. The range then extends the hole below, the hole
 //!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
@@ -71,7 +72,7 @@
 //!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
 //!   whose own hole changed).
 //!
-//! Worst case per operation: O(log holes) tree steps, plus one hash-map operation, once its
+//! Worst case per operation: O(log holes) tree steps, plus one index operation (O(1)), once its
 //! order is active (plus O(number of active non-power-of-two orders) per recomputed node).
 //!
 //! # Work counted
@@ -80,13 +81,14 @@
 //! `tree_nodes_visited` counts every hole-tree node stepped onto: the search's walk and
 //! descent, the walk from the holder to its successor's place, the walk of a free down the
 //! tree, and every node of a one-off order activation. Retracing the remembered path, and
-//! reading a child's summary, steps onto no new node and is not counted; nor are the hash
-//! map's lookups, which are not tree nodes. `tree_rotations` counts single rotations (a
-//! double rotation is two).
+//! reading a child's summary, steps onto no new node and is not counted; nor are the index's
+//! lookups, which are not tree nodes. `tree_rotations` counts single rotations (a double
+//! rotation is two).
 //!
 //! Configuration is the same [`IovaSpaceConfig`] as the Linux allocator, including the cap on
-//! live ranges. The hash map uses `foldhash`'s fixed-seed hasher: its contents are only ever
-//! looked up, and [`GapTreeAllocator::ranges`] sorts them, so no output depends on its order.
+//! live ranges. The index's chunk directory is a hash map with `foldhash`'s fixed-seed hasher:
+//! it is only ever looked up, and [`GapTreeAllocator::ranges`] sorts what it lists, so no
+//! output depends on its order.
 
 mod index;
 
@@ -298,7 +300,7 @@ impl HoleTree {
 
     /// Recomputes node `i`'s summary (and room) from its own hole and its children's;
     /// returns whether anything changed.
-    #[inline]
+    #[inline(always)]
     fn pull(&mut self, i: u32) -> bool {
         let n = *self.n(i);
         let (l, r) = (self.sum(n.left), self.sum(n.right));
