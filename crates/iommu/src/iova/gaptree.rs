@@ -437,6 +437,19 @@ impl HoleTree {
         }
     }
 
+    /// After a hole on `self.path` (at depth `upto` or deeper) changed its extent but no node
+    /// was linked or unlinked (so no height changed): recomputes the summaries from the end
+    /// of the path up, at least to depth `upto`, then while they change.
+    fn refresh(&mut self, upto: usize) {
+        let mut d = self.path.len();
+        while d > 0 {
+            d -= 1;
+            if !self.pull(self.path[d]) && d < upto {
+                break;
+            }
+        }
+    }
+
     /// Makes `new` take the place of `old`, the child of `self.path[d - 1]` (the root when
     /// `d == 0`).
     fn replace_child_at(&mut self, d: usize, old: u32, new: u32) {
@@ -530,11 +543,11 @@ impl HoleTree {
             (false, false) => self.unlink_end(hd, w),
             (true, false) => {
                 self.nm(holder).hi = a;
-                self.retrace(hd, w);
+                self.refresh(hd);
             }
             (false, true) => {
                 self.nm(holder).lo = a + s;
-                self.retrace(hd, w);
+                self.refresh(hd);
             }
             (true, true) => {
                 // The part above becomes the holder's in-order successor.
@@ -636,12 +649,12 @@ impl HoleTree {
             (true, false) => {
                 self.nm(self.path[pred]).hi = end;
                 self.path.truncate(pred + 1);
-                self.retrace(pred, w);
+                self.refresh(pred);
             }
             (false, true) => {
                 self.nm(self.path[succ]).lo = lo;
                 self.path.truncate(succ + 1);
-                self.retrace(succ, w);
+                self.refresh(succ);
             }
             (false, false) => {
                 let x = self.new_node(lo, end);
