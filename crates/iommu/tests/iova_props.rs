@@ -163,6 +163,17 @@ fn run<A: IovaAllocator>(
     shape: Shape,
     reference: bool,
 ) -> Result<(), TestCaseError> {
+    run_checked(a, ops, shape, reference, |_| Ok(()))
+}
+
+/// [`run`], also calling `check` on the allocator after every step (and at the end).
+fn run_checked<A: IovaAllocator>(
+    a: &A,
+    ops: &[Op],
+    shape: Shape,
+    reference: bool,
+    check: impl Fn(&A) -> Result<(), String>,
+) -> Result<(), TestCaseError> {
     let granule = a.granule();
     let range = a.range();
     let mut model = Model::default();
@@ -226,12 +237,14 @@ fn run<A: IovaAllocator>(
             }
         }
         prop_assert_eq!(a.live_blocks(), model.order.len());
+        check(a).map_err(TestCaseError::fail)?;
     }
     for b in std::mem::take(&mut model.order) {
         prop_assert_eq!(a.free(b, 0, &mut w), Ok(()));
     }
     a.drain_caches(&mut w);
     prop_assert_eq!(a.live_blocks(), 0);
+    check(a).map_err(TestCaseError::fail)?;
     Ok(())
 }
 
@@ -300,6 +313,20 @@ proptest! {
         run(&a, &ops, Shape::Exact, true)?;
         let fresh = GapTreeAllocator::new(space(pages, straddle)).unwrap();
         prop_assert_eq!(fill(&a), fill(&fresh));
+    }
+
+    #[test]
+    fn gaptree_holes_stay_coalesced_and_summaries_exact(
+        pages in 64u64..2048, straddle: bool, ops in ops()
+    ) {
+        // After every step: holes sorted, never empty, overlapping or touching; holes and
+        // allocated ranges cover the space exactly once; AVL balance; every subtree's largest
+        // hole, largest aligned block and room at each active order recomputed from scratch.
+        let a = GapTreeAllocator::new(space(pages, straddle)).unwrap();
+        let check = |a: &GapTreeAllocator| a.check_invariants().map_err(|e| e.to_string());
+        run_checked(&a, &ops, Shape::Exact, true, check)?;
+        prop_assert_eq!(a.holes(), vec![(a.range().0.get() / G, a.range().1.get() / G)]);
+        prop_assert_eq!(a.ranges(), vec![]);
     }
 
     #[test]

@@ -1,92 +1,96 @@
 //! The gap tree: iolab's O(log n) IOVA allocator with the Linux allocator's contract.
 //!
-//! Like [`super::linux`] it keeps the *allocated* ranges in a balanced tree (here an AVL tree
-//! in an arena) with a permanent anchor node at the top of the space, and it allocates top
-//! down: a request gets the **highest** range below its limit that fits, aligned down to the
-//! next power of two of its size when `size_aligned`. Unlike Linux there is no cursor and no
-//! linear walk: the result is always the highest fit, found in O(log n) in the worst case.
+//! It allocates top down like [`super::linux`]: a request gets the **highest** range below its
+//! limit that fits, aligned down to the next power of two of its size when `size_aligned`.
+//! Unlike Linux there is no cursor and no linear walk: the result is always the highest fit,
+//! found in O(log n) in the worst case.
+//!
+//! # Two indexes: free holes in a tree, allocated ranges by page
+//!
+//! The free space is kept as **holes**: maximal runs of free pages, `[lo, hi)`, never empty,
+//! never overlapping and never touching (a freed range is coalesced with the holes on either
+//! side). They are the nodes of an AVL tree ordered by address, in an arena. The allocated
+//! ranges are only needed to check that a free is of a range allocated exactly as given, so
+//! they live in a separate index, a byte per page holding the length of the range that starts
+//! there, in 64-page chunks (see `index`). The tree is therefore as large as the number of
+//! holes, not of ranges: under the random churn of `iolab bench` about 100 holes at 10,000
+//! live ranges and 11,000 at 100,000 (an earlier version kept every allocated range in the
+//! tree, with the gap below it, and was 2.5-4x slower than range-alloc: docs/PERFORMANCE.md).
+//! Every page of the space is in exactly one hole or one allocated range.
 //!
 //! # The augmentation, and why the search is exact
 //!
-//! Each node owns the free gap directly below it (between its predecessor's end, or the start
-//! of the space, and its own start). A gap `[lo, hi)` can hold a block of `s` pages aligned to
-//! `2^k` exactly when `hi - roundup(lo, 2^k) >= s`; call `hi - roundup(lo, 2^k)` the gap's
-//! *room at order k*. The search needs, for every subtree, an **exact** answer to "does some
-//! gap in here hold the request?": then it never enters a subtree without a fit, which is
-//! what makes it O(height). (A plain "largest gap" only allows either the conservative test
-//! `gap >= s + 2^k - 1`, which misses gaps that fit thanks to a lucky alignment, or an
+//! A hole `[lo, hi)` can hold a block of `s` pages aligned to `2^k` exactly when
+//! `hi - roundup(lo, 2^k) >= s`; call `hi - roundup(lo, 2^k)` the hole's *room at order k*.
+//! The search needs, for every subtree, an **exact** answer to "does some hole in here hold
+//! the request?": then it never enters a subtree without a fit, which is what makes it
+//! O(height). (A plain "largest hole" only allows either the conservative test
+//! `len >= s + 2^k - 1`, which misses holes that fit thanks to a lucky alignment, or an
 //! optimistic one that may enter subtrees without a fit, losing the bound: think of many
-//! 3-page gaps at odd addresses and a 3-page request aligned to 4.)
+//! 3-page holes at odd addresses and a 3-page request aligned to 4.)
 //!
 //! Requests come in three kinds, and each has an exact per-subtree summary:
 //!
-//! - **Unaligned** (and 1-page) requests of `s` pages: a gap fits iff it has `s` pages, so
-//!   the subtree's largest gap, `max_gap`, answers exactly.
+//! - **Unaligned** (and 1-page) requests of `s` pages: a hole fits iff it has `s` pages, so
+//!   the subtree's largest hole, `max_len`, answers exactly.
 //! - **Aligned, `s = 2^k` pages** (by far the most common: storage stacks map powers of two):
-//!   a gap fits iff it contains a naturally aligned block of `2^k` pages. A gap that contains
-//!   an aligned block of order `j` also contains one of every order below `j` (its halves),
-//!   so the single byte `block` = 1 + the largest order of aligned block any gap in the
-//!   subtree contains (0: no free page) answers exactly for every order: fit iff `block > k`.
-//!   For one gap it is computed in O(1): with `J = floor(log2(len))`, the gap always holds an
-//!   aligned block of order `J - 1` (`len >= 2^J` pages cover `2^(J-1) - 1` pages of
-//!   misalignment plus `2^(J-1)`), never one of order `J + 1`, and holds one of order `J`
-//!   iff `roundup(lo, 2^J) + 2^J <= hi`.
+//!   a hole fits iff it contains a naturally aligned block of `2^k` pages. A hole that
+//!   contains an aligned block of order `j` also contains one of every order below `j` (its
+//!   halves), so the single byte `block` = 1 + the largest order of aligned block any hole in
+//!   the subtree contains answers exactly for every order: fit iff `block > k`. For one hole
+//!   it is computed in O(1): with `J = floor(log2(len))`, the hole always holds an aligned
+//!   block of order `J - 1` (`len >= 2^J` pages cover `2^(J-1) - 1` pages of misalignment
+//!   plus `2^(J-1)`), never one of order `J + 1`, and holds one of order `J` iff
+//!   `roundup(lo, 2^J) + 2^J <= hi`.
 //! - **Aligned, `2^(k-1) < s < 2^k`**: neither summary is exact, so the tree keeps, for each
 //!   such order `k` that has been requested, the largest room at order `k` in every subtree.
-//!   The first request of such an order pays one O(n) pass to compute it for every node
+//!   The first request of such an order pays one O(holes) pass to compute it for every node
 //!   (counted in `tree_nodes_visited`); after that the order is kept up to date. Workloads
 //!   that only ask for powers of two never pay for this, and the per-node memory for it
 //!   (`8 * orders` bytes, in a separate array) is only allocated on first use.
 //!
-//! # Layout
-//!
-//! Each node keeps the summaries (largest gap, height, block) of its **two subtrees**, not
-//! its own: its own summary is computed from its line when needed. So the search decides
-//! where to go, and the retrace rebalances and recomputes, from the lines of the nodes on the
-//! path alone, never touching a sibling. A node (start, gap, two `u32` child indices, two
-//! summaries) fills exactly one 64-byte cache line. The last page of a range is not stored:
-//! it is one below the start of the successor's gap. (A software prefetch of both children
-//! during the free walk helped a little in A/B runs but needs `unsafe` on x86-64 intrinsics
-//! that miri cannot check here, so the crate stays free of `unsafe` instead.) Nothing is
-//! allocated per operation once the arena and the path buffer have grown.
-//!
 //! # The operations, and their cost
 //!
-//! - **Search** walks down from the root towards the limit, remembering the path. A node at
-//!   or above the limit only has its own gap (clipped at the limit) to offer, and that gap is
-//!   above everything left on the way, so a fit there is the answer. Otherwise the walk ends
-//!   and the path is scanned back up: each node below the limit offers its own gap, then its
-//!   left subtree (entirely below the limit, so the summary applies), in descending address
-//!   order. The first subtree with a fit is descended, preferring the right child whenever
-//!   its summary says it holds a fit, then the node's own gap, else the left child (which the
-//!   summary guarantees holds one). Both phases are O(height).
-//! - **Allocation** splits the holder's gap: the new range becomes the holder's in-order
-//!   predecessor, linked as the rightmost node of the holder's left subtree, continuing the
-//!   path the search left behind (no second descent from the root).
-//! - **Free** walks down to the range and on to its successor (whose gap absorbs the freed
-//!   range and the gap below it), remembering the path, then unlinks the node (a node with
-//!   two children takes its successor's place instead) with no second descent.
+//! - **Search** walks down from the root towards the limit, remembering the path, and stops
+//!   at the hole that straddles the limit if there is one (everything to its right is above
+//!   the limit). The path is then scanned back up: each node below the limit offers its own
+//!   hole (clipped at the limit), then its left subtree (entirely below the limit, so the
+//!   summary applies), in descending address order. The first subtree with a fit is
+//!   descended, preferring the right child whenever its summary says it holds a fit, then the
+//!   node's own hole, else the left child (which the summary guarantees holds one). Without a
+//!   limit below the top of the space the walk is skipped. Both phases are O(height).
+//! - **Allocation** cuts the range out of the holder hole, leaving a part below it, above it
+//!   (less than the alignment), both, or neither: the hole shrinks in place, gains its upper
+//!   part as a new in-order successor (linked as the leftmost node of its right subtree,
+//!   continuing the search's path), or is deleted. The range goes into the index.
+//! - **Free** removes the range from the index (refusing it if it is not there exactly as
+//!   given), then walks down the hole tree by address, which passes both the hole just below
+//!   the range and the hole just above it. The range then extends the hole below, the hole
+//!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
+//!   it is unlinked in place and the other takes the merged extent), or becomes a new leaf.
 //! - Both then retrace the path upwards, recomputing height and summaries and restoring the
-//!   AVL balance, and stop as soon as a subtree comes out unchanged (unless the node whose
-//!   own gap changed is still above).
+//!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
+//!   whose own hole changed).
 //!
-//! Worst case per operation: O(log n) once its order is active (plus O(number of active
-//! non-power-of-two orders) per recomputed node). The retrace goes as far up as summaries
-//! change; with few, scattered holes among many ranges (a churning allocator) a new or
-//! filled hole changes the summaries of every subtree too small to hold another hole of its
-//! class, about `log2(ranges / holes)` levels, which is what an operation mostly costs.
+//! Worst case per operation: O(log holes) tree steps, plus one index operation (O(1)), once its
+//! order is active (plus O(number of active non-power-of-two orders) per recomputed node).
 //!
 //! # Work counted
 //!
 //! One [`LockId::IovaTree`] acquisition per `alloc`/`free` past argument checks.
-//! `tree_nodes_visited` counts every node stepped onto: the search's walk and descent, the
-//! walk from the holder to the insertion point, the walk of a free to its range and on to
-//! the successor, and every node of a one-off order activation. Retracing the remembered
-//! path, and reading a child's summary or height, steps onto no new node and is not counted.
-//! `tree_rotations` counts single rotations (a double rotation is two).
+//! `tree_nodes_visited` counts every hole-tree node stepped onto: the search's walk and
+//! descent, the walk from the holder to its successor's place, the walk of a free down the
+//! tree, and every node of a one-off order activation. Retracing the remembered path, and
+//! reading a child's summary, steps onto no new node and is not counted; nor are the index's
+//! lookups, which are not tree nodes. `tree_rotations` counts single rotations (a double
+//! rotation is two).
 //!
 //! Configuration is the same [`IovaSpaceConfig`] as the Linux allocator, including the cap on
-//! live ranges.
+//! live ranges. The index's chunk directory is a hash map with `foldhash`'s fixed-seed hasher:
+//! it is only ever looked up, and [`GapTreeAllocator::ranges`] sorts what it lists, so no
+//! output depends on its order.
+
+mod index;
 
 use crate::addr::Iova;
 use crate::iova::linux::{
@@ -97,56 +101,35 @@ use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
 
-const NIL: u32 = u32::MAX;
+/// The empty subtree: slot 0 of the arena, a permanent sentinel whose summary (and room) is
+/// all zero, so reading a child's summary needs no branch.
+const NIL: u32 = 0;
 
-/// No node on the retraced path has had its own gap changed.
-const NO_TOUCH: usize = usize::MAX;
+/// No node on the path is a predecessor or successor (in [`HoleTree::free_range`]).
+const NONE: usize = usize::MAX;
 
 /// The summary of a subtree: what the search and the balancing need to know about it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Sum {
-    /// The largest gap.
-    max_gap: u64,
+    /// The largest hole, in pages.
+    max_len: u64,
     /// AVL height (0: empty).
     height: u8,
-    /// 1 + the largest order of naturally aligned block some gap contains; 0 if every gap
-    /// is empty.
+    /// 1 + the largest order of naturally aligned block some hole contains (0: empty).
     block: u8,
 }
 
-/// One allocated range, with the summaries of its two subtrees kept in the node itself, so
-/// that deciding where to go, rebalancing, and recomputing a summary never read a sibling:
-/// every operation only touches the cache lines of the nodes on its path.
+/// One hole `[lo, hi)`, with the summary of the subtree rooted at it.
 #[derive(Clone, Copy, Debug)]
-#[repr(align(64))]
-struct Node {
-    /// First page of the allocated range. Its last page is `succ.lo - succ.gap - 1`, for
-    /// its in-order successor `succ` (the anchor's is its first).
+struct Hole {
     lo: u64,
-    /// Free pages directly below `lo`.
-    gap: u64,
+    hi: u64,
     left: u32,
     right: u32,
-    /// Summaries of the left and right subtrees.
-    sub: [Sum; 2],
+    sum: Sum,
 }
 
-impl Node {
-    /// The summary of the subtree rooted here.
-    #[inline]
-    fn sum(&self) -> Sum {
-        let [l, r] = self.sub;
-        Sum {
-            max_gap: self.gap.max(l.max_gap).max(r.max_gap),
-            height: 1 + l.height.max(r.height),
-            block: block_of(self.lo - self.gap, self.lo)
-                .max(l.block)
-                .max(r.block),
-        }
-    }
-}
-
-/// What a request needs from a gap, and which summary answers it exactly.
+/// What a request needs from a hole, and which summary answers it exactly.
 #[derive(Clone, Copy, Debug)]
 struct Query {
     /// Pages.
@@ -158,97 +141,106 @@ struct Query {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// `max_gap >= s`.
-    Gap,
+    /// `max_len >= s`.
+    Len,
     /// `s == 2^k`: `block > k`.
     Block,
     /// Anything else: the room at order `k` (an active order) `>= s`.
     Room,
 }
 
-/// The AVL tree with its summaries, in an arena.
-#[derive(Debug)]
-struct Tree {
-    nodes: Vec<Node>,
-    /// `room[i * orders + k]`: the largest room at order `k` in node `i`'s subtree, for the
-    /// active orders. Empty until the first order is activated.
-    room: Vec<u64>,
-    free: Vec<u32>,
-    orders: usize,
-    /// The anchor's first page: the end of the space.
-    end: u64,
-    root: u32,
-    len: usize,
-    /// Orders whose room is maintained (bit `k`): the non-power-of-two aligned requests
-    /// seen so far.
-    active: u64,
-    /// The path of the operation in progress, root first (kept to avoid allocating).
-    path: Vec<u32>,
-}
-
-/// Room at order `k` of the gap `[gl, gh)`: how many pages fit above the first `2^k`-aligned
-/// page at or after `gl`.
+/// Room at order `k` of the hole `[lo, hi)`: how many pages fit above the first
+/// `2^k`-aligned page at or after `lo`.
 #[inline]
-fn room_of(gl: u64, gh: u64, k: usize) -> u64 {
+fn room_of(lo: u64, hi: u64, k: usize) -> u64 {
     let a = (1u64 << k) - 1;
-    gh.saturating_sub((gl + a) & !a)
+    hi.saturating_sub((lo + a) & !a)
 }
 
-/// 1 + the largest order of naturally aligned block inside the gap `[gl, gh)`; 0 if empty.
+/// 1 + the largest order of naturally aligned block inside `[lo, hi)`; 0 if empty.
 /// See the module docs for why one test suffices.
 #[inline]
-fn block_of(gl: u64, gh: u64) -> u8 {
-    let len = gh - gl;
+fn block_of(lo: u64, hi: u64) -> u8 {
+    let len = hi - lo;
     if len == 0 {
         return 0;
     }
     let j = 63 - len.leading_zeros();
     let b = 1u64 << j;
-    let start = (gl + b - 1) & !(b - 1);
-    if start + b <= gh {
+    let start = (lo + b - 1) & !(b - 1);
+    if start + b <= hi {
         j as u8 + 1
     } else {
         j as u8
     }
 }
 
-/// Index of `i`'s side in its parent's `sub`.
-const L: usize = 0;
-const R: usize = 1;
+/// The highest placement of `s` pages aligned to `2^k` in `[lo, hi)`.
+#[inline]
+fn fit(lo: u64, hi: u64, s: u64, k: usize) -> Option<u64> {
+    if hi < s {
+        return None;
+    }
+    let a = (hi - s) & !((1u64 << k) - 1);
+    (a >= lo).then_some(a)
+}
 
-impl Tree {
-    fn new(orders: usize, end: u64) -> Self {
+/// The AVL tree of holes with its summaries, in an arena.
+#[derive(Debug)]
+struct HoleTree {
+    nodes: Vec<Hole>,
+    /// Arena slots free for reuse.
+    spare: Vec<u32>,
+    root: u32,
+    /// Number of holes.
+    len: usize,
+    /// Number of alignment orders a request can have (`room` stride).
+    orders: usize,
+    /// Orders whose room is maintained (bit `k`): the non-power-of-two aligned requests
+    /// seen so far.
+    active: u64,
+    /// `room[i * orders + k]`: the largest room at order `k` in node `i`'s subtree, for the
+    /// active orders. Empty until the first order is activated.
+    room: Vec<u64>,
+    /// The path of the operation in progress, root first (kept to avoid allocating).
+    path: Vec<u32>,
+}
+
+impl HoleTree {
+    fn new(orders: usize) -> Self {
+        let sentinel = Hole {
+            lo: 0,
+            hi: 0,
+            left: NIL,
+            right: NIL,
+            sum: Sum::default(),
+        };
         Self {
-            nodes: Vec::new(),
-            room: Vec::new(),
-            free: Vec::new(),
-            orders,
-            end,
+            nodes: vec![sentinel],
+            spare: Vec::new(),
             root: NIL,
             len: 0,
+            orders,
             active: 0,
+            room: Vec::new(),
             path: Vec::with_capacity(64),
         }
     }
 
     #[inline]
-    fn n(&self, i: u32) -> &Node {
+    fn n(&self, i: u32) -> &Hole {
         &self.nodes[i as usize]
     }
 
     #[inline]
-    fn nm(&mut self, i: u32) -> &mut Node {
+    fn nm(&mut self, i: u32) -> &mut Hole {
         &mut self.nodes[i as usize]
     }
 
     /// Summary of subtree `i` (all zero for an empty one).
     #[inline]
     fn sum(&self, i: u32) -> Sum {
-        if i == NIL {
-            Sum::default()
-        } else {
-            self.n(i).sum()
-        }
+        self.n(i).sum
     }
 
     #[inline]
@@ -259,41 +251,30 @@ impl Tree {
     /// Largest room at active order `k` in subtree `i` (0 for an empty subtree).
     #[inline]
     fn room(&self, i: u32, k: usize) -> u64 {
-        if i == NIL {
-            0
-        } else {
-            self.room[i as usize * self.orders + k]
-        }
+        self.room[i as usize * self.orders + k]
     }
 
-    /// Whether some gap in the subtree `child` with summary `sum` holds the request (exact;
-    /// see the module docs). Only the `Room` kind reads outside the summary.
+    /// Whether some hole in subtree `i` holds the request (exact; see the module docs). The
+    /// empty subtree's zero summary holds nothing.
     #[inline]
-    fn holds(&self, sum: &Sum, child: u32, q: &Query) -> bool {
+    fn holds(&self, i: u32, q: &Query) -> bool {
         match q.kind {
-            Kind::Gap => sum.max_gap >= q.s,
-            Kind::Block => usize::from(sum.block) > q.k,
-            Kind::Room => self.room(child, q.k) >= q.s,
+            Kind::Len => self.n(i).sum.max_len >= q.s,
+            Kind::Block => usize::from(self.n(i).sum.block) > q.k,
+            Kind::Room => self.room(i, q.k) >= q.s,
         }
     }
 
-    /// Whether `n`'s subtree on `side` holds the request.
-    #[inline]
-    fn child_holds(&self, n: &Node, side: usize, q: &Query) -> bool {
-        let c = if side == L { n.left } else { n.right };
-        self.holds(&n.sub[side], c, q)
-    }
-
-    /// A new leaf.
-    fn new_node(&mut self, lo: u64, gap: u64) -> u32 {
-        let node = Node {
+    /// A new leaf `[lo, hi)` with its summary.
+    fn new_node(&mut self, lo: u64, hi: u64) -> u32 {
+        let node = Hole {
             lo,
-            gap,
+            hi,
             left: NIL,
             right: NIL,
-            sub: [Sum::default(); 2],
+            sum: Sum::default(),
         };
-        let i = match self.free.pop() {
+        let i = match self.spare.pop() {
             Some(i) => {
                 self.nodes[i as usize] = node;
                 i
@@ -306,35 +287,34 @@ impl Tree {
                 (self.nodes.len() - 1) as u32
             }
         };
-        self.update_rooms(i);
+        self.pull(i);
+        self.len += 1;
         i
     }
 
-    /// Links `child` as `parent`'s child on `side`, with its summary.
-    #[inline]
-    fn set_child(&mut self, parent: u32, side: usize, child: u32) {
-        let sum = self.sum(child);
-        let p = self.nm(parent);
-        if side == L {
-            p.left = child;
-        } else {
-            p.right = child;
-        }
-        p.sub[side] = sum;
+    /// Returns node `i`'s slot to the arena.
+    fn release(&mut self, i: u32) {
+        self.spare.push(i);
+        self.len -= 1;
     }
 
-    /// Makes `new` take `old`'s place as the child of `parent` (the root if `NIL`).
-    #[inline]
-    fn relink(&mut self, parent: u32, old: u32, new: u32) {
-        if parent == NIL {
-            self.root = new;
-        } else {
-            let side = if self.n(parent).left == old { L } else { R };
-            self.set_child(parent, side, new);
-        }
+    /// Recomputes node `i`'s summary (and room) from its own hole and its children's;
+    /// returns whether anything changed.
+    #[inline(always)]
+    fn pull(&mut self, i: u32) -> bool {
+        let n = *self.n(i);
+        let (l, r) = (self.sum(n.left), self.sum(n.right));
+        let sum = Sum {
+            max_len: (n.hi - n.lo).max(l.max_len).max(r.max_len),
+            height: 1 + l.height.max(r.height),
+            block: block_of(n.lo, n.hi).max(l.block).max(r.block),
+        };
+        self.nm(i).sum = sum;
+        let rooms = self.update_rooms(i);
+        sum != n.sum || rooms
     }
 
-    /// Recomputes the room (at the active orders) of `i` from its own gap and its children;
+    /// Recomputes the room (at the active orders) of `i` from its own hole and its children;
     /// returns whether any changed. Nothing to do, and false, while no order is active.
     #[inline]
     fn update_rooms(&mut self, i: u32) -> bool {
@@ -348,20 +328,15 @@ impl Tree {
     fn update_rooms_active(&mut self, i: u32) -> bool {
         let mut bits = self.active;
         let n = *self.n(i);
-        let gl = n.lo - n.gap;
         let o = self.orders;
-        let (base, lb, rb) = (i as usize * o, n.left as usize * o, n.right as usize * o);
+        let base = i as usize * o;
         let mut changed = false;
         while bits != 0 {
             let k = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            let mut r = room_of(gl, n.lo, k);
-            if n.left != NIL {
-                r = r.max(self.room[lb + k]);
-            }
-            if n.right != NIL {
-                r = r.max(self.room[rb + k]);
-            }
+            let r = room_of(n.lo, n.hi, k)
+                .max(self.room(n.left, k))
+                .max(self.room(n.right, k));
             let slot = &mut self.room[base + k];
             changed |= *slot != r;
             *slot = r;
@@ -371,13 +346,13 @@ impl Tree {
 
     /// Starts maintaining the room at order `k`: computes it for every node (post-order).
     fn activate(&mut self, k: usize, w: &mut WorkRecord) {
-        fn fill(t: &mut Tree, i: u32, k: usize, w: &mut WorkRecord) -> u64 {
+        fn fill(t: &mut HoleTree, i: u32, k: usize, w: &mut WorkRecord) -> u64 {
             if i == NIL {
                 return 0;
             }
             w.tree_nodes_visited += 1;
             let n = *t.n(i);
-            let own = room_of(n.lo - n.gap, n.lo, k);
+            let own = room_of(n.lo, n.hi, k);
             let r = own.max(fill(t, n.left, k, w)).max(fill(t, n.right, k, w));
             t.room[i as usize * t.orders + k] = r;
             r
@@ -392,116 +367,118 @@ impl Tree {
     fn rotate_right(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
         w.tree_rotations += 1;
         let l = self.n(i).left;
-        let lr = self.n(l).right;
-        self.set_child(i, L, lr);
-        self.update_rooms(i);
-        self.set_child(l, R, i);
-        self.update_rooms(l);
+        self.nm(i).left = self.n(l).right;
+        self.pull(i);
+        self.nm(l).right = i;
+        self.pull(l);
         l
     }
 
     fn rotate_left(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
         w.tree_rotations += 1;
         let r = self.n(i).right;
-        let rl = self.n(r).left;
-        self.set_child(i, R, rl);
-        self.update_rooms(i);
-        self.set_child(r, L, i);
-        self.update_rooms(r);
+        self.nm(i).right = self.n(r).left;
+        self.pull(i);
+        self.nm(r).left = i;
+        self.pull(r);
         r
     }
 
-    /// Restores the AVL balance at `i` (whose children's summaries are up to date) and
-    /// recomputes its room. Returns the subtree's new root and whether it was rotated or
-    /// its room changed.
-    #[inline(never)]
+    /// Restores the AVL balance at `i` (whose children are balanced and summarised) and
+    /// recomputes its summary. Returns the subtree's new root and whether it was rotated or
+    /// its summary changed.
     fn rebalance(&mut self, i: u32, w: &mut WorkRecord) -> (u32, bool) {
-        let changed = self.update_rooms(i);
         let n = *self.n(i);
-        let (hl, hr) = (n.sub[L].height, n.sub[R].height);
+        let (hl, hr) = (self.height(n.left), self.height(n.right));
         if hl > hr + 1 {
-            let l = self.n(n.left);
-            if l.sub[L].height < l.sub[R].height {
+            let l = *self.n(n.left);
+            if self.height(l.left) < self.height(l.right) {
                 let nl = self.rotate_left(n.left, w);
-                self.set_child(i, L, nl);
+                self.nm(i).left = nl;
             }
             return (self.rotate_right(i, w), true);
         }
         if hr > hl + 1 {
-            let r = self.n(n.right);
-            if r.sub[R].height < r.sub[L].height {
+            let r = *self.n(n.right);
+            if self.height(r.right) < self.height(r.left) {
                 let nr = self.rotate_right(n.right, w);
-                self.set_child(i, R, nr);
+                self.nm(i).right = nr;
             }
             return (self.rotate_left(i, w), true);
         }
-        (i, changed)
+        (i, self.pull(i))
     }
 
-    /// After a structural change just below the last node of `self.path` (or to it), walks
-    /// the path up: rebalances each node and stores its subtree's summary in its parent,
-    /// and stops once a subtree comes out unchanged, unless the node at `touched` (whose own
-    /// gap changed) is still ahead, in which case it skips to it.
-    fn retrace(&mut self, touched: usize, w: &mut WorkRecord) {
+    /// After a change at the end of `self.path` (below its last node, or to it), walks the
+    /// path up: rebalances and recomputes every node at depth `upto` or deeper, then goes
+    /// on while subtrees come out changed.
+    fn retrace(&mut self, upto: usize, w: &mut WorkRecord) {
         let mut dirty = true;
         let mut d = self.path.len();
         while d > 0 {
             d -= 1;
-            if !dirty && d != touched {
-                if touched < d {
-                    d = touched;
-                } else {
-                    break;
-                }
-            }
-            let i = self.path[d];
-            let n = *self.n(i);
-            // The common case, kept inline: balanced, and no room to maintain.
-            let (root, sum, rotated) =
-                if n.sub[L].height.abs_diff(n.sub[R].height) <= 1 && self.active == 0 {
-                    (i, n.sum(), false)
-                } else {
-                    let (root, rotated) = self.rebalance(i, w);
-                    (root, self.n(root).sum(), rotated)
-                };
-            if d == 0 {
-                self.root = root;
+            if !dirty && d < upto {
                 break;
             }
-            let pn = self.nm(self.path[d - 1]);
-            let side = if pn.left == i { L } else { R };
-            dirty = rotated || pn.sub[side] != sum;
-            pn.sub[side] = sum;
-            if side == L {
-                pn.left = root;
-            } else {
-                pn.right = root;
+            let i = self.path[d];
+            let (root, changed) = self.rebalance(i, w);
+            dirty = changed;
+            if d == 0 {
+                self.root = root;
+            } else if root != i {
+                let p = self.path[d - 1];
+                let pn = self.nm(p);
+                if pn.left == i {
+                    pn.left = root;
+                } else {
+                    pn.right = root;
+                }
             }
         }
     }
 
-    /// The highest placement of `s` pages aligned to `2^k` in the gap `[gl, gh)`.
-    #[inline]
-    fn fit(gl: u64, gh: u64, s: u64, k: usize) -> Option<u64> {
-        if gh < s {
-            return None;
+    /// After a hole on `self.path` (at depth `upto` or deeper) changed its extent but no node
+    /// was linked or unlinked (so no height changed): recomputes the summaries from the end
+    /// of the path up, at least to depth `upto`, then while they change.
+    fn refresh(&mut self, upto: usize) {
+        let mut d = self.path.len();
+        while d > 0 {
+            d -= 1;
+            if !self.pull(self.path[d]) && d < upto {
+                break;
+            }
         }
-        let a = (gh - s) & !((1u64 << k) - 1);
-        (a >= gl).then_some(a)
     }
 
-    /// The highest fit among gaps below `limit` (a straddling gap is clipped at it). Returns
-    /// the placement; `self.path` then runs from the root to the node whose gap holds it.
-    fn search(&mut self, limit: u64, q: &Query, w: &mut WorkRecord) -> Option<u64> {
-        let (s, k) = (q.s, q.k);
+    /// Makes `new` take the place of `old`, the child of `self.path[d - 1]` (the root when
+    /// `d == 0`).
+    fn replace_child_at(&mut self, d: usize, old: u32, new: u32) {
+        if d == 0 {
+            self.root = new;
+        } else {
+            let pn = self.nm(self.path[d - 1]);
+            if pn.left == old {
+                pn.left = new;
+            } else {
+                pn.right = new;
+            }
+        }
+    }
+
+    /// The highest fit among holes below `limit` (a straddling hole is clipped at it).
+    /// Returns the placement; `self.path` then runs from the root to the holder.
+    fn search(
+        &mut self,
+        limit: u64,
+        unlimited: bool,
+        q: &Query,
+        w: &mut WorkRecord,
+    ) -> Option<u64> {
         self.path.clear();
-        if limit >= self.end {
-            // No limit below the anchor: every gap is eligible whole, so the summaries
-            // apply to the whole tree and the walk to the limit can be skipped.
+        if unlimited {
+            // Every hole is below the limit, so the summaries apply to the whole tree.
             let root = self.root;
-            return self
-                .holds(&self.sum(root), root, q)
-                .then(|| self.descend(root, q, w));
+            return self.holds(root, q).then(|| self.descend(root, q, w));
         }
         // Walk towards the limit.
         let mut i = self.root;
@@ -510,27 +487,25 @@ impl Tree {
             self.path.push(i);
             let n = *self.n(i);
             if n.lo >= limit {
-                // Everything to the right starts above the limit, everything still to come
-                // on the walk lies below this gap.
-                if let Some(a) = Self::fit(n.lo - n.gap, limit, s, k) {
-                    return Some(a);
-                }
                 i = n.left;
+            } else if n.hi >= limit {
+                // The straddling hole: everything to its right is above the limit.
+                break;
             } else {
                 i = n.right;
             }
         }
-        // Back up: nodes below the limit offer their own gap, then their left subtree.
+        // Back up: nodes below the limit offer their own hole, then their left subtree.
         for d in (0..self.path.len()).rev() {
             let n = *self.n(self.path[d]);
             if n.lo >= limit {
                 continue;
             }
-            if let Some(a) = Self::fit(n.lo - n.gap, n.lo, s, k) {
+            if let Some(a) = fit(n.lo, n.hi.min(limit), q.s, q.k) {
                 self.path.truncate(d + 1);
                 return Some(a);
             }
-            if self.child_holds(&n, L, q) {
+            if self.holds(n.left, q) {
                 self.path.truncate(d + 1);
                 return Some(self.descend(n.left, q, w));
             }
@@ -539,81 +514,75 @@ impl Tree {
     }
 
     /// The highest fit in subtree `i`, which is known to hold one; extends `self.path` down
-    /// to the node whose gap holds it.
+    /// to the holder.
     fn descend(&mut self, mut i: u32, q: &Query, w: &mut WorkRecord) -> u64 {
         loop {
             w.tree_nodes_visited += 1;
             self.path.push(i);
             let n = *self.n(i);
-            if self.child_holds(&n, R, q) {
+            if self.holds(n.right, q) {
                 i = n.right;
                 continue;
             }
-            if let Some(a) = Self::fit(n.lo - n.gap, n.lo, q.s, q.k) {
+            if let Some(a) = fit(n.lo, n.hi, q.s, q.k) {
                 return a;
             }
             // The summary says the fit is in the left subtree.
-            debug_assert!(self.child_holds(&n, L, q));
+            debug_assert!(self.holds(n.left, q));
             i = n.left;
         }
     }
 
-    /// Places `s` pages at `a` in the gap of the node at the end of `self.path`.
-    fn insert_below_holder(&mut self, a: u64, s: u64, w: &mut WorkRecord) {
-        let touched = self.path.len() - 1;
-        let holder = self.path[touched];
+    /// Cuts `s` pages at `a` out of the hole at the end of `self.path`.
+    fn take(&mut self, a: u64, s: u64, w: &mut WorkRecord) {
+        let hd = self.path.len() - 1;
+        let holder = self.path[hd];
         let h = *self.n(holder);
-        let gl = h.lo - h.gap;
-        self.nm(holder).gap = h.lo - (a + s);
-        let x = self.new_node(a, a - gl);
-        // The new range is the holder's in-order predecessor.
-        if h.left == NIL {
-            self.set_child(holder, L, x);
-        } else {
-            let mut c = h.left;
-            loop {
-                w.tree_nodes_visited += 1;
-                self.path.push(c);
-                let r = self.n(c).right;
-                if r == NIL {
-                    break;
-                }
-                c = r;
+        let (below, above) = (a > h.lo, a + s < h.hi);
+        match (below, above) {
+            (false, false) => self.unlink_end(hd, w),
+            (true, false) => {
+                self.nm(holder).hi = a;
+                self.refresh(hd);
             }
-            self.set_child(c, R, x);
+            (false, true) => {
+                self.nm(holder).lo = a + s;
+                self.refresh(hd);
+            }
+            (true, true) => {
+                // The part above becomes the holder's in-order successor.
+                self.nm(holder).hi = a;
+                let x = self.new_node(a + s, h.hi);
+                if h.right == NIL {
+                    self.nm(holder).right = x;
+                } else {
+                    let mut c = h.right;
+                    loop {
+                        w.tree_nodes_visited += 1;
+                        self.path.push(c);
+                        let l = self.n(c).left;
+                        if l == NIL {
+                            break;
+                        }
+                        c = l;
+                    }
+                    self.nm(c).left = x;
+                }
+                self.retrace(hd, w);
+            }
         }
-        self.retrace(touched, w);
-        self.len += 1;
     }
 
-    /// Removes the exact range `lo..=hi`; false (and no change) if it is not allocated so.
-    fn remove(&mut self, lo: u64, hi: u64, w: &mut WorkRecord) -> bool {
-        self.path.clear();
-        // Walk to the range, remembering the last node where the walk went left: the
-        // successor if the range has no right subtree.
-        let mut succ_d = NO_TOUCH;
-        let mut i = self.root;
-        loop {
-            if i == NIL {
-                return false;
-            }
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = self.n(i);
-            if lo < n.lo {
-                succ_d = self.path.len() - 1;
-                i = n.left;
-            } else if lo > n.lo {
-                i = n.right;
-            } else {
-                break;
-            }
-        }
+    /// Deletes the node at the end of `self.path`, then retraces (recomputing at least up
+    /// to depth `upto`).
+    fn unlink_end(&mut self, upto: usize, w: &mut WorkRecord) {
         let xd = self.path.len() - 1;
-        let x = *self.n(i);
-        let xi = i;
-        if x.right != NIL {
-            let mut c = x.right;
+        let x = self.path[xd];
+        let n = *self.n(x);
+        if n.left != NIL && n.right != NIL {
+            // The successor (the leftmost node of the right subtree, which has no left
+            // child) gives its hole to `x` and is unlinked in its place.
+            let mut c = n.right;
             loop {
                 w.tree_nodes_visited += 1;
                 self.path.push(c);
@@ -623,49 +592,90 @@ impl Tree {
                 }
                 c = l;
             }
-            succ_d = self.path.len() - 1;
-        }
-        // The anchor has no successor; a real range always has one (at worst the anchor).
-        if succ_d == NO_TOUCH {
-            return false;
-        }
-        let succ = self.path[succ_d];
-        let sn = *self.n(succ);
-        if sn.lo - sn.gap - 1 != hi {
-            return false;
-        }
-        // The successor's gap absorbs the freed range and the gap below it.
-        let merged = sn.lo - (x.lo - x.gap);
-        let touched;
-        if x.left != NIL && x.right != NIL {
-            // The successor (the minimum of the right subtree, at the end of the path) moves
-            // into the range's node, taking its merged gap along.
+            let cn = *self.n(c);
+            let m = self.nm(x);
+            m.lo = cn.lo;
+            m.hi = cn.hi;
+            let cd = self.path.len() - 1;
+            self.replace_child_at(cd, c, cn.right);
             self.path.pop();
-            let parent = self.path[self.path.len() - 1];
-            self.relink(parent, succ, sn.right);
-            let m = self.nm(xi);
-            m.lo = sn.lo;
-            m.gap = merged;
-            self.free.push(succ);
-            touched = xd;
+            self.release(c);
+            self.retrace(upto.min(xd), w);
         } else {
-            let child = if x.left == NIL { x.right } else { x.left };
-            let parent = if xd == 0 { NIL } else { self.path[xd - 1] };
-            self.relink(parent, xi, child);
-            self.path.remove(xd);
-            self.free.push(xi);
-            self.nm(succ).gap = merged;
-            // The successor is either an ancestor, or below the removed node.
-            touched = if succ_d > xd { succ_d - 1 } else { succ_d };
+            let child = if n.left == NIL { n.right } else { n.left };
+            self.replace_child_at(xd, x, child);
+            self.path.pop();
+            self.release(x);
+            self.retrace(upto, w);
         }
-        self.retrace(touched, w);
-        self.len -= 1;
-        true
     }
 
-    /// In-order ranges `(lo, hi, gap)`.
-    fn in_order(&self) -> Vec<(u64, u64, u64)> {
-        let mut out: Vec<(u64, u64, u64)> = Vec::with_capacity(self.len);
+    /// Returns the free range `[lo, end)` (known to be allocated) to the holes.
+    fn free_range(&mut self, lo: u64, end: u64, w: &mut WorkRecord) {
+        self.path.clear();
+        // The walk passes both the hole just below `lo` and the one just above.
+        let (mut pred, mut succ) = (NONE, NONE);
+        let mut i = self.root;
+        while i != NIL {
+            w.tree_nodes_visited += 1;
+            self.path.push(i);
+            let n = self.n(i);
+            if n.lo < lo {
+                pred = self.path.len() - 1;
+                i = n.right;
+            } else {
+                succ = self.path.len() - 1;
+                i = n.left;
+            }
+        }
+        let joins_below = pred != NONE && self.n(self.path[pred]).hi == lo;
+        let joins_above = succ != NONE && self.n(self.path[succ]).lo == end;
+        match (joins_below, joins_above) {
+            (true, true) => {
+                // In-order neighbours: the deeper one has at most one child and is unlinked;
+                // the other takes the merged extent.
+                let (new_lo, new_hi) = (self.n(self.path[pred]).lo, self.n(self.path[succ]).hi);
+                let (keep, gone) = if pred < succ {
+                    (pred, succ)
+                } else {
+                    (succ, pred)
+                };
+                let k = self.nm(self.path[keep]);
+                k.lo = new_lo;
+                k.hi = new_hi;
+                self.path.truncate(gone + 1);
+                self.unlink_end(keep, w);
+            }
+            (true, false) => {
+                self.nm(self.path[pred]).hi = end;
+                self.path.truncate(pred + 1);
+                self.refresh(pred);
+            }
+            (false, true) => {
+                self.nm(self.path[succ]).lo = lo;
+                self.path.truncate(succ + 1);
+                self.refresh(succ);
+            }
+            (false, false) => {
+                let x = self.new_node(lo, end);
+                match self.path.last() {
+                    None => self.root = x,
+                    Some(&p) => {
+                        if lo < self.n(p).lo {
+                            self.nm(p).left = x;
+                        } else {
+                            self.nm(p).right = x;
+                        }
+                    }
+                }
+                self.retrace(self.path.len(), w);
+            }
+        }
+    }
+
+    /// The holes in address order, as `[lo, hi)`.
+    fn in_order(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::with_capacity(self.len);
         let mut stack = Vec::new();
         let mut i = self.root;
         while i != NIL || !stack.is_empty() {
@@ -675,54 +685,66 @@ impl Tree {
             }
             if let Some(top) = stack.pop() {
                 let n = self.n(top);
-                if let Some(prev) = out.last_mut() {
-                    prev.1 = n.lo - n.gap - 1;
-                }
-                out.push((n.lo, n.lo, n.gap));
+                out.push((n.lo, n.hi));
                 i = n.right;
             }
         }
         out
     }
 
-    /// Checks AVL balance and the summaries of subtree `i`; returns its summary.
-    #[cfg(test)]
-    fn check(&self, i: u32) -> Sum {
+    /// Checks AVL balance, the summaries and the rooms of subtree `i`; returns its height.
+    fn check(&self, i: u32) -> Result<u8, String> {
         if i == NIL {
-            return Sum::default();
+            return Ok(0);
         }
         let n = *self.n(i);
-        let sl = self.check(n.left);
-        let sr = self.check(n.right);
-        assert_eq!(n.sub, [sl, sr], "stored child summaries");
-        assert!(sl.height.abs_diff(sr.height) <= 1, "AVL balance");
-        let gl = n.lo - n.gap;
+        let hl = self.check(n.left)?;
+        let hr = self.check(n.right)?;
+        let here = format!("hole [{:#x}, {:#x})", n.lo, n.hi);
+        if hl.abs_diff(hr) > 1 {
+            return Err(format!("{here}: AVL balance broken ({hl} vs {hr})"));
+        }
         // The block summary, against a brute-force scan of the orders.
         let own_block = (0..64)
-            .filter(|&j| room_of(gl, n.lo, j) >= 1 << j)
+            .filter(|&j| room_of(n.lo, n.hi, j) >= 1 << j)
             .map(|j| j as u8 + 1)
             .max()
             .unwrap_or(0);
-        assert_eq!(block_of(gl, n.lo), own_block, "block of [{gl}, {})", n.lo);
+        let (l, r) = (self.sum(n.left), self.sum(n.right));
         let want = Sum {
-            max_gap: n.gap.max(sl.max_gap).max(sr.max_gap),
-            height: 1 + sl.height.max(sr.height),
-            block: own_block.max(sl.block).max(sr.block),
+            max_len: (n.hi - n.lo).max(l.max_len).max(r.max_len),
+            height: 1 + hl.max(hr),
+            block: own_block.max(l.block).max(r.block),
         };
-        assert_eq!(n.sum(), want, "summary");
+        if n.sum != want {
+            return Err(format!("{here}: summary {:?}, want {want:?}", n.sum));
+        }
         for k in (0..self.orders).filter(|k| self.active & (1 << k) != 0) {
-            let want = room_of(gl, n.lo, k)
+            let want = room_of(n.lo, n.hi, k)
                 .max(self.room(n.left, k))
                 .max(self.room(n.right, k));
-            assert_eq!(self.room(i, k), want, "room at order {k}");
+            if self.room(i, k) != want {
+                return Err(format!(
+                    "{here}: room at order {k} is {}, want {want}",
+                    self.room(i, k)
+                ));
+            }
         }
-        want
+        Ok(want.height)
     }
 }
 
+/// An invariant of the gap tree does not hold (found by
+/// [`GapTreeAllocator::check_invariants`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gap tree invariant broken: {0}")]
+pub struct InvariantViolation(pub String);
+
 #[derive(Debug)]
 struct State {
-    tree: Tree,
+    holes: HoleTree,
+    /// Allocated ranges by first page.
+    allocated: index::RangeIndex,
 }
 
 /// The O(log n) gap-tree IOVA allocator. See the module docs.
@@ -740,51 +762,95 @@ impl GapTreeAllocator {
     pub fn new(config: IovaSpaceConfig) -> Result<Self, IovaConfigError> {
         let (start_pfn, end_pfn) = config.validate()?;
         let orders = order_base_2(end_pfn) as usize + 1;
-        let mut tree = Tree::new(orders, end_pfn);
-        let anchor = tree.new_node(end_pfn, end_pfn - start_pfn);
-        tree.root = anchor;
-        tree.len = 1;
+        let mut holes = HoleTree::new(orders);
+        holes.root = holes.new_node(start_pfn, end_pfn);
         Ok(Self {
             granule: config.granule,
             start_pfn,
             end_pfn,
             max_live: config.max_live_blocks,
-            state: Mutex::new(State { tree }),
+            state: Mutex::new(State {
+                holes,
+                allocated: index::RangeIndex::new(),
+            }),
         })
     }
 
     /// The allocated ranges in address order, as `(first page, last page)`.
     pub fn ranges(&self) -> Vec<(u64, u64)> {
         let st = self.state.lock();
-        let mut v: Vec<_> = st
-            .tree
-            .in_order()
-            .into_iter()
-            .map(|(lo, hi, _)| (lo, hi))
-            .collect();
-        v.pop(); // the anchor
-        v
+        let v = st.allocated.sorted();
+        v.into_iter()
+            .map(|(lo, pages)| (lo, lo + pages - 1))
+            .collect()
     }
 
-    /// Height of the tree (the anchor counts), for checking the O(log n) bound.
+    /// The free holes in address order, as `(first page, one past the last page)`.
+    pub fn holes(&self) -> Vec<(u64, u64)> {
+        self.state.lock().holes.in_order()
+    }
+
+    /// Height of the tree of holes (0 when the space is full), for checking the
+    /// O(log n) bound.
     pub fn tree_height(&self) -> usize {
         let st = self.state.lock();
-        st.tree.height(st.tree.root) as usize
+        st.holes.height(st.holes.root) as usize
     }
 
-    /// Checks every tree invariant (ordering, gaps, balance, summaries). For tests.
+    /// Checks every invariant: the hole tree's order, AVL balance and summaries (largest
+    /// hole, largest aligned block, room at every active order); holes neither empty,
+    /// overlapping nor touching; and holes and allocated ranges together covering the space
+    /// exactly once. O(n); for tests.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let st = self.state.lock();
+        let bad = |m: String| Err(InvariantViolation(m));
+        st.holes.check(st.holes.root).map_err(InvariantViolation)?;
+        let holes = st.holes.in_order();
+        if holes.len() != st.holes.len {
+            return bad(format!(
+                "{} holes in the tree, {} counted",
+                holes.len(),
+                st.holes.len
+            ));
+        }
+        for pair in holes.windows(2) {
+            if pair[0].1 >= pair[1].0 {
+                return bad(format!(
+                    "holes {:?} and {:?} overlap or touch (or are out of order)",
+                    pair[0], pair[1]
+                ));
+            }
+        }
+        let mut pieces: Vec<(u64, u64, bool)> =
+            holes.iter().map(|&(lo, hi)| (lo, hi, true)).collect();
+        st.allocated.check().map_err(InvariantViolation)?;
+        let ranges = st.allocated.sorted();
+        pieces.extend(ranges.iter().map(|&(lo, pages)| (lo, lo + pages, false)));
+        pieces.sort_unstable();
+        let mut at = self.start_pfn;
+        for (lo, hi, hole) in pieces {
+            let what = if hole { "hole" } else { "range" };
+            if lo != at || hi <= lo {
+                return bad(format!(
+                    "{what} [{lo:#x}, {hi:#x}) where page {at:#x} was expected next"
+                ));
+            }
+            at = hi;
+        }
+        if at != self.end_pfn {
+            return bad(format!(
+                "holes and ranges end at page {at:#x}, not {:#x}",
+                self.end_pfn
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks every invariant. For unit tests.
     #[cfg(test)]
     fn check(&self) {
-        let st = self.state.lock();
-        st.tree.check(st.tree.root);
-        let mut prev_end = self.start_pfn;
-        let all = st.tree.in_order();
-        assert_eq!(all.len(), st.tree.len);
-        assert_eq!(all.last().map(|r| r.0), Some(self.end_pfn), "anchor");
-        for (lo, hi, gap) in all {
-            assert!(lo >= prev_end && hi >= lo, "order");
-            assert_eq!(gap, lo - prev_end, "gap");
-            prev_end = hi + 1;
+        if let Err(e) = self.check_invariants() {
+            panic!("{e}");
         }
     }
 }
@@ -820,7 +886,7 @@ impl IovaAllocator for GapTreeAllocator {
             0
         };
         let kind = if k == 0 {
-            Kind::Gap
+            Kind::Len
         } else if s.is_power_of_two() {
             Kind::Block
         } else {
@@ -829,12 +895,13 @@ impl IovaAllocator for GapTreeAllocator {
         let q = Query { s, k, kind };
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
-        let t = &mut st.tree;
-        let found = if k < t.orders && t.len - 1 < self.max_live {
+        let st = &mut *st;
+        let t = &mut st.holes;
+        let found = if k < t.orders && st.allocated.len() < self.max_live {
             if kind == Kind::Room && t.active & (1 << k) == 0 {
                 t.activate(k, work);
             }
-            t.search(limit, &q, work)
+            t.search(limit, limit >= self.end_pfn, &q, work)
         } else {
             None
         };
@@ -845,7 +912,8 @@ impl IovaAllocator for GapTreeAllocator {
                 limit: req.limit.get(),
             });
         };
-        t.insert_below_holder(a, s, work);
+        t.take(a, s, work);
+        st.allocated.insert(a, s);
         Ok(IovaBlock {
             start: Iova::new(a * self.granule),
             pages: s,
@@ -857,7 +925,7 @@ impl IovaAllocator for GapTreeAllocator {
         let (lo, hi) = check_tree_block(&block, self.granule, self.start_pfn, self.end_pfn)?;
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
-        if st.tree.remove(lo, hi, work) {
+        if st.free(lo, hi, work) {
             Ok(())
         } else {
             Err(IovaError::NotAllocated {
@@ -876,12 +944,23 @@ impl IovaAllocator for GapTreeAllocator {
         let mut st = self.state.lock();
         let (start, end) = (self.start_pfn, self.end_pfn);
         free_tree_blocks(blocks, self.granule, start, end, |lo, hi| {
-            st.tree.remove(lo, hi, work)
+            st.free(lo, hi, work)
         })
     }
 
     fn live_blocks(&self) -> usize {
-        self.state.lock().tree.len - 1
+        self.state.lock().allocated.len()
+    }
+}
+
+impl State {
+    /// Frees the exact range `lo..=hi`; false (and no change) if it is not allocated so.
+    fn free(&mut self, lo: u64, hi: u64, work: &mut WorkRecord) -> bool {
+        if !self.allocated.remove_exact(lo, hi - lo + 1) {
+            return false;
+        }
+        self.holes.free_range(lo, hi + 1, work);
+        true
     }
 }
 
