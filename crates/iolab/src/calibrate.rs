@@ -170,7 +170,7 @@ fn measure(sampling: &Sampling) -> Result<BTreeMap<&'static str, Measured>, Cali
     m.insert("cpu.pte_read", Measured { ns: pte_read, how });
 
     // PTE writes and clears: map + unmap of one 4 KiB page (steady state, tables kept).
-    let pg = iolab_side::pgtable_map_unmap(SZ_4K, sampling);
+    let pg = iolab_side::pgtable_map_unmap(SZ_4K, sampling, &|f| f == "lpae-4k");
     let (_, mu_ns, mu_work) = find(&pg, "lpae-4k", "LPAE map/unmap")?;
     let units = work(mu_work, "ptes_written") + work(mu_work, "ptes_cleared");
     let known = work(mu_work, "pte_reads") * pte_read + locks(mu_work) * lock_ns;
@@ -190,7 +190,7 @@ fn measure(sampling: &Sampling) -> Result<BTreeMap<&'static str, Measured>, Cali
     m.insert("cpu.pte_clear", Measured { ns: pte, how });
 
     // IOVA tree: alloc+free churn with 10,000 live allocations, per node visited or rotated.
-    let live = iolab_side::iova_alloc_free(10_000, sampling);
+    let live = iolab_side::iova_alloc_free(10_000, sampling, &|a| a == "linux");
     let (_, tree_ns, tree_work) = find(&live, "linux", "IOVA tree churn")?;
     let units = work(tree_work, "tree_nodes_visited") + work(tree_work, "tree_rotations");
     let (node, how) = residual(
@@ -209,7 +209,7 @@ fn measure(sampling: &Sampling) -> Result<BTreeMap<&'static str, Measured>, Cali
     m.insert("cpu.tree_rotation", Measured { ns: node, how });
 
     // Magazine hit: alloc+free with nothing live, served by the per-CPU magazines.
-    let idle = iolab_side::iova_alloc_free(0, sampling);
+    let idle = iolab_side::iova_alloc_free(0, sampling, &|a| a == "magazine");
     let (_, mag_ns, mag_work) = find(&idle, "magazine", "magazine churn")?;
     let units = work(mag_work, "magazine_hits")
         + work(mag_work, "magazine_misses")
@@ -225,7 +225,7 @@ fn measure(sampling: &Sampling) -> Result<BTreeMap<&'static str, Measured>, Cali
     m.insert("cpu.magazine_hit", Measured { ns: hit, how });
 
     // IOTLB lookup: the software IOTLB model's hit path on this CPU.
-    let tl = iolab_side::iotlb_lookup(sampling);
+    let tl = iolab_side::iotlb_lookup(sampling, &|c| c == "main-tlb-hit");
     let (_, tlb_ns, tlb_work) = find(&tl, "main-tlb-hit", "IOTLB lookup")?;
     let units = work(tlb_work, "iotlb_hits") + work(tlb_work, "iotlb_misses");
     let (tlb, how) = residual(

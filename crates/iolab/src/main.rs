@@ -88,6 +88,10 @@ enum Command {
         /// Fewer, shorter samples (a smoke run; figures are noisier).
         #[arg(long)]
         quick: bool,
+        /// Run only the rows whose name contains TEXT (repeat for several; e.g.
+        /// `--filter gaptree`, `--filter sim/`); a peer is measured only beside its rows.
+        #[arg(long, value_name = "TEXT")]
+        filter: Vec<String>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -374,8 +378,24 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Bench { quick, format } => {
-            let report = bench::run_all(bench::Sampling::new(quick));
+        Command::Bench {
+            quick,
+            filter,
+            format,
+        } => {
+            let report = bench::run_all(
+                bench::Sampling::new(quick),
+                &bench::RowFilter::new(filter.clone()),
+            );
+            if report.results.is_empty() {
+                eprintln!(
+                    "iolab bench: --filter {}: no benchmark row name contains it (names look like \
+                     iova_alloc_free/gaptree/10000, pgtable_map_unmap/lpae-4k/4k, translate/..., \
+                     iotlb_lookup/..., cmdq_issue/lockfree/2, sim/nvme-randread-strict/64)",
+                    filter.join(", --filter ")
+                );
+                return ExitCode::from(2);
+            }
             match format {
                 Format::Text => print!("{}", bench::render_text(&report)),
                 Format::Json => match serde_json::to_string_pretty(&report) {

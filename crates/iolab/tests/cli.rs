@@ -44,6 +44,45 @@ fn an_unknown_experiment_is_bad_input_naming_the_choices() {
 }
 
 #[test]
+fn bench_filter_runs_only_the_named_rows_and_refuses_a_filter_matching_none() {
+    let out = iolab(&[
+        "bench",
+        "--quick",
+        "--filter",
+        "translate/lpae",
+        "--filter",
+        "iotlb_lookup/main-tlb-hit",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let names: Vec<&str> = json["results"]
+        .as_array()
+        .expect("a results array")
+        .iter()
+        .map(|r| r["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(
+        names,
+        ["translate/lpae-4k-walk", "iotlb_lookup/main-tlb-hit"],
+        "the filter keeps exactly the rows whose name contains one of its texts"
+    );
+
+    let out = iolab(&["bench", "--quick", "--filter", "no-such-row"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-row") && err.contains("iova_alloc_free/"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bench_json_has_every_record_the_issue_names() {
     let out = iolab(&["bench", "--quick", "--format", "json"]);
     assert!(

@@ -67,10 +67,18 @@ fn alloc_one(a: &dyn IovaAllocator, pages: u64, work: &mut WorkRecord) -> IovaBl
         .expect("benchmark space is large enough")
 }
 
-/// Allocator churn (see `harness::churn_ns_per_op`) for each iolab allocator.
-pub fn iova_alloc_free(live: usize, sampling: &Sampling) -> Vec<Figure> {
+/// Allocator churn (see `harness::churn_ns_per_op`) for each iolab allocator whose name
+/// `keep` accepts.
+pub fn iova_alloc_free(
+    live: usize,
+    sampling: &Sampling,
+    keep: &dyn Fn(&str) -> bool,
+) -> Vec<Figure> {
     let mut out = Vec::new();
     for (name, make) in allocators() {
+        if !keep(name) {
+            continue;
+        }
         let timed = make();
         let mut scratch = WorkRecord::default();
         let work = std::cell::RefCell::new(&mut scratch);
@@ -124,11 +132,16 @@ fn per_op(work: &WorkRecord, ops: u64) -> Vec<(String, f64)> {
     v
 }
 
-/// Map+unmap of `size` bytes for each page-table format that supports that page size.
+/// Map+unmap of `size` bytes for each page-table format that supports that page size and
+/// whose name `keep` accepts.
 ///
 /// Sixty-four slots are used in rotation and one extra page stays mapped in the same region,
 /// so table pages stay allocated, as they do in the peer (aarch64-paging never frees tables).
-pub fn pgtable_map_unmap(size: u64, sampling: &Sampling) -> Vec<Figure> {
+pub fn pgtable_map_unmap(
+    size: u64,
+    sampling: &Sampling,
+    keep: &dyn Fn(&str) -> bool,
+) -> Vec<Figure> {
     let mut out = Vec::new();
     let mut formats: Vec<Maker<Box<dyn IoPageTable>>> = vec![(
         "lpae-4k",
@@ -145,6 +158,9 @@ pub fn pgtable_map_unmap(size: u64, sampling: &Sampling) -> Vec<Figure> {
         ));
     }
     for (name, make) in formats {
+        if !keep(name) {
+            continue;
+        }
         let (base, _) = make().iova_range();
         let base = base.get().max(size) + 64 * size;
         let run = |table: &mut Box<dyn IoPageTable>,
@@ -263,8 +279,8 @@ fn strict_domain() -> Domain {
 }
 
 /// IOTLB lookups: hits in gem5's micro TLB (32 entries, fully associative) and main TLB
-/// (2048 entries, 4-way), and misses in the main TLB.
-pub fn iotlb_lookup(sampling: &Sampling) -> Vec<Figure> {
+/// (2048 entries, 4-way), and misses in the main TLB; those whose name `keep` accepts.
+pub fn iotlb_lookup(sampling: &Sampling, keep: &dyn Fn(&str) -> bool) -> Vec<Figure> {
     let mut out = Vec::new();
     let configs: [(&'static str, IotlbConfig, bool); 3] = [
         ("micro-tlb-hit", IotlbConfig::gem5_micro_tlb(), true),
@@ -272,6 +288,9 @@ pub fn iotlb_lookup(sampling: &Sampling) -> Vec<Figure> {
         ("main-tlb-miss", IotlbConfig::gem5_main_tlb(), false),
     ];
     for (name, config, hit) in configs {
+        if !keep(name) {
+            continue;
+        }
         let mut tlb = Iotlb::new(config).expect("valid");
         for i in 0..32u64 {
             tlb.insert(
@@ -300,8 +319,9 @@ pub fn iotlb_lookup(sampling: &Sampling) -> Vec<Figure> {
 /// Command-queue issue on host threads: every thread repeatedly issues what a strict 2-page
 /// unmap issues (two TLBI_NH_VA and a CMD_SYNC) through one shared queue of 256 slots,
 /// whose consumer the waiting threads run themselves. Returns
-/// `(producer, threads, ns per issue call per thread, work per call)`.
-pub fn cmdq_issue(sampling: &Sampling) -> Vec<ThreadedFigure> {
+/// `(producer, threads, ns per issue call per thread, work per call)` for the pairs `keep`
+/// accepts.
+pub fn cmdq_issue(sampling: &Sampling, keep: &dyn Fn(&str, usize) -> bool) -> Vec<ThreadedFigure> {
     let calls_per_thread: u64 = if sampling.quick { 20_000 } else { 200_000 };
     let mut out = Vec::new();
     for (name, kind) in [
@@ -309,6 +329,9 @@ pub fn cmdq_issue(sampling: &Sampling) -> Vec<ThreadedFigure> {
         ("lockfree", ProducerKind::LockFree),
     ] {
         for threads in [1usize, 2] {
+            if !keep(name, threads) {
+                continue;
+            }
             let mut samples = Vec::new();
             let mut total = WorkRecord::default();
             for _ in 0..sampling.samples {

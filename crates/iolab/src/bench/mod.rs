@@ -79,10 +79,35 @@ pub struct BenchReport {
 /// Live-allocation counts the allocator benchmarks are run at.
 pub const LIVE_COUNTS: [usize; 3] = [0, 10_000, 100_000];
 
-/// Runs every benchmark.
-pub fn run_all(sampling: Sampling) -> BenchReport {
+/// Which benchmark rows to run: all, or those whose name contains one of the given texts
+/// (`iolab bench --filter`).
+#[derive(Debug, Clone, Default)]
+pub struct RowFilter {
+    texts: Vec<String>,
+}
+
+impl RowFilter {
+    /// Keeps the rows whose name contains any of `texts`; every row when `texts` is empty.
+    pub fn new(texts: Vec<String>) -> Self {
+        RowFilter { texts }
+    }
+
+    /// Whether the row named `name` runs.
+    pub fn keeps(&self, name: &str) -> bool {
+        self.texts.is_empty() || self.texts.iter().any(|t| name.contains(t.as_str()))
+    }
+}
+
+/// Runs every benchmark the filter keeps (a peer is measured only when one of its iolab
+/// rows runs).
+pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
     let mut results = Vec::new();
     for live in LIVE_COUNTS {
+        let keep = |a: &str| filter.keeps(&format!("iova_alloc_free/{a}/{live}"));
+        let rows = iolab_side::iova_alloc_free(live, &sampling, &keep);
+        if rows.is_empty() {
+            continue;
+        }
         let peers = vec![
             PeerFigure {
                 peer: "vm-allocator AddressAllocator".into(),
@@ -93,7 +118,7 @@ pub fn run_all(sampling: Sampling) -> BenchReport {
                 ns_per_op: peers::range_alloc_alloc_free(live, &sampling),
             },
         ];
-        for (allocator, ns, work) in iolab_side::iova_alloc_free(live, &sampling) {
+        for (allocator, ns, work) in rows {
             results.push(record(
                 format!("iova_alloc_free/{allocator}/{live}"),
                 ns,
@@ -103,11 +128,16 @@ pub fn run_all(sampling: Sampling) -> BenchReport {
         }
     }
     for (size_name, size) in [("4k", 4096u64), ("2m", 2 << 20)] {
+        let keep = |f: &str| filter.keeps(&format!("pgtable_map_unmap/{f}/{size_name}"));
+        let rows = iolab_side::pgtable_map_unmap(size, &sampling, &keep);
+        if rows.is_empty() {
+            continue;
+        }
         let peers = vec![PeerFigure {
             peer: "aarch64-paging IdMap".into(),
             ns_per_op: peers::aarch64_paging_map_unmap(size, &sampling),
         }];
-        for (format, ns, work) in iolab_side::pgtable_map_unmap(size, &sampling) {
+        for (format, ns, work) in rows {
             results.push(record(
                 format!("pgtable_map_unmap/{format}/{size_name}"),
                 ns,
@@ -116,13 +146,24 @@ pub fn run_all(sampling: Sampling) -> BenchReport {
             ));
         }
     }
-    for (path, ns, work) in iolab_side::translate(&sampling) {
-        results.push(record(format!("translate/{path}"), ns, work, &[]));
+    // The two translation rows share their set-up: run both if either is kept.
+    if ["lpae-4k-walk", "dma-domain-strict"]
+        .iter()
+        .any(|p| filter.keeps(&format!("translate/{p}")))
+    {
+        for (path, ns, work) in iolab_side::translate(&sampling) {
+            let name = format!("translate/{path}");
+            if filter.keeps(&name) {
+                results.push(record(name, ns, work, &[]));
+            }
+        }
     }
-    for (config, ns, work) in iolab_side::iotlb_lookup(&sampling) {
+    let keep = |c: &str| filter.keeps(&format!("iotlb_lookup/{c}"));
+    for (config, ns, work) in iolab_side::iotlb_lookup(&sampling, &keep) {
         results.push(record(format!("iotlb_lookup/{config}"), ns, work, &[]));
     }
-    for (producer, threads, ns, work) in iolab_side::cmdq_issue(&sampling) {
+    let keep = |p: &str, t: usize| filter.keeps(&format!("cmdq_issue/{p}/{t}"));
+    for (producer, threads, ns, work) in iolab_side::cmdq_issue(&sampling, &keep) {
         let mut r = record(format!("cmdq_issue/{producer}/{threads}"), ns, work, &[]);
         let commands_per_call = r
             .work_per_op
@@ -132,7 +173,8 @@ pub fn run_all(sampling: Sampling) -> BenchReport {
         r.commands_per_sec = Some((threads as f64 * commands_per_call * 1e9 / ns).round());
         results.push(r);
     }
-    for row in sim_side::sim_rows(sampling.quick) {
+    let keep = |cpus: usize| filter.keeps(&format!("sim/{}/{cpus}", sim_side::SCENARIO));
+    for row in sim_side::sim_rows(sampling.quick, &keep) {
         match row {
             Ok(f) => results.push(sim_record(&f)),
             Err(e) => eprintln!("iolab bench: sim/{}: {e}", sim_side::SCENARIO),

@@ -168,11 +168,13 @@ pub fn run_row(cpus: usize, target_ios: u64, measure_rss: bool) -> Result<SimFig
     })
 }
 
-/// Every row: about 50,000 simulated I/Os each when `quick`, 500,000 otherwise.
-pub fn sim_rows(quick: bool) -> Vec<Result<SimFigure, String>> {
+/// The rows whose CPU count `keep` accepts: about 50,000 simulated I/Os each when `quick`,
+/// 500,000 otherwise.
+pub fn sim_rows(quick: bool, keep: &dyn Fn(usize) -> bool) -> Vec<Result<SimFigure, String>> {
     let target = if quick { 50_000 } else { 500_000 };
     CPU_COUNTS
         .iter()
+        .filter(|&&cpus| keep(cpus))
         .map(|&cpus| run_row(cpus, target, cpus == RSS_CPUS))
         .collect()
 }
