@@ -4,7 +4,7 @@ use std::process::Command;
 
 mod common;
 
-use common::iolab;
+use common::{iolab, stderr};
 
 #[test]
 fn version_prints_the_crate_version() {
@@ -55,11 +55,7 @@ fn bench_filter_runs_only_the_named_rows_and_refuses_a_filter_matching_none() {
         "--format",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     let names: Vec<&str> = json["results"]
         .as_array()
@@ -75,7 +71,7 @@ fn bench_filter_runs_only_the_named_rows_and_refuses_a_filter_matching_none() {
 
     let out = iolab(&["bench", "--quick", "--filter", "no-such-row"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(
         err.contains("no-such-row") && err.contains("iova_alloc_free/"),
         "{err}"

@@ -556,20 +556,25 @@ impl HoleTree {
                 if h.right == NIL {
                     self.nm(holder).right = x;
                 } else {
-                    let mut c = h.right;
-                    loop {
-                        w.tree_nodes_visited += 1;
-                        self.path.push(c);
-                        let l = self.n(c).left;
-                        if l == NIL {
-                            break;
-                        }
-                        c = l;
-                    }
+                    let c = self.descend_leftmost(h.right, w);
                     self.nm(c).left = x;
                 }
                 self.retrace(hd, w);
             }
+        }
+    }
+
+    /// Walks from `c` to the leftmost node of its subtree, pushing every node on the way
+    /// onto `self.path` (each counted as visited), and returns that node.
+    fn descend_leftmost(&mut self, mut c: u32, w: &mut WorkRecord) -> u32 {
+        loop {
+            w.tree_nodes_visited += 1;
+            self.path.push(c);
+            let l = self.n(c).left;
+            if l == NIL {
+                return c;
+            }
+            c = l;
         }
     }
 
@@ -582,16 +587,7 @@ impl HoleTree {
         if n.left != NIL && n.right != NIL {
             // The successor (the leftmost node of the right subtree, which has no left
             // child) gives its hole to `x` and is unlinked in its place.
-            let mut c = n.right;
-            loop {
-                w.tree_nodes_visited += 1;
-                self.path.push(c);
-                let l = self.n(c).left;
-                if l == NIL {
-                    break;
-                }
-                c = l;
-            }
+            let c = self.descend_leftmost(n.right, w);
             let cn = *self.n(c);
             let m = self.nm(x);
             m.lo = cn.lo;
