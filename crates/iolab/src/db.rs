@@ -121,6 +121,10 @@ pub enum DbError {
     /// No run belongs to this group.
     #[error("results database {} has no group g{group_id} (no run has group_id {group_id})", path.display())]
     NoSuchGroup { path: PathBuf, group_id: i64 },
+    /// The directory the file should be in does not exist (the database is created on first
+    /// use, its directory is not).
+    #[error("results database {}: directory {} does not exist; create it, or pass another file with --db or skip storing with --no-db", path.display(), dir.display())]
+    NoDirectory { path: PathBuf, dir: PathBuf },
 }
 
 impl DbError {
@@ -132,6 +136,7 @@ impl DbError {
             | DbError::TooNew { .. }
             | DbError::NoSuchRun { .. }
             | DbError::NoSuchGroup { .. }
+            | DbError::NoDirectory { .. }
             | DbError::Corrupt { .. } => 2,
         }
     }
@@ -221,8 +226,16 @@ pub struct ResultsDb {
 impl ResultsDb {
     /// Opens (creating if needed) the results database at `path` and brings its schema up to
     /// date. A file that is not an iolab database, or has a newer schema, is refused and left
-    /// as it was.
+    /// as it was; a path whose directory does not exist is refused before anything runs.
     pub fn open(path: &Path) -> Result<Self, DbError> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() && !dir.is_dir() {
+                return Err(DbError::NoDirectory {
+                    path: path.to_owned(),
+                    dir: dir.to_owned(),
+                });
+            }
+        }
         let conn = Connection::open(path).map_err(|e| classify(path, e))?;
         let db = ResultsDb {
             conn,

@@ -119,16 +119,6 @@ fn a_db_that_is_a_text_file_is_bad_input_and_left_unchanged() {
 }
 
 #[test]
-fn an_unopenable_db_is_a_run_failure_with_exit_code_1() {
-    let dir = temp_dir("io");
-    let db = dir.join("no-such-dir").join("results.db");
-    let out = iolab(&["--db", s(&db), "reproduce", "sba-vmerge"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains(s(&db)));
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
 fn run_stores_the_scenario_file_it_ran() {
     let dir = temp_dir("run");
     let db = dir.join("results.db");
@@ -202,4 +192,24 @@ fn run_repetitions_are_separate_runs_of_one_group() {
     let header = text.lines().next().unwrap();
     assert!(header.contains("kind") && header.contains("group") && header.contains("label"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_database_in_a_missing_directory_is_bad_input_refused_before_the_run() {
+    let dir = temp_dir("missing-dir");
+    let db = dir.join("no-such-subdir").join("results.db");
+    let out = iolab(&["--db", s(&db), "reproduce", "sba-vmerge"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(s(&db)) && err.contains("does not exist") && err.contains("--no-db"),
+        "{err}"
+    );
+    // Refused before running: no report on standard output, nothing created.
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!dir.join("no-such-subdir").exists());
 }
