@@ -7,7 +7,7 @@ use std::process::Command;
 
 use iolab_sim::lab::{self, examples, LabOptions};
 use iolab_sim::metrics::Measurement;
-use iolab_sim::workloads::bonnie::{bonnie_latency, CSV_198_COLUMNS};
+use iolab_sim::workloads::bonnie::{bonnie_latency, CSV_198_COLUMNS, PHASES};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scenarios/examples/{name}.toml"))
@@ -36,15 +36,7 @@ fn a_198_row_round_trips_through_the_importer_with_the_measured_values() {
     assert_eq!(got.attrs["concurrency"], "1");
     assert_eq!(got.config, measured.config);
 
-    let phases = [
-        "out_char",
-        "out_block",
-        "rewrite",
-        "in_char",
-        "in_block",
-        "seeks",
-    ];
-    for phase in phases {
+    for phase in PHASES {
         let rate = if phase == "seeks" {
             "seeks_per_s".to_owned()
         } else {

@@ -102,14 +102,7 @@ fn same_seed_same_report_and_required_ids() {
     assert_eq!(a, b);
     assert_eq!(a.report_text, b.report_text);
     for speed in ["superspeed", "highspeed"] {
-        for m in [
-            "out_char",
-            "out_block",
-            "rewrite",
-            "in_char",
-            "in_block",
-            "seeks",
-        ] {
+        for m in ipmmu_usb::METRICS {
             assert!(a.effects.iter().any(|e| e.id == format!("{speed}.{m}")));
         }
     }

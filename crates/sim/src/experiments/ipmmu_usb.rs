@@ -73,14 +73,7 @@ pub const PUBLISHED: [(&str, [f64; 12]); 4] = [
 ];
 
 /// Metric names in CSV order (K/s columns; `_cpu` for the %CPU beside each).
-pub const METRICS: [&str; 6] = [
-    "out_char",
-    "out_block",
-    "rewrite",
-    "in_char",
-    "in_block",
-    "seeks",
-];
+pub const METRICS: [&str; 6] = crate::workloads::bonnie::PHASES;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -277,16 +277,6 @@ fn protection_line(p: &iommu::LabProtection) -> String {
     t
 }
 
-/// The bonnie++ phases in CSV order, with the metric stem of each.
-const BONNIE_PHASES: [&str; 6] = [
-    "out_char",
-    "out_block",
-    "rewrite",
-    "in_char",
-    "in_block",
-    "seeks",
-];
-
 /// One bonnie run on whichever device the scenario has.
 struct BonnieOut {
     result: crate::workloads::bonnie::BonnieResult,
@@ -401,7 +391,7 @@ fn run_bonnie(
             .attr("seed", seed)
             .attr("run", r)
             .cpu(out.cpu);
-        for (i, phase) in BONNIE_PHASES.iter().enumerate() {
+        for (i, phase) in crate::workloads::bonnie::PHASES.iter().enumerate() {
             let (unit, stem) = if *phase == "seeks" {
                 ("/s", "per_s")
             } else {
@@ -430,7 +420,7 @@ fn run_bonnie(
                 r.in_block,
                 r.seeks,
             ];
-            for (phase, p) in BONNIE_PHASES.iter().zip(phases) {
+            for (phase, p) in crate::workloads::bonnie::PHASES.iter().zip(phases) {
                 m = m.metric(Metric::new(
                     format!("bonnie.{phase}_latency_ns"),
                     "ns",

@@ -878,6 +878,18 @@ pub fn start(
 // bonnie++ 1.03 CSV
 // ---------------------------------------------------------------------------------------
 
+/// The measured phases in bonnie++'s CSV order (per-char and block output, rewrite, per-char
+/// and block input, random seeks): the metric stem of each phase (`<phase>_kps`,
+/// `<phase>_cpu_pct`, ...).
+pub const PHASES: [&str; 6] = [
+    "out_char",
+    "out_block",
+    "rewrite",
+    "in_char",
+    "in_block",
+    "seeks",
+];
+
 /// The columns of a bonnie++ 1.03 CSV row, in bonnie's order.
 pub const CSV_COLUMNS: [&str; 27] = [
     "name",
