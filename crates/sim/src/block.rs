@@ -58,6 +58,19 @@ pub type SubmitCommand<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 pub trait BlockQueue {
     /// Submits `cmd` from the task of `ctx`.
     fn submit<'a>(&'a self, ctx: &'a Ctx, cmd: BlockCommand) -> SubmitCommand<'a>;
+
+    /// Submits a cache flush (SCSI SYNCHRONIZE CACHE, NVMe Flush) from the task of `ctx`:
+    /// no data moves; `on_done` runs when the device has written its volatile write cache
+    /// to the medium. Like [`BlockQueue::submit`], the returned future finishes once the
+    /// flush is on its way.
+    ///
+    /// The default is a device with no volatile write cache (or one the kernel treats as
+    /// write-through): the block layer drops the flush and `on_done` runs at once.
+    fn flush<'a>(&'a self, ctx: &'a Ctx, on_done: OnDone) -> SubmitCommand<'a> {
+        let _ = ctx;
+        on_done();
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// A piece of a request: physically contiguous bytes.

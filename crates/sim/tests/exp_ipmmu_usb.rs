@@ -415,3 +415,79 @@ fn the_baseline_row_cannot_identify_a_physical_command_or_trb_cost() {
         );
     }
 }
+
+/// bonnie++ 1.03 with `-b` fsync()s after each seek's update (a seeker's first seek and
+/// every tenth after it): the chunk, then the journal commit with a cache flush before and
+/// after the commit block. The cache flushes are the device's `sync cache` commands, and
+/// they are what make a seek slow: without them (a write-through cache) the seek rate rises;
+/// with a slower flush it falls.
+#[test]
+fn each_seek_update_fsyncs_with_two_cache_flushes_and_they_cost_seek_rate() {
+    let with_flushes = |flushes: u32, flush_ns: u64| {
+        let t = shortened()
+            .replace(
+                "fsync_commit_flushes = { value = 2,",
+                &format!("fsync_commit_flushes = {{ value = {flushes},"),
+            )
+            .replace(
+                "media_flush_ns = { value = 1000000,",
+                &format!("media_flush_ns = {{ value = {flush_ns},"),
+            );
+        run(&t).unwrap()
+    };
+    let seeks = |r: &iolab_sim::experiment::ExperimentReport, case: &str| {
+        r.figures
+            .iter()
+            .find(|f| f.id == format!("{case}.seeks"))
+            .unwrap()
+            .lab
+    };
+    let base = with_flushes(2, 1_000_000);
+    for case in ["superspeed.no_iommu", "superspeed.iommu", "highspeed.iommu"] {
+        let sync = device_totals(&base.report_text, case)("cache");
+        // 300 seeks over 3 seekers: each seeker updates ceil(n_i / 10) times, 30 to 32 in
+        // all; two flushes per update; the write phases' own fsyncs commit nothing.
+        assert!(
+            (60.0..=64.0).contains(&sync),
+            "{case}: {sync} cache flushes for 300 seeks"
+        );
+    }
+    let none = with_flushes(0, 1_000_000);
+    assert_eq!(
+        device_totals(&none.report_text, "superspeed.iommu")("cache"),
+        0.0
+    );
+    let slow = with_flushes(2, 3_000_000);
+    for case in ["superspeed.no_iommu", "highspeed.iommu"] {
+        let (n, b, s) = (seeks(&none, case), seeks(&base, case), seeks(&slow, case));
+        assert!(
+            n > b && b > s,
+            "{case}: seeks/s {n} (no flush) {b} (1 ms) {s} (3 ms)"
+        );
+        // Two more ms per flush, two flushes per update, one update in ten seeks: the
+        // device-serialised time per seek grows by ~0.4 ms, which must show.
+        let per_seek_ms = |rate: f64| 1000.0 / rate;
+        let grew = per_seek_ms(s) - per_seek_ms(b);
+        assert!(
+            (0.3..=0.5).contains(&grew),
+            "{case}: {grew} ms more per seek"
+        );
+    }
+}
+
+#[test]
+fn fsync_parameters_are_validated() {
+    let t = shortened().replace(
+        "fsync_commit_flushes = { value = 2,",
+        "fsync_commit_flushes = { value = 3,",
+    );
+    assert_eq!(
+        field_of(run(&t).unwrap_err()),
+        "kernel.fsync_commit_flushes.value"
+    );
+    let t = shortened().replace(
+        "media_flush_ns = { value = 1000000,",
+        "media_flush_ns = { value = -1,",
+    );
+    assert_eq!(field_of(run(&t).unwrap_err()), "usb.media_flush_ns.value");
+}

@@ -83,9 +83,23 @@ fn every_byte_written_reaches_the_device_once() {
             * 1048576.0;
         let written = metric(&r, "block.write_bytes");
         let device_written = metric(&r, "device.write_bytes");
-        // Three write phases (per-char, block, rewrite), each ending with fsync(); the
-        // seekers' updates stay dirty in the page cache.
-        assert_eq!(written, 3.0 * file_bytes, "{name}");
+        // Three write phases (per-char, block, rewrite), each ending with fsync(); then
+        // the seekers' updates (a seeker's first seek and every tenth after it), each
+        // fsync()ed under -b: the 8 KiB chunk, two journal blocks and the commit block
+        // (the bundled scenarios/ipmmu-usb.toml's chunk_bytes and fsync_journal_blocks).
+        let per_update = 8192.0 + 2.0 * 4096.0 + 4096.0;
+        let seek_writes = written - 3.0 * file_bytes;
+        let updates = seek_writes / per_update;
+        assert_eq!(
+            updates.fract(),
+            0.0,
+            "{name}: {seek_writes} B of seek writes"
+        );
+        // 8000 seeks over 3 seekers: sum of ceil(n_i / 10) is 800 to 802.
+        assert!(
+            (800.0..=802.0).contains(&updates),
+            "{name}: {updates} updates"
+        );
         assert_eq!(
             device_written, written,
             "{name}: the device saw every byte written"

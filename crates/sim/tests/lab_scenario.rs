@@ -555,6 +555,34 @@ fn bonnie_prints_a_bonnie_103_csv_row() {
 }
 
 #[test]
+fn a_usb_devices_flush_time_can_be_set_and_slows_the_seeks() {
+    let text = examples::example("bonnie-usb-ipmmu").unwrap();
+    let base = run(text);
+    let slow = run(&text.replace(
+        "speed = \"superspeed\"",
+        "speed = \"superspeed\"\nmedia_flush_us = 4000",
+    ));
+    // 8000 seeks, each seeker's first and every tenth after it fsync()ed: two cache
+    // flushes per update.
+    let flushes = metric(&base, "usb.cache_flushes");
+    assert!((1600.0..=1604.0).contains(&flushes), "{flushes}");
+    assert_eq!(metric(&slow, "usb.cache_flushes"), flushes);
+    let seeks = |r: &LabRun| metric(r, "bonnie.seeks_per_s");
+    assert!(
+        seeks(&slow) < 0.8 * seeks(&base),
+        "{} vs {}",
+        seeks(&slow),
+        seeks(&base)
+    );
+    let bad = text.replace(
+        "speed = \"superspeed\"",
+        "speed = \"superspeed\"\nmedia_flush_us = -1",
+    );
+    let e = lab::run_scenario(&bad, "bad.toml", &LabOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("media_flush_us"), "{e}");
+}
+
+#[test]
 fn a_dynamic_ddw_needs_fewer_hypercalls_per_message_than_the_default_window() {
     let ddw = run(examples::example("netperf-pseries-ddw").unwrap());
     let dflt = run(examples::example("netperf-pseries-default").unwrap());

@@ -85,6 +85,9 @@ pub struct UsbStorageConfig {
     pub per_segment_ns: u64,
     /// Medium access latency for a read that does not continue the previous read, ns.
     pub media_read_latency_ns: u64,
+    /// Time the device takes to write its volatile cache to the medium on a cache flush
+    /// (SCSI SYNCHRONIZE CACHE, passed on by the bridge), ns.
+    pub media_flush_ns: u64,
     /// IOMMU page-table reads per IOTLB miss (the walk cache holds the upper levels).
     pub walk_reads_per_miss: u64,
     /// CPU time of the interrupt handler, URB give-back and SCSI/block completion per
@@ -183,6 +186,8 @@ pub struct UsbStats {
     pub polls: u64,
     /// Largest data-phase rate seen, bytes per ns.
     pub max_data_rate: f64,
+    /// Cache flushes (SYNCHRONIZE CACHE commands; not counted in `commands`).
+    pub cache_flushes: u64,
     /// Scatter-gather entries bounced through the software IO TLB.
     pub bounced_entries: u64,
     /// Bytes bounced (copied by the CPU into or out of the bounce buffer).
@@ -345,11 +350,19 @@ pub struct DmaSide {
 }
 
 /// A USB storage device with its usb-storage thread. Submit commands with
-/// [`UsbStorage::submit`].
+/// [`UsbStorage::submit`] and cache flushes with [`UsbStorage::flush`].
 #[derive(Clone)]
 pub struct UsbStorage {
-    queue: Channel<UsbCommand>,
+    queue: Channel<Queued>,
     stats: Rc<RefCell<UsbStats>>,
+}
+
+/// What the usb-storage thread takes from its queue, one at a time and in order.
+enum Queued {
+    /// A data command.
+    Command(UsbCommand),
+    /// A cache flush, with its completion.
+    Flush(OnDone),
 }
 
 /// Errors of the device model (a mapping or translation refused).
@@ -371,7 +384,7 @@ impl UsbStorage {
         irq: Rc<IrqCpu>,
         error: Rc<RefCell<Option<UsbError>>>,
     ) -> Result<Self, SimError> {
-        let queue: Channel<UsbCommand> = Channel::new(h, 1 << 16);
+        let queue: Channel<Queued> = Channel::new(h, 1 << 16);
         let stats = Rc::new(RefCell::new(UsbStats::default()));
         let cost = profile.cpu_cost_model();
         let dev = UsbStorage {
@@ -381,7 +394,13 @@ impl UsbStorage {
         h.spawn_on(config.storage_cpu, move |ctx| async move {
             let mut next_read = u64::MAX;
             loop {
-                let cmd = queue.recv(&ctx).await;
+                let cmd = match queue.recv(&ctx).await {
+                    Queued::Command(cmd) => cmd,
+                    Queued::Flush(on_done) => {
+                        run_flush(&ctx, &config, &irq, &stats, on_done).await;
+                        continue;
+                    }
+                };
                 if let Err(e) = run_command(
                     &ctx,
                     &config,
@@ -406,7 +425,12 @@ impl UsbStorage {
     pub fn submit(&self, cmd: UsbCommand) {
         // The queue's capacity is far above anything a workload keeps in flight; a full
         // queue would mean a runaway submitter, and the command is then dropped.
-        let _ = self.queue.send(cmd);
+        let _ = self.queue.send(Queued::Command(cmd));
+    }
+
+    /// Queues a cache flush (SYNCHRONIZE CACHE) behind the commands already queued.
+    pub fn flush(&self, on_done: OnDone) {
+        let _ = self.queue.send(Queued::Flush(on_done));
     }
 
     /// Totals so far.
@@ -420,6 +444,11 @@ impl UsbStorage {
 impl crate::block::BlockQueue for UsbStorage {
     fn submit<'a>(&'a self, _ctx: &'a Ctx, cmd: UsbCommand) -> crate::block::SubmitCommand<'a> {
         UsbStorage::submit(self, cmd);
+        Box::pin(std::future::ready(()))
+    }
+
+    fn flush<'a>(&'a self, _ctx: &'a Ctx, on_done: OnDone) -> crate::block::SubmitCommand<'a> {
+        UsbStorage::flush(self, on_done);
         Box::pin(std::future::ready(()))
     }
 }
@@ -439,6 +468,38 @@ pub fn sg_entries(pieces: &[Piece], max_segment: u64) -> Vec<SgEntry> {
         }
     }
     out
+}
+
+/// A cache flush: a BOT command with no data phase (CBW, the device's flush of its cache
+/// to the medium, CSW) and the completion interrupt; nothing is mapped.
+async fn run_flush(
+    ctx: &Ctx,
+    config: &UsbStorageConfig,
+    irq: &IrqCpu,
+    stats: &RefCell<UsbStats>,
+    on_done: OnDone,
+) {
+    let before_ns =
+        config.command_overhead_ns + config.link.phase_latency_ns + config.media_flush_ns;
+    ctx.handle().tracer().device(
+        || "usb bot".to_owned(),
+        "flush",
+        ctx.now().as_ns(),
+        before_ns,
+        &[],
+    );
+    ctx.sleep(SimDuration::ns(before_ns)).await;
+    irq.interrupt(config.completion_ns);
+    ctx.sleep(SimDuration::ns(
+        config.completion_ns + config.link.phase_latency_ns,
+    ))
+    .await;
+    {
+        let mut s = stats.borrow_mut();
+        s.cache_flushes += 1;
+        s.busy_ns += before_ns + config.completion_ns + config.link.phase_latency_ns;
+    }
+    on_done();
 }
 
 #[allow(clippy::too_many_arguments)]

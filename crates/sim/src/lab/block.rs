@@ -708,6 +708,10 @@ impl<Q: BlockQueue> BlockQueue for Counting<Q> {
         });
         self.inner.submit(ctx, cmd)
     }
+
+    fn flush<'a>(&'a self, ctx: &'a Ctx, on_done: OnDone) -> SubmitCommand<'a> {
+        self.inner.flush(ctx, on_done)
+    }
 }
 
 /// Runs bonnie of `s` once with `seed` on its NVMe SSD or SAS HBA (the first device).

@@ -307,6 +307,7 @@ fn bonnie_once(
                     Metric::new("usb.map_ns", "ns", per(c.map_ns as f64, c.commands)),
                     Metric::new("usb.unmap_ns", "ns", per(c.unmap_ns as f64, c.commands)),
                     Metric::new("usb.flushes", "count", c.flushes as f64),
+                    Metric::new("usb.cache_flushes", "count", c.cache_flushes as f64),
                 ],
                 protection: out.protection,
             })

@@ -239,6 +239,8 @@ struct UsbSpec {
     #[serde(default)]
     media_read_latency_us: Option<f64>,
     #[serde(default)]
+    media_flush_us: Option<f64>,
+    #[serde(default)]
     completion_ns: Option<u64>,
     #[serde(default)]
     storage_cpu: Option<usize>,
@@ -1480,6 +1482,9 @@ fn usb(
     )?;
     if let Some(us) = s.media_read_latency_us {
         c.media_read_latency_ns = dev.us_as_ns("media_read_latency_us", us, 0.0..=1e6)?;
+    }
+    if let Some(us) = s.media_flush_us {
+        c.media_flush_ns = dev.us_as_ns("media_flush_us", us, 0.0..=1e6)?;
     }
     dev.set_int(
         &mut c.completion_ns,
