@@ -47,7 +47,7 @@ use std::rc::Rc;
 
 use iolab_iommu::addr::PhysAddr;
 
-use crate::block::{BlockCommand, BlockDir, BlockQueue, Piece, QueueLimits};
+use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, Piece, QueueLimits, Request};
 use crate::devices::usb::IrqCpu;
 use crate::engine::{Completion, Ctx, Handle, Rng, SimDuration, SimTime};
 use crate::{Account, SimError};
@@ -371,19 +371,20 @@ impl Env {
                 c.inflight -= 1;
                 c.notify();
             });
-            self.dev
-                .submit(
-                    ctx,
-                    BlockCommand {
-                        dir,
-                        offset: r.offset,
-                        pieces: r.pieces,
-                        on_done,
-                    },
-                )
-                .await;
+            self.send(ctx, dir, r, on_done).await;
         }
         elapsed(t0, ctx.now())
+    }
+
+    /// Hands request `r` to the device as one command in direction `dir`.
+    async fn send(&self, ctx: &Ctx, dir: BlockDir, r: Request, on_done: OnDone) {
+        let cmd = BlockCommand {
+            dir,
+            offset: r.offset,
+            pieces: r.pieces,
+            on_done,
+        };
+        self.dev.submit(ctx, cmd).await;
     }
 
     /// Starts a readahead of up to `window` absent pages from `first`; returns the CPU time
@@ -737,22 +738,13 @@ async fn submit_and_count(
     for r in requests {
         let fire = done.clone();
         let left = left.clone();
-        env.dev
-            .submit(
-                ctx,
-                BlockCommand {
-                    dir,
-                    offset: r.offset,
-                    pieces: r.pieces,
-                    on_done: Box::new(move || {
-                        left.set(left.get() - 1);
-                        if left.get() == 0 {
-                            let _ = fire.fire(());
-                        }
-                    }),
-                },
-            )
-            .await;
+        let on_done = Box::new(move || {
+            left.set(left.get() - 1);
+            if left.get() == 0 {
+                let _ = fire.fire(());
+            }
+        });
+        env.send(ctx, dir, r, on_done).await;
     }
     (done, elapsed(t0, ctx.now()))
 }
