@@ -5,7 +5,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use iolab_sim::experiment::{render_effects, ExperimentOptions, ExperimentReport};
+use iolab_sim::experiment::{
+    render_effects, render_fidelity_summary, render_figure_goals, ExperimentOptions,
+    ExperimentReport,
+};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
 use iolab_sim::lab::{self, LabOptions};
 use serde::Serialize;
@@ -99,7 +102,8 @@ pub fn reproduce(
             }
         }
     }
-    print_reports(&reports, &not_implemented, json)
+    let summary = reports.len() > 1;
+    print_reports(&reports, &not_implemented, json, summary)
 }
 
 /// Runs one scenario file: a published-experiment scenario (a top-level `experiment` key)
@@ -140,10 +144,10 @@ pub fn run_file(
     };
     let run_one = |o: &ExperimentOptions| experiments::run_scenario(&name, &text, &origin, o);
     match run_repetitions("run", db.as_mut(), options, &origin, &text, run_one) {
-        Ok(reports) => print_reports(&reports, &[], json),
+        Ok(reports) => print_reports(&reports, &[], json, false),
         Err(Stopped::Store(code)) => code,
         Err(Stopped::Experiment(ExperimentError::NotImplemented { name })) => {
-            print_reports(&[], &[name], json)
+            print_reports(&[], &[name], json, false)
         }
         Err(Stopped::Experiment(e)) => {
             eprintln!("iolab run: {e}");
@@ -370,10 +374,14 @@ pub(crate) fn experiment_of(text: &str, origin: &str) -> Result<String, String> 
     }
 }
 
+/// Prints experiment reports: one JSON document, or each report's text with its effects and
+/// predicted-figure goals, then (with `summary`, for a text run over several experiments)
+/// one line per experiment with its counts against both fidelity goals.
 fn print_reports(
     reports: &[ExperimentReport],
     not_implemented: &[&'static str],
     json: bool,
+    summary: bool,
 ) -> ExitCode {
     if json {
         let out = JsonOutput {
@@ -394,6 +402,7 @@ fn print_reports(
         println!("{}", r.report_text.trim_end());
         println!();
         print!("{}", render_effects(r));
+        print!("{}", render_figure_goals(r));
         for c in &r.calibrated {
             println!(
                 "calibrated: {} = {} (fitted to {})",
@@ -409,6 +418,9 @@ fn print_reports(
     }
     for name in not_implemented {
         println!("== {name}: not implemented yet (the lab cannot run this experiment so far)");
+    }
+    if summary {
+        print!("{}", render_fidelity_summary(reports));
     }
     ExitCode::SUCCESS
 }

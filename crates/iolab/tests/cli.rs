@@ -198,3 +198,99 @@ fn a_reader_that_stops_early_ends_the_run_quietly() {
         String::from_utf8_lossy(&first)
     );
 }
+
+/// The effect goal, restated from its text: the same sign, and within +-35% of the
+/// published change where that is 10% or more, within 3 points where smaller.
+fn effect_meets_goal(published: f64, lab: f64) -> bool {
+    let magnitude = if published.abs() >= 10.0 {
+        (lab - published).abs() <= 0.35 * published.abs()
+    } else {
+        (lab - published).abs() <= 3.0
+    };
+    (published >= 0.0) == (lab >= 0.0) && magnitude
+}
+
+#[test]
+fn reproduce_reports_both_fidelity_goals_consistently_in_json_and_text() {
+    let out = iolab(&["--no-db", "reproduce", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let experiments = json["experiments"].as_array().expect("experiments");
+    assert_eq!(experiments.len(), 4);
+    let out = iolab(&["--no-db", "reproduce"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (mut checked, mut unchecked) = (0, 0);
+    for e in experiments {
+        let name = e["name"].as_str().expect("a name");
+        // within_goal, recomputed from each figure's own published and lab values.
+        let mut missed = Vec::new();
+        let (mut met, mut total) = (0, 0);
+        for f in e["figures"].as_array().expect("figures") {
+            let published = f["published"].as_f64();
+            let lab = f["lab"].as_f64().expect("a lab value");
+            let want = match (f["role"].as_str(), published) {
+                (Some("prediction"), Some(p)) => Some((lab - p).abs() <= 0.25 * p.abs()),
+                (Some("prediction" | "calibration"), _) => None,
+                other => panic!("{name}: unexpected role/published {other:?}"),
+            };
+            assert_eq!(f["within_goal"].as_bool(), want, "{name}: {f}");
+            assert!(want.is_some() || f["within_goal"].is_null(), "{f}");
+            match want {
+                Some(ok) => {
+                    total += 1;
+                    met += usize::from(ok);
+                    if !ok {
+                        missed.push(f["id"].as_str().expect("an id").to_owned());
+                    }
+                }
+                None => unchecked += 1,
+            }
+        }
+        checked += total;
+        let effects = e["effects"].as_array().expect("effects");
+        let effects_met = effects
+            .iter()
+            .filter(|x| {
+                effect_meets_goal(
+                    x["published_pct"].as_f64().expect("published_pct"),
+                    x["lab_pct"].as_f64().expect("lab_pct"),
+                )
+            })
+            .count();
+        assert_eq!(
+            e["fidelity"],
+            serde_json::json!({
+                "effects": {"met": effects_met, "total": effects.len()},
+                "predicted_figures": {"met": met, "total": total},
+            }),
+            "{name}"
+        );
+
+        // The text says the same: the count line, exactly the missed ids, the summary line.
+        let section = text
+            .split("\n== ")
+            .find(|s| s.trim_start_matches("== ").starts_with(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no text section for {name}"));
+        let line = format!("predicted figures within +-25% of published: {met} of {total}");
+        assert!(section.contains(&line), "{name}: no `{line}` in\n{section}");
+        let listed: Vec<&str> = section
+            .lines()
+            .filter(|l| l.ends_with(" MISSED"))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|id| !effects.iter().any(|x| x["id"] == *id))
+            .collect();
+        assert_eq!(listed, missed, "{name}: missed figures in the text");
+        let summary = format!(
+            "effects {effects_met} of {}, predicted figures {met} of {total}",
+            effects.len()
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(name) && l.ends_with(&summary)),
+            "{name}: no summary line `{summary}`"
+        );
+    }
+    // Not vacuous: both checked predictions and unchecked figures occur.
+    assert!(checked > 0 && unchecked > 0, "{checked} {unchecked}");
+}
