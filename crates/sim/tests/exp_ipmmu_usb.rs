@@ -491,3 +491,32 @@ fn fsync_parameters_are_validated() {
     );
     assert_eq!(field_of(run(&t).unwrap_err()), "usb.media_flush_ns.value");
 }
+
+/// A `write()` into a page already in the cache (the rewrite's page, just read) costs
+/// `overwrite_page_ns`; a new page (block write) `write_page_ns`. Raising the first moves
+/// only the rewrite's CPU, not the block write's.
+#[test]
+fn only_writes_into_cached_pages_pay_the_overwrite_cost() {
+    let with = |ns: u64| {
+        let t = shortened().replace(
+            "overwrite_page_ns = { value = 4000,",
+            &format!("overwrite_page_ns = {{ value = {ns},"),
+        );
+        run(&t).unwrap()
+    };
+    let fig = |r: &iolab_sim::experiment::ExperimentReport, id: &str| {
+        r.figures.iter().find(|f| f.id == id).unwrap().lab
+    };
+    let (cheap, dear) = (with(1000), with(8000));
+    for case in ["superspeed.no_iommu", "highspeed.iommu"] {
+        let rw = format!("{case}.rewrite_cpu");
+        assert!(
+            fig(&dear, &rw) > fig(&cheap, &rw) * 1.2,
+            "{rw}: {} vs {}",
+            fig(&dear, &rw),
+            fig(&cheap, &rw)
+        );
+        let ob = format!("{case}.out_block_cpu");
+        assert_eq!(fig(&dear, &ob), fig(&cheap, &ob), "{ob}");
+    }
+}

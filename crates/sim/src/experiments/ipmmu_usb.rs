@@ -128,6 +128,7 @@ struct ProcessSection {
     putc_ns_per_byte: Param,
     getc_ns_per_byte: Param,
     write_page_ns: Param,
+    overwrite_page_ns: Param,
     read_page_ns: Param,
     writeback_page_ns: Param,
     cpu_slice_ns: Param,
@@ -474,6 +475,13 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> 
             1e4,
         )?,
         write_page_ns: check(&doc, "process.write_page_ns", &pr.write_page_ns, 0.0, 1e7)? as u64,
+        overwrite_page_ns: check(
+            &doc,
+            "process.overwrite_page_ns",
+            &pr.overwrite_page_ns,
+            0.0,
+            1e7,
+        )? as u64,
         read_page_ns: check(&doc, "process.read_page_ns", &pr.read_page_ns, 0.0, 1e7)? as u64,
         writeback_page_ns: check(
             &doc,
