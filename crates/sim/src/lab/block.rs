@@ -123,6 +123,9 @@ struct Stack {
     /// Per CPU: its flush queue's lock (lazy mode).
     fq_locks: Vec<SpinLock>,
     cost: CpuCostModel,
+    /// `cost.cpu_ns` of an empty work record: the critical sections' share of a map or
+    /// unmap that took no engine-modelled lock.
+    empty_record_ns: f64,
     devs: Vec<BlockDev>,
     /// Per device, per interrupt vector: the completions it delivers.
     vectors: Vec<Vec<Channel<InFlight>>>,
@@ -147,8 +150,8 @@ impl Stack {
     /// CPU time of a map or unmap outside the locks the engine models: the counted steps,
     /// the other locks (uncontended), the hypervisor's time for TCE hypercalls (POWER) and
     /// the IPMMU's flush polling. The work done under the IOVA-tree and flush-queue locks
-    /// is charged by [`Stack::locked`] instead.
-    fn work_ns(&self, w: &WorkRecord) -> Result<f64, String> {
+    /// (`critical`, from [`Stack::critical_ns`]) is charged by [`Stack::locked`] instead.
+    fn work_ns(&self, w: &WorkRecord, critical: (f64, f64)) -> Result<f64, String> {
         let hv = self
             .cost
             .hypervisor_ns(w)
@@ -158,7 +161,7 @@ impl Stack {
             .iter()
             .map(|&id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id))
             .sum::<f64>();
-        let (tree, fq) = self.critical_ns(w);
+        let (tree, fq) = critical;
         Ok(
             self.cost.cpu_ns(w) - tree - fq + self.cost.locks_uncontended_ns(w) - engine_locks
                 + hv
@@ -166,9 +169,20 @@ impl Stack {
         )
     }
 
+    /// Whether `w` took a lock [`Stack::locked`] models (the IOVA tree's, a flush queue's).
+    fn takes_engine_locks(w: &WorkRecord) -> bool {
+        w.lock_count(LockId::IovaTree) > 0 || w.lock_count(LockId::FlushQueue) > 0
+    }
+
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
-    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping).
+    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping). Computed once
+    /// per map or unmap and handed to [`Stack::work_ns`] and [`Stack::locked`].
     fn critical_ns(&self, w: &WorkRecord) -> (f64, f64) {
+        // Most maps and unmaps take neither lock (the IOVA caches hit; strict mode has no
+        // flush queue): both shares are then the cost of an empty record, computed once.
+        if !Self::takes_engine_locks(w) {
+            return (self.empty_record_ns, self.empty_record_ns);
+        }
         let mut t = WorkRecord::new();
         if w.lock_count(LockId::IovaTree) > 0 {
             t.tree_nodes_visited = w.tree_nodes_visited;
@@ -185,8 +199,9 @@ impl Stack {
 
     /// Takes the IOVA-tree and flush-queue locks `w` took, each for its share of the work
     /// done under it, on `ctx`'s CPU (waiters spin).
-    async fn locked(&self, ctx: &Ctx, w: &WorkRecord) {
-        let (tree, fq) = self.critical_ns(w);
+    /// `critical` is [`Stack::critical_ns`] of `w`.
+    async fn locked(&self, ctx: &Ctx, w: &WorkRecord, critical: (f64, f64)) {
+        let (tree, fq) = critical;
         let cpu = ctx.cpu().id();
         for (lock, n, ns) in [
             (&self.tree_lock, w.lock_count(LockId::IovaTree), tree),
@@ -284,8 +299,12 @@ impl Stack {
         } else {
             Default::default()
         };
-        let map_ns = self.work_ns(&w)?;
-        self.locked(ctx, &w).await;
+        let critical = self.critical_ns(&w);
+        let map_ns = self.work_ns(&w, critical)?;
+        // A record that took neither lock has nothing to wait for or charge there.
+        if Self::takes_engine_locks(&w) {
+            self.locked(ctx, &w, critical).await;
+        }
         {
             let mut c = self.counters.borrow_mut();
             c.maps += 1;
@@ -425,7 +444,8 @@ impl Stack {
         } else {
             Default::default()
         };
-        let unmap_ns = self.work_ns(&w).unwrap_or(0.0);
+        let critical = self.critical_ns(&w);
+        let unmap_ns = self.work_ns(&w, critical).unwrap_or(0.0);
         {
             let mut c = self.counters.borrow_mut();
             c.unmaps += 1;
@@ -440,7 +460,9 @@ impl Stack {
                 "dma unmap",
             )
             .await;
-        self.locked(ctx, &w).await;
+        if Self::takes_engine_locks(&w) {
+            self.locked(ctx, &w, critical).await;
+        }
         if let Some((p, q)) = &self.cmdq {
             q.issue_work(ctx, &queue).await;
             if p.invalidation_errors() > 0 {
@@ -548,6 +570,7 @@ fn start_stack(
             )))
         }
     };
+    let cost = s.profile.cpu_cost_model();
     let stack = Rc::new(Stack {
         path: built.path,
         cmdq: built.cmdq,
@@ -556,7 +579,8 @@ fn start_stack(
             .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}"), lock_params(s)))
             .collect::<Result<Vec<_>, _>>()?,
         poll_interval_ns: built.poll_interval_ns,
-        cost: s.profile.cpu_cost_model(),
+        empty_record_ns: cost.cpu_ns(&WorkRecord::new()),
+        cost,
         devs,
         vectors: vector_cpus
             .iter()
