@@ -394,9 +394,10 @@ impl Stack {
         let vecs = &self.vectors[devno];
         let chan = vecs[vector % vecs.len()].clone();
         let item = InFlight { done, mapping };
+        // The device's completion at `at`: a timer callback, the same run as an agent that
+        // sleeps until `at` and sends (see `Handle::call_at`) without a task per I/O.
         self.h
-            .spawn_agent(move |actx| async move {
-                actx.sleep_until(SimTime::from_ns(at)).await;
+            .call_at(SimTime::from_ns(at), move || {
                 let _ = chan.send(item);
             })
             .map_err(|e| self.fail(e.to_string()))?;
