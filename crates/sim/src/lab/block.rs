@@ -26,7 +26,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::addr::{Access, DmaAddr, PhysAddr, SZ_4K};
-use iolab_iommu::dma::{Device, Direction};
+use iolab_iommu::dma::{Device, Direction, PhysRange};
 use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
 use iolab_iommu::work::{LockId, WorkRecord};
 
@@ -136,6 +136,8 @@ struct Stack {
     iodepth: u64,
     slot_bytes: u64,
     counters: RefCell<DmaCounters>,
+    /// The physical ranges of the last device-side translation (reused, SMMUv3 only).
+    ranges: RefCell<Vec<PhysRange>>,
     error: RefCell<Option<String>>,
     /// Where the run's protection report is read, and whether the path translates.
     protection: (ProtectionProbe, bool),
@@ -332,23 +334,18 @@ impl Stack {
         } else {
             Access::Read
         };
-        let segments: Vec<(DmaAddr, u64)> = match &mapping {
-            Mapping::Single(m) => vec![(m.dma_addr(), io.len)],
-            Mapping::Sg(sg) => sg.segments().iter().map(|s| (s.dma, s.len)).collect(),
-        };
-        for &(dma, len) in &segments {
-            match &self.cmdq {
-                Some((p, _)) => p
-                    .device_translate(dma, len, access, &mut tw)
-                    .map(drop)
-                    .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-                None => self
-                    .path
-                    .translate(&self.device, dma, len, access, &mut tw)
-                    .map(drop)
-                    .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+        let segments = match &mapping {
+            Mapping::Single(m) => {
+                self.device_dma(m.dma_addr(), io.len, access, &mut tw)?;
+                1
             }
-        }
+            Mapping::Sg(sg) => {
+                for seg in sg.segments() {
+                    self.device_dma(seg.dma, seg.len, access, &mut tw)?;
+                }
+                sg.segments().len()
+            }
+        };
         let tr_ns = self.cost.translation_ns(&tw);
         {
             let mut c = self.counters.borrow_mut();
@@ -364,7 +361,7 @@ impl Stack {
             } else {
                 c.device_write_bytes += io.len;
             }
-            c.dma_segments += segments.len() as u64;
+            c.dma_segments += segments as u64;
         }
         let now = ctx.now().as_ns();
         let devno = io.devno;
@@ -402,6 +399,27 @@ impl Stack {
             })
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
+    }
+
+    /// The device moves `len` bytes at `dma` through the IOMMU (SMMUv3: its IOTLB and walk
+    /// cache, into the stack's reused range buffer) or its bypass; `tw` counts the work.
+    fn device_dma(
+        &self,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        tw: &mut WorkRecord,
+    ) -> Result<(), String> {
+        match &self.cmdq {
+            Some((p, _)) => p
+                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
+                .map_err(|e| self.fail(format!("device DMA faulted: {e}"))),
+            None => self
+                .path
+                .translate(&self.device, dma, len, access, tw)
+                .map(drop)
+                .map_err(|e| self.fail(format!("device DMA faulted: {e}"))),
+        }
     }
 
     /// The interrupt handler of one vector, on its CPU: drains every completion queued.
@@ -593,6 +611,7 @@ fn start_stack(
         iodepth,
         slot_bytes,
         counters: RefCell::new(DmaCounters::default()),
+        ranges: RefCell::new(Vec::new()),
         error: RefCell::new(None),
         protection,
         h: h.clone(),
