@@ -159,16 +159,25 @@ impl Stack {
             .hypervisor_ns(w)
             .map_err(|e| self.fail(e.to_string()))?;
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
-        let engine_locks = [LockId::IovaTree, LockId::FlushQueue]
-            .iter()
-            .map(|&id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id))
-            .sum::<f64>();
+        // Every lock's uncontended cost (`CpuCostModel::locks_uncontended_ns`), and that of
+        // the two the engine models, summed over the locks taken only: a lock not taken adds
+        // `+0.0` (a count of 0 times a finite non-negative cost), which changes no bit of a
+        // sum of such terms that starts at `+0.0` (the iterator sum over every lock gives
+        // the same value, `+0.0` when none was taken). Most records take one lock or none.
+        let mut all_locks = 0.0;
+        let mut engine_locks = 0.0;
+        for id in LockId::ALL {
+            let n = w.lock_count(id);
+            if n != 0 {
+                let ns = n as f64 * self.cost.lock_uncontended_ns(id);
+                all_locks += ns;
+                if matches!(id, LockId::IovaTree | LockId::FlushQueue) {
+                    engine_locks += ns;
+                }
+            }
+        }
         let (tree, fq) = critical;
-        Ok(
-            self.cost.cpu_ns(w) - tree - fq + self.cost.locks_uncontended_ns(w) - engine_locks
-                + hv
-                + polls as f64,
-        )
+        Ok(self.cost.cpu_ns(w) - tree - fq + all_locks - engine_locks + hv + polls as f64)
     }
 
     /// Whether `w` took a lock [`Stack::locked`] models (the IOVA tree's, a flush queue's).
