@@ -69,6 +69,14 @@ enum Done {
     Command(OnDone),
 }
 
+/// What is submitted to the stack.
+enum Submission {
+    /// A fio request (one buffer).
+    Fio(IoRequest),
+    /// A block command (bonnie's page cache: a scatter-gather list).
+    Command(BlockCommand),
+}
+
 struct InFlight {
     done: Done,
     mapping: Mapping,
@@ -234,11 +242,13 @@ impl Stack {
         }
     }
 
-    async fn submit(&self, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
-        let cpu = ctx.cpu().id();
-        ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
-            .await;
+    /// Maps fio's buffer for `req` (`dma_map_single` of its slot's buffer) on `cpu`.
+    fn map_fio(
+        &self,
+        req: IoRequest,
+        cpu: usize,
+        w: &mut WorkRecord,
+    ) -> Result<(Mapping, IoShape, Done), String> {
         let pa =
             BUFFER_BASE + (req.job as u64 * self.iodepth + u64::from(req.slot)) * self.slot_bytes;
         let dir = if req.is_read {
@@ -246,10 +256,9 @@ impl Stack {
         } else {
             Direction::ToDevice
         };
-        let mut w = WorkRecord::new();
         let mapping = self
             .path
-            .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
+            .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, w)
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
         let shape = IoShape {
             is_read: req.is_read,
@@ -258,17 +267,17 @@ impl Stack {
             devno: req.job % self.devs.len(),
             stripe: req.len,
         };
-        self.issue(ctx, w, Mapping::Single(mapping), shape, Done::Fio(req))
-            .await
+        Ok((Mapping::Single(mapping), shape, Done::Fio(req)))
     }
 
-    /// A block command (bonnie's page cache): the block layer, `dma_map_sg` of its pages
-    /// (physically contiguous ones coalesced), then as [`Stack::submit`].
-    async fn submit_command(&self, ctx: &Ctx, cmd: BlockCommand) -> Result<(), String> {
-        let cpu = ctx.cpu().id();
-        ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
-            .await;
+    /// Maps a block command (bonnie's page cache): `dma_map_sg` of its pages (physically
+    /// contiguous ones coalesced) on `cpu`.
+    fn map_command(
+        &self,
+        cmd: BlockCommand,
+        cpu: usize,
+        w: &mut WorkRecord,
+    ) -> Result<(Mapping, IoShape, Done), String> {
         let is_read = cmd.dir == BlockDir::Read;
         let dir = if is_read {
             Direction::FromDevice
@@ -277,10 +286,9 @@ impl Stack {
         };
         let entries = sg_entries(&cmd.pieces, self.device.max_segment_size());
         let len: u64 = cmd.pieces.iter().map(|p| p.len).sum();
-        let mut w = WorkRecord::new();
         let sg = self
             .path
-            .map_sg(&self.device, &entries, dir, cpu, &mut w)
+            .map_sg(&self.device, &entries, dir, cpu, w)
             .map_err(|e| self.fail(format!("dma map_sg failed: {e}")))?;
         let shape = IoShape {
             is_read,
@@ -289,22 +297,23 @@ impl Stack {
             devno: 0,
             stripe: BONNIE_SAS_STRIPE,
         };
-        self.issue(ctx, w, Mapping::Sg(sg), shape, Done::Command(cmd.on_done))
-            .await
+        Ok((Mapping::Sg(sg), shape, Done::Command(cmd.on_done)))
     }
 
-    /// The rest of a submission once the I/O is mapped (`w`: the map call's work): the map's
-    /// CPU time and locks, the driver and doorbell, the device's translated DMA, and the
-    /// device's completion sent to its vector.
-    async fn issue(
-        &self,
-        ctx: &Ctx,
-        mut w: WorkRecord,
-        mapping: Mapping,
-        io: IoShape,
-        done: Done,
-    ) -> Result<(), String> {
+    /// One I/O's submission on `ctx`'s CPU: the block layer, the DMA map, the map's CPU time
+    /// and locks, the driver and doorbell, the device's translated DMA, and the device's
+    /// completion sent to its vector. One `async fn` for fio's requests and block commands
+    /// (one state machine to poll through, not two nested ones).
+    async fn submit(&self, ctx: &Ctx, sub: Submission) -> Result<(), String> {
         let cpu = ctx.cpu().id();
+        ctx.cpu()
+            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
+            .await;
+        let mut w = WorkRecord::new();
+        let (mapping, io, done) = match sub {
+            Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
+            Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
+        };
         let queue = if self.cmdq.is_some() {
             split_queue_work(&mut w)
         } else {
@@ -513,7 +522,7 @@ impl BlockTarget for Target {
         ctx: &'a Ctx,
         req: IoRequest,
     ) -> impl std::future::Future<Output = Result<(), String>> + 'a {
-        self.0.submit(ctx, req)
+        self.0.submit(ctx, Submission::Fio(req))
     }
 }
 
@@ -726,7 +735,7 @@ impl BlockQueue for CommandTarget {
     fn submit<'a>(&'a self, ctx: &'a Ctx, cmd: BlockCommand) -> SubmitCommand<'a> {
         Box::pin(async move {
             // A failed map is recorded in the stack; the run reports it when it ends.
-            let _ = self.0.submit_command(ctx, cmd).await;
+            let _ = self.0.submit(ctx, Submission::Command(cmd)).await;
         })
     }
 }
