@@ -126,6 +126,13 @@ fn bench_json_has_every_record_the_issue_names() {
             assert!(r["peak_rss_mb"].as_f64().expect("peak RSS") > 0.0);
         }
     }
+    // The lab's scenario path (`iolab run`'s block stack), on the scaled bundled example.
+    let lab = results
+        .iter()
+        .find(|r| r["name"] == "sim/fio-nvme-strict/64")
+        .expect("the lab-path row");
+    assert!(lab["sim_ios_per_host_sec"].as_f64().expect("sim IO/s") > 0.0);
+    assert!(lab["simulated_ios"].as_u64().expect("simulated I/Os") > 0);
     for r in results {
         assert!(r["ns_per_op"].as_f64().expect("ns_per_op is a number") > 0.0);
         if r["name"].as_str().unwrap().starts_with("iova_alloc_free/") {

@@ -176,8 +176,18 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
     let keep = |cpus: usize| filter.keeps(&format!("sim/{}/{cpus}", sim_side::SCENARIO));
     for row in sim_side::sim_rows(sampling.quick, &keep) {
         match row {
-            Ok(f) => results.push(sim_record(&f)),
+            Ok(f) => results.push(sim_record(
+                &format!("sim/{}/{}", sim_side::SCENARIO, f.cpus),
+                &f,
+            )),
             Err(e) => eprintln!("iolab bench: sim/{}: {e}", sim_side::SCENARIO),
+        }
+    }
+    let lab_name = format!("sim/{}/{}", sim_side::LAB_SCENARIO, sim_side::LAB_CPUS);
+    if filter.keeps(&lab_name) {
+        match sim_side::lab_rows(sampling.quick) {
+            Ok(f) => results.push(sim_record(&lab_name, &f)),
+            Err(e) => eprintln!("iolab bench: {lab_name}: {e}"),
         }
     }
     BenchReport { sampling, results }
@@ -208,13 +218,8 @@ fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure])
     }
 }
 
-fn sim_record(f: &sim_side::SimFigure) -> BenchRecord {
-    let mut r = record(
-        format!("sim/{}/{}", sim_side::SCENARIO, f.cpus),
-        f.ns_per_io,
-        Vec::new(),
-        &[],
-    );
+fn sim_record(name: &str, f: &sim_side::SimFigure) -> BenchRecord {
+    let mut r = record(name.to_owned(), f.ns_per_io, Vec::new(), &[]);
     r.simulated_ios = Some(f.ios);
     r.wall_ns_per_op = Some(round2(f.wall_ns_per_io));
     r.sim_ios_per_host_sec = Some(f.ios_per_host_sec.round());

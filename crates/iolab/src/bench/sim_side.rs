@@ -11,12 +11,19 @@
 //! on-CPU time of the running thread (`utime + stime` of /proc/thread-self/stat, 10 ms
 //! ticks), which does not count time the loaded host gave to other processes; the wall
 //! time is reported beside it.
+//!
+//! One more row, `sim/fio-nvme-strict/64`, measures the path users' own scenarios take
+//! (`iolab run`: the lab's block stack of `iolab_sim::lab`, not the experiment's): the bundled
+//! example `fio-nvme-strict` scaled to 64 virtual CPUs and 64 fio jobs, run through the same
+//! `lab::validate` and `lab::run` that `iolab run` calls, for 600 ms of virtual time (60 ms
+//! when quick; about 470,000 and 52,000 simulated I/Os).
 
 use std::time::Instant;
 
 use iolab_iommu::mem::PhysMemory;
 use iolab_sim::experiment::ExperimentOptions;
 use iolab_sim::experiments::smmuv3_cmdq;
+use iolab_sim::lab::{self, LabOptions};
 
 /// The scenario name used in the row names.
 pub const SCENARIO: &str = "nvme-randread-strict";
@@ -26,6 +33,12 @@ pub const CPU_COUNTS: [usize; 4] = [1, 16, 64, 256];
 
 /// The CPU count at which peak memory is measured (with 1 TiB of simulated RAM).
 pub const RSS_CPUS: usize = 64;
+
+/// The bundled example the lab-path row runs (`sim/<LAB_SCENARIO>/<LAB_CPUS>`).
+pub const LAB_SCENARIO: &str = "fio-nvme-strict";
+
+/// Virtual CPUs (and fio jobs) of the lab-path row.
+pub const LAB_CPUS: usize = 64;
 
 /// One row's result.
 #[derive(Debug, Clone)]
@@ -179,6 +192,71 @@ pub fn sim_rows(quick: bool, keep: &dyn Fn(usize) -> bool) -> Vec<Result<SimFigu
         .collect()
 }
 
+/// The bundled example [`LAB_SCENARIO`] with `cpus` virtual CPUs, one fio job per CPU and
+/// `runtime_ms` of measured time. Every replaced setting must be found in the example, so a
+/// reworded example is an error here rather than a silently different row.
+fn lab_scenario(cpus: usize, runtime_ms: u64) -> Result<String, String> {
+    let mut text = lab::examples::example(LAB_SCENARIO)
+        .ok_or_else(|| format!("no bundled example {LAB_SCENARIO}"))?
+        .to_owned();
+    for (from, to) in [
+        ("cpus = 32".to_owned(), format!("cpus = {cpus}")),
+        ("numjobs = 16".to_owned(), format!("numjobs = {cpus}")),
+        (
+            "runtime_ms = 20".to_owned(),
+            format!("runtime_ms = {runtime_ms}"),
+        ),
+    ] {
+        if !text.contains(&from) {
+            return Err(format!(
+                "the example {LAB_SCENARIO} no longer sets `{from}`"
+            ));
+        }
+        text = text.replacen(&from, &to, 1);
+    }
+    Ok(text)
+}
+
+/// Runs the lab-path row once: [`LAB_SCENARIO`] at `cpus` for `runtime_ms`, validated and
+/// run as `iolab run` does. The simulated I/Os are the DMA maps of the whole run.
+pub fn lab_row(cpus: usize, runtime_ms: u64) -> Result<SimFigure, String> {
+    let text = lab_scenario(cpus, runtime_ms)?;
+    let scenario =
+        lab::validate(&text, "iolab bench (scaled example)", None).map_err(|e| e.to_string())?;
+    let cpu0 = thread_cpu_secs();
+    let start = Instant::now();
+    let run = lab::run(
+        &scenario,
+        &LabOptions {
+            runs: 1,
+            seed: None,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let wall = start.elapsed().as_secs_f64();
+    let secs = match (cpu0, thread_cpu_secs()) {
+        (Some(a), Some(b)) if b > a => b - a,
+        _ => wall,
+    };
+    let ios = run
+        .dma_maps
+        .ok_or("the lab run reported no DMA map count")?
+        .max(1);
+    Ok(SimFigure {
+        cpus,
+        ios,
+        ns_per_io: secs * 1e9 / ios as f64,
+        wall_ns_per_io: wall * 1e9 / ios as f64,
+        ios_per_host_sec: ios as f64 / secs.max(1e-9),
+        peak_rss_mb: None,
+    })
+}
+
+/// The lab-path row at [`LAB_CPUS`]: 600 ms of virtual time, 60 ms when `quick`.
+pub fn lab_rows(quick: bool) -> Result<SimFigure, String> {
+    lab_row(LAB_CPUS, if quick { 60 } else { 600 })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +265,18 @@ mod tests {
     fn the_generated_scenario_runs_and_counts_ios() {
         let f = run_row(4, 500, false).expect("runs");
         assert!(f.ios >= 100, "{f:?}");
+        assert!(f.ns_per_io > 0.0 && f.ios_per_host_sec > 0.0);
+    }
+
+    #[test]
+    fn the_scaled_example_runs_at_the_asked_size_and_counts_every_map() {
+        let text = lab_scenario(4, 2).expect("the example has the settings");
+        assert!(text.contains("cpus = 4") && text.contains("numjobs = 4"));
+        assert!(text.contains("runtime_ms = 2") && !text.contains("runtime_ms = 20"));
+        let f = lab_row(4, 2).expect("runs");
+        // 4 jobs at iodepth 32 over 5 ms of ramp and 2 ms measured: every I/O is one map,
+        // and at least the first iodepth of each job was issued.
+        assert!(f.ios >= 4 * 32, "{f:?}");
         assert!(f.ns_per_io > 0.0 && f.ios_per_host_sec > 0.0);
     }
 }

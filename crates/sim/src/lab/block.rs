@@ -26,7 +26,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::addr::{Access, DmaAddr, PhysAddr, SZ_4K};
-use iolab_iommu::dma::{Device, Direction};
+use iolab_iommu::dma::{Device, Direction, PhysRange};
 use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
 use iolab_iommu::work::{LockId, WorkRecord};
 
@@ -67,6 +67,14 @@ enum Done {
     Fio(IoRequest),
     /// A block command's callback (bonnie's page cache).
     Command(OnDone),
+}
+
+/// What is submitted to the stack.
+enum Submission {
+    /// A fio request (one buffer).
+    Fio(IoRequest),
+    /// A block command (bonnie's page cache: a scatter-gather list).
+    Command(BlockCommand),
 }
 
 struct InFlight {
@@ -123,6 +131,9 @@ struct Stack {
     /// Per CPU: its flush queue's lock (lazy mode).
     fq_locks: Vec<SpinLock>,
     cost: CpuCostModel,
+    /// `cost.cpu_ns` of an empty work record: the critical sections' share of a map or
+    /// unmap that took no engine-modelled lock.
+    empty_record_ns: f64,
     devs: Vec<BlockDev>,
     /// Per device, per interrupt vector: the completions it delivers.
     vectors: Vec<Vec<Channel<InFlight>>>,
@@ -133,6 +144,8 @@ struct Stack {
     iodepth: u64,
     slot_bytes: u64,
     counters: RefCell<DmaCounters>,
+    /// The physical ranges of the last device-side translation (reused, SMMUv3 only).
+    ranges: RefCell<Vec<PhysRange>>,
     error: RefCell<Option<String>>,
     /// Where the run's protection report is read, and whether the path translates.
     protection: (ProtectionProbe, bool),
@@ -147,28 +160,48 @@ impl Stack {
     /// CPU time of a map or unmap outside the locks the engine models: the counted steps,
     /// the other locks (uncontended), the hypervisor's time for TCE hypercalls (POWER) and
     /// the IPMMU's flush polling. The work done under the IOVA-tree and flush-queue locks
-    /// is charged by [`Stack::locked`] instead.
-    fn work_ns(&self, w: &WorkRecord) -> Result<f64, String> {
+    /// (`critical`, from [`Stack::critical_ns`]) is charged by [`Stack::locked`] instead.
+    fn work_ns(&self, w: &WorkRecord, critical: (f64, f64)) -> Result<f64, String> {
         let hv = self
             .cost
             .hypervisor_ns(w)
             .map_err(|e| self.fail(e.to_string()))?;
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
-        let engine_locks = [LockId::IovaTree, LockId::FlushQueue]
-            .iter()
-            .map(|&id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id))
-            .sum::<f64>();
-        let (tree, fq) = self.critical_ns(w);
-        Ok(
-            self.cost.cpu_ns(w) - tree - fq + self.cost.locks_uncontended_ns(w) - engine_locks
-                + hv
-                + polls as f64,
-        )
+        // Every lock's uncontended cost (`CpuCostModel::locks_uncontended_ns`), and that of
+        // the two the engine models, summed over the locks taken only: a lock not taken adds
+        // `+0.0` (a count of 0 times a finite non-negative cost), which changes no bit of a
+        // sum of such terms that starts at `+0.0` (the iterator sum over every lock gives
+        // the same value, `+0.0` when none was taken). Most records take one lock or none.
+        let mut all_locks = 0.0;
+        let mut engine_locks = 0.0;
+        for id in LockId::ALL {
+            let n = w.lock_count(id);
+            if n != 0 {
+                let ns = n as f64 * self.cost.lock_uncontended_ns(id);
+                all_locks += ns;
+                if matches!(id, LockId::IovaTree | LockId::FlushQueue) {
+                    engine_locks += ns;
+                }
+            }
+        }
+        let (tree, fq) = critical;
+        Ok(self.cost.cpu_ns(w) - tree - fq + all_locks - engine_locks + hv + polls as f64)
+    }
+
+    /// Whether `w` took a lock [`Stack::locked`] models (the IOVA tree's, a flush queue's).
+    fn takes_engine_locks(w: &WorkRecord) -> bool {
+        w.lock_count(LockId::IovaTree) > 0 || w.lock_count(LockId::FlushQueue) > 0
     }
 
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
-    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping).
+    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping). Computed once
+    /// per map or unmap and handed to [`Stack::work_ns`] and [`Stack::locked`].
     fn critical_ns(&self, w: &WorkRecord) -> (f64, f64) {
+        // Most maps and unmaps take neither lock (the IOVA caches hit; strict mode has no
+        // flush queue): both shares are then the cost of an empty record, computed once.
+        if !Self::takes_engine_locks(w) {
+            return (self.empty_record_ns, self.empty_record_ns);
+        }
         let mut t = WorkRecord::new();
         if w.lock_count(LockId::IovaTree) > 0 {
             t.tree_nodes_visited = w.tree_nodes_visited;
@@ -185,8 +218,9 @@ impl Stack {
 
     /// Takes the IOVA-tree and flush-queue locks `w` took, each for its share of the work
     /// done under it, on `ctx`'s CPU (waiters spin).
-    async fn locked(&self, ctx: &Ctx, w: &WorkRecord) {
-        let (tree, fq) = self.critical_ns(w);
+    /// `critical` is [`Stack::critical_ns`] of `w`.
+    async fn locked(&self, ctx: &Ctx, w: &WorkRecord, critical: (f64, f64)) {
+        let (tree, fq) = critical;
         let cpu = ctx.cpu().id();
         for (lock, n, ns) in [
             (&self.tree_lock, w.lock_count(LockId::IovaTree), tree),
@@ -208,11 +242,13 @@ impl Stack {
         }
     }
 
-    async fn submit(&self, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
-        let cpu = ctx.cpu().id();
-        ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
-            .await;
+    /// Maps fio's buffer for `req` (`dma_map_single` of its slot's buffer) on `cpu`.
+    fn map_fio(
+        &self,
+        req: IoRequest,
+        cpu: usize,
+        w: &mut WorkRecord,
+    ) -> Result<(Mapping, IoShape, Done), String> {
         let pa =
             BUFFER_BASE + (req.job as u64 * self.iodepth + u64::from(req.slot)) * self.slot_bytes;
         let dir = if req.is_read {
@@ -220,10 +256,9 @@ impl Stack {
         } else {
             Direction::ToDevice
         };
-        let mut w = WorkRecord::new();
         let mapping = self
             .path
-            .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
+            .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, w)
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
         let shape = IoShape {
             is_read: req.is_read,
@@ -232,17 +267,17 @@ impl Stack {
             devno: req.job % self.devs.len(),
             stripe: req.len,
         };
-        self.issue(ctx, w, Mapping::Single(mapping), shape, Done::Fio(req))
-            .await
+        Ok((Mapping::Single(mapping), shape, Done::Fio(req)))
     }
 
-    /// A block command (bonnie's page cache): the block layer, `dma_map_sg` of its pages
-    /// (physically contiguous ones coalesced), then as [`Stack::submit`].
-    async fn submit_command(&self, ctx: &Ctx, cmd: BlockCommand) -> Result<(), String> {
-        let cpu = ctx.cpu().id();
-        ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
-            .await;
+    /// Maps a block command (bonnie's page cache): `dma_map_sg` of its pages (physically
+    /// contiguous ones coalesced) on `cpu`.
+    fn map_command(
+        &self,
+        cmd: BlockCommand,
+        cpu: usize,
+        w: &mut WorkRecord,
+    ) -> Result<(Mapping, IoShape, Done), String> {
         let is_read = cmd.dir == BlockDir::Read;
         let dir = if is_read {
             Direction::FromDevice
@@ -251,10 +286,9 @@ impl Stack {
         };
         let entries = sg_entries(&cmd.pieces, self.device.max_segment_size());
         let len: u64 = cmd.pieces.iter().map(|p| p.len).sum();
-        let mut w = WorkRecord::new();
         let sg = self
             .path
-            .map_sg(&self.device, &entries, dir, cpu, &mut w)
+            .map_sg(&self.device, &entries, dir, cpu, w)
             .map_err(|e| self.fail(format!("dma map_sg failed: {e}")))?;
         let shape = IoShape {
             is_read,
@@ -263,29 +297,34 @@ impl Stack {
             devno: 0,
             stripe: BONNIE_SAS_STRIPE,
         };
-        self.issue(ctx, w, Mapping::Sg(sg), shape, Done::Command(cmd.on_done))
-            .await
+        Ok((Mapping::Sg(sg), shape, Done::Command(cmd.on_done)))
     }
 
-    /// The rest of a submission once the I/O is mapped (`w`: the map call's work): the map's
-    /// CPU time and locks, the driver and doorbell, the device's translated DMA, and the
-    /// device's completion sent to its vector.
-    async fn issue(
-        &self,
-        ctx: &Ctx,
-        mut w: WorkRecord,
-        mapping: Mapping,
-        io: IoShape,
-        done: Done,
-    ) -> Result<(), String> {
+    /// One I/O's submission on `ctx`'s CPU: the block layer, the DMA map, the map's CPU time
+    /// and locks, the driver and doorbell, the device's translated DMA, and the device's
+    /// completion sent to its vector. One `async fn` for fio's requests and block commands
+    /// (one state machine to poll through, not two nested ones).
+    async fn submit(&self, ctx: &Ctx, sub: Submission) -> Result<(), String> {
         let cpu = ctx.cpu().id();
+        ctx.cpu()
+            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
+            .await;
+        let mut w = WorkRecord::new();
+        let (mapping, io, done) = match sub {
+            Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
+            Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
+        };
         let queue = if self.cmdq.is_some() {
             split_queue_work(&mut w)
         } else {
             Default::default()
         };
-        let map_ns = self.work_ns(&w)?;
-        self.locked(ctx, &w).await;
+        let critical = self.critical_ns(&w);
+        let map_ns = self.work_ns(&w, critical)?;
+        // A record that took neither lock has nothing to wait for or charge there.
+        if Self::takes_engine_locks(&w) {
+            self.locked(ctx, &w, critical).await;
+        }
         {
             let mut c = self.counters.borrow_mut();
             c.maps += 1;
@@ -313,23 +352,18 @@ impl Stack {
         } else {
             Access::Read
         };
-        let segments: Vec<(DmaAddr, u64)> = match &mapping {
-            Mapping::Single(m) => vec![(m.dma_addr(), io.len)],
-            Mapping::Sg(sg) => sg.segments().iter().map(|s| (s.dma, s.len)).collect(),
-        };
-        for &(dma, len) in &segments {
-            match &self.cmdq {
-                Some((p, _)) => p
-                    .device_translate(dma, len, access, &mut tw)
-                    .map(drop)
-                    .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-                None => self
-                    .path
-                    .translate(&self.device, dma, len, access, &mut tw)
-                    .map(drop)
-                    .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
+        let segments = match &mapping {
+            Mapping::Single(m) => {
+                self.device_dma(m.dma_addr(), io.len, access, &mut tw)?;
+                1
             }
-        }
+            Mapping::Sg(sg) => {
+                for seg in sg.segments() {
+                    self.device_dma(seg.dma, seg.len, access, &mut tw)?;
+                }
+                sg.segments().len()
+            }
+        };
         let tr_ns = self.cost.translation_ns(&tw);
         {
             let mut c = self.counters.borrow_mut();
@@ -345,7 +379,7 @@ impl Stack {
             } else {
                 c.device_write_bytes += io.len;
             }
-            c.dma_segments += segments.len() as u64;
+            c.dma_segments += segments as u64;
         }
         let now = ctx.now().as_ns();
         let devno = io.devno;
@@ -375,18 +409,41 @@ impl Stack {
         let vecs = &self.vectors[devno];
         let chan = vecs[vector % vecs.len()].clone();
         let item = InFlight { done, mapping };
+        // The device's completion at `at`: a timer callback, the same run as an agent that
+        // sleeps until `at` and sends (see `Handle::call_at`) without a task per I/O.
         self.h
-            .spawn_agent(move |actx| async move {
-                actx.sleep_until(SimTime::from_ns(at)).await;
+            .call_at(SimTime::from_ns(at), move || {
                 let _ = chan.send(item);
             })
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
     }
 
+    /// The device moves `len` bytes at `dma` through the IOMMU (SMMUv3: its IOTLB and walk
+    /// cache, into the stack's reused range buffer) or its bypass; `tw` counts the work.
+    fn device_dma(
+        &self,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        tw: &mut WorkRecord,
+    ) -> Result<(), String> {
+        match &self.cmdq {
+            Some((p, _)) => p
+                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
+                .map_err(|e| self.fail(format!("device DMA faulted: {e}"))),
+            None => self
+                .path
+                .translate(&self.device, dma, len, access, tw)
+                .map(drop)
+                .map_err(|e| self.fail(format!("device DMA faulted: {e}"))),
+        }
+    }
+
     /// The interrupt handler of one vector, on its CPU: drains every completion queued.
     async fn irq_loop(self: Rc<Self>, ctx: Ctx, dev: usize, v: usize) {
         let chan = self.vectors[dev][v].clone();
+        let cpu = ctx.cpu().id();
         loop {
             let first = chan.recv(&ctx).await;
             ctx.cpu()
@@ -394,65 +451,65 @@ impl Stack {
                 .await;
             let mut next = Some(first);
             while let Some(f) = next {
-                self.complete(&ctx, f).await;
+                // The completion of one I/O (inline rather than an `async fn`: one state
+                // machine less to poll through on every wake-up).
+                ctx.cpu()
+                    .spend(SimDuration::ns(self.k.driver_complete_ns), Account::System)
+                    .await;
+                let mut w = WorkRecord::new();
+                let unmapped = match f.mapping {
+                    Mapping::Single(m) => self
+                        .path
+                        .unmap_single(m, cpu, ctx.now().as_ns(), &mut w)
+                        .map_err(|e| e.error),
+                    Mapping::Sg(sg) => self
+                        .path
+                        .unmap_sg(sg, cpu, ctx.now().as_ns(), &mut w)
+                        .map_err(|e| e.error),
+                };
+                if let Err(e) = unmapped {
+                    self.fail(format!("dma unmap failed: {e}"));
+                }
+                // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
+                let queue = if self.cmdq.is_some() {
+                    split_queue_work(&mut w)
+                } else {
+                    Default::default()
+                };
+                let critical = self.critical_ns(&w);
+                let unmap_ns = self.work_ns(&w, critical).unwrap_or(0.0);
+                {
+                    let mut c = self.counters.borrow_mut();
+                    c.unmaps += 1;
+                    c.unmap_ns += unmap_ns;
+                    c.inval_syncs += w.inval_syncs;
+                    c.flush_queue_flushes += w.flush_queue_flushes;
+                }
+                ctx.cpu()
+                    .spend_labeled(
+                        SimDuration::ns(unmap_ns.round() as u64),
+                        Account::System,
+                        "dma unmap",
+                    )
+                    .await;
+                if Self::takes_engine_locks(&w) {
+                    self.locked(&ctx, &w, critical).await;
+                }
+                if let Some((p, q)) = &self.cmdq {
+                    q.issue_work(&ctx, &queue).await;
+                    if p.invalidation_errors() > 0 {
+                        self.fail("the SMMUv3 command queue refused a command".to_string());
+                    }
+                }
+                ctx.cpu()
+                    .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
+                    .await;
+                match f.done {
+                    Done::Fio(req) => req.complete(),
+                    Done::Command(on_done) => on_done(),
+                }
                 next = chan.try_recv();
             }
-        }
-    }
-
-    async fn complete(&self, ctx: &Ctx, f: InFlight) {
-        let cpu = ctx.cpu().id();
-        ctx.cpu()
-            .spend(SimDuration::ns(self.k.driver_complete_ns), Account::System)
-            .await;
-        let mut w = WorkRecord::new();
-        let unmapped = match f.mapping {
-            Mapping::Single(m) => self
-                .path
-                .unmap_single(m, cpu, ctx.now().as_ns(), &mut w)
-                .map_err(|e| e.error),
-            Mapping::Sg(sg) => self
-                .path
-                .unmap_sg(sg, cpu, ctx.now().as_ns(), &mut w)
-                .map_err(|e| e.error),
-        };
-        if let Err(e) = unmapped {
-            self.fail(format!("dma unmap failed: {e}"));
-        }
-        // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
-        let queue = if self.cmdq.is_some() {
-            split_queue_work(&mut w)
-        } else {
-            Default::default()
-        };
-        let unmap_ns = self.work_ns(&w).unwrap_or(0.0);
-        {
-            let mut c = self.counters.borrow_mut();
-            c.unmaps += 1;
-            c.unmap_ns += unmap_ns;
-            c.inval_syncs += w.inval_syncs;
-            c.flush_queue_flushes += w.flush_queue_flushes;
-        }
-        ctx.cpu()
-            .spend_labeled(
-                SimDuration::ns(unmap_ns.round() as u64),
-                Account::System,
-                "dma unmap",
-            )
-            .await;
-        self.locked(ctx, &w).await;
-        if let Some((p, q)) = &self.cmdq {
-            q.issue_work(ctx, &queue).await;
-            if p.invalidation_errors() > 0 {
-                self.fail("the SMMUv3 command queue refused a command".to_string());
-            }
-        }
-        ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
-            .await;
-        match f.done {
-            Done::Fio(req) => req.complete(),
-            Done::Command(on_done) => on_done(),
         }
     }
 }
@@ -465,7 +522,7 @@ impl BlockTarget for Target {
         ctx: &'a Ctx,
         req: IoRequest,
     ) -> impl std::future::Future<Output = Result<(), String>> + 'a {
-        self.0.submit(ctx, req)
+        self.0.submit(ctx, Submission::Fio(req))
     }
 }
 
@@ -548,6 +605,7 @@ fn start_stack(
             )))
         }
     };
+    let cost = s.profile.cpu_cost_model();
     let stack = Rc::new(Stack {
         path: built.path,
         cmdq: built.cmdq,
@@ -556,7 +614,8 @@ fn start_stack(
             .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}"), lock_params(s)))
             .collect::<Result<Vec<_>, _>>()?,
         poll_interval_ns: built.poll_interval_ns,
-        cost: s.profile.cpu_cost_model(),
+        empty_record_ns: cost.cpu_ns(&WorkRecord::new()),
+        cost,
         devs,
         vectors: vector_cpus
             .iter()
@@ -568,6 +627,7 @@ fn start_stack(
         iodepth,
         slot_bytes,
         counters: RefCell::new(DmaCounters::default()),
+        ranges: RefCell::new(Vec::new()),
         error: RefCell::new(None),
         protection,
         h: h.clone(),
@@ -675,7 +735,7 @@ impl BlockQueue for CommandTarget {
     fn submit<'a>(&'a self, ctx: &'a Ctx, cmd: BlockCommand) -> SubmitCommand<'a> {
         Box::pin(async move {
             // A failed map is recorded in the stack; the run reports it when it ends.
-            let _ = self.0.submit_command(ctx, cmd).await;
+            let _ = self.0.submit(ctx, Submission::Command(cmd)).await;
         })
     }
 }

@@ -87,6 +87,10 @@ pub struct LabRun {
     pub fio: Option<FioJson>,
     /// The base seed used.
     pub seed: u64,
+    /// DMA maps over every run (ramp, measured window and drain), one per simulated I/O:
+    /// the simulated work behind the run, for speed measurements (`iolab bench`). Set for
+    /// fio workloads; `None` for the others. Not part of any printed output.
+    pub dma_maps: Option<u64>,
 }
 
 /// What `iolab run --format json` prints for a workload scenario: fio's JSON shape for fio
@@ -476,6 +480,7 @@ fn run_bonnie(
         report: report(s, title, runs, text, measurements),
         fio: None,
         seed: base,
+        dma_maps: None,
     })
 }
 
@@ -578,6 +583,7 @@ fn run_reaim(
         report: report(s, title, runs, text, measurements),
         fio: None,
         seed: base,
+        dma_maps: None,
     })
 }
 
@@ -674,6 +680,7 @@ fn run_netperf(
         report: report(s, title, runs, text, measurements),
         fio: None,
         seed: base,
+        dma_maps: None,
     })
 }
 
@@ -686,9 +693,11 @@ fn run_fio(
     let mut text = String::new();
     let mut jobs: Vec<JobJson> = Vec::new();
     let mut measurements = Vec::new();
+    let mut dma_maps = 0u64;
     for r in 0..runs {
         let seed = run_seed(base, r);
         let out = block::run_fio(s, f, seed)?;
+        dma_maps += out.dma.maps;
         let config = if runs == 1 {
             s.name.clone()
         } else {
@@ -854,5 +863,6 @@ fn run_fio(
         report,
         fio: Some(FioJson { jobs }),
         seed: base,
+        dma_maps: Some(dma_maps),
     })
 }
