@@ -465,6 +465,64 @@ impl HoleTree {
         }
     }
 
+    /// Allocates: finds the highest fit below `limit` ([`Self::search`]) and cuts it out of
+    /// its hole ([`Self::take`]). Returns the placement, or `None` if nothing fits.
+    #[inline]
+    fn alloc(&mut self, limit: u64, unlimited: bool, q: &Query, w: &mut WorkRecord) -> Option<u64> {
+        let root = self.root;
+        let r = *self.n(root);
+        if root != NIL && r.left == NIL && r.right == NIL {
+            return self.alloc_from_lone_hole(r, limit, unlimited, q, w);
+        }
+        let a = self.search(limit, unlimited, q, w)?;
+        self.take(a, q.s, w);
+        Some(a)
+    }
+
+    /// [`Self::alloc`] when the tree is the one hole `r` (with nothing live, the common
+    /// case): the same placement and the same count as `search` (which would step onto the
+    /// root once, or not at all when an unlimited request does not fit), without the path;
+    /// and when the hole only shrinks, its summary recomputed in place without `take`.
+    fn alloc_from_lone_hole(
+        &mut self,
+        r: Hole,
+        limit: u64,
+        unlimited: bool,
+        q: &Query,
+        w: &mut WorkRecord,
+    ) -> Option<u64> {
+        let root = self.root;
+        let a = if unlimited {
+            if !self.holds(root, q) {
+                return None;
+            }
+            w.tree_nodes_visited += 1;
+            let a = fit(r.lo, r.hi, q.s, q.k);
+            debug_assert!(a.is_some(), "the summary of {r:?} promised a fit");
+            a?
+        } else {
+            w.tree_nodes_visited += 1;
+            if r.lo >= limit {
+                return None;
+            }
+            fit(r.lo, r.hi.min(limit), q.s, q.k)?
+        };
+        let end = a + q.s;
+        if a > r.lo && end == r.hi {
+            self.nm(root).hi = a;
+        } else if a == r.lo && end < r.hi {
+            self.nm(root).lo = end;
+        } else {
+            // The hole splits in two or vanishes: the general case.
+            self.path.clear();
+            self.path.push(root);
+            self.take(a, q.s, w);
+            return Some(a);
+        }
+        self.pull(root);
+        Some(a)
+    }
+
     /// The highest fit among holes below `limit` (a straddling hole is clipped at it).
     /// Returns the placement; `self.path` then runs from the root to the holder.
     fn search(
@@ -608,6 +666,21 @@ impl HoleTree {
 
     /// Returns the free range `[lo, end)` (known to be allocated) to the holes.
     fn free_range(&mut self, lo: u64, end: u64, w: &mut WorkRecord) {
+        let root = self.root;
+        let r = *self.n(root);
+        if root != NIL && r.left == NIL && r.right == NIL && (r.hi == lo || r.lo == end) {
+            // The tree is one hole and the range extends it (with nothing live, the common
+            // case): the walk below would step onto the root only, then extend it in place.
+            w.tree_nodes_visited += 1;
+            let m = self.nm(root);
+            if r.hi == lo {
+                m.hi = end;
+            } else {
+                m.lo = lo;
+            }
+            self.pull(root);
+            return;
+        }
         self.path.clear();
         // The walk passes both the hole just below `lo` and the one just above.
         let (mut pred, mut succ) = (NONE, NONE);
@@ -897,7 +970,7 @@ impl IovaAllocator for GapTreeAllocator {
             if kind == Kind::Room && t.active & (1 << k) == 0 {
                 t.activate(k, work);
             }
-            t.search(limit, limit >= self.end_pfn, &q, work)
+            t.alloc(limit, limit >= self.end_pfn, &q, work)
         } else {
             None
         };
@@ -908,7 +981,6 @@ impl IovaAllocator for GapTreeAllocator {
                 limit: req.limit.get(),
             });
         };
-        t.take(a, s, work);
         st.allocated.insert(a, s);
         Ok(IovaBlock {
             start: Iova::new(a * self.granule),
@@ -1055,6 +1127,52 @@ mod tests {
         // 61..64 cannot hold a 4-aligned block, so the next is 56.
         assert_eq!(b.start, Iova::new(56 * G));
         a.check();
+    }
+
+    #[test]
+    fn a_lone_hole_shrinks_splits_vanishes_and_grows_back_with_exact_counts() {
+        // Pages 1..64. Every step: the placement, the holes after it, and the nodes visited.
+        let a = gap(64 * G);
+        let un = |p, limit| AllocRequest {
+            size_aligned: false,
+            ..req(p, limit)
+        };
+        let step = |r: AllocRequest| {
+            let mut w = WorkRecord::new();
+            let got = a.alloc(r, &mut w).map(|b| b.start.get() / G);
+            a.check();
+            (got.ok(), a.holes(), w.tree_nodes_visited)
+        };
+        let free = |lo: u64, pages: u64| {
+            let mut w = WorkRecord::new();
+            let b = IovaBlock {
+                start: Iova::new(lo * G),
+                pages,
+            };
+            a.free(b, 0, &mut w).unwrap();
+            a.check();
+            (a.holes(), w.tree_nodes_visited)
+        };
+
+        // Shrinks from the top, then grows back.
+        assert_eq!(step(req(4, 64 * G)), (Some(60), vec![(1, 60)], 1));
+        assert_eq!(free(60, 4), (vec![(1, 64)], 1));
+        // A limit inside the hole clips it, and the hole splits in two.
+        assert_eq!(step(req(2, 32 * G)), (Some(30), vec![(1, 30), (32, 64)], 1));
+        assert_eq!(free(30, 2).0, vec![(1, 64)]);
+        // Shrinks from the bottom; then a limit at or below the hole's start finds nothing.
+        assert_eq!(step(un(31, 32 * G)), (Some(1), vec![(32, 64)], 1));
+        assert_eq!(step(req(1, 32 * G)), (None, vec![(32, 64)], 1));
+        // Vanishes, then comes back from an empty tree and is extended.
+        assert_eq!(step(un(32, 64 * G)), (Some(32), vec![], 1));
+        assert_eq!(free(1, 31), (vec![(1, 32)], 0));
+        // An unlimited request the hole cannot hold (no aligned 32-page block) visits nothing.
+        assert_eq!(step(req(32, 64 * G)), (None, vec![(1, 32)], 0));
+        assert_eq!(free(32, 32), (vec![(1, 64)], 1));
+        // A range that does not touch the lone hole becomes a second hole.
+        assert_eq!(step(req(1, 64 * G)), (Some(63), vec![(1, 63)], 1));
+        assert_eq!(step(req(1, 64 * G)), (Some(62), vec![(1, 62)], 1));
+        assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 1));
     }
 
     #[test]
