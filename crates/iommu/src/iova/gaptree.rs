@@ -93,10 +93,7 @@
 mod index;
 
 use crate::addr::Iova;
-use crate::iova::linux::{
-    check_tree_block, check_tree_request, free_tree_blocks, order_base_2, IovaConfigError,
-    IovaSpaceConfig,
-};
+use crate::iova::linux::{order_base_2, IovaConfigError, IovaSpaceConfig};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
@@ -820,6 +817,8 @@ struct State {
 #[derive(Debug)]
 pub struct GapTreeAllocator {
     granule: u64,
+    /// `log2(granule)` (the granule is a power of two): pages are addresses shifted by it.
+    page_shift: u32,
     start_pfn: u64,
     end_pfn: u64,
     max_live: usize,
@@ -835,6 +834,7 @@ impl GapTreeAllocator {
         holes.root = holes.new_node(start_pfn, end_pfn);
         Ok(Self {
             granule: config.granule,
+            page_shift: config.granule.trailing_zeros(),
             start_pfn,
             end_pfn,
             max_live: config.max_live_blocks,
@@ -941,8 +941,7 @@ impl IovaAllocator for GapTreeAllocator {
     }
 
     fn alloc(&self, req: AllocRequest, work: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
-        let (s, limit) = match check_tree_request(&req, self.granule, self.start_pfn, self.end_pfn)
-        {
+        let (s, limit) = match self.check_request(&req) {
             Ok(v) => v,
             Err(e) => {
                 work.alloc_failures += 1;
@@ -990,7 +989,7 @@ impl IovaAllocator for GapTreeAllocator {
 
     fn free(&self, block: IovaBlock, cpu: usize, work: &mut WorkRecord) -> Result<(), IovaError> {
         let _ = cpu;
-        let (lo, hi) = check_tree_block(&block, self.granule, self.start_pfn, self.end_pfn)?;
+        let (lo, hi) = self.check_block(&block)?;
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
         if st.free(lo, hi, work) {
@@ -1010,14 +1009,56 @@ impl IovaAllocator for GapTreeAllocator {
         }
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
-        let (start, end) = (self.start_pfn, self.end_pfn);
-        free_tree_blocks(blocks, self.granule, start, end, |lo, hi| {
-            st.free(lo, hi, work)
-        })
+        let mut freed = 0;
+        for block in blocks {
+            if let Ok((lo, hi)) = self.check_block(block) {
+                freed += usize::from(st.free(lo, hi, work));
+            }
+        }
+        freed
     }
 
     fn live_blocks(&self) -> usize {
         self.state.lock().allocated.len()
+    }
+}
+
+impl GapTreeAllocator {
+    /// Checks an allocation request; returns `(pages, limit page)`. The Linux allocator's
+    /// checks and errors (`linux::check_tree_request`), with a shift for its division by the
+    /// granule.
+    #[inline]
+    fn check_request(&self, req: &AllocRequest) -> Result<(u64, u64), IovaError> {
+        if req.pages == 0 || req.pages > self.end_pfn - self.start_pfn {
+            return Err(IovaError::BadSize { pages: req.pages });
+        }
+        let limit_pfn = (req.limit.get() >> self.page_shift).min(self.end_pfn);
+        if limit_pfn <= self.start_pfn {
+            return Err(IovaError::LimitTooLow {
+                limit: req.limit.get(),
+                start: self.start_pfn << self.page_shift,
+            });
+        }
+        Ok((req.pages, limit_pfn))
+    }
+
+    /// Checks a block passed to free; returns `(first page, last page)`. The Linux
+    /// allocator's check (`linux::check_tree_block`), with shifts for its divisions.
+    #[inline]
+    fn check_block(&self, block: &IovaBlock) -> Result<(u64, u64), IovaError> {
+        let s = block.start.get();
+        let lo = s >> self.page_shift;
+        if block.pages != 0 && s & (self.granule - 1) == 0 {
+            if let Some(hi) = lo.checked_add(block.pages - 1) {
+                if lo >= self.start_pfn && hi < self.end_pfn {
+                    return Ok((lo, hi));
+                }
+            }
+        }
+        Err(IovaError::NotAllocated {
+            start: s,
+            pages: block.pages,
+        })
     }
 }
 
@@ -1173,6 +1214,45 @@ mod tests {
         assert_eq!(step(req(1, 64 * G)), (Some(63), vec![(1, 63)], 1));
         assert_eq!(step(req(1, 64 * G)), (Some(62), vec![(1, 62)], 1));
         assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 1));
+    }
+
+    #[test]
+    fn request_and_block_checks_match_the_linux_allocators() {
+        use crate::iova::linux::{check_tree_block, check_tree_request};
+        let a = GapTreeAllocator::new(IovaSpaceConfig::new(G, Iova::new(64 * G))).unwrap();
+        let (start, end) = (a.start_pfn, a.end_pfn);
+        let addresses = [
+            0,
+            1,
+            G - 1,
+            G,
+            G + 1,
+            2 * G,
+            63 * G,
+            64 * G,
+            64 * G + 1,
+            65 * G,
+        ];
+        let addresses = addresses.into_iter().chain([u64::MAX - G + 1, u64::MAX]);
+        for addr in addresses {
+            for pages in [0, 1, 2, 3, 62, 63, 64, 65, u64::MAX] {
+                let r = req(pages, addr);
+                assert_eq!(
+                    a.check_request(&r),
+                    check_tree_request(&r, G, start, end),
+                    "{r:?}"
+                );
+                let b = IovaBlock {
+                    start: Iova::new(addr),
+                    pages,
+                };
+                assert_eq!(
+                    a.check_block(&b),
+                    check_tree_block(&b, G, start, end),
+                    "{b:?}"
+                );
+            }
+        }
     }
 
     #[test]
