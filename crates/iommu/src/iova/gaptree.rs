@@ -68,6 +68,10 @@
 //!   the range and the hole just above it. The range then extends the hole below, the hole
 //!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
 //!   it is unlinked in place and the other takes the merged extent), or becomes a new leaf.
+//! - **One hole** (the usual state with nothing live): `alloc` finds the fit in it directly
+//!   and, unless the hole splits or vanishes, shrinks it in place; `free` extends it in
+//!   place when the range touches it. Same placements and counts as the general path,
+//!   without the path and the retrace.
 //! - Both then retrace the path upwards, recomputing height and summaries and restoring the
 //!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
 //!   whose own hole changed).
