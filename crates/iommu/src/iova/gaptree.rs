@@ -68,6 +68,10 @@
 //!   the range and the hole just above it. The range then extends the hole below, the hole
 //!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
 //!   it is unlinked in place and the other takes the merged extent), or becomes a new leaf.
+//! - **One hole** (the usual state with nothing live): `alloc` finds the fit in it directly
+//!   and, unless the hole splits or vanishes, shrinks it in place; `free` extends it in
+//!   place when the range touches it. Same placements and counts as the general path,
+//!   without the path and the retrace.
 //! - Both then retrace the path upwards, recomputing height and summaries and restoring the
 //!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
 //!   whose own hole changed).
@@ -93,10 +97,7 @@
 mod index;
 
 use crate::addr::Iova;
-use crate::iova::linux::{
-    check_tree_block, check_tree_request, free_tree_blocks, order_base_2, IovaConfigError,
-    IovaSpaceConfig,
-};
+use crate::iova::linux::{order_base_2, IovaConfigError, IovaSpaceConfig};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
@@ -465,6 +466,64 @@ impl HoleTree {
         }
     }
 
+    /// Allocates: finds the highest fit below `limit` ([`Self::search`]) and cuts it out of
+    /// its hole ([`Self::take`]). Returns the placement, or `None` if nothing fits.
+    #[inline]
+    fn alloc(&mut self, limit: u64, unlimited: bool, q: &Query, w: &mut WorkRecord) -> Option<u64> {
+        let root = self.root;
+        let r = *self.n(root);
+        if root != NIL && r.left == NIL && r.right == NIL {
+            return self.alloc_from_lone_hole(r, limit, unlimited, q, w);
+        }
+        let a = self.search(limit, unlimited, q, w)?;
+        self.take(a, q.s, w);
+        Some(a)
+    }
+
+    /// [`Self::alloc`] when the tree is the one hole `r` (with nothing live, the common
+    /// case): the same placement and the same count as `search` (which would step onto the
+    /// root once, or not at all when an unlimited request does not fit), without the path;
+    /// and when the hole only shrinks, its summary recomputed in place without `take`.
+    fn alloc_from_lone_hole(
+        &mut self,
+        r: Hole,
+        limit: u64,
+        unlimited: bool,
+        q: &Query,
+        w: &mut WorkRecord,
+    ) -> Option<u64> {
+        let root = self.root;
+        let a = if unlimited {
+            if !self.holds(root, q) {
+                return None;
+            }
+            w.tree_nodes_visited += 1;
+            let a = fit(r.lo, r.hi, q.s, q.k);
+            debug_assert!(a.is_some(), "the summary of {r:?} promised a fit");
+            a?
+        } else {
+            w.tree_nodes_visited += 1;
+            if r.lo >= limit {
+                return None;
+            }
+            fit(r.lo, r.hi.min(limit), q.s, q.k)?
+        };
+        let end = a + q.s;
+        if a > r.lo && end == r.hi {
+            self.nm(root).hi = a;
+        } else if a == r.lo && end < r.hi {
+            self.nm(root).lo = end;
+        } else {
+            // The hole splits in two or vanishes: the general case.
+            self.path.clear();
+            self.path.push(root);
+            self.take(a, q.s, w);
+            return Some(a);
+        }
+        self.pull(root);
+        Some(a)
+    }
+
     /// The highest fit among holes below `limit` (a straddling hole is clipped at it).
     /// Returns the placement; `self.path` then runs from the root to the holder.
     fn search(
@@ -608,6 +667,21 @@ impl HoleTree {
 
     /// Returns the free range `[lo, end)` (known to be allocated) to the holes.
     fn free_range(&mut self, lo: u64, end: u64, w: &mut WorkRecord) {
+        let root = self.root;
+        let r = *self.n(root);
+        if root != NIL && r.left == NIL && r.right == NIL && (r.hi == lo || r.lo == end) {
+            // The tree is one hole and the range extends it (with nothing live, the common
+            // case): the walk below would step onto the root only, then extend it in place.
+            w.tree_nodes_visited += 1;
+            let m = self.nm(root);
+            if r.hi == lo {
+                m.hi = end;
+            } else {
+                m.lo = lo;
+            }
+            self.pull(root);
+            return;
+        }
         self.path.clear();
         // The walk passes both the hole just below `lo` and the one just above.
         let (mut pred, mut succ) = (NONE, NONE);
@@ -747,6 +821,8 @@ struct State {
 #[derive(Debug)]
 pub struct GapTreeAllocator {
     granule: u64,
+    /// `log2(granule)` (the granule is a power of two): pages are addresses shifted by it.
+    page_shift: u32,
     start_pfn: u64,
     end_pfn: u64,
     max_live: usize,
@@ -762,6 +838,7 @@ impl GapTreeAllocator {
         holes.root = holes.new_node(start_pfn, end_pfn);
         Ok(Self {
             granule: config.granule,
+            page_shift: config.granule.trailing_zeros(),
             start_pfn,
             end_pfn,
             max_live: config.max_live_blocks,
@@ -868,8 +945,7 @@ impl IovaAllocator for GapTreeAllocator {
     }
 
     fn alloc(&self, req: AllocRequest, work: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
-        let (s, limit) = match check_tree_request(&req, self.granule, self.start_pfn, self.end_pfn)
-        {
+        let (s, limit) = match self.check_request(&req) {
             Ok(v) => v,
             Err(e) => {
                 work.alloc_failures += 1;
@@ -897,7 +973,7 @@ impl IovaAllocator for GapTreeAllocator {
             if kind == Kind::Room && t.active & (1 << k) == 0 {
                 t.activate(k, work);
             }
-            t.search(limit, limit >= self.end_pfn, &q, work)
+            t.alloc(limit, limit >= self.end_pfn, &q, work)
         } else {
             None
         };
@@ -908,7 +984,6 @@ impl IovaAllocator for GapTreeAllocator {
                 limit: req.limit.get(),
             });
         };
-        t.take(a, s, work);
         st.allocated.insert(a, s);
         Ok(IovaBlock {
             start: Iova::new(a * self.granule),
@@ -918,7 +993,7 @@ impl IovaAllocator for GapTreeAllocator {
 
     fn free(&self, block: IovaBlock, cpu: usize, work: &mut WorkRecord) -> Result<(), IovaError> {
         let _ = cpu;
-        let (lo, hi) = check_tree_block(&block, self.granule, self.start_pfn, self.end_pfn)?;
+        let (lo, hi) = self.check_block(&block)?;
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
         if st.free(lo, hi, work) {
@@ -938,14 +1013,56 @@ impl IovaAllocator for GapTreeAllocator {
         }
         work.lock(LockId::IovaTree);
         let mut st = self.state.lock();
-        let (start, end) = (self.start_pfn, self.end_pfn);
-        free_tree_blocks(blocks, self.granule, start, end, |lo, hi| {
-            st.free(lo, hi, work)
-        })
+        let mut freed = 0;
+        for block in blocks {
+            if let Ok((lo, hi)) = self.check_block(block) {
+                freed += usize::from(st.free(lo, hi, work));
+            }
+        }
+        freed
     }
 
     fn live_blocks(&self) -> usize {
         self.state.lock().allocated.len()
+    }
+}
+
+impl GapTreeAllocator {
+    /// Checks an allocation request; returns `(pages, limit page)`. The Linux allocator's
+    /// checks and errors (`linux::check_tree_request`), with a shift for its division by the
+    /// granule.
+    #[inline]
+    fn check_request(&self, req: &AllocRequest) -> Result<(u64, u64), IovaError> {
+        if req.pages == 0 || req.pages > self.end_pfn - self.start_pfn {
+            return Err(IovaError::BadSize { pages: req.pages });
+        }
+        let limit_pfn = (req.limit.get() >> self.page_shift).min(self.end_pfn);
+        if limit_pfn <= self.start_pfn {
+            return Err(IovaError::LimitTooLow {
+                limit: req.limit.get(),
+                start: self.start_pfn << self.page_shift,
+            });
+        }
+        Ok((req.pages, limit_pfn))
+    }
+
+    /// Checks a block passed to free; returns `(first page, last page)`. The Linux
+    /// allocator's check (`linux::check_tree_block`), with shifts for its divisions.
+    #[inline]
+    fn check_block(&self, block: &IovaBlock) -> Result<(u64, u64), IovaError> {
+        let s = block.start.get();
+        let lo = s >> self.page_shift;
+        if block.pages != 0 && s & (self.granule - 1) == 0 {
+            if let Some(hi) = lo.checked_add(block.pages - 1) {
+                if lo >= self.start_pfn && hi < self.end_pfn {
+                    return Ok((lo, hi));
+                }
+            }
+        }
+        Err(IovaError::NotAllocated {
+            start: s,
+            pages: block.pages,
+        })
     }
 }
 
@@ -1055,6 +1172,91 @@ mod tests {
         // 61..64 cannot hold a 4-aligned block, so the next is 56.
         assert_eq!(b.start, Iova::new(56 * G));
         a.check();
+    }
+
+    #[test]
+    fn a_lone_hole_shrinks_splits_vanishes_and_grows_back_with_exact_counts() {
+        // Pages 1..64. Every step: the placement, the holes after it, and the nodes visited.
+        let a = gap(64 * G);
+        let un = |p, limit| AllocRequest {
+            size_aligned: false,
+            ..req(p, limit)
+        };
+        let step = |r: AllocRequest| {
+            let mut w = WorkRecord::new();
+            let got = a.alloc(r, &mut w).map(|b| b.start.get() / G);
+            a.check();
+            (got.ok(), a.holes(), w.tree_nodes_visited)
+        };
+        let free = |lo: u64, pages: u64| {
+            let mut w = WorkRecord::new();
+            let b = IovaBlock {
+                start: Iova::new(lo * G),
+                pages,
+            };
+            a.free(b, 0, &mut w).unwrap();
+            a.check();
+            (a.holes(), w.tree_nodes_visited)
+        };
+
+        // Shrinks from the top, then grows back.
+        assert_eq!(step(req(4, 64 * G)), (Some(60), vec![(1, 60)], 1));
+        assert_eq!(free(60, 4), (vec![(1, 64)], 1));
+        // A limit inside the hole clips it, and the hole splits in two.
+        assert_eq!(step(req(2, 32 * G)), (Some(30), vec![(1, 30), (32, 64)], 1));
+        assert_eq!(free(30, 2).0, vec![(1, 64)]);
+        // Shrinks from the bottom; then a limit at or below the hole's start finds nothing.
+        assert_eq!(step(un(31, 32 * G)), (Some(1), vec![(32, 64)], 1));
+        assert_eq!(step(req(1, 32 * G)), (None, vec![(32, 64)], 1));
+        // Vanishes, then comes back from an empty tree and is extended.
+        assert_eq!(step(un(32, 64 * G)), (Some(32), vec![], 1));
+        assert_eq!(free(1, 31), (vec![(1, 32)], 0));
+        // An unlimited request the hole cannot hold (no aligned 32-page block) visits nothing.
+        assert_eq!(step(req(32, 64 * G)), (None, vec![(1, 32)], 0));
+        assert_eq!(free(32, 32), (vec![(1, 64)], 1));
+        // A range that does not touch the lone hole becomes a second hole.
+        assert_eq!(step(req(1, 64 * G)), (Some(63), vec![(1, 63)], 1));
+        assert_eq!(step(req(1, 64 * G)), (Some(62), vec![(1, 62)], 1));
+        assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 1));
+    }
+
+    #[test]
+    fn request_and_block_checks_match_the_linux_allocators() {
+        use crate::iova::linux::{check_tree_block, check_tree_request};
+        let a = GapTreeAllocator::new(IovaSpaceConfig::new(G, Iova::new(64 * G))).unwrap();
+        let (start, end) = (a.start_pfn, a.end_pfn);
+        let addresses = [
+            0,
+            1,
+            G - 1,
+            G,
+            G + 1,
+            2 * G,
+            63 * G,
+            64 * G,
+            64 * G + 1,
+            65 * G,
+        ];
+        let addresses = addresses.into_iter().chain([u64::MAX - G + 1, u64::MAX]);
+        for addr in addresses {
+            for pages in [0, 1, 2, 3, 62, 63, 64, 65, u64::MAX] {
+                let r = req(pages, addr);
+                assert_eq!(
+                    a.check_request(&r),
+                    check_tree_request(&r, G, start, end),
+                    "{r:?}"
+                );
+                let b = IovaBlock {
+                    start: Iova::new(addr),
+                    pages,
+                };
+                assert_eq!(
+                    a.check_block(&b),
+                    check_tree_block(&b, G, start, end),
+                    "{b:?}"
+                );
+            }
+        }
     }
 
     #[test]

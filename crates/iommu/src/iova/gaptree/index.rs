@@ -73,6 +73,7 @@ impl RangeIndex {
     }
 
     /// Records a range of `pages` pages (at least 1) starting at `lo`, where none starts.
+    #[inline]
     pub(super) fn insert(&mut self, lo: u64, pages: u64) {
         let (chunk, at) = split(lo);
         let slot = match self.slot(chunk) {
@@ -106,6 +107,7 @@ impl RangeIndex {
 
     /// Removes the range starting at `lo` if it has exactly `pages` pages; false (and no
     /// change) otherwise.
+    #[inline]
     pub(super) fn remove_exact(&mut self, lo: u64, pages: u64) -> bool {
         let (chunk, at) = split(lo);
         let Some(slot) = self.slot(chunk) else {
