@@ -97,7 +97,7 @@
 mod index;
 
 use crate::addr::Iova;
-use crate::iova::linux::{order_base_2, IovaConfigError, IovaSpaceConfig};
+use crate::iova::linux::{self, order_base_2, IovaConfigError, IovaSpaceConfig};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
@@ -821,8 +821,6 @@ struct State {
 #[derive(Debug)]
 pub struct GapTreeAllocator {
     granule: u64,
-    /// `log2(granule)` (the granule is a power of two): pages are addresses shifted by it.
-    page_shift: u32,
     start_pfn: u64,
     end_pfn: u64,
     max_live: usize,
@@ -838,7 +836,6 @@ impl GapTreeAllocator {
         holes.root = holes.new_node(start_pfn, end_pfn);
         Ok(Self {
             granule: config.granule,
-            page_shift: config.granule.trailing_zeros(),
             start_pfn,
             end_pfn,
             max_live: config.max_live_blocks,
@@ -1028,41 +1025,18 @@ impl IovaAllocator for GapTreeAllocator {
 }
 
 impl GapTreeAllocator {
-    /// Checks an allocation request; returns `(pages, limit page)`. The Linux allocator's
-    /// checks and errors (`linux::check_tree_request`), with a shift for its division by the
-    /// granule.
+    /// Checks an allocation request; returns `(pages, limit page)`: the Linux allocator's
+    /// checks and errors.
     #[inline]
     fn check_request(&self, req: &AllocRequest) -> Result<(u64, u64), IovaError> {
-        if req.pages == 0 || req.pages > self.end_pfn - self.start_pfn {
-            return Err(IovaError::BadSize { pages: req.pages });
-        }
-        let limit_pfn = (req.limit.get() >> self.page_shift).min(self.end_pfn);
-        if limit_pfn <= self.start_pfn {
-            return Err(IovaError::LimitTooLow {
-                limit: req.limit.get(),
-                start: self.start_pfn << self.page_shift,
-            });
-        }
-        Ok((req.pages, limit_pfn))
+        linux::check_tree_request(req, self.granule, self.start_pfn, self.end_pfn)
     }
 
-    /// Checks a block passed to free; returns `(first page, last page)`. The Linux
-    /// allocator's check (`linux::check_tree_block`), with shifts for its divisions.
+    /// Checks a block passed to free; returns `(first page, last page)`: the Linux
+    /// allocator's check.
     #[inline]
     fn check_block(&self, block: &IovaBlock) -> Result<(u64, u64), IovaError> {
-        let s = block.start.get();
-        let lo = s >> self.page_shift;
-        if block.pages != 0 && s & (self.granule - 1) == 0 {
-            if let Some(hi) = lo.checked_add(block.pages - 1) {
-                if lo >= self.start_pfn && hi < self.end_pfn {
-                    return Ok((lo, hi));
-                }
-            }
-        }
-        Err(IovaError::NotAllocated {
-            start: s,
-            pages: block.pages,
-        })
+        linux::check_tree_block(block, self.granule, self.start_pfn, self.end_pfn)
     }
 }
 
@@ -1221,8 +1195,36 @@ mod tests {
     }
 
     #[test]
-    fn request_and_block_checks_match_the_linux_allocators() {
-        use crate::iova::linux::{check_tree_block, check_tree_request};
+    fn request_and_block_checks_keep_the_division_semantics() {
+        // The shared checks shift by log2(granule); this is what they computed with
+        // divisions before, for a power-of-two granule.
+        fn by_division(r: &AllocRequest, start: u64, end: u64) -> Result<(u64, u64), IovaError> {
+            if r.pages == 0 || r.pages > end - start {
+                return Err(IovaError::BadSize { pages: r.pages });
+            }
+            let limit = (r.limit.get() / G).min(end);
+            if limit <= start {
+                return Err(IovaError::LimitTooLow {
+                    limit: r.limit.get(),
+                    start: start * G,
+                });
+            }
+            Ok((r.pages, limit))
+        }
+        fn block_by_division(b: &IovaBlock, start: u64, end: u64) -> Result<(u64, u64), IovaError> {
+            let err = IovaError::NotAllocated {
+                start: b.start.get(),
+                pages: b.pages,
+            };
+            let s = b.start.get();
+            if b.pages == 0 || s % G != 0 {
+                return Err(err);
+            }
+            match (s / G).checked_add(b.pages - 1) {
+                Some(hi) if s / G >= start && hi < end => Ok((s / G, hi)),
+                _ => Err(err),
+            }
+        }
         let a = GapTreeAllocator::new(IovaSpaceConfig::new(G, Iova::new(64 * G))).unwrap();
         let (start, end) = (a.start_pfn, a.end_pfn);
         let addresses = [
@@ -1238,25 +1240,24 @@ mod tests {
             65 * G,
         ];
         let addresses = addresses.into_iter().chain([u64::MAX - G + 1, u64::MAX]);
+        let mut checked = 0;
         for addr in addresses {
             for pages in [0, 1, 2, 3, 62, 63, 64, 65, u64::MAX] {
                 let r = req(pages, addr);
-                assert_eq!(
-                    a.check_request(&r),
-                    check_tree_request(&r, G, start, end),
-                    "{r:?}"
-                );
+                assert_eq!(a.check_request(&r), by_division(&r, start, end), "{r:?}");
                 let b = IovaBlock {
                     start: Iova::new(addr),
                     pages,
                 };
                 assert_eq!(
                     a.check_block(&b),
-                    check_tree_block(&b, G, start, end),
+                    block_by_division(&b, start, end),
                     "{b:?}"
                 );
+                checked += 1;
             }
         }
+        assert_eq!(checked, 12 * 9);
     }
 
     #[test]

@@ -752,11 +752,15 @@ pub(crate) fn check_tree_request(
     if req.pages == 0 || req.pages > end_pfn - start_pfn {
         return Err(IovaError::BadSize { pages: req.pages });
     }
-    let limit_pfn = (req.limit.get() / granule).min(end_pfn);
+    // The granule is a power of two (checked with the configuration): shifts, not divisions,
+    // on the allocators' hot path.
+    debug_assert!(granule.is_power_of_two());
+    let shift = granule.trailing_zeros();
+    let limit_pfn = (req.limit.get() >> shift).min(end_pfn);
     if limit_pfn <= start_pfn {
         return Err(IovaError::LimitTooLow {
             limit: req.limit.get(),
-            start: start_pfn * granule,
+            start: start_pfn << shift,
         });
     }
     Ok((req.pages, limit_pfn))
@@ -774,10 +778,11 @@ pub(crate) fn check_tree_block(
         pages: block.pages,
     };
     let s = block.start.get();
-    if block.pages == 0 || s % granule != 0 {
+    debug_assert!(granule.is_power_of_two());
+    if block.pages == 0 || s & (granule - 1) != 0 {
         return Err(err);
     }
-    let lo = s / granule;
+    let lo = s >> granule.trailing_zeros();
     match lo.checked_add(block.pages - 1) {
         Some(hi) if lo >= start_pfn && hi < end_pfn => Ok((lo, hi)),
         _ => Err(err),
