@@ -176,6 +176,14 @@ fn a_lab_run_is_stored_with_its_scenario_and_seed() {
     let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(run["seed"], 1, "the scenario's own seed");
     assert_eq!(run["scenario_origin"], s(&scenario));
+    // The scenario's text is stored with the run, byte for byte.
+    let stored: Option<String> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT scenario_text FROM runs WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(stored, Some(std::fs::read_to_string(&scenario).unwrap()));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
