@@ -130,6 +130,14 @@ fn run_stores_the_scenario_file_it_ran() {
     let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(run["seed"], 7);
     assert_eq!(run["scenario_origin"], s(&scenario));
+    // The file's text itself is stored, byte for byte, not only its name.
+    let stored: Option<String> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT scenario_text FROM runs WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(stored, Some(std::fs::read_to_string(&scenario).unwrap()));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

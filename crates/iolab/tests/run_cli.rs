@@ -78,14 +78,26 @@ fn fio_json_has_fio_s_shape() {
     assert_eq!(jobs.len(), 2, "one job group per run");
     for job in jobs {
         let read = &job["read"];
-        assert!(read["iops"].as_f64().unwrap() > 0.0);
-        assert!(read["bw"].as_f64().unwrap() > 0.0);
-        assert!(read["clat_ns"]["mean"].as_f64().unwrap() > 0.0);
-        for p in ["50.000000", "99.000000", "99.990000"] {
-            assert!(
-                read["clat_ns"]["percentile"][p].as_u64().unwrap() > 0,
-                "percentile {p}"
-            );
+        let num = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("a number: {v}"));
+        // fio's units: `runtime` in ms, `bw` in KiB/s, `iops` per second, `io_bytes` the
+        // bytes moved; the example runs 4 KiB reads for 20 ms.
+        let (ios, bytes) = (num(&read["total_ios"]), num(&read["io_bytes"]));
+        assert_eq!(read["runtime"], 20);
+        let secs = 0.020;
+        assert!(ios > 1000.0, "{read}");
+        assert_eq!(bytes, ios * 4096.0, "every I/O moves bs bytes");
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+        assert!(close(num(&read["iops"]), ios / secs), "iops: {read}");
+        assert!(close(num(&read["bw"]), bytes / 1024.0 / secs), "bw: {read}");
+        // Latencies: min <= mean <= max, the percentiles ordered and within [min, max].
+        let clat = &read["clat_ns"];
+        let (min, mean, max) = (num(&clat["min"]), num(&clat["mean"]), num(&clat["max"]));
+        assert!(0.0 < min && min <= mean && mean <= max, "{clat}");
+        let mut last = min;
+        for p in ["1.000000", "50.000000", "99.000000", "99.990000"] {
+            let v = num(&clat["percentile"][p]);
+            assert!(last <= v && v <= max, "percentile {p}: {clat}");
+            last = v;
         }
         assert!(job["usr_cpu"].as_f64().unwrap() > 0.0);
         assert!(job["sys_cpu"].as_f64().unwrap() > 0.0);
@@ -164,6 +176,14 @@ fn a_lab_run_is_stored_with_its_scenario_and_seed() {
     let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(run["seed"], 1, "the scenario's own seed");
     assert_eq!(run["scenario_origin"], s(&scenario));
+    // The scenario's text is stored with the run, byte for byte.
+    let stored: Option<String> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT scenario_text FROM runs WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(stored, Some(std::fs::read_to_string(&scenario).unwrap()));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

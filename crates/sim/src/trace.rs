@@ -390,15 +390,24 @@ mod tests {
 
     #[test]
     fn cap_counts_what_it_drops() {
-        let ((), traces) = capture(
-            TraceOptions {
-                sims: 1,
-                max_events: 4,
-            },
-            || contended_run(2),
-        );
-        assert_eq!(traces[0].events.len(), 4);
-        assert!(traces[0].dropped > 0);
+        let traced = |max_events| {
+            let ((), mut traces) = capture(
+                TraceOptions {
+                    sims: 1,
+                    max_events,
+                },
+                || contended_run(2),
+            );
+            traces.remove(0)
+        };
+        // Uncapped, the run records every event; capped at 4, it keeps the first 4 and
+        // counts every other one as dropped.
+        let all = traced(10_000);
+        assert_eq!(all.dropped, 0);
+        assert!(all.events.len() > 10, "{}", all.events.len());
+        let capped = traced(4);
+        assert_eq!(capped.events, all.events[..4]);
+        assert_eq!(capped.dropped, (all.events.len() - 4) as u64);
     }
 
     #[test]

@@ -112,6 +112,47 @@ fn without_an_iommu_every_device_access_bypasses_translation() {
     }
     let reaim = example("reaim-scsi-off").report.report_text;
     assert!(reaim.contains("protection: stale hits=0"), "{reaim}");
+    // Each DMA segment a device reads or writes is one access; with no IOMMU every one of
+    // them bypasses translation, so the count equals the accesses, not just some of them.
+    let sas = example("bonnie-sas-off");
+    let accesses = metric(&sas, "block.commands") * metric(&sas, "dma.segments_per_command");
+    assert!(accesses > 1000.0, "{accesses}");
+    assert_eq!(
+        metric(&sas, "protection.bypass_accesses"),
+        accesses.round(),
+        "bonnie-sas-off"
+    );
+    let reaim = example("reaim-scsi-off");
+    let accesses =
+        metric(&reaim, "scsi.requests") * metric(&reaim, "scsi.dma_segments_per_request");
+    assert!(accesses > 100.0, "{accesses}");
+    assert_eq!(
+        metric(&reaim, "protection.bypass_accesses"),
+        accesses.round(),
+        "reaim-scsi-off"
+    );
+    // fio maps one 4 KiB buffer per I/O and the device accesses each once.
+    let fio = example("fio-nvme-off");
+    let text = &fio.report.report_text;
+    let maps = count_after(text, "maps=");
+    assert!(maps > 1000.0, "{text}");
+    assert_eq!(metric(&fio, "protection.bypass_accesses"), maps, "{text}");
+    assert_eq!(count_after(text, "bypassed accesses="), maps, "{text}");
+}
+
+/// The number after `key` (up to the next non-digit) in `text`.
+fn count_after(text: &str, key: &str) -> f64 {
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("`{key}` in {text}"))
+        + key.len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("a count after `{key}`"))
 }
 
 #[test]

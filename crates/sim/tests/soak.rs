@@ -78,16 +78,38 @@ fn the_default_window_read_soak_passes_too() {
     )
     .expect("soak");
     assert_eq!(r.threads, 8);
+    assert_eq!(r.direction, SoakDirection::Read);
+    // Both checkpoints ran; the one before the drain compared live receive pages with the
+    // reference (the last runs after the teardown, with nothing left mapped).
+    assert_eq!(r.intervals.len(), 2);
+    assert!(r.intervals[0].mappings_checked > 0, "{:?}", r.intervals);
+    assert!(r
+        .intervals
+        .iter()
+        .all(|i| i.live_mappings == i.mappings_checked && i.gbps > 0.0));
     assert_eq!(r.maps, r.unmaps);
-    assert!(r.bytes > 0);
+    assert!(r.hypercalls > 0 && r.messages > 0);
+    assert!(r.bytes > 0 && r.device_bytes >= r.bytes);
 }
 
 #[test]
 fn the_default_window_soak_passes_too() {
     let r = run_soak(BUNDLED_SCENARIO, "bundled", &config(8, 4, Some(8), false)).expect("soak");
     assert_eq!(r.threads, 8);
+    assert_eq!(r.direction, SoakDirection::Write);
+    // Both checkpoints ran and compared the skbs in flight with the reference.
+    assert_eq!(r.intervals.len(), 2);
+    assert!(
+        r.intervals.iter().any(|i| i.mappings_checked > 0),
+        "{:?}",
+        r.intervals
+    );
+    assert!(r
+        .intervals
+        .iter()
+        .all(|i| i.live_mappings == i.mappings_checked && i.gbps > 0.0));
     assert_eq!(r.maps, r.unmaps);
-    assert!(r.bytes > 0);
+    assert!(r.skbs > 0 && r.bytes > 0 && r.hypercalls > 0);
 }
 
 #[test]

@@ -278,5 +278,22 @@ mod tests {
         // and at least the first iodepth of each job was issued.
         assert!(f.ios >= 4 * 32, "{f:?}");
         assert!(f.ns_per_io > 0.0 && f.ios_per_host_sec > 0.0);
+        // Every map of the run (ramp, window and drain) is counted: the row's I/Os are the
+        // maps the run's own report prints, more than the measured window's I/Os.
+        let run = lab::run_scenario(&text, "scaled.toml", &LabOptions::default()).expect("runs");
+        let report = &run.report.report_text;
+        let maps: u64 = report
+            .split("maps=")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a map count in {report}"));
+        assert_eq!(f.ios, maps, "{report}");
+        let window = run.fio.expect("fio JSON").jobs[0].read.total_ios;
+        assert!(
+            f.ios > window,
+            "{} maps vs {window} I/Os in the window",
+            f.ios
+        );
     }
 }

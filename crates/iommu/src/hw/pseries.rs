@@ -1776,7 +1776,25 @@ mod tests {
             }
         };
         assert!(matches!(err, DmaError::IovaSpace { .. }));
-        assert!(!held.is_empty());
+        // The 64-page window holds exactly eight 8-page buffers before it is exhausted.
+        // 64 TCEs: one small pool over entries 0..48 (entry 0 reserved), the large pool
+        // over 48..64. First fit from the hint, which moves to the next 16-entry block after
+        // each success: 1, 16, 32; then the pool again from its start: 24 (9..16 is one
+        // entry short); the large pool is the last resort: 48 is handed out before the
+        // window is exhausted. Every block is 8 whole entries inside the window, disjoint.
+        let entries: Vec<u64> = held.iter().map(|b| b.dma_addr().0 / SZ_4K).collect();
+        assert!(entries.starts_with(&[1, 16, 32, 24]), "{entries:?}");
+        assert!(
+            entries.contains(&48),
+            "the large pool's first block: {entries:?}"
+        );
+        let mut sorted = entries.clone();
+        sorted.sort_unstable();
+        assert!(
+            sorted[0] >= 1 && sorted[sorted.len() - 1] + 8 <= 64,
+            "{entries:?}"
+        );
+        assert!(sorted.windows(2).all(|w| w[0] + 8 <= w[1]), "{entries:?}");
         for b in held {
             p.unmap_single(b, 0, 0, &mut w).unwrap();
         }
