@@ -5,7 +5,7 @@ use std::process::Command;
 
 mod common;
 
-use common::{iolab, s, stderr, temp_dir};
+use common::{iolab, s, stderr, stored_scenario_text, temp_dir};
 
 #[test]
 fn reproduce_stores_a_run_that_runs_list_show_and_rm_see() {
@@ -131,13 +131,10 @@ fn run_stores_the_scenario_file_it_ran() {
     assert_eq!(run["seed"], 7);
     assert_eq!(run["scenario_origin"], s(&scenario));
     // The file's text itself is stored, byte for byte, not only its name.
-    let stored: Option<String> = rusqlite::Connection::open(&db)
-        .unwrap()
-        .query_row("SELECT scenario_text FROM runs WHERE id = 1", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert_eq!(stored, Some(std::fs::read_to_string(&scenario).unwrap()));
+    assert_eq!(
+        stored_scenario_text(&db, 1),
+        Some(std::fs::read_to_string(&scenario).unwrap())
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use common::{iolab, s, stderr, temp_dir};
+use common::{iolab, s, stderr, stored_scenario_text, temp_dir};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scenarios/examples/{name}.toml"))
@@ -177,13 +177,10 @@ fn a_lab_run_is_stored_with_its_scenario_and_seed() {
     assert_eq!(run["seed"], 1, "the scenario's own seed");
     assert_eq!(run["scenario_origin"], s(&scenario));
     // The scenario's text is stored with the run, byte for byte.
-    let stored: Option<String> = rusqlite::Connection::open(&db)
-        .unwrap()
-        .query_row("SELECT scenario_text FROM runs WHERE id = 1", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert_eq!(stored, Some(std::fs::read_to_string(&scenario).unwrap()));
+    assert_eq!(
+        stored_scenario_text(&db, 1),
+        Some(std::fs::read_to_string(&scenario).unwrap())
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

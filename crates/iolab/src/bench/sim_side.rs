@@ -58,6 +58,22 @@ pub struct SimFigure {
     pub peak_rss_mb: Option<f64>,
 }
 
+impl SimFigure {
+    /// The figures of a run of `ios` simulated I/Os (at least 1 counted) that took `secs`
+    /// of host CPU and `wall` seconds of wall-clock time.
+    fn new(cpus: usize, ios: u64, secs: f64, wall: f64, peak_rss_mb: Option<f64>) -> Self {
+        let ios = ios.max(1);
+        Self {
+            cpus,
+            ios,
+            ns_per_io: secs * 1e9 / ios as f64,
+            wall_ns_per_io: wall * 1e9 / ios as f64,
+            ios_per_host_sec: ios as f64 / secs.max(1e-9),
+            peak_rss_mb,
+        }
+    }
+}
+
 /// The generated one-row scenario: the bundled scenario's parameter sections and one NVMe
 /// row with `cpus` virtual CPUs, one job per CPU.
 fn scenario(cpus: usize, runtime_ms: u64) -> String {
@@ -170,15 +186,7 @@ pub fn run_row(cpus: usize, target_ios: u64, measure_rss: bool) -> Result<SimFig
         None
     };
     drop(memory);
-    let ios = ios.max(1);
-    Ok(SimFigure {
-        cpus,
-        ios,
-        ns_per_io: secs * 1e9 / ios as f64,
-        wall_ns_per_io: wall * 1e9 / ios as f64,
-        ios_per_host_sec: ios as f64 / secs.max(1e-9),
-        peak_rss_mb: peak,
-    })
+    Ok(SimFigure::new(cpus, ios, secs, wall, peak))
 }
 
 /// The rows whose CPU count `keep` accepts: about 50,000 simulated I/Os each when `quick`,
@@ -242,14 +250,7 @@ pub fn lab_row(cpus: usize, runtime_ms: u64) -> Result<SimFigure, String> {
         .dma_maps
         .ok_or("the lab run reported no DMA map count")?
         .max(1);
-    Ok(SimFigure {
-        cpus,
-        ios,
-        ns_per_io: secs * 1e9 / ios as f64,
-        wall_ns_per_io: wall * 1e9 / ios as f64,
-        ios_per_host_sec: ios as f64 / secs.max(1e-9),
-        peak_rss_mb: None,
-    })
+    Ok(SimFigure::new(cpus, ios, secs, wall, None))
 }
 
 /// The lab-path row at [`LAB_CPUS`]: 600 ms of virtual time, 60 ms when `quick`.

@@ -34,3 +34,13 @@ pub fn s(p: &Path) -> &str {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// The scenario text stored with run `id` in the results database `db`.
+pub fn stored_scenario_text(db: &Path, id: i64) -> Option<String> {
+    rusqlite::Connection::open(db)
+        .expect("the results database opens")
+        .query_row("SELECT scenario_text FROM runs WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .expect("the run is stored")
+}
