@@ -1016,11 +1016,19 @@ impl CpuCostModel {
 
     /// The uncontended cost of every lock acquisition in `work`, in ns, for callers that do
     /// not model locks as contended resources.
+    ///
+    /// Locks not taken are skipped: their term is `+0.0` (lock costs are finite and
+    /// non-negative, checked when the profile is read), which changes no bit of a sum that
+    /// starts at `+0.0`. Most records take one lock or none.
     pub fn locks_uncontended_ns(&self, work: &WorkRecord) -> f64 {
-        LockId::ALL
-            .iter()
-            .map(|&id| work.lock_count(id) as f64 * self.lock_uncontended_ns(id))
-            .sum()
+        let mut ns = 0.0;
+        for id in LockId::ALL {
+            let n = work.lock_count(id);
+            if n != 0 {
+                ns += n as f64 * self.lock_uncontended_ns(id);
+            }
+        }
+        ns
     }
 
     /// The weight (ns per unit) [`CpuCostModel::cpu_ns`] gives counter `name`, if it exists.

@@ -131,9 +131,6 @@ struct Stack {
     /// Per CPU: its flush queue's lock (lazy mode).
     fq_locks: Vec<SpinLock>,
     cost: CpuCostModel,
-    /// `cost.cpu_ns` of an empty work record: the critical sections' share of a map or
-    /// unmap that took no engine-modelled lock.
-    empty_record_ns: f64,
     devs: Vec<BlockDev>,
     /// Per device, per interrupt vector: the completions it delivers.
     vectors: Vec<Vec<Channel<InFlight>>>,
@@ -167,25 +164,16 @@ impl Stack {
             .hypervisor_ns(w)
             .map_err(|e| self.fail(e.to_string()))?;
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
-        // Every lock's uncontended cost (`CpuCostModel::locks_uncontended_ns`), and that of
-        // the two the engine models, summed over the locks taken only: a lock not taken adds
-        // `+0.0` (a count of 0 times a finite non-negative cost), which changes no bit of a
-        // sum of such terms that starts at `+0.0` (the iterator sum over every lock gives
-        // the same value, `+0.0` when none was taken). Most records take one lock or none.
-        let mut all_locks = 0.0;
-        let mut engine_locks = 0.0;
-        for id in LockId::ALL {
-            let n = w.lock_count(id);
-            if n != 0 {
-                let ns = n as f64 * self.cost.lock_uncontended_ns(id);
-                all_locks += ns;
-                if matches!(id, LockId::IovaTree | LockId::FlushQueue) {
-                    engine_locks += ns;
-                }
-            }
-        }
+        // The two locks the engine models are charged by `locked`, not here.
+        let engine_locks = [LockId::IovaTree, LockId::FlushQueue]
+            .map(|id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id));
+        let all_locks = self.cost.locks_uncontended_ns(w);
         let (tree, fq) = critical;
-        Ok(self.cost.cpu_ns(w) - tree - fq + all_locks - engine_locks + hv + polls as f64)
+        Ok(
+            self.cost.cpu_ns(w) - tree - fq + all_locks - (engine_locks[0] + engine_locks[1])
+                + hv
+                + polls as f64,
+        )
     }
 
     /// Whether `w` took a lock [`Stack::locked`] models (the IOVA tree's, a flush queue's).
@@ -198,9 +186,9 @@ impl Stack {
     /// per map or unmap and handed to [`Stack::work_ns`] and [`Stack::locked`].
     fn critical_ns(&self, w: &WorkRecord) -> (f64, f64) {
         // Most maps and unmaps take neither lock (the IOVA caches hit; strict mode has no
-        // flush queue): both shares are then the cost of an empty record, computed once.
+        // flush queue): nothing was done under them, and an empty record costs `+0.0`.
         if !Self::takes_engine_locks(w) {
-            return (self.empty_record_ns, self.empty_record_ns);
+            return (0.0, 0.0);
         }
         let mut t = WorkRecord::new();
         if w.lock_count(LockId::IovaTree) > 0 {
@@ -614,7 +602,6 @@ fn start_stack(
             .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}"), lock_params(s)))
             .collect::<Result<Vec<_>, _>>()?,
         poll_interval_ns: built.poll_interval_ns,
-        empty_record_ns: cost.cpu_ns(&WorkRecord::new()),
         cost,
         devs,
         vectors: vector_cpus

@@ -30,7 +30,8 @@
 //! `fsync()` under `-b`, see docs/model/ipmmu-usb.md), so the timed phase includes the
 //! write-back of everything it wrote; that fsync's journal commit (a few ms against the real
 //! 8 GiB phase's tens of seconds) is left out, as on the lab's scaled-down file it would
-//! weigh over a hundred times more than in the real run. Read phases start with a cold cache: the real file is twice the RAM, so nothing
+//! weigh over a hundred times more than in the real run. Read phases start with a cold
+//! cache: the real file is twice the RAM, so nothing
 //! read sequentially is still cached when it is read again.
 //!
 //! CPU% is what bonnie reports: the process's CPU time (its own, the submission path of
@@ -378,6 +379,18 @@ impl Env {
             self.send(ctx, dir, r, on_done).await;
         }
         elapsed(t0, ctx.now())
+    }
+
+    /// `n` fresh page-cache pages (placed as [`Cache::new_page`] places them), one piece
+    /// each.
+    fn fresh_pages(&self, n: u64) -> Vec<Piece> {
+        let mut c = self.cache.borrow_mut();
+        (0..n)
+            .map(|_| Piece {
+                pa: PhysAddr::new(c.new_page(&self.cfg.ram_banks, self.ram_pages)),
+                len: PAGE,
+            })
+            .collect()
     }
 
     /// Hands request `r` to the device as one command in direction `dir`.
@@ -793,22 +806,13 @@ async fn journal_commit(ctx: &Ctx, env: &Env, shared: &SeekShared) {
         shared.journal_cursor.set(c + n * PAGE);
         env.cfg.logical_file_bytes + c
     };
-    let pages = |n: u64| -> Vec<Piece> {
-        let mut c = env.cache.borrow_mut();
-        (0..n)
-            .map(|_| Piece {
-                pa: PhysAddr::new(c.new_page(&env.cfg.ram_banks, env.ram_pages)),
-                len: PAGE,
-            })
-            .collect()
-    };
-    let log = pages(blocks);
+    let log = env.fresh_pages(blocks);
     let (done, _) = submit_and_count(env, ctx, BlockDir::Write, at(blocks), &log).await;
     done.wait(ctx).await;
     if env.cfg.fsync_commit_flushes >= 1 {
         flush_device(env, ctx).await.wait(ctx).await;
     }
-    let commit = pages(1);
+    let commit = env.fresh_pages(1);
     let (done, _) = submit_and_count(env, ctx, BlockDir::Write, at(1), &commit).await;
     done.wait(ctx).await;
     if env.cfg.fsync_commit_flushes >= 2 {
@@ -866,18 +870,7 @@ async fn seeker(ctx: Ctx, env: Rc<Env>, shared: Rc<SeekShared>) -> Result<(u64, 
         let pieces = match cached {
             Some(pieces) => pieces,
             None => {
-                let pieces: Vec<Piece> = (0..pages_per_chunk)
-                    .map(|_| {
-                        let pa = env
-                            .cache
-                            .borrow_mut()
-                            .new_page(&env.cfg.ram_banks, env.ram_pages);
-                        Piece {
-                            pa: PhysAddr::new(pa),
-                            len: PAGE,
-                        }
-                    })
-                    .collect();
+                let pieces = env.fresh_pages(pages_per_chunk);
                 let (done, submit_ns) =
                     submit_and_count(&env, &ctx, BlockDir::Read, first_page * PAGE, &pieces).await;
                 p.charge(submit_ns);
