@@ -7,7 +7,7 @@ use std::process::Command;
 
 use iolab_sim::lab::{self, examples, LabOptions};
 use iolab_sim::metrics::Measurement;
-use iolab_sim::workloads::bonnie::{bonnie_latency, CSV_198_COLUMNS, PHASES};
+use iolab_sim::workloads::bonnie::{bonnie_latency, CSV_198_COLUMNS, FILE_PHASES, PHASES};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scenarios/examples/{name}.toml"))
@@ -77,14 +77,30 @@ fn a_198_row_round_trips_through_the_importer_with_the_measured_values() {
             "{lat} ({shown})"
         );
     }
-    // The file tests are not modelled: no metric, not a zero.
-    for absent in [
-        "seq_create_per_s",
-        "ran_delete_cpu_pct",
-        "seq_create_latency_ns",
-    ] {
-        assert!(got.get(&format!("bonnie.{absent}")).is_none(), "{absent}");
+    // The file tests: a rate and %CPU truncated as bonnie++ 1.9x prints them, or, for a
+    // test too fast to measure (`+++++`), no metric at all (not a zero) on either side;
+    // every test's longest operation in its latency column.
+    let mut measured_tests = 0;
+    for phase in FILE_PHASES {
+        for (metric, what) in [("per_s", "rate"), ("cpu_pct", "%CPU")] {
+            let name = format!("bonnie.{phase}_{metric}");
+            match measured.get(&name) {
+                Some(m) => {
+                    assert_eq!(value(got, &name), m.value.trunc(), "{phase} {what}");
+                    measured_tests += 1;
+                }
+                None => assert!(got.get(&name).is_none(), "{name}: too fast, absent"),
+            }
+        }
+        let lat = format!("bonnie.{phase}_latency_ns");
+        let ns = value(measured, &lat);
+        assert!(ns > 0.0, "{lat}");
+        assert!(value(got, &lat) <= ns && value(got, &lat) > 0.0, "{lat}");
     }
+    assert_eq!(
+        measured_tests, 8,
+        "create and delete are measured, stat is too fast"
+    );
 }
 
 #[test]
@@ -98,7 +114,7 @@ fn the_198_layout_is_the_same_run_as_the_103_layout() {
     let v198 = run("bonnie-nvme-smmuv3-strict-198");
     let (a, b) = (&v103.report.measurements[0], &v198.report.measurements[0]);
     // Every metric of the 1.03 run has the same value in the 1.98 run, which adds only
-    // the latency column of each phase.
+    // the latency column of each phase and file test.
     assert!(a.metrics.len() > 2 * PHASES.len(), "{:?}", a.metrics);
     for m in &a.metrics {
         assert_eq!(value(b, &m.name), m.value, "{}", m.name);
@@ -112,6 +128,7 @@ fn the_198_layout_is_the_same_run_as_the_103_layout() {
     extra.sort_unstable();
     let mut latencies: Vec<String> = PHASES
         .iter()
+        .chain(FILE_PHASES.iter())
         .map(|p| format!("bonnie.{p}_latency_ns"))
         .collect();
     latencies.sort_unstable();

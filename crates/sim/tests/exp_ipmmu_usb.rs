@@ -3,8 +3,10 @@
 use iolab_sim::experiment::{ExperimentOptions, Role};
 use iolab_sim::experiments::{ipmmu_usb, ExperimentError};
 
+/// The bundled scenario with a smaller file, fewer seeks and 64 files per file test.
 fn shortened() -> String {
     ipmmu_usb::BUNDLED_SCENARIO
+        .replace("files_run = { value = 1024,", "files_run = { value = 64,")
         .replace("size_mib = { value = 64,", "size_mib = { value = 16,")
         .replace("seeks = { value = 8000,", "seeks = { value = 300,")
         .replace(
@@ -15,6 +17,17 @@ fn shortened() -> String {
             "dirty_limit_mib = { value = 8,",
             "dirty_limit_mib = { value = 2,",
         )
+}
+
+/// `text` without its `[files]` section (bonnie++ `-n 0`).
+fn without_file_tests(text: &str) -> String {
+    let start = text.find("\n[files]\n").expect("a [files] section");
+    let end = start
+        + 1
+        + text[start + 1..]
+            .find("\n[")
+            .expect("a section after [files]");
+    format!("{}{}", &text[..start], &text[end..])
 }
 
 fn run(text: &str) -> Result<iolab_sim::experiment::ExperimentReport, ExperimentError> {
@@ -91,7 +104,16 @@ fn report_rows_parse_in_bonnie_column_order() {
         let seeks: f64 = cols[12].parse().unwrap();
         assert!(seeks > 0.0);
         assert_eq!(cols[14], "16");
-        assert!(cols[15..].iter().all(|c| *c == "+++++"));
+        // Create and delete rates and %CPU are numbers; the stat ("read") tests are too
+        // fast to measure: `+++++` and `+++`.
+        for k in [0, 2, 3, 5] {
+            let rate: f64 = cols[15 + 2 * k].parse().unwrap();
+            assert!(rate > 100.0, "{row}");
+            let _cpu: f64 = cols[16 + 2 * k].parse().unwrap();
+        }
+        for k in [1, 4] {
+            assert_eq!(&cols[15 + 2 * k..17 + 2 * k], &["+++++", "+++"], "{row}");
+        }
     }
 }
 
@@ -424,7 +446,7 @@ fn the_baseline_row_cannot_identify_a_physical_command_or_trb_cost() {
 #[test]
 fn each_seek_update_fsyncs_with_two_cache_flushes_and_they_cost_seek_rate() {
     let with_flushes = |flushes: u32, flush_ns: u64| {
-        let t = shortened()
+        let t = without_file_tests(&shortened())
             .replace(
                 "fsync_commit_flushes = { value = 2,",
                 &format!("fsync_commit_flushes = {{ value = {flushes},"),
@@ -519,4 +541,74 @@ fn only_writes_into_cached_pages_pay_the_overwrite_cost() {
         let ob = format!("{case}.out_block_cpu");
         assert_eq!(fig(&dear, &ob), fig(&cheap, &ob), "{ob}");
     }
+}
+
+#[test]
+fn file_tests_pay_three_flushes_per_create_and_two_per_delete() {
+    let base = run(&shortened()).unwrap();
+    let none = run(&without_file_tests(&shortened())).unwrap();
+    for case in [
+        "superspeed.no_iommu",
+        "highspeed.no_iommu",
+        "superspeed.iommu",
+        "highspeed.iommu",
+    ] {
+        // 64 files per test: 2 x 64 creates (the commit's two flushes and the directory
+        // fsync's one) and 2 x 64 deletes (the commit's two); the stat tests flush nothing.
+        let flushes = |r: &iolab_sim::experiment::ExperimentReport| {
+            device_totals(&r.report_text, case)("cache")
+        };
+        assert_eq!(
+            flushes(&base) - flushes(&none),
+            (2 * 64 * 3 + 2 * 64 * 2) as f64
+        );
+        let fig = |id: &str| {
+            base.figures
+                .iter()
+                .find(|f| f.id == format!("{case}.{id}"))
+                .unwrap_or_else(|| panic!("no figure {case}.{id}"))
+                .clone()
+        };
+        let (create, delete) = (fig("seq_create"), fig("seq_delete"));
+        assert_eq!(create.role, Role::Prediction);
+        assert!(create.published.is_some() && fig("ran_create").published.is_none());
+        // A create waits for one more ~1 ms flush than a delete.
+        let gap_ms = 1000.0 / create.lab - 1000.0 / delete.lab;
+        assert!((0.9..1.3).contains(&gap_ms), "{case}: {gap_ms} ms");
+        assert!(
+            none.figures.iter().all(|f| !f.id.contains("create")),
+            "no file-test figures without the tests"
+        );
+    }
+    // Each flush costs media_flush_ns: 3 ms instead of 1 ms costs a create ~6 ms more.
+    let slow = run(&shortened().replace(
+        "media_flush_ns = { value = 1000000,",
+        "media_flush_ns = { value = 3000000,",
+    ))
+    .unwrap();
+    let rate = |r: &iolab_sim::experiment::ExperimentReport| {
+        r.figures
+            .iter()
+            .find(|f| f.id == "superspeed.iommu.seq_create")
+            .unwrap()
+            .lab
+    };
+    let grew_ms = 1000.0 / rate(&slow) - 1000.0 / rate(&base);
+    assert!((5.8..6.2).contains(&grew_ms), "{grew_ms} ms");
+    // No [files] section: bonnie++ -n 0, 13 empty CSV columns.
+    let row = none
+        .report_text
+        .lines()
+        .find(|l| l.starts_with("lab:"))
+        .unwrap()
+        .to_owned();
+    assert!(row.split(',').skip(14).all(|c| c.is_empty()), "{row}");
+}
+
+#[test]
+fn file_tests_cannot_run_more_files_than_bonnie_creates() {
+    let t = shortened().replace("files_run = { value = 64,", "files_run = { value = 20000,");
+    let e = run(&t).unwrap_err();
+    assert!(e.is_bad_input());
+    assert_eq!(field_of(e), "files.files_run.value");
 }

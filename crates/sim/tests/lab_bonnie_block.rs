@@ -5,7 +5,7 @@
 
 use iolab_sim::experiments::ExperimentError;
 use iolab_sim::lab::{self, examples, LabOptions, LabRun};
-use iolab_sim::workloads::bonnie::CSV_COLUMNS;
+use iolab_sim::workloads::bonnie::{CSV_COLUMNS, FILE_PHASES};
 
 fn run(text: &str) -> LabRun {
     lab::run_scenario(text, "test.toml", &LabOptions::default()).expect("scenario runs")
@@ -60,8 +60,23 @@ fn block_examples_print_rows_in_bonnies_column_order() {
             assert!(v > 0.0, "{name}: {c} = {v}");
         }
         assert_eq!(col("files"), "16");
-        for c in &CSV_COLUMNS[15..] {
-            assert_eq!(col(c), "+++++", "{name}: {c}: file tests are not modelled");
+        // File tests: a rate that agrees with its metric, or too fast to measure
+        // (`+++++` and `+++`, and no metric).
+        let metrics = &r.report.measurements[0].metrics;
+        for (k, phase) in FILE_PHASES.iter().enumerate() {
+            let (rate, cpu) = (col(CSV_COLUMNS[15 + 2 * k]), col(CSV_COLUMNS[16 + 2 * k]));
+            let m = format!("bonnie.{phase}_per_s");
+            if rate == "+++++" {
+                assert_eq!(cpu, "+++", "{name}: {phase}");
+                assert!(metrics.iter().all(|x| x.name != m), "{name}: {m}");
+            } else {
+                let v: f64 = rate.parse().unwrap();
+                assert!((v - metric(&r, &m)).abs() <= 0.5 + 1e-9, "{name}: {phase}");
+                let _: f64 = cpu.parse().unwrap();
+            }
+        }
+        for phase in ["seq_create", "seq_delete", "ran_create", "ran_delete"] {
+            assert!(metric(&r, &format!("bonnie.{phase}_per_s")) > 0.0, "{name}");
         }
         let m = &r.report.measurements[0];
         assert_eq!(m.attrs["workload"], "bonnie");
@@ -88,7 +103,11 @@ fn every_byte_written_reaches_the_device_once() {
         // fsync()ed under -b: the 8 KiB chunk, two journal blocks and the commit block
         // (the bundled scenarios/ipmmu-usb.toml's chunk_bytes and fsync_journal_blocks).
         let per_update = 8192.0 + 2.0 * 4096.0 + 4096.0;
-        let seek_writes = written - 3.0 * file_bytes;
+        // Then the file tests: 1,024 files per test; each create's commit writes 6
+        // journal blocks and the commit block, each delete's 7 and the commit block
+        // (the bundled [files] section).
+        let file_writes = 2.0 * 1024.0 * ((6.0 + 1.0) + (7.0 + 1.0)) * 4096.0;
+        let seek_writes = written - 3.0 * file_bytes - file_writes;
         let updates = seek_writes / per_update;
         assert_eq!(
             updates.fract(),

@@ -556,7 +556,9 @@ fn bonnie_prints_a_bonnie_103_csv_row() {
 
 #[test]
 fn a_usb_devices_flush_time_can_be_set_and_slows_the_seeks() {
-    let text = examples::example("bonnie-usb-ipmmu").unwrap();
+    let with_files = examples::example("bonnie-usb-ipmmu").unwrap();
+    // Without the file tests (bonnie++ -n 0) the seeks' fsyncs are the only flushes.
+    let text = &with_files.replace("kind = \"bonnie\"", "kind = \"bonnie\"\nfiles = 0");
     let base = run(text);
     let slow = run(&text.replace(
         "speed = \"superspeed\"",
@@ -567,6 +569,21 @@ fn a_usb_devices_flush_time_can_be_set_and_slows_the_seeks() {
     let flushes = metric(&base, "usb.cache_flushes");
     assert!((1600.0..=1604.0).contains(&flushes), "{flushes}");
     assert_eq!(metric(&slow, "usb.cache_flushes"), flushes);
+    // With them (bonnie++'s default -n 16; the lab runs 1,024 files per test), each of
+    // 2 x 1,024 creates adds three flushes and each of 2 x 1,024 deletes two.
+    let all = metric(&run(with_files), "usb.cache_flushes");
+    assert_eq!(all - flushes, (2 * 1024 * 3 + 2 * 1024 * 2) as f64);
+    // -n 1: 1,024 files, all of which the lab runs.
+    let one = run(&with_files.replace("kind = \"bonnie\"", "kind = \"bonnie\"\nfiles = 1"));
+    assert_eq!(metric(&one, "usb.cache_flushes"), all);
+    assert!(
+        one.report.report_text.contains(",1,"),
+        "{}",
+        one.report.report_text
+    );
+    let too_many = with_files.replace("kind = \"bonnie\"", "kind = \"bonnie\"\nfiles = 2000");
+    let e = lab::run_scenario(&too_many, "n.toml", &LabOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("workload.files"), "{e}");
     let seeks = |r: &LabRun| metric(r, "bonnie.seeks_per_s");
     assert!(
         seeks(&slow) < 0.8 * seeks(&base),

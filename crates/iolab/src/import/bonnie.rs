@@ -38,15 +38,9 @@ const IO_PHASES: [(&str, &str); 6] = [
     ("seeks", "/sec"),
 ];
 
-/// The file-creation phases, in bonnie's column order.
-const FILE_PHASES: [&str; 6] = [
-    "seq_create",
-    "seq_read",
-    "seq_delete",
-    "ran_create",
-    "ran_read",
-    "ran_delete",
-];
+/// The file-creation phases, in bonnie's column order (the names the lab's own bonnie
+/// runs use, so imported and simulated runs compare metric by metric).
+use iolab_sim::workloads::bonnie::FILE_PHASES;
 
 /// Where the columns of one CSV layout are.
 struct Layout {

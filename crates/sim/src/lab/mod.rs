@@ -414,6 +414,11 @@ fn run_bonnie(
                     v.v[2 * i + 1],
                 ));
         }
+        if let Some(f) = &v.files {
+            for metric in f.metrics() {
+                m = m.metric(metric);
+            }
+        }
         if b.csv == CsvLayout::V198 {
             // bonnie++ 1.9x's latency columns: the longest operation of each phase.
             let r = &out.result;
@@ -431,6 +436,16 @@ fn run_bonnie(
                     "ns",
                     p.max_op_ns as f64,
                 ));
+            }
+            if let Some(f) = &r.files {
+                let tests = crate::workloads::bonnie::FILE_PHASES.iter().zip(f.tests());
+                for (phase, p) in tests {
+                    m = m.metric(Metric::new(
+                        format!("bonnie.{phase}_latency_ns"),
+                        "ns",
+                        p.max_op_ns as f64,
+                    ));
+                }
             }
         }
         for metric in out.metrics {

@@ -287,6 +287,8 @@ struct BonnieSpec {
     #[serde(default)]
     flusher_cpu: Option<usize>,
     #[serde(default)]
+    files: Option<u64>,
+    #[serde(default)]
     csv: Option<toml::Value>,
 }
 
@@ -1597,6 +1599,23 @@ fn bonnie(
     cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
     cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
     cfg.limits = limits;
+    if let Some(n) = s.files {
+        let n = wl.int(
+            "files",
+            n,
+            0..=1024,
+            "x 1024 files (bonnie++ -n; 0: no file tests)",
+        )?;
+        cfg.file_tests = match (n, cfg.file_tests.take()) {
+            (0, _) => None,
+            (n, Some(mut ft)) => {
+                ft.files = n * 1024;
+                ft.files_run = ft.files_run.min(ft.files);
+                Some(ft)
+            }
+            (_, None) => None,
+        };
+    }
     let csv = csv_layout(doc, s.csv.as_ref())?;
     Ok(BonnieSetup {
         config: cfg,

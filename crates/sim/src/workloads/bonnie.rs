@@ -131,6 +131,91 @@ pub struct BonnieConfig {
     pub seeker_cpus: Vec<usize>,
     /// Longest CPU slice between checks for interrupt time stolen, ns.
     pub slice_ns: u64,
+    /// bonnie++'s file tests (`-n`), or `None` for `-n 0` (not run).
+    pub file_tests: Option<FileTestConfig>,
+}
+
+/// bonnie++ 1.03's file tests (`-n N`, `bon_file.cpp`): N x 1024 empty files in one
+/// directory, created, `stat()`ed and deleted, first in name order (the directory walked
+/// with `readdir()` for stat and delete), then in random order. Under `-b` every create
+/// `fsync()`s the new file and then the directory, and every `unlink()` `fsync()`s the
+/// directory.
+///
+/// With ext4's journal, a create's file `fsync()` commits the running transaction (the
+/// new inode and the directory entry: [`FileTestConfig::create_journal_blocks`]); the
+/// directory's `fsync()` then finds its transaction committed and, with barriers on,
+/// issues one more cache flush (`ext4_sync_file`: `jbd2_trans_will_send_data_barrier`
+/// returns 0 for a committed transaction). An `unlink()`'s directory `fsync()` commits the
+/// transaction holding the removal ([`FileTestConfig::delete_journal_blocks`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileTestConfig {
+    /// Files bonnie++ creates (`-n 16`: 16 x 1024): the count its too-fast rule applies to.
+    pub files: u64,
+    /// Files the lab creates, stats and deletes in each order (at most `files`; rates are
+    /// per file, and a test's elapsed time is scaled by `files / files_run` for the rule).
+    pub files_run: u64,
+    /// Kernel CPU of one `open(O_CREAT | O_EXCL)` and `close()` of a new empty file, besides
+    /// the system calls: path lookup, inode allocation, directory-entry insertion, journal
+    /// handle.
+    pub create_ns: u64,
+    /// Kernel CPU of one `unlink()` of an empty file, besides the system call: entry
+    /// removal, orphan list, inode freeing.
+    pub unlink_ns: u64,
+    /// Kernel CPU of one `stat()` of a cached file, besides the system call.
+    pub stat_ns: u64,
+    /// Kernel CPU per directory entry `readdir()` returns (the name-order tests).
+    pub readdir_entry_ns: u64,
+    /// Journal blocks a create's commit writes before its commit block (descriptor, inode
+    /// bitmap, group descriptor, the new inode's table block, the directory block, the
+    /// directory inode's table block).
+    pub create_journal_blocks: u64,
+    /// Journal blocks a delete's commit writes before its commit block (as a create's, plus
+    /// the superblock: the orphan list).
+    pub delete_journal_blocks: u64,
+}
+
+/// bonnie++'s `MinTime`: a test that took less than this is printed `+++++` (its %CPU
+/// `+++`), too fast to measure.
+pub const MIN_TIME_NS: u64 = 500_000_000;
+
+/// The six file tests, in bonnie++'s CSV order.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FileTestResult {
+    /// Create in name order.
+    pub seq_create: PhaseResult,
+    /// `stat()` in directory order.
+    pub seq_stat: PhaseResult,
+    /// Delete in directory order.
+    pub seq_delete: PhaseResult,
+    /// Create in random order.
+    pub ran_create: PhaseResult,
+    /// `stat()` in random order.
+    pub ran_stat: PhaseResult,
+    /// Delete in random order.
+    pub ran_delete: PhaseResult,
+    /// bonnie++'s file count over the lab's (the factor a test's elapsed time is scaled by
+    /// for the too-fast rule).
+    pub scale: f64,
+}
+
+impl FileTestResult {
+    /// The tests in bonnie++'s CSV order.
+    pub fn tests(&self) -> [PhaseResult; 6] {
+        [
+            self.seq_create,
+            self.seq_stat,
+            self.seq_delete,
+            self.ran_create,
+            self.ran_stat,
+            self.ran_delete,
+        ]
+    }
+
+    /// Whether bonnie++ would print test `p` as `+++++`: its full-size run (the lab's
+    /// elapsed time scaled to bonnie++'s file count) took less than [`MIN_TIME_NS`].
+    pub fn too_fast(&self, p: &PhaseResult) -> bool {
+        (p.elapsed_ns as f64 * self.scale) < MIN_TIME_NS as f64
+    }
 }
 
 /// One phase's measurement.
@@ -183,6 +268,8 @@ pub struct BonnieResult {
     pub in_block: PhaseResult,
     /// Random seeks (amount = seeks).
     pub seeks: PhaseResult,
+    /// The file tests (amount = files), if run.
+    pub files: Option<FileTestResult>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,6 +415,8 @@ struct Env {
     irq: Rc<IrqCpu>,
     irq_cpu: usize,
     ram_pages: u64,
+    /// Next free byte of the journal (a ring after the file's logical end).
+    journal_cursor: Cell<u64>,
 }
 
 impl Env {
@@ -737,8 +826,6 @@ struct SeekShared {
     /// The chunks read so far (first page -> the chunk's page-cache pages): a chunk read
     /// again is a cache hit (the seek phase's reads stay cached: 8000 chunks of 8 KiB).
     cached: RefCell<BTreeMap<u64, Vec<Piece>>>,
-    /// Next free byte of the journal (a ring after the file's logical end).
-    journal_cursor: Cell<u64>,
 }
 
 /// Size of the journal ring fsync's commits write into (ext4's default journal for a
@@ -795,15 +882,14 @@ async fn flush_device(env: &Env, ctx: &Ctx) -> Completion<()> {
 /// the journal blocks, waited for; then the commit block with a flush before it and,
 /// without FUA, one after it, each step waiting for the previous (the block layer's flush
 /// sequence).
-async fn journal_commit(ctx: &Ctx, env: &Env, shared: &SeekShared) {
-    let blocks = env.cfg.fsync_journal_blocks;
+async fn journal_commit(ctx: &Ctx, env: &Env, blocks: u64) {
     if blocks == 0 {
         return;
     }
     let at = |n: u64| {
-        let c = shared.journal_cursor.get();
+        let c = env.journal_cursor.get();
         let c = if c + n * PAGE > JOURNAL_BYTES { 0 } else { c };
-        shared.journal_cursor.set(c + n * PAGE);
+        env.journal_cursor.set(c + n * PAGE);
         env.cfg.logical_file_bytes + c
     };
     let log = env.fresh_pages(blocks);
@@ -827,7 +913,6 @@ async fn journal_commit(ctx: &Ctx, env: &Env, shared: &SeekShared) {
 async fn fsync_update(
     env: &Rc<Env>,
     p: &Proc<'_>,
-    shared: &Rc<SeekShared>,
     offset: u64,
     pieces: &[Piece],
 ) -> Result<(), SimError> {
@@ -836,15 +921,22 @@ async fn fsync_update(
     p.charge(submit_ns);
     p.block();
     written.wait(p.ctx).await;
+    commit_and_wait(env, p, env.cfg.fsync_journal_blocks).await?;
+    p.unblock().await;
+    Ok(())
+}
+
+/// Runs a journal commit of `blocks` blocks on the flusher's CPU (the jbd2 thread) and
+/// waits for it; the caller is blocked (see [`Proc::block`]) meanwhile.
+async fn commit_and_wait(env: &Rc<Env>, p: &Proc<'_>, blocks: u64) -> Result<(), SimError> {
     let committed: Completion<()> = Completion::new(p.ctx.handle());
     let fire = committed.clone();
-    let (env2, shared2) = (env.clone(), shared.clone());
+    let env2 = env.clone();
     p.ctx.spawn_on(env.cfg.flusher_cpu, move |ctx| async move {
-        journal_commit(&ctx, &env2, &shared2).await;
+        journal_commit(&ctx, &env2, blocks).await;
         let _ = fire.fire(());
     })?;
     committed.wait(p.ctx).await;
-    p.unblock().await;
     Ok(())
 }
 
@@ -898,7 +990,7 @@ async fn seeker(ctx: Ctx, env: Rc<Env>, shared: Rc<SeekShared>) -> Result<(u64, 
                 Account::System,
             )
             .await;
-            fsync_update(&env, &p, &shared, first_page * PAGE, &pieces).await?;
+            fsync_update(&env, &p, first_page * PAGE, &pieces).await?;
         }
         ops.stop(ctx.now());
     }
@@ -912,7 +1004,6 @@ async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimErro
     let shared = Rc::new(SeekShared {
         tickets: Cell::new(env.cfg.seeks),
         cached: RefCell::new(BTreeMap::new()),
-        journal_cursor: Cell::new(0),
     });
     let mut dones = Vec::new();
     for k in 0..n {
@@ -941,6 +1032,96 @@ async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimErro
         elapsed_ns: elapsed(t0, p.ctx.now()),
         cpu_ns: cpu,
         max_op_ns,
+    })
+}
+
+/// The file tests' operations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FileOp {
+    Create,
+    Stat,
+    Delete,
+}
+
+/// One file test: `files_run` operations `op` from bonnie's process, in name order
+/// (`walk`: stat and delete read the directory with `readdir()`) or in random order. The
+/// order does not change an operation's cost in the model (one directory block per
+/// operation either way).
+async fn file_test(
+    env: &Rc<Env>,
+    p: &Proc<'_>,
+    ft: &FileTestConfig,
+    op: FileOp,
+    walk: bool,
+) -> Result<PhaseResult, SimError> {
+    let cfg = &env.cfg;
+    let barriers = cfg.fsync_commit_flushes >= 1;
+    let t0 = p.ctx.now();
+    let c0 = p.cpu_ns.get();
+    let mut ops = OpTimer::default();
+    let readdir_ns = if walk && op != FileOp::Create {
+        ft.readdir_entry_ns
+    } else {
+        0
+    };
+    for _ in 0..ft.files_run {
+        ops.start(p.ctx.now());
+        match op {
+            FileOp::Create => {
+                // open(O_CREAT | O_EXCL); fsync(fd): the commit of the new inode and entry.
+                p.spend(2 * cfg.syscall_ns + ft.create_ns, Account::System)
+                    .await;
+                p.block();
+                commit_and_wait(env, p, ft.create_journal_blocks).await?;
+                p.unblock().await;
+                // fsync(dir): its transaction is committed, so only a cache flush; close().
+                p.spend(2 * cfg.syscall_ns, Account::System).await;
+                if barriers {
+                    p.block();
+                    flush_device(env, p.ctx).await.wait(p.ctx).await;
+                    p.unblock().await;
+                }
+            }
+            FileOp::Stat => {
+                p.spend(cfg.syscall_ns + ft.stat_ns + readdir_ns, Account::System)
+                    .await;
+            }
+            FileOp::Delete => {
+                // unlink(); fsync(dir): the commit of the removal.
+                p.spend(
+                    2 * cfg.syscall_ns + ft.unlink_ns + readdir_ns,
+                    Account::System,
+                )
+                .await;
+                p.block();
+                commit_and_wait(env, p, ft.delete_journal_blocks).await?;
+                p.unblock().await;
+            }
+        }
+        ops.stop(p.ctx.now());
+    }
+    Ok(PhaseResult {
+        amount: ft.files_run as f64,
+        elapsed_ns: elapsed(t0, p.ctx.now()),
+        cpu_ns: p.cpu_ns.get() - c0,
+        max_op_ns: ops.max_ns,
+    })
+}
+
+/// bonnie++'s file tests in its order: create, stat, delete by name, then at random.
+async fn file_tests(
+    env: &Rc<Env>,
+    p: &Proc<'_>,
+    ft: &FileTestConfig,
+) -> Result<FileTestResult, SimError> {
+    Ok(FileTestResult {
+        seq_create: file_test(env, p, ft, FileOp::Create, true).await?,
+        seq_stat: file_test(env, p, ft, FileOp::Stat, true).await?,
+        seq_delete: file_test(env, p, ft, FileOp::Delete, true).await?,
+        ran_create: file_test(env, p, ft, FileOp::Create, false).await?,
+        ran_stat: file_test(env, p, ft, FileOp::Stat, false).await?,
+        ran_delete: file_test(env, p, ft, FileOp::Delete, false).await?,
+        scale: ft.files as f64 / ft.files_run.max(1) as f64,
     })
 }
 
@@ -984,6 +1165,7 @@ pub fn start(
         irq,
         irq_cpu,
         ram_pages,
+        journal_cursor: Cell::new(0),
     });
     let out = Rc::new(RefCell::new(None));
     let env_f = env.clone();
@@ -1000,6 +1182,13 @@ pub fn start(
             Ok(s) => s,
             Err(_) => return,
         };
+        let files = match &env.cfg.file_tests {
+            Some(ft) => match file_tests(&env, &p, ft).await {
+                Ok(f) => Some(f),
+                Err(_) => return,
+            },
+            None => None,
+        };
         p.leave();
         *out2.borrow_mut() = Some(BonnieResult {
             out_char,
@@ -1008,6 +1197,7 @@ pub fn start(
             in_char,
             in_block,
             seeks,
+            files,
         });
     })?;
     Ok(out)
@@ -1060,16 +1250,97 @@ pub const CSV_COLUMNS: [&str; 27] = [
     "ran_delete_cpu",
 ];
 
-/// The twelve sequential and seek values of a row: K/s and %CPU per phase, seeks/s and %CPU.
+/// The twelve sequential and seek values of a row (K/s and %CPU per phase, seeks/s and
+/// %CPU) and the file tests' columns, if run.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CsvValues {
     /// putc K/s, %CPU, write K/s, %CPU, rewrite K/s, %CPU, getc K/s, %CPU, read K/s, %CPU,
     /// seeks/s, %CPU.
     pub v: [f64; 12],
+    /// The file tests, or `None` when they were not run (`-n 0`).
+    pub files: Option<FileValues>,
+}
+
+/// The file tests' columns of a row, per test in bonnie++'s order (sequential create,
+/// stat, delete, random create, stat, delete).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FileValues {
+    /// bonnie++'s `-n`: files in units of 1024 (the `files` column).
+    pub files_k: u64,
+    /// Files per second, `None` where the value is not known (a published row that gives
+    /// only some of them).
+    pub rate: [Option<f64>; 6],
+    /// %CPU, `None` where not known.
+    pub cpu: [Option<f64>; 6],
+    /// Too fast to measure (bonnie++ prints `+++++` and `+++`).
+    pub too_fast: [bool; 6],
+}
+
+/// The file tests in bonnie++'s CSV order, as metric stems (`bonnie.<test>_per_s`,
+/// `bonnie.<test>_cpu_pct`; the stat tests keep bonnie++ 1.03's column name, `read`).
+pub const FILE_PHASES: [&str; 6] = [
+    "seq_create",
+    "seq_read",
+    "seq_delete",
+    "ran_create",
+    "ran_read",
+    "ran_delete",
+];
+
+impl FileValues {
+    /// The known values as metrics (`bonnie.<test>_per_s` in /sec, `bonnie.<test>_cpu_pct`
+    /// in %), without the tests too fast to measure (bonnie++ prints no number for them).
+    pub fn metrics(&self) -> Vec<crate::metrics::Metric> {
+        use crate::metrics::Metric;
+        let mut out = Vec::new();
+        for (i, phase) in FILE_PHASES.iter().enumerate() {
+            if self.too_fast[i] {
+                continue;
+            }
+            if let Some(r) = self.rate[i] {
+                out.push(Metric::new(format!("bonnie.{phase}_per_s"), "/sec", r));
+            }
+            if let Some(c) = self.cpu[i] {
+                out.push(Metric::new(format!("bonnie.{phase}_cpu_pct"), "%", c));
+            }
+        }
+        out
+    }
+
+    /// The columns of a lab result (bonnie++ ran `files_k` x 1024 files).
+    pub fn from_result(f: &FileTestResult, files_k: u64) -> Self {
+        let mut v = FileValues {
+            files_k,
+            ..Default::default()
+        };
+        for (i, p) in f.tests().iter().enumerate() {
+            v.rate[i] = Some(p.per_s());
+            v.cpu[i] = Some(p.cpu_pct());
+            v.too_fast[i] = f.too_fast(p);
+        }
+        v
+    }
+
+    /// The 12 file-test columns as bonnie++ prints them: `+++++` and `+++` for a test too
+    /// fast to measure, empty for a value not known, else `fmt` of the value.
+    pub fn columns(&self, fmt: impl Fn(f64) -> String) -> Vec<String> {
+        let mut cols = Vec::with_capacity(12);
+        for i in 0..6 {
+            if self.too_fast[i] {
+                cols.push("+++++".to_owned());
+                cols.push("+++".to_owned());
+            } else {
+                cols.push(self.rate[i].map(&fmt).unwrap_or_default());
+                cols.push(self.cpu[i].map(&fmt).unwrap_or_default());
+            }
+        }
+        cols
+    }
 }
 
 impl CsvValues {
-    /// The values of a lab result.
+    /// The values of a lab result (the file tests' `files` column from the result's own
+    /// count, in units of 1024).
     pub fn from_result(r: &BonnieResult) -> Self {
         let ph = [r.out_char, r.out_block, r.rewrite, r.in_char, r.in_block];
         let mut v = [0.0; 12];
@@ -1079,12 +1350,51 @@ impl CsvValues {
         }
         v[10] = r.seeks.per_s();
         v[11] = r.seeks.cpu_pct();
-        Self { v }
+        let files = r.files.as_ref().map(|f| {
+            let n = (f.seq_create.amount * f.scale).round() as u64;
+            FileValues::from_result(f, n / 1024)
+        });
+        Self { v, files }
+    }
+
+    /// The mean of the rows of repeated runs: every value averaged (file tests over the
+    /// rows that have them; too fast where the last such row was).
+    pub fn mean(rows: &[CsvValues]) -> Self {
+        let n = rows.len().max(1) as f64;
+        let mut out = CsvValues::default();
+        for r in rows {
+            for i in 0..12 {
+                out.v[i] += r.v[i] / n;
+            }
+        }
+        let with_files: Vec<&FileValues> = rows.iter().filter_map(|r| r.files.as_ref()).collect();
+        if let Some(last) = with_files.last() {
+            let k = with_files.len() as f64;
+            let mut f = FileValues {
+                files_k: last.files_k,
+                too_fast: last.too_fast,
+                ..Default::default()
+            };
+            for i in 0..6 {
+                let sum = |get: &dyn Fn(&FileValues) -> Option<f64>| {
+                    with_files
+                        .iter()
+                        .map(|x| get(x))
+                        .sum::<Option<f64>>()
+                        .map(|s| s / k)
+                };
+                f.rate[i] = sum(&|x: &FileValues| x.rate[i]);
+                f.cpu[i] = sum(&|x: &FileValues| x.cpu[i]);
+            }
+            out.files = Some(f);
+        }
+        out
     }
 }
 
 /// A bonnie++ 1.03 CSV row: K/s and %CPU as integers, seeks/s with one decimal; the file
-/// tests (16 files) are `+++++`.
+/// tests' files/s and %CPU as integers, `+++++` and `+++` for a test that took less than
+/// bonnie++'s `MinTime`, all 13 file columns empty when they were not run (`-n 0`).
 pub fn csv_row(name: &str, size: &str, v: &CsvValues) -> String {
     let mut cols: Vec<String> = vec![name.to_owned(), size.to_owned()];
     for i in 0..5 {
@@ -1093,9 +1403,12 @@ pub fn csv_row(name: &str, size: &str, v: &CsvValues) -> String {
     }
     cols.push(format!("{:.1}", v.v[10]));
     cols.push(format!("{:.0}", v.v[11]));
-    cols.push("16".to_owned());
-    for _ in 0..12 {
-        cols.push("+++++".to_owned());
+    match &v.files {
+        Some(f) => {
+            cols.push(f.files_k.to_string());
+            cols.extend(f.columns(|x| format!("{x:.0}")));
+        }
+        None => cols.extend(std::iter::repeat(String::new()).take(13)),
     }
     cols.join(",")
 }
@@ -1275,12 +1588,23 @@ pub fn csv_row_198(p: &Csv198Params<'_>, r: &BonnieResult) -> String {
     });
     cols.push(format!("{}", r.seeks.cpu_pct().trunc() as u64));
     // num_files, max_size, min_size, num_dirs, file_chunk_size and the 12 file-test
-    // columns: not run.
-    cols.extend(std::iter::repeat(String::new()).take(5 + 12));
+    // columns (all empty when they were not run).
+    let files = CsvValues::from_result(r).files;
+    match &files {
+        Some(f) => {
+            cols.push(f.files_k.to_string());
+            cols.extend(std::iter::repeat(String::new()).take(4));
+            cols.extend(f.columns(|x| format!("{}", x.trunc() as u64)));
+        }
+        None => cols.extend(std::iter::repeat(String::new()).take(5 + 12)),
+    }
     for ph in io.iter().chain(std::iter::once(&r.seeks)) {
         cols.push(bonnie_latency(Some(ph.max_op_ns)));
     }
-    cols.extend(std::iter::repeat(String::new()).take(6));
+    match &r.files {
+        Some(f) => cols.extend(f.tests().iter().map(|t| bonnie_latency(Some(t.max_op_ns)))),
+        None => cols.extend(std::iter::repeat(String::new()).take(6)),
+    }
     cols.join(",")
 }
 
@@ -1321,6 +1645,7 @@ mod csv198_tests {
                 amount: 812.34,
                 ..ph(0.0, 600)
             },
+            files: None,
         };
         let p = Csv198Params {
             name: "box",
@@ -1344,5 +1669,92 @@ mod csv198_tests {
             &["1000us", "2000us", "3000us", "4000us", "5000us", "600ms"]
         );
         assert!(cols[44..].iter().all(|c| c.is_empty()), "{row}");
+    }
+
+    /// A file-test result: `n` files run of `n * scale`, each test taking `ms[i]` ms with
+    /// 1 ms of CPU.
+    fn file_result(n: f64, scale: f64, ms: [u64; 6]) -> FileTestResult {
+        let t = |i: usize| PhaseResult {
+            amount: n,
+            elapsed_ns: ms[i] * 1_000_000,
+            cpu_ns: 1_000_000,
+            max_op_ns: 1000 * (i as u64 + 1),
+        };
+        FileTestResult {
+            seq_create: t(0),
+            seq_stat: t(1),
+            seq_delete: t(2),
+            ran_create: t(3),
+            ran_stat: t(4),
+            ran_delete: t(5),
+            scale,
+        }
+    }
+
+    #[test]
+    fn file_tests_print_rates_or_bonnies_too_fast_marks() {
+        // 1,024 files run of 16,384: the stat tests took 20 ms, i.e. 320 ms at the full
+        // count (under bonnie's 0.5 s: +++++); a 40 ms test is 640 ms at the full count.
+        let f = file_result(1024.0, 16.0, [2048, 20, 1024, 40, 20, 4096]);
+        assert!(f.too_fast(&f.seq_stat) && !f.too_fast(&f.ran_create));
+        let r = BonnieResult {
+            files: Some(f),
+            ..Default::default()
+        };
+        let v = CsvValues::from_result(&r);
+        let row = csv_row("box", "8G", &v);
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols.len(), CSV_COLUMNS.len());
+        assert_eq!(
+            &cols[14..],
+            &[
+                "16", "500", "0", "+++++", "+++", "1000", "0", "25600", "2", "+++++", "+++", "250",
+                "0"
+            ],
+            "{row}"
+        );
+        let files = v.files.unwrap();
+        let names: Vec<String> = files.metrics().iter().map(|m| m.name.clone()).collect();
+        assert_eq!(names.len(), 8, "no metric for a test too fast to measure");
+        assert!(!names.iter().any(|n| n.contains("_read_")), "{names:?}");
+
+        // The 1.98 row: num_files, four empty size/dir columns, the 12 values truncated,
+        // and every file test's latency.
+        let p = Csv198Params {
+            name: "box",
+            size_mib: 8192,
+            chunk: 8192,
+            seed: 1,
+            seeks: 8000,
+            seekers: 3,
+        };
+        let row = csv_row_198(&p, &r);
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols.len(), CSV_198_COLUMNS.len());
+        assert_eq!(&cols[21..26], &["16", "", "", "", ""]);
+        assert_eq!(&cols[26..30], &["500", "0", "+++++", "+++"]);
+        assert_eq!(&cols[44..], &["1us", "2us", "3us", "4us", "5us", "6us"]);
+
+        // Without file tests (-n 0) all 13 columns are empty, as bonnie++ prints them.
+        let row = csv_row("box", "8G", &CsvValues::default());
+        assert!(row.split(',').skip(14).all(|c| c.is_empty()), "{row}");
+        assert_eq!(row.split(',').count(), CSV_COLUMNS.len());
+    }
+
+    #[test]
+    fn the_mean_of_repeated_rows_averages_the_file_tests_too() {
+        let a = CsvValues::from_result(&BonnieResult {
+            files: Some(file_result(1024.0, 16.0, [2048; 6])),
+            ..Default::default()
+        });
+        let b = CsvValues::from_result(&BonnieResult {
+            files: Some(file_result(1024.0, 16.0, [1024; 6])),
+            ..Default::default()
+        });
+        let m = CsvValues::mean(&[a, b]);
+        let f = m.files.unwrap();
+        assert_eq!(f.rate[0], Some(750.0));
+        assert_eq!(f.files_k, 16);
+        assert_eq!(CsvValues::mean(&[CsvValues::default()]).files, None);
     }
 }
