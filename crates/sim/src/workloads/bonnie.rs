@@ -193,9 +193,8 @@ pub struct FileTestResult {
     pub ran_stat: PhaseResult,
     /// Delete in random order.
     pub ran_delete: PhaseResult,
-    /// bonnie++'s file count over the lab's (the factor a test's elapsed time is scaled by
-    /// for the too-fast rule).
-    pub scale: f64,
+    /// Files bonnie++ creates ([`FileTestConfig::files`]); each test ran `amount` of them.
+    pub files: u64,
 }
 
 impl FileTestResult {
@@ -212,9 +211,11 @@ impl FileTestResult {
     }
 
     /// Whether bonnie++ would print test `p` as `+++++`: its full-size run (the lab's
-    /// elapsed time scaled to bonnie++'s file count) took less than [`MIN_TIME_NS`].
+    /// elapsed time scaled from the `amount` files run to bonnie++'s `files`) took less
+    /// than [`MIN_TIME_NS`].
     pub fn too_fast(&self, p: &PhaseResult) -> bool {
-        (p.elapsed_ns as f64 * self.scale) < MIN_TIME_NS as f64
+        let scale = self.files as f64 / p.amount.max(1.0);
+        (p.elapsed_ns as f64 * scale) < MIN_TIME_NS as f64
     }
 }
 
@@ -1121,7 +1122,7 @@ async fn file_tests(
         ran_create: file_test(env, p, ft, FileOp::Create, false).await?,
         ran_stat: file_test(env, p, ft, FileOp::Stat, false).await?,
         ran_delete: file_test(env, p, ft, FileOp::Delete, false).await?,
-        scale: ft.files as f64 / ft.files_run.max(1) as f64,
+        files: ft.files,
     })
 }
 
@@ -1350,10 +1351,10 @@ impl CsvValues {
         }
         v[10] = r.seeks.per_s();
         v[11] = r.seeks.cpu_pct();
-        let files = r.files.as_ref().map(|f| {
-            let n = (f.seq_create.amount * f.scale).round() as u64;
-            FileValues::from_result(f, n / 1024)
-        });
+        let files = r
+            .files
+            .as_ref()
+            .map(|f| FileValues::from_result(f, f.files / 1024));
         Self { v, files }
     }
 
@@ -1376,15 +1377,10 @@ impl CsvValues {
                 ..Default::default()
             };
             for i in 0..6 {
-                let sum = |get: &dyn Fn(&FileValues) -> Option<f64>| {
-                    with_files
-                        .iter()
-                        .map(|x| get(x))
-                        .sum::<Option<f64>>()
-                        .map(|s| s / k)
-                };
-                f.rate[i] = sum(&|x: &FileValues| x.rate[i]);
-                f.cpu[i] = sum(&|x: &FileValues| x.cpu[i]);
+                let rates = with_files.iter().map(|x| x.rate[i]);
+                f.rate[i] = rates.sum::<Option<f64>>().map(|s| s / k);
+                let cpus = with_files.iter().map(|x| x.cpu[i]);
+                f.cpu[i] = cpus.sum::<Option<f64>>().map(|s| s / k);
             }
             out.files = Some(f);
         }
@@ -1671,9 +1667,9 @@ mod csv198_tests {
         assert!(cols[44..].iter().all(|c| c.is_empty()), "{row}");
     }
 
-    /// A file-test result: `n` files run of `n * scale`, each test taking `ms[i]` ms with
-    /// 1 ms of CPU.
-    fn file_result(n: f64, scale: f64, ms: [u64; 6]) -> FileTestResult {
+    /// A file-test result: `n` files run of bonnie's 16,384, each test taking `ms[i]` ms
+    /// with 1 ms of CPU.
+    fn file_result(n: f64, ms: [u64; 6]) -> FileTestResult {
         let t = |i: usize| PhaseResult {
             amount: n,
             elapsed_ns: ms[i] * 1_000_000,
@@ -1687,7 +1683,7 @@ mod csv198_tests {
             ran_create: t(3),
             ran_stat: t(4),
             ran_delete: t(5),
-            scale,
+            files: 16 * 1024,
         }
     }
 
@@ -1695,7 +1691,7 @@ mod csv198_tests {
     fn file_tests_print_rates_or_bonnies_too_fast_marks() {
         // 1,024 files run of 16,384: the stat tests took 20 ms, i.e. 320 ms at the full
         // count (under bonnie's 0.5 s: +++++); a 40 ms test is 640 ms at the full count.
-        let f = file_result(1024.0, 16.0, [2048, 20, 1024, 40, 20, 4096]);
+        let f = file_result(1024.0, [2048, 20, 1024, 40, 20, 4096]);
         assert!(f.too_fast(&f.seq_stat) && !f.too_fast(&f.ran_create));
         let r = BonnieResult {
             files: Some(f),
@@ -1744,11 +1740,11 @@ mod csv198_tests {
     #[test]
     fn the_mean_of_repeated_rows_averages_the_file_tests_too() {
         let a = CsvValues::from_result(&BonnieResult {
-            files: Some(file_result(1024.0, 16.0, [2048; 6])),
+            files: Some(file_result(1024.0, [2048; 6])),
             ..Default::default()
         });
         let b = CsvValues::from_result(&BonnieResult {
-            files: Some(file_result(1024.0, 16.0, [1024; 6])),
+            files: Some(file_result(1024.0, [1024; 6])),
             ..Default::default()
         });
         let m = CsvValues::mean(&[a, b]);
