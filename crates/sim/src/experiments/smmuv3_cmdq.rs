@@ -1598,9 +1598,9 @@ impl Stack {
                 // future across the awaits below (as in `do_submit`).
                 let (queue, unmap_ns) = {
                     let mut w = WorkRecord::new();
-                    if let Err(e) = self
-                        .domain
-                        .unmap_page(f.mapping, cpu, ctx.now().as_ns(), &mut w)
+                    if let Err(e) =
+                        self.domain
+                            .unmap_page(f.mapping, cpu, ctx.now().as_ns(), &mut w)
                     {
                         self.fail(format!("dma unmap failed: {}", e.error));
                     }

@@ -152,10 +152,7 @@ impl Future for Rmw<'_> {
                 if cost != 0 && st.spend_now(cpu, this.account, cost) {
                     return Poll::Ready(cost);
                 }
-                if this
-                    .burn
-                    .start(&mut st, cpu, this.task, this.account, cost)
-                {
+                if this.burn.start(&mut st, cpu, this.task, this.account, cost) {
                     return Poll::Ready(cost);
                 }
                 return Poll::Pending;
