@@ -457,7 +457,9 @@ impl<'a> Cpu<'a> {
     /// else.
     pub fn spend_labeled(self, d: SimDuration, account: Account, label: &'static str) -> Spend<'a> {
         Spend {
-            ctx: self.ctx,
+            k: &self.ctx.h.0,
+            task: self.ctx.task,
+            cpu: self.ctx.cpu,
             ns: d.0,
             account,
             label,
@@ -470,7 +472,12 @@ impl<'a> Cpu<'a> {
 /// Future of [`Cpu::spend`].
 #[must_use = "futures do nothing unless awaited"]
 pub struct Spend<'a> {
-    ctx: &'a Ctx,
+    /// The kernel, the task and its CPU, copied from the task's context when the spend is
+    /// created (the context is at hand then): a poll then reads only the spend itself and
+    /// the kernel, not the context in another part of the task's future.
+    k: &'a Kernel,
+    task: TaskRef,
+    cpu: u32,
     ns: u64,
     account: Account,
     label: &'static str,
@@ -483,25 +490,25 @@ impl Future for Spend<'_> {
     #[inline]
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        let mut st = this.ctx.h.0.st.borrow_mut();
+        let mut st = this.k.st.borrow_mut();
         if !this.started {
             this.started = true;
-            let tracer = this.ctx.h.tracer();
+            let tracer = &this.k.tracer;
             if tracer.is_on() && this.ns != 0 {
                 trace_spend(tracer, this, st.now);
             }
-            if this.ns != 0 && st.spend_now(this.ctx.cpu, this.account, this.ns) {
+            if this.ns != 0 && st.spend_now(this.cpu, this.account, this.ns) {
                 return Poll::Ready(());
             }
             if this
                 .burn
-                .start(&mut st, this.ctx.cpu, this.ctx.task, this.account, this.ns)
+                .start(&mut st, this.cpu, this.task, this.account, this.ns)
             {
                 return Poll::Ready(());
             }
             return Poll::Pending;
         }
-        if this.burn.poll(&mut st, this.ctx.cpu) {
+        if this.burn.poll(&mut st, this.cpu) {
             Poll::Ready(())
         } else {
             Poll::Pending
@@ -521,14 +528,14 @@ fn trace_spend(tracer: &crate::trace::Tracer, s: &Spend<'_>, now: u64) {
     } else {
         s.label
     };
-    tracer.slice(crate::trace::Track::Cpu(s.ctx.cpu), name, now, s.ns, &[]);
+    tracer.slice(crate::trace::Track::Cpu(s.cpu), name, now, s.ns, &[]);
 }
 
 impl Drop for Spend<'_> {
     fn drop(&mut self) {
         if self.burn.is_active() {
-            if let Ok(mut st) = self.ctx.h.0.st.try_borrow_mut() {
-                self.burn.cancel(&mut st, self.ctx.cpu);
+            if let Ok(mut st) = self.k.st.try_borrow_mut() {
+                self.burn.cancel(&mut st, self.cpu);
             }
         }
     }

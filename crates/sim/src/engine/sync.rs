@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use crate::accounting::Account;
-use crate::engine::kernel::{TaskRef, NO_TASK};
+use crate::engine::kernel::{Kernel, TaskRef, NO_TASK};
 use crate::engine::{Ctx, Handle, SimTime};
 
 struct CompletionState<T> {
@@ -287,7 +287,11 @@ impl<T> Channel<T> {
 
     /// Waits (blocked) for an item.
     pub fn recv<'a>(&'a self, ctx: &'a Ctx) -> Recv<'a, T> {
-        Recv { ch: self, ctx }
+        Recv {
+            ch: self,
+            k: &ctx.h.0,
+            task: ctx.task,
+        }
     }
 }
 
@@ -295,14 +299,17 @@ impl<T> Channel<T> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Recv<'a, T> {
     ch: &'a Channel<T>,
-    ctx: &'a Ctx,
+    /// The kernel and the receiving task, copied from its context when created (a poll
+    /// then does not read the context).
+    k: &'a Kernel,
+    task: TaskRef,
 }
 
 impl<T> Future for Recv<'_, T> {
     type Output = T;
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<T> {
         let mut s = self.ch.inner.borrow_mut();
-        let me = self.ctx.task;
+        let me = self.task;
         if let Some(v) = s.items.pop_front() {
             if let Some(i) = s.waiters.iter().position(|&w| w == me) {
                 s.waiters.remove(i);
@@ -310,7 +317,7 @@ impl<T> Future for Recv<'_, T> {
             // Another receiver may be waiting for the next item.
             if !s.items.is_empty() {
                 if let Some(w) = s.waiters.pop_front() {
-                    let mut st = self.ctx.h.0.st.borrow_mut();
+                    let mut st = self.k.st.borrow_mut();
                     let now = st.now;
                     st.schedule(now, w);
                 }
@@ -327,7 +334,7 @@ impl<T> Future for Recv<'_, T> {
 impl<T> Drop for Recv<'_, T> {
     fn drop(&mut self) {
         if let Ok(mut s) = self.ch.inner.try_borrow_mut() {
-            let me = self.ctx.task;
+            let me = self.task;
             if let Some(i) = s.waiters.iter().position(|&w| w == me) {
                 s.waiters.remove(i);
             }

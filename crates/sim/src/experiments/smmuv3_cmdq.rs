@@ -1428,19 +1428,23 @@ impl Stack {
         } else {
             Direction::ToDevice
         };
-        let mut w = WorkRecord::new();
-        let mapping = self
-            .domain
-            .map_page(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
-            .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
-        let map_ns = self.cost.cpu_ns(&w) + self.lock_ns(&w);
-        {
+        // The work record is scoped to this block so that it is not kept in the future
+        // across the await below (a record is about 400 bytes: zeroing it in the task's
+        // future, cold by then, costs more than on the stack).
+        let (mapping, map_ns) = {
+            let mut w = WorkRecord::new();
+            let mapping = self
+                .domain
+                .map_page(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
+                .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
+            let map_ns = self.cost.cpu_ns(&w) + self.lock_ns(&w);
             let mut s = self.stats.borrow_mut();
             s.maps += 1;
             s.map_ns += map_ns;
             s.magazine_hits += w.magazine_hits;
             s.magazine_misses += w.magazine_misses;
-        }
+            (mapping, map_ns)
+        };
         let driver = match self.kind {
             DeviceKind::Nvme => self.k.nvme_submit,
             DeviceKind::Sas => self.k.sas_submit,
@@ -1590,23 +1594,26 @@ impl Stack {
                 ctx.cpu()
                     .spend(SimDuration::ns(driver), Account::System)
                     .await;
-                let mut w = WorkRecord::new();
-                if let Err(e) = self
-                    .domain
-                    .unmap_page(f.mapping, cpu, ctx.now().as_ns(), &mut w)
-                {
-                    self.fail(format!("dma unmap failed: {}", e.error));
-                }
-                // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
-                let queue = split_queue_work(&mut w);
-                let unmap_ns = self.cost.cpu_ns(&w) + self.lock_ns(&w);
-                {
+                // The work record is scoped to this block, so it is not kept in the
+                // future across the awaits below (as in `do_submit`).
+                let (queue, unmap_ns) = {
+                    let mut w = WorkRecord::new();
+                    if let Err(e) =
+                        self.domain
+                            .unmap_page(f.mapping, cpu, ctx.now().as_ns(), &mut w)
+                    {
+                        self.fail(format!("dma unmap failed: {}", e.error));
+                    }
+                    // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
+                    let queue = split_queue_work(&mut w);
+                    let unmap_ns = self.cost.cpu_ns(&w) + self.lock_ns(&w);
                     let mut s = self.stats.borrow_mut();
                     s.unmaps += 1;
                     s.unmap_ns += unmap_ns;
                     s.magazine_hits += w.magazine_hits;
                     s.magazine_misses += w.magazine_misses;
-                }
+                    (queue, unmap_ns)
+                };
                 ctx.cpu()
                     .spend_labeled(
                         SimDuration::ns(unmap_ns.round() as u64),

@@ -181,6 +181,15 @@ impl Stack {
         w.lock_count(LockId::IovaTree) > 0 || w.lock_count(LockId::FlushQueue) > 0
     }
 
+    /// The acquisitions of the engine-modelled locks in `w`: (IOVA tree, flush queue), for
+    /// [`Stack::locked`] (so the record itself need not be kept across its awaits).
+    fn engine_locks(w: &WorkRecord) -> (u64, u64) {
+        (
+            w.lock_count(LockId::IovaTree),
+            w.lock_count(LockId::FlushQueue),
+        )
+    }
+
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
     /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping). Computed once
     /// per map or unmap and handed to [`Stack::work_ns`] and [`Stack::locked`].
@@ -204,19 +213,15 @@ impl Stack {
         (self.cost.cpu_ns(&t), self.cost.cpu_ns(&f))
     }
 
-    /// Takes the IOVA-tree and flush-queue locks `w` took, each for its share of the work
-    /// done under it, on `ctx`'s CPU (waiters spin).
-    /// `critical` is [`Stack::critical_ns`] of `w`.
-    async fn locked(&self, ctx: &Ctx, w: &WorkRecord, critical: (f64, f64)) {
+    /// Takes the IOVA-tree and flush-queue locks a work record took (`locks`, from
+    /// [`Stack::engine_locks`]), each for its share of the work done under it, on `ctx`'s
+    /// CPU (waiters spin). `critical` is [`Stack::critical_ns`] of the record.
+    async fn locked(&self, ctx: &Ctx, locks: (u64, u64), critical: (f64, f64)) {
         let (tree, fq) = critical;
         let cpu = ctx.cpu().id();
         for (lock, n, ns) in [
-            (&self.tree_lock, w.lock_count(LockId::IovaTree), tree),
-            (
-                &self.fq_locks[cpu % self.fq_locks.len()],
-                w.lock_count(LockId::FlushQueue),
-                fq,
-            ),
+            (&self.tree_lock, locks.0, tree),
+            (&self.fq_locks[cpu % self.fq_locks.len()], locks.1, fq),
         ] {
             for i in 0..n {
                 let g = lock.lock(ctx).await;
@@ -297,21 +302,28 @@ impl Stack {
         ctx.cpu()
             .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
             .await;
-        let mut w = WorkRecord::new();
-        let (mapping, io, done) = match sub {
-            Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
-            Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
+        // The work record is scoped to this block so that it is not kept in the future
+        // across the awaits below (a record is about 400 bytes: zeroing it in the task's
+        // future, cold by then, costs more than on the stack).
+        let (mapping, io, done, queue, critical, map_ns, locks) = {
+            let mut w = WorkRecord::new();
+            let (mapping, io, done) = match sub {
+                Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
+                Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
+            };
+            let queue = if self.cmdq.is_some() {
+                split_queue_work(&mut w)
+            } else {
+                Default::default()
+            };
+            let critical = self.critical_ns(&w);
+            let map_ns = self.work_ns(&w, critical)?;
+            // A record that took neither lock has nothing to wait for or charge there.
+            let locks = Self::takes_engine_locks(&w).then(|| Self::engine_locks(&w));
+            (mapping, io, done, queue, critical, map_ns, locks)
         };
-        let queue = if self.cmdq.is_some() {
-            split_queue_work(&mut w)
-        } else {
-            Default::default()
-        };
-        let critical = self.critical_ns(&w);
-        let map_ns = self.work_ns(&w, critical)?;
-        // A record that took neither lock has nothing to wait for or charge there.
-        if Self::takes_engine_locks(&w) {
-            self.locked(ctx, &w, critical).await;
+        if let Some(locks) = locks {
+            self.locked(ctx, locks, critical).await;
         }
         {
             let mut c = self.counters.borrow_mut();
@@ -444,35 +456,39 @@ impl Stack {
                 ctx.cpu()
                     .spend(SimDuration::ns(self.k.driver_complete_ns), Account::System)
                     .await;
-                let mut w = WorkRecord::new();
-                let unmapped = match f.mapping {
-                    Mapping::Single(m) => self
-                        .path
-                        .unmap_single(m, cpu, ctx.now().as_ns(), &mut w)
-                        .map_err(|e| e.error),
-                    Mapping::Sg(sg) => self
-                        .path
-                        .unmap_sg(sg, cpu, ctx.now().as_ns(), &mut w)
-                        .map_err(|e| e.error),
-                };
-                if let Err(e) = unmapped {
-                    self.fail(format!("dma unmap failed: {e}"));
-                }
-                // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
-                let queue = if self.cmdq.is_some() {
-                    split_queue_work(&mut w)
-                } else {
-                    Default::default()
-                };
-                let critical = self.critical_ns(&w);
-                let unmap_ns = self.work_ns(&w, critical).unwrap_or(0.0);
-                {
+                // The work record is scoped to this block, so it is not kept in the
+                // future across the awaits below (as in `submit`).
+                let (queue, critical, unmap_ns, locks) = {
+                    let mut w = WorkRecord::new();
+                    let unmapped = match f.mapping {
+                        Mapping::Single(m) => self
+                            .path
+                            .unmap_single(m, cpu, ctx.now().as_ns(), &mut w)
+                            .map_err(|e| e.error),
+                        Mapping::Sg(sg) => self
+                            .path
+                            .unmap_sg(sg, cpu, ctx.now().as_ns(), &mut w)
+                            .map_err(|e| e.error),
+                    };
+                    if let Err(e) = unmapped {
+                        self.fail(format!("dma unmap failed: {e}"));
+                    }
+                    // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
+                    let queue = if self.cmdq.is_some() {
+                        split_queue_work(&mut w)
+                    } else {
+                        Default::default()
+                    };
+                    let critical = self.critical_ns(&w);
+                    let unmap_ns = self.work_ns(&w, critical).unwrap_or(0.0);
                     let mut c = self.counters.borrow_mut();
                     c.unmaps += 1;
                     c.unmap_ns += unmap_ns;
                     c.inval_syncs += w.inval_syncs;
                     c.flush_queue_flushes += w.flush_queue_flushes;
-                }
+                    let locks = Self::takes_engine_locks(&w).then(|| Self::engine_locks(&w));
+                    (queue, critical, unmap_ns, locks)
+                };
                 ctx.cpu()
                     .spend_labeled(
                         SimDuration::ns(unmap_ns.round() as u64),
@@ -480,8 +496,8 @@ impl Stack {
                         "dma unmap",
                     )
                     .await;
-                if Self::takes_engine_locks(&w) {
-                    self.locked(&ctx, &w, critical).await;
+                if let Some(locks) = locks {
+                    self.locked(&ctx, locks, critical).await;
                 }
                 if let Some((p, q)) = &self.cmdq {
                     q.issue_work(&ctx, &queue).await;

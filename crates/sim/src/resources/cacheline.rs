@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::accounting::{Account, LineStats};
-use crate::engine::kernel::{Burn, NO_CPU};
+use crate::engine::kernel::{Burn, Kernel, TaskRef, NO_CPU};
 use crate::engine::{Ctx, Handle, SimError};
 
 /// Costs of atomics on a shared cache line, in nanoseconds.
@@ -99,11 +99,13 @@ impl CacheLine {
     ///
     /// # Panics
     ///
-    /// If the task is an agent.
+    /// If the task is an agent (when called).
     pub fn rmw<'a>(&'a self, ctx: &'a Ctx, account: Account) -> Rmw<'a> {
         Rmw {
-            line: self,
-            ctx,
+            k: &self.h.0,
+            idx: self.idx,
+            task: ctx.task,
+            cpu: ctx.cpu_index(),
             account,
             cost: None,
             burn: Burn::default(),
@@ -114,8 +116,12 @@ impl CacheLine {
 /// Future of [`CacheLine::rmw`]; resolves to the operation's cost in nanoseconds.
 #[must_use = "futures do nothing unless awaited"]
 pub struct Rmw<'a> {
-    line: &'a CacheLine,
-    ctx: &'a Ctx,
+    /// The kernel, the line's index, the task and its CPU, copied when the operation is
+    /// created (a poll then reads only the future itself and the kernel).
+    k: &'a Kernel,
+    idx: usize,
+    task: TaskRef,
+    cpu: u32,
     account: Account,
     cost: Option<u64>,
     burn: Burn,
@@ -125,13 +131,13 @@ impl Future for Rmw<'_> {
     type Output = u64;
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<u64> {
         let this = &mut *self;
-        let cpu = this.ctx.cpu_index();
-        let mut st = this.line.h.0.st.borrow_mut();
+        let cpu = this.cpu;
+        let mut st = this.k.st.borrow_mut();
         let cost = match this.cost {
             Some(c) => c,
             None => {
                 let now = st.now;
-                let l = &mut st.lines[this.line.idx];
+                let l = &mut st.lines[this.idx];
                 let start = now.max(l.busy_until);
                 let transfer = l.last_cpu != NO_CPU && l.last_cpu != cpu;
                 let op = l.params.base_ns + if transfer { l.params.transfer_ns } else { 0 };
@@ -146,10 +152,7 @@ impl Future for Rmw<'_> {
                 if cost != 0 && st.spend_now(cpu, this.account, cost) {
                     return Poll::Ready(cost);
                 }
-                if this
-                    .burn
-                    .start(&mut st, cpu, this.ctx.task, this.account, cost)
-                {
+                if this.burn.start(&mut st, cpu, this.task, this.account, cost) {
                     return Poll::Ready(cost);
                 }
                 return Poll::Pending;
@@ -166,8 +169,8 @@ impl Future for Rmw<'_> {
 impl Drop for Rmw<'_> {
     fn drop(&mut self) {
         if self.burn.is_active() {
-            if let Ok(mut st) = self.line.h.0.st.try_borrow_mut() {
-                self.burn.cancel(&mut st, self.ctx.cpu);
+            if let Ok(mut st) = self.k.st.try_borrow_mut() {
+                self.burn.cancel(&mut st, self.cpu);
             }
         }
     }
