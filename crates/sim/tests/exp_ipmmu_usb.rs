@@ -514,18 +514,20 @@ fn fsync_parameters_are_validated() {
     assert_eq!(field_of(run(&t).unwrap_err()), "usb.media_flush_ns.value");
 }
 
+/// `shortened()` with `process.overwrite_page_ns` set to `ns`.
+fn with_overwrite_cost(ns: u64) -> String {
+    shortened().replace(
+        "\n[process]\n",
+        &format!("\n[process]\noverwrite_page_ns = {{ value = {ns}, source = \"test\" }}\n"),
+    )
+}
+
 /// A `write()` into a page already in the cache (the rewrite's page, just read) costs
 /// `overwrite_page_ns`; a new page (block write) `write_page_ns`. Raising the first moves
 /// only the rewrite's CPU, not the block write's.
 #[test]
 fn only_writes_into_cached_pages_pay_the_overwrite_cost() {
-    let with = |ns: u64| {
-        let t = shortened().replace(
-            "overwrite_page_ns = { value = 4000,",
-            &format!("overwrite_page_ns = {{ value = {ns},"),
-        );
-        run(&t).unwrap()
-    };
+    let with = |ns: u64| run(&with_overwrite_cost(ns)).unwrap();
     let fig = |r: &iolab_sim::experiment::ExperimentReport, id: &str| {
         r.figures.iter().find(|f| f.id == id).unwrap().lab
     };
@@ -611,4 +613,31 @@ fn file_tests_cannot_run_more_files_than_bonnie_creates() {
     let e = run(&t).unwrap_err();
     assert!(e.is_bad_input());
     assert_eq!(field_of(e), "files.files_run.value");
+}
+
+/// Left out, `process.overwrite_page_ns` is `write_page_ns - read_page_ns` (8 - 4 us in the
+/// bundled scenario), and it follows either of them.
+#[test]
+fn the_overwrite_cost_is_derived_unless_set() {
+    let derived = run(&shortened()).unwrap();
+    assert!(!shortened().contains("\noverwrite_page_ns"));
+    let explicit = run(&with_overwrite_cost(4000)).unwrap();
+    assert_eq!(derived.report_text, explicit.report_text);
+    let refit = |text: &str| {
+        text.replace(
+            "write_page_ns = { value = 8000,",
+            "write_page_ns = { value = 9000,",
+        )
+    };
+    let derived = run(&refit(&shortened())).unwrap();
+    let explicit = run(&refit(&with_overwrite_cost(5000))).unwrap();
+    assert_eq!(derived.report_text, explicit.report_text);
+    let bad = with_overwrite_cost(4000).replace(
+        "value = 4000, source = \"test\"",
+        "value = -1, source = \"test\"",
+    );
+    assert_eq!(
+        field_of(run(&bad).unwrap_err()),
+        "process.overwrite_page_ns.value"
+    );
 }

@@ -191,7 +191,9 @@ struct ProcessSection {
     putc_ns_per_byte: Param,
     getc_ns_per_byte: Param,
     write_page_ns: Param,
-    overwrite_page_ns: Param,
+    /// Optional: absent, it is derived as `write_page_ns - read_page_ns` (see [`parse`]).
+    #[serde(default)]
+    overwrite_page_ns: Option<Param>,
     read_page_ns: Param,
     writeback_page_ns: Param,
     cpu_slice_ns: Param,
@@ -538,13 +540,18 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Model, ExperimentError> 
             1e4,
         )?,
         write_page_ns: check(&doc, "process.write_page_ns", &pr.write_page_ns, 0.0, 1e7)? as u64,
-        overwrite_page_ns: check(
-            &doc,
-            "process.overwrite_page_ns",
-            &pr.overwrite_page_ns,
-            0.0,
-            1e7,
-        )? as u64,
+        // A write() into a page already in the page cache skips what a new page pays
+        // beyond the write path itself: the allocation and LRU insertion that
+        // `read_page_ns` charges a readahead page. Derived, so that it follows a re-fit of
+        // either cost, unless the scenario sets it.
+        overwrite_page_ns: match &pr.overwrite_page_ns {
+            Some(p) => check(&doc, "process.overwrite_page_ns", p, 0.0, 1e7)? as u64,
+            None => {
+                let write = check(&doc, "process.write_page_ns", &pr.write_page_ns, 0.0, 1e7)?;
+                let read = check(&doc, "process.read_page_ns", &pr.read_page_ns, 0.0, 1e7)?;
+                (write - read).max(0.0) as u64
+            }
+        },
         read_page_ns: check(&doc, "process.read_page_ns", &pr.read_page_ns, 0.0, 1e7)? as u64,
         writeback_page_ns: check(
             &doc,
