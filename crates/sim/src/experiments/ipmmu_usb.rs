@@ -1010,19 +1010,18 @@ pub fn run_scenario(
                     format!("{:.0}", f.rate[i].unwrap_or(0.0))
                 }
             };
+            let beside_published = |i: usize| {
+                format!(
+                    "{} (~{p:.0}, {:+.0}%)",
+                    rate(i),
+                    pct(f.rate[i].unwrap_or(0.0), p)
+                )
+            };
             let _ = writeln!(
                 t,
                 "{name:<22} {:>22} {:>22} {:>12} {:>12}",
-                format!(
-                    "{} (~{p:.0}, {:+.0}%)",
-                    rate(0),
-                    pct(f.rate[0].unwrap_or(0.0), p)
-                ),
-                format!(
-                    "{} (~{p:.0}, {:+.0}%)",
-                    rate(2),
-                    pct(f.rate[2].unwrap_or(0.0), p)
-                ),
+                beside_published(0),
+                beside_published(2),
                 rate(3),
                 rate(5),
             );

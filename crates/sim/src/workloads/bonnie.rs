@@ -1308,10 +1308,10 @@ impl FileValues {
         out
     }
 
-    /// The columns of a lab result (bonnie++ ran `files_k` x 1024 files).
-    pub fn from_result(f: &FileTestResult, files_k: u64) -> Self {
+    /// The columns of a lab result.
+    pub fn from_result(f: &FileTestResult) -> Self {
         let mut v = FileValues {
-            files_k,
+            files_k: f.files / 1024,
             ..Default::default()
         };
         for (i, p) in f.tests().iter().enumerate() {
@@ -1351,10 +1351,7 @@ impl CsvValues {
         }
         v[10] = r.seeks.per_s();
         v[11] = r.seeks.cpu_pct();
-        let files = r
-            .files
-            .as_ref()
-            .map(|f| FileValues::from_result(f, f.files / 1024));
+        let files = r.files.as_ref().map(FileValues::from_result);
         Self { v, files }
     }
 
@@ -1585,7 +1582,7 @@ pub fn csv_row_198(p: &Csv198Params<'_>, r: &BonnieResult) -> String {
     cols.push(format!("{}", r.seeks.cpu_pct().trunc() as u64));
     // num_files, max_size, min_size, num_dirs, file_chunk_size and the 12 file-test
     // columns (all empty when they were not run).
-    let files = CsvValues::from_result(r).files;
+    let files = r.files.as_ref().map(FileValues::from_result);
     match &files {
         Some(f) => {
             cols.push(f.files_k.to_string());
