@@ -176,18 +176,15 @@ impl Stack {
         )
     }
 
-    /// Whether `w` took a lock [`Stack::locked`] models (the IOVA tree's, a flush queue's).
-    fn takes_engine_locks(w: &WorkRecord) -> bool {
-        w.lock_count(LockId::IovaTree) > 0 || w.lock_count(LockId::FlushQueue) > 0
-    }
-
-    /// The acquisitions of the engine-modelled locks in `w`: (IOVA tree, flush queue), for
-    /// [`Stack::locked`] (so the record itself need not be kept across its awaits).
-    fn engine_locks(w: &WorkRecord) -> (u64, u64) {
-        (
+    /// The acquisitions of the engine-modelled locks in `w`, (IOVA tree, flush queue), for
+    /// [`Stack::locked`] (so the record itself need not be kept across its awaits); `None`
+    /// when `w` took neither.
+    fn engine_locks(w: &WorkRecord) -> Option<(u64, u64)> {
+        let locks = (
             w.lock_count(LockId::IovaTree),
             w.lock_count(LockId::FlushQueue),
-        )
+        );
+        (locks != (0, 0)).then_some(locks)
     }
 
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
@@ -196,7 +193,7 @@ impl Stack {
     fn critical_ns(&self, w: &WorkRecord) -> (f64, f64) {
         // Most maps and unmaps take neither lock (the IOVA caches hit; strict mode has no
         // flush queue): nothing was done under them, and an empty record costs `+0.0`.
-        if !Self::takes_engine_locks(w) {
+        if Self::engine_locks(w).is_none() {
             return (0.0, 0.0);
         }
         let mut t = WorkRecord::new();
@@ -319,7 +316,7 @@ impl Stack {
             let critical = self.critical_ns(&w);
             let map_ns = self.work_ns(&w, critical)?;
             // A record that took neither lock has nothing to wait for or charge there.
-            let locks = Self::takes_engine_locks(&w).then(|| Self::engine_locks(&w));
+            let locks = Self::engine_locks(&w);
             (mapping, io, done, queue, critical, map_ns, locks)
         };
         if let Some(locks) = locks {
@@ -486,7 +483,7 @@ impl Stack {
                     c.unmap_ns += unmap_ns;
                     c.inval_syncs += w.inval_syncs;
                     c.flush_queue_flushes += w.flush_queue_flushes;
-                    let locks = Self::takes_engine_locks(&w).then(|| Self::engine_locks(&w));
+                    let locks = Self::engine_locks(&w);
                     (queue, critical, unmap_ns, locks)
                 };
                 ctx.cpu()
