@@ -7,8 +7,8 @@
 //! transfer; with SMMUv3, through its IOTLB and walk cache, each walk read costed); the
 //! completion interrupt lands on the CPU its queue's vector is affine to, where the driver
 //! completes the command, `dma_unmap` runs (with SMMUv3, the invalidation commands and
-//! `CMD_SYNC` the SMMU model applies go through the timed command queue of the
-//! `smmuv3-cmdq` experiment) and the block layer completes the request to fio.
+//! `CMD_SYNC` the SMMU model applies go through the timed command queue, [`crate::cmdq`], as
+//! in the `smmuv3-cmdq` experiment) and the block layer completes the request to fio.
 //!
 //! The IOVA tree's lock and the per-CPU flush queues' locks are engine [`SpinLock`]s: a
 //! map or unmap that took one holds it for the work done under it (the tree walk and
@@ -32,12 +32,12 @@ use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
+use crate::cmdq::SimCmdq;
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
-use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
@@ -534,7 +534,7 @@ pub(crate) struct FioRun {
     pub json: JobJson,
     pub cpu: CpuBreakdown,
     pub dma: DmaCounters,
-    pub cmdq: Option<crate::experiments::smmuv3_cmdq::CmdqStats>,
+    pub cmdq: Option<crate::cmdq::CmdqStats>,
     pub irq_cpus: usize,
     /// Whether the device's DMA went through the SMMUv3 model's IOTLB.
     pub iotlb: bool,
