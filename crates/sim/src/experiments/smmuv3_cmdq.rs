@@ -26,10 +26,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use iolab_iommu::addr::{Access, Iova, PhysAddr, SZ_4K};
-use iolab_iommu::dma::{
-    Device, Direction, DmaMapping, Domain, DomainConfig, DomainId, DomainMode, PhysRange,
-};
+use iolab_iommu::addr::{Iova, PhysAddr, SZ_4K};
+use iolab_iommu::dma::{Device, DmaMapping, Domain, DomainConfig, DomainId, DomainMode, PhysRange};
 use iolab_iommu::hw::{split_queue_work, Smmuv3DevicePath};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
@@ -43,11 +41,12 @@ use crate::cmdq::{CmdqStats, Mode, SimCmdq, SyncWait};
 use crate::cost::{CpuCostModel, PlatformProfile};
 use crate::devices::nvme::{InterruptCoalescing, Nvme, NvmeParams, Post};
 use crate::devices::sas::{SasHba, SasParams};
+use crate::devices::{BlockDev, DeviceDma};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::lab::spec::BlockKernel;
 use crate::metrics::{CpuBreakdown, Measurement, Metric};
 use crate::tomlfile::{InputError, TomlDoc};
-use crate::trace::Track;
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, FioJson, GroupStats, IoRequest, JobJson, RwPattern, SharedStats,
 };
@@ -231,6 +230,23 @@ struct Kernel {
     nvme_complete: u64,
     sas_submit: u64,
     sas_complete: u64,
+}
+
+impl Kernel {
+    /// The per-I/O costs of the block path with `device`'s driver.
+    fn block(&self, device: DeviceKind) -> BlockKernel {
+        let (driver_submit_ns, driver_complete_ns) = match device {
+            DeviceKind::Nvme => (self.nvme_submit, self.nvme_complete),
+            DeviceKind::Sas => (self.sas_submit, self.sas_complete),
+        };
+        BlockKernel {
+            block_submit_ns: self.block_submit,
+            block_complete_ns: self.block_complete,
+            irq_entry_ns: self.irq_entry,
+            driver_submit_ns,
+            driver_complete_ns,
+        }
+    }
 }
 
 /// A platform-profile command-queue timing the scenario may calibrate.
@@ -687,11 +703,6 @@ fn calibrated(mut q: SimCmdq, over: &[(CalibratedCost, u64)]) -> SimCmdq {
 // The storage stack below the system call
 // ---------------------------------------------------------------------------------------
 
-enum Dev {
-    Nvme(Nvme),
-    Sas(SasHba),
-}
-
 struct InFlight {
     req: IoRequest,
     mapping: DmaMapping,
@@ -723,7 +734,6 @@ pub struct DmaStats {
 }
 
 struct Stack {
-    kind: DeviceKind,
     mode: Mode,
     domain: Arc<Domain>,
     /// The SMMU the device's DMA goes through (`None` without an IOMMU).
@@ -733,7 +743,7 @@ struct Stack {
     /// Calibrated walk-read latency minus the profile's, ns per table read (0 unless the
     /// scenario calibrates `iommu.walk_read` on this row's platform).
     walk_read_delta_ns: f64,
-    dev: Dev,
+    dev: BlockDev,
     device: Device,
     vectors: Vec<Channel<InFlight>>,
     /// NVMe completions posted but held by interrupt coalescing, per vector.
@@ -743,7 +753,7 @@ struct Stack {
     /// Interrupt handler runs (one handler entry each).
     handler_runs: Cell<u64>,
     vector_cpu: Vec<usize>,
-    k: Kernel,
+    k: BlockKernel,
     mmio_write_ns: u64,
     iodepth: u64,
     stats: RefCell<DmaStats>,
@@ -780,17 +790,24 @@ impl Stack {
         slot.get_or_insert(e).clone()
     }
 
+    /// The device's DMA through the SMMU (its IOTLB and walk cache, into the stack's reused
+    /// range buffer) or, without an IOMMU, the direct domain.
+    fn device_dma(&self) -> DeviceDma<'_> {
+        DeviceDma {
+            smmu: self.smmu.as_ref(),
+            path: &*self.domain,
+            device: &self.device,
+            ranges: &self.ranges,
+        }
+    }
+
     async fn do_submit(self: &Rc<Self>, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
         let cpu = ctx.cpu().id();
         ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_submit), Account::System)
+            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
             .await;
         let pa = BUF_BASE + ((req.job as u64) * self.iodepth + u64::from(req.slot)) * SZ_4K;
-        let dir = if req.is_read {
-            Direction::FromDevice
-        } else {
-            Direction::ToDevice
-        };
+        let io = req.block_io();
         // The work record is scoped to this block so that it is not kept in the future
         // across the await below (a record is about 400 bytes: zeroing it in the task's
         // future, cold by then, costs more than on the stack).
@@ -798,7 +815,14 @@ impl Stack {
             let mut w = WorkRecord::new();
             let mapping = self
                 .domain
-                .map_page(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
+                .map_page(
+                    &self.device,
+                    PhysAddr::new(pa),
+                    io.len,
+                    io.direction(),
+                    cpu,
+                    &mut w,
+                )
                 .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
             let map_ns = self.cost.cpu_ns(&w) + self.lock_ns(&w);
             let mut s = self.stats.borrow_mut();
@@ -808,41 +832,20 @@ impl Stack {
             s.magazine_misses += w.magazine_misses;
             (mapping, map_ns)
         };
-        let driver = match self.kind {
-            DeviceKind::Nvme => self.k.nvme_submit,
-            DeviceKind::Sas => self.k.sas_submit,
-        };
         ctx.cpu()
             .spend_labeled(
-                SimDuration::ns(map_ns.round() as u64 + driver + self.mmio_write_ns),
+                SimDuration::ns(
+                    map_ns.round() as u64 + self.k.driver_submit_ns + self.mmio_write_ns,
+                ),
                 Account::System,
                 "dma map + driver submit",
             )
             .await;
         // The device's DMA goes through the IOMMU.
         let mut tw = WorkRecord::new();
-        let access = if req.is_read {
-            Access::Write
-        } else {
-            Access::Read
-        };
-        match &self.smmu {
-            // Through the SMMU's IOTLB, or a walk (through the walk cache) on a miss.
-            Some(p) => p
-                .device_translate_into(
-                    mapping.dma_addr(),
-                    req.len,
-                    access,
-                    &mut self.ranges.borrow_mut(),
-                    &mut tw,
-                )
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-            None => self
-                .domain
-                .translate(&self.device, mapping.dma_addr(), req.len, access, &mut tw)
-                .map(drop)
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-        }
+        self.device_dma()
+            .transfer(mapping.dma_addr(), io.len, io.access(), &mut tw)
+            .map_err(|e| self.fail(e))?;
         let tr_ns = (self.cost.translation_ns(&tw)
             + tw.walk_reads as f64 * self.walk_read_delta_ns)
             .max(0.0);
@@ -854,34 +857,18 @@ impl Stack {
             s.walk_reads += tw.walk_reads;
         }
         let now = ctx.now().as_ns();
-        let (at, vector) = match &self.dev {
-            Dev::Nvme(d) => (
-                d.service(now, req.len, req.is_read, tr_ns),
-                d.queue_for_cpu(cpu),
-            ),
-            Dev::Sas(h) => {
-                let disk = h.disk_for(req.offset, req.len);
-                (
-                    h.service(now, disk, req.len, req.is_read, tr_ns),
-                    h.queue_for_disk(disk),
-                )
-            }
-        };
+        let (at, vector) = self.dev.service(now, cpu, io, tr_ns);
         let vector = vector % self.vectors.len();
-        let tracer = self.h.tracer();
-        if tracer.is_on() {
-            let queue = match self.kind {
-                DeviceKind::Nvme => format!("nvme q{vector}"),
-                DeviceKind::Sas => format!("sas cq{vector}"),
-            };
-            tracer.slice(
-                Track::Device(queue.into()),
-                if req.is_read { "read" } else { "write" },
-                now,
-                at.saturating_sub(now),
-                &[("bytes", req.len)],
-            );
-        }
+        self.h.tracer().device(
+            || match self.dev {
+                BlockDev::Nvme(_) => format!("nvme q{vector}"),
+                BlockDev::Sas(_) => format!("sas cq{vector}"),
+            },
+            io.name(),
+            now,
+            at.saturating_sub(now),
+            &[("bytes", io.len)],
+        );
         let item = InFlight { req, mapping };
         let stack = self.clone();
         self.h
@@ -896,7 +883,7 @@ impl Stack {
     /// completion and this one reach the handler), or held by NVMe interrupt coalescing
     /// until the threshold or the aggregation timer.
     fn post_completion(self: &Rc<Self>, vector: usize, item: InFlight) {
-        let Dev::Nvme(d) = &self.dev else {
+        let BlockDev::Nvme(d) = &self.dev else {
             self.interrupt(vector, Some(item));
             return;
         };
@@ -908,7 +895,7 @@ impl Stack {
                 let stack = self.clone();
                 let armed = self.h.spawn_agent(move |actx| async move {
                     actx.sleep_until(SimTime::from_ns(at)).await;
-                    if let Dev::Nvme(d) = &stack.dev {
+                    if let BlockDev::Nvme(d) = &stack.dev {
                         if d.timer_expired(vector, token) {
                             stack.interrupt(vector, None);
                         }
@@ -944,18 +931,14 @@ impl Stack {
             let first = chan.recv(&ctx).await;
             self.handler_runs.set(self.handler_runs.get() + 1);
             ctx.cpu()
-                .spend(SimDuration::ns(self.k.irq_entry), Account::System)
+                .spend(SimDuration::ns(self.k.irq_entry_ns), Account::System)
                 .await;
             let mut next = Some(first);
             while let Some(f) = next {
                 // The completion of one I/O (inline rather than an `async fn`: one state
                 // machine less to poll through on every wake-up).
-                let driver = match self.kind {
-                    DeviceKind::Nvme => self.k.nvme_complete,
-                    DeviceKind::Sas => self.k.sas_complete,
-                };
                 ctx.cpu()
-                    .spend(SimDuration::ns(driver), Account::System)
+                    .spend(SimDuration::ns(self.k.driver_complete_ns), Account::System)
                     .await;
                 // The work record is scoped to this block, so it is not kept in the
                 // future across the awaits below (as in `do_submit`).
@@ -991,7 +974,7 @@ impl Stack {
                     }
                 }
                 ctx.cpu()
-                    .spend(SimDuration::ns(self.k.block_complete), Account::System)
+                    .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
                     .await;
                 f.req.complete();
                 next = chan.try_recv();
@@ -1120,7 +1103,7 @@ fn run_cell(
             &row.cmdq_override,
         )),
     };
-    let (dev, nvec, vector_cpu): (Dev, usize, Vec<usize>) = match row.device {
+    let (dev, nvec, vector_cpu): (BlockDev, usize, Vec<usize>) = match row.device {
         DeviceKind::Nvme => {
             let queues = v.nvme.io_queues.min(row.cpus);
             let p = NvmeParams {
@@ -1129,7 +1112,7 @@ fn run_cell(
             };
             // Queue q's vector is affine to CPU q (managed interrupts, one per queue).
             (
-                Dev::Nvme(Nvme::new(p).with_coalescing(v.coalescing)),
+                BlockDev::Nvme(Nvme::new(p).with_coalescing(v.coalescing)),
                 queues,
                 (0..queues).collect(),
             )
@@ -1137,12 +1120,11 @@ fn run_cell(
         DeviceKind::Sas => {
             let n = v.sas.completion_queues;
             // Completion queue q's interrupt is handled on CPU q.
-            (Dev::Sas(SasHba::new(v.sas)), n, (0..n).collect())
+            (BlockDev::Sas(SasHba::new(v.sas)), n, (0..n).collect())
         }
     };
     let inflight_cap = (row.job.iodepth as usize) * (row.job.numjobs as usize) + 1;
     let stack = Rc::new(Stack {
-        kind: row.device,
         mode,
         domain,
         smmu,
@@ -1160,7 +1142,7 @@ fn run_cell(
         interrupts: Cell::new(0),
         handler_runs: Cell::new(0),
         vector_cpu: vector_cpu.clone(),
-        k: v.kernel,
+        k: v.kernel.block(row.device),
         mmio_write_ns: row.profile.mmio.write.ns().round() as u64,
         iodepth: u64::from(row.job.iodepth),
         stats: RefCell::new(DmaStats::default()),
