@@ -3,7 +3,7 @@
 //! protection paths, the hostile workload).
 //!
 //! The functional queue of `iolab_iommu::smmuv3` builds the commands and counts the
-//! commands written and the PROD writes ([`QueueWork`]); [`SimCmdq`] gives them their
+//! commands written and the PROD writes ([`QueueWork`]); `SimCmdq` gives them their
 //! time. The SMMU consumes commands at the profile's rate, a sync completes when the
 //! consumer passes it plus the sync latency; the spinlock design ([`Mode::Spinlock`],
 //! Linux <= 5.2) holds one engine [`SpinLock`] while writing and while waiting for the sync;

@@ -1,8 +1,8 @@
 //! Device models. Every byte a device moves goes through the IOMMU's translation.
 //!
 //! Beside the models, the device side shared by the storage stacks that drive NVMe SSDs and
-//! SAS HBAs (the `smmuv3-cmdq` experiment's and the lab's): [`BlockDev`], which times an I/O
-//! on either and names its completion vector, and [`DeviceDma`], the device's DMA through
+//! SAS HBAs (the `smmuv3-cmdq` experiment's and the lab's): `BlockDev`, which times an I/O
+//! on either and names its completion vector, and `DeviceDma`, the device's DMA through
 //! the IOMMU.
 pub mod nic;
 pub mod nvme;

@@ -8,7 +8,7 @@
 //! `CMD_TLBI_NH_VA` per page of each gathered range, then a `CMD_SYNC`) and issues them
 //! through the functional queue of `iolab_iommu::smmuv3` (spinlock or lock-free producer),
 //! which counts the commands written and the PROD writes. The *timing* of the queue is the
-//! lab's ([`SimCmdq`], in [`crate::cmdq`]): the SMMU consumes commands at the profile's
+//! lab's (`SimCmdq`, in [`crate::cmdq`]): the SMMU consumes commands at the profile's
 //! rate, a sync completes when the consumer passes it plus the sync latency; the spinlock
 //! design holds one engine spinlock while writing and while waiting for the sync; the
 //! lock-free design reserves slots with compare-and-swap on a shared word
