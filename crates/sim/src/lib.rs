@@ -46,6 +46,7 @@
 
 pub mod accounting;
 pub mod block;
+pub mod cmdq;
 pub mod cost;
 pub mod devices;
 pub mod engine;

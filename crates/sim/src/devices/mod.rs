@@ -1,6 +1,133 @@
 //! Device models. Every byte a device moves goes through the IOMMU's translation.
+//!
+//! Beside the models, the device side shared by the storage stacks that drive NVMe SSDs and
+//! SAS HBAs (the `smmuv3-cmdq` experiment's and the lab's): `BlockDev`, which times an I/O
+//! on either and names its completion vector, and `DeviceDma`, the device's DMA through
+//! the IOMMU.
 pub mod nic;
 pub mod nvme;
 pub mod sas;
 pub mod scsi;
 pub mod usb;
+
+use std::cell::RefCell;
+
+use iolab_iommu::addr::{Access, DmaAddr};
+use iolab_iommu::dma::{Device, Direction, PhysRange};
+use iolab_iommu::hw::{DmaPath, Smmuv3DevicePath};
+use iolab_iommu::work::WorkRecord;
+
+/// One block device's timing model.
+pub(crate) enum BlockDev {
+    /// An NVMe SSD.
+    Nvme(nvme::Nvme),
+    /// A SAS HBA with its disks.
+    Sas(sas::SasHba),
+}
+
+/// What a block device is asked to do for one I/O.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlockIo {
+    /// Device to memory.
+    pub is_read: bool,
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Bytes moved.
+    pub len: u64,
+    /// The SAS stripe unit that places the I/O on a disk.
+    pub stripe: u64,
+}
+
+impl BlockIo {
+    /// The DMA direction of the I/O's buffer.
+    pub(crate) fn direction(&self) -> Direction {
+        if self.is_read {
+            Direction::FromDevice
+        } else {
+            Direction::ToDevice
+        }
+    }
+
+    /// What the device's DMA does to memory: a read writes it.
+    pub(crate) fn access(&self) -> Access {
+        if self.is_read {
+            Access::Write
+        } else {
+            Access::Read
+        }
+    }
+
+    /// The I/O's name on a device's trace track.
+    pub(crate) fn name(&self) -> &'static str {
+        if self.is_read {
+            "read"
+        } else {
+            "write"
+        }
+    }
+}
+
+impl BlockDev {
+    /// `io`, submitted on `cpu` at `now` (ns), its transfer slowed by `translation_ns` of
+    /// IOMMU translation: when the device completes it, and its completion vector (NVMe: the
+    /// submitting CPU's queue; SAS: the queue of the disk holding the I/O), to be taken
+    /// modulo the vectors there are.
+    pub(crate) fn service(
+        &self,
+        now: u64,
+        cpu: usize,
+        io: BlockIo,
+        translation_ns: f64,
+    ) -> (u64, usize) {
+        match self {
+            BlockDev::Nvme(d) => (
+                d.service(now, io.len, io.is_read, translation_ns),
+                d.queue_for_cpu(cpu),
+            ),
+            BlockDev::Sas(hba) => {
+                let disk = hba.disk_for(io.offset, io.stripe);
+                (
+                    hba.service(now, disk, io.len, io.is_read, translation_ns),
+                    hba.queue_for_disk(disk),
+                )
+            }
+        }
+    }
+}
+
+/// A device's DMA through the IOMMU: with an SMMUv3, through its IOTLB and walk cache (a
+/// walk on a miss), the physical ranges left in a reused buffer; otherwise through the DMA
+/// path's translation (or its bypass).
+pub(crate) struct DeviceDma<'a> {
+    /// The SMMU the device's DMA goes through, if the path is the SMMUv3 model.
+    pub smmu: Option<&'a Smmuv3DevicePath>,
+    /// The DMA path otherwise.
+    pub path: &'a dyn DmaPath,
+    /// The device.
+    pub device: &'a Device,
+    /// The physical ranges of the last SMMUv3 translation (reused, not kept).
+    pub ranges: &'a RefCell<Vec<PhysRange>>,
+}
+
+impl DeviceDma<'_> {
+    /// The device moves `len` bytes at `dma` (`access` as the device sees it); `tw` counts
+    /// the translation's work. A fault is the message a stack records.
+    pub(crate) fn transfer(
+        &self,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        tw: &mut WorkRecord,
+    ) -> Result<(), String> {
+        match self.smmu {
+            Some(p) => p
+                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
+                .map_err(|e| format!("device DMA faulted: {e}")),
+            None => self
+                .path
+                .translate(self.device, dma, len, access, tw)
+                .map(drop)
+                .map_err(|e| format!("device DMA faulted: {e}")),
+        }
+    }
+}

@@ -39,8 +39,8 @@ use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
 use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
-use super::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq};
 use super::ExperimentError;
+use crate::cmdq::{Mode as CmdqMode, SimCmdq};
 use crate::cost::PlatformProfile;
 use crate::devices::nvme::{Nvme, NvmeParams};
 use crate::engine::{Sim, SimConfig, SimDuration, SimTime};

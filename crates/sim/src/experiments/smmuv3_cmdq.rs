@@ -8,33 +8,27 @@
 //! `CMD_TLBI_NH_VA` per page of each gathered range, then a `CMD_SYNC`) and issues them
 //! through the functional queue of `iolab_iommu::smmuv3` (spinlock or lock-free producer),
 //! which counts the commands written and the PROD writes. The *timing* of the queue is the
-//! engine's (`SimCmdq`): the SMMU consumes commands at the profile's rate, a sync
-//! completes when the consumer passes it plus the sync latency; the spinlock design holds
-//! one engine [`SpinLock`] while writing and while waiting for the sync; the lock-free
-//! design reserves slots with compare-and-swap on a shared word ([`CasWord`]: a stale
-//! compare costs one line transfer, the retry on the held line succeeds), gathers the
-//! commands and syncs of CPUs that reserve while an owner's window is open (up to
-//! `batch_max` commands, one PROD write for the batch), and waits for each CPU's sync
-//! without a lock.
+//! lab's (`SimCmdq`, in [`crate::cmdq`]): the SMMU consumes commands at the profile's
+//! rate, a sync completes when the consumer passes it plus the sync latency; the spinlock
+//! design holds one engine spinlock while writing and while waiting for the sync; the
+//! lock-free design reserves slots with compare-and-swap on a shared word
+//! ([`CasWord`](crate::cmdq::CasWord)), gathers the commands and syncs of CPUs that reserve
+//! while an owner's window is open (up to `batch_max` commands, one PROD write for the
+//! batch), and waits for each CPU's sync without a lock.
 //!
 //! Published figures are constants here, used only for the report and the effects. See
 //! docs/model/smmuv3-cmdq.md.
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
 
-use iolab_iommu::addr::{Access, Iova, PhysAddr, SZ_4K};
-use iolab_iommu::dma::{
-    Device, Direction, DmaMapping, Domain, DomainConfig, DomainId, DomainMode, PhysRange,
-};
-use iolab_iommu::hw::{split_queue_work, QueueWork, Smmuv3DevicePath};
+use iolab_iommu::addr::{Iova, PhysAddr, SZ_4K};
+use iolab_iommu::dma::{Device, DmaMapping, Domain, DomainConfig, DomainId, DomainMode, PhysRange};
+use iolab_iommu::hw::{split_queue_work, Smmuv3DevicePath};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
 use iolab_iommu::pgtable::lpae::LpaeConfig;
@@ -43,17 +37,16 @@ use iolab_iommu::work::{LockId, WorkRecord};
 
 use super::ExperimentError;
 use crate::accounting::{Account, RunReport};
+use crate::cmdq::{CmdqStats, Mode, SimCmdq, SyncWait};
 use crate::cost::{CpuCostModel, PlatformProfile};
 use crate::devices::nvme::{InterruptCoalescing, Nvme, NvmeParams, Post};
 use crate::devices::sas::{SasHba, SasParams};
-use crate::engine::{
-    Channel, Completion, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime, Spend,
-};
+use crate::devices::{BlockDev, DeviceDma};
+use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
+use crate::lab::spec::BlockKernel;
 use crate::metrics::{CpuBreakdown, Measurement, Metric};
-use crate::resources::{CacheLine, LineParams, SpinGuard, SpinLock, SpinParams};
 use crate::tomlfile::{InputError, TomlDoc};
-use crate::trace::{Tracer, Track};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, FioJson, GroupStats, IoRequest, JobJson, RwPattern, SharedStats,
 };
@@ -220,38 +213,6 @@ fn one() -> u32 {
     1
 }
 
-/// Which command queue (or none) a configuration runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Pre-2019: one spinlock around insertion, sync waited for under the lock.
-    Spinlock,
-    /// 2019: lock-free insertion, gathered batches with one sync.
-    LockFree,
-    /// No IOMMU (DMA addresses are physical).
-    Off,
-}
-
-impl Mode {
-    fn parse(s: &str) -> Option<Mode> {
-        Some(match s {
-            "spinlock" => Mode::Spinlock,
-            "lockfree" => Mode::LockFree,
-            "off" => Mode::Off,
-            _ => return None,
-        })
-    }
-
-    /// The id used in figure and effect names.
-    pub fn id(self) -> &'static str {
-        match self {
-            Mode::Spinlock => "spinlock",
-            Mode::LockFree => "lockfree",
-            Mode::Off => "off",
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum DeviceKind {
     Nvme,
@@ -269,6 +230,23 @@ struct Kernel {
     nvme_complete: u64,
     sas_submit: u64,
     sas_complete: u64,
+}
+
+impl Kernel {
+    /// The per-I/O costs of the block path with `device`'s driver.
+    fn block(&self, device: DeviceKind) -> BlockKernel {
+        let (driver_submit_ns, driver_complete_ns) = match device {
+            DeviceKind::Nvme => (self.nvme_submit, self.nvme_complete),
+            DeviceKind::Sas => (self.sas_submit, self.sas_complete),
+        };
+        BlockKernel {
+            block_submit_ns: self.block_submit,
+            block_complete_ns: self.block_complete,
+            irq_entry_ns: self.irq_entry,
+            driver_submit_ns,
+            driver_complete_ns,
+        }
+    }
 }
 
 /// A platform-profile command-queue timing the scenario may calibrate.
@@ -706,628 +684,24 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
     })
 }
 
-// ---------------------------------------------------------------------------------------
-// The command queue in virtual time
-// ---------------------------------------------------------------------------------------
-
-/// The SMMU's command consumer: one command at a time at its rate.
-#[derive(Debug, Default)]
-struct Smmu {
-    busy_until: Cell<u64>,
-    consumed: Cell<u64>,
-    syncs: Cell<u64>,
-    /// When the consumer passes the last published command, if that command was a
-    /// CMD_SYNC (Linux <= 5.2 with MSIs piggy-backs on it: `prev_cmd_opcode`).
-    last_sync_passed: Cell<Option<u64>>,
-}
-
-impl Smmu {
-    /// `n` commands published at `now` (`sync`: the last is a CMD_SYNC): when the consumer
-    /// passes the last.
-    fn publish(&self, tracer: &Tracer, now: u64, n: u64, consume_ns: u64, sync: bool) -> u64 {
-        let start = now.max(self.busy_until.get());
-        let end = start + n * consume_ns;
-        if tracer.is_on() {
-            tracer.slice(
-                Track::Iommu("cmdq consumer".into()),
-                "consume",
-                start,
-                end - start,
-                &[("cmds", n)],
-            );
-        }
-        self.busy_until.set(end);
-        self.consumed.set(self.consumed.get() + n);
-        self.syncs.set(self.syncs.get() + u64::from(sync));
-        self.last_sync_passed.set(sync.then_some(end));
-        end
-    }
-}
-
-/// How a CPU learns that its `CMD_SYNC` completed (Linux `arm_smmu_cmdq_poll_until_sync`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncWait {
-    /// The SMMU writes an MSI into the sync command (SMMU_IDR0.MSI with coherency): the
-    /// CPU polls cacheable memory and sees the completion as it lands.
-    Msi,
-    /// No MSI: the CPU reads the SMMU's CONS register (`readl`) until it has passed the
-    /// sync; each read is a non-posted MMIO read (`mmio.read` of the profile), so the
-    /// completion is seen by the first read issued after it, one read later.
-    ConsPoll,
-}
-
-/// What the simulated queue did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct CmdqStats {
-    /// Issue calls (one per unmap that needed invalidation).
-    pub issues: u64,
-    /// Commands written by CPUs, syncs included.
-    pub commands: u64,
-    /// Commands the SMMU consumed.
-    pub consumed: u64,
-    /// Syncs the SMMU completed.
-    pub syncs: u64,
-    /// Batches published (lock-free: owners; spinlock: every issue).
-    pub batches: u64,
-    /// Issues whose commands joined another CPU's batch.
-    pub gathered: u64,
-    /// Failed compare-and-swap attempts (lock-free).
-    pub cas_failures: u64,
-    /// Compare-and-swap attempts (lock-free).
-    pub cas_attempts: u64,
-    /// Total ns CPUs spent waiting for syncs (polling).
-    pub sync_wait_ns: u64,
-    /// CONS register reads made while polling for syncs (0 with MSI completion).
-    pub cons_reads: u64,
-    /// Spinlock design with MSIs: syncs not inserted because the previous command was
-    /// already a CMD_SYNC (the caller waits for that one).
-    pub piggybacked: u64,
-}
-
-struct Gather {
-    open: bool,
-    cmds: u64,
-    /// When the last gathered slot is written and marked valid.
-    valid_at: u64,
-    /// Joiners: (their commands including their sync, their sync's completion; `None`
-    /// for a list without a sync).
-    waiters: Vec<(u64, bool, Option<Completion<u64>>)>,
-}
-
-/// The lock-free queue's shared `{prod, cons | OWNED}` word: one cache line, owned by one
-/// CPU at a time, so atomics on it serialise in arrival order (a *grant* each).
-///
-/// A `cmpxchg` reservation: the CPU read the word when it started; when the line is
-/// granted to it, the compare succeeds if no other update was granted in between, and the
-/// CPU pays one RMW (plus a transfer if the line comes from another CPU). If another
-/// update landed first, the failed `cmpxchg` still cost the transfer and returns the
-/// current value; the CPU recomputes its new `prod` at once and retries while the line is
-/// still in its cache, which succeeds at the cost of one more (local) RMW. So each
-/// reservation costs at most one transfer and two RMWs, contenders are served one per
-/// grant, and there is no retry storm: `k` CPUs contending see at most one failure each
-/// per reservation, and the line completes about one reservation per transfer.
-#[derive(Debug)]
-pub struct CasWord {
-    params: LineParams,
-    busy_until: Cell<u64>,
-    last_cpu: Cell<Option<usize>>,
-    grants: Cell<u64>,
-    transfers: Cell<u64>,
-}
-
-impl CasWord {
-    /// A word no CPU has touched yet.
-    pub fn new(params: LineParams) -> Self {
-        CasWord {
-            params,
-            busy_until: Cell::new(0),
-            last_cpu: Cell::new(None),
-            grants: Cell::new(0),
-            transfers: Cell::new(0),
-        }
-    }
-
-    fn grant(&self, now: u64, cpu: usize) -> (u64, u64) {
-        let start = now.max(self.busy_until.get());
-        let transfer = self.last_cpu.get().is_some_and(|c| c != cpu);
-        let cost = self.params.base_ns + if transfer { self.params.transfer_ns } else { 0 };
-        self.grants.set(self.grants.get() + 1);
-        self.transfers
-            .set(self.transfers.get() + u64::from(transfer));
-        self.last_cpu.set(Some(cpu));
-        (start, start + cost)
-    }
-
-    /// A `cmpxchg` reservation loop by `cpu` starting at `now` (when it read the word):
-    /// returns (attempts, time the reservation is done). The caller keeps its CPU busy
-    /// until then (a core stalled on an atomic is a busy core).
-    pub fn reserve(&self, now: u64, cpu: usize) -> (u64, u64) {
-        // An update granted to another CPU ends after our read: our expected value is
-        // stale by the time the line reaches us.
-        let stale = self.busy_until.get() > now;
-        let (_, mut end) = self.grant(now, cpu);
-        let mut attempts = 1;
-        if stale {
-            // The failed compare returned the current value; retry at once on the line
-            // we now hold.
-            end += self.params.base_ns;
-            attempts += 1;
-        }
-        self.busy_until.set(end);
-        (attempts, end)
-    }
-
-    /// A plain atomic or store on the word (e.g. `fetch_andnot` clearing the OWNED flag,
-    /// or the last sync waiter's `WRITE_ONCE` of `cons`): one grant.
-    pub fn fetch_op(&self, now: u64, cpu: usize) -> (u64, u64) {
-        let (_, end) = self.grant(now, cpu);
-        self.busy_until.set(end);
-        (1, end)
-    }
-
-    /// (grants, transfers) so far.
-    pub fn counts(&self) -> (u64, u64) {
-        (self.grants.get(), self.transfers.get())
-    }
-}
-
-/// The command queue of one SMMU in virtual time, for one of the two producer designs.
-pub(crate) struct SimCmdq {
-    mode: Mode,
-    smmu: Smmu,
-    lock: Option<SpinLock>,
-    cas: CasWord,
-    /// `cmdq->lock`, the counter taken shared by CPUs waiting on a sync.
-    shared_line: CacheLine,
-    /// `cmdq->valid_map`: the bitmap word a CPU toggles to mark its slots valid and the
-    /// owner reads to see the gathered slots valid.
-    valid_map: CacheLine,
-    /// `cmdq->owner_prod`: read by an owner waiting for the previous owner, then set.
-    owner_prod: CacheLine,
-    /// CPUs holding the shared lock (waiting on a sync).
-    shared_holders: Cell<u64>,
-    gather: RefCell<Gather>,
-    prev_owner_done: Cell<u64>,
-    last_holder: Cell<Option<usize>>,
-    lock_acquire_ns: u64,
-    consume_ns: u64,
-    sync_ns: u64,
-    cmd_write_ns: u64,
-    mmio_write_ns: u64,
-    mmio_read_ns: u64,
-    sync_wait: SyncWait,
-    owner_ns: u64,
-    batch_max: u64,
-    stats: RefCell<CmdqStats>,
-    h: Handle,
-}
-
-/// A busy wait that may be empty (the target time has passed): a [`Spend`] or nothing.
-struct MaybeSpend<'a>(Option<Spend<'a>>);
-
-impl Future for MaybeSpend<'_> {
-    type Output = ();
-
-    #[inline]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match self.0.as_mut() {
-            Some(spend) => Pin::new(spend).poll(cx),
-            None => Poll::Ready(()),
-        }
-    }
-}
-
-impl SimCmdq {
-    pub(crate) fn new(
-        h: &Handle,
-        mode: Mode,
-        p: &PlatformProfile,
-        batch_max: u32,
-    ) -> Result<Self, ExperimentError> {
-        let cq = p.require_cmdq()?;
-        let r = |x: f64| x.round() as u64;
-        let lock = match mode {
-            Mode::Spinlock => Some(SpinLock::new(
-                h,
-                "cmdq_lock",
-                SpinParams {
-                    acquire_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
-                    release_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
-                    handoff_ns: r(p.sync.lock_handoff.ns()),
-                },
-            )?),
-            _ => None,
+/// `q` with the profile timings the scenario calibrates on its row's platform replaced by
+/// the calibrated values (ns).
+fn calibrated(mut q: SimCmdq, over: &[(CalibratedCost, u64)]) -> SimCmdq {
+    for &(cost, ns) in over {
+        q = match cost {
+            CalibratedCost::SyncLatency => q.with_sync_latency(ns),
+            CalibratedCost::CommandConsume => q.with_command_consume(ns),
+            CalibratedCost::MmioRead => q.with_mmio_read(ns),
+            // A device-side timing: applied by the stack to the device's translation.
+            CalibratedCost::WalkRead => q,
         };
-        let line = LineParams {
-            base_ns: r(p.sync.atomic_rmw.ns()),
-            transfer_ns: r(p.sync.cacheline_transfer.ns()),
-        };
-        Ok(SimCmdq {
-            mode,
-            smmu: Smmu::default(),
-            lock,
-            cas: CasWord::new(line),
-            shared_line: CacheLine::new(h, "cmdq_shared_lock", line)?,
-            valid_map: CacheLine::new(h, "cmdq_valid_map", line)?,
-            owner_prod: CacheLine::new(h, "cmdq_owner_prod", line)?,
-            shared_holders: Cell::new(0),
-            gather: RefCell::new(Gather {
-                open: false,
-                cmds: 0,
-                valid_at: 0,
-                waiters: Vec::new(),
-            }),
-            prev_owner_done: Cell::new(0),
-            last_holder: Cell::new(None),
-            lock_acquire_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
-            consume_ns: r(cq.command_consume.ns()),
-            sync_ns: r(cq.sync_latency.ns()),
-            cmd_write_ns: r(p.cpu.command_write.ns()),
-            mmio_write_ns: r(p.mmio.write.ns()),
-            mmio_read_ns: r(p.mmio.read.ns()).max(1),
-            sync_wait: SyncWait::Msi,
-            owner_ns: r(p.cpu.owner_election.ns()),
-            batch_max: u64::from(batch_max),
-            stats: RefCell::new(CmdqStats::default()),
-            h: h.clone(),
-        })
     }
-
-    /// The same queue with CPUs learning of sync completion by `wait` (default
-    /// [`SyncWait::Msi`]).
-    pub(crate) fn with_sync_wait(mut self, wait: SyncWait) -> Self {
-        self.sync_wait = wait;
-        self
-    }
-
-    /// The same queue with one profile timing replaced by a calibrated value (ns).
-    fn with_override(mut self, over: &[(CalibratedCost, u64)]) -> Self {
-        for &(cost, ns) in over {
-            match cost {
-                CalibratedCost::SyncLatency => self.sync_ns = ns,
-                CalibratedCost::CommandConsume => self.consume_ns = ns,
-                CalibratedCost::MmioRead => self.mmio_read_ns = ns.max(1),
-                // A device-side timing: applied by the stack to the device's translation.
-                CalibratedCost::WalkRead => {}
-            }
-        }
-        self
-    }
-
-    /// When a CPU that starts polling at `now` sees a sync that completes at `t`.
-    fn sync_seen_at(&self, now: u64, t: u64) -> (u64, u64) {
-        match self.sync_wait {
-            SyncWait::Msi => (t.max(now), 0),
-            SyncWait::ConsPoll => {
-                // Reads issued back to back from `now`; each samples CONS about half-way
-                // through its round trip and returns a full read time after issue. The
-                // first read always happens (the software copy of cons is behind).
-                let r = self.mmio_read_ns;
-                let need = t.saturating_sub(now + r / 2);
-                let reads = need.div_ceil(r) + 1;
-                (now + reads * r, reads)
-            }
-        }
-    }
-
-    /// Polls (busy, system time) until the sync completing at `t` is seen; `label` names
-    /// the wait in a timeline trace. Counts its CONS reads when called (it is awaited at
-    /// once): a plain function, so the wait is no extra state machine in the caller's.
-    fn poll_sync<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
-        let now = ctx.now().as_ns();
-        let (seen, reads) = self.sync_seen_at(now, t);
-        {
-            let mut s = self.stats.borrow_mut();
-            s.cons_reads += reads;
-        }
-        self.poll_until(ctx, seen, label)
-    }
-
-    /// Polls (busy, system time) until `t`; `label` names the wait in a timeline trace.
-    /// Like [`SimCmdq::poll_sync`], a plain function whose future is the spend itself.
-    fn poll_until<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
-        let now = ctx.now().as_ns();
-        MaybeSpend((t > now).then(|| {
-            self.stats.borrow_mut().sync_wait_ns += t - now;
-            ctx.cpu()
-                .spend_labeled(SimDuration::ns(t - now), Account::System, label)
-        }))
-    }
-
-    /// Issues the queue share of one DMA-API call (split off its work record with
-    /// [`split_queue_work`]), if it ended in a `CMD_SYNC`: its invalidation commands plus a
-    /// `CMD_SYNC`, and waits for the sync. Commands without a sync stay in the functional
-    /// queue's batch and cost nothing here. `work.prod_writes` is the functional producer's
-    /// count of PROD writes (the spinlock design writes PROD once per command).
-    pub(crate) async fn issue_work(&self, ctx: &Ctx, work: &QueueWork) {
-        if work.syncs == 0 {
-            return;
-        }
-        let (cmds, prod_writes) = (work.invalidations(), work.prod_writes);
-        {
-            let mut s = self.stats.borrow_mut();
-            s.issues += 1;
-            s.commands += cmds + 1;
-        }
-        let t0 = ctx.now();
-        match self.mode {
-            Mode::Spinlock => self.issue_spinlock(ctx, cmds, prod_writes).await,
-            Mode::LockFree => {
-                // Linux 5.3 arm_smmu_tlb_inv_range: the TLBIs go in lists of up to
-                // CMDQ_BATCH_ENTRIES (`batch_max`) without a sync, the last list with one.
-                let mut left = cmds;
-                while left > self.batch_max {
-                    self.issue_lockfree(ctx, self.batch_max, false).await;
-                    left -= self.batch_max;
-                }
-                self.issue_lockfree(ctx, left, true).await;
-            }
-            Mode::Off => {}
-        }
-        ctx.trace_since("cmdq issue", t0);
-    }
-
-    /// One acquisition of the queue spinlock: an uncontended acquisition whose previous
-    /// holder was another CPU still moves the lock word (and the queue's software
-    /// prod/cons next to it) from that CPU's cache; contended hand-offs are charged by the
-    /// lock itself.
-    async fn spin_acquire<'a>(&'a self, ctx: &'a Ctx, lock: &'a SpinLock) -> SpinGuard<'a> {
-        let t0 = ctx.now().as_ns();
-        let g = lock.lock(ctx).await;
-        let cpu = ctx.cpu().id();
-        let waited = ctx.now().as_ns() - t0 > self.lock_acquire_ns;
-        if !waited && self.last_holder.get().is_some_and(|c| c != cpu) {
-            ctx.cpu()
-                .spend(
-                    SimDuration::ns(self.cas.params.transfer_ns),
-                    Account::System,
-                )
-                .await;
-        }
-        self.last_holder.set(Some(cpu));
-        g
-    }
-
-    /// Linux <= 5.2: `arm_smmu_tlb_inv_range_nosync` issues each TLBI with
-    /// `arm_smmu_cmdq_issue_cmd` (lock, write the command, write PROD, unlock), then
-    /// `arm_smmu_cmdq_issue_sync` takes the lock again, writes the sync and PROD, and
-    /// without MSIs (`__arm_smmu_cmdq_issue_sync`) polls CONS until the queue is empty
-    /// while still holding the lock.
-    async fn issue_spinlock(&self, ctx: &Ctx, cmds: u64, prod_writes: u64) {
-        let Some(lock) = &self.lock else { return };
-        // The functional producer writes PROD once per command.
-        let sync_prod_writes = prod_writes.saturating_sub(cmds).max(1);
-        for _ in 0..cmds {
-            let g = self.spin_acquire(ctx, lock).await;
-            ctx.cpu()
-                .spend(
-                    SimDuration::ns(self.cmd_write_ns + self.mmio_write_ns),
-                    Account::System,
-                )
-                .await;
-            self.smmu.publish(
-                self.h.tracer(),
-                ctx.now().as_ns(),
-                1,
-                self.consume_ns,
-                false,
-            );
-            g.unlock().await;
-        }
-        let g = self.spin_acquire(ctx, lock).await;
-        if self.sync_wait == SyncWait::Msi {
-            // `__arm_smmu_cmdq_issue_sync_msi` (Linux 4.15-5.2, SMMU with MSIs and
-            // coherency): under the lock, insert a CMD_SYNC whose MSI writes a sequence
-            // number into `smmu->sync_count`, unless the last command inserted was
-            // already a CMD_SYNC (it then covers our TLBIs too: piggy-back on it, 4.19
-            // "Avoid back-to-back CMD_SYNC operations"); then poll `sync_count` in
-            // memory outside the lock.
-            let passed = match self.smmu.last_sync_passed.get() {
-                Some(passed) => {
-                    let mut s = self.stats.borrow_mut();
-                    s.piggybacked += 1;
-                    // No sync written: `issue` counted one.
-                    s.commands -= 1;
-                    passed
-                }
-                None => {
-                    let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
-                    ctx.cpu()
-                        .spend(SimDuration::ns(write), Account::System)
-                        .await;
-                    self.stats.borrow_mut().batches += 1;
-                    self.smmu
-                        .publish(self.h.tracer(), ctx.now().as_ns(), 1, self.consume_ns, true)
-                }
-            };
-            g.unlock().await;
-            self.poll_sync(ctx, passed + self.sync_ns, "cmdq sync wait")
-                .await;
-            return;
-        }
-        let write = self.cmd_write_ns + sync_prod_writes * self.mmio_write_ns;
-        ctx.cpu()
-            .spend(SimDuration::ns(write), Account::System)
-            .await;
-        let passed =
-            self.smmu
-                .publish(self.h.tracer(), ctx.now().as_ns(), 1, self.consume_ns, true);
-        self.stats.borrow_mut().batches += 1;
-        self.poll_sync(ctx, passed + self.sync_ns, "cmdq sync wait")
-            .await;
-        g.unlock().await;
-    }
-
-    /// Linux 5.3 `arm_smmu_cmdq_issue_cmdlist`: `cmds` commands, plus a `CMD_SYNC` and the
-    /// wait for it if `sync`.
-    async fn issue_lockfree(&self, ctx: &Ctx, cmds: u64, sync: bool) {
-        let mine = cmds + u64::from(sync);
-        // 1. Reserve slots: compare-and-swap on the shared {prod, cons | OWNED} word.
-        // The queue (256 slots) never fills here: each CPU has at most one list in it.
-        let (attempts, end) = self.cas.reserve(ctx.now().as_ns(), ctx.cpu().id());
-        {
-            let mut s = self.stats.borrow_mut();
-            s.cas_attempts += attempts;
-            s.cas_failures += attempts - 1;
-        }
-        let now = ctx.now().as_ns();
-        if end > now {
-            ctx.cpu()
-                .spend(SimDuration::ns(end - now), Account::System)
-                .await;
-        }
-        // Whether this CPU owns the batch was decided by its CAS: the OWNED flag was
-        // clear. Gathering is bounded only by queue space (no batch limit in 5.3).
-        let write = mine * self.cmd_write_ns;
-        let join = {
-            let mut g = self.gather.borrow_mut();
-            if g.open {
-                g.cmds += mine;
-                // Our slots become valid once we have written them, taken the shared
-                // lock and toggled the valid bits.
-                let atomics = u64::from(sync) + 1;
-                let valid_at = ctx.now().as_ns() + atomics * self.line_cost_hint() + write;
-                g.valid_at = g.valid_at.max(valid_at);
-                let c = sync.then(|| Completion::new(&self.h));
-                g.waiters.push((mine, sync, c.clone()));
-                Some(c)
-            } else {
-                g.open = true;
-                g.cmds = mine;
-                g.valid_at = 0;
-                g.waiters.clear();
-                None
-            }
-        };
-        // 2. Write our commands and our own CMD_SYNC into the reserved slots.
-        ctx.cpu()
-            .spend(SimDuration::ns(write), Account::System)
-            .await;
-        // A CPU with a sync takes the queue lock shared (atomic_fetch_inc) so the queue
-        // cannot wrap twice under it.
-        if sync {
-            self.shared_line.rmw(ctx, Account::System).await;
-            self.shared_holders.set(self.shared_holders.get() + 1);
-        }
-        // 3. Mark our slots valid: atomic xor on the valid_map word.
-        self.valid_map.rmw(ctx, Account::System).await;
-        match join {
-            Some(done) => {
-                self.stats.borrow_mut().gathered += 1;
-                if let Some(done) = done {
-                    let start = ctx.now().as_ns();
-                    // The owner publishes; our sync completes when the SMMU passes it.
-                    let completes = done.wait_polling(ctx, Account::System).await;
-                    // We poll from when we started waiting: with CONS reads, the
-                    // completion is seen by the first read issued after it.
-                    let (seen, reads) = self.sync_seen_at(start, completes);
-                    self.stats.borrow_mut().cons_reads += reads;
-                    self.poll_until(ctx, seen, "cmdq sync wait").await;
-                    ctx.trace_since("cmdq sync wait", SimTime::from_ns(start));
-                    // (poll_until counted the part after the completion.)
-                    self.stats.borrow_mut().sync_wait_ns += completes.saturating_sub(start);
-                }
-            }
-            None => {
-                // 4. Owner. a. Wait for the previous owner to have written PROD (reading
-                // owner_prod, last written by that owner).
-                ctx.cpu()
-                    .spend(SimDuration::ns(self.owner_ns), Account::System)
-                    .await;
-                let prev = self.prev_owner_done.get();
-                self.poll_until(ctx, prev, "cmdq previous owner wait").await;
-                self.owner_prod.rmw(ctx, Account::System).await;
-                // b. Clear the OWNED flag (atomic on the prod word): gathering stops.
-                let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
-                let now = ctx.now().as_ns();
-                if end > now {
-                    ctx.cpu()
-                        .spend(SimDuration::ns(end - now), Account::System)
-                        .await;
-                }
-                let (own, valid_at, waiters) = {
-                    let mut g = self.gather.borrow_mut();
-                    g.open = false;
-                    let w = std::mem::take(&mut g.waiters);
-                    let joined: u64 = w.iter().map(|x| x.0).sum();
-                    (g.cmds - joined, g.valid_at, w)
-                };
-                // c. Wait until every gathered slot is valid (reading the valid_map the
-                // joiners toggled).
-                if !waiters.is_empty() {
-                    self.poll_until(ctx, valid_at, "cmdq gathered slots wait")
-                        .await;
-                    self.valid_map.rmw(ctx, Account::System).await;
-                }
-                // d. Write PROD once for the batch; e. release owner_prod (local line).
-                ctx.cpu()
-                    .spend(SimDuration::ns(self.mmio_write_ns), Account::System)
-                    .await;
-                self.owner_prod.rmw(ctx, Account::System).await;
-                let now = ctx.now().as_ns();
-                self.prev_owner_done.set(now);
-                // The SMMU consumes the batch in order; each CPU's sync completes when the
-                // consumer passes it plus the sync latency.
-                let mine_done = self
-                    .smmu
-                    .publish(self.h.tracer(), now, own, self.consume_ns, sync)
-                    + self.sync_ns;
-                self.stats.borrow_mut().batches += 1;
-                for (n, has_sync, w) in waiters {
-                    let passed =
-                        self.smmu
-                            .publish(self.h.tracer(), now, n, self.consume_ns, has_sync);
-                    if let Some(w) = w {
-                        let done = passed + self.sync_ns;
-                        let _ = w.fire_at(SimTime::from_ns(done), done);
-                    }
-                }
-                if sync {
-                    // 5. Wait for our own sync.
-                    self.poll_sync(ctx, mine_done, "cmdq sync wait").await;
-                }
-            }
-        }
-        if sync {
-            // arm_smmu_cmdq_shared_tryunlock: read the lock; the last reader out also
-            // writes the software cons into the shared prod/cons word, then decrements.
-            let last = self.shared_holders.get() == 1;
-            self.shared_holders.set(self.shared_holders.get() - 1);
-            if last {
-                let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
-                let now = ctx.now().as_ns();
-                if end > now {
-                    ctx.cpu()
-                        .spend(SimDuration::ns(end - now), Account::System)
-                        .await;
-                }
-            }
-            self.shared_line.rmw(ctx, Account::System).await;
-        }
-    }
-
-    /// The time a joiner's atomic on a shared line is expected to take before its slots
-    /// are valid: one cache-line transfer and one RMW.
-    fn line_cost_hint(&self) -> u64 {
-        self.cas.params.transfer_ns + self.cas.params.base_ns
-    }
-
-    pub(crate) fn stats(&self) -> CmdqStats {
-        let mut s = *self.stats.borrow();
-        s.consumed = self.smmu.consumed.get();
-        s.syncs = self.smmu.syncs.get();
-        s
-    }
+    q
 }
 
 // ---------------------------------------------------------------------------------------
 // The storage stack below the system call
 // ---------------------------------------------------------------------------------------
-
-enum Dev {
-    Nvme(Nvme),
-    Sas(SasHba),
-}
 
 struct InFlight {
     req: IoRequest,
@@ -1360,7 +734,6 @@ pub struct DmaStats {
 }
 
 struct Stack {
-    kind: DeviceKind,
     mode: Mode,
     domain: Arc<Domain>,
     /// The SMMU the device's DMA goes through (`None` without an IOMMU).
@@ -1370,7 +743,7 @@ struct Stack {
     /// Calibrated walk-read latency minus the profile's, ns per table read (0 unless the
     /// scenario calibrates `iommu.walk_read` on this row's platform).
     walk_read_delta_ns: f64,
-    dev: Dev,
+    dev: BlockDev,
     device: Device,
     vectors: Vec<Channel<InFlight>>,
     /// NVMe completions posted but held by interrupt coalescing, per vector.
@@ -1380,7 +753,7 @@ struct Stack {
     /// Interrupt handler runs (one handler entry each).
     handler_runs: Cell<u64>,
     vector_cpu: Vec<usize>,
-    k: Kernel,
+    k: BlockKernel,
     mmio_write_ns: u64,
     iodepth: u64,
     stats: RefCell<DmaStats>,
@@ -1417,17 +790,24 @@ impl Stack {
         slot.get_or_insert(e).clone()
     }
 
+    /// The device's DMA through the SMMU (its IOTLB and walk cache, into the stack's reused
+    /// range buffer) or, without an IOMMU, the direct domain.
+    fn device_dma(&self) -> DeviceDma<'_> {
+        DeviceDma {
+            smmu: self.smmu.as_ref(),
+            path: &*self.domain,
+            device: &self.device,
+            ranges: &self.ranges,
+        }
+    }
+
     async fn do_submit(self: &Rc<Self>, ctx: &Ctx, req: IoRequest) -> Result<(), String> {
         let cpu = ctx.cpu().id();
         ctx.cpu()
-            .spend(SimDuration::ns(self.k.block_submit), Account::System)
+            .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
             .await;
         let pa = BUF_BASE + ((req.job as u64) * self.iodepth + u64::from(req.slot)) * SZ_4K;
-        let dir = if req.is_read {
-            Direction::FromDevice
-        } else {
-            Direction::ToDevice
-        };
+        let io = req.block_io();
         // The work record is scoped to this block so that it is not kept in the future
         // across the await below (a record is about 400 bytes: zeroing it in the task's
         // future, cold by then, costs more than on the stack).
@@ -1435,7 +815,14 @@ impl Stack {
             let mut w = WorkRecord::new();
             let mapping = self
                 .domain
-                .map_page(&self.device, PhysAddr::new(pa), req.len, dir, cpu, &mut w)
+                .map_page(
+                    &self.device,
+                    PhysAddr::new(pa),
+                    io.len,
+                    io.direction(),
+                    cpu,
+                    &mut w,
+                )
                 .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
             let map_ns = self.cost.cpu_ns(&w) + self.lock_ns(&w);
             let mut s = self.stats.borrow_mut();
@@ -1445,41 +832,20 @@ impl Stack {
             s.magazine_misses += w.magazine_misses;
             (mapping, map_ns)
         };
-        let driver = match self.kind {
-            DeviceKind::Nvme => self.k.nvme_submit,
-            DeviceKind::Sas => self.k.sas_submit,
-        };
         ctx.cpu()
             .spend_labeled(
-                SimDuration::ns(map_ns.round() as u64 + driver + self.mmio_write_ns),
+                SimDuration::ns(
+                    map_ns.round() as u64 + self.k.driver_submit_ns + self.mmio_write_ns,
+                ),
                 Account::System,
                 "dma map + driver submit",
             )
             .await;
         // The device's DMA goes through the IOMMU.
         let mut tw = WorkRecord::new();
-        let access = if req.is_read {
-            Access::Write
-        } else {
-            Access::Read
-        };
-        match &self.smmu {
-            // Through the SMMU's IOTLB, or a walk (through the walk cache) on a miss.
-            Some(p) => p
-                .device_translate_into(
-                    mapping.dma_addr(),
-                    req.len,
-                    access,
-                    &mut self.ranges.borrow_mut(),
-                    &mut tw,
-                )
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-            None => self
-                .domain
-                .translate(&self.device, mapping.dma_addr(), req.len, access, &mut tw)
-                .map(drop)
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}")))?,
-        }
+        self.device_dma()
+            .transfer(mapping.dma_addr(), io.len, io.access(), &mut tw)
+            .map_err(|e| self.fail(e))?;
         let tr_ns = (self.cost.translation_ns(&tw)
             + tw.walk_reads as f64 * self.walk_read_delta_ns)
             .max(0.0);
@@ -1491,34 +857,18 @@ impl Stack {
             s.walk_reads += tw.walk_reads;
         }
         let now = ctx.now().as_ns();
-        let (at, vector) = match &self.dev {
-            Dev::Nvme(d) => (
-                d.service(now, req.len, req.is_read, tr_ns),
-                d.queue_for_cpu(cpu),
-            ),
-            Dev::Sas(h) => {
-                let disk = h.disk_for(req.offset, req.len);
-                (
-                    h.service(now, disk, req.len, req.is_read, tr_ns),
-                    h.queue_for_disk(disk),
-                )
-            }
-        };
+        let (at, vector) = self.dev.service(now, cpu, io, tr_ns);
         let vector = vector % self.vectors.len();
-        let tracer = self.h.tracer();
-        if tracer.is_on() {
-            let queue = match self.kind {
-                DeviceKind::Nvme => format!("nvme q{vector}"),
-                DeviceKind::Sas => format!("sas cq{vector}"),
-            };
-            tracer.slice(
-                Track::Device(queue.into()),
-                if req.is_read { "read" } else { "write" },
-                now,
-                at.saturating_sub(now),
-                &[("bytes", req.len)],
-            );
-        }
+        self.h.tracer().device(
+            || match self.dev {
+                BlockDev::Nvme(_) => format!("nvme q{vector}"),
+                BlockDev::Sas(_) => format!("sas cq{vector}"),
+            },
+            io.name(),
+            now,
+            at.saturating_sub(now),
+            &[("bytes", io.len)],
+        );
         let item = InFlight { req, mapping };
         let stack = self.clone();
         self.h
@@ -1533,7 +883,7 @@ impl Stack {
     /// completion and this one reach the handler), or held by NVMe interrupt coalescing
     /// until the threshold or the aggregation timer.
     fn post_completion(self: &Rc<Self>, vector: usize, item: InFlight) {
-        let Dev::Nvme(d) = &self.dev else {
+        let BlockDev::Nvme(d) = &self.dev else {
             self.interrupt(vector, Some(item));
             return;
         };
@@ -1545,7 +895,7 @@ impl Stack {
                 let stack = self.clone();
                 let armed = self.h.spawn_agent(move |actx| async move {
                     actx.sleep_until(SimTime::from_ns(at)).await;
-                    if let Dev::Nvme(d) = &stack.dev {
+                    if let BlockDev::Nvme(d) = &stack.dev {
                         if d.timer_expired(vector, token) {
                             stack.interrupt(vector, None);
                         }
@@ -1581,18 +931,14 @@ impl Stack {
             let first = chan.recv(&ctx).await;
             self.handler_runs.set(self.handler_runs.get() + 1);
             ctx.cpu()
-                .spend(SimDuration::ns(self.k.irq_entry), Account::System)
+                .spend(SimDuration::ns(self.k.irq_entry_ns), Account::System)
                 .await;
             let mut next = Some(first);
             while let Some(f) = next {
                 // The completion of one I/O (inline rather than an `async fn`: one state
                 // machine less to poll through on every wake-up).
-                let driver = match self.kind {
-                    DeviceKind::Nvme => self.k.nvme_complete,
-                    DeviceKind::Sas => self.k.sas_complete,
-                };
                 ctx.cpu()
-                    .spend(SimDuration::ns(driver), Account::System)
+                    .spend(SimDuration::ns(self.k.driver_complete_ns), Account::System)
                     .await;
                 // The work record is scoped to this block, so it is not kept in the
                 // future across the awaits below (as in `do_submit`).
@@ -1628,7 +974,7 @@ impl Stack {
                     }
                 }
                 ctx.cpu()
-                    .spend(SimDuration::ns(self.k.block_complete), Account::System)
+                    .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
                     .await;
                 f.req.complete();
                 next = chan.try_recv();
@@ -1748,17 +1094,16 @@ fn run_cell(
     };
     let cmdq = match mode {
         Mode::Off => None,
-        _ => Some(
-            SimCmdq::new(&h, mode, &row.profile, v.batch_max)?
-                .with_sync_wait(if row.sync_msi {
-                    SyncWait::Msi
-                } else {
-                    SyncWait::ConsPoll
-                })
-                .with_override(&row.cmdq_override),
-        ),
+        _ => Some(calibrated(
+            SimCmdq::new(&h, mode, &row.profile, v.batch_max)?.with_sync_wait(if row.sync_msi {
+                SyncWait::Msi
+            } else {
+                SyncWait::ConsPoll
+            }),
+            &row.cmdq_override,
+        )),
     };
-    let (dev, nvec, vector_cpu): (Dev, usize, Vec<usize>) = match row.device {
+    let (dev, nvec, vector_cpu): (BlockDev, usize, Vec<usize>) = match row.device {
         DeviceKind::Nvme => {
             let queues = v.nvme.io_queues.min(row.cpus);
             let p = NvmeParams {
@@ -1767,7 +1112,7 @@ fn run_cell(
             };
             // Queue q's vector is affine to CPU q (managed interrupts, one per queue).
             (
-                Dev::Nvme(Nvme::new(p).with_coalescing(v.coalescing)),
+                BlockDev::Nvme(Nvme::new(p).with_coalescing(v.coalescing)),
                 queues,
                 (0..queues).collect(),
             )
@@ -1775,12 +1120,11 @@ fn run_cell(
         DeviceKind::Sas => {
             let n = v.sas.completion_queues;
             // Completion queue q's interrupt is handled on CPU q.
-            (Dev::Sas(SasHba::new(v.sas)), n, (0..n).collect())
+            (BlockDev::Sas(SasHba::new(v.sas)), n, (0..n).collect())
         }
     };
     let inflight_cap = (row.job.iodepth as usize) * (row.job.numjobs as usize) + 1;
     let stack = Rc::new(Stack {
-        kind: row.device,
         mode,
         domain,
         smmu,
@@ -1798,7 +1142,7 @@ fn run_cell(
         interrupts: Cell::new(0),
         handler_runs: Cell::new(0),
         vector_cpu: vector_cpu.clone(),
-        k: v.kernel,
+        k: v.kernel.block(row.device),
         mmio_write_ns: row.profile.mmio.write.ns().round() as u64,
         iodepth: u64::from(row.job.iodepth),
         stats: RefCell::new(DmaStats::default()),

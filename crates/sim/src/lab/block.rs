@@ -7,8 +7,8 @@
 //! transfer; with SMMUv3, through its IOTLB and walk cache, each walk read costed); the
 //! completion interrupt lands on the CPU its queue's vector is affine to, where the driver
 //! completes the command, `dma_unmap` runs (with SMMUv3, the invalidation commands and
-//! `CMD_SYNC` the SMMU model applies go through the timed command queue of the
-//! `smmuv3-cmdq` experiment) and the block layer completes the request to fio.
+//! `CMD_SYNC` the SMMU model applies go through the timed command queue, [`crate::cmdq`], as
+//! in the `smmuv3-cmdq` experiment) and the block layer completes the request to fio.
 //!
 //! The IOVA tree's lock and the per-CPU flush queues' locks are engine [`SpinLock`]s: a
 //! map or unmap that took one holds it for the work done under it (the tree walk and
@@ -25,19 +25,20 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use iolab_iommu::addr::{Access, DmaAddr, PhysAddr, SZ_4K};
-use iolab_iommu::dma::{Device, Direction, PhysRange};
+use iolab_iommu::addr::{PhysAddr, SZ_4K};
+use iolab_iommu::dma::{Device, PhysRange};
 use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
+use crate::cmdq::SimCmdq;
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
+use crate::devices::{BlockDev, BlockIo, DeviceDma};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
-use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
@@ -48,12 +49,6 @@ use crate::workloads::fio::{
 
 use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
 use super::spec::{BlockKernel, BonnieSetup, Devices, FioSetup, LabScenario, BUFFER_BASE};
-
-/// One block device's timing model.
-enum BlockDev {
-    Nvme(Nvme),
-    Sas(SasHba),
-}
 
 /// A DMA mapping of one I/O: fio's buffer, or a block command's scatter-gather list.
 enum Mapping {
@@ -82,15 +77,11 @@ struct InFlight {
     mapping: Mapping,
 }
 
-/// What the device is asked to do for one I/O.
+/// What the device is asked to do for one I/O, and which device.
 struct IoShape {
-    is_read: bool,
-    offset: u64,
-    len: u64,
+    io: BlockIo,
     /// The device (index into the stack's devices).
     devno: usize,
-    /// The SAS stripe unit that places the I/O on a disk.
-    stripe: u64,
 }
 
 /// Counters of the DMA path over the whole run.
@@ -241,21 +232,21 @@ impl Stack {
     ) -> Result<(Mapping, IoShape, Done), String> {
         let pa =
             BUFFER_BASE + (req.job as u64 * self.iodepth + u64::from(req.slot)) * self.slot_bytes;
-        let dir = if req.is_read {
-            Direction::FromDevice
-        } else {
-            Direction::ToDevice
-        };
+        let io = req.block_io();
         let mapping = self
             .path
-            .map_single(&self.device, PhysAddr::new(pa), req.len, dir, cpu, w)
+            .map_single(
+                &self.device,
+                PhysAddr::new(pa),
+                io.len,
+                io.direction(),
+                cpu,
+                w,
+            )
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
         let shape = IoShape {
-            is_read: req.is_read,
-            offset: req.offset,
-            len: req.len,
+            io,
             devno: req.job % self.devs.len(),
-            stripe: req.len,
         };
         Ok((Mapping::Single(mapping), shape, Done::Fio(req)))
     }
@@ -268,25 +259,18 @@ impl Stack {
         cpu: usize,
         w: &mut WorkRecord,
     ) -> Result<(Mapping, IoShape, Done), String> {
-        let is_read = cmd.dir == BlockDir::Read;
-        let dir = if is_read {
-            Direction::FromDevice
-        } else {
-            Direction::ToDevice
-        };
-        let entries = sg_entries(&cmd.pieces, self.device.max_segment_size());
-        let len: u64 = cmd.pieces.iter().map(|p| p.len).sum();
-        let sg = self
-            .path
-            .map_sg(&self.device, &entries, dir, cpu, w)
-            .map_err(|e| self.fail(format!("dma map_sg failed: {e}")))?;
-        let shape = IoShape {
-            is_read,
+        let io = BlockIo {
+            is_read: cmd.dir == BlockDir::Read,
             offset: cmd.offset,
-            len,
-            devno: 0,
+            len: cmd.pieces.iter().map(|p| p.len).sum(),
             stripe: BONNIE_SAS_STRIPE,
         };
+        let entries = sg_entries(&cmd.pieces, self.device.max_segment_size());
+        let sg = self
+            .path
+            .map_sg(&self.device, &entries, io.direction(), cpu, w)
+            .map_err(|e| self.fail(format!("dma map_sg failed: {e}")))?;
+        let shape = IoShape { io, devno: 0 };
         Ok((Mapping::Sg(sg), shape, Done::Command(cmd.on_done)))
     }
 
@@ -302,9 +286,9 @@ impl Stack {
         // The work record is scoped to this block so that it is not kept in the future
         // across the awaits below (a record is about 400 bytes: zeroing it in the task's
         // future, cold by then, costs more than on the stack).
-        let (mapping, io, done, queue, critical, map_ns, locks) = {
+        let (mapping, io, devno, done, queue, critical, map_ns, locks) = {
             let mut w = WorkRecord::new();
-            let (mapping, io, done) = match sub {
+            let (mapping, IoShape { io, devno }, done) = match sub {
                 Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
             };
@@ -317,7 +301,7 @@ impl Stack {
             let map_ns = self.work_ns(&w, critical)?;
             // A record that took neither lock has nothing to wait for or charge there.
             let locks = Self::engine_locks(&w);
-            (mapping, io, done, queue, critical, map_ns, locks)
+            (mapping, io, devno, done, queue, critical, map_ns, locks)
         };
         if let Some(locks) = locks {
             self.locked(ctx, locks, critical).await;
@@ -344,19 +328,18 @@ impl Stack {
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
         // its bypass, segment by segment.
         let mut tw = WorkRecord::new();
-        let access = if io.is_read {
-            Access::Write
-        } else {
-            Access::Read
-        };
+        let access = io.access();
+        let dma = self.device_dma();
         let segments = match &mapping {
             Mapping::Single(m) => {
-                self.device_dma(m.dma_addr(), io.len, access, &mut tw)?;
+                dma.transfer(m.dma_addr(), io.len, access, &mut tw)
+                    .map_err(|e| self.fail(e))?;
                 1
             }
             Mapping::Sg(sg) => {
                 for seg in sg.segments() {
-                    self.device_dma(seg.dma, seg.len, access, &mut tw)?;
+                    dma.transfer(seg.dma, seg.len, access, &mut tw)
+                        .map_err(|e| self.fail(e))?;
                 }
                 sg.segments().len()
             }
@@ -379,26 +362,13 @@ impl Stack {
             c.dma_segments += segments as u64;
         }
         let now = ctx.now().as_ns();
-        let devno = io.devno;
-        let (at, vector) = match &self.devs[devno] {
-            BlockDev::Nvme(d) => (
-                d.service(now, io.len, io.is_read, tr_ns),
-                d.queue_for_cpu(cpu),
-            ),
-            BlockDev::Sas(hba) => {
-                let disk = hba.disk_for(io.offset, io.stripe);
-                (
-                    hba.service(now, disk, io.len, io.is_read, tr_ns),
-                    hba.queue_for_disk(disk),
-                )
-            }
-        };
+        let (at, vector) = self.devs[devno].service(now, cpu, io, tr_ns);
         self.h.tracer().device(
             || match self.devs[devno] {
                 BlockDev::Nvme(_) => format!("nvme{devno} q{}", vector % self.vectors[devno].len()),
                 BlockDev::Sas(_) => format!("sas{devno} cq{}", vector % self.vectors[devno].len()),
             },
-            if io.is_read { "read" } else { "write" },
+            io.name(),
             now,
             at.saturating_sub(now),
             &[("bytes", io.len)],
@@ -416,24 +386,14 @@ impl Stack {
         Ok(())
     }
 
-    /// The device moves `len` bytes at `dma` through the IOMMU (SMMUv3: its IOTLB and walk
-    /// cache, into the stack's reused range buffer) or its bypass; `tw` counts the work.
-    fn device_dma(
-        &self,
-        dma: DmaAddr,
-        len: u64,
-        access: Access,
-        tw: &mut WorkRecord,
-    ) -> Result<(), String> {
-        match &self.cmdq {
-            Some((p, _)) => p
-                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}"))),
-            None => self
-                .path
-                .translate(&self.device, dma, len, access, tw)
-                .map(drop)
-                .map_err(|e| self.fail(format!("device DMA faulted: {e}"))),
+    /// The device's DMA through the IOMMU (SMMUv3: its IOTLB and walk cache, into the
+    /// stack's reused range buffer) or its bypass.
+    fn device_dma(&self) -> DeviceDma<'_> {
+        DeviceDma {
+            smmu: self.cmdq.as_ref().map(|(p, _)| &**p),
+            path: &*self.path,
+            device: &self.device,
+            ranges: &self.ranges,
         }
     }
 
@@ -534,7 +494,7 @@ pub(crate) struct FioRun {
     pub json: JobJson,
     pub cpu: CpuBreakdown,
     pub dma: DmaCounters,
-    pub cmdq: Option<crate::experiments::smmuv3_cmdq::CmdqStats>,
+    pub cmdq: Option<crate::cmdq::CmdqStats>,
     pub irq_cpus: usize,
     /// Whether the device's DMA went through the SMMUv3 model's IOTLB.
     pub iotlb: bool,

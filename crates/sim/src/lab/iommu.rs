@@ -22,9 +22,9 @@ use iolab_iommu::pgtable::lpae::LpaeConfig;
 use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
+use crate::cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
-use crate::experiments::smmuv3_cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::experiments::ExperimentError;
 
 use super::defaults;

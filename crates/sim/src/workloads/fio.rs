@@ -19,6 +19,7 @@ use std::rc::Rc;
 use serde::Serialize;
 
 use crate::accounting::{Account, RunReport};
+use crate::devices::BlockIo;
 use crate::engine::{Channel, Ctx, SimDuration, SimTime};
 
 /// fio's `rw=` patterns.
@@ -122,6 +123,17 @@ pub struct IoRequest {
 }
 
 impl IoRequest {
+    /// What a block device is asked to do: one block of `len` bytes at `offset`, a SAS
+    /// HBA's disks striped in units of the block size.
+    pub(crate) fn block_io(&self) -> BlockIo {
+        BlockIo {
+            is_read: self.is_read,
+            offset: self.offset,
+            len: self.len,
+            stripe: self.len,
+        }
+    }
+
     /// Sends this request's [`IoCompletion`] to the job that issued it (a job that has
     /// already stopped no longer listens; that is not an error).
     pub fn complete(self) {

@@ -31,10 +31,10 @@ use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer};
 use iolab_iommu::work::WorkRecord;
 
 use crate::accounting::Account;
+use crate::cmdq::SimCmdq;
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::engine::{Channel, Ctx, Handle, SimDuration, SimTime};
-use crate::experiments::smmuv3_cmdq::SimCmdq;
 use crate::workloads::fio::{BlockTarget, IoRequest};
 
 /// What the hostile device tries.
