@@ -166,8 +166,12 @@ impl Drop for SpinGuard<'_> {
 /// One CPU's `loaded` and `prev` magazines of one size class, behind its lock, on its own
 /// cache lines. Magazine `loaded` is `mags[loaded]`, `prev` is the other one. All fields
 /// other than `lock` are read and written only with the lock held.
+///
+/// `repr(C)` keeps the lock, `loaded` and the sizes together on the slot's first cache line
+/// (Rust's own layout put them after the magazines, astride two lines), so a hit touches
+/// that line and the magazine entry's.
 #[derive(Debug)]
-#[repr(align(128))]
+#[repr(C, align(128))]
 struct CpuSlot {
     lock: SpinFlag,
     loaded: AtomicUsize,
