@@ -394,6 +394,16 @@ impl SimCmdq {
         }))
     }
 
+    /// A plain atomic on the shared prod/cons word by `ctx`'s CPU ([`CasWord::fetch_op`]):
+    /// the CPU stays busy until the line's grant ends (nothing if it already has).
+    fn prod_word_op<'a>(&self, ctx: &'a Ctx) -> MaybeSpend<'a> {
+        let now = ctx.now().as_ns();
+        let (_, end) = self.cas.fetch_op(now, ctx.cpu().id());
+        MaybeSpend(
+            (end > now).then(|| ctx.cpu().spend(SimDuration::ns(end - now), Account::System)),
+        )
+    }
+
     /// Issues the queue share of one DMA-API call (split off its work record with
     /// [`split_queue_work`]), if it ended in a `CMD_SYNC`: its invalidation commands plus a
     /// `CMD_SYNC`, and waits for the sync. Commands without a sync stay in the functional
@@ -598,13 +608,7 @@ impl SimCmdq {
                 self.poll_until(ctx, prev, "cmdq previous owner wait").await;
                 self.owner_prod.rmw(ctx, Account::System).await;
                 // b. Clear the OWNED flag (atomic on the prod word): gathering stops.
-                let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
-                let now = ctx.now().as_ns();
-                if end > now {
-                    ctx.cpu()
-                        .spend(SimDuration::ns(end - now), Account::System)
-                        .await;
-                }
+                self.prod_word_op(ctx).await;
                 let (own, valid_at, waiters) = {
                     let mut g = self.gather.borrow_mut();
                     g.open = false;
@@ -654,13 +658,7 @@ impl SimCmdq {
             let last = self.shared_holders.get() == 1;
             self.shared_holders.set(self.shared_holders.get() - 1);
             if last {
-                let (_, end) = self.cas.fetch_op(ctx.now().as_ns(), ctx.cpu().id());
-                let now = ctx.now().as_ns();
-                if end > now {
-                    ctx.cpu()
-                        .spend(SimDuration::ns(end - now), Account::System)
-                        .await;
-                }
+                self.prod_word_op(ctx).await;
             }
             self.shared_line.rmw(ctx, Account::System).await;
         }
