@@ -46,9 +46,11 @@
 //! (Linux has no such table). Large ranges are checked by the inner allocator. Setting
 //! [`MagazineConfig::check_frees`] to `false` drops the table and trusts frees as Linux does.
 //!
-//! On the 2-core AMD EPYC build machine (shared, under load; CPU time per pair) a hit alloc
-//! plus its free take about 25 ns with the check when one range ping-pongs, 21 ns when 64 are
-//! allocated and then freed, and 20 ns without the check.
+//! On the 2-core AMD EPYC build machine (`iolab bench --filter iova_alloc_free/magazine`, an
+//! alloc plus its free with the check), a pair takes about 25 ns with no other range live,
+//! 31-35 ns with 10,000 live and 70-80 ns with 100,000 (the bitmap leaves' directory probe
+//! costs about 3 ns at the first against the hash table alone, which took 22, 35-42 and 93-167
+//! ns; docs/PERFORMANCE.md, Session 7).
 //!
 //! # Work counted
 //!
