@@ -13,7 +13,7 @@
 //!   its condition when polled).
 
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
+use std::cell::{RefCell, RefMut};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -592,78 +592,79 @@ impl Kernel {
     /// Runs wake-ups up to and including virtual time `limit`; then, if the clock is
     /// earlier and `limit` is finite, moves it to `limit`.
     pub(crate) fn run_until(&self, limit: u64) -> Result<(), SimError> {
-        self.st.borrow_mut().run_limit = limit;
+        // The state stays borrowed from one event to the next: it is released only for a
+        // task's poll, a timer callback and what may touch the engine (a retired future,
+        // foreign wake-ups), which saves a borrow per event.
+        let mut st = self.st.borrow_mut();
+        st.run_limit = limit;
         loop {
-            let task = {
-                let mut st = self.st.borrow_mut();
-                // Tested before taking it: moving the `Option` out costs on every event.
-                if st.error.is_some() {
-                    if let Some(e) = st.error.take() {
-                        return Err(e);
-                    }
+            // Tested before taking it: moving the `Option` out costs on every event.
+            if st.error.is_some() {
+                if let Some(e) = st.error.take() {
+                    return Err(e);
                 }
-                let Some(task) = st.next_event(limit) else {
-                    if limit != u64::MAX && st.now < limit {
-                        st.now = limit;
-                    }
-                    return Ok(());
-                };
-                if task & TIMER != 0 {
-                    // Counted as the agent's poll it stands for.
-                    st.events += 1;
-                    let id = slot_of(task);
-                    let fire = {
-                        let mut timers = self.timers.borrow_mut();
-                        let at = timers.slots[id].0;
-                        if task & TIMER_ARM != 0 && at > st.now {
-                            st.schedule(at, TIMER | id as TaskRef);
-                            None
-                        } else {
-                            st.live -= 1;
-                            st.finished += 1;
-                            timers.free.push(id as u32);
-                            timers.slots[id].1.take()
-                        }
-                    };
-                    drop(st);
-                    // Outside every borrow: the callback may schedule, send and spawn.
-                    if let Some(mut f) = fire {
-                        f.1.fire();
-                        self.timers.borrow_mut().recycle(f);
-                    }
-                    self.after_event();
-                    continue;
+            }
+            let Some(task) = st.next_event(limit) else {
+                if limit != u64::MAX && st.now < limit {
+                    st.now = limit;
                 }
-                let slot = slot_of(task);
-                let t = &mut st.tasks[slot];
-                if t.gen != (task >> 32) as u32 {
-                    continue; // stale wake-up of a finished task
-                }
-                match t.state {
-                    TaskState::Done | TaskState::Queued => continue,
-                    TaskState::Running => {}
-                    TaskState::Blocked => {
-                        let cpu = t.cpu;
-                        if cpu == NO_CPU {
-                            t.state = TaskState::Running;
-                        } else {
-                            let c = &mut st.cpus[cpu as usize];
-                            if c.occupant == NO_TASK {
-                                c.occupant = task;
-                                st.tasks[slot].state = TaskState::Running;
-                            } else {
-                                c.runq.push_back(task);
-                                st.tasks[slot].state = TaskState::Queued;
-                                continue;
-                            }
-                        }
-                    }
-                }
-                st.keep_cpu = false;
-                st.events += 1;
-                task
+                return Ok(());
             };
+            if task & TIMER != 0 {
+                // Counted as the agent's poll it stands for.
+                st.events += 1;
+                let id = slot_of(task);
+                let fire = {
+                    let mut timers = self.timers.borrow_mut();
+                    let at = timers.slots[id].0;
+                    if task & TIMER_ARM != 0 && at > st.now {
+                        st.schedule(at, TIMER | id as TaskRef);
+                        None
+                    } else {
+                        st.live -= 1;
+                        st.finished += 1;
+                        timers.free.push(id as u32);
+                        timers.slots[id].1.take()
+                    }
+                };
+                // Outside every borrow: the callback may schedule, send and spawn.
+                if let Some(mut f) = fire {
+                    drop(st);
+                    f.1.fire();
+                    self.timers.borrow_mut().recycle(f);
+                    st = self.st.borrow_mut();
+                }
+                st = self.after_event(st);
+                continue;
+            }
             let slot = slot_of(task);
+            let t = &mut st.tasks[slot];
+            if t.gen != (task >> 32) as u32 {
+                continue; // stale wake-up of a finished task
+            }
+            match t.state {
+                TaskState::Done | TaskState::Queued => continue,
+                TaskState::Running => {}
+                TaskState::Blocked => {
+                    let cpu = t.cpu;
+                    if cpu == NO_CPU {
+                        t.state = TaskState::Running;
+                    } else {
+                        let c = &mut st.cpus[cpu as usize];
+                        if c.occupant == NO_TASK {
+                            c.occupant = task;
+                            st.tasks[slot].state = TaskState::Running;
+                        } else {
+                            c.runq.push_back(task);
+                            st.tasks[slot].state = TaskState::Queued;
+                            continue;
+                        }
+                    }
+                }
+            }
+            st.keep_cpu = false;
+            st.events += 1;
+            drop(st);
             let mut futs = self.futs.borrow_mut();
             let tf = futs[slot].as_mut().expect("a live task has its future");
             let poll = tf.fut.as_mut().poll(&mut Context::from_waker(&tf.waker));
@@ -676,24 +677,39 @@ impl Kernel {
                     if let Some(tf) = done {
                         self.retire(tf);
                     }
+                    st = self.st.borrow_mut();
                 }
                 Poll::Pending => {
                     drop(futs);
-                    let mut st = self.st.borrow_mut();
+                    st = self.st.borrow_mut();
                     if !st.keep_cpu {
                         st.block(task);
                     }
                 }
             }
-            self.after_event();
+            st = self.after_event(st);
         }
     }
 
     /// What follows every event: install the tasks spawned during it, take foreign
-    /// wake-ups.
-    #[inline]
-    fn after_event(&self) {
+    /// wake-ups. Takes and hands back the loop's borrow of the state.
+    #[inline(always)]
+    fn after_event<'a>(&'a self, st: RefMut<'a, State>) -> RefMut<'a, State> {
         if !self.spawned.borrow().is_empty() {
+            self.install_spawned();
+        }
+        if self.foreign.pending.load(Ordering::Acquire) {
+            drop(st);
+            self.drain_foreign();
+            return self.st.borrow_mut();
+        }
+        st
+    }
+
+    /// Installs the futures of the tasks spawned during a poll.
+    #[inline(never)]
+    fn install_spawned(&self) {
+        {
             let mut new = std::mem::take(&mut *self.spawned.borrow_mut());
             let mut futs = self.futs.borrow_mut();
             for (slot, tf) in new.drain(..) {
@@ -705,9 +721,6 @@ impl Kernel {
             if side.is_empty() {
                 *side = new;
             }
-        }
-        if self.foreign.pending.load(Ordering::Acquire) {
-            self.drain_foreign();
         }
     }
 

@@ -487,32 +487,43 @@ pub struct Spend<'a> {
 
 impl Future for Spend<'_> {
     type Output = ();
-    #[inline]
+    /// The poll that resumes a span (at its end, after a queue round trip) is a few
+    /// instructions and is inlined at each await; the first poll is a call.
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        let mut st = this.k.st.borrow_mut();
         if !this.started {
-            this.started = true;
-            let tracer = &this.k.tracer;
-            if tracer.is_on() && this.ns != 0 {
-                trace_spend(tracer, this, st.now);
-            }
-            if this.ns != 0 && st.spend_now(this.cpu, this.account, this.ns) {
-                return Poll::Ready(());
-            }
-            if this
-                .burn
-                .start(&mut st, this.cpu, this.task, this.account, this.ns)
-            {
-                return Poll::Ready(());
-            }
-            return Poll::Pending;
+            return this.first_poll();
         }
+        let mut st = this.k.st.borrow_mut();
         if this.burn.poll(&mut st, this.cpu) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
+    }
+}
+
+impl Spend<'_> {
+    /// Starts the span: at once if its end is the next event, else by a wake-up at its end.
+    #[inline(never)]
+    fn first_poll(&mut self) -> Poll<()> {
+        let mut st = self.k.st.borrow_mut();
+        self.started = true;
+        let tracer = &self.k.tracer;
+        if tracer.is_on() && self.ns != 0 {
+            trace_spend(tracer, self, st.now);
+        }
+        if self.ns != 0 && st.spend_now(self.cpu, self.account, self.ns) {
+            return Poll::Ready(());
+        }
+        if self
+            .burn
+            .start(&mut st, self.cpu, self.task, self.account, self.ns)
+        {
+            return Poll::Ready(());
+        }
+        Poll::Pending
     }
 }
 

@@ -131,6 +131,25 @@ impl EventQueue {
         self.len
     }
 
+    /// Appends node `i`, whose time `at` is in the base's aligned 1,024-ns block, to its
+    /// level-0 slot (the caller sets the node's `next` to `NIL` and level 0's bit in
+    /// `levels`).
+    #[inline(always)]
+    fn place0(&mut self, i: u32, at: u64) {
+        let digit = (at as usize) & (SLOTS0 - 1);
+        let slot = &mut self.slots0[digit];
+        if slot.head == NIL {
+            slot.head = i;
+        } else {
+            let tail = slot.tail;
+            self.nodes[tail as usize].next = i;
+        }
+        slot.tail = i;
+        let w = digit / 64;
+        self.words0[w] |= 1 << (digit % 64);
+        self.summary0 |= 1 << w;
+    }
+
     /// Appends node `i` to the slot its time belongs in, relative to the base.
     #[inline]
     fn place(&mut self, i: u32) {
@@ -139,18 +158,7 @@ impl EventQueue {
         let x = at ^ self.base;
         if x < SLOTS0 as u64 {
             // Level 0: the base's own block, including `at == base`.
-            let digit = (at as usize) & (SLOTS0 - 1);
-            let slot = &mut self.slots0[digit];
-            if slot.head == NIL {
-                slot.head = i;
-            } else {
-                let tail = slot.tail;
-                self.nodes[tail as usize].next = i;
-            }
-            slot.tail = i;
-            let w = digit / 64;
-            self.words0[w] |= 1 << (digit % 64);
-            self.summary0 |= 1 << w;
+            self.place0(i, at);
             self.levels |= 1;
             return;
         }
@@ -291,9 +299,12 @@ impl EventQueue {
                     return None;
                 }
                 self.base = at;
-                self.cur = self.slots0[digit & (SLOTS0 - 1)].head;
+                // The slot's first event is taken at once; the rest of the instant's
+                // follow through `pop_at_base`.
+                let head = self.slots0[digit & (SLOTS0 - 1)].head;
                 self.clear_slot0(digit & (SLOTS0 - 1));
-                return self.pop_at_base().map(|t| (at, t));
+                self.cur = self.nodes[head as usize].next;
+                return Some((at, self.release(head)));
             }
             let level = self.levels.trailing_zeros() as usize & (LEVELS_POW2 - 1);
             let digit = self.masks[level].trailing_zeros() as usize & (SLOTS - 1);
@@ -318,6 +329,19 @@ impl EventQueue {
             self.base = min;
             self.clear_slot(level, digit);
             let mut i = head;
+            if level == 1 {
+                // A level-1 slot holds one aligned 1,024-ns block, now the base's: every
+                // event in it goes to level 0.
+                while i != NIL {
+                    let n = &mut self.nodes[i as usize];
+                    let (next, at) = (n.next, n.at);
+                    n.next = NIL;
+                    self.place0(i, at);
+                    i = next;
+                }
+                self.levels |= 1;
+                continue;
+            }
             while i != NIL {
                 let next = self.nodes[i as usize].next;
                 self.place(i);

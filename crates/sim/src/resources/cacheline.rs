@@ -129,40 +129,50 @@ pub struct Rmw<'a> {
 
 impl Future for Rmw<'_> {
     type Output = u64;
+    /// As for [`crate::engine::Spend`], the poll that resumes the operation at its end is
+    /// inlined at each await and the first poll is a call.
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<u64> {
         let this = &mut *self;
-        let cpu = this.cpu;
-        let mut st = this.k.st.borrow_mut();
-        let cost = match this.cost {
-            Some(c) => c,
-            None => {
-                let now = st.now;
-                let l = &mut st.lines[this.idx];
-                let start = now.max(l.busy_until);
-                let transfer = l.last_cpu != NO_CPU && l.last_cpu != cpu;
-                let op = l.params.base_ns + if transfer { l.params.transfer_ns } else { 0 };
-                l.busy_until = start + op;
-                l.last_cpu = cpu;
-                let cost = l.busy_until - now;
-                l.stats.ops += 1;
-                l.stats.transfers += u64::from(transfer);
-                l.stats.total_ns += cost;
-                l.stats.max_ns = l.stats.max_ns.max(cost);
-                this.cost = Some(cost);
-                if cost != 0 && st.spend_now(cpu, this.account, cost) {
-                    return Poll::Ready(cost);
-                }
-                if this.burn.start(&mut st, cpu, this.task, this.account, cost) {
-                    return Poll::Ready(cost);
-                }
-                return Poll::Pending;
-            }
+        let Some(cost) = this.cost else {
+            return this.first_poll();
         };
-        if this.burn.poll(&mut st, cpu) {
+        let mut st = this.k.st.borrow_mut();
+        if this.burn.poll(&mut st, this.cpu) {
             Poll::Ready(cost)
         } else {
             Poll::Pending
         }
+    }
+}
+
+impl Rmw<'_> {
+    /// Takes the line and starts the operation's span (at once if its end is the next
+    /// event).
+    #[inline(never)]
+    fn first_poll(&mut self) -> Poll<u64> {
+        let cpu = self.cpu;
+        let mut st = self.k.st.borrow_mut();
+        let now = st.now;
+        let l = &mut st.lines[self.idx];
+        let start = now.max(l.busy_until);
+        let transfer = l.last_cpu != NO_CPU && l.last_cpu != cpu;
+        let op = l.params.base_ns + if transfer { l.params.transfer_ns } else { 0 };
+        l.busy_until = start + op;
+        l.last_cpu = cpu;
+        let cost = l.busy_until - now;
+        l.stats.ops += 1;
+        l.stats.transfers += u64::from(transfer);
+        l.stats.total_ns += cost;
+        l.stats.max_ns = l.stats.max_ns.max(cost);
+        self.cost = Some(cost);
+        if cost != 0 && st.spend_now(cpu, self.account, cost) {
+            return Poll::Ready(cost);
+        }
+        if self.burn.start(&mut st, cpu, self.task, self.account, cost) {
+            return Poll::Ready(cost);
+        }
+        Poll::Pending
     }
 }
 
