@@ -709,18 +709,16 @@ impl Kernel {
     /// Installs the futures of the tasks spawned during a poll.
     #[inline(never)]
     fn install_spawned(&self) {
-        {
-            let mut new = std::mem::take(&mut *self.spawned.borrow_mut());
-            let mut futs = self.futs.borrow_mut();
-            for (slot, tf) in new.drain(..) {
-                install(&mut futs, slot, tf);
-            }
-            // Installing spawns nothing: hand the (empty) buffer back, keeping its
-            // capacity, so a spawn per event does not allocate the side list each time.
-            let mut side = self.spawned.borrow_mut();
-            if side.is_empty() {
-                *side = new;
-            }
+        let mut new = std::mem::take(&mut *self.spawned.borrow_mut());
+        let mut futs = self.futs.borrow_mut();
+        for (slot, tf) in new.drain(..) {
+            install(&mut futs, slot, tf);
+        }
+        // Installing spawns nothing: hand the (empty) buffer back, keeping its capacity, so
+        // a spawn per event does not allocate the side list each time.
+        let mut side = self.spawned.borrow_mut();
+        if side.is_empty() {
+            *side = new;
         }
     }
 
@@ -776,6 +774,21 @@ pub(crate) struct Burn {
 }
 
 impl Burn {
+    /// Spends `ns` on `cpu` for `task`: at once when the span's end is the next event
+    /// ([`State::spend_now`]), else by starting the burn. Returns `true` if the span is
+    /// already over (spent at once, or nothing to burn).
+    #[inline]
+    pub(crate) fn begin(
+        &mut self,
+        st: &mut State,
+        cpu: u32,
+        task: TaskRef,
+        account: Account,
+        ns: u64,
+    ) -> bool {
+        (ns != 0 && st.spend_now(cpu, account, ns)) || self.start(st, cpu, task, account, ns)
+    }
+
     /// Starts burning `ns` on `cpu` for `task`. Returns `true` if there is nothing to burn.
     #[inline]
     pub(crate) fn start(

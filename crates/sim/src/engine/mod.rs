@@ -514,16 +514,14 @@ impl Spend<'_> {
         if tracer.is_on() && self.ns != 0 {
             trace_spend(tracer, self, st.now);
         }
-        if self.ns != 0 && st.spend_now(self.cpu, self.account, self.ns) {
-            return Poll::Ready(());
-        }
         if self
             .burn
-            .start(&mut st, self.cpu, self.task, self.account, self.ns)
+            .begin(&mut st, self.cpu, self.task, self.account, self.ns)
         {
-            return Poll::Ready(());
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
-        Poll::Pending
     }
 }
 

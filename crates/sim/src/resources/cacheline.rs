@@ -166,13 +166,11 @@ impl Rmw<'_> {
         l.stats.total_ns += cost;
         l.stats.max_ns = l.stats.max_ns.max(cost);
         self.cost = Some(cost);
-        if cost != 0 && st.spend_now(cpu, self.account, cost) {
-            return Poll::Ready(cost);
+        if self.burn.begin(&mut st, cpu, self.task, self.account, cost) {
+            Poll::Ready(cost)
+        } else {
+            Poll::Pending
         }
-        if self.burn.start(&mut st, cpu, self.task, self.account, cost) {
-            return Poll::Ready(cost);
-        }
-        Poll::Pending
     }
 }
 
