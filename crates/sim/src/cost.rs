@@ -1020,11 +1020,20 @@ impl CpuCostModel {
     /// Locks not taken are skipped: their term is `+0.0` (lock costs are finite and
     /// non-negative, checked when the profile is read), which changes no bit of a sum that
     /// starts at `+0.0`. Most records take one lock or none.
+    #[inline]
     pub fn locks_uncontended_ns(&self, work: &WorkRecord) -> f64 {
+        self.locks_uncontended_ns_except(work, None)
+    }
+
+    /// [`CpuCostModel::locks_uncontended_ns`] without the acquisitions of `except` (a lock
+    /// the caller does not charge, such as the lab's page-table lock, which stands in for
+    /// Linux's cmpxchg-based io-pgtable updates).
+    #[inline]
+    pub fn locks_uncontended_ns_except(&self, work: &WorkRecord, except: Option<LockId>) -> f64 {
         let mut ns = 0.0;
         for id in LockId::ALL {
             let n = work.lock_count(id);
-            if n != 0 {
+            if n != 0 && Some(id) != except {
                 ns += n as f64 * self.lock_uncontended_ns(id);
             }
         }

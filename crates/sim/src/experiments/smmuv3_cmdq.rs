@@ -769,20 +769,8 @@ impl Stack {
     fn lock_ns(&self, w: &WorkRecord) -> f64 {
         // Linux's io-pgtable-arm takes no lock (it uses cmpxchg); the lab's page-table
         // lock protects the functional model only and is not charged.
-        //
-        // Locks not taken are skipped: their term is `+0.0` (a count of 0 times a finite
-        // non-negative cost), and adding `+0.0` to the running sum, which starts at zero and
-        // only ever adds non-negative terms, changes no bit (a sum of no terms is `+0.0`
-        // here and `-0.0` or `+0.0` as a `sum()`; both give the same `cpu_ns + lock_ns`,
-        // as `cpu_ns` is never `-0.0`). Most records take one or two locks.
-        let mut ns = 0.0;
-        for id in LockId::ALL {
-            let count = w.lock_count(id);
-            if count != 0 && id != LockId::PageTable {
-                ns += count as f64 * self.cost.lock_uncontended_ns(id);
-            }
-        }
-        ns
+        self.cost
+            .locks_uncontended_ns_except(w, Some(LockId::PageTable))
     }
 
     fn fail(&self, e: String) -> String {
