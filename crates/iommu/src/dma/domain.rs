@@ -510,7 +510,8 @@ pub(super) struct TState {
     pub(super) table: Box<dyn IoPageTable>,
     live: LiveMap,
     /// Lazy mode: unmapped runs the IOTLB may still translate (see [`super::protection`]).
-    pub(super) stale: StaleSet,
+    /// (Boxed: its indexes would make every domain backend as large as a translated one.)
+    pub(super) stale: Box<StaleSet>,
 }
 
 /// The parts of a translated domain.
@@ -740,7 +741,7 @@ impl Domain {
         let state = TState {
             table,
             live: LiveMap::new(config.domain_id, config.max_mappings, g),
-            stale: StaleSet::default(),
+            stale: Box::default(),
         };
         let t = Translated {
             state: Mutex::new(state),
