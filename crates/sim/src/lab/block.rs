@@ -500,8 +500,44 @@ pub(crate) struct FioRun {
     pub iotlb: bool,
     /// The IOVA tree's lock over the measured window: (acquisitions, contended).
     pub tree_lock: (u64, u64),
+    /// The measured window's two halves, for the steady-state check.
+    pub halves: WindowHalves,
     /// The protection report over the whole run.
     pub protection: LabProtection,
+}
+
+/// What the two halves of a fio run's measured window saw: a run still warming up (caches
+/// filling, queues growing) shows it as a difference between them. fio's own `steadystate`
+/// option judges the same way, from the trend of IOPS over a window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WindowHalves {
+    /// I/Os completed (and counted) in the first and the second half.
+    pub ios: [u64; 2],
+    /// IOVA tree lock acquisitions in the first and the second half.
+    pub tree_allocs: [u64; 2],
+}
+
+impl WindowHalves {
+    /// The IOPS change from the first half to the second, in percent (0 without I/O).
+    pub(crate) fn iops_change_pct(&self) -> f64 {
+        let [a, b] = self.ios;
+        if a == 0 {
+            return 0.0;
+        }
+        (b as f64 - a as f64) / a as f64 * 100.0
+    }
+
+    /// Whether the window looks like steady state: IOPS within [`Self::STEADY_PCT`] between
+    /// the halves.
+    pub(crate) fn is_steady(&self) -> bool {
+        self.iops_change_pct().abs() <= Self::STEADY_PCT
+    }
+
+    /// The largest IOPS change between the halves still called steady, in percent. A stated
+    /// assumption: the lab is deterministic, and a steady run's halves differ by the
+    /// randomness of its offsets and arrivals alone, well under 1% at the bundled examples'
+    /// scale; 5% leaves room for short windows with few I/Os.
+    pub(crate) const STEADY_PCT: f64 = 5.0;
 }
 
 /// The fio job of a scenario.
@@ -627,7 +663,11 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     }
     let t0 = SimTime::ZERO + spec.ramp;
     let t1 = t0 + spec.runtime;
+    let t_mid = t0 + SimDuration::ns(spec.runtime.as_ns() / 2);
+    let counted = |g: &GroupStats| (g.read.clat_ns.len() + g.write.clat_ns.len()) as u64;
     let before: RunReport = sim.run_until(t0)?;
+    let mid: RunReport = sim.run_until(t_mid)?;
+    let ios_first = counted(&stats.borrow());
     let after: RunReport = sim.run_until(t1)?;
     let end = sim.run()?.end.as_ns();
     if let Some(e) = stack
@@ -641,6 +681,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let (usr, sys) = fio::cpu_usage(&before, &after, &spec.cpus);
     let cpu = CpuBreakdown::between(&sum_cpus(&before), &sum_cpus(&after));
     let g = stats.borrow().clone();
+    let ios_total = counted(&g);
     let json = fio::job_json(&spec, &g, usr, sys);
     let dma = *stack.counters.borrow();
     let cmdq = stack.cmdq.as_ref().map(|(_, q)| q.stats());
@@ -652,6 +693,13 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         dma,
         iotlb: cmdq.is_some(),
         tree_lock: lock_window(&before, &after, "iova_tree_lock"),
+        halves: WindowHalves {
+            ios: [ios_first, ios_total.saturating_sub(ios_first)],
+            tree_allocs: [
+                lock_window(&before, &mid, "iova_tree_lock").0,
+                lock_window(&mid, &after, "iova_tree_lock").0,
+            ],
+        },
         cmdq,
         irq_cpus,
         protection: stack.protection.0.read(stack.protection.1, end),

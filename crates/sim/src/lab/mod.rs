@@ -699,6 +699,22 @@ fn run_netperf(
     })
 }
 
+/// The note a fio run prints when its measured window was not in steady state.
+fn unsteady_note(h: &block::WindowHalves, job: &crate::workloads::fio::FioJob) -> String {
+    let half_s = job.runtime.as_ns() as f64 / 2e9;
+    let iops = |n: u64| crate::workloads::fio::human_iops(n as f64 / half_s.max(1e-12));
+    format!(
+        "steady state : no: IOPS={} in the first half of the measured window, {} in the second \
+         ({:+.1}%); the IOVA tree lock was taken {} then {} times; lengthen ramp_ms \
+         (docs/model/scale.md)",
+        iops(h.ios[0]),
+        iops(h.ios[1]),
+        h.iops_change_pct(),
+        h.tree_allocs[0],
+        h.tree_allocs[1]
+    )
+}
+
 fn run_fio(
     s: &LabScenario,
     f: &spec::FioSetup,
@@ -761,6 +777,11 @@ fn run_fio(
                 "lock.iova_tree.contended",
                 "count",
                 out.tree_lock.1 as f64,
+            ))
+            .metric(Metric::new(
+                "window.iops_change_pct",
+                "%",
+                out.halves.iops_change_pct(),
             ));
         if out.iotlb {
             let d = &out.dma;
@@ -845,6 +866,9 @@ fn run_fio(
             "  protection   : {}",
             protection_line(&out.protection)
         );
+        if !out.halves.is_steady() {
+            let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job));
+        }
         jobs.push(JobJson {
             jobname: config,
             ..out.json

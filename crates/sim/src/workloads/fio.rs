@@ -420,7 +420,7 @@ pub fn job_json(spec: &FioJob, stats: &GroupStats, usr_cpu: f64, sys_cpu: f64) -
     }
 }
 
-fn human_iops(iops: f64) -> String {
+pub(crate) fn human_iops(iops: f64) -> String {
     if iops >= 1e6 {
         format!("{:.2}M", iops / 1e6)
     } else if iops >= 1e3 {
