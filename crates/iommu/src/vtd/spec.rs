@@ -661,6 +661,12 @@ impl PasidEntry {
 // Page-table entries (X86.md §1.4).
 // ---------------------------------------------------------------------------------------
 
+/// The address bits of a leaf at `level` (1 = 4 KiB): bits 51:12, less the bits below
+/// the page size (ignored by the walk; bit 12 of a first-stage superpage is PAT).
+pub const fn leaf_addr_mask(level: u32) -> u64 {
+    PTE_ADDR_MASK & !((1u64 << (12 + 9 * (level - 1))) - 1)
+}
+
 /// Second-stage PTE bits.
 pub mod sl {
     /// R, bit 0: read.
@@ -717,7 +723,7 @@ impl SlPte {
         }
         if level == 1 || raw & sl::PS != 0 {
             Self::Leaf {
-                pa: raw & PTE_ADDR_MASK,
+                pa: raw & leaf_addr_mask(level),
                 prot: Prot {
                     read: raw & sl::R != 0,
                     write: raw & sl::W != 0,
@@ -802,7 +808,7 @@ impl FlPte {
         let write = raw & fl::RW != 0;
         if level == 1 || raw & fl::PS != 0 {
             Self::Leaf {
-                pa: raw & PTE_ADDR_MASK,
+                pa: raw & leaf_addr_mask(level),
                 write,
             }
         } else {
