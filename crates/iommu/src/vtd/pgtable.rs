@@ -272,6 +272,7 @@ impl VtdPageTable {
     }
 
     /// The validating walk of a map: the first mapped IOVA, and the tables needed.
+    #[allow(clippy::too_many_arguments)]
     fn check_map(
         &self,
         table: u64,
@@ -613,7 +614,7 @@ impl IoPageTable for VtdPageTable {
                 granule: SZ_4K,
             });
         }
-        if pa.checked_add(size).is_none_or(|e| e > 1 << OA_BITS) {
+        if !pa.checked_add(size).is_some_and(|e| e <= 1 << OA_BITS) {
             return Err(PgTableError::PhysOutOfRange { pa, bits: OA_BITS });
         }
         if prot == Prot::NONE {
