@@ -71,9 +71,8 @@ use parking_lot::Mutex;
 use super::invalidator::{Qi, QiError, VtdInvalidator};
 use super::pgtable::{read_u64, VtdPageTable, VtdTableConfig, VtdTableError};
 use super::spec::{
-    self, fsts, iqei, psi_range, reason, Cap, CcGranularity, ContextEntry, Ecap,
-    FaultRecord, InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SlPte,
-    TranslationType,
+    self, fsts, iqei, psi_range, reason, Cap, CcGranularity, ContextEntry, Ecap, FaultRecord,
+    InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SlPte, TranslationType,
 };
 use crate::addr::{Access, Iova, PhysAddr, Prot, SZ_4K};
 use crate::dma::{DmaError, Domain, DomainConfig, DomainId, DomainMode};
@@ -235,7 +234,9 @@ pub enum DmarError {
 
 /// A translation fault: what the unit records (if not suppressed by FPD).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("DMAR fault {reason:#x} for source {sid:#06x} at {addr:#x} ({access:?}), recorded: {recorded}")]
+#[error(
+    "DMAR fault {reason:#x} for source {sid:#06x} at {addr:#x} ({access:?}), recorded: {recorded}"
+)]
 pub struct DmarFault {
     /// The fault reason ([`spec::reason`]).
     pub reason: u8,
@@ -458,7 +459,11 @@ impl Dmar {
     /// IQA as software would read it (base, DW = 0, QS).
     pub fn iqa(&self) -> u64 {
         let pages = (self.config.qi_entries as u64 * 16).div_ceil(SZ_4K);
-        spec::iqa_encode(self.regs.lock().iqa_base, false, pages.trailing_zeros() as u8)
+        spec::iqa_encode(
+            self.regs.lock().iqa_base,
+            false,
+            pages.trailing_zeros() as u8,
+        )
     }
 
     /// IQH (byte offset of the next descriptor the hardware fetches).
@@ -606,7 +611,8 @@ impl Dmar {
         config: DomainConfig,
         allocator: Arc<dyn IovaAllocator>,
     ) -> Result<DmarDomain, DmarError> {
-        let table = VtdTableConfig::second_stage(self.levels).with_large_pages(self.config.cap.sllps());
+        let table =
+            VtdTableConfig::second_stage(self.levels).with_large_pages(self.config.cap.sllps());
         self.new_domain_with(did, config, table, allocator)
     }
 
@@ -866,7 +872,11 @@ impl Dmar {
         // The paging-structure caches are built for the unit's levels; a domain with
         // fewer levels walks without them.
         let use_ps = ctx.levels == self.levels;
-        let deepest = if use_ps { caches.walk.lookup_deepest(tag, iova) } else { None };
+        let deepest = if use_ps {
+            caches.walk.lookup_deepest(tag, iova)
+        } else {
+            None
+        };
         let (mut level, mut table) = match deepest {
             Some(e) => (ctx.levels - 1 - e.level as u32, e.table_pa.get()),
             None => (ctx.levels, ctx.root),
@@ -880,9 +890,10 @@ impl Dmar {
                     if self.config.cap.cm() {
                         // Caching Mode: remember the not-present translation.
                         let base = iova.align_down(SZ_4K);
-                        let ok = caches
-                            .iotlb
-                            .insert(tag, base, PhysAddr::new(0), SZ_4K, Prot::NONE);
+                        let ok =
+                            caches
+                                .iotlb
+                                .insert(tag, base, PhysAddr::new(0), SZ_4K, Prot::NONE);
                         debug_assert!(ok.is_ok());
                         self.stats.lock().negative_fills += 1;
                     }
@@ -900,9 +911,13 @@ impl Dmar {
                 }
                 SlPte::Leaf { pa, prot } => {
                     let size = 1u64 << shift;
-                    let ok = caches
-                        .iotlb
-                        .insert(tag, iova.align_down(size), PhysAddr::new(pa), size, prot);
+                    let ok = caches.iotlb.insert(
+                        tag,
+                        iova.align_down(size),
+                        PhysAddr::new(pa),
+                        size,
+                        prot,
+                    );
                     debug_assert!(ok.is_ok());
                     drop(caches);
                     if !prot.allows(access.prot()) {
@@ -981,15 +996,17 @@ impl Dmar {
         let mut c = self.caches.lock();
         let c = &mut *c;
         let tag = |did: u16| Asid(u32::from(did));
-        let page = |c: &mut Caches, stats: &mut DmarStats, did: u16, addr: u64, am: u8, ih: bool| {
-            let (start, size) = psi_range(addr, am);
-            stats.psi += 1;
-            stats.iotlb_removed += c.iotlb.invalidate_range(tag(did), Iova::new(start), size) as u64;
-            if !ih {
-                stats.pscache_removed +=
-                    c.walk.invalidate_range(tag(did), Iova::new(start), size) as u64;
-            }
-        };
+        let page =
+            |c: &mut Caches, stats: &mut DmarStats, did: u16, addr: u64, am: u8, ih: bool| {
+                let (start, size) = psi_range(addr, am);
+                stats.psi += 1;
+                stats.iotlb_removed +=
+                    c.iotlb.invalidate_range(tag(did), Iova::new(start), size) as u64;
+                if !ih {
+                    stats.pscache_removed +=
+                        c.walk.invalidate_range(tag(did), Iova::new(start), size) as u64;
+                }
+            };
         let domain = |c: &mut Caches, stats: &mut DmarStats, did| {
             stats.dsi += 1;
             stats.iotlb_removed += c.iotlb.invalidate_asid(tag(did)) as u64;
@@ -1002,7 +1019,7 @@ impl Dmar {
                     CcGranularity::Global => c.context.clear(),
                     CcGranularity::Domain { did } => c.context.retain(|e| e.did != did),
                     CcGranularity::Device { sid, fm, .. } => {
-                        // FM masks the top 0..3 bits of the function number [mem].
+                        // FM masks the top 0..3 bits of the function number (from memory, unverified).
                         let mask = !((((1u16 << fm) - 1) << (3 - fm)) & 0x7);
                         c.context.retain(|e| e.sid & mask != sid & mask);
                     }

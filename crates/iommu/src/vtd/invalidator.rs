@@ -183,7 +183,9 @@ impl Dmar {
     }
 
     fn set_status(&self, slot: usize, value: u32) {
-        let ok = self.memory().write(self.status_pa(slot), &value.to_le_bytes());
+        let ok = self
+            .memory()
+            .write(self.status_pa(slot), &value.to_le_bytes());
         debug_assert!(ok.is_ok());
     }
 
@@ -202,7 +204,10 @@ impl Dmar {
         let encoded = descs
             .iter()
             .enumerate()
-            .map(|(index, d)| d.encode().map_err(|source| QiError::Encode { index, source }))
+            .map(|(index, d)| {
+                d.encode()
+                    .map_err(|source| QiError::Encode { index, source })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         self.qi_submit_raw(&encoded, work)
     }
@@ -241,7 +246,12 @@ impl Dmar {
         };
         let wait_words = match wait.encode() {
             Ok(w) => w,
-            Err(source) => return Err(QiError::Encode { index: count, source }),
+            Err(source) => {
+                return Err(QiError::Encode {
+                    index: count,
+                    source,
+                })
+            }
         };
         self.write_desc(wait_index, wait_words);
         self.set_status(wait_index, qi_status::IN_USE);
@@ -403,7 +413,10 @@ impl VtdInvalidator {
         work.inval_ranges += 1;
         work.inval_pages += size.div_ceil(4096);
         let end = iova.get() + (size - 1);
-        self.submit(&[iotlb_flush_desc(cap, self.did, iova.get(), end, false)], work)
+        self.submit(
+            &[iotlb_flush_desc(cap, self.did, iova.get(), end, false)],
+            work,
+        )
     }
 }
 

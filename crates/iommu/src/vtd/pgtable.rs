@@ -8,7 +8,7 @@
 //! second stage, always 2 MiB and FL1GP for 1 GiB on the first stage).
 //!
 //! Every table page is a real page of a [`PhysMemory`], taken from a [`PhysAllocator`], and
-//! every entry is written there in the bit-exact format of [`spec`](super::spec), so a
+//! every entry is written there in the bit-exact format of [`super::spec`], so a
 //! remapping unit ([`Dmar`](super::Dmar)) walks the same bytes from the context entry's
 //! pointer. Entries are encoded as Linux does: second-stage non-leaf entries carry R and W,
 //! leaves R/W from the mapping and PS above level 1; first-stage entries pre-set A, U/S and

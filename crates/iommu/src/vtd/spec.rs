@@ -1360,9 +1360,9 @@ pub const fn iqercd_encode(iqei: u8, itesid: u16, icesid: u16) -> u64 {
 /// IQEI codes the model sets.
 pub mod iqei {
     /// 1: the descriptor at IQH has an invalid type or reserved bits set (VT-d spec 11.4.9.9:
-    /// "invalid information in descriptor"; [mem]).
+    /// "invalid information in descriptor"; from memory, unverified).
     pub const INVALID_DESCRIPTOR: u8 = 1;
-    /// 2: IQT is not aligned for the descriptor width ([mem]).
+    /// 2: IQT is not aligned for the descriptor width (from memory, unverified).
     pub const TAIL_MISALIGNED: u8 = 2;
 }
 
