@@ -1019,7 +1019,8 @@ impl Dmar {
                     CcGranularity::Global => c.context.clear(),
                     CcGranularity::Domain { did } => c.context.retain(|e| e.did != did),
                     CcGranularity::Device { sid, fm, .. } => {
-                        // FM masks the top 0..3 bits of the function number (from memory, unverified).
+                        // FM masks the top 0..3 bits of the function number (from
+                        // memory, unverified).
                         let mask = !((((1u16 << fm) - 1) << (3 - fm)) & 0x7);
                         c.context.retain(|e| e.sid & mask != sid & mask);
                     }
