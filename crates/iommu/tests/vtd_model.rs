@@ -497,4 +497,67 @@ mod vtd {
         );
         assert!(zero.is_err());
     }
+
+    #[test]
+    fn vtd_freed_table_merges_into_one_psi_and_ih_follows_the_f_and_s_option() {
+        let d = unit(DmarConfig::cascade_lake());
+        let dom = domain(&d, DomainMode::Strict);
+        // 2 MiB at a 4 KiB-aligned (not 2 MiB-aligned) address: 512 small pages in one leaf
+        // table, which the unmap frees.
+        let m = map(&dom, 0x40_1000, SZ_2M, Direction::ToDevice);
+        let mut w = WorkRecord::new();
+        dom.domain().unmap_page(m, 0, 0, &mut w).unwrap();
+        assert_eq!((w.inval_ranges, w.inval_walks, w.tables_freed), (1, 1, 1));
+        // Range and freed table are one span: one PSI with AM 9, and the wait.
+        assert_eq!(w.commands_written, 2);
+        assert_eq!(d.stats().psi, 1);
+
+        // With the F&S option, an unmap that frees no table sets IH: the paging-structure
+        // caches survive it. Linux's default drops them.
+        for honour in [false, true] {
+            let d = unit(DmarConfig::cascade_lake());
+            let dom = domain(&d, DomainMode::Strict);
+            dom.invalidator().set_honour_ih(honour);
+            let keep = map(&dom, 0x10_0000, SZ_4K, Direction::ToDevice);
+            let m = map(&dom, 0x20_0000, SZ_4K, Direction::ToDevice);
+            let mut w = WorkRecord::new();
+            d.translate(SID, iova(&keep), Access::Read, &mut w).unwrap();
+            d.translate(SID, iova(&m), Access::Read, &mut w).unwrap();
+            assert_eq!(d.pscache_count(DID), 3);
+            dom.domain().unmap_page(m, 0, 0, &mut w).unwrap();
+            assert_eq!(d.pscache_count(DID) == 3, honour, "honour_ih {honour}");
+            assert!(d.iotlb_probe(DID, iova(&keep)).is_some());
+        }
+    }
+
+    #[test]
+    fn vtd_concurrent_strict_unmaps_share_the_queue() {
+        let d = unit(DmarConfig::cascade_lake());
+        let dom = Arc::new(domain(&d, DomainMode::Strict));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (d, dom) = (d.clone(), dom.clone());
+                std::thread::spawn(move || {
+                    let mut w = WorkRecord::new();
+                    for i in 0..50u64 {
+                        let pa = 0x100_0000 + (t * 64 + i % 64) * SZ_4K;
+                        let m = map(&dom, pa, SZ_4K, Direction::ToDevice);
+                        let at = iova(&m);
+                        d.translate(SID, at, Access::Read, &mut w).unwrap();
+                        dom.domain().unmap_page(m, 0, 0, &mut w).unwrap();
+                    }
+                    w
+                })
+            })
+            .collect();
+        let mut total = WorkRecord::new();
+        for t in threads {
+            total += t.join().unwrap();
+        }
+        assert_eq!(total.inval_syncs, 200);
+        assert_eq!(total.commands_written, 400);
+        assert_eq!(d.iotlb_stale(), 0);
+        assert_eq!(d.qi_free_slots(), d.config().qi_entries);
+        assert_eq!(d.iqh(), d.iqt());
+    }
 }
