@@ -299,6 +299,8 @@ mod vtd {
         d.write_iqt(3 * 16, &mut w);
         assert_eq!(d.process_queue(), 1);
         assert_eq!(d.iqh(), 16);
+        // IQA: the base, 128-bit descriptors, QS 0 (one page of 256).
+        assert_eq!(d.iqa(), q);
         assert_eq!(d.fsts() & fsts::IQE, fsts::IQE);
         assert_eq!(d.iqercd() & 0xF, 1);
         assert_eq!((status_of(1), status_of(2)), (1, 0));
@@ -559,5 +561,73 @@ mod vtd {
         assert_eq!(d.iotlb_stale(), 0);
         assert_eq!(d.qi_free_slots(), d.config().qi_entries);
         assert_eq!(d.iqh(), d.iqt());
+    }
+
+    #[test]
+    fn vtd_context_cache_invalidation_by_device_with_function_mask() {
+        let d = unit(DmarConfig::cascade_lake());
+        let dom = domain(&d, DomainMode::Strict);
+        // The same domain on function 4 of the device (devfn 0x14).
+        let sid4 = SID | 0x4;
+        d.attach(sid4, &dom, &mut WorkRecord::new()).unwrap();
+        let m = map(&dom, 0x12_3000, SZ_4K, Direction::ToDevice);
+        let fill = || {
+            for sid in [SID, sid4] {
+                d.translate(sid, iova(&m), Access::Read, &mut WorkRecord::new())
+                    .unwrap();
+            }
+        };
+        fill();
+        assert_eq!(d.context_cache_len(), 2);
+        let cc = |fm| {
+            InvDesc::ContextCache(CcGranularity::Device {
+                did: DID,
+                sid: SID,
+                fm,
+            })
+        };
+        let mut w = WorkRecord::new();
+        d.qi_submit_sync(&[cc(0)], &mut w).unwrap();
+        assert_eq!(d.context_cache_len(), 1, "FM 0: exactly one function");
+        fill();
+        // FM 1 masks function bit 2: functions 0 and 4 both go.
+        d.qi_submit_sync(&[cc(1)], &mut w).unwrap();
+        assert_eq!(d.context_cache_len(), 0);
+        fill();
+        // Domain-selective for another DID keeps them; for this DID drops them.
+        let dom_cc = |did| InvDesc::ContextCache(CcGranularity::Domain { did });
+        d.qi_submit_sync(&[dom_cc(DID + 1)], &mut w).unwrap();
+        assert_eq!(d.context_cache_len(), 2);
+        d.qi_submit_sync(&[dom_cc(DID)], &mut w).unwrap();
+        assert_eq!(d.context_cache_len(), 0);
+    }
+
+    #[test]
+    fn vtd_strict_path_falls_back_to_dsi_beyond_mamv_or_without_psi() {
+        let base = DmarConfig::cascade_lake();
+        // MAMV 0: only single-page PSIs.
+        let mamv0 = DmarConfig::new(
+            Cap(base.cap.0 & !(0x3F << 48)),
+            iolab_iommu::vtd::spec::ECAP_CASCADE_LAKE,
+        );
+        let no_psi = DmarConfig::new(
+            Cap(base.cap.0 & !(1 << 39)),
+            iolab_iommu::vtd::spec::ECAP_CASCADE_LAKE,
+        );
+        for (config, pages, psi, dsi) in [
+            (base.clone(), 2, 1, 0),
+            (mamv0.clone(), 1, 1, 0),
+            (mamv0, 2, 0, 1),
+            (no_psi, 1, 0, 1),
+        ] {
+            let d = unit(config);
+            let dom = domain(&d, DomainMode::Strict);
+            let m = map(&dom, 0x10_0000, pages * SZ_4K, Direction::ToDevice);
+            dom.domain()
+                .unmap_page(m, 0, 0, &mut WorkRecord::new())
+                .unwrap();
+            let s = d.stats();
+            assert_eq!((s.psi, s.dsi), (psi, dsi), "{pages} pages");
+        }
     }
 }

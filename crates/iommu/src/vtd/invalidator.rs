@@ -464,3 +464,40 @@ impl Invalidator for VtdInvalidator {
         debug_assert!(r.is_ok(), "VT-d invalidation failed: {r:?}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference: the smallest naturally aligned block of 2^m pages holding both end
+    /// pages (capped at Linux's 52).
+    fn smallest_block(start: u64, end: u64) -> u32 {
+        let (a, b) = (start >> 12, end >> 12);
+        (0..MAX_AGAW_PFN_WIDTH)
+            .find(|&m| a >> m == b >> m)
+            .unwrap_or(MAX_AGAW_PFN_WIDTH)
+    }
+
+    proptest! {
+        #[test]
+        fn psi_mask_is_the_smallest_aligned_block(start in 0u64..1 << 48, len in 1u64..1 << 32) {
+            let end = start + len - 1;
+            let (addr, mask) = psi_mask(start, end);
+            prop_assert_eq!(mask, smallest_block(start, end));
+            let (lo, size) = spec_range(addr, mask);
+            prop_assert_eq!(lo, addr);
+            prop_assert!(lo <= start && end - lo < size);
+        }
+    }
+
+    fn spec_range(addr: u64, mask: u32) -> (u64, u64) {
+        super::super::spec::psi_range(addr, mask as u8)
+    }
+
+    #[test]
+    fn the_whole_space_takes_mask_52() {
+        assert_eq!(psi_mask(0x1000, u64::MAX), (0, 52));
+        assert_eq!(smallest_block(0x1000, u64::MAX), 52);
+    }
+}
