@@ -7,6 +7,8 @@
 //! - [`mem`]: sparse simulated physical memory with real bytes.
 //! - [`pgtable`]: IO page-table formats (ARM LPAE, POWER TCE, SBA I/O pdir).
 //! - [`iova`]: IOVA allocators (Linux tree, magazines, gap tree, POWER pools, SBA bitmap).
+//! - [`vtd`]: an Intel VT-d remapping unit (root/context tables, second-stage tables,
+//!   IOTLB and context cache, the invalidation queue) and the Linux intel-iommu strict path.
 //! - [`iotlb`]: set-associative IOTLB and per-level walk caches, with real stale entries.
 //! - [`dma`]: the DMA API (domains, modes, scatter-gather merging, flush queues) and the
 //!   device side (translate, `dma_read`, `dma_write`).
@@ -29,4 +31,5 @@ pub mod pgtable;
 pub mod smmuv3;
 #[cfg(feature = "vm-memory")]
 pub mod vmm;
+pub mod vtd;
 pub mod work;

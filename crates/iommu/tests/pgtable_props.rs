@@ -18,6 +18,7 @@ use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable, TableReclaim};
 use iolab_iommu::pgtable::sba_pdir::{SbaConfig, SbaPdir};
 use iolab_iommu::pgtable::tce::{TceConfig, TceTable};
 use iolab_iommu::pgtable::{IoPageTable, PgTableError, UnmapGather};
+use iolab_iommu::vtd::{VtdPageTable, VtdTableConfig};
 use iolab_iommu::work::WorkRecord;
 use proptest::prelude::*;
 
@@ -87,6 +88,12 @@ impl Table for LpaeTable {
 
 impl Table for TceTable {}
 
+impl Table for VtdPageTable {
+    fn reclaim(&mut self, gather: &mut UnmapGather, work: &mut WorkRecord) -> usize {
+        self.reclaim_empty_tables(gather, work)
+    }
+}
+
 impl Table for SbaPdir {}
 
 /// A format under test and how to scale raw operations to it.
@@ -130,6 +137,35 @@ fn lpae(granule: u64, ias: u32, cap: Option<usize>, reclaim: TableReclaim) -> Se
         // Stage-1 LPAE cannot express write-only: write implies read.
         effective: |p| if p.write { Prot::READ_WRITE } else { p },
         capped: cap.is_some(),
+    }
+}
+
+/// A VT-d table in its own simulated memory (tables only; mapped addresses need no memory).
+/// Unmaps free covered tables as LPAE's `WholeSpan` does.
+fn vtd(config: VtdTableConfig) -> Setup {
+    use iolab_iommu::mem::{PhysAllocator, PhysMemory};
+    use std::sync::Arc;
+    let mem = Arc::new(PhysMemory::new(256 << 20).expect("memory"));
+    let alloc = PhysAllocator::new(mem, PhysAddr::new(0), PhysAddr::new(256 << 20));
+    let table = VtdPageTable::new(config, Arc::new(alloc.expect("allocator"))).expect("table");
+    let block_pages = if config.large_pages & 1 != 0 { 512 } else { 64 };
+    let top = table.iova_range().1.get();
+    let span_pages = 6 * block_pages;
+    let span = span_pages * SZ_4K;
+    let first_stage = config.stage == iolab_iommu::vtd::VtdStage::First;
+    Setup {
+        table: Box::new(table),
+        reclaim: Some(TableReclaim::WholeSpan),
+        block_pages,
+        span_pages,
+        regions: [0, top / 2 - span / 2, top - span],
+        // First-stage leaves are always readable.
+        effective: if first_stage {
+            |p| if p.write { Prot::READ_WRITE } else { p }
+        } else {
+            |p| p
+        },
+        capped: config.max_table_pages < 1 << 20,
     }
 }
 
@@ -535,6 +571,31 @@ mod pgtable {
         #[test]
         fn lpae_16k_36_matches_model(ops in ops()) {
             run_lpae(SZ_16K, 36, None, &ops);
+        }
+
+        #[test]
+        fn vtd_sl_4level_matches_model(ops in ops()) {
+            run(vtd(VtdTableConfig::second_stage(4)), &ops);
+        }
+
+        #[test]
+        fn vtd_sl_5level_matches_model(ops in ops()) {
+            run(vtd(VtdTableConfig::second_stage(5)), &ops);
+        }
+
+        #[test]
+        fn vtd_sl_3level_4k_only_matches_model(ops in ops()) {
+            run(vtd(VtdTableConfig::second_stage(3).with_large_pages(0)), &ops);
+        }
+
+        #[test]
+        fn vtd_sl_capped_tables_fail_cleanly(ops in ops()) {
+            run(vtd(VtdTableConfig::second_stage(4).with_max_table_pages(6)), &ops);
+        }
+
+        #[test]
+        fn vtd_fl_4level_matches_model(ops in ops()) {
+            run(vtd(VtdTableConfig::first_stage(4, true)), &ops);
         }
 
         #[test]
