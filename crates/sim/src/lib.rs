@@ -3,8 +3,9 @@
 //! A deterministic discrete-event simulator in virtual nanoseconds, in which simulated
 //! threads are `async` tasks pinned to virtual CPUs:
 //!
-//! - [`engine`]: the executor ([`Sim`]), virtual time, virtual CPUs, timers, completions,
-//!   channels and the seeded random-number generator;
+//! - [`time`]: virtual time ([`SimTime`], [`SimDuration`]), a leaf every other module uses;
+//! - [`engine`]: the executor ([`Sim`]), virtual CPUs, timers, completions, channels and the
+//!   seeded random-number generator;
 //! - [`resources`]: spinlocks, sleeping locks and contended cache lines that cost what the
 //!   real ones cost, including the CPU time their waiters burn;
 //! - [`accounting`]: per-CPU user/system/spin/idle time and the [`RunReport`].
@@ -56,6 +57,7 @@ pub mod lab;
 pub mod metrics;
 pub mod resources;
 pub mod soak;
+pub mod time;
 pub mod tomlfile;
 pub mod trace;
 pub mod workloads;

@@ -33,7 +33,6 @@ pub(crate) mod kernel;
 pub(crate) mod queue;
 pub mod rng;
 pub mod sync;
-pub mod time;
 
 use std::cell::{RefCell, RefMut};
 use std::fmt;
@@ -46,7 +45,9 @@ use crate::accounting::{Account, RunReport};
 use kernel::{Burn, Kernel, TaskRef, NO_CPU};
 pub use rng::Rng;
 pub use sync::{Channel, Completion, Full};
-pub use time::{SimDuration, SimTime};
+/// Virtual time lives in [`crate::time`], a leaf module that the engine and the accounting
+/// both use; it is re-exported here, where the engine's users have always found it.
+pub use crate::time::{self, SimDuration, SimTime};
 
 /// The largest number of virtual CPUs a machine may have.
 pub const MAX_CPUS: usize = 1024;
