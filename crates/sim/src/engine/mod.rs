@@ -42,12 +42,12 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use crate::accounting::{Account, RunReport};
-use kernel::{Burn, Kernel, TaskRef, NO_CPU};
-pub use rng::Rng;
-pub use sync::{Channel, Completion, Full};
 /// Virtual time lives in [`crate::time`], a leaf module that the engine and the accounting
 /// both use; it is re-exported here, where the engine's users have always found it.
 pub use crate::time::{self, SimDuration, SimTime};
+use kernel::{Burn, Kernel, TaskRef, NO_CPU};
+pub use rng::Rng;
+pub use sync::{Channel, Completion, Full};
 
 /// The largest number of virtual CPUs a machine may have.
 pub const MAX_CPUS: usize = 1024;

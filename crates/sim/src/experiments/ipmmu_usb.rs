@@ -1145,7 +1145,7 @@ fn case_measurement(
             .metric(Metric::new("usb.bounce_cpu_ns", "ns", u.bounce_ns as f64))
             .metric(Metric::new("usb.map_cpu_ns", "ns", u.map_ns as f64))
             .metric(Metric::new("usb.unmap_cpu_ns", "ns", u.unmap_ns as f64));
-        m = super::protection::protection_metrics(m, &c.protection, c.max_reachable_ns);
+        m = crate::metrics::protection_metrics(m, &c.protection, c.max_reachable_ns);
     }
     m.cpu(cpu)
 }

@@ -45,7 +45,8 @@ use crate::cost::PlatformProfile;
 use crate::devices::nvme::{Nvme, NvmeParams};
 use crate::engine::{Sim, SimConfig, SimDuration, SimTime};
 use crate::experiment::{ExperimentOptions, ExperimentReport, Figure, Role, Sourced};
-use crate::metrics::{Measurement, Metric};
+use crate::metrics::protection::counts;
+use crate::metrics::{protection_metrics, Measurement};
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::workloads::fio::{self, FioJob, GroupStats, RwPattern, SharedStats};
 use crate::workloads::hostile::{
@@ -854,53 +855,6 @@ fn average(runs: Vec<ModeResult>) -> Result<ModeResult, ExperimentError> {
     }
     acc.measurement = acc.measurement.clone().attr("runs", n);
     Ok(acc)
-}
-
-/// Adds the protection report's metrics (`protection.*`, `faults.*`) to `m`.
-/// `max_reachable_ns` is the stack's figure, or the run length where nothing translates.
-pub fn protection_metrics(
-    m: Measurement,
-    p: &ProtectionStats,
-    max_reachable_ns: u64,
-) -> Measurement {
-    let m = counts(m, &[("protection.stale_hits", "count", p.stale_hits)]);
-    exposure_metrics(m, p, max_reachable_ns)
-}
-
-/// `m` with a metric per `(name, unit, count)`, in order.
-fn counts(m: Measurement, list: &[(&str, &str, u64)]) -> Measurement {
-    list.iter().fold(m, |m, &(name, unit, v)| {
-        m.metric(Metric::new(name, unit, v as f64))
-    })
-}
-
-/// The protection report's metrics but the stale-hit count, for a model with no device-side
-/// cache to observe stale hits in: the reachable window (`max_reachable_ns`), sub-page
-/// exposure, bypassed accesses and faults.
-pub fn exposure_metrics(m: Measurement, p: &ProtectionStats, max_reachable_ns: u64) -> Measurement {
-    counts(
-        m,
-        &[
-            (
-                "protection.max_reachable_after_unmap_ns",
-                "ns",
-                max_reachable_ns,
-            ),
-            (
-                "protection.subpage_exposed_bytes",
-                "B",
-                p.subpage_exposed_bytes,
-            ),
-            (
-                "protection.max_subpage_exposed_bytes",
-                "B",
-                p.max_subpage_exposed_bytes,
-            ),
-            ("protection.bypass_accesses", "count", p.bypass_accesses),
-            ("faults.translation", "count", p.translation_faults),
-            ("faults.permission", "count", p.permission_faults),
-        ],
-    )
 }
 
 /// Runs every row `runs` times (seeds from [`crate::engine::rng::repetition_seed`]) and

@@ -865,7 +865,7 @@ fn config_measurement(
             m.large_pool_peak_pct,
         ))
         .cpu(m.cpu);
-    super::protection::protection_metrics(measurement, &m.protection, 0)
+    crate::metrics::protection_metrics(measurement, &m.protection, 0)
 }
 
 fn pct(new: f64, old: f64) -> f64 {

@@ -17,7 +17,6 @@ use iolab_iommu::dma::{Device, DomainId, ProtectionStats};
 use iolab_iommu::hw::{SbaIommu, SbaIommuConfig};
 use serde::Deserialize;
 
-use super::protection::exposure_metrics;
 use super::ExperimentError;
 use crate::block::QueueLimits;
 use crate::cost::PlatformProfile;
@@ -25,6 +24,7 @@ use crate::devices::scsi::{ScsiHost, ScsiParams, ScsiStats};
 use crate::engine::{Sim, SimConfig};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::lab::reaim::{run_children, ChildrenRun};
+use crate::metrics::exposure_metrics;
 use crate::resources::SpinParams;
 use crate::tomlfile::TomlDoc;
 use crate::workloads::reaim::{self, ChildSetup, FsyncLayout, ReaimRow, Task, Workfile};

@@ -1186,7 +1186,7 @@ fn run_cell(
         }
         None => (stack.domain.protection(), after.end.as_ns()),
     };
-    let measurement = super::protection::protection_metrics(
+    let measurement = crate::metrics::protection_metrics(
         with_counts(
             cell_measurement(row, mode, &spec, &g, (usr, sys), (&before, &after)),
             &dma,

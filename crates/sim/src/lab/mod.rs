@@ -249,11 +249,11 @@ fn per(total: f64, count: u64) -> f64 {
 }
 
 /// Adds the run's protection report (`protection.*`, `faults.*`, as the published
-/// experiments carry it: [`crate::experiments::protection::protection_metrics`]) to `m`.
+/// experiments carry it: [`crate::metrics::protection_metrics`]) to `m`.
 /// Where the model has no device-side cache to observe stale hits in (SBA), that figure is
 /// left out, not reported as zero.
 fn with_protection(m: Measurement, p: &iommu::LabProtection) -> Measurement {
-    use crate::experiments::protection::{exposure_metrics, protection_metrics};
+    use crate::metrics::{exposure_metrics, protection_metrics};
     if p.stale_hits_measured {
         protection_metrics(m, &p.stats, p.max_reachable_ns)
     } else {

@@ -26,11 +26,14 @@
 //! assert!((10_000..=10_000 + 10_000 / 16).contains(&p50));
 //! ```
 
+pub mod protection;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::accounting::CpuTimes;
+pub use protection::{exposure_metrics, protection_metrics};
 
 /// One named, measured quantity.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
