@@ -26,11 +26,21 @@ use serde::Serialize;
 use iolab_iommu::hw::QueueWork;
 
 use crate::accounting::Account;
-use crate::cost::PlatformProfile;
-use crate::engine::{Completion, Ctx, Handle, SimDuration, SimTime, Spend};
-use crate::experiments::ExperimentError;
+use crate::cost::{CostError, PlatformProfile};
+use crate::engine::{Completion, Ctx, Handle, SimDuration, SimError, SimTime, Spend};
 use crate::resources::{CacheLine, LineParams, SpinGuard, SpinLock, SpinParams};
 use crate::trace::{Tracer, Track};
+
+/// Why a timed command queue could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdqError {
+    /// The platform profile lacks the command-queue costs (`[iommu.cmdq]`) or is malformed.
+    #[error(transparent)]
+    Cost(#[from] CostError),
+    /// The simulation refused one of the queue's resources (its lock or cache lines).
+    #[error("Simulation failed: {0}")]
+    Sim(#[from] SimError),
+}
 
 /// Which command queue (or none) a configuration runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -278,7 +288,7 @@ impl SimCmdq {
         mode: Mode,
         p: &PlatformProfile,
         batch_max: u32,
-    ) -> Result<Self, ExperimentError> {
+    ) -> Result<Self, CmdqError> {
         let cq = p.require_cmdq()?;
         let r = |x: f64| x.round() as u64;
         let lock = match mode {

@@ -49,6 +49,15 @@ pub enum ExperimentError {
     },
 }
 
+impl From<crate::cmdq::CmdqError> for ExperimentError {
+    fn from(e: crate::cmdq::CmdqError) -> Self {
+        match e {
+            crate::cmdq::CmdqError::Cost(e) => Self::Cost(e),
+            crate::cmdq::CmdqError::Sim(e) => Self::Sim(e),
+        }
+    }
+}
+
 impl ExperimentError {
     /// Whether the error is the user's input (exit code 2) rather than a run failure (1).
     pub fn is_bad_input(&self) -> bool {
