@@ -222,3 +222,43 @@ fn reaim_prints_the_reaim_table_and_a_bad_ramp_is_bad_input() {
         "{err}"
     );
 }
+
+#[test]
+fn fio_style_sizes_read_as_their_bytes() {
+    let dir = temp_dir("sizes");
+    let text = std::fs::read_to_string(example("fio-nvme-strict")).unwrap();
+    let plain = iolab(&["--no-db", "run", s(&example("fio-nvme-strict"))]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for written in ["\"4k\"", "\"4K\""] {
+        let f = dir.join("k.toml");
+        std::fs::write(&f, text.replace("bs = 4096", &format!("bs = {written}"))).unwrap();
+        let out = iolab(&["--no-db", "run", s(&f)]);
+        assert!(out.status.success(), "{written}: {}", stderr(&out));
+        assert_eq!(out.stdout, plain.stdout, "bs = {written} runs as bs = 4096");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_size_is_bad_input_naming_the_field() {
+    let dir = temp_dir("badsize");
+    let text = std::fs::read_to_string(example("fio-nvme-strict")).unwrap();
+    for (written, says) in [
+        ("\"4x\"", "Invalid size \"4x\""),
+        ("\"\"", "Empty size"),
+        ("\"-4k\"", "Negative size \"-4k\""),
+        ("-4", "Negative size \"-4\""),
+        ("\"99999999999t\"", "too large"),
+    ] {
+        let f = dir.join("bad.toml");
+        std::fs::write(&f, text.replace("bs = 4096", &format!("bs = {written}"))).unwrap();
+        let out = iolab(&["--no-db", "run", s(&f)]);
+        assert_eq!(out.status.code(), Some(2), "{written}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("workload.bs"), "{written}: {err}");
+        assert!(err.contains("at line 22"), "{written}: {err}");
+        assert!(err.contains(says), "{written}: {err}");
+        assert_eq!(err.lines().count(), 1, "one message: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

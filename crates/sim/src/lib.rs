@@ -55,6 +55,7 @@ pub mod experiments;
 pub mod lab;
 pub mod metrics;
 pub mod resources;
+pub mod size;
 pub mod soak;
 pub mod tomlfile;
 pub mod trace;

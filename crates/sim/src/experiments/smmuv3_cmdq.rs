@@ -192,6 +192,7 @@ struct FioScen {
     rw: String,
     #[serde(default = "default_mix")]
     rwmixread: u32,
+    #[serde(deserialize_with = "crate::size::bytes")]
     bs: u64,
     iodepth: u32,
     numjobs: u32,

@@ -201,7 +201,7 @@ struct ReaimSpec {
     timeslice_ms: Option<f64>,
     #[serde(default)]
     jitter_pct: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     fs_block: Option<u64>,
     #[serde(default)]
     journal_blocks: Option<u64>,
@@ -276,7 +276,7 @@ struct BonnieSpec {
     logical_file_mib: Option<u64>,
     #[serde(default)]
     ram_mib: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     chunk_bytes: Option<u64>,
     #[serde(default)]
     seeks: Option<u64>,
@@ -301,7 +301,7 @@ struct NetperfSpec {
     direction: Option<String>,
     #[serde(default)]
     threads: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     message_bytes: Option<u64>,
     run_ms: u64,
     #[serde(default)]
@@ -316,7 +316,7 @@ struct FioSpec {
     rw: String,
     #[serde(default)]
     rwmixread: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     bs: Option<u64>,
     #[serde(default)]
     iodepth: Option<u32>,
