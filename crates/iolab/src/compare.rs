@@ -588,14 +588,7 @@ pub fn run(path: &Path, a: &str, b: &str, metric: Option<&str>, format: CompareF
             return ExitCode::from(2);
         }
     };
-    if !path.exists() {
-        eprintln!(
-            "iolab compare: results database {} does not exist (store runs with `iolab run` or `iolab import` first, or pass --db)",
-            path.display()
-        );
-        return ExitCode::from(2);
-    }
-    let result = ResultsDb::open(path)
+    let result = ResultsDb::open_existing(path)
         .map_err(CompareError::from)
         .and_then(|db| compare(&db, (a, &sa), (b, &sb), metric));
     match result {

@@ -125,6 +125,10 @@ pub enum DbError {
     /// use, its directory is not).
     #[error("results database {}: directory {} does not exist; create it, or pass another file with --db or skip storing with --no-db", path.display(), dir.display())]
     NoDirectory { path: PathBuf, dir: PathBuf },
+    /// A command that reads stored runs was given a database file that does not exist
+    /// (only the commands that store runs create one).
+    #[error("results database {} does not exist; store runs first (`iolab run`, `iolab reproduce`, `iolab import`) or pass another file with --db", path.display())]
+    Missing { path: PathBuf },
 }
 
 impl DbError {
@@ -137,6 +141,7 @@ impl DbError {
             | DbError::NoSuchRun { .. }
             | DbError::NoSuchGroup { .. }
             | DbError::NoDirectory { .. }
+            | DbError::Missing { .. }
             | DbError::Corrupt { .. } => 2,
         }
     }
@@ -243,6 +248,18 @@ impl ResultsDb {
         };
         db.check_and_migrate()?;
         Ok(db)
+    }
+
+    /// Opens the results database at `path` for a command that reads stored runs (`runs`,
+    /// `compare`, `report`): as [`ResultsDb::open`], but a file that does not exist is
+    /// refused with [`DbError::Missing`] rather than created.
+    pub fn open_existing(path: &Path) -> Result<Self, DbError> {
+        if !path.exists() {
+            return Err(DbError::Missing {
+                path: path.to_owned(),
+            });
+        }
+        Self::open(path)
     }
 
     /// The file this database lives in.

@@ -26,8 +26,9 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database: `reproduce`, `run` and `import` store runs in it; `runs` and
-    /// `compare` read it.
+    /// The results database: `reproduce`, `run`, `import` and `sweep` store runs in it (and
+    /// create it); `runs`, `compare` and `report` read it and refuse a file that does not
+    /// exist (exit code 2).
     #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
     db: std::path::PathBuf,
     /// Do not store results (reproduce, run).

@@ -94,13 +94,7 @@ fn run_inner(
     output: &Path,
     svg_dir: Option<&Path>,
 ) -> Result<(), Failure> {
-    if !db_path.exists() {
-        return Err(Failure::bad(format!(
-            "results database {} does not exist; store runs with `iolab run` or `iolab reproduce`, or pass --db",
-            db_path.display()
-        )));
-    }
-    let db = ResultsDb::open(db_path).map_err(|e| Failure {
+    let db = ResultsDb::open_existing(db_path).map_err(|e| Failure {
         message: e.to_string(),
         code: e.exit_code(),
     })?;

@@ -150,17 +150,7 @@ pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
 }
 
 fn try_run(path: &Path, action: RunsCommand) -> Result<String, DbError> {
-    // Listing a database that does not exist yet shows no runs, without creating it.
-    if !path.exists() {
-        return match action {
-            RunsCommand::List { format } => Ok(render_list(&[], format)),
-            RunsCommand::Show { id, .. } | RunsCommand::Rm { id } => Err(DbError::NoSuchRun {
-                path: path.to_owned(),
-                id,
-            }),
-        };
-    }
-    let db = ResultsDb::open(path)?;
+    let db = ResultsDb::open_existing(path)?;
     match action {
         RunsCommand::List { format } => Ok(render_list(&db.list()?, format)),
         RunsCommand::Show { id, format } => Ok(render_run(&db.show(id)?, format)),

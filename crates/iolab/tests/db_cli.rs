@@ -218,3 +218,32 @@ fn a_database_in_a_missing_directory_is_bad_input_refused_before_the_run() {
     );
     assert!(!dir.join("no-such-subdir").exists());
 }
+
+#[test]
+fn every_command_that_reads_a_database_refuses_a_missing_one_alike_and_creates_none() {
+    let dir = temp_dir("missing-db");
+    let db = dir.join("typo.db");
+    let html = dir.join("r.html");
+    let out_db = dir.join("out.db");
+    let want = format!("results database {} does not exist", s(&db));
+    let cases: [&[&str]; 7] = [
+        &["--db", s(&db), "runs", "list"],
+        &["--db", s(&db), "runs", "list", "--format", "json"],
+        &["--db", s(&db), "runs", "show", "1"],
+        &["--db", s(&db), "runs", "rm", "1"],
+        &["--db", s(&db), "compare", "1", "2"],
+        &["--db", s(&db), "report", "1", "-o", s(&html)],
+        &["db", "merge", s(&out_db), s(&db)],
+    ];
+    for args in cases {
+        let out = iolab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(&want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one message: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
+        assert!(!db.exists(), "{args:?} created the database");
+    }
+    assert!(!html.exists() && !out_db.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
