@@ -19,6 +19,7 @@ use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::db::{DbError, ResultsDb};
+use crate::ids::RunSelection;
 
 /// Output format of `iolab compare`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -31,52 +32,6 @@ pub enum CompareFormat {
     Csv,
     /// A Markdown table.
     Markdown,
-}
-
-/// One side of a comparison as written on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Side {
-    /// `12`: one run.
-    Run(i64),
-    /// `g12`: every run of group 12.
-    Group(i64),
-    /// `12,13,14`: these runs.
-    Runs(Vec<i64>),
-}
-
-impl Side {
-    /// Parses `12`, `g12` or `12,13,14`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let expected =
-            "expected a run id (12), a group (g12) or a comma list of run ids (12,13,14)";
-        let id = |s: &str| -> Result<i64, String> {
-            s.trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|&i| i > 0)
-                .ok_or_else(|| format!("`{text}`: {expected}"))
-        };
-        if let Some(g) = text.strip_prefix('g') {
-            return id(g).map(Side::Group);
-        }
-        if text.contains(',') {
-            return text
-                .split(',')
-                .map(id)
-                .collect::<Result<_, _>>()
-                .map(Side::Runs);
-        }
-        id(text).map(Side::Run)
-    }
-
-    /// The run ids of this side.
-    fn resolve(&self, db: &ResultsDb) -> Result<Vec<i64>, DbError> {
-        match self {
-            Side::Run(id) => Ok(vec![*id]),
-            Side::Group(g) => db.group_members(*g),
-            Side::Runs(ids) => Ok(ids.clone()),
-        }
-    }
 }
 
 /// Mean and spread of one side's samples of a metric.
@@ -306,8 +261,8 @@ pub enum CompareError {
 /// Compares side `a` with side `b` (`metric`: only metric names matching this glob).
 pub fn compare(
     db: &ResultsDb,
-    a: (&str, &Side),
-    b: (&str, &Side),
+    a: (&str, &RunSelection),
+    b: (&str, &RunSelection),
     metric: Option<&str>,
 ) -> Result<Comparison, CompareError> {
     let runs_a = a.1.resolve(db)?;
@@ -580,7 +535,7 @@ fn csv_field(s: &str) -> String {
 /// `iolab compare`: prints the comparison; exit code 2 for a bad side, an unknown run or
 /// group, or nothing in common.
 pub fn run(path: &Path, a: &str, b: &str, metric: Option<&str>, format: CompareFormat) -> ExitCode {
-    let sides = Side::parse(a).and_then(|sa| Side::parse(b).map(|sb| (sa, sb)));
+    let sides = RunSelection::parse(a).and_then(|sa| RunSelection::parse(b).map(|sb| (sa, sb)));
     let (sa, sb) = match sides {
         Ok(s) => s,
         Err(e) => {
@@ -724,16 +679,6 @@ mod tests {
         assert_eq!((s.n, s.mean), (8, 5.0));
         assert!((s.sd.unwrap() - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
         assert_eq!(Summary::of(&[3.0]).sd, None);
-    }
-
-    #[test]
-    fn sides_parse() {
-        assert_eq!(Side::parse("12"), Ok(Side::Run(12)));
-        assert_eq!(Side::parse("g7"), Ok(Side::Group(7)));
-        assert_eq!(Side::parse("1,2, 3"), Ok(Side::Runs(vec![1, 2, 3])));
-        for bad in ["", "g", "x1", "1,,2", "-3", "0", "g-1"] {
-            assert!(Side::parse(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

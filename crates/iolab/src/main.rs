@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod compare;
 mod db;
+mod ids;
 mod report;
 mod reproduce;
 mod runs;
@@ -120,13 +121,13 @@ enum Command {
     /// p-value of Welch's t-test.
     ///
     /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
-    /// `iolab run --runs N` or a multi-row bonnie++ import) or a comma list of run ids
-    /// (`12,13,14`). Configurations and metrics match by name, so imported runs compare
+    /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`)
+    /// or a comma list of them (`12,13,g7`). Configurations and metrics match by name, so imported runs compare
     /// with each other and with lab runs; runs without measurements compare by figure id.
     Compare {
-        /// Side A (the baseline): `12`, `g12` or `12,13,14`.
+        /// Side A (the baseline): `12`, `g12`, `29-34` or `12,13,g7`.
         a: String,
-        /// Side B: `12`, `g12` or `12,13,14`.
+        /// Side B: `12`, `g12`, `29-34` or `12,13,g7`.
         b: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = compare::CompareFormat::Text)]
@@ -183,8 +184,8 @@ enum Command {
     },
     /// Write one self-contained HTML page (tables and SVG plots) about stored runs.
     ///
-    /// RUNS are run ids (`12`), groups of repeated runs (`g12`: every run whose group is 12)
-    /// and comma lists of both (`3,5,g12`), from the results database (--db). The page has a
+    /// RUNS are run ids (`12`), groups of repeated runs (`g12`: every run whose group is 12),
+    /// ranges of run ids (`29-34`) and comma lists of them (`3,5,g12`), from the results database (--db). The page has a
     /// table per run (figures published vs lab, effects, every measurement's metrics) and
     /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
     /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
@@ -194,7 +195,7 @@ enum Command {
     /// per mode). No scripts, no network: the SVG is inline. The same database content gives
     /// the same bytes.
     Report {
-        /// Runs to include: ids, `g<group>`, comma lists.
+        /// Runs to include: ids, `g<group>`, ranges `29-34`, comma lists.
         #[arg(required = true, value_name = "RUNS")]
         runs: Vec<String>,
         /// The HTML file to write.
@@ -306,19 +307,25 @@ enum RunsCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Show one run: its figures, effects and measurements (a table per measured
-    /// configuration; JSON: everything, latency histograms included).
+    /// Show runs: their figures, effects and measurements (a table per measured
+    /// configuration; JSON: everything, latency histograms included, an object for one run
+    /// id and an array for a group, range or list).
     Show {
-        /// The run id (from `iolab runs list`).
-        id: i64,
+        /// The runs (from `iolab runs list`): a run id (`12`), a group (`g12`), a range of
+        /// run ids (`29-34`) or a comma list of them (`3,5,g12`).
+        #[arg(value_name = "RUNS")]
+        runs: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Remove one run with its figures and effects.
+    /// Remove runs with their figures, effects and measurements (all or none). Ids are
+    /// never given to later runs.
     Rm {
-        /// The run id (from `iolab runs list`).
-        id: i64,
+        /// The runs (from `iolab runs list`): a run id (`12`), a group (`g12`), a range of
+        /// run ids (`29-34`) or a comma list of them (`3,5,g12`).
+        #[arg(value_name = "RUNS")]
+        runs: String,
     },
 }
 

@@ -11,6 +11,7 @@ use iolab_sim::experiment::ExperimentReport;
 use iolab_sim::metrics::Measurement;
 
 use crate::db::{DbError, NewRun, ResultsDb, RunSummary, StoredRun};
+use crate::ids::RunSelection;
 use crate::{Format, RunsCommand};
 
 /// A tool whose output `iolab import` reads.
@@ -149,14 +150,59 @@ pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
     }
 }
 
-fn try_run(path: &Path, action: RunsCommand) -> Result<String, DbError> {
-    let db = ResultsDb::open_existing(path)?;
+fn try_run(path: &Path, action: RunsCommand) -> Result<String, RunsError> {
+    let selection = |text: &str| RunSelection::parse(text).map_err(RunsError::BadRuns);
+    // The selection is checked before the database is opened.
+    let chosen = match &action {
+        RunsCommand::List { .. } => None,
+        RunsCommand::Show { runs, .. } | RunsCommand::Rm { runs } => Some(selection(runs)?),
+    };
+    let mut db = ResultsDb::open_existing(path)?;
+    let ids = match &chosen {
+        Some(sel) => sel.resolve(&db)?,
+        None => Vec::new(),
+    };
     match action {
         RunsCommand::List { format } => Ok(render_list(&db.list()?, format)),
-        RunsCommand::Show { id, format } => Ok(render_run(&db.show(id)?, format)),
-        RunsCommand::Rm { id } => {
-            db.remove(id)?;
-            Ok(format!("removed run {id} from {}\n", db.path().display()))
+        RunsCommand::Show { format, .. } => {
+            let runs = ids
+                .iter()
+                .map(|&id| db.show(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            // JSON: an object for one run id, an array for a group, range or list.
+            if format == Format::Json && !chosen.as_ref().is_some_and(RunSelection::is_single_run) {
+                return Ok(json(&runs));
+            }
+            let shown: Vec<String> = runs.iter().map(|r| render_run(r, format)).collect();
+            Ok(shown.join("\n"))
+        }
+        RunsCommand::Rm { .. } => {
+            db.remove_all(&ids)?;
+            let path = db.path().display().to_string();
+            Ok(ids
+                .iter()
+                .map(|id| format!("removed run {id} from {path}\n"))
+                .collect())
+        }
+    }
+}
+
+/// Why an `iolab runs` action failed.
+#[derive(Debug, thiserror::Error)]
+enum RunsError {
+    /// The RUNS argument does not parse.
+    #[error("{0}")]
+    BadRuns(String),
+    /// The database refused.
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl RunsError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            RunsError::BadRuns(_) => 2,
+            RunsError::Db(e) => e.exit_code(),
         }
     }
 }

@@ -247,3 +247,98 @@ fn every_command_that_reads_a_database_refuses_a_missing_one_alike_and_creates_n
     assert!(!html.exists() && !out_db.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned()
+}
+
+/// The ids of a `runs show --format json` array.
+fn shown_ids(out: &std::process::Output) -> Vec<i64> {
+    assert!(out.status.success(), "{}", stderr(out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|r| r["id"].as_i64().expect("id"))
+        .collect()
+}
+
+#[test]
+fn runs_show_and_rm_take_groups_ranges_and_lists_and_ids_are_never_reused() {
+    let dir = temp_dir("ids");
+    let db = dir.join("r.db");
+    let db = s(&db);
+    // Runs 1 and 2 (group g1), 3, 4.
+    for (tool, file) in [
+        ("bonnie", "bonnie-2.00a-x2.csv"),
+        ("fio", "fio-two-jobs.json"),
+        ("reaim", "reaim-sba-vmerge-vmerge.txt"),
+    ] {
+        let out = iolab(&["--db", db, "import", tool, &data(file)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let show = |runs: &str| iolab(&["--db", db, "runs", "show", runs, "--format", "json"]);
+    assert_eq!(shown_ids(&show("g1")), vec![1, 2]);
+    assert_eq!(shown_ids(&show("G1")), vec![1, 2]);
+    assert_eq!(shown_ids(&show("2-4")), vec![2, 3, 4]);
+    assert_eq!(shown_ids(&show("4,g1,1")), vec![4, 1, 2]);
+    // One plain id: one object, as before.
+    let out = show("3");
+    let one: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(one["id"], 3);
+    let out = iolab(&["--db", db, "runs", "show", "g1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("run 1: bonnie") && text.contains("run 2: bonnie"),
+        "{text}"
+    );
+
+    for (runs, says) in [
+        ("x", "`x` is not one"),
+        ("5-9", "has no run with an id in 5-9"),
+        ("g3", "has no group g3"),
+        ("3,7", "has no run 7"),
+    ] {
+        for action in ["show", "rm"] {
+            let out = iolab(&["--db", db, "runs", action, runs]);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{action} {runs}: {}",
+                stderr(&out)
+            );
+            assert!(
+                stderr(&out).contains(says),
+                "{action} {runs}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    // A refused rm removed nothing (3 of `3,7` is still there).
+    assert_eq!(shown_ids(&show("1-4")), vec![1, 2, 3, 4]);
+
+    let out = iolab(&["--db", db, "runs", "rm", "g1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("removed run 1 ") && text.contains("removed run 2 "),
+        "{text}"
+    );
+    let out = iolab(&["--db", db, "runs", "rm", "4"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The newest id (4) is not given to the next run.
+    let out = iolab(&["--db", db, "import", "fio", &data("fio-two-jobs.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("as run 5 "),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(shown_ids(&show("1-9")), vec![3, 5]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
