@@ -212,8 +212,10 @@ enum Command {
     /// --sims simulations it creates (one per configuration, in the report's order) are
     /// recorded: a track per virtual CPU (DMA map and unmap, lock spins, command-queue
     /// waits, user and system work), the IOMMU's command consumer, and each device queue's
-    /// in-flight I/Os. Open the file in ui.perfetto.dev or chrome://tracing. Nothing is
-    /// stored in the results database.
+    /// in-flight I/Os. `--from 10ms --to 12ms` keeps only the slices that overlap that
+    /// virtual-time window (steady state rather than the ramp); --max-events then caps the
+    /// slices kept within it. Open the file in ui.perfetto.dev or chrome://tracing. Nothing
+    /// is stored in the results database.
     Trace {
         /// The scenario file (TOML): a workload scenario or a published experiment's.
         #[arg(required_unless_present = "example")]
@@ -228,11 +230,18 @@ enum Command {
         /// Base seed (default: a workload scenario's `seed`, else 1).
         #[arg(long)]
         seed: Option<u64>,
-        /// Slices kept per simulation; later ones are counted, not kept (caps memory and
-        /// file size: about 150 bytes per slice).
+        /// Slices kept per simulation (within --from/--to); later ones are counted, not kept
+        /// (caps memory and file size: about 150 bytes per slice).
         #[arg(long, default_value_t = 200_000,
               value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
         max_events: u64,
+        /// Keep only slices that end after this virtual time (a number with a unit: `5ms`,
+        /// `250us`, `1000ns`, `0.5s`), e.g. to skip the ramp and look at steady state.
+        #[arg(long, value_name = "TIME", value_parser = trace::parse_virtual_time)]
+        from: Option<u64>,
+        /// Keep only slices that start before this virtual time (same units as --from).
+        #[arg(long, value_name = "TIME", value_parser = trace::parse_virtual_time)]
+        to: Option<u64>,
         /// How many simulations (configurations) to trace, in the order they run.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
         sims: u64,
@@ -473,6 +482,8 @@ fn main() -> ExitCode {
             output,
             seed,
             max_events,
+            from,
+            to,
             sims,
         } => trace::run(&trace::TraceArgs {
             scenario,
@@ -480,6 +491,8 @@ fn main() -> ExitCode {
             output,
             seed,
             max_events: max_events as usize,
+            from_ns: from.unwrap_or(0),
+            to_ns: to.unwrap_or(u64::MAX),
             sims: sims as usize,
         }),
         Command::Runs { action } => match db_path {
