@@ -52,7 +52,8 @@ enum Command {
     Version,
     /// Re-run the published experiments and print them beside the published figures.
     Reproduce {
-        /// Experiments to run: ipmmu-usb, smmuv3-cmdq, sba-vmerge, pseries-ddw (default: all).
+        // The help text is built from the experiment lists (`reproduce_names_help`).
+        #[arg(value_name = "NAMES", help = reproduce_names_help())]
         names: Vec<String>,
         /// Runs per configuration (seeds derived from --seed).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -336,6 +337,17 @@ enum RunsCommand {
         #[arg(value_name = "RUNS")]
         runs: String,
     },
+}
+
+/// `iolab reproduce NAMES`'s help: every name it accepts, from the experiment lists, so a
+/// new experiment appears in it without editing this text.
+fn reproduce_names_help() -> String {
+    use iolab_sim::experiments::{EXTRA_NAMES, NAMES};
+    format!(
+        "Experiments to run: {} (default: these published ones); also {} (the lab's own, run only when named)",
+        NAMES.join(", "),
+        EXTRA_NAMES.join(", ")
+    )
 }
 
 /// Makes a closed standard output (`iolab ... | head`) end the process quietly with
