@@ -125,6 +125,11 @@ enum Command {
     /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`)
     /// or a comma list of them (`12,13,g7`). Configurations and metrics match by name, so imported runs compare
     /// with each other and with lab runs; runs without measurements compare by figure id.
+    ///
+    /// The text and Markdown tables print numbers for reading, about four significant
+    /// digits: times in a fitting unit (`798.7 us`), integers below a million with
+    /// separators (`635,983`), larger values with a decimal prefix (`2.605 G`); the 95%
+    /// interval as `LOW to HIGH`. JSON and CSV carry the raw numbers.
     Compare {
         /// Side A (the baseline): `12`, `g12`, `29-34` or `12,13,g7`.
         a: String,
