@@ -412,7 +412,7 @@ fn write(
 pub fn run(out: &Path, inputs: &[PathBuf]) -> ExitCode {
     match merge(out, inputs) {
         Ok(s) => {
-            println!(
+            eprintln!(
                 "merged {} runs from {} databases into {} ({} duplicate sweep points skipped)",
                 s.copied,
                 inputs.len(),

@@ -1,5 +1,11 @@
 //! The `iolab` command line. Only this binary prints and picks exit codes:
 //! 0 success, 1 run failure, 2 bad input.
+//!
+//! One rule for the two streams: standard output carries what a command was asked to print
+//! (reports, tables, lists, JSON, a generated profile); standard error carries progress and
+//! diagnostics, including every note about what a command stored, wrote, removed or merged
+//! (`stored as run 3 in ...`, `imported ... as run 4`, `removed run 4`, `merged ...`,
+//! `wrote trace.json`). So `iolab ... > out` captures only results.
 
 mod bench;
 mod calibrate;

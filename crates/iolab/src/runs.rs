@@ -111,21 +111,21 @@ pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>
         Ok((ids, path)) => {
             for (id, r) in ids.iter().zip(&reports) {
                 let configs: Vec<&str> = r.measurements.iter().map(|m| m.config.as_str()).collect();
-                println!(
+                eprintln!(
                     "imported {shown} as run {id} ({kind}): {} configuration(s): {}",
                     configs.len(),
                     configs.join(", ")
                 );
             }
             if ids.len() > 1 {
-                println!(
+                eprintln!(
                     "runs {}-{} form group g{} in {path}",
                     ids[0],
                     ids[ids.len() - 1],
                     ids[0]
                 );
             } else {
-                println!("stored in {path}");
+                eprintln!("stored in {path}");
             }
             ExitCode::SUCCESS
         }
@@ -139,8 +139,12 @@ pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>
 /// Runs one `iolab runs` action against the database at `path`.
 pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
     match try_run(path, action) {
-        Ok(out) => {
+        Ok(Output::Report(out)) => {
             print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Note(note)) => {
+            eprint!("{note}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -150,7 +154,14 @@ pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
     }
 }
 
-fn try_run(path: &Path, action: RunsCommand) -> Result<String, RunsError> {
+/// What an action prints: a report on standard output (`list`, `show`), or a note about
+/// what it changed on standard error (`rm`), as every command does.
+enum Output {
+    Report(String),
+    Note(String),
+}
+
+fn try_run(path: &Path, action: RunsCommand) -> Result<Output, RunsError> {
     let selection = |text: &str| RunSelection::parse(text).map_err(RunsError::BadRuns);
     // The selection is checked before the database is opened.
     let chosen = match &action {
@@ -163,7 +174,7 @@ fn try_run(path: &Path, action: RunsCommand) -> Result<String, RunsError> {
         None => Vec::new(),
     };
     match action {
-        RunsCommand::List { format } => Ok(render_list(&db.list()?, format)),
+        RunsCommand::List { format } => Ok(Output::Report(render_list(&db.list()?, format))),
         RunsCommand::Show { format, .. } => {
             let runs = ids
                 .iter()
@@ -171,18 +182,19 @@ fn try_run(path: &Path, action: RunsCommand) -> Result<String, RunsError> {
                 .collect::<Result<Vec<_>, _>>()?;
             // JSON: an object for one run id, an array for a group, range or list.
             if format == Format::Json && !chosen.as_ref().is_some_and(RunSelection::is_single_run) {
-                return Ok(json(&runs));
+                return Ok(Output::Report(json(&runs)));
             }
             let shown: Vec<String> = runs.iter().map(|r| render_run(r, format)).collect();
-            Ok(shown.join("\n"))
+            Ok(Output::Report(shown.join("\n")))
         }
         RunsCommand::Rm { .. } => {
             db.remove_all(&ids)?;
             let path = db.path().display().to_string();
-            Ok(ids
-                .iter()
-                .map(|id| format!("removed run {id} from {path}\n"))
-                .collect())
+            Ok(Output::Note(
+                ids.iter()
+                    .map(|id| format!("removed run {id} from {path}\n"))
+                    .collect(),
+            ))
         }
     }
 }

@@ -324,7 +324,7 @@ fn runs_show_and_rm_take_groups_ranges_and_lists_and_ids_are_never_reused() {
 
     let out = iolab(&["--db", db, "runs", "rm", "g1"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stderr(&out);
     assert!(
         text.contains("removed run 1 ") && text.contains("removed run 2 "),
         "{text}"
@@ -334,11 +334,54 @@ fn runs_show_and_rm_take_groups_ranges_and_lists_and_ids_are_never_reused() {
     // The newest id (4) is not given to the next run.
     let out = iolab(&["--db", db, "import", "fio", &data("fio-two-jobs.json")]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("as run 5 "), "{}", stderr(&out));
+    assert_eq!(shown_ids(&show("1-9")), vec![3, 5]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn results_go_to_stdout_and_notes_about_what_was_stored_to_stderr() {
+    let dir = temp_dir("streams");
+    let db = dir.join("r.db");
+    let db = s(&db);
+    let out = iolab(&["--db", db, "run", "--example", "fio-nvme-strict"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fio-nvme-strict"));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("as run 5 "),
+        stderr(&out).contains("stored as run 1 in"),
+        "{}",
+        stderr(&out)
+    );
+    // import, like run: the note on standard error, nothing on standard output.
+    let out = iolab(&[
+        "--db",
+        db,
+        "import",
+        "fio",
+        &data("fio-randread-grouped.json"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        out.stdout.is_empty(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert_eq!(shown_ids(&show("1-9")), vec![3, 5]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("imported ") && err.contains(" as run 2 "),
+        "{err}"
+    );
+    assert!(err.contains(&format!("stored in {db}")), "{err}");
+    let out = iolab(&["--db", db, "runs", "rm", "2"]);
+    assert!(out.status.success() && out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("removed run 2 from"),
+        "{}",
+        stderr(&out)
+    );
+    // What a command is asked to print stays on standard output.
+    let out = iolab(&["--db", db, "runs", "list"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fio-nvme-strict"));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
