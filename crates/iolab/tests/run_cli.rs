@@ -262,3 +262,43 @@ fn a_bad_size_is_bad_input_naming_the_field() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn iommu_mode_none_is_an_alias_of_off_and_prints_as_off() {
+    let dir = temp_dir("none");
+    let db = dir.join("r.db");
+    let text = std::fs::read_to_string(example("fio-nvme-off")).unwrap();
+    let off = iolab(&["--no-db", "run", s(&example("fio-nvme-off"))]);
+    assert!(off.status.success(), "{}", stderr(&off));
+    for (model, mode) in [("none", "none"), ("none", "off"), ("smmuv3", "none")] {
+        let f = dir.join(format!("{model}-{mode}.toml"));
+        let t = text.replace(
+            "model = \"none\"",
+            &format!("model = \"{model}\"\nmode = \"{mode}\""),
+        );
+        std::fs::write(&f, t).unwrap();
+        let out = iolab(&["--db", s(&db), "run", s(&f), "--format", "json"]);
+        assert!(out.status.success(), "{model}/{mode}: {}", stderr(&out));
+    }
+    // Stored and printed as `off`, whichever way it was written.
+    let out = iolab(&["--db", s(&db), "runs", "show", "1-3", "--format", "json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for r in runs.as_array().unwrap() {
+        assert_eq!(r["measurements"][0]["attrs"]["iommu_mode"], "off", "{r}");
+    }
+    // model none with mode none runs exactly as the bundled off example.
+    let f = dir.join("none-none.toml");
+    let out = iolab(&["--no-db", "run", s(&f)]);
+    assert_eq!(out.stdout, off.stdout);
+    // A model with no `off` refuses the alias as it refuses `off`.
+    let f = dir.join("pseries.toml");
+    std::fs::write(
+        &f,
+        text.replace("model = \"none\"", "model = \"pseries\"\nmode = \"none\""),
+    )
+    .unwrap();
+    let out = iolab(&["--no-db", "run", s(&f)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does not apply"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

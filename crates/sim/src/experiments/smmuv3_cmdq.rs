@@ -554,7 +554,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             modes.push(Mode::parse(m).ok_or_else(|| {
                 doc.field_error(
                     &at("modes"),
-                    "expected \"spinlock\", \"lockfree\" or \"off\"",
+                    "expected \"spinlock\", \"lockfree\" or \"off\" (alias \"none\")",
                 )
             })?);
         }

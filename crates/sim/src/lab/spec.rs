@@ -434,9 +434,10 @@ impl IommuMode {
         }
     }
 
+    /// The mode `s` names; `none` is an alias of `off` (printed as `off`).
     fn parse(s: &str) -> Option<Self> {
         Some(match s {
-            "off" => IommuMode::Off,
+            "off" | "none" => IommuMode::Off,
             "passthrough" => IommuMode::Passthrough,
             "strict" => IommuMode::Strict,
             "lazy" => IommuMode::Lazy,
@@ -1205,7 +1206,8 @@ fn iommu(
     let modes = model.modes();
     let mode_name = s.mode.clone().unwrap_or_else(|| modes[0].to_owned());
     let mode = match IommuMode::parse(&mode_name) {
-        Some(m) if modes.contains(&mode_name.as_str()) => m,
+        // Checked by the mode's printed name, so the alias `none` is `off` here too.
+        Some(m) if modes.contains(&m.name()) => m,
         Some(_) => {
             return Err(doc
                 .field_error(
