@@ -247,7 +247,8 @@ fn round_ratio(x: f64) -> f64 {
 /// takes less time, `37.2x slower` when it takes more (the ratio of the larger to the
 /// smaller time), with two decimals below 10x, one below 1000x, none above.
 fn ratio_text(iolab_ns: f64, peer_ns: f64) -> String {
-    if !(iolab_ns > 0.0 && peer_ns > 0.0) || !iolab_ns.is_finite() || !peer_ns.is_finite() {
+    let usable = |ns: f64| ns > 0.0 && ns.is_finite();
+    if !(usable(iolab_ns) && usable(peer_ns)) {
         return "-".into();
     }
     let (r, how) = if peer_ns >= iolab_ns {
