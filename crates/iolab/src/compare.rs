@@ -19,6 +19,7 @@ use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::db::{DbError, ResultsDb};
+use crate::ids::RunSelection;
 
 /// Output format of `iolab compare`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -31,52 +32,6 @@ pub enum CompareFormat {
     Csv,
     /// A Markdown table.
     Markdown,
-}
-
-/// One side of a comparison as written on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Side {
-    /// `12`: one run.
-    Run(i64),
-    /// `g12`: every run of group 12.
-    Group(i64),
-    /// `12,13,14`: these runs.
-    Runs(Vec<i64>),
-}
-
-impl Side {
-    /// Parses `12`, `g12` or `12,13,14`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let expected =
-            "expected a run id (12), a group (g12) or a comma list of run ids (12,13,14)";
-        let id = |s: &str| -> Result<i64, String> {
-            s.trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|&i| i > 0)
-                .ok_or_else(|| format!("`{text}`: {expected}"))
-        };
-        if let Some(g) = text.strip_prefix('g') {
-            return id(g).map(Side::Group);
-        }
-        if text.contains(',') {
-            return text
-                .split(',')
-                .map(id)
-                .collect::<Result<_, _>>()
-                .map(Side::Runs);
-        }
-        id(text).map(Side::Run)
-    }
-
-    /// The run ids of this side.
-    fn resolve(&self, db: &ResultsDb) -> Result<Vec<i64>, DbError> {
-        match self {
-            Side::Run(id) => Ok(vec![*id]),
-            Side::Group(g) => db.group_members(*g),
-            Side::Runs(ids) => Ok(ids.clone()),
-        }
-    }
 }
 
 /// Mean and spread of one side's samples of a metric.
@@ -306,8 +261,8 @@ pub enum CompareError {
 /// Compares side `a` with side `b` (`metric`: only metric names matching this glob).
 pub fn compare(
     db: &ResultsDb,
-    a: (&str, &Side),
-    b: (&str, &Side),
+    a: (&str, &RunSelection),
+    b: (&str, &RunSelection),
     metric: Option<&str>,
 ) -> Result<Comparison, CompareError> {
     let runs_a = a.1.resolve(db)?;
@@ -387,27 +342,129 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
-/// A number in about six significant digits, without exponent for everyday magnitudes.
-fn num(v: f64) -> String {
+/// `x` with `digits` significant digits (no exponent): `2.605`, `389.2`, `0.003891`.
+fn significant(x: f64, digits: i32) -> String {
+    if x == 0.0 {
+        return "0".to_owned();
+    }
+    let mag = x.abs().log10().floor() as i32;
+    let mut decimals = (digits - 1 - mag).max(0);
+    // Rounding may carry into one more digit (999.96 -> 1000.0): drop a decimal then.
+    let scale = 10f64.powi(decimals);
+    let rounded = (x * scale).round() / scale;
+    if decimals > 0 && rounded.abs() >= 10f64.powi(mag + 1) {
+        decimals -= 1;
+    }
+    format!("{x:.prec$}", prec = decimals as usize)
+}
+
+/// An integer with thousands separators: `16,328`.
+fn grouped(x: f64) -> String {
+    let digits = format!("{:.0}", x.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if x < 0.0 && digits != "0" {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// Nanoseconds per unit of a time unit, if `unit` is one.
+fn time_scale(unit: &str) -> Option<f64> {
+    match unit {
+        "ns" => Some(1.0),
+        "us" | "µs" => Some(1e3),
+        "ms" => Some(1e6),
+        "s" => Some(1e9),
+        _ => None,
+    }
+}
+
+/// A value of a metric in `unit` for reading (text and Markdown tables; JSON and CSV keep
+/// raw numbers), about four significant digits: times in the unit that suits them
+/// (`389.2 ns`, `1.250 ms`), integers below a million in full with separators (`16,328`),
+/// larger values with a decimal prefix (`2.605 G`, `16.33 M`), tiny ones with an exponent.
+fn num(v: f64, unit: &str) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
     if v == 0.0 {
         return "0".to_owned();
     }
-    let mag = v.abs().log10().floor() as i32;
-    if !(-3..9).contains(&mag) {
-        return format!("{v:.4e}");
+    if let Some(scale) = time_scale(unit) {
+        let ns = v * scale;
+        let a = ns.abs();
+        let (div, u) = if a < 1e3 {
+            (1.0, "ns")
+        } else if a < 1e6 {
+            (1e3, "us")
+        } else if a < 1e9 {
+            (1e6, "ms")
+        } else {
+            (1e9, "s")
+        };
+        if a >= 1e-3 {
+            return format!("{} {u}", significant(ns / div, 4));
+        }
     }
-    let decimals = (5 - mag).clamp(0, 6) as usize;
-    format!("{v:.decimals$}")
+    let a = v.abs();
+    if a >= 1e6 {
+        let prefixes = [
+            (1e18, "E"),
+            (1e15, "P"),
+            (1e12, "T"),
+            (1e9, "G"),
+            (1e6, "M"),
+        ];
+        let (div, p) = prefixes
+            .into_iter()
+            .find(|(d, _)| a >= *d)
+            .unwrap_or((1e6, "M"));
+        // Rounding may reach the next prefix (999,960,000 -> 1000 M): print it there.
+        let shown = significant(v / div, 4);
+        if shown.trim_start_matches('-').starts_with("1000") && p != "E" {
+            return format!("{} {}", significant(v / (div * 1e3), 4), next_prefix(p));
+        }
+        return format!("{shown} {p}");
+    }
+    if a >= 1e3 || v.fract() == 0.0 {
+        return grouped(v);
+    }
+    if a >= 1e-3 {
+        let shown = significant(v, 4);
+        // Rounded up to 1000 (999.96): print it as the integer it now is.
+        if shown.trim_start_matches('-').len() >= 4 && !shown.contains('.') {
+            return grouped(v);
+        }
+        return shown;
+    }
+    format!("{v:.3e}")
+}
+
+/// The decimal prefix after `p`.
+fn next_prefix(p: &str) -> &'static str {
+    match p {
+        "M" => "G",
+        "G" => "T",
+        "T" => "P",
+        _ => "E",
+    }
 }
 
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |p| format!("{p:+.2}%"))
 }
 
-fn ci(w: &Welch) -> String {
+fn ci(w: &Welch, unit: &str) -> String {
     w.ci95.map_or_else(
         || "-".to_owned(),
-        |(lo, hi)| format!("[{}, {}]", num(lo), num(hi)),
+        // "to", not a comma: the numbers have thousands separators.
+        |(lo, hi)| format!("{} to {}", num(lo, unit), num(hi, unit)),
     )
 }
 
@@ -437,13 +494,13 @@ fn cells(r: &Row) -> [String; 12] {
         r.metric.clone(),
         r.unit.clone(),
         r.a.n.to_string(),
-        num(r.a.mean),
-        r.a.sd.map_or_else(|| "-".to_owned(), num),
+        num(r.a.mean, &r.unit),
+        r.a.sd.map_or_else(|| "-".to_owned(), |v| num(v, &r.unit)),
         r.b.n.to_string(),
-        num(r.b.mean),
-        r.b.sd.map_or_else(|| "-".to_owned(), num),
+        num(r.b.mean, &r.unit),
+        r.b.sd.map_or_else(|| "-".to_owned(), |v| num(v, &r.unit)),
         pct(r.welch.change_pct),
-        ci(&r.welch),
+        ci(&r.welch, &r.unit),
         p_value(&r.welch),
     ]
 }
@@ -580,7 +637,7 @@ fn csv_field(s: &str) -> String {
 /// `iolab compare`: prints the comparison; exit code 2 for a bad side, an unknown run or
 /// group, or nothing in common.
 pub fn run(path: &Path, a: &str, b: &str, metric: Option<&str>, format: CompareFormat) -> ExitCode {
-    let sides = Side::parse(a).and_then(|sa| Side::parse(b).map(|sb| (sa, sb)));
+    let sides = RunSelection::parse(a).and_then(|sa| RunSelection::parse(b).map(|sb| (sa, sb)));
     let (sa, sb) = match sides {
         Ok(s) => s,
         Err(e) => {
@@ -588,14 +645,7 @@ pub fn run(path: &Path, a: &str, b: &str, metric: Option<&str>, format: CompareF
             return ExitCode::from(2);
         }
     };
-    if !path.exists() {
-        eprintln!(
-            "iolab compare: results database {} does not exist (store runs with `iolab run` or `iolab import` first, or pass --db)",
-            path.display()
-        );
-        return ExitCode::from(2);
-    }
-    let result = ResultsDb::open(path)
+    let result = ResultsDb::open_existing(path)
         .map_err(CompareError::from)
         .and_then(|db| compare(&db, (a, &sa), (b, &sb), metric));
     match result {
@@ -734,16 +784,6 @@ mod tests {
     }
 
     #[test]
-    fn sides_parse() {
-        assert_eq!(Side::parse("12"), Ok(Side::Run(12)));
-        assert_eq!(Side::parse("g7"), Ok(Side::Group(7)));
-        assert_eq!(Side::parse("1,2, 3"), Ok(Side::Runs(vec![1, 2, 3])));
-        for bad in ["", "g", "x1", "1,,2", "-3", "0", "g-1"] {
-            assert!(Side::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
     fn globs() {
         assert!(glob_match("read.*", "read.iops"));
         assert!(glob_match("*.iops", "write.iops"));
@@ -755,11 +795,25 @@ mod tests {
     }
 
     #[test]
-    fn numbers_print_in_about_six_digits() {
-        assert_eq!(num(454123.4567), "454123");
-        assert_eq!(num(12.345678), "12.3457");
-        assert_eq!(num(-0.5), "-0.500000");
-        assert_eq!(num(0.0), "0");
-        assert_eq!(num(1.5e12), "1.5000e12");
+    fn numbers_print_human_readably_with_their_units() {
+        // The mix issue 20 shows: 2.6050e9, 16328.0, 3.8919e-7 (seconds).
+        assert_eq!(num(2.605e9, "IOPS"), "2.605 G");
+        assert_eq!(num(16328.0, "count"), "16,328");
+        assert_eq!(num(3.8919e-7, "s"), "389.2 ns");
+        assert_eq!(num(454123.4567, "IOPS"), "454,123");
+        assert_eq!(num(-1234567.0, "bytes"), "-1.235 M");
+        assert_eq!(num(999_999_999.0, "bytes"), "1.000 G");
+        assert_eq!(num(12.345678, "%"), "12.35");
+        assert_eq!(num(32.0, "count"), "32");
+        assert_eq!(num(-0.5, "%"), "-0.5000");
+        assert_eq!(num(0.0, "ns"), "0");
+        assert_eq!(num(1.5e12, "B/s"), "1.500 T");
+        assert_eq!(num(1250.0, "us"), "1.250 ms");
+        assert_eq!(num(85.0, "ns"), "85.00 ns");
+        assert_eq!(num(2.5, "s"), "2.500 s");
+        assert_eq!(num(-16328.0, "ns"), "-16.33 us");
+        assert_eq!(num(0.00002, "%"), "2.000e-5");
+        assert_eq!(num(999.96, "%"), "1,000");
+        assert_eq!(num(9.99996, "%"), "10.00");
     }
 }

@@ -87,6 +87,33 @@ const MIGRATIONS: &[&str] = &[
         axes TEXT NOT NULL
     );
     CREATE INDEX sweep_points_key ON sweep_points(sweep_id, point);",
+    // v4: run ids are never reused: `runs.id` becomes AUTOINCREMENT, so a run stored after
+    // `iolab runs rm` of the newest run does not take the removed run's id (which a note or
+    // a report may still name). SQLite cannot add AUTOINCREMENT to a column: the table is
+    // rebuilt with its rows and ids as they are (foreign keys are off while migrating, so
+    // dropping the old table cascades nothing; the children's `REFERENCES runs` resolve to
+    // the new table once it is renamed).
+    "CREATE TABLE runs_v4 (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        experiment TEXT NOT NULL,
+        scenario_origin TEXT,
+        scenario_text TEXT,
+        seed INTEGER NOT NULL,
+        runs INTEGER NOT NULL,
+        iolab_version TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        group_id INTEGER NULL,
+        label TEXT NULL
+    );
+    INSERT INTO runs_v4 (id, kind, experiment, scenario_origin, scenario_text, seed, runs,
+                         iolab_version, started_at, finished_at, group_id, label)
+        SELECT id, kind, experiment, scenario_origin, scenario_text, seed, runs,
+               iolab_version, started_at, finished_at, group_id, label FROM runs;
+    DROP TABLE runs;
+    ALTER TABLE runs_v4 RENAME TO runs;
+    CREATE INDEX runs_group ON runs(group_id);",
 ];
 
 /// The schema version this binary writes.
@@ -119,12 +146,19 @@ pub enum DbError {
     #[error("results database {} has no run {id}", path.display())]
     NoSuchRun { path: PathBuf, id: i64 },
     /// No run belongs to this group.
-    #[error("results database {} has no group g{group_id} (no run has group_id {group_id})", path.display())]
+    #[error("results database {} has no group g{group_id} (no run belongs to group {group_id})", path.display())]
     NoSuchGroup { path: PathBuf, group_id: i64 },
     /// The directory the file should be in does not exist (the database is created on first
     /// use, its directory is not).
     #[error("results database {}: directory {} does not exist; create it, or pass another file with --db or skip storing with --no-db", path.display(), dir.display())]
     NoDirectory { path: PathBuf, dir: PathBuf },
+    /// No run has an id in this range.
+    #[error("results database {} has no run with an id in {lo}-{hi}", path.display())]
+    NoRunInRange { path: PathBuf, lo: i64, hi: i64 },
+    /// A command that reads stored runs was given a database file that does not exist
+    /// (only the commands that store runs create one).
+    #[error("results database {} does not exist; store runs first (`iolab run`, `iolab reproduce`, `iolab import`) or pass another file with --db", path.display())]
+    Missing { path: PathBuf },
 }
 
 impl DbError {
@@ -137,6 +171,8 @@ impl DbError {
             | DbError::NoSuchRun { .. }
             | DbError::NoSuchGroup { .. }
             | DbError::NoDirectory { .. }
+            | DbError::Missing { .. }
+            | DbError::NoRunInRange { .. }
             | DbError::Corrupt { .. } => 2,
         }
     }
@@ -245,6 +281,18 @@ impl ResultsDb {
         Ok(db)
     }
 
+    /// Opens the results database at `path` for a command that reads stored runs (`runs`,
+    /// `compare`, `report`): as [`ResultsDb::open`], but a file that does not exist is
+    /// refused with [`DbError::Missing`] rather than created.
+    pub fn open_existing(path: &Path) -> Result<Self, DbError> {
+        if !path.exists() {
+            return Err(DbError::Missing {
+                path: path.to_owned(),
+            });
+        }
+        Self::open(path)
+    }
+
     /// The file this database lives in.
     pub fn path(&self) -> &Path {
         &self.path
@@ -295,8 +343,10 @@ impl ResultsDb {
                 known: SCHEMA_VERSION,
             });
         }
+        // Foreign keys are off while migrating (a migration may rebuild `runs`, see v4; the
+        // bundled SQLite turns them on by default) and on for everything after.
         self.conn
-            .pragma_update(None, "foreign_keys", true)
+            .pragma_update(None, "foreign_keys", false)
             .map_err(|e| self.err(e))?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
             let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
@@ -307,6 +357,9 @@ impl ResultsDb {
                 .map_err(|e| self.err(e))?;
             tx.commit().map_err(|e| self.err(e))?;
         }
+        self.conn
+            .pragma_update(None, "foreign_keys", true)
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -375,6 +428,31 @@ impl ResultsDb {
             return Err(DbError::NoSuchGroup {
                 path: self.path.clone(),
                 group_id,
+            });
+        }
+        Ok(ids)
+    }
+
+    /// Whether run `id` is stored.
+    pub fn has_run(&self, id: i64) -> Result<bool, DbError> {
+        let found: Vec<i64> =
+            self.select("SELECT id FROM runs WHERE id = ?1", [id], |r| r.get(0))?;
+        Ok(!found.is_empty())
+    }
+
+    /// The ids of the stored runs from `lo` to `hi` (both included), in order; an error if
+    /// there are none.
+    pub fn runs_between(&self, lo: i64, hi: i64) -> Result<Vec<i64>, DbError> {
+        let ids: Vec<i64> = self.select(
+            "SELECT id FROM runs WHERE id BETWEEN ?1 AND ?2 ORDER BY id",
+            [lo, hi],
+            |r| r.get(0),
+        )?;
+        if ids.is_empty() {
+            return Err(DbError::NoRunInRange {
+                path: self.path.clone(),
+                lo,
+                hi,
             });
         }
         Ok(ids)
@@ -552,18 +630,24 @@ impl ResultsDb {
         Ok(out)
     }
 
-    /// Removes a run; its figures and effects go with it.
-    pub fn remove(&self, id: i64) -> Result<(), DbError> {
-        let n = self
-            .conn
-            .execute("DELETE FROM runs WHERE id = ?1", [id])
-            .map_err(|e| self.err(e))?;
-        if n == 0 {
-            return Err(DbError::NoSuchRun {
-                path: self.path.clone(),
-                id,
-            });
+    /// Removes runs `ids` in one transaction (all or none); their figures, effects and
+    /// measurements go with them. Their ids are not given to later runs.
+    pub fn remove_all(&mut self, ids: &[i64]) -> Result<(), DbError> {
+        let path = self.path.clone();
+        let e = |e| classify(&path, e);
+        let tx = self.conn.transaction().map_err(e)?;
+        for &id in ids {
+            let n = tx
+                .execute("DELETE FROM runs WHERE id = ?1", [id])
+                .map_err(e)?;
+            if n == 0 {
+                return Err(DbError::NoSuchRun {
+                    path: self.path.clone(),
+                    id,
+                });
+            }
         }
+        tx.commit().map_err(e)?;
         Ok(())
     }
 }
@@ -936,7 +1020,7 @@ mod tests {
         let r = report();
         let a = store(&mut db, &r);
         let b = store(&mut db, &r);
-        db.remove(a).unwrap();
+        db.remove_all(&[a]).unwrap();
         let count = |table: &str| -> i64 {
             db.conn
                 .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
@@ -947,9 +1031,66 @@ mod tests {
         assert_eq!(count("effects"), 1);
         assert!(matches!(db.show(a), Err(DbError::NoSuchRun { .. })));
         assert!(db.show(b).is_ok());
-        let err = db.remove(a).unwrap_err();
+        let err = db.remove_all(&[a]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn ids_are_not_reused_after_the_newest_run_is_removed() {
+        let path = temp_path("noreuse");
+        let mut db = ResultsDb::open(&path).unwrap();
+        let r = report();
+        let a = store(&mut db, &r);
+        let b = store(&mut db, &r);
+        db.remove_all(&[b]).unwrap();
+        let c = store(&mut db, &r);
+        assert!(c > b, "run {c} after removing run {b} (run {a} kept)");
+        drop(db);
+        // Still so after reopening.
+        let mut db = ResultsDb::open(&path).unwrap();
+        db.remove_all(&[a, c]).unwrap();
+        let d = store(&mut db, &r);
+        assert!(d > c, "run {d} after removing runs {a} and {c}");
+    }
+
+    #[test]
+    fn a_v3_database_keeps_its_runs_and_children_and_stops_reusing_ids() {
+        let path = temp_path("v3");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for m in &MIGRATIONS[..3] {
+                conn.execute_batch(m).unwrap();
+            }
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            for _ in 0..2 {
+                conn.execute(
+                    "INSERT INTO runs (kind, experiment, seed, runs, iolab_version, started_at,
+                                       finished_at, group_id)
+                     VALUES ('lab', 'sba-vmerge', 7, 1, '0.1.0', 'a', 'b', 1)",
+                    [],
+                )
+                .unwrap();
+            }
+            conn.execute(
+                "INSERT INTO figures (run_id, id, unit, lab, role) VALUES (2, 'f', 'x', 2.0, 'prediction')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut db = ResultsDb::open(&path).unwrap();
+        assert_eq!(db.group_members(1).unwrap(), vec![1, 2]);
+        assert_eq!(db.show(2).unwrap().figures.len(), 1);
+        // Foreign keys still cascade to the children after the rebuild.
+        db.remove_all(&[2]).unwrap();
+        let figures: i64 = db
+            .conn
+            .query_row("SELECT count(*) FROM figures", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(figures, 0);
+        assert_eq!(store(&mut db, &report()), 3);
     }
 
     #[test]

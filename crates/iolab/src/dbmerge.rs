@@ -168,8 +168,14 @@ fn open_input(path: &Path) -> Result<Connection, MergeError> {
         path: path.to_owned(),
         problem,
     };
+    if !path.exists() {
+        return Err(DbError::Missing {
+            path: path.to_owned(),
+        }
+        .into());
+    }
     if !path.is_file() {
-        return Err(bad("no such file".to_owned()));
+        return Err(bad("not a file".to_owned()));
     }
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| bad(format!("cannot open it: {e}")))?;
@@ -406,7 +412,7 @@ fn write(
 pub fn run(out: &Path, inputs: &[PathBuf]) -> ExitCode {
     match merge(out, inputs) {
         Ok(s) => {
-            println!(
+            eprintln!(
                 "merged {} runs from {} databases into {} ({} duplicate sweep points skipped)",
                 s.copied,
                 inputs.len(),

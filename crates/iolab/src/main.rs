@@ -1,10 +1,17 @@
 //! The `iolab` command line. Only this binary prints and picks exit codes:
 //! 0 success, 1 run failure, 2 bad input.
+//!
+//! One rule for the two streams: standard output carries what a command was asked to print
+//! (reports, tables, lists, JSON, a generated profile); standard error carries progress and
+//! diagnostics, including every note about what a command stored, wrote, removed or merged
+//! (`stored as run 3 in ...`, `imported ... as run 4`, `removed run 4`, `merged ...`,
+//! `wrote trace.json`). So `iolab ... > out` captures only results.
 
 mod bench;
 mod calibrate;
 mod compare;
 mod db;
+mod ids;
 mod report;
 mod reproduce;
 mod runs;
@@ -26,8 +33,9 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database: `reproduce`, `run` and `import` store runs in it; `runs` and
-    /// `compare` read it.
+    /// The results database: `reproduce`, `run`, `import` and `sweep` store runs in it (and
+    /// create it); `runs`, `compare` and `report` read it and refuse a file that does not
+    /// exist (exit code 2).
     #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
     db: std::path::PathBuf,
     /// Do not store results (reproduce, run).
@@ -50,7 +58,8 @@ enum Command {
     Version,
     /// Re-run the published experiments and print them beside the published figures.
     Reproduce {
-        /// Experiments to run: ipmmu-usb, smmuv3-cmdq, sba-vmerge, pseries-ddw (default: all).
+        // The help text is built from the experiment lists (`reproduce_names_help`).
+        #[arg(value_name = "NAMES", help = reproduce_names_help())]
         names: Vec<String>,
         /// Runs per configuration (seeds derived from --seed).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -119,13 +128,18 @@ enum Command {
     /// p-value of Welch's t-test.
     ///
     /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
-    /// `iolab run --runs N` or a multi-row bonnie++ import) or a comma list of run ids
-    /// (`12,13,14`). Configurations and metrics match by name, so imported runs compare
+    /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`)
+    /// or a comma list of them (`12,13,g7`). Configurations and metrics match by name, so imported runs compare
     /// with each other and with lab runs; runs without measurements compare by figure id.
+    ///
+    /// The text and Markdown tables print numbers for reading, about four significant
+    /// digits: times in a fitting unit (`798.7 us`), integers below a million with
+    /// separators (`635,983`), larger values with a decimal prefix (`2.605 G`); the 95%
+    /// interval as `LOW to HIGH`. JSON and CSV carry the raw numbers.
     Compare {
-        /// Side A (the baseline): `12`, `g12` or `12,13,14`.
+        /// Side A (the baseline): `12`, `g12`, `29-34` or `12,13,g7`.
         a: String,
-        /// Side B: `12`, `g12` or `12,13,14`.
+        /// Side B: `12`, `g12`, `29-34` or `12,13,g7`.
         b: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = compare::CompareFormat::Text)]
@@ -182,8 +196,8 @@ enum Command {
     },
     /// Write one self-contained HTML page (tables and SVG plots) about stored runs.
     ///
-    /// RUNS are run ids (`12`), groups of repeated runs (`g12`: every run whose group is 12)
-    /// and comma lists of both (`3,5,g12`), from the results database (--db). The page has a
+    /// RUNS are run ids (`12`), groups of repeated runs (`g12`: every run whose group is 12),
+    /// ranges of run ids (`29-34`) and comma lists of them (`3,5,g12`), from the results database (--db). The page has a
     /// table per run (figures published vs lab, effects, every measurement's metrics) and
     /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
     /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
@@ -193,7 +207,7 @@ enum Command {
     /// per mode). No scripts, no network: the SVG is inline. The same database content gives
     /// the same bytes.
     Report {
-        /// Runs to include: ids, `g<group>`, comma lists.
+        /// Runs to include: ids, `g<group>`, ranges `29-34`, comma lists.
         #[arg(required = true, value_name = "RUNS")]
         runs: Vec<String>,
         /// The HTML file to write.
@@ -210,8 +224,10 @@ enum Command {
     /// --sims simulations it creates (one per configuration, in the report's order) are
     /// recorded: a track per virtual CPU (DMA map and unmap, lock spins, command-queue
     /// waits, user and system work), the IOMMU's command consumer, and each device queue's
-    /// in-flight I/Os. Open the file in ui.perfetto.dev or chrome://tracing. Nothing is
-    /// stored in the results database.
+    /// in-flight I/Os. `--from 10ms --to 12ms` keeps only the slices that overlap that
+    /// virtual-time window (steady state rather than the ramp); --max-events then caps the
+    /// slices kept within it. Open the file in ui.perfetto.dev or chrome://tracing. Nothing
+    /// is stored in the results database.
     Trace {
         /// The scenario file (TOML): a workload scenario or a published experiment's.
         #[arg(required_unless_present = "example")]
@@ -226,11 +242,18 @@ enum Command {
         /// Base seed (default: a workload scenario's `seed`, else 1).
         #[arg(long)]
         seed: Option<u64>,
-        /// Slices kept per simulation; later ones are counted, not kept (caps memory and
-        /// file size: about 150 bytes per slice).
+        /// Slices kept per simulation (within --from/--to); later ones are counted, not kept
+        /// (caps memory and file size: about 150 bytes per slice).
         #[arg(long, default_value_t = 200_000,
               value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
         max_events: u64,
+        /// Keep only slices that end after this virtual time (a number with a unit: `5ms`,
+        /// `250us`, `1000ns`, `0.5s`), e.g. to skip the ramp and look at steady state.
+        #[arg(long, value_name = "TIME", value_parser = trace::parse_virtual_time)]
+        from: Option<u64>,
+        /// Keep only slices that start before this virtual time (same units as --from).
+        #[arg(long, value_name = "TIME", value_parser = trace::parse_virtual_time)]
+        to: Option<u64>,
         /// How many simulations (configurations) to trace, in the order they run.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
         sims: u64,
@@ -305,20 +328,37 @@ enum RunsCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Show one run: its figures, effects and measurements (a table per measured
-    /// configuration; JSON: everything, latency histograms included).
+    /// Show runs: their figures, effects and measurements (a table per measured
+    /// configuration; JSON: everything, latency histograms included, an object for one run
+    /// id and an array for a group, range or list).
     Show {
-        /// The run id (from `iolab runs list`).
-        id: i64,
+        /// The runs (from `iolab runs list`): a run id (`12`), a group (`g12`), a range of
+        /// run ids (`29-34`) or a comma list of them (`3,5,g12`).
+        #[arg(value_name = "RUNS")]
+        runs: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Remove one run with its figures and effects.
+    /// Remove runs with their figures, effects and measurements (all or none). Ids are
+    /// never given to later runs.
     Rm {
-        /// The run id (from `iolab runs list`).
-        id: i64,
+        /// The runs (from `iolab runs list`): a run id (`12`), a group (`g12`), a range of
+        /// run ids (`29-34`) or a comma list of them (`3,5,g12`).
+        #[arg(value_name = "RUNS")]
+        runs: String,
     },
+}
+
+/// `iolab reproduce NAMES`'s help: every name it accepts, from the experiment lists, so a
+/// new experiment appears in it without editing this text.
+fn reproduce_names_help() -> String {
+    use iolab_sim::experiments::{EXTRA_NAMES, NAMES};
+    format!(
+        "Experiments to run: {} (default: these published ones); also {} (the lab's own, run only when named)",
+        NAMES.join(", "),
+        EXTRA_NAMES.join(", ")
+    )
 }
 
 /// Makes a closed standard output (`iolab ... | head`) end the process quietly with
@@ -465,6 +505,8 @@ fn main() -> ExitCode {
             output,
             seed,
             max_events,
+            from,
+            to,
             sims,
         } => trace::run(&trace::TraceArgs {
             scenario,
@@ -472,6 +514,8 @@ fn main() -> ExitCode {
             output,
             seed,
             max_events: max_events as usize,
+            from_ns: from.unwrap_or(0),
+            to_ns: to.unwrap_or(u64::MAX),
             sims: sims as usize,
         }),
         Command::Runs { action } => match db_path {

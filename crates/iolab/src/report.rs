@@ -28,6 +28,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::db::{ResultsDb, StoredRun};
+use crate::ids::RunSelection;
 
 /// Attributes a scaling plot may put on its x axis, in order of preference.
 const X_ATTRS: [&str; 4] = ["threads", "iodepth", "numjobs", "cpus"];
@@ -94,13 +95,7 @@ fn run_inner(
     output: &Path,
     svg_dir: Option<&Path>,
 ) -> Result<(), Failure> {
-    if !db_path.exists() {
-        return Err(Failure::bad(format!(
-            "results database {} does not exist; store runs with `iolab run` or `iolab reproduce`, or pass --db",
-            db_path.display()
-        )));
-    }
-    let db = ResultsDb::open(db_path).map_err(|e| Failure {
+    let db = ResultsDb::open_existing(db_path).map_err(|e| Failure {
         message: e.to_string(),
         code: e.exit_code(),
     })?;
@@ -149,62 +144,21 @@ fn run_inner(
     Ok(())
 }
 
-/// Resolves RUNS arguments (`12`, `g12`, `3,5,g12`) to run ids, in the order given, each
-/// once.
+/// Resolves RUNS arguments (`12`, `g12`, `29-34`, `3,5,g12`) to run ids, in the order
+/// given, each once.
 fn select(db: &ResultsDb, specs: &[String]) -> Result<Vec<i64>, Failure> {
     let mut ids = Vec::new();
-    let mut seen = BTreeSet::new();
-    let mut listed = None;
     for spec in specs {
-        for part in spec.split(',') {
-            let part = part.trim();
-            if part.is_empty() {
-                return Err(Failure::bad(format!(
-                    "RUNS `{spec}`: empty item; expected run ids (12), groups (g12) or comma lists of them"
-                )));
-            }
-            let found: Vec<i64> = if let Some(g) = part.strip_prefix(['g', 'G']) {
-                let group: i64 = g.parse().map_err(|_| {
-                    Failure::bad(format!(
-                        "RUNS `{part}`: expected g followed by a group number, e.g. g12"
-                    ))
-                })?;
-                if listed.is_none() {
-                    listed = Some(db.list().map_err(|e| Failure {
-                        message: e.to_string(),
-                        code: e.exit_code(),
-                    })?);
-                }
-                // A group is named by its first run's id; that run may carry the group id
-                // or none.
-                let members: Vec<i64> = listed
-                    .iter()
-                    .flatten()
-                    .filter(|r| {
-                        r.group_id == Some(group)
-                            || (r.id == group && r.group_id.map_or(true, |g| g == group))
-                    })
-                    .map(|r| r.id)
-                    .collect();
-                if members.is_empty() {
-                    return Err(Failure::bad(format!(
-                        "RUNS `{part}`: no run belongs to group {group} in {}",
-                        db.path().display()
-                    )));
-                }
-                members
-            } else {
-                let id: i64 = part.parse().map_err(|_| {
-                    Failure::bad(format!(
-                        "RUNS `{part}`: expected a run id (a number, see `iolab runs list`) or a group (g12)"
-                    ))
-                })?;
-                vec![id]
-            };
-            for id in found {
-                if seen.insert(id) {
-                    ids.push(id);
-                }
+        let found = RunSelection::parse(spec)
+            .map_err(Failure::bad)?
+            .resolve(db)
+            .map_err(|e| Failure {
+                message: e.to_string(),
+                code: e.exit_code(),
+            })?;
+        for id in found {
+            if !ids.contains(&id) {
+                ids.push(id);
             }
         }
     }

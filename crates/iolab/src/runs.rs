@@ -11,6 +11,7 @@ use iolab_sim::experiment::ExperimentReport;
 use iolab_sim::metrics::Measurement;
 
 use crate::db::{DbError, NewRun, ResultsDb, RunSummary, StoredRun};
+use crate::ids::RunSelection;
 use crate::{Format, RunsCommand};
 
 /// A tool whose output `iolab import` reads.
@@ -110,21 +111,21 @@ pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>
         Ok((ids, path)) => {
             for (id, r) in ids.iter().zip(&reports) {
                 let configs: Vec<&str> = r.measurements.iter().map(|m| m.config.as_str()).collect();
-                println!(
+                eprintln!(
                     "imported {shown} as run {id} ({kind}): {} configuration(s): {}",
                     configs.len(),
                     configs.join(", ")
                 );
             }
             if ids.len() > 1 {
-                println!(
+                eprintln!(
                     "runs {}-{} form group g{} in {path}",
                     ids[0],
                     ids[ids.len() - 1],
                     ids[0]
                 );
             } else {
-                println!("stored in {path}");
+                eprintln!("stored in {path}");
             }
             ExitCode::SUCCESS
         }
@@ -138,8 +139,12 @@ pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>
 /// Runs one `iolab runs` action against the database at `path`.
 pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
     match try_run(path, action) {
-        Ok(out) => {
+        Ok(Output::Report(out)) => {
             print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Note(note)) => {
+            eprint!("{note}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -149,24 +154,67 @@ pub fn run(path: &Path, action: RunsCommand) -> ExitCode {
     }
 }
 
-fn try_run(path: &Path, action: RunsCommand) -> Result<String, DbError> {
-    // Listing a database that does not exist yet shows no runs, without creating it.
-    if !path.exists() {
-        return match action {
-            RunsCommand::List { format } => Ok(render_list(&[], format)),
-            RunsCommand::Show { id, .. } | RunsCommand::Rm { id } => Err(DbError::NoSuchRun {
-                path: path.to_owned(),
-                id,
-            }),
-        };
-    }
-    let db = ResultsDb::open(path)?;
+/// What an action prints: a report on standard output (`list`, `show`), or a note about
+/// what it changed on standard error (`rm`), as every command does.
+enum Output {
+    Report(String),
+    Note(String),
+}
+
+fn try_run(path: &Path, action: RunsCommand) -> Result<Output, RunsError> {
+    let selection = |text: &str| RunSelection::parse(text).map_err(RunsError::BadRuns);
+    // The selection is checked before the database is opened.
+    let chosen = match &action {
+        RunsCommand::List { .. } => None,
+        RunsCommand::Show { runs, .. } | RunsCommand::Rm { runs } => Some(selection(runs)?),
+    };
+    let mut db = ResultsDb::open_existing(path)?;
+    let ids = match &chosen {
+        Some(sel) => sel.resolve(&db)?,
+        None => Vec::new(),
+    };
     match action {
-        RunsCommand::List { format } => Ok(render_list(&db.list()?, format)),
-        RunsCommand::Show { id, format } => Ok(render_run(&db.show(id)?, format)),
-        RunsCommand::Rm { id } => {
-            db.remove(id)?;
-            Ok(format!("removed run {id} from {}\n", db.path().display()))
+        RunsCommand::List { format } => Ok(Output::Report(render_list(&db.list()?, format))),
+        RunsCommand::Show { format, .. } => {
+            let runs = ids
+                .iter()
+                .map(|&id| db.show(id))
+                .collect::<Result<Vec<_>, _>>()?;
+            // JSON: an object for one run id, an array for a group, range or list.
+            if format == Format::Json && !chosen.as_ref().is_some_and(RunSelection::is_single_run) {
+                return Ok(Output::Report(json(&runs)));
+            }
+            let shown: Vec<String> = runs.iter().map(|r| render_run(r, format)).collect();
+            Ok(Output::Report(shown.join("\n")))
+        }
+        RunsCommand::Rm { .. } => {
+            db.remove_all(&ids)?;
+            let path = db.path().display().to_string();
+            Ok(Output::Note(
+                ids.iter()
+                    .map(|id| format!("removed run {id} from {path}\n"))
+                    .collect(),
+            ))
+        }
+    }
+}
+
+/// Why an `iolab runs` action failed.
+#[derive(Debug, thiserror::Error)]
+enum RunsError {
+    /// The RUNS argument does not parse.
+    #[error("{0}")]
+    BadRuns(String),
+    /// The database refused.
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl RunsError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            RunsError::BadRuns(_) => 2,
+            RunsError::Db(e) => e.exit_code(),
         }
     }
 }

@@ -674,12 +674,12 @@ pub fn run(
     let where_ = db.as_ref().map_or("not stored (--no-db)".to_owned(), |d| {
         format!("stored in {}", d.path().display())
     });
-    println!(
+    eprintln!(
         "sweep {} ({}): {} of {} points run, {where_}",
         grid.name, grid.sweep_id, outcome.stored, outcome.selected
     );
     for (point, id) in &outcome.run_ids {
-        println!("  point {point:>4} -> run {id}");
+        eprintln!("  point {point:>4} -> run {id}");
     }
     match first_error {
         Some((code, _)) => ExitCode::from(code),

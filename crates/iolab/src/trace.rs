@@ -33,8 +33,12 @@ pub struct TraceArgs {
     pub output: PathBuf,
     /// Base seed (None: the scenario's `seed` for a workload scenario, else 1).
     pub seed: Option<u64>,
-    /// Slices kept per simulation.
+    /// Slices kept per simulation (within the window).
     pub max_events: usize,
+    /// Virtual-time window, ns: only slices overlapping `from_ns..to_ns` are kept.
+    pub from_ns: u64,
+    /// End of the window, ns (`u64::MAX`: the end of the run).
+    pub to_ns: u64,
     /// Simulations traced.
     pub sims: usize,
 }
@@ -78,9 +82,19 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.from_ns >= args.to_ns {
+        eprintln!(
+            "iolab trace: --from {} is not before --to {}: expected a window that ends after it starts",
+            fmt_ns(args.from_ns),
+            fmt_ns(args.to_ns)
+        );
+        return ExitCode::from(2);
+    }
     let trace_options = TraceOptions {
         sims: args.sims,
         max_events: args.max_events,
+        from_ns: args.from_ns,
+        to_ns: args.to_ns,
     };
     let (result, traces) = if lab::is_experiment_scenario(&text) {
         let name = match crate::reproduce::experiment_of(&text, &origin) {
@@ -134,8 +148,32 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     }
     let slices: usize = traces.iter().map(|t| t.events.len()).sum();
     let dropped: u64 = traces.iter().map(|t| t.dropped).sum();
+    let windowed = args.from_ns > 0 || args.to_ns < u64::MAX;
+    let window = if windowed {
+        let outside: u64 = traces.iter().map(|t| t.outside).sum();
+        let end = traces.iter().map(|t| t.end_ns).max().unwrap_or(0);
+        let to = if args.to_ns == u64::MAX {
+            "the end".to_owned()
+        } else {
+            fmt_ns(args.to_ns)
+        };
+        let mut w = format!(
+            " between {} and {to} ({outside} outside not kept)",
+            fmt_ns(args.from_ns)
+        );
+        if slices == 0 {
+            let _ = write!(
+                w,
+                "; nothing in the window: the run ended at {}",
+                fmt_ns(end)
+            );
+        }
+        w
+    } else {
+        String::new()
+    };
     eprintln!(
-        "wrote {}: {slices} slices from {} simulation(s) of {what}{}",
+        "wrote {}: {slices} slices from {} simulation(s) of {what}{window}{}",
         args.output.display(),
         traces.len(),
         if dropped > 0 {
@@ -145,6 +183,72 @@ pub fn run(args: &TraceArgs) -> ExitCode {
         }
     );
     ExitCode::SUCCESS
+}
+
+/// Parses a virtual time for `--from` / `--to`: a non-negative number with a unit, `ns`,
+/// `us`, `ms` or `s` (`5ms`, `250us`, `1000ns`, `0.5s`), as whole nanoseconds.
+///
+/// # Errors
+///
+/// A message saying what was expected, for clap to print (exit code 2).
+pub fn parse_virtual_time(text: &str) -> Result<u64, String> {
+    let expected =
+        "expected a virtual time: a number with a unit ns, us, ms or s (e.g. 5ms, 250us, 1000ns)";
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{text}` has no unit: {expected}"))?;
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return Err(format!("`{text}`: {expected}")),
+    };
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return Err(format!("`{text}`: {expected}"));
+    }
+    let too_large = || format!("`{text}` is too large: at most {} ns", u64::MAX - 1);
+    let ns = match num.split_once('.') {
+        None => num
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .ok_or_else(too_large)?,
+        Some((whole, frac)) => {
+            let whole = whole
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| n.checked_mul(scale))
+                .ok_or_else(too_large)?;
+            // The fraction, exact to the nanosecond or refused.
+            let digits = scale.ilog10() as usize;
+            if frac.len() > digits || frac.contains('.') {
+                return Err(format!(
+                    "`{text}`: expected at most {digits} decimals with {unit} (whole nanoseconds)"
+                ));
+            }
+            let frac_ns: u64 = format!("{frac:0<digits$}")
+                .parse()
+                .map_err(|_| format!("`{text}`: {expected}"))?;
+            whole.checked_add(frac_ns).ok_or_else(too_large)?
+        }
+    };
+    if ns == u64::MAX {
+        return Err(too_large());
+    }
+    Ok(ns)
+}
+
+/// Nanoseconds as the shortest of `ns`, `us`, `ms`, `s` that shows them exactly.
+fn fmt_ns(ns: u64) -> String {
+    for (scale, unit) in [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")] {
+        if ns >= scale && ns % scale == 0 {
+            return format!("{}{unit}", ns / scale);
+        }
+    }
+    format!("{ns}ns")
 }
 
 fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
@@ -370,6 +474,35 @@ mod tests {
             dur_ns: dur,
             args: Vec::new(),
         }
+    }
+
+    #[test]
+    fn virtual_times_read_with_their_units_exactly() {
+        assert_eq!(parse_virtual_time("5ms"), Ok(5_000_000));
+        assert_eq!(parse_virtual_time("250us"), Ok(250_000));
+        assert_eq!(parse_virtual_time("1000ns"), Ok(1_000));
+        assert_eq!(parse_virtual_time("2s"), Ok(2_000_000_000));
+        assert_eq!(parse_virtual_time("0.5s"), Ok(500_000_000));
+        assert_eq!(parse_virtual_time("1.25ms"), Ok(1_250_000));
+        assert_eq!(parse_virtual_time("0ns"), Ok(0));
+        for (bad, says) in [
+            ("5", "no unit"),
+            ("", "no unit"),
+            ("5x", "expected a virtual time"),
+            ("5 ms", "expected a virtual time"),
+            ("-5ms", "expected a virtual time"),
+            ("ms", "expected a virtual time"),
+            (".5ms", "expected a virtual time"),
+            ("1.5ns", "at most 0 decimals"),
+            ("1.0000001ms", "at most 6 decimals"),
+            ("99999999999999999999s", "too large"),
+        ] {
+            let e = parse_virtual_time(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!(fmt_ns(5_000_000), "5ms");
+        assert_eq!(fmt_ns(1_250_000), "1250us");
+        assert_eq!(fmt_ns(7), "7ns");
     }
 
     #[test]

@@ -301,3 +301,19 @@ fn reproduce_reports_both_fidelity_goals_consistently_in_json_and_text() {
     // Not vacuous: both checked predictions and unchecked figures occur.
     assert!(checked > 0 && unchecked > 0, "{checked} {unchecked}");
 }
+
+#[test]
+fn reproduce_help_lists_every_experiment_it_accepts() {
+    let out = iolab(&["reproduce", "--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    let names = iolab_sim::experiments::NAMES
+        .iter()
+        .chain(iolab_sim::experiments::EXTRA_NAMES.iter());
+    for name in names {
+        assert!(help.contains(name), "{name} missing from:\n{help}");
+        // ... and reproduce accepts it (refused names exit before running anything).
+        assert!(iolab_sim::experiments::is_known(name));
+    }
+    assert!(help.contains("protection"), "{help}");
+}

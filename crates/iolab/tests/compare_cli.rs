@@ -359,3 +359,86 @@ fn two_variants_of_one_workload_scenario_pair_their_single_configurations() {
     let out = iolab(&["--db", db, "compare", "1", "5"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn text_tables_print_numbers_with_units_and_json_keeps_raw_numbers() {
+    let dir = temp_dir("human");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    for f in [
+        "fio-randread-grouped.json",
+        "fio-randread-grouped-2.json",
+        "fio-randread-grouped.jsonplus.json",
+    ] {
+        ok(iolab(&[
+            "--db",
+            db,
+            "import",
+            "fio",
+            &repo(&format!("tests/data/{f}")),
+        ]));
+    }
+    let text = ok(iolab(&["--db", db, "compare", "1,2", "3"]));
+    let row = |metric: &str| -> String {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(metric))
+            .unwrap_or_else(|| panic!("no {metric} row:\n{text}"))
+            .to_owned()
+    };
+    // IOPS in full with separators, bytes/s with a prefix, nanoseconds in a fitting unit.
+    assert!(row("read.iops").contains(" 21,431 "), "{text}");
+    assert!(row("read.bw_bytes_per_s").contains(" 87.78 M "), "{text}");
+    assert!(row("read.clat_mean_ns").contains(" 92.07 us "), "{text}");
+    assert!(row("read.clat_p99_ns").contains(" 2.273 ms "), "{text}");
+    // A two-run group against another: the interval reads "LOW to HIGH" (the numbers have
+    // thousands separators, so no comma between them).
+    let two = ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "1,2",
+        "1-2",
+        "--metric",
+        "read.iops",
+    ]));
+    assert!(two.contains(" -1,769 to 1,769 "), "{two}");
+    // No exponents and no long raw decimals anywhere in the table.
+    for line in text.lines().skip(3) {
+        // After the config, metric and unit columns.
+        for word in line.split_whitespace().skip(3) {
+            let has_exp =
+                word.contains('e') && word.chars().next().is_some_and(|c| c.is_ascii_digit());
+            assert!(!has_exp, "exponent in `{word}`: {line}");
+            // Decimal numbers carry at most four significant digits (the change column's
+            // percentages aside).
+            if word.contains('.') && !word.ends_with('%') {
+                let significant = word
+                    .trim_start_matches(['-', '0', '.'])
+                    .chars()
+                    .filter(char::is_ascii_digit)
+                    .count();
+                assert!(significant <= 4, "`{word}`: {line}");
+            }
+        }
+    }
+    let md = ok(iolab(&[
+        "--db", db, "compare", "1,2", "3", "--format", "markdown",
+    ]));
+    assert!(md.contains("| 21,431 |"), "{md}");
+    // JSON keeps the raw means.
+    let json: Value = serde_json::from_str(&ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "1,2",
+        "3",
+        "--metric",
+        "read.iops",
+        "--format",
+        "json",
+    ])))
+    .unwrap();
+    let mean = json["rows"][0]["a"]["mean"].as_f64().expect("a raw number");
+    assert!(mean > 21_431.0 && mean < 21_432.0, "{mean}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

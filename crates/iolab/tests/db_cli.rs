@@ -218,3 +218,170 @@ fn a_database_in_a_missing_directory_is_bad_input_refused_before_the_run() {
     );
     assert!(!dir.join("no-such-subdir").exists());
 }
+
+#[test]
+fn every_command_that_reads_a_database_refuses_a_missing_one_alike_and_creates_none() {
+    let dir = temp_dir("missing-db");
+    let db = dir.join("typo.db");
+    let html = dir.join("r.html");
+    let out_db = dir.join("out.db");
+    let want = format!("results database {} does not exist", s(&db));
+    let cases: [&[&str]; 7] = [
+        &["--db", s(&db), "runs", "list"],
+        &["--db", s(&db), "runs", "list", "--format", "json"],
+        &["--db", s(&db), "runs", "show", "1"],
+        &["--db", s(&db), "runs", "rm", "1"],
+        &["--db", s(&db), "compare", "1", "2"],
+        &["--db", s(&db), "report", "1", "-o", s(&html)],
+        &["db", "merge", s(&out_db), s(&db)],
+    ];
+    for args in cases {
+        let out = iolab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(&want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one message: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
+        assert!(!db.exists(), "{args:?} created the database");
+    }
+    assert!(!html.exists() && !out_db.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned()
+}
+
+/// The ids of a `runs show --format json` array.
+fn shown_ids(out: &std::process::Output) -> Vec<i64> {
+    assert!(out.status.success(), "{}", stderr(out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|r| r["id"].as_i64().expect("id"))
+        .collect()
+}
+
+#[test]
+fn runs_show_and_rm_take_groups_ranges_and_lists_and_ids_are_never_reused() {
+    let dir = temp_dir("ids");
+    let db = dir.join("r.db");
+    let db = s(&db);
+    // Runs 1 and 2 (group g1), 3, 4.
+    for (tool, file) in [
+        ("bonnie", "bonnie-2.00a-x2.csv"),
+        ("fio", "fio-two-jobs.json"),
+        ("reaim", "reaim-sba-vmerge-vmerge.txt"),
+    ] {
+        let out = iolab(&["--db", db, "import", tool, &data(file)]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let show = |runs: &str| iolab(&["--db", db, "runs", "show", runs, "--format", "json"]);
+    assert_eq!(shown_ids(&show("g1")), vec![1, 2]);
+    assert_eq!(shown_ids(&show("G1")), vec![1, 2]);
+    assert_eq!(shown_ids(&show("2-4")), vec![2, 3, 4]);
+    assert_eq!(shown_ids(&show("4,g1,1")), vec![4, 1, 2]);
+    // One plain id: one object, as before.
+    let out = show("3");
+    let one: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(one["id"], 3);
+    let out = iolab(&["--db", db, "runs", "show", "g1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("run 1: bonnie") && text.contains("run 2: bonnie"),
+        "{text}"
+    );
+
+    for (runs, says) in [
+        ("x", "`x` is not one"),
+        ("5-9", "has no run with an id in 5-9"),
+        ("g3", "has no group g3"),
+        ("3,7", "has no run 7"),
+    ] {
+        for action in ["show", "rm"] {
+            let out = iolab(&["--db", db, "runs", action, runs]);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{action} {runs}: {}",
+                stderr(&out)
+            );
+            assert!(
+                stderr(&out).contains(says),
+                "{action} {runs}: {}",
+                stderr(&out)
+            );
+        }
+    }
+    // A refused rm removed nothing (3 of `3,7` is still there).
+    assert_eq!(shown_ids(&show("1-4")), vec![1, 2, 3, 4]);
+
+    let out = iolab(&["--db", db, "runs", "rm", "g1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains("removed run 1 ") && text.contains("removed run 2 "),
+        "{text}"
+    );
+    let out = iolab(&["--db", db, "runs", "rm", "4"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The newest id (4) is not given to the next run.
+    let out = iolab(&["--db", db, "import", "fio", &data("fio-two-jobs.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("as run 5 "), "{}", stderr(&out));
+    assert_eq!(shown_ids(&show("1-9")), vec![3, 5]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn results_go_to_stdout_and_notes_about_what_was_stored_to_stderr() {
+    let dir = temp_dir("streams");
+    let db = dir.join("r.db");
+    let db = s(&db);
+    let out = iolab(&["--db", db, "run", "--example", "fio-nvme-strict"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fio-nvme-strict"));
+    assert!(
+        stderr(&out).contains("stored as run 1 in"),
+        "{}",
+        stderr(&out)
+    );
+    // import, like run: the note on standard error, nothing on standard output.
+    let out = iolab(&[
+        "--db",
+        db,
+        "import",
+        "fio",
+        &data("fio-randread-grouped.json"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("imported ") && err.contains(" as run 2 "),
+        "{err}"
+    );
+    assert!(err.contains(&format!("stored in {db}")), "{err}");
+    let out = iolab(&["--db", db, "runs", "rm", "2"]);
+    assert!(out.status.success() && out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("removed run 2 from"),
+        "{}",
+        stderr(&out)
+    );
+    // What a command is asked to print stays on standard output.
+    let out = iolab(&["--db", db, "runs", "list"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fio-nvme-strict"));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

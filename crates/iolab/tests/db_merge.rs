@@ -85,7 +85,9 @@ fn shards_merge_into_the_whole_sweep_and_duplicates_are_skipped() {
 
     let r = iolab(&["db", "merge", s(&out_db), s(&shards[1]), s(&shards[0])]);
     assert!(r.status.success(), "{}", stderr(&r));
-    let stdout = String::from_utf8_lossy(&r.stdout);
+    // A note about what changed: on standard error, as every command's.
+    assert!(r.stdout.is_empty());
+    let stdout = String::from_utf8_lossy(&r.stderr);
     assert!(
         stdout.contains("merged 3 runs from 2 databases"),
         "{stdout}"
@@ -106,7 +108,7 @@ fn shards_merge_into_the_whole_sweep_and_duplicates_are_skipped() {
     // Merging a shard again adds nothing: every point is already there.
     let r = iolab(&["db", "merge", s(&out_db), s(&shards[0]), s(&whole)]);
     assert!(r.status.success(), "{}", stderr(&r));
-    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stdout = String::from_utf8_lossy(&r.stderr);
     assert!(
         stdout.contains("merged 0 runs") && stdout.contains("5 duplicate"),
         "{stdout}"

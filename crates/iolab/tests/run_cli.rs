@@ -222,3 +222,83 @@ fn reaim_prints_the_reaim_table_and_a_bad_ramp_is_bad_input() {
         "{err}"
     );
 }
+
+#[test]
+fn fio_style_sizes_read_as_their_bytes() {
+    let dir = temp_dir("sizes");
+    let text = std::fs::read_to_string(example("fio-nvme-strict")).unwrap();
+    let plain = iolab(&["--no-db", "run", s(&example("fio-nvme-strict"))]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    for written in ["\"4k\"", "\"4K\""] {
+        let f = dir.join("k.toml");
+        std::fs::write(&f, text.replace("bs = 4096", &format!("bs = {written}"))).unwrap();
+        let out = iolab(&["--no-db", "run", s(&f)]);
+        assert!(out.status.success(), "{written}: {}", stderr(&out));
+        assert_eq!(out.stdout, plain.stdout, "bs = {written} runs as bs = 4096");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_size_is_bad_input_naming_the_field() {
+    let dir = temp_dir("badsize");
+    let text = std::fs::read_to_string(example("fio-nvme-strict")).unwrap();
+    for (written, says) in [
+        ("\"4x\"", "Invalid size \"4x\""),
+        ("\"\"", "Empty size"),
+        ("\"-4k\"", "Negative size \"-4k\""),
+        ("-4", "Negative size \"-4\""),
+        ("\"99999999999t\"", "too large"),
+    ] {
+        let f = dir.join("bad.toml");
+        std::fs::write(&f, text.replace("bs = 4096", &format!("bs = {written}"))).unwrap();
+        let out = iolab(&["--no-db", "run", s(&f)]);
+        assert_eq!(out.status.code(), Some(2), "{written}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("workload.bs"), "{written}: {err}");
+        assert!(err.contains("at line 22"), "{written}: {err}");
+        assert!(err.contains(says), "{written}: {err}");
+        assert_eq!(err.lines().count(), 1, "one message: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn iommu_mode_none_is_an_alias_of_off_and_prints_as_off() {
+    let dir = temp_dir("none");
+    let db = dir.join("r.db");
+    let text = std::fs::read_to_string(example("fio-nvme-off")).unwrap();
+    let off = iolab(&["--no-db", "run", s(&example("fio-nvme-off"))]);
+    assert!(off.status.success(), "{}", stderr(&off));
+    for (model, mode) in [("none", "none"), ("none", "off"), ("smmuv3", "none")] {
+        let f = dir.join(format!("{model}-{mode}.toml"));
+        let t = text.replace(
+            "model = \"none\"",
+            &format!("model = \"{model}\"\nmode = \"{mode}\""),
+        );
+        std::fs::write(&f, t).unwrap();
+        let out = iolab(&["--db", s(&db), "run", s(&f), "--format", "json"]);
+        assert!(out.status.success(), "{model}/{mode}: {}", stderr(&out));
+    }
+    // Stored and printed as `off`, whichever way it was written.
+    let out = iolab(&["--db", s(&db), "runs", "show", "1-3", "--format", "json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for r in runs.as_array().unwrap() {
+        assert_eq!(r["measurements"][0]["attrs"]["iommu_mode"], "off", "{r}");
+    }
+    // model none with mode none runs exactly as the bundled off example.
+    let f = dir.join("none-none.toml");
+    let out = iolab(&["--no-db", "run", s(&f)]);
+    assert_eq!(out.stdout, off.stdout);
+    // A model with no `off` refuses the alias as it refuses `off`.
+    let f = dir.join("pseries.toml");
+    std::fs::write(
+        &f,
+        text.replace("model = \"none\"", "model = \"pseries\"\nmode = \"none\""),
+    )
+    .unwrap();
+    let out = iolab(&["--no-db", "run", s(&f)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does not apply"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -488,3 +488,77 @@ fn perfetto_trace_processor_loads_the_trace() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every complete slice of a trace file: (ts ns, dur ns).
+fn slices_of(path: &Path) -> Vec<(u64, u64)> {
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| (ns(&e["ts"], "ts"), ns(&e["dur"], "dur")))
+        .collect()
+}
+
+#[test]
+fn a_virtual_time_window_keeps_the_slices_that_overlap_it() {
+    let dir = tmpdir("window");
+    let (all, win) = (dir.join("all.json"), dir.join("win.json"));
+    let scenario = "--example=fio-nvme-strict";
+    trace(scenario, &all, &["--max-events", "2000000"]);
+    // fio-nvme-strict ramps for 5 ms and measures 20 ms: a window in steady state.
+    let (from, to) = (10_000_000u64, 10_250_000u64);
+    let err = trace(scenario, &win, &["--from", "10ms", "--to", "10250us"]);
+    assert!(err.contains("between 10ms and 10250us"), "{err}");
+    let inside = |&(ts, dur): &(u64, u64)| ts < to && (ts + dur > from || (dur == 0 && ts >= from));
+    let want: Vec<(u64, u64)> = slices_of(&all).into_iter().filter(inside).collect();
+    let got = slices_of(&win);
+    assert!(!got.is_empty());
+    assert!(
+        got.iter().all(inside),
+        "a slice outside the window was kept"
+    );
+    let (mut got_sorted, mut want_sorted) = (got.clone(), want);
+    got_sorted.sort_unstable();
+    want_sorted.sort_unstable();
+    assert_eq!(got_sorted, want_sorted, "every slice in the window is kept");
+    check(&std::fs::read_to_string(&win).unwrap());
+    // The cap counts within the window.
+    let capped = dir.join("capped.json");
+    let err = trace(
+        scenario,
+        &capped,
+        &["--from", "10ms", "--to", "10250us", "--max-events", "10"],
+    );
+    assert_eq!(slices_of(&capped).len(), 10);
+    assert!(err.contains("raise --max-events"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_windows_are_refused_with_exit_code_2() {
+    let dir = tmpdir("badwindow");
+    let out = dir.join("t.json");
+    for (args, says) in [
+        (vec!["--from", "5"], "no unit"),
+        (vec!["--to", "3xs"], "expected a virtual time"),
+        (
+            vec!["--from", "2ms", "--to", "1ms"],
+            "--from 2ms is not before --to 1ms",
+        ),
+        (vec!["--from", "1ms", "--to", "1ms"], "is not before"),
+    ] {
+        let o = iolab()
+            .args(["trace", "--example", "fio-nvme-strict", "-o"])
+            .arg(&out)
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote a trace");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

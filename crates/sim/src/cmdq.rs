@@ -55,12 +55,12 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The mode whose [`Mode::id`] is `s`.
+    /// The mode whose [`Mode::id`] is `s`; `none` is an alias of `off`.
     pub(crate) fn parse(s: &str) -> Option<Mode> {
         Some(match s {
             "spinlock" => Mode::Spinlock,
             "lockfree" => Mode::LockFree,
-            "off" => Mode::Off,
+            "off" | "none" => Mode::Off,
             _ => return None,
         })
     }
@@ -700,6 +700,14 @@ impl SimCmdq {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn none_is_an_alias_of_off() {
+        assert_eq!(Mode::parse("none"), Some(Mode::Off));
+        assert_eq!(Mode::parse("off"), Some(Mode::Off));
+        assert_eq!(Mode::Off.id(), "off");
+        assert_eq!(Mode::parse("nope"), None);
+    }
 
     /// Closed loop: `k` CPUs each reserve, do `think` ns of other work, reserve again.
     /// Returns (attempts, reservations, reservations per second in total).

@@ -56,6 +56,7 @@ pub mod experiments;
 pub mod lab;
 pub mod metrics;
 pub mod resources;
+pub mod size;
 pub mod soak;
 pub mod time;
 pub mod tomlfile;

@@ -79,8 +79,14 @@ pub struct TraceOptions {
     /// How many simulations to trace, in the order they are created (an experiment creates
     /// one per configuration and run). Later ones run untraced.
     pub sims: usize,
-    /// The most slices kept per simulation; more are counted, not kept.
+    /// The most slices kept per simulation (within the window); more are counted, not kept.
     pub max_events: usize,
+    /// Virtual-time window, ns: only slices that overlap `from_ns..to_ns` are kept (a slice
+    /// that crosses an edge is kept whole); the others are counted in
+    /// [`SimTrace::outside`]. `0..u64::MAX` keeps every slice.
+    pub from_ns: u64,
+    /// End of the window, ns (exclusive).
+    pub to_ns: u64,
 }
 
 impl Default for TraceOptions {
@@ -88,6 +94,8 @@ impl Default for TraceOptions {
         TraceOptions {
             sims: 1,
             max_events: 200_000,
+            from_ns: 0,
+            to_ns: u64::MAX,
         }
     }
 }
@@ -104,6 +112,9 @@ pub struct SimTrace {
     pub events: Vec<TraceEvent>,
     /// Slices beyond [`TraceOptions::max_events`], not kept.
     pub dropped: u64,
+    /// Slices outside the window ([`TraceOptions::from_ns`], [`TraceOptions::to_ns`]), not
+    /// kept.
+    pub outside: u64,
     /// Virtual time when the simulation was dropped (its end).
     pub end_ns: u64,
 }
@@ -195,12 +206,23 @@ pub fn cpu_part(ctx: &crate::Ctx, name: &'static str, start_ns: u64, dur_ns: u64
     }
 }
 
+/// Whether a slice from `start_ns` for `dur_ns` overlaps the window `from_ns..to_ns`: it
+/// starts before the window ends and ends after it starts (a slice of no duration, when it
+/// lies in the window).
+fn overlaps(start_ns: u64, dur_ns: u64, from_ns: u64, to_ns: u64) -> bool {
+    let end_ns = start_ns.saturating_add(dur_ns);
+    start_ns < to_ns && (end_ns > from_ns || (dur_ns == 0 && start_ns >= from_ns))
+}
+
 struct Buffer {
     index: usize,
     cpus: usize,
     max_events: usize,
+    from_ns: u64,
+    to_ns: u64,
     events: Vec<TraceEvent>,
     dropped: u64,
+    outside: u64,
 }
 
 /// A simulation's slice recorder; reach it with [`Handle::tracer`](crate::Handle::tracer).
@@ -233,8 +255,11 @@ impl Tracer {
                 index: c.started - 1,
                 cpus,
                 max_events: c.options.max_events,
+                from_ns: c.options.from_ns,
+                to_ns: c.options.to_ns,
                 events: Vec::new(),
                 dropped: 0,
+                outside: 0,
             })
         });
         Tracer {
@@ -265,6 +290,10 @@ impl Tracer {
             return;
         };
         let Some(b) = b.as_mut() else { return };
+        if !overlaps(start_ns, dur_ns, b.from_ns, b.to_ns) {
+            b.outside += 1;
+            return;
+        }
         if b.events.len() >= b.max_events {
             b.dropped += 1;
             return;
@@ -310,6 +339,7 @@ impl Tracer {
             cpus: b.cpus,
             events: b.events,
             dropped: b.dropped,
+            outside: b.outside,
             end_ns,
         };
         CAPTURE.with(|c| {
@@ -358,6 +388,7 @@ mod tests {
             TraceOptions {
                 sims: 1,
                 max_events: 10_000,
+                ..TraceOptions::default()
             },
             || {
                 contended_run(3);
@@ -395,6 +426,7 @@ mod tests {
                 TraceOptions {
                     sims: 1,
                     max_events,
+                    ..TraceOptions::default()
                 },
                 || contended_run(2),
             );
@@ -408,6 +440,53 @@ mod tests {
         let capped = traced(4);
         assert_eq!(capped.events, all.events[..4]);
         assert_eq!(capped.dropped, (all.events.len() - 4) as u64);
+    }
+
+    #[test]
+    fn the_window_keeps_overlapping_slices_and_caps_within_it() {
+        let traced = |from_ns, to_ns, max_events| {
+            let ((), mut traces) = capture(
+                TraceOptions {
+                    sims: 1,
+                    max_events,
+                    from_ns,
+                    to_ns,
+                },
+                || contended_run(2),
+            );
+            traces.remove(0)
+        };
+        let all = traced(0, u64::MAX, 10_000);
+        assert_eq!(all.outside, 0);
+        let (from, to) = (1_000, 3_000);
+        let inside: Vec<TraceEvent> = all
+            .events
+            .iter()
+            .filter(|e| e.start_ns < to && e.start_ns + e.dur_ns > from)
+            .cloned()
+            .collect();
+        assert!(!inside.is_empty() && inside.len() < all.events.len());
+        let w = traced(from, to, 10_000);
+        assert_eq!(w.events, inside);
+        assert_eq!(w.outside, (all.events.len() - inside.len()) as u64);
+        assert_eq!(w.dropped, 0);
+        // The cap applies to the slices in the window.
+        let capped = traced(from, to, 2);
+        assert_eq!(capped.events, inside[..2]);
+        assert_eq!(capped.dropped, (inside.len() - 2) as u64);
+        assert_eq!(capped.outside, w.outside);
+    }
+
+    #[test]
+    fn overlap_rule() {
+        assert!(overlaps(900, 200, 1_000, 2_000), "crosses the start");
+        assert!(overlaps(1_900, 200, 1_000, 2_000), "crosses the end");
+        assert!(overlaps(500, 5_000, 1_000, 2_000), "covers the window");
+        assert!(!overlaps(800, 200, 1_000, 2_000), "ends at the start");
+        assert!(!overlaps(2_000, 10, 1_000, 2_000), "starts at the end");
+        assert!(overlaps(1_000, 0, 1_000, 2_000), "instant at the start");
+        assert!(!overlaps(2_000, 0, 1_000, 2_000), "instant at the end");
+        assert!(overlaps(u64::MAX - 1, 10, 0, u64::MAX), "no overflow");
     }
 
     #[test]

@@ -244,7 +244,7 @@ fn without_the_iommu_pages_above_4_gib_are_bounced_and_with_it_none_are() {
     for speed in ["superspeed", "highspeed"] {
         let off = m(&format!("{speed}.no_iommu"));
         let on = m(&format!("{speed}.iommu"));
-        assert_eq!(off.attrs["iommu_mode"], "none");
+        assert_eq!(off.attrs["iommu_mode"], "off");
         assert_eq!(on.attrs["iommu_mode"], "strict");
         assert_eq!(on.attrs["link"], speed);
         // Half of the RAM (the 2 GiB bank at 0x5_0000_0000) is beyond the 32-bit mask:
@@ -296,7 +296,7 @@ fn every_configuration_carries_the_protection_report_of_its_domain() {
     };
     assert_eq!(r.measurements.len(), 4);
     for m in &r.measurements {
-        if m.attrs["iommu_mode"] == "none" {
+        if m.attrs["iommu_mode"] == "off" {
             // dma-direct: every xHCI access bypasses translation, and a freed buffer stays
             // reachable for the whole run.
             assert!(value(m, "protection.bypass_accesses") > 0.0, "{}", m.config);

@@ -29,7 +29,9 @@ pub struct BenchRecord {
     pub peer: Option<String>,
     /// The main peer's median nanoseconds per operation.
     pub peer_ns_per_op: Option<f64>,
-    /// `peer_ns_per_op / ns_per_op`: how many times faster iolab is than the peer.
+    /// `peer_ns_per_op / ns_per_op`: how many times faster iolab is than the peer (below 1:
+    /// slower). Two decimals from 1 up, three significant digits below (0.0269 for a row 37x
+    /// slower than its peer).
     pub speedup_vs_peer: Option<f64>,
     /// Further peers measured on the same operation.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -200,7 +202,7 @@ fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure])
         ns_per_op: round2(ns),
         peer: main.map(|p| p.peer.clone()),
         peer_ns_per_op: main.map(|p| round2(p.ns_per_op)),
-        speedup_vs_peer: main.map(|p| round2(p.ns_per_op / ns)),
+        speedup_vs_peer: main.map(|p| round_ratio(p.ns_per_op / ns)),
         other_peers: peers
             .iter()
             .skip(1)
@@ -231,6 +233,39 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// A ratio for the JSON report: two decimals from 1 up, three significant digits below (so a
+/// row many times slower than its peer does not round to 0).
+fn round_ratio(x: f64) -> f64 {
+    if !x.is_finite() || x >= 1.0 || x <= 0.0 {
+        return round2(x);
+    }
+    let scale = 10f64.powi(2 - x.log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// How iolab's time compares with a peer's, both ways readable: `4.6x faster` when iolab
+/// takes less time, `37.2x slower` when it takes more (the ratio of the larger to the
+/// smaller time), with two decimals below 10x, one below 1000x, none above.
+fn ratio_text(iolab_ns: f64, peer_ns: f64) -> String {
+    let usable = |ns: f64| ns > 0.0 && ns.is_finite();
+    if !(usable(iolab_ns) && usable(peer_ns)) {
+        return "-".into();
+    }
+    let (r, how) = if peer_ns >= iolab_ns {
+        (peer_ns / iolab_ns, "faster")
+    } else {
+        (iolab_ns / peer_ns, "slower")
+    };
+    let digits = if r < 10.0 {
+        2
+    } else if r < 1000.0 {
+        1
+    } else {
+        0
+    };
+    format!("{r:.digits$}x {how}")
+}
+
 /// Renders the report as an aligned text table.
 pub fn render_text(report: &BenchReport) -> String {
     use std::fmt::Write;
@@ -248,8 +283,8 @@ pub fn render_text(report: &BenchReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<40} {:>10} {:>12}  {:<30} {:>8}",
-        "benchmark", "ns/op", "peer ns/op", "peer", "speedup"
+        "{:<40} {:>10} {:>12}  {:<30} {:>14}",
+        "benchmark", "ns/op", "peer ns/op", "peer", "iolab vs peer"
     );
     for r in &report.results {
         let peer_ns = r
@@ -257,8 +292,8 @@ pub fn render_text(report: &BenchReport) -> String {
             .map(|v| format!("{v:.1}"))
             .unwrap_or_else(|| "-".into());
         let speedup = r
-            .speedup_vs_peer
-            .map(|v| format!("{v:.1}x"))
+            .peer_ns_per_op
+            .map(|p| ratio_text(r.ns_per_op, p))
             .unwrap_or_else(|| "-".into());
         let peer_name = match (r.commands_per_sec, r.sim_ios_per_host_sec) {
             (Some(c), _) => format!("({:.2} M commands/s)", c / 1e6),
@@ -270,20 +305,67 @@ pub fn render_text(report: &BenchReport) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<40} {:>10.1} {:>12}  {:<30} {:>8}",
+            "{:<40} {:>10.1} {:>12}  {:<30} {:>14}",
             r.name, r.ns_per_op, peer_ns, peer_name, speedup
         );
         for p in &r.other_peers {
             let _ = writeln!(
                 out,
-                "{:<40} {:>10} {:>12.1}  {:<30} {:>7.1}x",
+                "{:<40} {:>10} {:>12.1}  {:<30} {:>14}",
                 "",
                 "",
                 p.ns_per_op,
                 p.peer,
-                p.ns_per_op / r.ns_per_op
+                ratio_text(r.ns_per_op, p.ns_per_op)
             );
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ns: f64, peer_ns: f64, other_ns: f64) -> BenchRecord {
+        let peers = [
+            PeerFigure {
+                peer: "peer-a".into(),
+                ns_per_op: peer_ns,
+            },
+            PeerFigure {
+                peer: "peer-b".into(),
+                ns_per_op: other_ns,
+            },
+        ];
+        record("x/y".into(), ns, Vec::new(), &peers)
+    }
+
+    #[test]
+    fn ratios_read_right_both_ways() {
+        assert_eq!(ratio_text(25.9, 119.8), "4.63x faster");
+        assert_eq!(ratio_text(178.3, 32221.0), "180.7x faster");
+        assert_eq!(ratio_text(3720.0, 100.0), "37.2x slower");
+        assert_eq!(ratio_text(104.0, 100.0), "1.04x slower");
+        assert_eq!(ratio_text(100.0, 100.0), "1.00x faster");
+        assert_eq!(ratio_text(1.0, 5000.0), "5000x faster");
+        assert_eq!(ratio_text(0.0, 5.0), "-");
+    }
+
+    #[test]
+    fn a_row_many_times_slower_than_its_peer_is_not_printed_as_zero() {
+        let report = BenchReport {
+            sampling: Sampling::new(true),
+            results: vec![row(3720.0, 100.0, 7440.0)],
+        };
+        let text = render_text(&report);
+        assert!(!text.contains("0.0x"), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[2].ends_with("37.2x slower"), "{text}");
+        assert!(lines[3].ends_with("2.00x faster"), "{text}");
+        // The JSON ratio keeps its digits too.
+        assert_eq!(report.results[0].speedup_vs_peer, Some(0.0269));
+        assert_eq!(round_ratio(180.734), 180.73);
+        assert_eq!(round_ratio(0.5), 0.5);
+    }
 }

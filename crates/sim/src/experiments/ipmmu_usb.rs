@@ -1087,7 +1087,7 @@ fn case_measurement(
     last: Option<&CaseRun>,
 ) -> Measurement {
     let mut m = Measurement::new(name)
-        .attr("iommu_mode", if iommu { "strict" } else { "none" })
+        .attr("iommu_mode", if iommu { "strict" } else { "off" })
         .attr(
             "link",
             if superspeed {

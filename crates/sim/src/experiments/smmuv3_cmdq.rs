@@ -192,6 +192,7 @@ struct FioScen {
     rw: String,
     #[serde(default = "default_mix")]
     rwmixread: u32,
+    #[serde(deserialize_with = "crate::size::bytes")]
     bs: u64,
     iodepth: u32,
     numjobs: u32,
@@ -553,7 +554,7 @@ fn validate(text: &str, origin: &str) -> Result<Validated, ExperimentError> {
             modes.push(Mode::parse(m).ok_or_else(|| {
                 doc.field_error(
                     &at("modes"),
-                    "expected \"spinlock\", \"lockfree\" or \"off\"",
+                    "expected \"spinlock\", \"lockfree\" or \"off\" (alias \"none\")",
                 )
             })?);
         }

@@ -201,7 +201,7 @@ struct ReaimSpec {
     timeslice_ms: Option<f64>,
     #[serde(default)]
     jitter_pct: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     fs_block: Option<u64>,
     #[serde(default)]
     journal_blocks: Option<u64>,
@@ -276,7 +276,7 @@ struct BonnieSpec {
     logical_file_mib: Option<u64>,
     #[serde(default)]
     ram_mib: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     chunk_bytes: Option<u64>,
     #[serde(default)]
     seeks: Option<u64>,
@@ -301,7 +301,7 @@ struct NetperfSpec {
     direction: Option<String>,
     #[serde(default)]
     threads: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     message_bytes: Option<u64>,
     run_ms: u64,
     #[serde(default)]
@@ -316,7 +316,7 @@ struct FioSpec {
     rw: String,
     #[serde(default)]
     rwmixread: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     bs: Option<u64>,
     #[serde(default)]
     iodepth: Option<u32>,
@@ -434,9 +434,10 @@ impl IommuMode {
         }
     }
 
+    /// The mode `s` names; `none` is an alias of `off` (printed as `off`).
     fn parse(s: &str) -> Option<Self> {
         Some(match s {
-            "off" => IommuMode::Off,
+            "off" | "none" => IommuMode::Off,
             "passthrough" => IommuMode::Passthrough,
             "strict" => IommuMode::Strict,
             "lazy" => IommuMode::Lazy,
@@ -1205,7 +1206,8 @@ fn iommu(
     let modes = model.modes();
     let mode_name = s.mode.clone().unwrap_or_else(|| modes[0].to_owned());
     let mode = match IommuMode::parse(&mode_name) {
-        Some(m) if modes.contains(&mode_name.as_str()) => m,
+        // Checked by the mode's printed name, so the alias `none` is `off` here too.
+        Some(m) if modes.contains(&m.name()) => m,
         Some(_) => {
             return Err(doc
                 .field_error(
