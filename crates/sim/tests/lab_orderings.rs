@@ -11,8 +11,10 @@
 //! - no drive above its rated IOPS or bandwidth;
 //! - the same seed gives the same bytes.
 //!
-//! "<=" allows 2%: the four modes draw the same random offsets in a different order of
-//! events, so two modes with the same cost (passthrough and off, say) differ by that noise.
+//! "<=" allows 2%, plus, for each of the two runs compared, the I/Os in flight as a share
+//! of the I/Os in its window: the four modes draw the same random offsets in a different order of events, and a
+//! job reaps its completions in batches (up to `iodepth` at once), so a window counts whole
+//! batches and two modes with the same cost (passthrough and off, say) can differ by one.
 
 use iolab_sim::lab::{self, LabOptions, LabRun};
 use proptest::prelude::*;
@@ -40,6 +42,7 @@ fn scenario(p: Point, mode: &str) -> String {
     // Warm before measuring: the lazy pipeline fills in about 0.1 ms per CPU at these rates,
     // and deep queues take a few of their (long) latencies to settle.
     let ramp_ms = 5 + p.cpus / 8 + p.iodepth / 4;
+    let runtime_ms = runtime_ms(p);
     format!(
         r#"
 name = "grid"
@@ -59,12 +62,17 @@ rw = "randread"
 bs = 4096
 iodepth = {iodepth}
 numjobs = {cpus}
-runtime_ms = 6
+runtime_ms = {runtime_ms}
 ramp_ms = {ramp_ms}
 "#,
         cpus = p.cpus,
         iodepth = p.iodepth,
     )
+}
+
+/// The measured window: longer for deep queues, whose jobs reap in big batches.
+fn runtime_ms(p: Point) -> u32 {
+    6 + p.iodepth / 8
 }
 
 fn run(text: &str) -> LabRun {
@@ -79,11 +87,11 @@ fn metric(r: &LabRun, name: &str) -> f64 {
 }
 
 /// CPU time (user + system + spin, all CPUs, ns) per completed I/O over the window.
-fn cpu_per_io(r: &LabRun) -> f64 {
+fn cpu_per_io(r: &LabRun, window_s: f64) -> f64 {
     let m = &r.report.measurements[0];
     let cpu = m.cpu.as_ref().expect("fio has a CPU breakdown");
     let busy = (cpu.user_ns + cpu.system_ns + cpu.spin_ns) as f64;
-    busy / (metric(r, "read.iops") * 0.006).max(1.0)
+    busy / (metric(r, "read.iops") * window_s).max(1.0)
 }
 
 fn point() -> impl Strategy<Value = Point> {
@@ -114,13 +122,19 @@ proptest! {
     fn modes_order_as_their_mechanisms_say(p in point()) {
         let runs = ["strict", "lazy", "passthrough", "off"].map(|m| run(&scenario(p, m)));
         let iops = runs.each_ref().map(|r| metric(r, "read.iops"));
-        let cpu = runs.each_ref().map(cpu_per_io);
+        let window_s = f64::from(runtime_ms(p)) / 1e3;
+        let cpu = runs.each_ref().map(|r| cpu_per_io(r, window_s));
+        let inflight = f64::from(p.cpus * p.iodepth);
+        // One batch of completions on either side of the window's edge, for each of the two
+        // runs compared.
+        let batch = |ios_per_s: f64| inflight / (ios_per_s * window_s).max(1.0);
+        let slack = |a: f64, b: f64| SLACK + batch(a) + batch(b);
         let dma = runs.each_ref().map(|r| metric(r, "dma.map_ns") + metric(r, "dma.unmap_ns"));
         let limit = f64::from(p.drives) * DRIVE_IOPS;
         let cpu_bound = iops.iter().all(|&x| x < 0.9 * limit);
         for i in 0..3 {
             prop_assert!(
-                iops[i] <= iops[i + 1] * SLACK,
+                iops[i] <= iops[i + 1] * slack(iops[i], iops[i + 1]),
                 "{p:?}: IOPS strict/lazy/passthrough/off {iops:?}"
             );
             prop_assert!(
@@ -128,7 +142,7 @@ proptest! {
                 "{p:?}: map + unmap ns per I/O strict/lazy/passthrough/off {dma:?}"
             );
             prop_assert!(
-                !cpu_bound || cpu[i] * SLACK >= cpu[i + 1],
+                !cpu_bound || cpu[i] * slack(iops[i], iops[i + 1]) >= cpu[i + 1],
                 "{p:?}: CPU ns per I/O strict/lazy/passthrough/off {cpu:?}"
             );
         }
@@ -140,9 +154,13 @@ proptest! {
                 "{p:?}: window not steady: {}",
                 r.report.report_text
             );
+            // Completions reaped early in the window may have left the drive just before it:
+            // one batch of them is allowed above the rating.
             let drives = f64::from(p.drives);
-            prop_assert!(metric(r, "read.iops") <= drives * DRIVE_IOPS * 1.001);
-            prop_assert!(metric(r, "read.bw_bytes_per_s") <= drives * DRIVE_BYTES_PER_S * 1.001);
+            let (iops, bw) = (metric(r, "read.iops"), metric(r, "read.bw_bytes_per_s"));
+            let over = 1.0 + batch(iops);
+            prop_assert!(iops <= drives * DRIVE_IOPS * over, "{p:?}: {iops} IOPS over {drives} drives' rating");
+            prop_assert!(bw <= drives * DRIVE_BYTES_PER_S * over, "{p:?}: {bw} B/s over the drives' rating");
         }
         let again = run(&scenario(p, "lazy"));
         prop_assert_eq!(&again.report.report_text, &runs[1].report.report_text);
