@@ -8,6 +8,8 @@
 //! - [`pgtable`]: IO page-table formats (ARM LPAE, POWER TCE, SBA I/O pdir).
 //! - [`iova`]: IOVA allocators (Linux tree, magazines, gap tree, POWER pools, SBA bitmap).
 //! - [`iotlb`]: set-associative IOTLB and per-level walk caches, with real stale entries.
+//! - [`amdvi`]: the AMD-Vi IOMMU (device table, v1 page tables, command buffer, event
+//!   log, the Linux strict-unmap invalidator).
 //! - [`dma`]: the DMA API (domains, modes, scatter-gather merging, flush queues) and the
 //!   device side (translate, `dma_read`, `dma_write`).
 //! - `vmm` (feature `vm-memory`): a domain as rust-vmm vm-memory's `Iommu`, for VMMs.
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+pub mod amdvi;
 pub mod dma;
 pub mod hw;
 pub mod iotlb;
