@@ -564,6 +564,11 @@ impl AmdVi {
         self.inner.cmd.lock().tail
     }
 
+    /// The raw command in ring slot `index` (software reading back its own buffer).
+    pub fn cmd_ring_entry(&self, index: usize) -> Option<RawCommand> {
+        self.inner.cmd.lock().ring.get(index).copied()
+    }
+
     /// Status.CmdBufRun: false after an illegal command stopped the consumer.
     pub fn cmd_running(&self) -> bool {
         self.inner.cmd.lock().running
