@@ -292,7 +292,7 @@ impl AmdV1Table {
             }
         }
         let end = 1u64 << self.config.ias;
-        if iova.checked_add(size).is_none_or(|e| e > end) {
+        if !iova.checked_add(size).is_some_and(|e| e <= end) {
             return Err(PgTableError::OutOfRange {
                 iova,
                 size,
@@ -301,7 +301,7 @@ impl AmdV1Table {
             });
         }
         if let Some(pa) = pa {
-            if pa.checked_add(size).is_none_or(|e| e > 1u64 << OAS) {
+            if !pa.checked_add(size).is_some_and(|e| e <= 1u64 << OAS) {
                 return Err(PgTableError::PhysOutOfRange { pa, bits: OAS });
             }
         }
