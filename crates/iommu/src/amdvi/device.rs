@@ -321,12 +321,17 @@ struct DriverQueue {
     seq: u64,
 }
 
+/// A domain's v1 table, shared by its DMA-layer wrapper and the IOMMU's walker.
+type SharedTable = Arc<RwLock<AmdV1Table>>;
+
 /// Shared state of the IOMMU (also held by domains' page tables and invalidators).
 pub(crate) struct Inner {
     pub(crate) config: AmdViConfig,
     memory: Arc<PhysMemory>,
     device_table: RwLock<Vec<RawDte>>,
-    domains: RwLock<BTreeMap<u16, Arc<RwLock<AmdV1Table>>>>,
+    /// Each domain's root table address and table (the model's stand-in for the memory the
+    /// walker reads).
+    domains: RwLock<BTreeMap<u16, (u64, SharedTable)>>,
     pub(crate) caches: Mutex<Caches>,
     cmd: Mutex<CmdBuf>,
     events: Mutex<EventLog>,
@@ -652,6 +657,7 @@ impl AmdVi {
             table.max_table_pages = Some(cap);
         }
         let v1 = AmdV1Table::new(table)?;
+        let root = v1.root_pa().get();
         let tag = Asid(u32::from(domain_id));
         let wrapper = AmdViPageTable {
             bitmap: v1.page_size_bitmap(),
@@ -667,7 +673,7 @@ impl AmdVi {
         if domains.contains_key(&domain_id) {
             return Err(AmdViError::DomainInUse { domain_id });
         }
-        domains.insert(domain_id, shared.clone());
+        domains.insert(domain_id, (root, shared.clone()));
         Ok(AmdViDomain {
             domain: Arc::new(domain),
             domain_id,
@@ -695,7 +701,7 @@ impl AmdVi {
             .domains
             .read()
             .get(&domain.domain_id)
-            .is_some_and(|t| Arc::ptr_eq(t, &domain.table));
+            .is_some_and(|(_, t)| Arc::ptr_eq(t, &domain.table));
         if !ours {
             return Err(AmdViError::ForeignDomain {
                 domain_id: domain.domain_id,
@@ -1164,8 +1170,8 @@ impl AmdVi {
             .domains
             .read()
             .values()
-            .find(|t| t.read().root_pa().get() == dte.root)
-            .cloned();
+            .find(|(root, _)| *root == dte.root)
+            .map(|(_, t)| t.clone());
         // A root that is no table the IOMMU knows reads as zeros: not present.
         let Some(table) = table else {
             return Err(AmdViFaultReason::NotPresent);
