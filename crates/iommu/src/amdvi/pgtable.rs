@@ -802,6 +802,26 @@ mod tests {
     }
 
     #[test]
+    fn a_six_level_table_maps_high_addresses() {
+        let mut t = table(63);
+        assert_eq!(t.levels(), 6);
+        // 0x7000_0000_0000_0000: level-6 index 0x38 (bits 62:57).
+        let w = map(&mut t, 0x7000_0000_0000_0000, 0x1234_5000, SZ_4K);
+        assert_eq!((w.tables_allocated, w.ptes_written), (5, 6));
+        assert_eq!(
+            t.read_entry(t.root_pa(), 0x38),
+            Some(spec::encode_pde(0x10_1000, 5))
+        );
+        let mut w = WorkRecord::new();
+        let tr = t
+            .translate(Iova::new(0x7000_0000_0000_0abc), &mut w)
+            .unwrap();
+        assert_eq!((tr.pa.get(), w.pte_reads), (0x1234_5abc, 6));
+        assert_eq!(lookup(&t, 0x7000_0000_0000_1000), None);
+        assert_eq!(lookup(&t, 1 << 63), None, "beyond the 63-bit input range");
+    }
+
+    #[test]
     fn the_table_cap_is_checked_before_writing() {
         let mut t = AmdV1Table::new(
             AmdV1Config::new(48)
