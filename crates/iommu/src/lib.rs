@@ -10,6 +10,8 @@
 //! - [`vtd`]: an Intel VT-d remapping unit (root/context tables, second-stage tables,
 //!   IOTLB and context cache, the invalidation queue) and the Linux intel-iommu strict path.
 //! - [`iotlb`]: set-associative IOTLB and per-level walk caches, with real stale entries.
+//! - [`amdvi`]: the AMD-Vi IOMMU (device table, v1 page tables, command buffer, event
+//!   log, the Linux strict-unmap invalidator).
 //! - [`dma`]: the DMA API (domains, modes, scatter-gather merging, flush queues) and the
 //!   device side (translate, `dma_read`, `dma_write`).
 //! - `vmm` (feature `vm-memory`): a domain as rust-vmm vm-memory's `Iommu`, for VMMs.
@@ -22,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+pub mod amdvi;
 pub mod dma;
 pub mod hw;
 pub mod iotlb;
