@@ -686,7 +686,7 @@ mod tests {
         assert!(fq.poll_timeout_on(10_000_000, 3, &mut w));
 
         assert_eq!(fq.pending(), 0);
-        let mut hits = |cpu: usize| {
+        let hits = |cpu: usize| {
             let mut w = WorkRecord::new();
             for _ in 0..3 {
                 cache
@@ -780,7 +780,7 @@ mod tests {
         )
         .unwrap();
         let mut w = WorkRecord::new();
-        let mut queue = |cpu: usize, now: u64, w: &mut WorkRecord| {
+        let queue = |cpu: usize, now: u64, w: &mut WorkRecord| {
             let b = tree
                 .alloc(AllocRequest::new(1, Iova::new(SZ_4G), cpu), w)
                 .unwrap();
