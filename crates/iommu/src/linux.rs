@@ -537,6 +537,46 @@ mod tests {
         assert_eq!(old.flush_queue_for(true).1.shape, FlushQueueShape::PerCpu);
     }
 
+    /// The depot change seen through the version: 64 CPUs, each round 32 of them allocating
+    /// two magazines' worth each, then the other 32 freeing it all. 6.6 sends work to the
+    /// tree every round, 6.7 none once warm (the third round is measured).
+    #[test]
+    fn the_6_6_depot_sends_cross_cpu_frees_to_the_tree_and_6_7_does_not() {
+        use crate::addr::{Iova, SZ_4K};
+        use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+        use crate::iova::magazine::{MagazineCache, MAGAZINE_SIZE};
+        use crate::iova::{AllocRequest, IovaAllocator};
+        use crate::work::{LockId, WorkRecord};
+        let tree_locks = |v: &str| {
+            let p = DmaPathVariants::for_kernel(kv(v)).unwrap();
+            let tree =
+                LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 40))).unwrap();
+            let c = MagazineCache::new(tree, p.magazine_config(64)).unwrap();
+            let mut w = WorkRecord::new();
+            for round in 0..3 {
+                if round == 2 {
+                    w = WorkRecord::new();
+                }
+                let held: Vec<Vec<_>> = (0..32)
+                    .map(|cpu| {
+                        let req = AllocRequest::new(1, Iova::new(1 << 40), cpu);
+                        (0..2 * MAGAZINE_SIZE)
+                            .map(|_| c.alloc(req, &mut w).unwrap())
+                            .collect()
+                    })
+                    .collect();
+                for (cpu, blocks) in held.into_iter().enumerate() {
+                    for b in blocks {
+                        c.free(b, cpu + 32, &mut w).unwrap();
+                    }
+                }
+            }
+            w.lock_count(LockId::IovaTree)
+        };
+        assert_eq!(tree_locks("6.7"), 0);
+        assert!(tree_locks("6.6") >= 32 * MAGAZINE_SIZE as u64);
+    }
+
     #[test]
     fn the_release_s_magazine_config_builds_a_cache() {
         use crate::addr::{Iova, SZ_4K};

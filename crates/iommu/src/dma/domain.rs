@@ -1779,6 +1779,39 @@ mod tests {
         assert_eq!(u.flush_queue_adds, 1);
     }
 
+    /// A domain built with Linux 6.7's single flush queue: unmaps on four CPUs share one
+    /// ring, and the timer polled from CPU 2 frees everything.
+    #[test]
+    fn a_lazy_domain_takes_its_flush_queue_variant_from_the_config() {
+        use crate::dma::flush_queue::{FlushQueueShape, FlushQueueVariant, TimerFreeCpu};
+        let variant = FlushQueueVariant {
+            shape: FlushQueueShape::Single,
+            timer_free_cpu: TimerFreeCpu::TimerCpu,
+        };
+        let fx = lpae_domain(DomainMode::Lazy, |c| {
+            c.flush_queue = FlushQueueConfig::LINUX_SINGLE;
+            c.flush_queue_variant = variant;
+        });
+        let mut w = WorkRecord::new();
+        for cpu in 0..4 {
+            let m = fx
+                .domain
+                .map_page(&dev64(), pa(0), SZ_4K, TO, cpu, &mut w)
+                .unwrap();
+            fx.domain.unmap_page(m, cpu, 0, &mut w).unwrap();
+        }
+        let fq = fx.domain.flush_queue().unwrap();
+        assert_eq!(fq.variant(), variant);
+        assert_eq!(fq.pending(), 4);
+        assert_eq!(fq.deadline(), Some(1_000_000_000));
+
+        assert!(!fx.domain.poll_timeout_on(999_999_999, 2, &mut w));
+        assert!(fx.domain.poll_timeout_on(1_000_000_000, 2, &mut w));
+
+        assert_eq!(fq.pending(), 0);
+        assert_eq!(fx.alloc.live_blocks(), 0);
+    }
+
     #[test]
     fn a_lazily_unmapped_iova_is_not_reused_before_its_flush() {
         let fx = lazy();
