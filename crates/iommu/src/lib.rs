@@ -16,6 +16,9 @@
 //!   device side (translate, `dma_read`, `dma_write`).
 //! - `vmm` (feature `vm-memory`): a domain as rust-vmm vm-memory's `Iommu`, for VMMs.
 //! - [`work`]: work records, the exact counts of primitive steps every operation returns.
+//! - [`linux`]: Linux kernel versions and which variant of each changed DMA-path algorithm
+//!   (rcache depot, flush queues, 32-bit-first allocation, SMMUv3 command queue, default DMA
+//!   mode) a version runs.
 //!
 //! Every operation does its real work on real state and adds what it did to a
 //! [`work::WorkRecord`]; the iolab lab turns those counts into virtual time.
@@ -29,6 +32,7 @@ pub mod dma;
 pub mod hw;
 pub mod iotlb;
 pub mod iova;
+pub mod linux;
 pub mod mem;
 pub mod pgtable;
 pub mod smmuv3;

@@ -31,7 +31,7 @@ use crate::mem::{MemError, PhysAllocator};
 use crate::pgtable::{IoPageTable, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
-use super::flush_queue::{FlushQueue, FlushQueueConfig, FreeableIova};
+use super::flush_queue::{FlushQueue, FlushQueueConfig, FlushQueueVariant, FreeableIova};
 use super::invalidate::{sync, Invalidator};
 use super::protection::{ProtectionCounters, ProtectionStats, StaleSet};
 use super::sg::{align_up, sg_finalise, sg_layout, DmaSegment, SgEntry};
@@ -57,6 +57,9 @@ pub struct DomainConfig {
     pub max_mappings: usize,
     /// Flush-queue sizing (lazy mode only).
     pub flush_queue: FlushQueueConfig,
+    /// Flush-queue variant: ring shape and timer-path free CPU (lazy mode only; default:
+    /// per-CPU rings, freed on each ring's CPU).
+    pub flush_queue_variant: FlushQueueVariant,
 }
 
 impl DomainConfig {
@@ -74,6 +77,7 @@ impl DomainConfig {
             cpus: 1,
             max_mappings: Self::DEFAULT_MAX_MAPPINGS,
             flush_queue: FlushQueueConfig::default(),
+            flush_queue_variant: FlushQueueVariant::default(),
         }
     }
 }
@@ -729,10 +733,11 @@ impl Domain {
             return cfg("the allocator's range and the aperture do not overlap");
         }
         let fq = match config.mode {
-            DomainMode::Lazy => Some(FlushQueue::new(
+            DomainMode::Lazy => Some(FlushQueue::with_variant(
                 config.domain_id,
                 config.cpus,
                 config.flush_queue,
+                config.flush_queue_variant,
                 invalidator.clone(),
                 allocator.clone(),
             )?),
@@ -855,10 +860,21 @@ impl Domain {
     /// Lazy mode: fires the flush-queue timer if `now_ns` is past its deadline. Returns
     /// whether it fired (always `false` in other modes).
     pub fn poll_timeout(&self, now_ns: u64, work: &mut WorkRecord) -> bool {
+        self.poll_timeout_with(now_ns, None, work)
+    }
+
+    /// As [`Domain::poll_timeout`], with the timer firing on `cpu` (which matters with
+    /// [`super::TimerFreeCpu::TimerCpu`]: the freed IOVAs go to `cpu`'s cache).
+    pub fn poll_timeout_on(&self, now_ns: u64, cpu: usize, work: &mut WorkRecord) -> bool {
+        self.poll_timeout_with(now_ns, Some(cpu), work)
+    }
+
+    fn poll_timeout_with(&self, now_ns: u64, cpu: Option<usize>, work: &mut WorkRecord) -> bool {
         self.protection.observe_now(now_ns);
-        let fired = self
-            .flush_queue()
-            .is_some_and(|fq| fq.poll_timeout(now_ns, work));
+        let fired = self.flush_queue().is_some_and(|fq| match cpu {
+            Some(cpu) => fq.poll_timeout_on(now_ns, cpu, work),
+            None => fq.poll_timeout(now_ns, work),
+        });
         if fired {
             self.retire_stale(now_ns);
         }
@@ -1761,6 +1777,39 @@ mod tests {
             (1, 1, 0, 0)
         );
         assert_eq!(u.flush_queue_adds, 1);
+    }
+
+    /// A domain built with Linux 6.7's single flush queue: unmaps on four CPUs share one
+    /// ring, and the timer polled from CPU 2 frees everything.
+    #[test]
+    fn a_lazy_domain_takes_its_flush_queue_variant_from_the_config() {
+        use crate::dma::flush_queue::{FlushQueueShape, FlushQueueVariant, TimerFreeCpu};
+        let variant = FlushQueueVariant {
+            shape: FlushQueueShape::Single,
+            timer_free_cpu: TimerFreeCpu::TimerCpu,
+        };
+        let fx = lpae_domain(DomainMode::Lazy, |c| {
+            c.flush_queue = FlushQueueConfig::LINUX_SINGLE;
+            c.flush_queue_variant = variant;
+        });
+        let mut w = WorkRecord::new();
+        for cpu in 0..4 {
+            let m = fx
+                .domain
+                .map_page(&dev64(), pa(0), SZ_4K, TO, cpu, &mut w)
+                .unwrap();
+            fx.domain.unmap_page(m, cpu, 0, &mut w).unwrap();
+        }
+        let fq = fx.domain.flush_queue().unwrap();
+        assert_eq!(fq.variant(), variant);
+        assert_eq!(fq.pending(), 4);
+        assert_eq!(fq.deadline(), Some(1_000_000_000));
+
+        assert!(!fx.domain.poll_timeout_on(999_999_999, 2, &mut w));
+        assert!(fx.domain.poll_timeout_on(1_000_000_000, 2, &mut w));
+
+        assert_eq!(fq.pending(), 0);
+        assert_eq!(fx.alloc.live_blocks(), 0);
     }
 
     #[test]

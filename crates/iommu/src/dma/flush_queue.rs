@@ -13,6 +13,12 @@
 //! clock here; callers pass `now_ns` and the timer fires on the first call at or past the
 //! deadline ([`FlushQueue::poll_timeout`]).
 //!
+//! Two opt-in variants ([`FlushQueueVariant`], default: today's behaviour): one ring shared by
+//! every CPU instead of one per CPU ([`FlushQueueShape::Single`], Linux 6.7, with its 32,768
+//! slots and 1 s timeout in [`FlushQueueConfig::LINUX_SINGLE`]), and freeing the timer path's
+//! entries on the CPU the timer fires on, as Linux does, instead of on each ring's CPU
+//! ([`TimerFreeCpu`]), which decides whose per-CPU IOVA cache receives them.
+//!
 //! Freeing before flushing is hard to write: the rings hold [`StaleIova`]s, which have no
 //! public constructor and no accessor to their range; the only way to the range is
 //! [`StaleIova::release`], which takes a [`FlushCompleted`] token that only a finished
@@ -58,6 +64,67 @@ pub struct FlushQueueConfig {
 impl FlushQueueConfig {
     /// Largest ring accepted (Linux's single-queue variant uses 32,768).
     pub const MAX_RING_SIZE: usize = 1 << 20;
+
+    /// Linux's per-CPU sizing (`IOVA_DEFAULT_FQ_SIZE` 256, `IOVA_DEFAULT_FQ_TIMEOUT` 10 ms;
+    /// unchanged since the flush queue appeared in 4.14). Same as [`Default`].
+    pub const LINUX_PER_CPU: FlushQueueConfig = FlushQueueConfig {
+        ring_size: 256,
+        timeout_ns: 10_000_000,
+    };
+
+    /// Linux's single-queue sizing (`IOVA_SINGLE_FQ_SIZE` 32,768, `IOVA_SINGLE_FQ_TIMEOUT`
+    /// 1000 ms): "iommu/dma: Use a large flush queue and timeout for shadow_on_flush",
+    /// Niklas Schnelle, v6.7. Use with [`FlushQueueShape::Single`].
+    pub const LINUX_SINGLE: FlushQueueConfig = FlushQueueConfig {
+        ring_size: 32_768,
+        timeout_ns: 1_000_000_000,
+    };
+}
+
+/// How many rings a flush queue has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FlushQueueShape {
+    /// One ring per CPU, each behind its own lock (the default; Linux's only shape before 6.7
+    /// and its `IOMMU_DMA_OPTS_PER_CPU_QUEUE` since).
+    #[default]
+    PerCpu,
+    /// One ring for the whole domain behind one lock, whichever CPU unmaps
+    /// (`IOMMU_DMA_OPTS_SINGLE_QUEUE`: "iommu/dma: Allow a single FQ in addition to per-CPU
+    /// FQs", Niklas Schnelle, v6.7). Linux picks it for devices whose IOMMU shadows its
+    /// tables on each flush (`shadow_on_flush`: s390, and virtualised IOMMUs that set it),
+    /// where a flush is expensive, together with [`FlushQueueConfig::LINUX_SINGLE`].
+    Single,
+}
+
+/// Which CPU's allocator cache the timer path frees each entry into.
+///
+/// The free goes to [`IovaAllocator::free`] with a CPU number, and a per-CPU cache
+/// (`iova::magazine`) keeps the range on that CPU's magazines: which CPU decides who can
+/// reuse the range without a depot exchange.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TimerFreeCpu {
+    /// Each ring's entries are freed on the ring's own CPU (the default, iolab's behaviour so
+    /// far; a single ring counts as CPU 0's).
+    #[default]
+    RingCpu,
+    /// Every ring's entries are freed on the CPU the timer fires on, as Linux does:
+    /// `fq_flush_timeout` walks every CPU's ring and `fq_ring_free` calls `free_iova_fast`,
+    /// whose `iova_rcache_insert` puts the range in the *current* CPU's magazine
+    /// (`raw_cpu_ptr`), in every version from 4.14 (iova.c) to today (dma-iommu.c). Here the
+    /// timer fires on the CPU of the call that finds it due ([`FlushQueue::queue`] or
+    /// [`FlushQueue::poll_timeout_on`]); [`FlushQueue::poll_timeout`], which has no CPU,
+    /// falls back to each ring's CPU.
+    TimerCpu,
+}
+
+/// The variant of the flush-queue algorithm: opt-in choices whose [`Default`] is iolab's
+/// behaviour so far. `crate::linux` maps a kernel version to them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlushQueueVariant {
+    /// Per-CPU rings or one ring.
+    pub shape: FlushQueueShape,
+    /// Where the timer path frees.
+    pub timer_free_cpu: TimerFreeCpu,
 }
 
 impl Default for FlushQueueConfig {
@@ -139,6 +206,8 @@ pub struct FlushQueue {
     id: u64,
     domain: DomainId,
     config: FlushQueueConfig,
+    variant: FlushQueueVariant,
+    cpus: usize,
     rings: Box<[Mutex<VecDeque<StaleIova>>]>,
     start_cnt: AtomicU64,
     finish_cnt: AtomicU64,
@@ -153,7 +222,8 @@ impl std::fmt::Debug for FlushQueue {
         f.debug_struct("FlushQueue")
             .field("domain", &self.domain)
             .field("config", &self.config)
-            .field("cpus", &self.rings.len())
+            .field("variant", &self.variant)
+            .field("cpus", &self.cpus)
             .field("pending", &self.pending())
             .field("flush_counts", &self.flush_counts())
             .finish()
@@ -162,11 +232,35 @@ impl std::fmt::Debug for FlushQueue {
 
 impl FlushQueue {
     /// Queues for `cpus` CPUs of `domain`, flushing through `invalidator` and freeing to
-    /// `allocator`.
+    /// `allocator`, with the default [`FlushQueueVariant`].
     pub fn new(
         domain: DomainId,
         cpus: usize,
         config: FlushQueueConfig,
+        invalidator: Arc<dyn Invalidator>,
+        allocator: Arc<dyn IovaAllocator>,
+    ) -> Result<Self, DmaError> {
+        Self::with_variant(
+            domain,
+            cpus,
+            config,
+            FlushQueueVariant::default(),
+            invalidator,
+            allocator,
+        )
+    }
+
+    /// As [`FlushQueue::new`], with a chosen variant (ring shape, timer-path free CPU).
+    ///
+    /// # Errors
+    ///
+    /// [`DmaError::Config`] for no CPUs or a ring size outside
+    /// `2..=`[`FlushQueueConfig::MAX_RING_SIZE`].
+    pub fn with_variant(
+        domain: DomainId,
+        cpus: usize,
+        config: FlushQueueConfig,
+        variant: FlushQueueVariant,
         invalidator: Arc<dyn Invalidator>,
         allocator: Arc<dyn IovaAllocator>,
     ) -> Result<Self, DmaError> {
@@ -181,13 +275,19 @@ impl FlushQueue {
             });
         }
         let cap = config.ring_size.min(1024);
-        let rings = (0..cpus)
+        let nrings = match variant.shape {
+            FlushQueueShape::PerCpu => cpus,
+            FlushQueueShape::Single => 1,
+        };
+        let rings = (0..nrings)
             .map(|_| Mutex::new(VecDeque::with_capacity(cap)))
             .collect();
         Ok(Self {
             id: NEXT_QUEUE_ID.fetch_add(1, Ordering::Relaxed),
             domain,
             config,
+            variant,
+            cpus,
             rings,
             start_cnt: AtomicU64::new(0),
             finish_cnt: AtomicU64::new(0),
@@ -202,10 +302,16 @@ impl FlushQueue {
         self.config
     }
 
+    /// The variant the queue was built with.
+    pub fn variant(&self) -> FlushQueueVariant {
+        self.variant
+    }
+
     /// Queues `block`, whose page-table entries the caller has already cleared, on `cpu`'s
-    /// ring. Fires the timer first if `now_ns` is past its deadline; flushes the ring first
-    /// if it is full; arms the timer if it is off. Returns the entry's stamp: the flush-start
-    /// count when it was queued (a flush covers it once the finish count exceeds it).
+    /// ring (the one ring with [`FlushQueueShape::Single`]). Fires the timer first if `now_ns`
+    /// is past its deadline; flushes the ring first if it is full; arms the timer if it is
+    /// off. Returns the entry's stamp: the flush-start count when it was queued (a flush
+    /// covers it once the finish count exceeds it).
     pub fn queue(
         &self,
         block: IovaBlock,
@@ -213,11 +319,14 @@ impl FlushQueue {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<u64, DmaError> {
-        let ring = self.rings.get(cpu).ok_or(DmaError::BadCpu {
-            cpu,
-            cpus: self.rings.len(),
-        })?;
-        self.poll_timeout(now_ns, work);
+        if cpu >= self.cpus {
+            return Err(DmaError::BadCpu {
+                cpu,
+                cpus: self.cpus,
+            });
+        }
+        let ring = &self.rings[cpu.min(self.rings.len() - 1)];
+        self.fire_if_due(now_ns, Some(cpu), work);
         work.lock(LockId::FlushQueue);
         let mut ring = ring.lock();
         // Entries another CPU's flush already covered go first: that makes a full ring rarer.
@@ -258,8 +367,19 @@ impl FlushQueue {
     }
 
     /// Fires the timer if it is armed and `now_ns` is at or past its deadline: flushes once
-    /// and frees every ring's covered entries. Returns whether it fired.
+    /// and frees every ring's covered entries, each on its ring's CPU (no CPU is known here).
+    /// Returns whether it fired.
     pub fn poll_timeout(&self, now_ns: u64, work: &mut WorkRecord) -> bool {
+        self.fire_if_due(now_ns, None, work)
+    }
+
+    /// As [`FlushQueue::poll_timeout`], with the timer firing on `cpu`: with
+    /// [`TimerFreeCpu::TimerCpu`] every entry is freed on `cpu`.
+    pub fn poll_timeout_on(&self, now_ns: u64, cpu: usize, work: &mut WorkRecord) -> bool {
+        self.fire_if_due(now_ns, Some(cpu), work)
+    }
+
+    fn fire_if_due(&self, now_ns: u64, cpu: Option<usize>, work: &mut WorkRecord) -> bool {
         let deadline = self.deadline.load(Ordering::SeqCst);
         if deadline == TIMER_OFF || now_ns < deadline {
             return false;
@@ -272,15 +392,16 @@ impl FlushQueue {
             return false; // Another caller fired it.
         }
         let done = self.flush(work);
-        self.free_all_rings(&done, work);
+        self.free_all_rings(&done, cpu, work);
         true
     }
 
-    /// Flushes and frees everything queued (teardown), and turns the timer off.
+    /// Flushes and frees everything queued (teardown), and turns the timer off. Entries are
+    /// freed on their ring's CPU.
     pub fn flush_all(&self, work: &mut WorkRecord) {
         self.deadline.store(TIMER_OFF, Ordering::SeqCst);
         let done = self.flush(work);
-        self.free_all_rings(&done, work);
+        self.free_all_rings(&done, None, work);
     }
 
     /// Entries queued on all rings.
@@ -310,8 +431,18 @@ impl FlushQueue {
         }
     }
 
-    fn free_all_rings(&self, done: &FlushCompleted, work: &mut WorkRecord) {
-        for (cpu, ring) in self.rings.iter().enumerate() {
+    /// Frees every ring's covered entries; `timer_cpu` is the CPU the timer fired on, if known.
+    fn free_all_rings(
+        &self,
+        done: &FlushCompleted,
+        timer_cpu: Option<usize>,
+        work: &mut WorkRecord,
+    ) {
+        for (ring_cpu, ring) in self.rings.iter().enumerate() {
+            let cpu = match (self.variant.timer_free_cpu, timer_cpu) {
+                (TimerFreeCpu::TimerCpu, Some(cpu)) => cpu,
+                _ => ring_cpu,
+            };
             work.lock(LockId::FlushQueue);
             self.free_ready(&mut ring.lock(), done, cpu, work);
         }
@@ -497,6 +628,193 @@ mod tests {
         );
         assert_eq!(f.fq.pending(), 0);
         assert_eq!(f.fq.deadline(), None);
+    }
+
+    fn variant_fixture(
+        cpus: usize,
+        config: FlushQueueConfig,
+        variant: FlushQueueVariant,
+    ) -> Fixture {
+        let inv = Arc::new(ImmediateInvalidator::new());
+        let alloc = Arc::new(SimpleAllocator::new(
+            4096,
+            Iova::new(4096),
+            Iova::new(SZ_4G),
+        ));
+        let fq = FlushQueue::with_variant(
+            DomainId(7),
+            cpus,
+            config,
+            variant,
+            inv.clone(),
+            alloc.clone(),
+        )
+        .unwrap();
+        Fixture { fq, inv, alloc }
+    }
+
+    /// Entries queued on CPUs 0-2, the timer found due by CPU 3: where do the ranges land in
+    /// a per-CPU IOVA cache? Returns (hits on CPU 3, hits on CPU 0) for three allocations
+    /// each after the timer.
+    fn timer_path_hits(timer_free_cpu: TimerFreeCpu) -> (u64, u64) {
+        use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+        use crate::iova::magazine::{MagazineCache, MagazineConfig};
+        let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(4096, Iova::new(SZ_4G))).unwrap();
+        let cache: Arc<dyn IovaAllocator> =
+            Arc::new(MagazineCache::new(tree, MagazineConfig::new(4)).unwrap());
+        let variant = FlushQueueVariant {
+            timer_free_cpu,
+            ..FlushQueueVariant::default()
+        };
+        let fq = FlushQueue::with_variant(
+            DomainId(1),
+            4,
+            FlushQueueConfig::default(),
+            variant,
+            Arc::new(ImmediateInvalidator::new()),
+            cache.clone(),
+        )
+        .unwrap();
+        let mut w = WorkRecord::new();
+        for cpu in 0..3 {
+            let b = cache
+                .alloc(AllocRequest::new(1, Iova::new(SZ_4G), cpu), &mut w)
+                .unwrap();
+            fq.queue(b, cpu, 0, &mut w).unwrap();
+        }
+
+        assert!(fq.poll_timeout_on(10_000_000, 3, &mut w));
+
+        assert_eq!(fq.pending(), 0);
+        let hits = |cpu: usize| {
+            let mut w = WorkRecord::new();
+            for _ in 0..3 {
+                cache
+                    .alloc(AllocRequest::new(1, Iova::new(SZ_4G), cpu), &mut w)
+                    .unwrap();
+            }
+            w.magazine_hits
+        };
+        let on3 = hits(3);
+        (on3, hits(0))
+    }
+
+    #[test]
+    fn the_linux_timer_path_frees_every_ring_into_the_timer_cpus_cache() {
+        assert_eq!(timer_path_hits(TimerFreeCpu::TimerCpu), (3, 0));
+    }
+
+    #[test]
+    fn by_default_the_timer_path_frees_each_ring_on_its_own_cpu() {
+        // CPU 3 finds nothing cached; CPU 0 finds its own range (and misses twice).
+        assert_eq!(timer_path_hits(TimerFreeCpu::RingCpu), (0, 1));
+    }
+
+    #[test]
+    fn without_a_cpu_the_timer_cpu_variant_frees_on_each_rings_cpu() {
+        let variant = FlushQueueVariant {
+            timer_free_cpu: TimerFreeCpu::TimerCpu,
+            ..FlushQueueVariant::default()
+        };
+        let f = variant_fixture(2, FlushQueueConfig::default(), variant);
+        let mut w = WorkRecord::new();
+        let b = block(&f, &mut w);
+        f.fq.queue(b, 1, 0, &mut w).unwrap();
+
+        assert!(f.fq.poll_timeout(10_000_000, &mut w));
+
+        assert_eq!(f.alloc.live_blocks(), 0);
+        assert_eq!(f.fq.variant(), variant);
+    }
+
+    #[test]
+    fn a_single_queue_is_shared_by_every_cpu_and_fills_from_all_of_them() {
+        let single = FlushQueueVariant {
+            shape: FlushQueueShape::Single,
+            ..FlushQueueVariant::default()
+        };
+        let config = FlushQueueConfig {
+            ring_size: 8,
+            timeout_ns: 10_000_000,
+        };
+        let s = variant_fixture(4, config, single);
+        let p = variant_fixture(4, config, FlushQueueVariant::default());
+        let (mut ws, mut wp) = (WorkRecord::new(), WorkRecord::new());
+        for i in 0..7 {
+            let (a, b) = (block(&s, &mut ws), block(&p, &mut wp));
+            s.fq.queue(a, i % 4, 0, &mut ws).unwrap();
+            p.fq.queue(b, i % 4, 0, &mut wp).unwrap();
+        }
+        assert_eq!((ws.flush_queue_flushes, wp.flush_queue_flushes), (0, 0));
+
+        let (a, b) = (block(&s, &mut ws), block(&p, &mut wp));
+        s.fq.queue(a, 3, 0, &mut ws).unwrap();
+        p.fq.queue(b, 3, 0, &mut wp).unwrap();
+
+        // The one ring holds 7 entries; the 8th, from any CPU, flushes it.
+        assert_eq!((ws.flush_queue_flushes, ws.flush_queue_frees), (1, 7));
+        assert_eq!(s.fq.pending(), 1);
+        // Per-CPU rings hold 2 entries each here: nothing is full.
+        assert_eq!(wp.flush_queue_flushes, 0);
+        assert_eq!(p.fq.pending(), 8);
+        assert_eq!(s.inv.stats().domains, 1);
+    }
+
+    #[test]
+    fn the_linux_single_queue_holds_32767_entries_and_waits_a_second() {
+        use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+        let single = FlushQueueVariant {
+            shape: FlushQueueShape::Single,
+            ..FlushQueueVariant::default()
+        };
+        let tree: Arc<dyn IovaAllocator> = Arc::new(
+            LinuxIovaAllocator::new(IovaSpaceConfig::new(4096, Iova::new(SZ_4G))).unwrap(),
+        );
+        let fq = FlushQueue::with_variant(
+            DomainId(7),
+            4,
+            FlushQueueConfig::LINUX_SINGLE,
+            single,
+            Arc::new(ImmediateInvalidator::new()),
+            tree.clone(),
+        )
+        .unwrap();
+        let mut w = WorkRecord::new();
+        let queue = |cpu: usize, now: u64, w: &mut WorkRecord| {
+            let b = tree
+                .alloc(AllocRequest::new(1, Iova::new(SZ_4G), cpu), w)
+                .unwrap();
+            fq.queue(b, cpu, now, w).unwrap();
+        };
+        for i in 0..32_767 {
+            queue(i % 4, 0, &mut w);
+        }
+        assert_eq!(w.flush_queue_flushes, 0);
+
+        queue(2, 1, &mut w);
+
+        assert_eq!((w.flush_queue_flushes, w.flush_queue_frees), (1, 32_767));
+        assert_eq!(fq.deadline(), Some(1_000_000_000));
+        assert!(!fq.poll_timeout_on(999_999_999, 0, &mut w));
+        assert!(fq.poll_timeout_on(1_000_000_000, 0, &mut w));
+        assert_eq!(tree.live_blocks(), 0);
+        assert_eq!(FlushQueueConfig::LINUX_PER_CPU, FlushQueueConfig::default());
+    }
+
+    #[test]
+    fn a_single_queue_still_rejects_cpus_past_its_count() {
+        let single = FlushQueueVariant {
+            shape: FlushQueueShape::Single,
+            ..FlushQueueVariant::default()
+        };
+        let f = variant_fixture(2, FlushQueueConfig::default(), single);
+        let mut w = WorkRecord::new();
+        let b = block(&f, &mut w);
+        assert_eq!(
+            f.fq.queue(b, 2, 0, &mut w),
+            Err(DmaError::BadCpu { cpu: 2, cpus: 2 })
+        );
+        assert_eq!(f.fq.pending(), 0);
     }
 
     #[test]

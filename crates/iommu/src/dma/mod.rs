@@ -45,7 +45,9 @@ use crate::pgtable::PgTableError;
 
 pub use device::{DmaFault, FaultReason, PhysRange};
 pub use domain::{CoherentBuffer, DmaMapping, DmaSgMapping, Domain, DomainConfig};
-pub use flush_queue::{FlushQueue, FlushQueueConfig};
+pub use flush_queue::{
+    FlushQueue, FlushQueueConfig, FlushQueueShape, FlushQueueVariant, TimerFreeCpu,
+};
 pub use invalidate::{ImmediateInvalidator, InvalStats, Invalidator};
 pub use protection::{ProtectionCounters, ProtectionStats};
 pub use sg::{DmaSegment, SgEntry};

@@ -35,6 +35,18 @@
 //!   on state; past it the pushed magazine is freed) and the caller runs
 //!   [`MagazineCache::trim_depot`] as its 100 ms timer.
 //!
+//! # Depot designs
+//!
+//! [`MagazineConfig::depot`] chooses between today's scalable depot ([`DepotKind::Scalable`],
+//! Linux 6.7 and later, the default, trimmed as above) and the fixed array of 32 magazines per
+//! size class that Linux used from 4.19 to 6.6 ([`DepotKind::Bounded`]): once that array is
+//! full, every further magazine a CPU gives up goes back to the tree, whatever the CPU count,
+//! so with many CPUs freeing on other CPUs than they allocate on, far more ranges go back to
+//! the tree and come out of it again. [`MagazineConfig::exhaustion_flush`] chooses whether an
+//! exhausted inner allocator makes the retry flush the depots as well (Linux 5.11 and later,
+//! the default) or only the CPUs' magazines (before 5.11). `crate::linux` maps a kernel
+//! version to these choices.
+//!
 //! # Checking frees
 //!
 //! Linux trusts the caller of `free_iova_fast`. Here a free of a range that is not live returns
@@ -79,6 +91,52 @@ pub const MAX_CPUS: usize = 4096;
 /// Largest `max_live` accepted.
 pub const MAX_LIVE_CACHED: usize = 1 << 26;
 
+/// Linux's fixed depot size before 6.7 (`MAX_GLOBAL_MAGS`, full magazines per size class).
+pub const LINUX_MAX_GLOBAL_MAGS: usize = 32;
+
+/// Which depot design holds the full magazines of a size class.
+///
+/// Both keep full magazines only and exchange them whole with the per-CPU caches; they differ
+/// in what bounds the depot and in what happens to a magazine pushed past the bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DepotKind {
+    /// Linux 6.7 and later (the default): a list with no fixed size, trimmed towards one
+    /// magazine per CPU ("iommu/iova: Make the rcache depot scale better" and "iommu/iova:
+    /// Manage the depot list size", Robin Murphy, v6.7). How the trim is modelled is chosen by
+    /// [`MagazineConfig::eager_depot_trim`] (module docs, "Depot trimming").
+    #[default]
+    Scalable,
+    /// Linux 4.19 to 6.6: a fixed array of `max_magazines` full magazines per size class
+    /// (`MAX_GLOBAL_MAGS`, [`LINUX_MAX_GLOBAL_MAGS`] = 32) whatever the CPU count. A CPU that
+    /// must give up its full `loaded` magazine while the depot is full frees that magazine's
+    /// ranges to the inner allocator (`mag_to_free` in `__iova_rcache_insert`, one tree lock
+    /// for the magazine). There is no timer: [`MagazineCache::trim_depot`] does nothing.
+    Bounded {
+        /// Full magazines the depot holds (Linux: 32), at least 1.
+        max_magazines: usize,
+    },
+}
+
+impl DepotKind {
+    /// Linux's depot before 6.7: 32 magazines per size class.
+    pub const LINUX_BOUNDED: DepotKind = DepotKind::Bounded {
+        max_magazines: LINUX_MAX_GLOBAL_MAGS,
+    };
+}
+
+/// What an allocation that finds the inner allocator exhausted gives back before its one retry
+/// (`alloc_iova_fast` with `flush_rcache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExhaustionFlush {
+    /// Every CPU's magazines, then every depot (the default; Linux 5.11 and later: "iommu/iova:
+    /// Free global iova rcache on iova alloc failure", Vijayanand Jitta, v5.11).
+    #[default]
+    CpusAndDepots,
+    /// Every CPU's magazines only; full magazines in the depots stay cached (Linux 4.19 to
+    /// 5.10, `free_cpu_cached_iovas` for each online CPU).
+    CpusOnly,
+}
+
 /// Configuration of a [`MagazineCache`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MagazineConfig {
@@ -95,6 +153,10 @@ pub struct MagazineConfig {
     /// trusted as in Linux: a double free is not detected and the range can be handed out
     /// twice. The check costs four atomic read-modify-writes per alloc/free pair.
     pub check_frees: bool,
+    /// The depot design (default: today's scalable depot).
+    pub depot: DepotKind,
+    /// What exhaustion flushes before the retry (default: CPUs and depots).
+    pub exhaustion_flush: ExhaustionFlush,
 }
 
 impl MagazineConfig {
@@ -107,6 +169,8 @@ impl MagazineConfig {
             max_depot: ncpus.saturating_mul(64),
             max_live: 1 << 15,
             check_frees: true,
+            depot: DepotKind::Scalable,
+            exhaustion_flush: ExhaustionFlush::CpusAndDepots,
         }
     }
 }
@@ -472,6 +536,8 @@ pub struct MagazineCache<A: IovaAllocator> {
     ncpus: usize,
     eager_trim: bool,
     max_depot: usize,
+    depot_kind: DepotKind,
+    exhaustion_flush: ExhaustionFlush,
     rcaches: [Rcache; SIZE_CLASSES],
     live: LiveSet,
     check_frees: bool,
@@ -495,6 +561,16 @@ impl<A: IovaAllocator> MagazineCache<A> {
                 min: config.ncpus as u64,
                 max: (MAX_CPUS * 1024) as u64,
             });
+        }
+        if let DepotKind::Bounded { max_magazines } = config.depot {
+            if max_magazines == 0 || max_magazines > MAX_CPUS * 1024 {
+                return Err(IovaConfigError::OutOfBounds {
+                    field: "depot.max_magazines",
+                    value: max_magazines as u64,
+                    min: 1,
+                    max: (MAX_CPUS * 1024) as u64,
+                });
+            }
         }
         if config.max_live == 0 || config.max_live > MAX_LIVE_CACHED {
             return Err(IovaConfigError::OutOfBounds {
@@ -531,6 +607,8 @@ impl<A: IovaAllocator> MagazineCache<A> {
             ncpus: config.ncpus,
             eager_trim: config.eager_depot_trim,
             max_depot: config.max_depot,
+            depot_kind: config.depot,
+            exhaustion_flush: config.exhaustion_flush,
             rcaches,
         })
     }
@@ -567,7 +645,12 @@ impl<A: IovaAllocator> MagazineCache<A> {
     /// One tick of Linux's 100 ms depot timer: every depot holding more than `ncpus`
     /// magazines gives its top magazine's ranges back to the inner allocator. Returns the
     /// number of magazines trimmed.
+    ///
+    /// A [`DepotKind::Bounded`] depot has no timer in Linux: this returns 0 and takes no lock.
     pub fn trim_depot(&self, work: &mut WorkRecord) -> usize {
+        if matches!(self.depot_kind, DepotKind::Bounded { .. }) {
+            return 0;
+        }
         let mut trimmed = 0;
         for (class, rc) in self.rcaches.iter().enumerate() {
             work.lock(LockId::RcacheDepot);
@@ -588,8 +671,8 @@ impl<A: IovaAllocator> MagazineCache<A> {
     }
 
     /// Gives every cached range back to the inner allocator: each CPU's magazines
-    /// (`free_cpu_cached_iovas`), then the depots (`free_global_cached_iovas`).
-    fn flush_all(&self, work: &mut WorkRecord) {
+    /// (`free_cpu_cached_iovas`), then, if `depots`, the depots (`free_global_cached_iovas`).
+    fn flush_all(&self, depots: bool, work: &mut WorkRecord) {
         let mut blocks = Vec::new();
         for (class, rc) in self.rcaches.iter().enumerate() {
             let pages = 1u64 << class;
@@ -601,6 +684,9 @@ impl<A: IovaAllocator> MagazineCache<A> {
                 if !blocks.is_empty() {
                     self.inner.free_batch(&blocks, cpu, work);
                 }
+            }
+            if !depots {
+                continue;
             }
             work.lock(LockId::RcacheDepot);
             let mags = std::mem::take(&mut *rc.depot.0.lock());
@@ -674,7 +760,8 @@ impl<A: IovaAllocator> MagazineCache<A> {
     }
 
     /// The rest of `__iova_rcache_insert` when `loaded` is full: swap with an empty `prev`,
-    /// or move `loaded` to the depot (or out, if the depot is at its cap).
+    /// or move `loaded` to the depot (or out, if the depot is at its cap: the bounded depot's
+    /// size, or the scalable depot's eager trim or hard cap).
     #[cold]
     #[inline(never)]
     fn cache_put_full(
@@ -692,10 +779,10 @@ impl<A: IovaAllocator> MagazineCache<A> {
             let full = slot.take_full(g);
             w.lock(LockId::RcacheDepot);
             let mut depot = self.rcaches[class].depot.0.lock();
-            let cap = if self.eager_trim {
-                self.ncpus
-            } else {
-                self.max_depot
+            let cap = match self.depot_kind {
+                DepotKind::Bounded { max_magazines } => max_magazines,
+                DepotKind::Scalable if self.eager_trim => self.ncpus,
+                DepotKind::Scalable => self.max_depot,
             };
             if depot.len() < cap {
                 depot.push(full);
@@ -809,7 +896,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
         match self.inner.alloc(req, w) {
             Err(IovaError::Exhausted { .. }) => {
                 w.rcache_flushes += 1;
-                self.flush_all(w);
+                self.flush_all(self.exhaustion_flush == ExhaustionFlush::CpusAndDepots, w);
                 self.inner.alloc(req, w)
             }
             r => r,
@@ -881,7 +968,7 @@ impl<A: IovaAllocator> IovaAllocator for MagazineCache<A> {
     }
 
     fn drain_caches(&self, work: &mut WorkRecord) {
-        self.flush_all(work);
+        self.flush_all(true, work);
         self.inner.drain_caches(work);
     }
 }
@@ -1064,6 +1151,139 @@ mod tests {
         assert_eq!((t1, t2, t3), (1, 1, 0));
         assert_eq!(c.depot_lens()[0], 1);
         assert_eq!(c.inner().live_blocks(), n - 2 * MAGAZINE_SIZE);
+    }
+
+    /// Allocates on the first half of `ncpus` CPUs and frees each range on the CPU half the
+    /// machine away, in `rounds` bursts of `burst` ranges per CPU (a NIC's receive rings
+    /// refilled on one set of CPUs and completed on another). Returns the work of the
+    /// measured rounds: all but the first two, which fill the magazines and the depot.
+    fn cross_cpu_rounds(depot: DepotKind, ncpus: usize, burst: usize, rounds: usize) -> WorkRecord {
+        let cfg = MagazineConfig {
+            depot,
+            max_live: 1 << 20,
+            ..MagazineConfig::new(ncpus)
+        };
+        let c = MagazineCache::new(linux(END), cfg).unwrap();
+        let half = ncpus / 2;
+        let mut warm = WorkRecord::new();
+        let mut w = WorkRecord::new();
+        for round in 0..rounds {
+            let w = if round < 2 { &mut warm } else { &mut w };
+            let held: Vec<Vec<IovaBlock>> = (0..half)
+                .map(|cpu| {
+                    (0..burst)
+                        .map(|_| c.alloc(req(1, cpu), w).unwrap())
+                        .collect()
+                })
+                .collect();
+            for (cpu, blocks) in held.iter().enumerate() {
+                for b in blocks {
+                    c.free(*b, cpu + half, w).unwrap();
+                }
+            }
+        }
+        assert_eq!(c.live_blocks(), 0);
+        w
+    }
+
+    /// With 64 CPUs, each round moves 32 x 2 full magazines from the freeing CPUs to the
+    /// allocating ones through the depot. The scalable depot (trimmed to one magazine per CPU,
+    /// 64) holds them all, so the measured rounds never touch the tree. The bounded depot
+    /// (Linux 4.19-6.6) holds 32: the other 32 magazines go back to the tree (one lock each)
+    /// and the allocating CPUs then miss once per range, taking the tree lock each time.
+    #[test]
+    fn the_bounded_depot_sends_far_more_work_to_the_tree_at_many_cpus() {
+        let burst = 2 * MAGAZINE_SIZE;
+        let scalable = cross_cpu_rounds(DepotKind::Scalable, 64, burst, 6);
+        let bounded = cross_cpu_rounds(DepotKind::LINUX_BOUNDED, 64, burst, 6);
+
+        let tree = |w: &WorkRecord| w.lock_count(LockId::IovaTree);
+        // 4 measured rounds: 32 magazines freed to the tree and 32 x 127 misses each.
+        let per_round = 32 + 32 * MAGAZINE_SIZE as u64;
+        assert_eq!(tree(&scalable), 0);
+        assert_eq!(scalable.magazine_misses, 0);
+        assert_eq!(tree(&bounded), 4 * per_round);
+        assert_eq!(bounded.magazine_misses, 4 * 32 * MAGAZINE_SIZE as u64);
+        assert!(bounded.tree_nodes_visited > 100_000);
+    }
+
+    /// At 16 CPUs the same traffic (16 x 2 magazines a round) fits in both depots: the bounded
+    /// depot only costs tree work once more CPUs than it has magazines push at once.
+    #[test]
+    fn the_bounded_depot_matches_the_scalable_one_at_few_cpus() {
+        let burst = 2 * MAGAZINE_SIZE;
+        let scalable = cross_cpu_rounds(DepotKind::Scalable, 32, burst, 4);
+        let bounded = cross_cpu_rounds(DepotKind::LINUX_BOUNDED, 32, burst, 4);
+
+        assert_eq!(bounded.lock_count(LockId::IovaTree), 0);
+        assert_eq!(scalable.lock_count(LockId::IovaTree), 0);
+        assert_eq!(bounded.magazine_hits, scalable.magazine_hits);
+    }
+
+    #[test]
+    fn a_bounded_depot_is_never_trimmed_and_overflows_to_the_tree() {
+        let cfg = MagazineConfig {
+            depot: DepotKind::Bounded { max_magazines: 2 },
+            ..MagazineConfig::new(1)
+        };
+        let c = MagazineCache::new(linux(END), cfg).unwrap();
+        let mut w = WorkRecord::new();
+        let n = 4 * MAGAZINE_SIZE + 1;
+        let blocks: Vec<_> = (0..n)
+            .map(|_| c.alloc(req(1, 0), &mut w).unwrap())
+            .collect();
+
+        let mut w2 = WorkRecord::new();
+        for b in &blocks {
+            c.free(*b, 0, &mut w2).unwrap();
+        }
+        let trimmed = c.trim_depot(&mut w2);
+
+        // loaded + prev, two in the depot (more than ncpus = 1), one back to the tree.
+        assert_eq!(trimmed, 0);
+        assert_eq!(c.depot_lens()[0], 2);
+        assert_eq!(w2.lock_count(LockId::IovaTree), 1);
+        assert_eq!(c.inner().live_blocks(), n - MAGAZINE_SIZE);
+        assert_eq!(w2.lock_count(LockId::RcacheDepot), 3);
+    }
+
+    #[test]
+    fn exhaustion_before_5_11_leaves_the_depot_cached() {
+        // 383 usable pages, 382 of them cached after use: CPU 0's two magazines (128 ranges)
+        // and two full magazines in the depot (its trim cap is ncpus = 2).
+        let end = (3 * MAGAZINE_SIZE as u64 + 3) * G;
+        let lim = Iova::new(end);
+        let run = |flush: ExhaustionFlush| {
+            let cfg = MagazineConfig {
+                exhaustion_flush: flush,
+                ..MagazineConfig::new(2)
+            };
+            let c = MagazineCache::new(linux(end), cfg).unwrap();
+            let mut w = WorkRecord::new();
+            let blocks: Vec<_> = (0..3 * MAGAZINE_SIZE + 1)
+                .map(|_| c.alloc(AllocRequest::new(1, lim, 0), &mut w).unwrap())
+                .collect();
+            for b in &blocks {
+                c.free(*b, 0, &mut w).unwrap();
+            }
+            assert_eq!(c.depot_lens()[0], 2);
+            // A 2-page request misses, finds the tree full, flushes and retries.
+            let mut w2 = WorkRecord::new();
+            let r = c.alloc(AllocRequest::new(2, lim, 1), &mut w2);
+            (r.is_ok(), w2.rcache_flushes, c.depot_lens()[0])
+        };
+
+        assert_eq!(run(ExhaustionFlush::CpusAndDepots), (true, 1, 0));
+        assert_eq!(run(ExhaustionFlush::CpusOnly), (true, 1, 2));
+    }
+
+    #[test]
+    fn a_bounded_depot_of_zero_is_a_config_error() {
+        let cfg = MagazineConfig {
+            depot: DepotKind::Bounded { max_magazines: 0 },
+            ..MagazineConfig::new(1)
+        };
+        assert!(MagazineCache::new(linux(END), cfg).is_err());
     }
 
     #[test]

@@ -191,7 +191,7 @@ impl<T: CommandSink + ?Sized> CommandSink for &T {
 pub enum ProducerKind {
     /// One spinlock around every insertion (Linux before 5.4).
     Spinlock,
-    /// Will Deacon's lock-free insertion with owner election (Linux 5.4, 2019).
+    /// Will Deacon's lock-free insertion with owner election (Linux 5.4, 2019; see `crate::linux`).
     LockFree,
 }
 

@@ -1,0 +1,595 @@
+//! Linux kernel versions, and the DMA-path algorithms that changed between them.
+//!
+//! A scenario names the kernel it models ([`KernelVersion`], "6.12"); [`DmaPathVariants`]
+//! says which variant of each changed algorithm that kernel runs: the IOVA rcache depot, what
+//! an exhausted allocation flushes, the flush-queue shapes and sizes, where the timer path
+//! frees, the PCI 32-bit-first allocation, the IOVA tree's retry and fast-fail, the SMMUv3
+//! command-queue producer and range invalidation, and the default DMA mode per architecture.
+//!
+//! The answer comes from one table, [`KERNEL_CHANGES`]: the Linux 4.19 baseline is changed by
+//! every entry whose release is at or below the version asked for, in release order. Each
+//! entry names its commit subject, commit and release. Releases 4.19 to 6.12 are supported
+//! ([`KernelVersion::OLDEST`], [`KernelVersion::NEWEST`]); the long-term releases in that
+//! range are [`KernelVersion::LTS`]. docs/model/kernel-versions.md has the table with its
+//! sources and what each variant does in the model.
+//!
+//! The variants are opt-in: every type's [`Default`] is iolab's behaviour so far, which is
+//! Linux 6.12's for everything but the timer path ([`TimerFreeCpu`]).
+//!
+//! ```
+//! use iolab_iommu::iova::magazine::DepotKind;
+//! use iolab_iommu::linux::{Arch, DmaPathVariants, KernelVersion};
+//! use iolab_iommu::dma::DomainMode;
+//!
+//! let v: KernelVersion = "5.10".parse()?;
+//! let paths = DmaPathVariants::for_kernel(v)?;
+//! assert_eq!(paths.depot, DepotKind::LINUX_BOUNDED);
+//! assert_eq!(paths.default_dma_mode(Arch::X86), DomainMode::Lazy);
+//! assert!(KernelVersion::new(5, 10) > KernelVersion::new(5, 4));
+//! # Ok::<(), iolab_iommu::linux::KernelVersionError>(())
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::dma::flush_queue::{FlushQueueConfig, FlushQueueShape, FlushQueueVariant, TimerFreeCpu};
+use crate::dma::DomainMode;
+use crate::iova::magazine::{DepotKind, ExhaustionFlush, MagazineConfig};
+use crate::smmuv3::cmdq::ProducerKind;
+
+/// A Linux release, `major.minor` (patch levels do not change the DMA path here).
+///
+/// Ordered by release: 5.10 is after 5.4, 6.1 before 6.12.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KernelVersion {
+    /// Major number (the 6 of 6.12).
+    pub major: u16,
+    /// Minor number (the 12 of 6.12).
+    pub minor: u16,
+}
+
+impl KernelVersion {
+    /// The oldest release modelled.
+    pub const OLDEST: KernelVersion = KernelVersion::new(4, 19);
+    /// The newest release modelled.
+    pub const NEWEST: KernelVersion = KernelVersion::new(6, 12);
+    /// The long-term releases from [`KernelVersion::OLDEST`] to [`KernelVersion::NEWEST`].
+    pub const LTS: [KernelVersion; 7] = [
+        KernelVersion::new(4, 19),
+        KernelVersion::new(5, 4),
+        KernelVersion::new(5, 10),
+        KernelVersion::new(5, 15),
+        KernelVersion::new(6, 1),
+        KernelVersion::new(6, 6),
+        KernelVersion::new(6, 12),
+    ];
+
+    /// Release `major.minor`.
+    pub const fn new(major: u16, minor: u16) -> Self {
+        Self { major, minor }
+    }
+
+    /// Parses `"6.12"`, also `"v6.12"` and `"6.12.5"` (the patch level is dropped).
+    ///
+    /// # Errors
+    ///
+    /// [`KernelVersionError::Malformed`] for anything else. The range is not checked here:
+    /// [`DmaPathVariants::for_kernel`] does that.
+    pub fn parse(input: &str) -> Result<Self, KernelVersionError> {
+        let malformed = || KernelVersionError::Malformed {
+            input: input.chars().take(32).collect(),
+        };
+        let s = input.trim();
+        let s = s.strip_prefix('v').unwrap_or(s);
+        let mut parts = s.split('.');
+        let mut number = || -> Result<u16, KernelVersionError> {
+            let p = parts.next().ok_or_else(malformed)?;
+            if p.is_empty() || p.len() > 4 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(malformed());
+            }
+            p.parse().map_err(|_| malformed())
+        };
+        let major = number()?;
+        let minor = number()?;
+        match parts.next() {
+            None => {}
+            Some(patch)
+                if !patch.is_empty()
+                    && patch.len() <= 4
+                    && patch.bytes().all(|b| b.is_ascii_digit()) => {}
+            Some(_) => return Err(malformed()),
+        }
+        if parts.next().is_some() {
+            return Err(malformed());
+        }
+        Ok(Self::new(major, minor))
+    }
+
+    /// Whether this release is in the modelled range.
+    pub fn is_supported(self) -> bool {
+        (Self::OLDEST..=Self::NEWEST).contains(&self)
+    }
+}
+
+impl fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for KernelVersion {
+    type Err = KernelVersionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// A kernel version that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelVersionError {
+    /// Not of the form `major.minor` (optionally `v` before and `.patch` after).
+    #[error("Kernel version {input:?} is not of the form major.minor, like \"6.12\"")]
+    Malformed {
+        /// The input (its first 32 characters).
+        input: String,
+    },
+    /// Outside the modelled releases.
+    #[error("Kernel {version} is not modelled: the DMA path is modelled for {oldest} to {newest}")]
+    Unsupported {
+        /// The version asked for.
+        version: KernelVersion,
+        /// [`KernelVersion::OLDEST`].
+        oldest: KernelVersion,
+        /// [`KernelVersion::NEWEST`].
+        newest: KernelVersion,
+    },
+}
+
+/// A CPU architecture whose default DMA mode differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// arm64 (SMMUv3, dma-iommu).
+    Arm64,
+    /// x86-64 (VT-d or AMD-Vi).
+    X86,
+    /// 64-bit POWER (TCE tables, the powerpc IOMMU code, not dma-iommu).
+    Powerpc,
+}
+
+/// How dma-iommu treats a PCI device whose DMA mask reaches above 4 GiB (the "SAC trick":
+/// try to hand out a 32-bit IOVA first, without flushing the rcaches, then the full range
+/// with the flush).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pci32BitFirst {
+    /// Every allocation tries below 4 GiB first (4.19 to 6.5).
+    EveryAllocation,
+    /// Tries below 4 GiB first until one such try fails, then never again for that device
+    /// (6.6 and later: `pci_32bit_workaround`, cleared on the first failure).
+    UntilFirstFailure,
+}
+
+/// The variants of the DMA-path algorithms one kernel release runs. Build it with
+/// [`DmaPathVariants::for_kernel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaPathVariants {
+    /// The release described.
+    pub kernel: KernelVersion,
+    /// The IOVA rcache depot.
+    pub depot: DepotKind,
+    /// What an exhausted fast-path allocation flushes before its retry.
+    pub exhaustion_flush: ExhaustionFlush,
+    /// The per-CPU flush queues' sizing (256 slots, 10 ms in every release modelled).
+    pub flush_queue: FlushQueueConfig,
+    /// The single flush queue's sizing, when the release has one (6.7 and later; Linux uses
+    /// it only for IOMMUs that shadow their tables on a flush, not for SMMUv3, VT-d or
+    /// AMD-Vi).
+    pub single_flush_queue: Option<FlushQueueConfig>,
+    /// Where the flush-queue timer frees (the timer's CPU in every release modelled).
+    pub timer_free_cpu: TimerFreeCpu,
+    /// The PCI 32-bit-first allocation.
+    pub pci_32bit_first: Pci32BitFirst,
+    /// Whether the IOVA tree's first-fit, failing from its cached cursor, retries from the
+    /// limit (5.11 and later; the current `iova::linux` allocator always does).
+    pub iova_retry_from_limit: bool,
+    /// Whether a failed 32-bit request makes later ones of its size fail at once
+    /// (`max32_alloc_size`; after 4.19; the current `iova::linux` allocator always does).
+    pub iova_32bit_fast_fail: bool,
+    /// The SMMUv3 command-queue producer.
+    pub cmdq: ProducerKind,
+    /// Whether the SMMUv3 driver uses range invalidation (`CMD_TLBI_*` with `NUM`/`SCALE`)
+    /// when the SMMU implements it (SMMUv3.2 `IDR3.RIL`).
+    pub range_invalidation: bool,
+    /// Whether arm64 (dma-iommu on SMMU) can run in lazy mode at all (`iommu.strict=0`).
+    pub arm64_lazy_available: bool,
+}
+
+impl DmaPathVariants {
+    /// The Linux 4.19 DMA path, before any entry of [`KERNEL_CHANGES`].
+    fn baseline() -> Self {
+        Self {
+            kernel: KernelVersion::OLDEST,
+            depot: DepotKind::LINUX_BOUNDED,
+            exhaustion_flush: ExhaustionFlush::CpusOnly,
+            flush_queue: FlushQueueConfig::LINUX_PER_CPU,
+            single_flush_queue: None,
+            timer_free_cpu: TimerFreeCpu::TimerCpu,
+            pci_32bit_first: Pci32BitFirst::EveryAllocation,
+            iova_retry_from_limit: false,
+            iova_32bit_fast_fail: false,
+            cmdq: ProducerKind::Spinlock,
+            range_invalidation: false,
+            arm64_lazy_available: false,
+        }
+    }
+
+    /// The variants `kernel` runs.
+    ///
+    /// # Errors
+    ///
+    /// [`KernelVersionError::Unsupported`] outside [`KernelVersion::OLDEST`] to
+    /// [`KernelVersion::NEWEST`].
+    pub fn for_kernel(kernel: KernelVersion) -> Result<Self, KernelVersionError> {
+        if !kernel.is_supported() {
+            return Err(KernelVersionError::Unsupported {
+                version: kernel,
+                oldest: KernelVersion::OLDEST,
+                newest: KernelVersion::NEWEST,
+            });
+        }
+        let mut v = Self::baseline();
+        for change in KERNEL_CHANGES.iter().filter(|c| c.since <= kernel) {
+            (change.apply)(&mut v);
+        }
+        v.kernel = kernel;
+        Ok(v)
+    }
+
+    /// The entries of [`KERNEL_CHANGES`] this release includes, oldest first.
+    pub fn changes(&self) -> impl Iterator<Item = &'static KernelChange> + '_ {
+        KERNEL_CHANGES
+            .iter()
+            .filter(move |c| c.since <= self.kernel)
+    }
+
+    /// The DMA mode a distribution kernel's defaults give a translated device on `arch`.
+    ///
+    /// - arm64: strict in every release modelled (`iommu.strict` defaulted to 1 before 5.15,
+    ///   `CONFIG_IOMMU_DEFAULT_DMA_STRICT` since); lazy is opt-in from 4.20.
+    /// - x86: lazy in every release (VT-d's and AMD-Vi's own defaults before 5.15, then
+    ///   `default IOMMU_DEFAULT_DMA_LAZY if X86`).
+    /// - powerpc: strict: its TCE path invalidates on every unmap and has no flush queue.
+    pub fn default_dma_mode(&self, arch: Arch) -> DomainMode {
+        match arch {
+            Arch::Arm64 | Arch::Powerpc => DomainMode::Strict,
+            Arch::X86 => DomainMode::Lazy,
+        }
+    }
+
+    /// A magazine-cache configuration for `ncpus` CPUs with this release's depot and
+    /// exhaustion flush (the rest as [`MagazineConfig::new`]).
+    pub fn magazine_config(&self, ncpus: usize) -> MagazineConfig {
+        MagazineConfig {
+            depot: self.depot,
+            exhaustion_flush: self.exhaustion_flush,
+            ..MagazineConfig::new(ncpus)
+        }
+    }
+
+    /// The flush-queue sizing and variant for a lazy domain: the single queue if `single`
+    /// and the release has one, else the per-CPU queues.
+    pub fn flush_queue_for(&self, single: bool) -> (FlushQueueConfig, FlushQueueVariant) {
+        match (single, self.single_flush_queue) {
+            (true, Some(config)) => (
+                config,
+                FlushQueueVariant {
+                    shape: FlushQueueShape::Single,
+                    timer_free_cpu: self.timer_free_cpu,
+                },
+            ),
+            _ => (
+                self.flush_queue,
+                FlushQueueVariant {
+                    shape: FlushQueueShape::PerCpu,
+                    timer_free_cpu: self.timer_free_cpu,
+                },
+            ),
+        }
+    }
+}
+
+/// One upstream change to the DMA path: the release it first appeared in, its source, and
+/// what it changes in [`DmaPathVariants`].
+#[derive(Debug)]
+pub struct KernelChange {
+    /// The first release with the change.
+    pub since: KernelVersion,
+    /// The commit subject(s).
+    pub subject: &'static str,
+    /// The commit id(s), abbreviated.
+    pub commit: &'static str,
+    /// What it changes, in a line.
+    pub effect: &'static str,
+    apply: fn(&mut DmaPathVariants),
+}
+
+/// Every modelled change after Linux 4.19, in release order. The baseline (4.19): the
+/// 32-magazine bounded depot, exhaustion flushing CPU caches only, per-CPU flush queues of
+/// 256 slots and 10 ms whose timer frees on its own CPU, PCI 32-bit-first on every
+/// allocation, no tree retry or 32-bit fast-fail, the spinlock SMMUv3 command queue, no range
+/// invalidation, no lazy mode on arm64.
+pub static KERNEL_CHANGES: [KernelChange; 8] = [
+    // Zhen Lei's non-strict series for dma-iommu and SMMUv3 (authored 2018-09, merged
+    // after 4.19).
+    KernelChange {
+        since: KernelVersion::new(4, 20),
+        subject: "iommu/dma: Add support for non-strict mode; iommu: Add \"iommu.strict\" \
+                  command line option; iommu/arm-smmu-v3: Add support for non-strict mode",
+        commit: "bd385efeffb6, eb59e3891ef3, c35eee6e8a28",
+        effect: "arm64 can run lazy (iommu.strict=0); the default stays strict",
+        apply: |v| v.arm64_lazy_available = true,
+    },
+    // Not in 4.19.y (the stable bot could not apply a later fix to 4.19 for lack of it);
+    // present by 5.1.
+    KernelChange {
+        since: KernelVersion::new(5, 0),
+        subject: "iommu/iova: Optimise attempts to allocate iova from 32bit address range",
+        commit: "bee60e94a1e2",
+        effect: "a failed 32-bit request makes later ones of its size fail in O(1)",
+        apply: |v| v.iova_32bit_fast_fail = true,
+    },
+    // Will Deacon's pull "iommu/arm-smmu: Big batch of updates for 5.4".
+    KernelChange {
+        since: KernelVersion::new(5, 4),
+        subject: "iommu/arm-smmu-v3: Reduce contention during command-queue insertion",
+        commit: "587e6c10a7ce",
+        effect: "SMMUv3 command queue: lock-free producer with owner election",
+        apply: |v| v.cmdq = ProducerKind::LockFree,
+    },
+    // Rob Herring's SMMUv3.2 range invalidation (release from memory: see the doc).
+    KernelChange {
+        since: KernelVersion::new(5, 7),
+        subject: "iommu/arm-smmu-v3: Add support for TLB range invalidation operations",
+        commit: "6a481a95d4c1",
+        effect: "SMMUv3 invalidates a range with one command when the SMMU has RIL",
+        apply: |v| v.range_invalidation = true,
+    },
+    // Vijayanand Jitta's two patches, in the 5.11 IOMMU pull.
+    KernelChange {
+        since: KernelVersion::new(5, 11),
+        subject: "iommu/iova: Retry from last rb tree node if iova search fails; \
+                  iommu/iova: Free global iova rcache on iova alloc failure",
+        commit: "4e89dce72521, 6fa3525b455a",
+        effect: "the tree retries from the limit; exhaustion also flushes the depots",
+        apply: |v| {
+            v.iova_retry_from_limit = true;
+            v.exhaustion_flush = ExhaustionFlush::CpusAndDepots;
+        },
+    },
+    // Robin Murphy; applied to the IOMMU core branch on 2023-07-14, after the 6.5 merge
+    // window.
+    KernelChange {
+        since: KernelVersion::new(6, 6),
+        subject: "iommu: Optimise PCI SAC address trick",
+        commit: "791c2b17fb40",
+        effect: "PCI 32-bit-first stops for a device after its first 32-bit failure",
+        apply: |v| v.pci_32bit_first = Pci32BitFirst::UntilFirstFailure,
+    },
+    // Robin Murphy, in "IOMMU Updates for Linux v6.7" ("Scaling improvements for the IOVA
+    // rcache depot").
+    KernelChange {
+        since: KernelVersion::new(6, 7),
+        subject: "iommu/iova: Make the rcache depot scale better; \
+                  iommu/iova: Manage the depot list size",
+        commit: "911aa1245da8, 233045378dbb",
+        effect: "the depot is an unbounded list trimmed to one magazine per CPU every 100 ms",
+        apply: |v| v.depot = DepotKind::Scalable,
+    },
+    // Niklas Schnelle's s390 DMA-API conversion, in "IOMMU Updates for Linux v6.7".
+    KernelChange {
+        since: KernelVersion::new(6, 7),
+        subject: "iommu/dma: Allow a single FQ in addition to per-CPU FQs; \
+                  iommu/dma: Use a large flush queue and timeout for shadow_on_flush",
+        commit: "32d5bc8b09c7, 9f5b681e2a3f",
+        effect: "a single flush queue of 32768 slots and 1 s, for shadow_on_flush IOMMUs",
+        apply: |v| v.single_flush_queue = Some(FlushQueueConfig::LINUX_SINGLE),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(s: &str) -> KernelVersion {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn versions_parse_with_an_optional_v_and_patch_level() {
+        assert_eq!(kv("6.12"), KernelVersion::new(6, 12));
+        assert_eq!(kv("v5.10"), KernelVersion::new(5, 10));
+        assert_eq!(kv(" 5.15.167 "), KernelVersion::new(5, 15));
+        assert_eq!(kv("6.1").to_string(), "6.1");
+    }
+
+    #[test]
+    fn malformed_versions_are_errors() {
+        for bad in [
+            "", "6", "6.", ".12", "6.x", "6.12.1.2", "-1.2", "6.12-rc1", "12345.1", "6..1", "v",
+        ] {
+            assert!(
+                matches!(
+                    KernelVersion::parse(bad),
+                    Err(KernelVersionError::Malformed { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn versions_order_by_release_not_by_text() {
+        assert!(kv("5.10") > kv("5.4"));
+        assert!(kv("6.1") < kv("6.12"));
+        assert!(kv("4.19") < kv("5.0"));
+        let mut lts = KernelVersion::LTS;
+        lts.sort();
+        assert_eq!(lts, KernelVersion::LTS);
+    }
+
+    #[test]
+    fn versions_outside_the_range_are_unsupported() {
+        for v in ["4.14", "6.13", "7.0"] {
+            assert_eq!(
+                DmaPathVariants::for_kernel(kv(v)),
+                Err(KernelVersionError::Unsupported {
+                    version: kv(v),
+                    oldest: KernelVersion::OLDEST,
+                    newest: KernelVersion::NEWEST,
+                })
+            );
+        }
+        assert!(KernelVersion::LTS.iter().all(|v| v.is_supported()));
+    }
+
+    #[test]
+    fn the_table_is_in_release_order_and_inside_the_range() {
+        assert!(KERNEL_CHANGES.windows(2).all(|w| w[0].since <= w[1].since));
+        for c in &KERNEL_CHANGES {
+            assert!(c.since > KernelVersion::OLDEST && c.since <= KernelVersion::NEWEST);
+            assert!(!c.subject.is_empty() && !c.commit.is_empty() && !c.effect.is_empty());
+        }
+    }
+
+    /// The variants of each long-term release, one row per release.
+    #[test]
+    fn each_lts_release_gets_its_variants() {
+        use DepotKind as D;
+        use ExhaustionFlush as E;
+        use Pci32BitFirst as P;
+        use ProducerKind as C;
+        type Row = (&'static str, D, E, C, bool, bool, P, bool);
+        #[rustfmt::skip]
+        let rows: [Row; 7] = [
+            ("4.19", D::LINUX_BOUNDED, E::CpusOnly, C::Spinlock, false, false, P::EveryAllocation, false),
+            ("5.4", D::LINUX_BOUNDED, E::CpusOnly, C::LockFree, false, false, P::EveryAllocation, false),
+            ("5.10", D::LINUX_BOUNDED, E::CpusOnly, C::LockFree, true, false, P::EveryAllocation, false),
+            ("5.15", D::LINUX_BOUNDED, E::CpusAndDepots, C::LockFree, true, true, P::EveryAllocation, false),
+            ("6.1", D::LINUX_BOUNDED, E::CpusAndDepots, C::LockFree, true, true, P::EveryAllocation, false),
+            ("6.6", D::LINUX_BOUNDED, E::CpusAndDepots, C::LockFree, true, true, P::UntilFirstFailure, false),
+            ("6.12", D::Scalable, E::CpusAndDepots, C::LockFree, true, true, P::UntilFirstFailure, true),
+        ];
+        for (v, depot, flush, cmdq, ril, retry, pci, single) in rows {
+            let p = DmaPathVariants::for_kernel(kv(v)).unwrap();
+            assert_eq!(p.kernel, kv(v));
+            assert_eq!(p.depot, depot, "{v}");
+            assert_eq!(p.exhaustion_flush, flush, "{v}");
+            assert_eq!(p.cmdq, cmdq, "{v}");
+            assert_eq!(p.range_invalidation, ril, "{v}");
+            assert_eq!(p.iova_retry_from_limit, retry, "{v}");
+            assert_eq!(p.pci_32bit_first, pci, "{v}");
+            assert_eq!(p.single_flush_queue.is_some(), single, "{v}");
+            assert_eq!(p.flush_queue, FlushQueueConfig::LINUX_PER_CPU, "{v}");
+            assert_eq!(p.timer_free_cpu, TimerFreeCpu::TimerCpu, "{v}");
+            assert_eq!(p.default_dma_mode(Arch::Arm64), DomainMode::Strict);
+            assert_eq!(p.default_dma_mode(Arch::X86), DomainMode::Lazy);
+            assert_eq!(p.default_dma_mode(Arch::Powerpc), DomainMode::Strict);
+        }
+        // 4.19 is the only LTS without lazy mode on arm64 or the 32-bit fast-fail.
+        let old = DmaPathVariants::for_kernel(kv("4.19")).unwrap();
+        assert!(!old.arm64_lazy_available && !old.iova_32bit_fast_fail);
+        assert_eq!(old.changes().count(), 0);
+        let new = DmaPathVariants::for_kernel(kv("5.4")).unwrap();
+        assert!(new.arm64_lazy_available && new.iova_32bit_fast_fail);
+    }
+
+    #[test]
+    fn the_depot_and_single_queue_change_between_6_6_and_6_7() {
+        let a = DmaPathVariants::for_kernel(kv("6.6")).unwrap();
+        let b = DmaPathVariants::for_kernel(kv("6.7")).unwrap();
+        assert_eq!(
+            (a.depot, b.depot),
+            (DepotKind::LINUX_BOUNDED, DepotKind::Scalable)
+        );
+        assert_eq!(b.single_flush_queue, Some(FlushQueueConfig::LINUX_SINGLE));
+        assert_eq!(b.changes().count(), a.changes().count() + 2);
+    }
+
+    /// Today's defaults are Linux 6.12's, except where the timer path frees.
+    #[test]
+    fn the_newest_release_is_todays_default_but_for_the_timer_path() {
+        let p = DmaPathVariants::for_kernel(KernelVersion::NEWEST).unwrap();
+        assert_eq!(p.magazine_config(8), MagazineConfig::new(8));
+        let (config, variant) = p.flush_queue_for(false);
+        assert_eq!(config, FlushQueueConfig::default());
+        assert_eq!(
+            variant,
+            FlushQueueVariant {
+                timer_free_cpu: TimerFreeCpu::TimerCpu,
+                ..FlushQueueVariant::default()
+            }
+        );
+        let (config, variant) = p.flush_queue_for(true);
+        assert_eq!(config, FlushQueueConfig::LINUX_SINGLE);
+        assert_eq!(variant.shape, FlushQueueShape::Single);
+        // Before 6.7 a single queue is not there to ask for.
+        let old = DmaPathVariants::for_kernel(kv("6.1")).unwrap();
+        assert_eq!(old.flush_queue_for(true).1.shape, FlushQueueShape::PerCpu);
+    }
+
+    /// The depot change seen through the version: 64 CPUs, each round 32 of them allocating
+    /// two magazines' worth each, then the other 32 freeing it all. 6.6 sends work to the
+    /// tree every round, 6.7 none once warm (the third round is measured).
+    #[test]
+    fn the_6_6_depot_sends_cross_cpu_frees_to_the_tree_and_6_7_does_not() {
+        use crate::addr::{Iova, SZ_4K};
+        use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+        use crate::iova::magazine::{MagazineCache, MAGAZINE_SIZE};
+        use crate::iova::{AllocRequest, IovaAllocator};
+        use crate::work::{LockId, WorkRecord};
+        let tree_locks = |v: &str| {
+            let p = DmaPathVariants::for_kernel(kv(v)).unwrap();
+            let tree =
+                LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 40))).unwrap();
+            let c = MagazineCache::new(tree, p.magazine_config(64)).unwrap();
+            let mut w = WorkRecord::new();
+            for round in 0..3 {
+                if round == 2 {
+                    w = WorkRecord::new();
+                }
+                let held: Vec<Vec<_>> = (0..32)
+                    .map(|cpu| {
+                        let req = AllocRequest::new(1, Iova::new(1 << 40), cpu);
+                        (0..2 * MAGAZINE_SIZE)
+                            .map(|_| c.alloc(req, &mut w).unwrap())
+                            .collect()
+                    })
+                    .collect();
+                for (cpu, blocks) in held.into_iter().enumerate() {
+                    for b in blocks {
+                        c.free(b, cpu + 32, &mut w).unwrap();
+                    }
+                }
+            }
+            w.lock_count(LockId::IovaTree)
+        };
+        assert_eq!(tree_locks("6.7"), 0);
+        assert!(tree_locks("6.6") >= 32 * MAGAZINE_SIZE as u64);
+    }
+
+    #[test]
+    fn the_release_s_magazine_config_builds_a_cache() {
+        use crate::addr::{Iova, SZ_4K};
+        use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+        use crate::iova::magazine::MagazineCache;
+        for v in KernelVersion::LTS {
+            let p = DmaPathVariants::for_kernel(v).unwrap();
+            let tree =
+                LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 40))).unwrap();
+            assert!(
+                MagazineCache::new(tree, p.magazine_config(64)).is_ok(),
+                "{v}"
+            );
+        }
+    }
+}
