@@ -127,7 +127,11 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             seed: args.seed,
         };
         let (r, traces) = trace::capture(trace_options, || lab::run(&scenario, &options));
-        (r.map(|_| Ran::Workload(scenario.name.clone())), traces)
+        (
+            r.map(|_| Ran::Workload(scenario.name.clone()))
+                .map_err(ExperimentError::from),
+            traces,
+        )
     };
     let what = match result {
         Ok(Ran::Experiment(name)) => name,

@@ -3,7 +3,7 @@
 //! the page cache writes reaches the device once, an IOMMU costs CPU, runs are
 //! deterministic, and validation still refuses what bonnie cannot drive.
 
-use iolab_sim::experiments::ExperimentError;
+use iolab_sim::lab::LabError;
 use iolab_sim::lab::{self, examples, LabOptions, LabRun};
 use iolab_sim::workloads::bonnie::{CSV_COLUMNS, FILE_PHASES};
 
@@ -186,7 +186,7 @@ fn bonnie_still_refuses_devices_it_cannot_drive() {
     // A second [[device]]: bonnie's file system lives on one device.
     let two = nvme.replacen("[workload]", "[[device]]\nkind = \"nvme\"\n\n[workload]", 1);
     match lab::run_scenario(&two, "two.toml", &LabOptions::default()) {
-        Err(ExperimentError::Input(e)) => {
+        Err(LabError::Input(e)) => {
             assert!(e.to_string().contains("device"), "{e}");
         }
         Err(e) => panic!("expected an input error, got {e}"),
@@ -207,7 +207,7 @@ kind = "nic"
 kind = "bonnie"
 "#;
     match lab::run_scenario(nic, "nic.toml", &LabOptions::default()) {
-        Err(ExperimentError::Input(e)) => {
+        Err(LabError::Input(e)) => {
             let msg = e.to_string();
             assert!(msg.contains("bonnie on nvme, sas, scsi or usb"), "{msg}");
             assert!(msg.contains("fio runs on nvme or sas"), "{msg}");

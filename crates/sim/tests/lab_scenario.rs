@@ -1,7 +1,7 @@
 //! Workload scenarios (`iolab_sim::lab`): validation names the field and line, caps are
 //! enforced, runs are deterministic, and the IOMMU modes order as their mechanisms say.
 
-use iolab_sim::experiments::ExperimentError;
+use iolab_sim::lab::LabError;
 use iolab_sim::lab::{self, caps, examples, LabOptions, LabRun};
 use iolab_sim::tomlfile::InputError;
 
@@ -61,7 +61,7 @@ fn metric(r: &LabRun, name: &str) -> f64 {
 /// The input error of a scenario that must be refused: (field, line, message).
 fn refused(text: &str) -> (String, Option<usize>, String) {
     match lab::run_scenario(text, "bad.toml", &LabOptions::default()) {
-        Err(ExperimentError::Input(e @ InputError::Field { .. })) => {
+        Err(LabError::Input(e @ InputError::Field { .. })) => {
             let msg = e.to_string();
             let InputError::Field { field, line, .. } = e else {
                 unreachable!()
@@ -238,7 +238,7 @@ fn syntax_errors_give_the_line() {
         "bad.toml",
         &LabOptions::default(),
     ) {
-        Err(ExperimentError::Input(InputError::Syntax { line, .. })) => assert_eq!(line, 2),
+        Err(LabError::Input(InputError::Syntax { line, .. })) => assert_eq!(line, 2),
         other => panic!("expected a syntax error, got {other:?}"),
     }
 }

@@ -30,6 +30,7 @@ use iolab_iommu::dma::{Device, PhysRange};
 use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
 use iolab_iommu::work::{LockId, WorkRecord};
 
+use super::LabError;
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cmdq::SimCmdq;
@@ -39,7 +40,6 @@ use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::devices::{BlockDev, BlockIo, DeviceDma};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
-use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
 use crate::workloads::bonnie::{self, BonnieResult};
@@ -576,7 +576,7 @@ fn start_stack(
     inflight_cap: usize,
     iodepth: u64,
     slot_bytes: u64,
-) -> Result<(Rc<Stack>, usize), ExperimentError> {
+) -> Result<(Rc<Stack>, usize), LabError> {
     let h = sim.handle().clone();
     let built = iommu::build(s, &h)?;
     let device = iommu::lab_device(64)?;
@@ -649,7 +649,7 @@ fn start_stack(
 }
 
 /// Runs fio of `s` once with `seed`.
-pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, ExperimentError> {
+pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let job = fio_job(s, f);
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
@@ -683,7 +683,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         .clone()
         .or(stats.borrow().error.clone())
     {
-        return Err(ExperimentError::Model(e));
+        return Err(LabError::Model(e));
     }
     let (usr, sys) = fio::cpu_usage(&before, &after, &spec.cpus);
     let cpu = CpuBreakdown::between(&sum_cpus(&before), &sum_cpus(&after));
@@ -795,7 +795,7 @@ pub(crate) fn run_bonnie(
     s: &LabScenario,
     b: &BonnieSetup,
     seed: u64,
-) -> Result<BonnieBlockRun, ExperimentError> {
+) -> Result<BonnieBlockRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let (stack, irq_cpus) = start_stack(s, &mut sim, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
     let bytes = Rc::new(std::cell::Cell::new((0, 0)));
@@ -815,7 +815,7 @@ pub(crate) fn run_bonnie(
     )?;
     let report = sim.run()?;
     if let Some(e) = stack.error.borrow().clone() {
-        return Err(ExperimentError::Model(e));
+        return Err(LabError::Model(e));
     }
     let result = out
         .borrow_mut()

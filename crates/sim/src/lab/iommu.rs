@@ -22,10 +22,10 @@ use iolab_iommu::pgtable::lpae::LpaeConfig;
 use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
+use super::LabError;
 use crate::cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
-use crate::experiments::ExperimentError;
 
 use super::defaults;
 use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
@@ -115,18 +115,18 @@ impl ProtectionProbe {
 pub(crate) const LAB_DEVICE_ID: u32 = 1;
 
 /// The scenario's DMA device with `mask_bits` of DMA addressing.
-pub(crate) fn lab_device(mask_bits: u32) -> Result<Device, ExperimentError> {
+pub(crate) fn lab_device(mask_bits: u32) -> Result<Device, LabError> {
     Device::new(LAB_DEVICE_ID, mask_bits).map_err(model_err)
 }
 
-pub(crate) fn model_err(e: impl std::fmt::Display) -> ExperimentError {
-    ExperimentError::Model(e.to_string())
+pub(crate) fn model_err(e: impl std::fmt::Display) -> LabError {
+    LabError::Model(e.to_string())
 }
 
 /// Flush polls of one IPMMU whole-context flush on `profile`: the driver writes FLUSH, reads
 /// IMCTR (still set while the flush runs), then polls every poll interval until it reads the
 /// bit clear (as the ipmmu-usb experiment derives it).
-pub(crate) fn ipmmu_polls(profile: &PlatformProfile) -> Result<(u32, u64), ExperimentError> {
+pub(crate) fn ipmmu_polls(profile: &PlatformProfile) -> Result<(u32, u64), LabError> {
     let rf = profile.require_register_flush()?;
     let first_read = profile.mmio.write.ns() + profile.mmio.read.ns();
     let steps =
@@ -150,7 +150,7 @@ pub(crate) fn sync_wait(profile: &PlatformProfile) -> SyncWait {
 }
 
 /// Builds the path of `s` on the simulation of `h`.
-pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, ExperimentError> {
+pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> {
     let id = DomainId(1);
     let mut cfg = DomainConfig::new(id, DomainMode::NoIommu);
     cfg.cpus = s.cpus;
@@ -275,7 +275,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
 
 /// The partition's IOMMU: the default window, with a DDW created as the mode asks, and a
 /// check that the hypervisor's answer made it the window the mode names.
-fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, ExperimentError> {
+fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, LabError> {
     let mut cfg = PseriesConfig::new(DomainId(1), s.memory_bytes);
     cfg.default_window = WindowConfig {
         offset: 0,

@@ -40,6 +40,7 @@
 mod block;
 pub mod caps;
 pub mod defaults;
+pub mod error;
 pub mod examples;
 mod iommu;
 mod net;
@@ -54,10 +55,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::experiment::ExperimentReport;
-use crate::experiments::ExperimentError;
 use crate::metrics::{Measurement, Metric};
 use crate::workloads::fio::{FioJson, JobJson};
 
+pub use error::LabError;
 pub use spec::{validate, LabScenario};
 
 /// How to run a scenario.
@@ -141,20 +142,16 @@ pub fn run_seed(base: u64, r: u32) -> u64 {
 
 /// Validates and runs a workload scenario given as text. `origin` names it in errors and,
 /// when it is a file path, relative profile paths are resolved against its directory.
-pub fn run_scenario(
-    text: &str,
-    origin: &str,
-    options: &LabOptions,
-) -> Result<LabRun, ExperimentError> {
+pub fn run_scenario(text: &str, origin: &str, options: &LabOptions) -> Result<LabRun, LabError> {
     let base = Path::new(origin).parent().filter(|p| p.is_dir());
     let s = validate(text, origin, base)?;
     run(&s, options)
 }
 
 /// Runs a validated scenario.
-pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentError> {
+pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, LabError> {
     if options.runs == 0 || options.runs > caps::MAX_RUNS {
-        return Err(ExperimentError::Model(format!(
+        return Err(LabError::Model(format!(
             "runs must be 1..={} (cap MAX_RUNS), got {}",
             caps::MAX_RUNS,
             options.runs
@@ -176,7 +173,7 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, ExperimentEr
         (spec::Workload::Reaim(r), spec::Devices::Scsi(d)) => {
             run_reaim(s, r, d, base, options.runs)
         }
-        (w, d) => Err(ExperimentError::Model(format!(
+        (w, d) => Err(LabError::Model(format!(
             "a {} workload cannot drive {} devices",
             w.kind(),
             d.kind()
@@ -293,11 +290,7 @@ struct BonnieOut {
     protection: iommu::LabProtection,
 }
 
-fn bonnie_once(
-    s: &LabScenario,
-    b: &spec::BonnieSetup,
-    seed: u64,
-) -> Result<BonnieOut, ExperimentError> {
+fn bonnie_once(s: &LabScenario, b: &spec::BonnieSetup, seed: u64) -> Result<BonnieOut, LabError> {
     match &s.devices {
         spec::Devices::Usb(u) => {
             let out = usb::run_bonnie(s, b, u, seed)?;
@@ -377,7 +370,7 @@ fn run_bonnie(
     b: &spec::BonnieSetup,
     base: u64,
     runs: u32,
-) -> Result<LabRun, ExperimentError> {
+) -> Result<LabRun, LabError> {
     use crate::workloads::bonnie::{csv_row, csv_row_198, Csv198Params, CsvLayout, CsvValues};
     let mut text = String::new();
     let mut measurements = Vec::new();
@@ -505,7 +498,7 @@ fn run_reaim(
     d: &spec::ScsiSetup,
     base: u64,
     runs: u32,
-) -> Result<LabRun, ExperimentError> {
+) -> Result<LabRun, LabError> {
     let mut text = String::new();
     let mut measurements = Vec::new();
     let first = r.users.first().copied().unwrap_or(0);
@@ -608,7 +601,7 @@ fn run_netperf(
     link: crate::devices::nic::LinkConfig,
     base: u64,
     runs: u32,
-) -> Result<LabRun, ExperimentError> {
+) -> Result<LabRun, LabError> {
     use crate::workloads::netperf::StreamDirection;
     let dir = match n.stream.direction {
         StreamDirection::Write => "write",
@@ -715,12 +708,7 @@ fn unsteady_note(h: &block::WindowHalves, job: &crate::workloads::fio::FioJob) -
     )
 }
 
-fn run_fio(
-    s: &LabScenario,
-    f: &spec::FioSetup,
-    base: u64,
-    runs: u32,
-) -> Result<LabRun, ExperimentError> {
+fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<LabRun, LabError> {
     let mut text = String::new();
     let mut jobs: Vec<JobJson> = Vec::new();
     let mut measurements = Vec::new();

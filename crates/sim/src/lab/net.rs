@@ -3,10 +3,10 @@
 
 use iolab_iommu::dma::Device;
 
+use super::LabError;
 use crate::devices::nic::{LinkConfig, NicError};
 use crate::engine::Sim;
 use crate::engine::SimConfig;
-use crate::experiments::ExperimentError;
 use crate::workloads::netperf::{run_stream, StreamResult};
 
 use super::iommu::{self, model_err, LabProtection};
@@ -19,7 +19,7 @@ pub(crate) fn run_netperf(
     n: &NetperfSetup,
     link: LinkConfig,
     seed: u64,
-) -> Result<(StreamResult, LabProtection), ExperimentError> {
+) -> Result<(StreamResult, LabProtection), LabError> {
     // The IOMMU model has no time of its own; a throw-away engine gives `build` a handle.
     let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed }))?;
     let built = iommu::build(s, scratch.handle())?;
@@ -40,7 +40,7 @@ pub(crate) fn run_netperf(
         seed,
     )
     .map_err(|e| match e {
-        NicError::Sim(s) => ExperimentError::Sim(s),
+        NicError::Sim(s) => LabError::Sim(s),
         e => model_err(e),
     })?;
     Ok((result, probe.read(translated, n.stream.run_ns)))

@@ -14,10 +14,10 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use super::LabError;
 use crate::accounting::{CpuTimes, RunReport};
 use crate::devices::scsi::{ScsiHost, ScsiStats};
 use crate::engine::{Sim, SimConfig};
-use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::reaim::{
     self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, TaskTotals, Workfile,
@@ -66,7 +66,7 @@ pub(crate) fn run_children(
     child: &ChildSetup,
     users: u32,
     cpus: usize,
-) -> Result<ChildrenRun, ExperimentError> {
+) -> Result<ChildrenRun, LabError> {
     let h = sim.handle().clone();
     let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
     let totals = Rc::new(RefCell::new(TaskTotals::default()));
@@ -134,7 +134,7 @@ pub(crate) fn run_reaim(
     r: &ReaimSetup,
     disk: &ScsiSetup,
     seed: u64,
-) -> Result<ReaimRun, ExperimentError> {
+) -> Result<ReaimRun, LabError> {
     let page = super::defaults::REAIM_PAGE.0;
     let child = ChildSetup {
         slice_ns: r.slice_ns,

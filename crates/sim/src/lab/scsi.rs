@@ -16,11 +16,11 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use super::LabError;
 use crate::block::{BlockCommand, BlockDir, BlockQueue, SubmitCommand};
 use crate::devices::scsi::{HostDma, ScsiHost, ScsiStats};
 use crate::devices::usb::IrqCpu;
 use crate::engine::{Ctx, Handle, Sim, SimConfig};
-use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::bonnie::{self, BonnieResult};
 
@@ -88,7 +88,7 @@ pub(crate) fn start_host(
     s: &LabScenario,
     disk: &ScsiSetup,
     h: &Handle,
-) -> Result<(ScsiHost, iommu::ProtectionProbe, bool), ExperimentError> {
+) -> Result<(ScsiHost, iommu::ProtectionProbe, bool), LabError> {
     let built = iommu::build(s, h)?;
     let (probe, translated) = (built.protection.clone(), built.translated);
     let dma = HostDma {
@@ -113,7 +113,7 @@ pub(crate) fn run_bonnie(
     b: &BonnieSetup,
     disk: &ScsiSetup,
     seed: u64,
-) -> Result<BonnieScsiRun, ExperimentError> {
+) -> Result<BonnieScsiRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let h = sim.handle().clone();
     let (host, probe, translated) = start_host(s, disk, &h)?;

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use super::LabError;
 use crate::cost::PlatformProfile;
-use crate::experiments::ExperimentError;
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::workloads::fio::RwPattern;
 
@@ -845,7 +845,7 @@ fn load_profile(
     doc: &TomlDoc<'_>,
     platform: &str,
     base: Option<&Path>,
-) -> Result<PlatformProfile, ExperimentError> {
+) -> Result<PlatformProfile, LabError> {
     if let Ok(p) = PlatformProfile::bundled(platform) {
         return Ok(p);
     }
@@ -886,11 +886,7 @@ fn deserialize_as<D: DeserializeOwned, W: DeserializeOwned>(
 
 /// Validates a workload scenario. `base` is the directory relative profile paths are
 /// resolved against (the scenario file's directory).
-pub fn validate(
-    text: &str,
-    origin: &str,
-    base: Option<&Path>,
-) -> Result<LabScenario, ExperimentError> {
+pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScenario, LabError> {
     let doc = TomlDoc::parse(text, origin)?;
     let probe: Probe = doc.deserialize()?;
     let Some(devices) = probe.device else {
@@ -1082,7 +1078,7 @@ fn block_parts<D: BlockSpec, W: DeserializeOwned>(
     doc: &TomlDoc<'_>,
     base: Option<&Path>,
     one_device_for: Option<&str>,
-) -> Result<(File<D, W>, Common, Devices, BlockKernel), ExperimentError> {
+) -> Result<(File<D, W>, Common, Devices, BlockKernel), LabError> {
     let f: File<D, W> = deserialize_as(doc)?;
     let common = common(doc, &f, base)?;
     if let Some(workload) = one_device_for {
@@ -1095,10 +1091,7 @@ fn block_parts<D: BlockSpec, W: DeserializeOwned>(
 }
 
 /// fio on NVMe SSDs or SAS HBAs.
-fn fio_on<D: BlockSpec>(
-    doc: &TomlDoc<'_>,
-    base: Option<&Path>,
-) -> Result<LabScenario, ExperimentError> {
+fn fio_on<D: BlockSpec>(doc: &TomlDoc<'_>, base: Option<&Path>) -> Result<LabScenario, LabError> {
     let (f, common, devices, kernel) = block_parts::<D, FioSpec>(doc, base, None)?;
     let fio = fio(doc, &f.workload, &common)?;
     Ok(common.finish(kernel, devices, Workload::Fio(fio)))
@@ -1108,7 +1101,7 @@ fn fio_on<D: BlockSpec>(
 fn bonnie_on<D: BlockSpec>(
     doc: &TomlDoc<'_>,
     base: Option<&Path>,
-) -> Result<LabScenario, ExperimentError> {
+) -> Result<LabScenario, LabError> {
     let (f, common, devices, kernel) = block_parts::<D, BonnieSpec>(doc, base, Some("bonnie"))?;
     let bonnie = bonnie_on_block(doc, &f.workload, &common, &devices)?;
     Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
@@ -1146,7 +1139,7 @@ fn common<D, W>(
     doc: &TomlDoc<'_>,
     f: &File<D, W>,
     base: Option<&Path>,
-) -> Result<Common, ExperimentError> {
+) -> Result<Common, LabError> {
     let machine = Fields::new(doc, "machine");
     let name = match &f.name {
         Some(n) if n.trim().is_empty() || n.len() > 200 => {
@@ -1191,7 +1184,7 @@ fn iommu(
     s: &IommuSpec,
     profile: &PlatformProfile,
     memory_gib: u64,
-) -> Result<IommuSetup, ExperimentError> {
+) -> Result<IommuSetup, LabError> {
     let table = Fields::new(doc, "iommu");
     let model = IommuModel::parse(&s.model).ok_or_else(|| {
         doc.field_error(
@@ -1513,7 +1506,7 @@ fn bonnie_on_block(
     s: &BonnieSpec,
     c: &Common,
     devices: &Devices,
-) -> Result<BonnieSetup, ExperimentError> {
+) -> Result<BonnieSetup, LabError> {
     let bundled = crate::experiments::ipmmu_usb::parse(
         crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
         "scenarios/ipmmu-usb.toml (bundled)",

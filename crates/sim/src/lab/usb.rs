@@ -7,9 +7,9 @@ use std::rc::Rc;
 
 use iolab_iommu::dma::Device;
 
+use super::LabError;
 use crate::devices::usb::{DmaSide, IrqCpu, UsbStats, UsbStorage};
 use crate::engine::{Sim, SimConfig};
-use crate::experiments::ExperimentError;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::bonnie::{self, BonnieResult};
 
@@ -31,7 +31,7 @@ pub(crate) fn run_bonnie(
     b: &BonnieSetup,
     u: &UsbSetup,
     seed: u64,
-) -> Result<BonnieRun, ExperimentError> {
+) -> Result<BonnieRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let built = iommu::build(s, sim.handle())?;
     // The xHCI's DMA mask: 32 bits behind the IPMMU (its input address space), 40 bits

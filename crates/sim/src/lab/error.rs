@@ -1,0 +1,71 @@
+//! The lab's error type: why a workload scenario could not be read or run.
+
+use crate::cmdq::CmdqError;
+use crate::cost::CostError;
+use crate::engine::SimError;
+use crate::experiments::ExperimentError;
+use crate::tomlfile::InputError;
+
+/// Why a workload scenario could not be validated or run.
+///
+/// [`LabError::is_bad_input`] tells the user's mistakes (a malformed scenario, an impossible
+/// parameter, an unknown profile: exit code 2 in the CLI) from failures of a run (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// The scenario file is malformed or names something impossible.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The platform profile is malformed or lacks a group the scenario needs.
+    #[error(transparent)]
+    Cost(#[from] CostError),
+    /// The simulation failed (a cap was exceeded, a model refused an operation).
+    #[error("Simulation failed: {0}")]
+    Sim(#[from] SimError),
+    /// A model of the stack refused an operation the workload needed.
+    #[error("Model error: {0}")]
+    Model(String),
+}
+
+impl LabError {
+    /// Whether the error is the user's input (exit code 2) rather than a run failure (1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, Self::Input(_) | Self::Cost(_))
+    }
+}
+
+impl From<CmdqError> for LabError {
+    fn from(e: CmdqError) -> Self {
+        match e {
+            CmdqError::Cost(e) => Self::Cost(e),
+            CmdqError::Sim(e) => Self::Sim(e),
+        }
+    }
+}
+
+/// The bridge for the lab's defaults still read from the bundled experiment files
+/// (`scenarios/ipmmu-usb.toml`, `scenarios/pseries-ddw.toml`) until they are the lab's own
+/// (../shared/ONE-MODEL.md): those files can only fail as input or as a cost profile.
+impl From<ExperimentError> for LabError {
+    fn from(e: ExperimentError) -> Self {
+        match e {
+            ExperimentError::Input(e) => Self::Input(e),
+            ExperimentError::Cost(e) => Self::Cost(e),
+            ExperimentError::Sim(e) => Self::Sim(e),
+            ExperimentError::Model(m) => Self::Model(m),
+            other => Self::Model(other.to_string()),
+        }
+    }
+}
+
+/// Experiments run rows through the lab (re-aim's children, the lab's block stack): its
+/// errors keep their kind.
+impl From<LabError> for ExperimentError {
+    fn from(e: LabError) -> Self {
+        match e {
+            LabError::Input(e) => Self::Input(e),
+            LabError::Cost(e) => Self::Cost(e),
+            LabError::Sim(e) => Self::Sim(e),
+            LabError::Model(m) => Self::Model(m),
+        }
+    }
+}
