@@ -19,7 +19,11 @@ fn grace_profile_loads_with_a_source_for_every_value() {
     assert_eq!(p.name, "nvidia-grace");
     assert_eq!(p.cpu.model, "Neoverse V2");
     assert!(p.cpu.cores >= 128, "a 128+ core system: {}", p.cpu.cores);
-    for s in [&p.cpu.source, &p.iommu.source, &p.memory.memcpy_bandwidth.source] {
+    for s in [
+        &p.cpu.source,
+        &p.iommu.source,
+        &p.memory.memcpy_bandwidth.source,
+    ] {
         assert!(!s.trim().is_empty());
     }
     let costs = p.costs();
