@@ -457,6 +457,10 @@ const BUNDLED: &[(&str, &str)] = &[
         "power-lpar",
         include_str!("../../../scenarios/platforms/power-lpar.toml"),
     ),
+    (
+        "nvidia-grace",
+        include_str!("../../../scenarios/platforms/nvidia-grace.toml"),
+    ),
 ];
 
 impl PlatformProfile {

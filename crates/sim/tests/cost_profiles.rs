@@ -100,7 +100,8 @@ mod cost {
                 "hisilicon-d05",
                 "hisilicon-d06",
                 "hp-zx1",
-                "power-lpar"
+                "power-lpar",
+                "nvidia-grace"
             ]
         );
         for name in names {
@@ -150,6 +151,7 @@ mod cost {
         assert_eq!(has("hisilicon-d06"), (true, false, false));
         assert_eq!(has("hp-zx1"), (false, true, false)); // SBA purge + read-back
         assert_eq!(has("power-lpar"), (false, false, true)); // TCE hypercalls
+        assert_eq!(has("nvidia-grace"), (true, false, false)); // SMMUv3 + CMDQV
     }
 
     #[test]
@@ -166,6 +168,11 @@ mod cost {
         assert_eq!((d05.cpu.clock_ghz, d05.cpu.cores), (2.4, 64));
         let d06 = p("hisilicon-d06");
         assert_eq!((d06.cpu.clock_ghz, d06.cpu.cores), (2.6, 128));
+        let grace = p("nvidia-grace");
+        assert_eq!((grace.cpu.clock_ghz, grace.cpu.cores), (3.3, 144));
+        // Grace's VCMDQs take CMD_SYNC with CS_NONE only: the CPU polls CONS, no MSI.
+        let sync_msi = grace.require_cmdq().unwrap().sync_msi.as_ref().unwrap();
+        assert!(!sync_msi.is_set());
         let power = p("power-lpar");
         let hv = power.require_hypervisor().unwrap();
         assert_eq!((hv.call.value, hv.call.unit), (136.0, Unit::Cycles));
