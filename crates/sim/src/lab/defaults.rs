@@ -13,10 +13,17 @@ pub const MEMORY_GIB: Sourced<u64> = (
     "assumption: a server of the modelled platforms' class; memory only bounds where buffers live (memory is sparse)",
 );
 
-/// `iommu.cmdq`.
+/// `kernel.version`: the Linux release whose DMA-path algorithms the lab runs.
+pub const KERNEL_VERSION: Sourced<&str> = (
+    "6.12",
+    "the newest long-term release (December 2024); docs/model/kernel-versions.md lists what each release changes",
+);
+
+/// `iommu.cmdq` when the kernel release does not decide it: the release's own producer
+/// (`iolab_iommu::linux::DmaPathVariants::cmdq`) is the default.
 pub const CMDQ: Sourced<&str> = (
     "lockfree",
-    "Linux 5.3 onwards uses the lock-free batched command queue (RESEARCH.md [mail])",
+    "Linux 5.4 onwards uses the lock-free batched command queue (commit 587e6c10a7ce, docs/model/kernel-versions.md); earlier releases the spinlock one",
 );
 /// `iommu.cmdq_log2size`.
 pub const CMDQ_LOG2SIZE: Sourced<u32> = (

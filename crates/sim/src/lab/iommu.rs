@@ -17,7 +17,7 @@ use iolab_iommu::hw::{
     Smmuv3DevicePath,
 };
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
-use iolab_iommu::iova::magazine::{MagazineCache, MagazineConfig};
+use iolab_iommu::iova::magazine::MagazineCache;
 use iolab_iommu::pgtable::lpae::LpaeConfig;
 use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
@@ -178,13 +178,15 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
                 ring_size: s.iommu.flush_queue_size,
                 timeout_ns: s.iommu.flush_timeout_ns,
             };
+            cfg.flush_queue_variant = s.iommu.kernel.flush_queue_for(false).1;
             let (kind, qmode) = match s.iommu.cmdq {
                 CmdqDesign::Spinlock => (ProducerKind::Spinlock, CmdqMode::Spinlock),
                 CmdqDesign::LockFree => (ProducerKind::LockFree, CmdqMode::LockFree),
             };
             let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48)))
                 .map_err(model_err)?;
-            let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
+            let alloc = MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus))
+                .map_err(model_err)?;
             // As the smmuv3-cmdq experiment's SMMU: SMMUv3.0/3.1 without range invalidation
             // (one CMD_TLBI_NH_VA per page), IOTLB and walk cache of gem5's SMMUv3 model
             // (docs/model/smmuv3-cmdq.md).
@@ -228,7 +230,8 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
             );
             let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 32)))
                 .map_err(model_err)?;
-            let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
+            let alloc = MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus))
+                .map_err(model_err)?;
             let d = Arc::new(ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?);
             Ok(IommuPath {
                 path: d.clone(),

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use iolab_iommu::linux::{DmaPathVariants, KernelVersion};
+use iolab_iommu::smmuv3::ProducerKind;
+
 use super::LabError;
 use crate::cost::PlatformProfile;
 use crate::tomlfile::{InputError, TomlDoc};
@@ -98,6 +101,8 @@ struct IommuSpec {
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct KernelSpec {
+    #[serde(default)]
+    version: Option<String>,
     #[serde(default)]
     block_submit_ns: Option<u64>,
     #[serde(default)]
@@ -497,6 +502,8 @@ pub struct IommuSetup {
     pub ddw_window_bytes: u64,
     /// POWER: log2 of the DDW's TCE page size.
     pub ddw_page_shift: u32,
+    /// The DMA-path algorithms of the scenario's Linux release (`kernel.version`).
+    pub kernel: DmaPathVariants,
 }
 
 impl IommuSetup {
@@ -1164,7 +1171,8 @@ fn common<D, W>(
         1..=MAX_MEMORY_GIB,
         "GiB (cap MAX_MEMORY_GIB)",
     )?;
-    let iommu = iommu(doc, &f.iommu, &profile, memory_gib)?;
+    let kernel = kernel_variants(doc, &f.kernel)?;
+    let iommu = iommu(doc, &f.iommu, &profile, memory_gib, kernel)?;
     // The profile describes this machine: its core count is the scenario's.
     let mut profile = profile;
     profile.cpu.cores = cpus as u32;
@@ -1179,11 +1187,29 @@ fn common<D, W>(
     })
 }
 
+/// The DMA-path algorithms of `kernel.version` (default [`d::KERNEL_VERSION`]).
+fn kernel_variants(doc: &TomlDoc<'_>, k: &KernelSpec) -> Result<DmaPathVariants, InputError> {
+    let text = k.version.as_deref().unwrap_or(d::KERNEL_VERSION.0);
+    KernelVersion::parse(text)
+        .and_then(DmaPathVariants::for_kernel)
+        .map_err(|e| {
+            doc.field_error(
+                "kernel.version",
+                format!(
+                    "{e}: expected a Linux release from {} to {} such as \"6.6\"",
+                    KernelVersion::OLDEST,
+                    KernelVersion::NEWEST
+                ),
+            )
+        })
+}
+
 fn iommu(
     doc: &TomlDoc<'_>,
     s: &IommuSpec,
     profile: &PlatformProfile,
     memory_gib: u64,
+    kernel: DmaPathVariants,
 ) -> Result<IommuSetup, LabError> {
     let table = Fields::new(doc, "iommu");
     let model = IommuModel::parse(&s.model).ok_or_else(|| {
@@ -1272,7 +1298,23 @@ fn iommu(
     only("ddw_window_gib", s.ddw_window_gib.is_some(), ddw, ddw_to)?;
     only("ddw_page_kib", s.ddw_page_kib.is_some(), ddw, ddw_to)?;
 
-    let cmdq = match s.cmdq.as_deref().unwrap_or(d::CMDQ.0) {
+    if model == IommuModel::Smmuv3 && mode == IommuMode::Lazy && !kernel.arm64_lazy_available {
+        return Err(doc
+            .field_error(
+                "iommu.mode",
+                format!(
+                    "Linux {} has no lazy mode for SMMUv3 (arm64 non-strict mode came in 4.20): \
+                     expected \"strict\", or kernel.version 4.20 or later",
+                    kernel.kernel
+                ),
+            )
+            .into());
+    }
+    let release_cmdq = match kernel.cmdq {
+        ProducerKind::Spinlock => "spinlock",
+        _ => "lockfree",
+    };
+    let cmdq = match s.cmdq.as_deref().unwrap_or(release_cmdq) {
         "spinlock" => CmdqDesign::Spinlock,
         "lockfree" => CmdqDesign::LockFree,
         other => {
@@ -1414,6 +1456,7 @@ fn iommu(
         default_window_bytes: default_window_mib << 20,
         ddw_window_bytes: ddw_window_gib << 30,
         ddw_page_shift,
+        kernel,
     })
 }
 
