@@ -26,7 +26,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::addr::{PhysAddr, SZ_4K};
-use iolab_iommu::dma::{Device, PhysRange};
+use iolab_iommu::dma::{Device, Direction, PhysRange};
 use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
 use iolab_iommu::work::{LockId, WorkRecord};
 
@@ -114,7 +114,7 @@ pub(crate) struct DmaCounters {
     pub dma_segments: u64,
 }
 
-struct Stack {
+pub(super) struct Stack {
     path: Arc<dyn DmaPath>,
     cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
     /// The IOVA tree's lock (Linux `iova_rbtree_lock`).
@@ -131,12 +131,12 @@ struct Stack {
     poll_interval_ns: u64,
     iodepth: u64,
     slot_bytes: u64,
-    counters: RefCell<DmaCounters>,
+    pub(super) counters: RefCell<DmaCounters>,
     /// The physical ranges of the last device-side translation (reused, SMMUv3 only).
     ranges: RefCell<Vec<PhysRange>>,
-    error: RefCell<Option<String>>,
+    pub(super) error: RefCell<Option<String>>,
     /// Where the run's protection report is read, and whether the path translates.
-    protection: (ProtectionProbe, bool),
+    pub(super) protection: (ProtectionProbe, bool),
     h: Handle,
 }
 
@@ -386,6 +386,101 @@ impl Stack {
         Ok(())
     }
 
+    /// `dma_map_single` of `len` bytes at `pa` on `ctx`'s CPU, charged as the fio path charges
+    /// its map (the counted work, the engine-modelled locks, a lazy flush the map path ran),
+    /// without the block layer or the device (`dma_map_benchmark`).
+    pub(super) async fn map_single_timed(
+        &self,
+        ctx: &Ctx,
+        pa: u64,
+        len: u64,
+        dir: Direction,
+    ) -> Result<MappedBuffer, String> {
+        let cpu = ctx.cpu().id();
+        let (mapped, queue, critical, map_ns, locks) = {
+            let mut w = WorkRecord::new();
+            let mapped = self
+                .path
+                .map_single(&self.device, PhysAddr::new(pa), len, dir, cpu, &mut w)
+                .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
+            let queue = if self.cmdq.is_some() {
+                split_queue_work(&mut w)
+            } else {
+                Default::default()
+            };
+            let critical = self.critical_ns(&w);
+            let map_ns = self.work_ns(&w, critical)?;
+            (mapped, queue, critical, map_ns, Self::engine_locks(&w))
+        };
+        if let Some(locks) = locks {
+            self.locked(ctx, locks, critical).await;
+        }
+        {
+            let mut c = self.counters.borrow_mut();
+            c.maps += 1;
+            c.map_ns += map_ns;
+        }
+        ctx.cpu()
+            .spend_labeled(
+                SimDuration::ns(map_ns.round() as u64),
+                Account::System,
+                "dma map",
+            )
+            .await;
+        if let Some((_, q)) = &self.cmdq {
+            q.issue_work(ctx, &queue).await;
+        }
+        Ok(mapped)
+    }
+
+    /// `dma_unmap_single` of `buf` on `ctx`'s CPU, charged as the fio path's completion
+    /// charges its unmap (the counted work, the engine-modelled locks, the invalidation in
+    /// the command queue).
+    pub(super) async fn unmap_single_timed(&self, ctx: &Ctx, buf: MappedBuffer) -> Result<(), String> {
+        let cpu = ctx.cpu().id();
+        let (queue, critical, unmap_ns, locks) = {
+            let mut w = WorkRecord::new();
+            self.path
+                .unmap_single(buf, cpu, ctx.now().as_ns(), &mut w)
+                .map_err(|e| self.fail(format!("dma unmap failed: {}", e.error)))?;
+            let queue = if self.cmdq.is_some() {
+                split_queue_work(&mut w)
+            } else {
+                Default::default()
+            };
+            let critical = self.critical_ns(&w);
+            let unmap_ns = self.work_ns(&w, critical)?;
+            let mut c = self.counters.borrow_mut();
+            c.unmaps += 1;
+            c.unmap_ns += unmap_ns;
+            c.inval_syncs += w.inval_syncs;
+            c.flush_queue_flushes += w.flush_queue_flushes;
+            (queue, critical, unmap_ns, Self::engine_locks(&w))
+        };
+        ctx.cpu()
+            .spend_labeled(
+                SimDuration::ns(unmap_ns.round() as u64),
+                Account::System,
+                "dma unmap",
+            )
+            .await;
+        if let Some(locks) = locks {
+            self.locked(ctx, locks, critical).await;
+        }
+        if let Some((p, q)) = &self.cmdq {
+            q.issue_work(ctx, &queue).await;
+            if p.invalidation_errors() > 0 {
+                return Err(self.fail("the SMMUv3 command queue refused a command".to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The command queue's statistics, when the path has one.
+    pub(super) fn cmdq_stats(&self) -> Option<crate::cmdq::CmdqStats> {
+        self.cmdq.as_ref().map(|(_, q)| q.stats())
+    }
+
     /// The device's DMA through the IOMMU (SMMUv3: its IOTLB and walk cache, into the
     /// stack's reused range buffer) or its bypass.
     fn device_dma(&self) -> DeviceDma<'_> {
@@ -570,7 +665,7 @@ pub(crate) fn fio_job(s: &LabScenario, f: &FioSetup) -> FioJob {
 /// The block stack of `s` on `sim` with its interrupt handlers started: vectors hold up to
 /// `inflight_cap` completions; fio's buffers are `slot_bytes` each, `iodepth` per job.
 /// Returns the stack and how many CPUs take its interrupts.
-fn start_stack(
+pub(super) fn start_stack(
     s: &LabScenario,
     sim: &mut Sim,
     inflight_cap: usize,
@@ -836,7 +931,7 @@ pub(crate) fn run_bonnie(
 }
 
 /// Acquisitions and contended acquisitions of spin lock `name` between two reports.
-fn lock_window(before: &RunReport, after: &RunReport, name: &str) -> (u64, u64) {
+pub(super) fn lock_window(before: &RunReport, after: &RunReport, name: &str) -> (u64, u64) {
     let get = |r: &RunReport| {
         r.spin_lock(name)
             .map_or((0, 0), |l| (l.acquisitions, l.contended))
@@ -858,7 +953,7 @@ pub(crate) fn lock_params(s: &LabScenario) -> SpinParams {
 }
 
 /// CPU times summed over every CPU of a report.
-fn sum_cpus(r: &RunReport) -> crate::accounting::CpuTimes {
+pub(super) fn sum_cpus(r: &RunReport) -> crate::accounting::CpuTimes {
     let mut t = crate::accounting::CpuTimes::default();
     for c in &r.cpus {
         t.user += c.user;

@@ -43,6 +43,7 @@ pub mod defaults;
 pub mod error;
 pub mod examples;
 mod iommu;
+mod map_bench;
 mod net;
 pub(crate) mod reaim;
 mod scsi;
@@ -173,6 +174,7 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, LabError> {
         (spec::Workload::Reaim(r), spec::Devices::Scsi(d)) => {
             run_reaim(s, r, d, base, options.runs)
         }
+        (spec::Workload::DmaMapBenchmark(b), _) => run_map_benchmark(s, b, base, options.runs),
         (w, d) => Err(LabError::Model(format!(
             "a {} workload cannot drive {} devices",
             w.kind(),
@@ -706,6 +708,104 @@ fn unsteady_note(h: &block::WindowHalves, job: &crate::workloads::fio::FioJob) -
         h.tree_allocs[0],
         h.tree_allocs[1]
     )
+}
+
+/// Runs the kernel's DMA-mapping benchmark (docs/SCENARIOS.md, `dma_map_benchmark`).
+fn run_map_benchmark(
+    s: &LabScenario,
+    b: &spec::DmaMapBenchmarkSetup,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, LabError> {
+    let mut text = String::new();
+    let mut measurements = Vec::new();
+    let mut dma_maps = 0u64;
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let out = map_bench::run(s, b, seed)?;
+        dma_maps += out.dma.maps;
+        let config = if runs == 1 {
+            s.name.clone()
+        } else {
+            format!("{}#{r}", s.name)
+        };
+        let m = base_attrs(s, Measurement::new(config))
+            .attr("threads", b.threads)
+            .attr("granule", b.granule)
+            .attr("direction", b.dir.tool_name())
+            .attr("dma_trans_ns", b.dma_trans_ns)
+            .attr("seed", seed)
+            .attr("run", r)
+            .cpu(out.cpu);
+        let mut m = map_bench::metrics(m, &out.sums)
+            .metric(Metric::new(
+                "dma.inval_syncs",
+                "count",
+                out.dma.inval_syncs as f64,
+            ))
+            .metric(Metric::new(
+                "dma.flush_queue_flushes",
+                "count",
+                out.dma.flush_queue_flushes as f64,
+            ))
+            .metric(Metric::new(
+                "lock.iova_tree.acquisitions",
+                "count",
+                out.tree_lock.0 as f64,
+            ))
+            .metric(Metric::new(
+                "lock.iova_tree.contended",
+                "count",
+                out.tree_lock.1 as f64,
+            ));
+        if let Some(q) = &out.cmdq {
+            m = m
+                .metric(Metric::new("cmdq.commands", "count", q.commands as f64))
+                .metric(Metric::new(
+                    "cmdq.sync_wait_ns",
+                    "ns",
+                    per(q.sync_wait_ns as f64, q.issues),
+                ));
+        }
+        m = with_protection(m, &out.protection);
+        if runs > 1 {
+            let _ = writeln!(text, "[run {r}, seed {seed}]");
+        }
+        text.push_str(&map_bench::tool_text(b, &out.sums));
+        let _ = writeln!(
+            text,
+            "  iommu        : {}, loops={}, syncs={}, fq flushes={}, iova tree lock {} of {} contended",
+            iommu_label(s),
+            out.sums.loops,
+            out.dma.inval_syncs,
+            out.dma.flush_queue_flushes,
+            out.tree_lock.1,
+            out.tree_lock.0
+        );
+        let _ = writeln!(
+            text,
+            "  protection   : {}",
+            protection_line(&out.protection)
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "dma_map_benchmark threads={} granule={} dir={} on {} ({}), {} {} ({} CPUs)",
+        b.threads,
+        b.granule,
+        b.dir.tool_name(),
+        s.devices.kind(),
+        s.profile.name,
+        s.iommu.model.name(),
+        s.iommu.mode.name(),
+        s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+        dma_maps: Some(dma_maps),
+    })
 }
 
 fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<LabRun, LabError> {
