@@ -17,6 +17,7 @@ mod reproduce;
 mod runs;
 // sweeps, shard merging, host inspection
 mod dbmerge;
+mod fiojson;
 mod host;
 mod soak;
 mod sweep;

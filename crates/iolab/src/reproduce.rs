@@ -301,26 +301,44 @@ fn run_lab(
         // or the measurements of every repetition.
         // With several repetitions, each job group is named `NAME#i` (repetition i).
         let several = outputs.len() > 1;
-        let fio_jobs: Option<Vec<_>> = outputs
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.fio.as_ref().map(|f| {
-                    let mut jobs = f.jobs.clone();
-                    if several {
-                        for j in &mut jobs {
-                            j.jobname = format!("{}#{i}", j.jobname);
+        let encoded = match &scenario.workload {
+            lab::spec::Workload::Fio(setup) => {
+                let names: Vec<String> = (0..outputs.len())
+                    .map(|i| {
+                        if several {
+                            format!("{}#{i}", scenario.name)
+                        } else {
+                            scenario.name.clone()
                         }
-                    }
-                    jobs
-                })
-            })
-            .collect();
-        let encoded = match fio_jobs {
-            Some(jobs) => serde_json::to_string_pretty(&iolab_sim::workloads::fio::FioJson {
-                jobs: jobs.concat(),
-            }),
-            None => {
+                    })
+                    .collect();
+                let jobs: Vec<_> = outputs
+                    .iter()
+                    .zip(&names)
+                    .flat_map(|(o, name)| {
+                        let jobs = o.fio.as_ref().map_or(&[][..], |f| &f.jobs[..]);
+                        jobs.iter().zip(&o.report.measurements).map(move |(j, m)| {
+                            let mut j = j.clone();
+                            j.jobname = name.clone();
+                            (j, m, o.seed)
+                        })
+                    })
+                    .collect();
+                let reps: Vec<_> = jobs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (job, measurement, seed))| crate::fiojson::Repetition {
+                        job,
+                        measurement,
+                        setup,
+                        scenario: &scenario.name,
+                        seed: *seed,
+                        run: i as u32,
+                    })
+                    .collect();
+                serde_json::to_string_pretty(&crate::fiojson::document(&reps))
+            }
+            _ => {
                 let measurements: Vec<_> = outputs
                     .iter()
                     .flat_map(|o| o.report.measurements.iter().cloned())
