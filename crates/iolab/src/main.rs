@@ -130,8 +130,11 @@ enum Command {
     ///
     /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
     /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`)
-    /// or a comma list of them (`12,13,g7`). Configurations and metrics match by name, so imported runs compare
-    /// with each other and with lab runs; runs without measurements compare by figure id.
+    /// or a comma list of them (`12,13,g7`). Metrics match by name; configurations match by
+    /// name, then (lab runs measuring one configuration each) the only one on each side,
+    /// then by their workload's attributes, typed (fio: rw, bs, iodepth, numjobs; `4k` is
+    /// 4096), so a real fio import pairs with the lab run of the same job
+    /// (docs/VOCABULARY.md). Runs without measurements compare by figure id.
     ///
     /// The text and Markdown tables print numbers for reading, about four significant
     /// digits: times in a fitting unit (`798.7 us`), integers below a million with
