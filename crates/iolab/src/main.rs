@@ -12,6 +12,7 @@ mod calibrate;
 mod compare;
 mod db;
 mod ids;
+mod progress;
 mod report;
 mod reproduce;
 mod runs;
@@ -34,14 +35,18 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database: `reproduce`, `run`, `import` and `sweep` store runs in it (and
+    /// The results database: `reproduce`, `run`, `import`, `sweep` and `soak` store runs in it (and
     /// create it); `runs`, `compare` and `report` read it and refuse a file that does not
     /// exist (exit code 2).
     #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
     db: std::path::PathBuf,
-    /// Do not store results (reproduce, run).
+    /// Do not store results (reproduce, run, soak, sweep).
     #[arg(long, global = true, conflicts_with = "db")]
     no_db: bool,
+    /// Hide progress bars. They are drawn on standard error only when it is a terminal
+    /// (soak, sweep, reproduce, run --runs N); messages and results are printed as ever.
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
 }
 
 /// Output format of a command.
@@ -387,6 +392,7 @@ fn exit_quietly_on_broken_pipe() {
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     let db_path = (!cli.no_db).then_some(cli.db.as_path());
     match cli.command {
         Command::Version => {
@@ -495,6 +501,7 @@ fn main() -> ExitCode {
             default_window,
             seed,
             json: format == Format::Json,
+            db: db_path,
         }),
         Command::Report { runs, output, svg } => match db_path {
             Some(path) => report::run(path, &runs, &output, svg.as_deref()),

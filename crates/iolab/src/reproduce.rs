@@ -14,6 +14,17 @@ use iolab_sim::lab::{self, LabOptions};
 use serde::Serialize;
 
 use crate::db::{NewRun, ResultsDb};
+use crate::progress;
+
+/// The progress bar of `count` runs: a bar with an ETA over several, a spinner with the
+/// elapsed time for one (hidden off a terminal or with `--quiet`).
+fn runs_progress(count: u64, what: &str) -> indicatif::ProgressBar {
+    if count > 1 {
+        progress::runs_bar(count, what)
+    } else {
+        progress::bar(count, "{spinner} running {msg}, {elapsed} elapsed")
+    }
+}
 
 #[derive(Serialize)]
 struct JsonOutput<'a> {
@@ -33,12 +44,20 @@ fn open_db(cmd: &str, path: Option<&Path>) -> Result<Option<ResultsDb>, ExitCode
     }
 }
 
-/// Stores a finished report (when storing) and says so on standard error.
-fn store(cmd: &str, db: Option<&mut ResultsDb>, run: &NewRun<'_>) -> Result<(), ExitCode> {
+/// Stores a finished report (when storing) and says so on standard error (lifting `bar`).
+fn store(
+    cmd: &str,
+    db: Option<&mut ResultsDb>,
+    run: &NewRun<'_>,
+    bar: &indicatif::ProgressBar,
+) -> Result<(), ExitCode> {
     let Some(db) = db else { return Ok(()) };
     match db.store(run) {
         Ok(id) => {
-            eprintln!("stored as run {id} in {}", db.path().display());
+            progress::note(
+                bar,
+                &format!("stored as run {id} in {}", db.path().display()),
+            );
             Ok(())
         }
         Err(e) => {
@@ -74,9 +93,13 @@ pub fn reproduce(
     };
     let mut reports = Vec::new();
     let mut not_implemented = Vec::new();
+    let bar = runs_progress(selected.len() as u64, "experiments");
     for name in selected {
+        bar.set_message(name.to_owned());
         let started_at = SystemTime::now();
-        match experiments::run_bundled(name, &options) {
+        let result = experiments::run_bundled(name, &options);
+        bar.inc(1);
+        match result {
             Ok(r) => {
                 let origin = format!("scenarios/{name}.toml (bundled)");
                 let run = NewRun {
@@ -90,18 +113,21 @@ pub fn reproduce(
                     finished_at: SystemTime::now(),
                     report: &r,
                 };
-                if let Err(code) = store("reproduce", db.as_mut(), &run) {
+                if let Err(code) = store("reproduce", db.as_mut(), &run, &bar) {
+                    bar.finish_and_clear();
                     return code;
                 }
                 reports.push(r);
             }
             Err(ExperimentError::NotImplemented { name }) => not_implemented.push(name),
             Err(e) => {
+                bar.finish_and_clear();
                 eprintln!("iolab reproduce: {name}: {e}");
                 return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
             }
         }
     }
+    bar.finish_and_clear();
     let summary = reports.len() > 1;
     print_reports(&reports, &not_implemented, json, summary)
 }
@@ -179,13 +205,23 @@ fn run_repetitions(
     let repetitions = options.runs.max(1);
     let mut reports = Vec::with_capacity(repetitions as usize);
     let mut group_id = None;
+    let bar = runs_progress(u64::from(repetitions), "repetitions");
+    bar.set_message(origin.to_owned());
     for i in 0..repetitions {
         let one = ExperimentOptions {
             runs: 1,
             seed: options.seed.wrapping_add(u64::from(i)),
         };
         let started_at = SystemTime::now();
-        let report = run_one(&one).map_err(Stopped::Experiment)?;
+        let result = run_one(&one);
+        bar.inc(1);
+        let report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(Stopped::Experiment(e));
+            }
+        };
         if let Some(db) = db.as_deref_mut() {
             let run = NewRun {
                 kind: "lab",
@@ -205,10 +241,14 @@ fn run_repetitions(
             };
             match stored {
                 Ok(id) => {
-                    eprintln!("stored as run {id} in {}", db.path().display());
+                    progress::note(
+                        &bar,
+                        &format!("stored as run {id} in {}", db.path().display()),
+                    );
                     group_id = group_id.or((repetitions > 1).then_some(id));
                 }
                 Err(e) => {
+                    bar.finish_and_clear();
                     eprintln!("iolab {cmd}: {e}");
                     return Err(Stopped::Store(ExitCode::from(e.exit_code())));
                 }
@@ -216,6 +256,7 @@ fn run_repetitions(
         }
         reports.push(report);
     }
+    bar.finish_and_clear();
     if let (Some(g), Some(db)) = (group_id, db) {
         eprintln!(
             "stored {repetitions} repetitions as group g{g} in {} (compare with `iolab compare g{g} ...`)",

@@ -35,7 +35,6 @@
 //! together, so a sweep killed midway keeps every point it finished.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -562,17 +561,10 @@ pub fn run(
         shard.count,
         jobs
     );
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(points.len() as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
-        ) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = crate::progress::bar(
+        points.len() as u64,
+        "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
+    );
     let options = |seed| ExperimentOptions {
         runs: grid.runs,
         seed,
