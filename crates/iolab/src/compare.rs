@@ -465,7 +465,7 @@ fn time_scale(unit: &str) -> Option<f64> {
 /// raw numbers), about four significant digits: times in the unit that suits them
 /// (`389.2 ns`, `1.250 ms`), integers below a million in full with separators (`16,328`),
 /// larger values with a decimal prefix (`2.605 G`, `16.33 M`), tiny ones with an exponent.
-fn num(v: f64, unit: &str) -> String {
+pub(crate) fn num(v: f64, unit: &str) -> String {
     if !v.is_finite() {
         return format!("{v}");
     }

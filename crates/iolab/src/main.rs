@@ -275,14 +275,19 @@ enum Command {
     // ---- sweeps, shard merging, host inspection ----
     /// Run a parameter grid over a scenario in parallel, storing every point.
     ///
-    /// GRID.toml names a base scenario (`scenario = "smmuv3-cmdq"`, a bundled experiment, or a
-    /// path relative to the grid file), optionally `name`, `seed`, `runs` and a seed axis
+    /// GRID.toml names a base scenario (`scenario = "smmuv3-cmdq"`, a bundled experiment, a
+    /// bundled example such as `fio-nvme-strict`, or a path relative to the grid file),
+    /// optionally `name`, `seed`, `runs` and a seed axis
     /// `seeds = [..]`, and axes: `[[axis]]` tables with a `field` (a dotted path of TOML keys
     /// and array indices into the scenario, e.g. `rows[0].fio.iodepth`) and its `values`.
     /// A `[set]` table fixes fields for every point (`"rows[0].fio.runtime_ms" = 10`).
     /// Setting a `{ value = .., source = .. }` field to a plain value replaces its `value`.
+    /// On a workload scenario an axis may be an optional field the base leaves out (the
+    /// scenario validates it); a base field that does not apply to a point (`iommu.cmdq` at
+    /// `iommu.mode = "passthrough"`) is dropped from it, and the sweep says so once.
     /// Points are the cartesian product (first axis slowest, seeds fastest); each is stored
-    /// with its sweep id, point index and axis values. See docs/SCALE.md.
+    /// with its sweep id, point index and axis values. At the end a result table (point,
+    /// axis values, configuration, key metrics) goes to standard output. See docs/SCALE.md.
     #[command(verbatim_doc_comment)]
     Sweep {
         /// The grid file (TOML).
