@@ -512,10 +512,11 @@ impl Grid {
         let mut dropped = Vec::new();
         // A field of the base that does not apply to this point (the scenario says
         // "applies to ... only") is dropped from it, unless the grid set it.
-        while self.workload {
-            let Some((field, problem)) = self.inapplicable_field(&text) else {
-                break;
-            };
+        while let Some((field, problem)) = self
+            .workload
+            .then(|| self.inapplicable_field(&text))
+            .flatten()
+        {
             if self.user_fields.contains(&field)
                 || dropped.iter().any(|(f, _)| *f == field)
                 || !remove_field(&mut table, &field)
