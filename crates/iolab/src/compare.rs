@@ -2,7 +2,8 @@
 //! by metric with Welch's unequal-variance t statistics.
 //!
 //! Each side is a set of stored runs. Every (configuration, metric) pair that both sides
-//! measured becomes one row: the samples of a side are that metric's values in the side's
+//! measured becomes one row (configurations match by name, then by the pairing rules of
+//! docs/VOCABULARY.md: the only one on each side, then by attributes, [`iolab::vocab`]): the samples of a side are that metric's values in the side's
 //! runs (one per run). Runs without measurements contribute their figures instead, as
 //! (experiment name, figure id). For each row: n, mean and sample standard deviation per
 //! side, the percent change of B's mean over A's, a 95% confidence interval of the
@@ -173,6 +174,23 @@ pub struct Comparison {
     /// (A's configuration, B's configuration). Rows carry A's name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paired: Option<(String, String)>,
+    /// Configurations whose names differ but whose pairing keys (workload and the
+    /// workload's defining attributes, typed: docs/VOCABULARY.md) are equal and unique on
+    /// each side, such as a real fio import and the lab run of the same job. Rows carry A's
+    /// name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paired_by_attributes: Vec<AttrPair>,
+}
+
+/// A configuration of A paired with one of B by their attributes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AttrPair {
+    /// A's configuration.
+    pub a: String,
+    /// B's configuration.
+    pub b: String,
+    /// The pairing key both have, as `workload=fio rw=randread bs=4096 ...`.
+    pub key: String,
 }
 
 /// The samples of one side: per (config, metric), the unit and one value per run.
@@ -182,6 +200,8 @@ struct Samples {
     all_lab: bool,
     order: Vec<(String, String)>,
     values: BTreeMap<(String, String), (String, Vec<f64>)>,
+    /// Each configuration's attributes (its first measurement's).
+    attrs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Samples {
@@ -209,6 +229,41 @@ impl Samples {
             }
         }
         out
+    }
+
+    /// Renames configuration `from` to `to` (which the side does not have).
+    fn rename(&mut self, from: &str, to: &str) {
+        for key in &mut self.order {
+            if key.0 == from {
+                let old = std::mem::replace(&mut key.0, to.to_owned());
+                if let Some(v) = self.values.remove(&(old, key.1.clone())) {
+                    self.values.insert(key.clone(), v);
+                }
+            }
+        }
+        if let Some(a) = self.attrs.remove(from) {
+            self.attrs.insert(to.to_owned(), a);
+        }
+    }
+
+    /// Configurations of this side that `other` lacks, each with its pairing key when its
+    /// key is unique among them.
+    fn unmatched_keys(&self, other: &Samples) -> Vec<(String, Vec<(String, serde_json::Value)>)> {
+        let theirs = other.configs();
+        let keyed: Vec<(String, Vec<(String, serde_json::Value)>)> = self
+            .configs()
+            .into_iter()
+            .filter(|c| !theirs.contains(c))
+            .filter_map(|c| {
+                let key = iolab::vocab::pairing_key(self.attrs.get(c)?)?;
+                Some((c.to_owned(), key))
+            })
+            .collect();
+        keyed
+            .iter()
+            .filter(|(_, k)| keyed.iter().filter(|(_, other)| other == k).count() == 1)
+            .cloned()
+            .collect()
     }
 
     fn push(&mut self, config: &str, metric: &str, unit: &str, value: f64) {
@@ -239,6 +294,9 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
             }
         }
         for m in &run.measurements {
+            s.attrs
+                .entry(m.config.clone())
+                .or_insert_with(|| m.attrs.clone());
             for x in m.metrics.iter().filter(|x| wanted(&x.name)) {
                 s.push(&m.config, &x.name, &x.unit, x.value);
             }
@@ -276,6 +334,22 @@ pub fn compare(
         paired = Some((ca[0].to_owned(), cb[0].to_owned()));
         sb = sb.renamed(ca[0]);
     }
+    // Then configurations whose names differ pair by their attributes: a real fio import
+    // and the lab run of the same job (docs/VOCABULARY.md, "Pairing").
+    let mut paired_by_attributes = Vec::new();
+    if paired.is_none() {
+        let keys_b = sb.unmatched_keys(&sa);
+        for (config_a, key) in sa.unmatched_keys(&sb) {
+            if let Some((config_b, _)) = keys_b.iter().find(|(_, k)| *k == key) {
+                sb.rename(config_b, &config_a);
+                paired_by_attributes.push(AttrPair {
+                    a: config_a.clone(),
+                    b: config_b.clone(),
+                    key: iolab::vocab::key_text(&key),
+                });
+            }
+        }
+    }
     let mut rows = Vec::new();
     for key in &sa.order {
         let Some((_, vb)) = sb.values.get(key) else {
@@ -298,7 +372,8 @@ pub fn compare(
         let filter = metric.map_or(String::new(), |g| format!(" matching `{g}`"));
         return Err(CompareError::Nothing(format!(
             "A ({}) and B ({}) have no (configuration, metric) in common{filter} \
-             (A has {only_in_a}, B has {only_in_b}); configurations match by name",
+             (A has {only_in_a}, B has {only_in_b}); configurations match by name, then \
+             by their workload's attributes (fio: rw, bs, iodepth, numjobs; docs/VOCABULARY.md)",
             a.0, b.0
         )));
     }
@@ -315,6 +390,7 @@ pub fn compare(
         only_in_a,
         only_in_b,
         paired,
+        paired_by_attributes,
     })
 }
 
@@ -389,7 +465,7 @@ fn time_scale(unit: &str) -> Option<f64> {
 /// raw numbers), about four significant digits: times in the unit that suits them
 /// (`389.2 ns`, `1.250 ms`), integers below a million in full with separators (`16,328`),
 /// larger values with a decimal prefix (`2.605 G`, `16.33 M`), tiny ones with an exponent.
-fn num(v: f64, unit: &str) -> String {
+pub(crate) fn num(v: f64, unit: &str) -> String {
     if !v.is_finite() {
         return format!("{v}");
     }
@@ -526,6 +602,13 @@ fn footer(c: &Comparison) -> String {
         let _ = writeln!(
             out,
             "paired: configuration {a} (A) with {b} (B), the only one on each side"
+        );
+    }
+    for p in &c.paired_by_attributes {
+        let _ = writeln!(
+            out,
+            "paired by attributes: configuration {} (A) with {} (B): {}",
+            p.a, p.b, p.key
         );
     }
     if c.only_in_a + c.only_in_b > 0 {

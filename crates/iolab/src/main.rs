@@ -12,11 +12,13 @@ mod calibrate;
 mod compare;
 mod db;
 mod ids;
+mod progress;
 mod report;
 mod reproduce;
 mod runs;
 // sweeps, shard merging, host inspection
 mod dbmerge;
+mod fiojson;
 mod host;
 mod soak;
 mod sweep;
@@ -33,14 +35,18 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database: `reproduce`, `run`, `import` and `sweep` store runs in it (and
+    /// The results database: `reproduce`, `run`, `import`, `sweep` and `soak` store runs in it (and
     /// create it); `runs`, `compare` and `report` read it and refuse a file that does not
     /// exist (exit code 2).
     #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
     db: std::path::PathBuf,
-    /// Do not store results (reproduce, run).
+    /// Do not store results (reproduce, run, soak, sweep).
     #[arg(long, global = true, conflicts_with = "db")]
     no_db: bool,
+    /// Hide progress bars. They are drawn on standard error only when it is a terminal
+    /// (soak, sweep, reproduce, run --runs N); messages and results are printed as ever.
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
 }
 
 /// Output format of a command.
@@ -129,8 +135,11 @@ enum Command {
     ///
     /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
     /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`)
-    /// or a comma list of them (`12,13,g7`). Configurations and metrics match by name, so imported runs compare
-    /// with each other and with lab runs; runs without measurements compare by figure id.
+    /// or a comma list of them (`12,13,g7`). Metrics match by name; configurations match by
+    /// name, then (lab runs measuring one configuration each) the only one on each side,
+    /// then by their workload's attributes, typed (fio: rw, bs, iodepth, numjobs; `4k` is
+    /// 4096), so a real fio import pairs with the lab run of the same job
+    /// (docs/VOCABULARY.md). Runs without measurements compare by figure id.
     ///
     /// The text and Markdown tables print numbers for reading, about four significant
     /// digits: times in a fitting unit (`798.7 us`), integers below a million with
@@ -266,14 +275,19 @@ enum Command {
     // ---- sweeps, shard merging, host inspection ----
     /// Run a parameter grid over a scenario in parallel, storing every point.
     ///
-    /// GRID.toml names a base scenario (`scenario = "smmuv3-cmdq"`, a bundled experiment, or a
-    /// path relative to the grid file), optionally `name`, `seed`, `runs` and a seed axis
+    /// GRID.toml names a base scenario (`scenario = "smmuv3-cmdq"`, a bundled experiment, a
+    /// bundled example such as `fio-nvme-strict`, or a path relative to the grid file),
+    /// optionally `name`, `seed`, `runs` and a seed axis
     /// `seeds = [..]`, and axes: `[[axis]]` tables with a `field` (a dotted path of TOML keys
     /// and array indices into the scenario, e.g. `rows[0].fio.iodepth`) and its `values`.
     /// A `[set]` table fixes fields for every point (`"rows[0].fio.runtime_ms" = 10`).
     /// Setting a `{ value = .., source = .. }` field to a plain value replaces its `value`.
+    /// On a workload scenario an axis may be an optional field the base leaves out (the
+    /// scenario validates it); a base field that does not apply to a point (`iommu.cmdq` at
+    /// `iommu.mode = "passthrough"`) is dropped from it, and the sweep says so once.
     /// Points are the cartesian product (first axis slowest, seeds fastest); each is stored
-    /// with its sweep id, point index and axis values. See docs/SCALE.md.
+    /// with its sweep id, point index and axis values. At the end a result table (point,
+    /// axis values, configuration, key metrics) goes to standard output. See docs/SCALE.md.
     #[command(verbatim_doc_comment)]
     Sweep {
         /// The grid file (TOML).
@@ -383,6 +397,7 @@ fn exit_quietly_on_broken_pipe() {
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     let db_path = (!cli.no_db).then_some(cli.db.as_path());
     match cli.command {
         Command::Version => {
@@ -491,6 +506,7 @@ fn main() -> ExitCode {
             default_window,
             seed,
             json: format == Format::Json,
+            db: db_path,
         }),
         Command::Report { runs, output, svg } => match db_path {
             Some(path) => report::run(path, &runs, &output, svg.as_deref()),

@@ -14,6 +14,17 @@ use iolab_sim::lab::{self, LabOptions};
 use serde::Serialize;
 
 use crate::db::{NewRun, ResultsDb};
+use crate::progress;
+
+/// The progress bar of `count` runs: a bar with an ETA over several, a spinner with the
+/// elapsed time for one (hidden off a terminal or with `--quiet`).
+fn runs_progress(count: u64, what: &str) -> indicatif::ProgressBar {
+    if count > 1 {
+        progress::runs_bar(count, what)
+    } else {
+        progress::bar(count, "{spinner} running {msg}, {elapsed} elapsed")
+    }
+}
 
 #[derive(Serialize)]
 struct JsonOutput<'a> {
@@ -33,12 +44,20 @@ fn open_db(cmd: &str, path: Option<&Path>) -> Result<Option<ResultsDb>, ExitCode
     }
 }
 
-/// Stores a finished report (when storing) and says so on standard error.
-fn store(cmd: &str, db: Option<&mut ResultsDb>, run: &NewRun<'_>) -> Result<(), ExitCode> {
+/// Stores a finished report (when storing) and says so on standard error (lifting `bar`).
+fn store(
+    cmd: &str,
+    db: Option<&mut ResultsDb>,
+    run: &NewRun<'_>,
+    bar: &indicatif::ProgressBar,
+) -> Result<(), ExitCode> {
     let Some(db) = db else { return Ok(()) };
     match db.store(run) {
         Ok(id) => {
-            eprintln!("stored as run {id} in {}", db.path().display());
+            progress::note(
+                bar,
+                &format!("stored as run {id} in {}", db.path().display()),
+            );
             Ok(())
         }
         Err(e) => {
@@ -74,9 +93,13 @@ pub fn reproduce(
     };
     let mut reports = Vec::new();
     let mut not_implemented = Vec::new();
+    let bar = runs_progress(selected.len() as u64, "experiments");
     for name in selected {
+        bar.set_message(name.to_owned());
         let started_at = SystemTime::now();
-        match experiments::run_bundled(name, &options) {
+        let result = experiments::run_bundled(name, &options);
+        bar.inc(1);
+        match result {
             Ok(r) => {
                 let origin = format!("scenarios/{name}.toml (bundled)");
                 let run = NewRun {
@@ -90,18 +113,21 @@ pub fn reproduce(
                     finished_at: SystemTime::now(),
                     report: &r,
                 };
-                if let Err(code) = store("reproduce", db.as_mut(), &run) {
+                if let Err(code) = store("reproduce", db.as_mut(), &run, &bar) {
+                    bar.finish_and_clear();
                     return code;
                 }
                 reports.push(r);
             }
             Err(ExperimentError::NotImplemented { name }) => not_implemented.push(name),
             Err(e) => {
+                bar.finish_and_clear();
                 eprintln!("iolab reproduce: {name}: {e}");
                 return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
             }
         }
     }
+    bar.finish_and_clear();
     let summary = reports.len() > 1;
     print_reports(&reports, &not_implemented, json, summary)
 }
@@ -179,13 +205,23 @@ fn run_repetitions(
     let repetitions = options.runs.max(1);
     let mut reports = Vec::with_capacity(repetitions as usize);
     let mut group_id = None;
+    let bar = runs_progress(u64::from(repetitions), "repetitions");
+    bar.set_message(origin.to_owned());
     for i in 0..repetitions {
         let one = ExperimentOptions {
             runs: 1,
             seed: options.seed.wrapping_add(u64::from(i)),
         };
         let started_at = SystemTime::now();
-        let report = run_one(&one).map_err(Stopped::Experiment)?;
+        let result = run_one(&one);
+        bar.inc(1);
+        let report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(Stopped::Experiment(e));
+            }
+        };
         if let Some(db) = db.as_deref_mut() {
             let run = NewRun {
                 kind: "lab",
@@ -205,10 +241,14 @@ fn run_repetitions(
             };
             match stored {
                 Ok(id) => {
-                    eprintln!("stored as run {id} in {}", db.path().display());
+                    progress::note(
+                        &bar,
+                        &format!("stored as run {id} in {}", db.path().display()),
+                    );
                     group_id = group_id.or((repetitions > 1).then_some(id));
                 }
                 Err(e) => {
+                    bar.finish_and_clear();
                     eprintln!("iolab {cmd}: {e}");
                     return Err(Stopped::Store(ExitCode::from(e.exit_code())));
                 }
@@ -216,6 +256,7 @@ fn run_repetitions(
         }
         reports.push(report);
     }
+    bar.finish_and_clear();
     if let (Some(g), Some(db)) = (group_id, db) {
         eprintln!(
             "stored {repetitions} repetitions as group g{g} in {} (compare with `iolab compare g{g} ...`)",
@@ -301,26 +342,44 @@ fn run_lab(
         // or the measurements of every repetition.
         // With several repetitions, each job group is named `NAME#i` (repetition i).
         let several = outputs.len() > 1;
-        let fio_jobs: Option<Vec<_>> = outputs
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.fio.as_ref().map(|f| {
-                    let mut jobs = f.jobs.clone();
-                    if several {
-                        for j in &mut jobs {
-                            j.jobname = format!("{}#{i}", j.jobname);
+        let encoded = match &scenario.workload {
+            lab::spec::Workload::Fio(setup) => {
+                let names: Vec<String> = (0..outputs.len())
+                    .map(|i| {
+                        if several {
+                            format!("{}#{i}", scenario.name)
+                        } else {
+                            scenario.name.clone()
                         }
-                    }
-                    jobs
-                })
-            })
-            .collect();
-        let encoded = match fio_jobs {
-            Some(jobs) => serde_json::to_string_pretty(&iolab_sim::workloads::fio::FioJson {
-                jobs: jobs.concat(),
-            }),
-            None => {
+                    })
+                    .collect();
+                let jobs: Vec<_> = outputs
+                    .iter()
+                    .zip(&names)
+                    .flat_map(|(o, name)| {
+                        let jobs = o.fio.as_ref().map_or(&[][..], |f| &f.jobs[..]);
+                        jobs.iter().zip(&o.report.measurements).map(move |(j, m)| {
+                            let mut j = j.clone();
+                            j.jobname = name.clone();
+                            (j, m, o.seed)
+                        })
+                    })
+                    .collect();
+                let reps: Vec<_> = jobs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (job, measurement, seed))| crate::fiojson::Repetition {
+                        job,
+                        measurement,
+                        setup,
+                        scenario: &scenario.name,
+                        seed: *seed,
+                        run: i as u32,
+                    })
+                    .collect();
+                serde_json::to_string_pretty(&crate::fiojson::document(&reps))
+            }
+            _ => {
                 let measurements: Vec<_> = outputs
                     .iter()
                     .flat_map(|o| o.report.measurements.iter().cloned())

@@ -1,13 +1,19 @@
 //! `iolab soak`: the long pSeries TCP write and read soak of SEEDS.md #4 in virtual time,
-//! with invariant checks at intervals (see `iolab_sim::soak`). The soak is not stored in the
-//! results database: it reports stability, not an experiment's figures.
+//! with invariant checks at intervals (see `iolab_sim::soak`). A progress bar with an ETA
+//! follows the checkpoints on a terminal ([`crate::progress`]). The result is stored in the
+//! results database as one run (experiment `soak`) with a measurement per direction
+//! (`soak.write`, `soak.read`).
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
+use iolab_sim::experiment::ExperimentReport;
 use iolab_sim::experiments::pseries_ddw;
-use iolab_sim::soak::{run_soak, SoakConfig, SoakDirection, SoakReport};
+use iolab_sim::metrics::{Measurement, Metric};
+use iolab_sim::soak::{run_soak_observed, SoakConfig, SoakDirection, SoakReport};
+
+use crate::db::{NewRun, ResultsDb};
 
 /// Which streams a soak runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -48,6 +54,8 @@ pub struct SoakArgs<'a> {
     pub seed: u64,
     /// JSON output.
     pub json: bool,
+    /// The results database to store the soak in (`None`: `--no-db`).
+    pub db: Option<&'a Path>,
 }
 
 /// Converts virtual seconds to nanoseconds, refusing what is not a positive finite time.
@@ -85,8 +93,19 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut db = match args.db.map(ResultsDb::open).transpose() {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("iolab soak: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let directions = args.directions.list();
+    let checkpoints = duration_ns / interval_ns.max(1);
+    let bar = crate::progress::runs_bar(checkpoints * directions.len() as u64, "checkpoints");
+    let started_at = SystemTime::now();
     let mut reports = Vec::new();
-    for &direction in args.directions.list() {
+    for (d, &direction) in directions.iter().enumerate() {
         let cfg = SoakConfig {
             duration_ns,
             interval_ns,
@@ -96,37 +115,160 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
             seed: args.seed,
         };
         let started = Instant::now();
-        match run_soak(&text, &origin, &cfg) {
+        let (b, name) = (bar.clone(), direction.name());
+        let done_before = d as u64 * checkpoints;
+        let on_checkpoint = move |at_ns: u64| {
+            b.set_position(done_before + at_ns / interval_ns.max(1));
+            // Whole seconds for a long soak, milliseconds for a short one.
+            let digits = if duration_ns >= 100_000_000_000 { 0 } else { 3 };
+            b.set_message(format!(
+                "{name}, {:.digits$} of {:.digits$} virtual s",
+                at_ns as f64 / 1e9,
+                duration_ns as f64 / 1e9
+            ));
+        };
+        match run_soak_observed(&text, &origin, &cfg, on_checkpoint) {
             Ok(r) => {
                 let wall = started.elapsed().as_secs_f64();
-                if !args.json {
-                    print!("{}", render(&r));
-                }
                 // Wall time is about this machine, not the result: standard error only.
-                eprintln!(
-                    "{}: simulated {:.3} virtual s in {wall:.1} wall s ({:.4} virtual s per wall s)",
-                    direction.name(),
-                    r.virtual_ns as f64 / 1e9,
-                    r.virtual_ns as f64 / 1e9 / wall.max(1e-9)
+                crate::progress::note(
+                    &bar,
+                    &format!(
+                        "{}: simulated {:.3} virtual s in {wall:.1} wall s ({:.4} virtual s per wall s)",
+                        direction.name(),
+                        r.virtual_ns as f64 / 1e9,
+                        r.virtual_ns as f64 / 1e9 / wall.max(1e-9)
+                    ),
                 );
                 reports.push(r);
             }
             Err(e) => {
+                bar.finish_and_clear();
                 eprintln!("iolab soak ({}): {e}", direction.name());
                 return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
             }
         }
     }
+    bar.finish_and_clear();
+    let text_out: String = reports.iter().map(render).collect();
+    if let Some(db) = db.as_mut() {
+        let report = stored_report(&reports, &text_out, args, interval_ns);
+        let run = NewRun {
+            kind: "lab",
+            group_id: None,
+            label: None,
+            scenario_origin: Some(&origin),
+            scenario_text: Some(&text),
+            seed: args.seed,
+            started_at,
+            finished_at: SystemTime::now(),
+            report: &report,
+        };
+        match db.store(&run) {
+            Ok(id) => eprintln!("stored as run {id} in {}", db.path().display()),
+            Err(e) => {
+                eprintln!("iolab soak: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        }
+    }
     if args.json {
-        match serde_json::to_string_pretty(&reports) {
+        // A mean and a coefficient of variation need two checkpoints (the first interval,
+        // which holds the ramp, is left out): `null` rather than a made-up 0.
+        let mut value = match serde_json::to_value(&reports) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("iolab soak: cannot encode the report as JSON: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        if let Some(list) = value.as_array_mut() {
+            for (v, r) in list.iter_mut().zip(&reports) {
+                if r.intervals.len() < 2 {
+                    v["mean_gbps"] = serde_json::Value::Null;
+                    v["cv_pct"] = serde_json::Value::Null;
+                }
+            }
+        }
+        match serde_json::to_string_pretty(&value) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("iolab soak: cannot encode the report as JSON: {e}");
                 return ExitCode::from(1);
             }
         }
+    } else {
+        print!("{text_out}");
     }
     ExitCode::SUCCESS
+}
+
+/// The soak as a stored run: one measurement per direction, named `soak.<direction>`.
+fn stored_report(
+    reports: &[SoakReport],
+    text: &str,
+    args: &SoakArgs<'_>,
+    interval_ns: u64,
+) -> ExperimentReport {
+    let measurements = reports
+        .iter()
+        .map(|r| {
+            let mut m = Measurement::new(format!("soak.{}", r.direction.name()))
+                .attr("workload", "netperf")
+                .attr("direction", r.direction.name())
+                .attr("threads", r.threads)
+                .attr("iommu_model", "pseries")
+                .attr(
+                    "iommu_mode",
+                    if r.ddw {
+                        "ddw-dynamic"
+                    } else {
+                        "default-window"
+                    },
+                )
+                .attr("seed", args.seed)
+                .attr("interval_s", interval_ns as f64 / 1e9)
+                .metric(Metric::new(
+                    "soak.checkpoints",
+                    "count",
+                    r.intervals.len() as f64,
+                ))
+                .metric(Metric::new(
+                    "soak.virtual_s",
+                    "s",
+                    r.virtual_ns as f64 / 1e9,
+                ));
+            if r.intervals.len() >= 2 {
+                m = m
+                    .metric(Metric::new("net.throughput_gbps", "Gb/s", r.mean_gbps))
+                    .metric(Metric::new("net.throughput_cv_pct", "%", r.cv_pct));
+            } else if let Some(first) = r.intervals.first() {
+                m = m.metric(Metric::new("soak.first_interval_gbps", "Gb/s", first.gbps));
+            }
+            m.metric(Metric::new("dma.maps", "count", r.maps as f64))
+                .metric(Metric::new("dma.unmaps", "count", r.unmaps as f64))
+                .metric(Metric::new("net.messages", "count", r.messages as f64))
+                .metric(Metric::new("net.bytes", "bytes", r.bytes as f64))
+                .metric(Metric::new("tce.hypercalls", "count", r.hypercalls as f64))
+        })
+        .collect();
+    let directions: Vec<&str> = reports.iter().map(|r| r.direction.name()).collect();
+    ExperimentReport {
+        name: "soak".to_owned(),
+        title: format!(
+            "pSeries TCP soak ({}), {} virtual h, invariant checks every {} virtual s",
+            directions.join(" then "),
+            args.hours,
+            args.interval_s
+        ),
+        runs: 1,
+        figures: Vec::new(),
+        effects: Vec::new(),
+        calibrated: Vec::new(),
+        report_text: text.to_owned(),
+        notes: Vec::new(),
+        measurements,
+    }
 }
 
 fn render(r: &SoakReport) -> String {
@@ -154,11 +296,27 @@ fn render(r: &SoakReport) -> String {
             i.live_mappings
         );
     }
-    let _ = writeln!(
-        s,
-        "throughput: mean {:.3} Gb/s, coefficient of variation {:.2}% (intervals after the first)",
-        r.mean_gbps, r.cv_pct
-    );
+    match r.intervals.as_slice() {
+        [] => {
+            let _ = writeln!(s, "throughput: no checkpoint ran");
+        }
+        [only] => {
+            let _ = writeln!(
+                s,
+                "throughput: {:.3} Gb/s in the one interval (ramp included); a mean and a \
+                 coefficient of variation need two or more checkpoints (a shorter --interval-s \
+                 or more --hours)",
+                only.gbps
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                s,
+                "throughput: mean {:.3} Gb/s, coefficient of variation {:.2}% (intervals after the first)",
+                r.mean_gbps, r.cv_pct
+            );
+        }
+    }
     let _ = match r.direction {
         SoakDirection::Write => writeln!(
             s,

@@ -24,6 +24,14 @@
 //! and keeps the source. A path the base scenario does not have is an error naming the grid
 //! file, the axis and the path, found before anything runs.
 //!
+//! The base may also be a bundled example workload scenario (`scenario = "fio-nvme-strict"`).
+//! On a workload scenario, which refuses unknown fields itself, an axis or `[set]` field may
+//! be an optional field the base leaves out (the scenario judges it when the grid loads);
+//! and a field of the base that does not apply to a point ("applies to ... only", say
+//! `iommu.cmdq` at `iommu.mode = "passthrough"`) is dropped from that point, once said on
+//! standard error. When the points have run, a result table (point, axis values,
+//! configuration, key metrics) is printed on standard output.
+//!
 //! `--shard i/n` (0-based `i`, `0 <= i < n`) keeps the points whose index is `i` modulo `n`,
 //! so `n` machines (a Slurm array job, a Kubernetes Indexed Job) together run each point
 //! exactly once; `iolab db merge` joins their databases. The sweep id, a hash of the base
@@ -35,7 +43,6 @@
 //! together, so a sweep killed midway keeps every point it finished.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,6 +51,7 @@ use std::time::SystemTime;
 
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
+use iolab_sim::metrics::Measurement;
 use serde::Deserialize;
 
 use crate::db::{NewRun, ResultsDb, SweepPoint};
@@ -141,6 +149,12 @@ pub struct Grid {
     axes: Vec<(String, Vec<Step>, Vec<toml::Value>)>,
     seeds: Vec<u64>,
     runs: u32,
+    /// Whether the base is a workload scenario (docs/SCENARIOS.md).
+    workload: bool,
+    /// The directory the base scenario's relative paths are resolved against.
+    base_dir: Option<PathBuf>,
+    /// The fields the grid sets: `[set]` keys and axes (never dropped from a point).
+    user_fields: Vec<String>,
 }
 
 /// One point of a grid, ready to run.
@@ -154,6 +168,9 @@ pub struct Point {
     pub text: String,
     /// The point's seed.
     pub seed: u64,
+    /// Fields of the base scenario left out of this point because they do not apply to it
+    /// (`iommu.cmdq` at an `iommu.mode = "passthrough"` point): (field, the scenario's reason).
+    pub dropped: Vec<(String, String)>,
 }
 
 fn parse_path(field: &str) -> Result<Vec<Step>, String> {
@@ -198,22 +215,47 @@ fn render_steps(steps: &[Step]) -> String {
 }
 
 /// Sets the field at `steps` in `table` to `value`; the error says which prefix is missing.
-fn set_field(table: &mut toml::Table, steps: &[Step], value: toml::Value) -> Result<(), String> {
+/// With `create`, missing table keys are added (an optional field the base scenario leaves
+/// out; the scenario's own validation then judges the field), array indices never are.
+fn set_field(
+    table: &mut toml::Table,
+    steps: &[Step],
+    value: toml::Value,
+    create: bool,
+) -> Result<(), String> {
     let Some((Step::Key(first), rest)) = steps.split_first() else {
         return Err("a field path starts with a key".to_owned());
     };
+    // What a created key starts as: a table when a key follows it, else the value.
+    let fresh = |next: Option<&Step>| match next {
+        Some(Step::Key(_)) => Some(toml::Value::Table(toml::Table::new())),
+        Some(Step::Index(_)) => None,
+        None => Some(toml::Value::Boolean(false)),
+    };
+    if create && !table.contains_key(first) {
+        if let Some(v) = fresh(rest.first()) {
+            table.insert(first.clone(), v);
+        }
+    }
     let mut cur = table
         .get_mut(first)
         .ok_or_else(|| format!("the base scenario has no `{first}`"))?;
     for (i, step) in rest.iter().enumerate() {
         let here = render_steps(&steps[..i + 1]);
         cur = match (step, cur) {
-            (Step::Key(k), toml::Value::Table(t)) => t.get_mut(k).ok_or_else(|| {
-                format!(
-                    "the base scenario has no `{}`",
-                    render_steps(&steps[..i + 2])
-                )
-            })?,
+            (Step::Key(k), toml::Value::Table(t)) => {
+                if create && !t.contains_key(k) {
+                    if let Some(v) = fresh(rest.get(i + 1)) {
+                        t.insert(k.clone(), v);
+                    }
+                }
+                t.get_mut(k).ok_or_else(|| {
+                    format!(
+                        "the base scenario has no `{}`",
+                        render_steps(&steps[..i + 2])
+                    )
+                })?
+            }
             (Step::Index(n), toml::Value::Array(a)) => {
                 let len = a.len();
                 a.get_mut(*n).ok_or_else(|| {
@@ -233,6 +275,49 @@ fn set_field(table: &mut toml::Table, steps: &[Step], value: toml::Value) -> Res
     }
     *cur = value;
     Ok(())
+}
+
+/// Removes the field at the dotted path `field` from `table`; whether it was there.
+fn remove_field(table: &mut toml::Table, field: &str) -> bool {
+    let Ok(steps) = parse_path(field) else {
+        return false;
+    };
+    let Some((Step::Key(last), parents)) = steps.split_last() else {
+        return false;
+    };
+    let mut cur = table;
+    for step in parents {
+        let next = match step {
+            Step::Key(k) => cur.get_mut(k),
+            Step::Index(_) => return false,
+        };
+        match next {
+            Some(toml::Value::Table(t)) => cur = t,
+            _ => return false,
+        }
+    }
+    cur.remove(last).is_some()
+}
+
+/// What a workload scenario says about `field` in `table`, when it refuses that field as
+/// unknown or out of place; `None` when it accepts it (or refuses something else).
+fn field_problem(
+    table: &toml::Table,
+    field: &str,
+    origin: &str,
+    base_dir: &Option<PathBuf>,
+) -> Option<String> {
+    let text = toml::to_string(table).ok()?;
+    match iolab_sim::lab::validate(&text, origin, base_dir.as_deref()) {
+        Err(ExperimentError::Input(iolab_sim::tomlfile::InputError::Field {
+            field: f,
+            problem,
+            ..
+        })) if f == field || field.starts_with(&format!("{f}.")) => {
+            Some(format!("the scenario refuses it: field `{f}`: {problem}"))
+        }
+        _ => None,
+    }
 }
 
 /// FNV-1a, 64 bits: a stable hash for the sweep id (the same on every machine and build).
@@ -262,15 +347,22 @@ impl Grid {
                 format!("scenarios/{}.toml (bundled)", file.scenario),
                 text.to_owned(),
             )
+        } else if let Some(text) = iolab_sim::lab::examples::example(&file.scenario) {
+            // A bundled example workload scenario, as `iolab run --example NAME` takes it.
+            (
+                format!("scenarios/examples/{}.toml (bundled)", file.scenario),
+                text.to_owned(),
+            )
         } else {
             let p = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
             let text = std::fs::read_to_string(&p).map_err(|e| SweepError::Base {
                 path: path.to_owned(),
                 origin: p.display().to_string(),
                 message: format!(
-                    "cannot read it ({e}); `scenario` is a path relative to the grid file \
-                     or one of {}",
-                    NAMES.join(", ")
+                    "cannot read it ({e}); `scenario` is a path relative to the grid file, \
+                     a bundled experiment ({}) or a bundled example ({})",
+                    NAMES.join(", "),
+                    iolab_sim::lab::examples::example_names().join(", ")
                 ),
             })?;
             (p.display().to_string(), text)
@@ -280,13 +372,23 @@ impl Grid {
             origin: base_origin.clone(),
             message: e.to_string(),
         })?;
+        // A workload scenario refuses unknown fields itself, so its optional fields may be
+        // set or swept even where the base leaves them out; an experiment's scenario may not.
+        let workload = !iolab_sim::lab::is_experiment_scenario(&base_text);
+        let base_dir = if NAMES.contains(&file.scenario.as_str())
+            || iolab_sim::lab::examples::example(&file.scenario).is_some()
+        {
+            None
+        } else {
+            Path::new(&base_origin).parent().map(Path::to_path_buf)
+        };
         for (field, value) in &file.set {
             let bad = |problem: String| SweepError::Grid {
                 path: path.to_owned(),
                 problem: format!("[set] field `{field}`: {problem} (base scenario {base_origin})"),
             };
             let steps = parse_path(field).map_err(bad)?;
-            set_field(&mut base, &steps, value.clone()).map_err(bad)?;
+            set_field(&mut base, &steps, value.clone(), workload).map_err(bad)?;
         }
         let mut axes = Vec::new();
         for (i, a) in file.axis.iter().enumerate() {
@@ -305,8 +407,15 @@ impl Grid {
             }
             // Check the path once on a copy, so a wrong path is reported before any run.
             let mut probe = base.clone();
-            set_field(&mut probe, &steps, a.values[0].clone())
+            let absent = set_field(&mut probe.clone(), &steps, a.values[0].clone(), false).is_err();
+            set_field(&mut probe, &steps, a.values[0].clone(), workload)
                 .map_err(|p| bad(format!("{p} (base scenario {base_origin})")))?;
+            if absent {
+                // A field the base leaves out: the scenario itself says whether it has one.
+                if let Some(problem) = field_problem(&probe, &a.field, &base_origin, &base_dir) {
+                    return Err(bad(format!("{problem} (base scenario {base_origin})")));
+                }
+            }
             axes.push((a.field.clone(), steps, a.values.clone()));
         }
         let seeds = match file.seeds {
@@ -340,6 +449,8 @@ impl Grid {
         }
         key.push_str(&format!("\n#seeds {seeds:?}\n#runs {runs}"));
         let sweep_id = format!("{:016x}", fnv1a(key.as_bytes()));
+        let mut user_fields: Vec<String> = file.set.keys().cloned().collect();
+        user_fields.extend(axes.iter().map(|(f, _, _)| f.clone()));
         Ok(Grid {
             path: path.to_owned(),
             name,
@@ -349,6 +460,9 @@ impl Grid {
             axes,
             seeds,
             runs,
+            workload,
+            base_dir,
+            user_fields,
         })
     }
 
@@ -375,7 +489,7 @@ impl Grid {
         let mut values = Vec::new();
         for (i, (field, steps, vals)) in self.axes.iter().enumerate() {
             let v = vals[picks[i]].clone();
-            set_field(&mut table, steps, v.clone()).map_err(|problem| {
+            set_field(&mut table, steps, v.clone(), self.workload).map_err(|problem| {
                 SweepError::UnknownField {
                     path: self.path.clone(),
                     axis: i + 1,
@@ -388,16 +502,50 @@ impl Grid {
         if self.seeds.len() > 1 {
             values.push(("seed".to_owned(), toml::Value::Integer(seed as i64)));
         }
-        let text = toml::to_string(&table).map_err(|e| SweepError::Grid {
-            path: self.path.clone(),
-            problem: format!("cannot write point {index} as TOML: {e}"),
-        })?;
+        let write = |table: &toml::Table| {
+            toml::to_string(table).map_err(|e| SweepError::Grid {
+                path: self.path.clone(),
+                problem: format!("cannot write point {index} as TOML: {e}"),
+            })
+        };
+        let mut text = write(&table)?;
+        let mut dropped = Vec::new();
+        // A field of the base that does not apply to this point (the scenario says
+        // "applies to ... only") is dropped from it, unless the grid set it.
+        while let Some((field, problem)) = self
+            .workload
+            .then(|| self.inapplicable_field(&text))
+            .flatten()
+        {
+            if self.user_fields.contains(&field)
+                || dropped.iter().any(|(f, _)| *f == field)
+                || !remove_field(&mut table, &field)
+            {
+                break;
+            }
+            dropped.push((field, problem));
+            text = write(&table)?;
+        }
         Ok(Point {
             index,
             values,
             text,
             seed,
+            dropped,
         })
+    }
+
+    /// The field a workload scenario refuses as not applying to its model, mode or pattern
+    /// ("applies to ... only"), with the scenario's words.
+    fn inapplicable_field(&self, text: &str) -> Option<(String, String)> {
+        match iolab_sim::lab::validate(text, &self.base_origin, self.base_dir.as_deref()) {
+            Err(ExperimentError::Input(iolab_sim::tomlfile::InputError::Field {
+                field,
+                problem,
+                ..
+            })) if problem.starts_with("applies to ") => Some((field, problem)),
+            _ => None,
+        }
     }
 
     /// A point's label: `field=value, ...`.
@@ -545,6 +693,9 @@ pub fn run(
             Err(e) => return fail(2, e.to_string()),
         }
     }
+    if let Some(note) = dropped_note(&points) {
+        eprint!("{note}");
+    }
     let mut db = match db_path.map(ResultsDb::open).transpose() {
         Ok(db) => db,
         Err(e) => return fail(e.exit_code(), e.to_string()),
@@ -562,17 +713,10 @@ pub fn run(
         shard.count,
         jobs
     );
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(points.len() as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
-        ) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = crate::progress::bar(
+        points.len() as u64,
+        "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
+    );
     let options = |seed| ExperimentOptions {
         runs: grid.runs,
         seed,
@@ -585,6 +729,7 @@ pub fn run(
         ..Outcome::default()
     };
     let mut first_error: Option<(u8, String)> = None;
+    let mut results: Vec<(Point, Vec<Measurement>)> = Vec::new();
     std::thread::scope(|s| {
         for _ in 0..jobs {
             let tx = tx.clone();
@@ -626,6 +771,7 @@ pub fn run(
                     continue;
                 }
             };
+            results.push((done.point.clone(), report.measurements.clone()));
             let Some(db) = db.as_mut() else {
                 outcome.stored += 1;
                 continue;
@@ -681,10 +827,142 @@ pub fn run(
     for (point, id) in &outcome.run_ids {
         eprintln!("  point {point:>4} -> run {id}");
     }
+    results.sort_by_key(|(p, _)| p.index);
+    print!("{}", result_table(&grid, &results));
     match first_error {
         Some((code, _)) => ExitCode::from(code),
         None => ExitCode::SUCCESS,
     }
+}
+
+/// The note, printed once before a sweep runs, of the base scenario's fields dropped from
+/// points they do not apply to: per field, the scenario's reason and the points.
+fn dropped_note(points: &[Point]) -> Option<String> {
+    let mut by_field: BTreeMap<&str, (&str, Vec<&Point>)> = BTreeMap::new();
+    for p in points {
+        for (field, problem) in &p.dropped {
+            by_field
+                .entry(field)
+                .or_insert_with(|| (problem, Vec::new()))
+                .1
+                .push(p);
+        }
+    }
+    if by_field.is_empty() {
+        return None;
+    }
+    let mut out = String::from("fields of the base scenario dropped where they do not apply:\n");
+    for (field, (problem, pts)) in by_field {
+        let list: Vec<String> = if pts.len() <= 6 {
+            pts.iter()
+                .map(|p| format!("{} ({})", p.index, Grid::label(p)))
+                .collect()
+        } else {
+            pts.iter().map(|p| p.index.to_string()).collect()
+        };
+        out.push_str(&format!(
+            "  `{field}` ({problem}) at point{} {}\n",
+            if pts.len() == 1 { "" } else { "s" },
+            list.join(", ")
+        ));
+    }
+    Some(out)
+}
+
+/// Metrics shown in the result table, in this order, where any point has them.
+const TABLE_METRICS: [&str; 12] = [
+    "read.iops",
+    "write.iops",
+    "read.clat_mean_ns",
+    "read.clat_p99_ns",
+    "write.clat_p99_ns",
+    "cpu.sys_pct",
+    "net.throughput_gbps",
+    "bonnie.out_block_kps",
+    "bonnie.in_block_kps",
+    "bonnie.seeks_per_s",
+    "reaim.max_jpm",
+    "protection.stale_hits",
+];
+
+/// The table printed when a sweep ends: a row per point and measured configuration, with
+/// the axis values and the key metrics ([`TABLE_METRICS`]) any point has.
+fn result_table(grid: &Grid, results: &[(Point, Vec<Measurement>)]) -> String {
+    let mut columns: Vec<(&str, String)> = Vec::new();
+    for name in TABLE_METRICS {
+        let unit = results
+            .iter()
+            .flat_map(|(_, ms)| ms.iter())
+            .find_map(|m| m.get(name).map(|x| x.unit.clone()));
+        if let Some(unit) = unit {
+            columns.push((name, unit));
+        }
+    }
+    let mut header: Vec<String> = vec!["point".to_owned()];
+    let axis_names: Vec<String> = results
+        .first()
+        .map(|(p, _)| p.values.iter().map(|(f, _)| f.clone()).collect())
+        .unwrap_or_default();
+    header.extend(axis_names.iter().cloned());
+    header.push("config".to_owned());
+    header.extend(columns.iter().map(|(n, u)| format!("{n} ({u})")));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (p, ms) in results {
+        for m in ms {
+            let mut row = vec![p.index.to_string()];
+            row.extend(p.values.iter().map(|(_, v)| match v {
+                toml::Value::String(s) => s.clone(),
+                v => v.to_string(),
+            }));
+            row.push(m.config.clone());
+            for (name, unit) in &columns {
+                row.push(
+                    m.get(name)
+                        .map_or("-".to_owned(), |x| crate::compare::num(x.value, unit)),
+                );
+            }
+            rows.push(row);
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([header[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // Text columns (axis values, config) to the left, numbers to the right.
+    let left = |i: usize| i > 0 && i <= axis_names.len() + 1;
+    let line = |cells: &[String]| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if left(i) {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        format!("{}\n", parts.join("  ").trim_end())
+    };
+    let mut out = format!(
+        "sweep {} ({}): {} point(s)\n",
+        grid.name,
+        grid.sweep_id,
+        results.len()
+    );
+    out.push_str(&line(&header));
+    for r in &rows {
+        out.push_str(&line(r));
+    }
+    out
 }
 
 fn toml_to_json(v: &toml::Value) -> serde_json::Value {
@@ -718,11 +996,18 @@ mod tests {
             "[k]\nx = { value = 1, source = \"s\" }\n[[rows]]\nn = 1\n[[rows]]\nn = 2\n",
         )
         .unwrap();
-        set_field(&mut t, &parse_path("k.x").unwrap(), toml::Value::Integer(7)).unwrap();
+        set_field(
+            &mut t,
+            &parse_path("k.x").unwrap(),
+            toml::Value::Integer(7),
+            false,
+        )
+        .unwrap();
         set_field(
             &mut t,
             &parse_path("rows[1].n").unwrap(),
             toml::Value::Integer(9),
+            false,
         )
         .unwrap();
         assert_eq!(t["k"]["x"]["value"].as_integer(), Some(7));
@@ -733,9 +1018,15 @@ mod tests {
             &mut t,
             &parse_path("rows[2].n").unwrap(),
             toml::Value::Integer(0),
+            true,
         );
         assert!(e.unwrap_err().contains("2 elements"));
-        let e = set_field(&mut t, &parse_path("k.y").unwrap(), toml::Value::Integer(0));
+        let e = set_field(
+            &mut t,
+            &parse_path("k.y").unwrap(),
+            toml::Value::Integer(0),
+            false,
+        );
         assert!(e.unwrap_err().contains("`k.y`"));
     }
 

@@ -442,3 +442,79 @@ fn text_tables_print_numbers_with_units_and_json_keeps_raw_numbers() {
     assert!(mean > 21_431.0 && mean < 21_432.0, "{mean}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A real fio run (tests/data: `--rw=randread --bs=4k --iodepth=8 --numjobs=2`, job name
+/// `randread`) and the lab run of the same job (scenario `lab-randread`) pair up by their
+/// attributes, typed (`bs = "4k"` is 4096, `iodepth = "8"` is 8), not by name; a lab job
+/// with another iodepth does not.
+#[test]
+fn a_real_fio_import_and_the_lab_run_of_the_same_job_pair_by_attributes() {
+    let dir = temp_dir("byattrs");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    for f in ["fio-randread-grouped.json", "fio-randread-grouped-2.json"] {
+        ok(iolab(&[
+            "--db",
+            db,
+            "import",
+            "fio",
+            &repo(&format!("tests/data/{f}")),
+        ]));
+    }
+    let example = std::fs::read_to_string(repo("../../scenarios/examples/fio-nvme-strict.toml"))
+        .unwrap()
+        .replace("name = \"fio-nvme-strict\"", "name = \"lab-randread\"")
+        .replace("bs = 4096", "bs = \"4k\"")
+        .replace("iodepth = 32", "iodepth = 8")
+        .replace("numjobs = 16", "numjobs = 2");
+    let same = dir.join("same.toml");
+    std::fs::write(&same, &example).unwrap();
+    ok(iolab(&[
+        "--db",
+        db,
+        "run",
+        same.to_str().unwrap(),
+        "--runs",
+        "2",
+    ]));
+    let json: Value = serde_json::from_str(&ok(iolab(&[
+        "--db", db, "compare", "1,2", "g3", "--format", "json", "--metric", "read.*",
+    ])))
+    .unwrap();
+    assert_eq!(
+        json["paired_by_attributes"],
+        serde_json::json!([{
+            "a": "randread",
+            "b": "lab-randread",
+            "key": "workload=fio rw=randread bs=4096 iodepth=8 numjobs=2"
+        }]),
+        "{json}"
+    );
+    let rows = json["rows"].as_array().unwrap();
+    let iops = rows
+        .iter()
+        .find(|r| r["metric"] == "read.iops")
+        .expect("read.iops compared");
+    assert_eq!(iops["config"], "randread");
+    assert_eq!(
+        (iops["a"]["n"].as_u64(), iops["b"]["n"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let text = ok(iolab(&["--db", db, "compare", "1,2", "g3"]));
+    assert!(
+        text.contains("paired by attributes: configuration randread (A) with lab-randread (B)"),
+        "{text}"
+    );
+    // Another iodepth is another job: nothing pairs, and the message says how pairs form.
+    let other = dir.join("other.toml");
+    std::fs::write(&other, example.replace("iodepth = 8", "iodepth = 16")).unwrap();
+    ok(iolab(&["--db", db, "run", other.to_str().unwrap()]));
+    let out = iolab(&["--db", db, "compare", "1", "5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("by their workload's attributes"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -273,3 +273,71 @@ fn malformed_and_truncated_files_store_nothing_and_exit_2() {
     assert_eq!(std::fs::read(db).unwrap(), before);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `iolab run --format json` of an fio scenario is fio's JSON, which `iolab import fio`
+/// reads back: the imported run's figures are the lab run's, the lab's own figures ride in
+/// the `iolab` object, and fio's field names are there for other fio readers.
+#[test]
+fn a_lab_fio_json_document_imports_back_with_the_lab_s_figures() {
+    let dir = temp_dir("roundtrip");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    let out = iolab(&[
+        "--db",
+        db,
+        "run",
+        "--example",
+        "fio-nvme-strict",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        doc["fio version"].as_str().unwrap().starts_with("iolab-"),
+        "{doc}"
+    );
+    let job = &doc["jobs"][0];
+    assert_eq!(job["jobname"], "fio-nvme-strict");
+    assert_eq!(job["job options"]["rw"], "randread");
+    assert_eq!(job["job options"]["bs"], "4096");
+    assert_eq!(job["job options"]["iodepth"], "32");
+    assert_eq!(job["job options"]["numjobs"], "16");
+    for key in ["bw_bytes", "io_kbytes", "slat_ns", "lat_ns", "total_ios"] {
+        assert!(!job["read"][key].is_null(), "read.{key}: {job}");
+    }
+    assert_eq!(job["read"]["clat_ns"]["N"], job["read"]["total_ios"]);
+    assert!(job["trim"].is_object());
+    let extra = &job["iolab"];
+    assert_eq!(extra["attributes"]["iommu_mode"], "strict");
+    assert_eq!(extra["attributes"]["iodepth"], 32, "attributes are typed");
+    assert_eq!(extra["metrics"]["protection.stale_hits"]["unit"], "count");
+    assert!(extra["metrics"]["dma.map_ns"]["value"].as_f64().unwrap() > 0.0);
+    assert!(
+        extra["metrics"]["read.iops"].is_null(),
+        "fio's own fields carry it"
+    );
+
+    let file = dir.join("lab.json");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let out = iolab(&["--db", db, "import", "fio", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (lab, imported) = (show(db, 1), show(db, 2));
+    let (lm, im) = (&lab["measurements"][0], &imported["measurements"][0]);
+    assert_eq!(im["config"], lm["config"]);
+    assert_eq!(metric(im, "read.iops"), metric(lm, "read.iops"));
+    assert!(metric(im, "read.iops").unwrap() > 100_000.0);
+    for name in [
+        "read.clat_mean_ns",
+        "read.clat_p99_ns",
+        "cpu.sys_pct",
+        "dma.map_ns",
+        "protection.max_reachable_after_unmap_ns",
+        "iotlb.walk_reads_per_io",
+    ] {
+        assert_eq!(metric(im, name), metric(lm, name), "{name}");
+    }
+    assert_eq!(im["attrs"]["iommu_mode"], "strict");
+    assert_eq!(im["attrs"]["fio_version"], doc["fio version"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

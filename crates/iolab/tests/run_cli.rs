@@ -88,7 +88,11 @@ fn fio_json_has_fio_s_shape() {
         assert_eq!(bytes, ios * 4096.0, "every I/O moves bs bytes");
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
         assert!(close(num(&read["iops"]), ios / secs), "iops: {read}");
-        assert!(close(num(&read["bw"]), bytes / 1024.0 / secs), "bw: {read}");
+        // fio writes `bw` as whole KiB/s.
+        assert!(
+            (num(&read["bw"]) - bytes / 1024.0 / secs).abs() <= 0.5,
+            "bw: {read}"
+        );
         // Latencies: min <= mean <= max, the percentiles ordered and within [min, max].
         let clat = &read["clat_ns"];
         let (min, mean, max) = (num(&clat["min"]), num(&clat["mean"]), num(&clat["max"]));
@@ -301,4 +305,29 @@ fn iommu_mode_none_is_an_alias_of_off_and_prints_as_off() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("does not apply"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `run --runs N` draws a bar over its repetitions on a terminal (standard error, via
+/// `script`'s pseudo-terminal; skipped without `script`), and none off a terminal.
+#[test]
+fn repetitions_show_progress_on_a_terminal_only() {
+    let example = example("fio-nvme-strict");
+    let out = iolab(&["--no-db", "run", s(&example), "--runs", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("repetitions,"), "{}", stderr(&out));
+    let command = format!(
+        "{} --no-db run {} --runs 3",
+        env!("CARGO_BIN_EXE_iolab"),
+        s(&example)
+    );
+    let Ok(out) = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+    else {
+        eprintln!("no `script` here: the terminal half is skipped");
+        return;
+    };
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("/3 repetitions"), "{shown}");
+    assert!(shown.contains("== fio-nvme-strict"), "{shown}");
 }

@@ -69,8 +69,25 @@ fn every_point_is_stored_with_its_axis_values_and_equals_iolab_run_of_its_scenar
     let db = dir.join("r.db");
     let out = iolab(&["--db", s(&db), "sweep", s(&grid), "--jobs", "2"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    // Where the points went is a note on standard error, as `iolab run`'s "stored as run".
-    assert!(out.stdout.is_empty());
+    // Where the points went is a note on standard error, as `iolab run`'s "stored as run";
+    // standard output is the result table, a row per point and configuration.
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("sweep depth-batch ("), "{table}");
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|h| h.starts_with("point  rows[0].fio.iodepth  cmdq.batch_max  config")),
+        "{table}"
+    );
+    for point in 0..4 {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(&point.to_string())),
+            "point {point}: {table}"
+        );
+    }
     let stdout = String::from_utf8_lossy(&out.stderr);
     assert!(stdout.contains("4 of 4 points run"), "{stdout}");
 
@@ -290,4 +307,88 @@ fn a_workload_scenario_sweeps_with_its_measurements_stored() {
         .unwrap()
     };
     assert!(iops(1) > iops(0) * 2.0, "{} vs {}", iops(1), iops(0));
+}
+
+/// A bundled example is a sweep's base; `iommu.mode` over strict, lazy and passthrough runs
+/// every point: the base's `iommu.cmdq`, which passthrough does not take, is dropped from
+/// that point and the sweep says so once; a result table ends the sweep on stdout.
+#[test]
+fn a_bundled_example_sweeps_over_modes_dropping_fields_that_do_not_apply() {
+    let dir = temp_dir("modes");
+    let grid = dir.join("modes.toml");
+    std::fs::write(
+        &grid,
+        "scenario = \"fio-nvme-strict\"\n\
+         [set]\n\"workload.runtime_ms\" = 4\n\"workload.ramp_ms\" = 2\n\
+         [[axis]]\nfield = \"iommu.mode\"\nvalues = [\"strict\", \"lazy\", \"passthrough\"]\n",
+    )
+    .unwrap();
+    let db = dir.join("sweep.db");
+    let out = iolab(&["--db", s(&db), "sweep", s(&grid), "--jobs", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("dropped where they do not apply").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("`iommu.cmdq` (applies to iommu.model = \"smmuv3\" in mode strict or lazy only) at point 2 (iommu.mode=\"passthrough\")"),
+        "{err}"
+    );
+    let pts = points(&db);
+    assert_eq!(pts.len(), 3);
+    assert!(pts[0].2.contains("cmdq = \"lockfree\""), "{}", pts[0].2);
+    assert!(!pts[2].2.contains("cmdq"), "{}", pts[2].2);
+    assert!(pts[2].2.contains("mode = \"passthrough\""), "{}", pts[2].2);
+    // The table: a header with the axis and key metrics, a row per point in order.
+    let table = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[1].starts_with("point  iommu.mode"), "{table}");
+    assert!(lines[1].contains("read.iops (IOPS)"), "{table}");
+    for (i, mode) in ["strict", "lazy", "passthrough"].iter().enumerate() {
+        let row: Vec<&str> = lines[2 + i].split_whitespace().collect();
+        assert_eq!(
+            (row[0], row[1], row[2]),
+            (i.to_string().as_str(), *mode, "fio-nvme-strict"),
+            "{table}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An optional field the base leaves out can be an axis; the scenario itself judges it, so
+/// a misspelt one is refused before anything runs, naming the axis and the fields it takes.
+#[test]
+fn an_optional_field_absent_from_the_base_is_an_axis_and_a_misspelt_one_is_refused() {
+    let dir = temp_dir("optional");
+    let grid = dir.join("qsize.toml");
+    std::fs::write(
+        &grid,
+        "scenario = \"fio-nvme-strict\"\n\
+         [set]\n\"workload.runtime_ms\" = 4\n\
+         [[axis]]\nfield = \"iommu.cmdq_log2size\"\nvalues = [8, 10]\n",
+    )
+    .unwrap();
+    let db = dir.join("sweep.db");
+    let out = iolab(&["--db", s(&db), "sweep", s(&grid), "--jobs", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pts = points(&db);
+    assert_eq!(pts.len(), 2);
+    assert!(pts[1].2.contains("cmdq_log2size = 10"), "{}", pts[1].2);
+    let typo = dir.join("typo.toml");
+    std::fs::write(
+        &typo,
+        "scenario = \"fio-nvme-strict\"\n[[axis]]\nfield = \"iommu.cmdq_log2sizz\"\nvalues = [8]\n",
+    )
+    .unwrap();
+    let out = iolab(&["--db", s(&db), "sweep", s(&typo)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("axis 1 (field `iommu.cmdq_log2sizz`)") && err.contains("unknown field"),
+        "{err}"
+    );
+    assert_eq!(points(&db).len(), 2, "nothing more stored");
+    let _ = std::fs::remove_dir_all(&dir);
 }

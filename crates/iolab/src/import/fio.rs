@@ -19,7 +19,8 @@
 //! in the lab histogram's bucket that holds its value, so percentiles stay within the lab
 //! histogram's 1/16 precision. Attributes: `workload = fio`, `fio_version`, `jobname`,
 //! `groupid` and `rw`, `bs`, `iodepth`, `numjobs`, `ioengine` where the job (or global)
-//! options give them. Text before the JSON document (fio prints notes there on standard
+//! options give them. A document written by `iolab run --format json` also carries an
+//! `iolab` object per job: its attributes and metrics are imported too. Text before the JSON document (fio prints notes there on standard
 //! output) is skipped.
 
 use std::collections::BTreeMap;
@@ -152,10 +153,50 @@ fn job(job: &At<'_>, global: Option<&Value>, version: &str) -> Result<Measuremen
     m = m
         .metric(Metric::new("cpu.usr_pct", "%", job.get("usr_cpu")?.f64()?))
         .metric(Metric::new("cpu.sys_pct", "%", job.get("sys_cpu")?.f64()?));
+    if let Some(extra) = job.opt("iolab") {
+        m = lab_extra(m, &extra)?;
+    }
     if let Some(h) = histogram {
         m = m.latency(LatencyHistogram {
             buckets: h.into_iter().filter(|&(_, n)| n > 0).collect(),
         });
+    }
+    Ok(m)
+}
+
+/// The `iolab` object `iolab run --format json` adds to a job: its `attributes` become the
+/// measurement's (fio's job options keep theirs) and its `metrics` (`{"value", "unit"}`)
+/// are added, so an imported lab document holds what the lab run stored.
+fn lab_extra(mut m: Measurement, extra: &At<'_>) -> Result<Measurement, ImportError> {
+    if let Some(attrs) = extra.opt("attributes") {
+        for (key, value) in attrs.object()? {
+            if m.attrs.contains_key(key) {
+                continue;
+            }
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => {
+                    return Err(At {
+                        v: value,
+                        path: format!("{}.{key}", attrs.path),
+                    }
+                    .error("a string or a number"))
+                }
+            };
+            m = m.attr(key, text);
+        }
+    }
+    if let Some(metrics) = extra.opt("metrics") {
+        for (name, _) in metrics.object()? {
+            let metric = metrics.get(name)?;
+            m = m.metric(Metric::new(
+                name.clone(),
+                metric.get("unit")?.str()?,
+                metric.get("value")?.f64()?,
+            ));
+        }
     }
     Ok(m)
 }

@@ -309,6 +309,9 @@ pub struct ClatJson {
     pub max: u64,
     /// Mean latency.
     pub mean: f64,
+    /// Standard deviation of the latencies (divisor n - 1, as fio computes it; 0 for fewer
+    /// than two samples).
+    pub stddev: f64,
     /// Percentiles keyed as fio keys them (`"99.000000"`).
     pub percentile: BTreeMap<String, u64>,
 }
@@ -367,14 +370,22 @@ fn dir_json(d: &DirStats, runtime: SimDuration) -> DirJson {
     v.sort_unstable();
     let secs = runtime.as_secs_f64().max(1e-12);
     let n = v.len() as u64;
+    let mean = if v.is_empty() {
+        0.0
+    } else {
+        v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64
+    };
+    let stddev = if v.len() > 1 {
+        let ss: f64 = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum();
+        (ss / (v.len() - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
     let clat = ClatJson {
         min: v.first().copied().unwrap_or(0),
         max: v.last().copied().unwrap_or(0),
-        mean: if v.is_empty() {
-            0.0
-        } else {
-            v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64
-        },
+        mean,
+        stddev,
         percentile: PERCENTILES
             .iter()
             .map(|&p| (format!("{p:.6}"), percentile(&v, p)))
