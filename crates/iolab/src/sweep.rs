@@ -309,7 +309,7 @@ fn field_problem(
 ) -> Option<String> {
     let text = toml::to_string(table).ok()?;
     match iolab_sim::lab::validate(&text, origin, base_dir.as_deref()) {
-        Err(ExperimentError::Input(iolab_sim::tomlfile::InputError::Field {
+        Err(iolab_sim::lab::LabError::Input(iolab_sim::tomlfile::InputError::Field {
             field: f,
             problem,
             ..
@@ -539,7 +539,7 @@ impl Grid {
     /// ("applies to ... only"), with the scenario's words.
     fn inapplicable_field(&self, text: &str) -> Option<(String, String)> {
         match iolab_sim::lab::validate(text, &self.base_origin, self.base_dir.as_deref()) {
-            Err(ExperimentError::Input(iolab_sim::tomlfile::InputError::Field {
+            Err(iolab_sim::lab::LabError::Input(iolab_sim::tomlfile::InputError::Field {
                 field,
                 problem,
                 ..

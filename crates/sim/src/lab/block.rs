@@ -436,7 +436,11 @@ impl Stack {
     /// `dma_unmap_single` of `buf` on `ctx`'s CPU, charged as the fio path's completion
     /// charges its unmap (the counted work, the engine-modelled locks, the invalidation in
     /// the command queue).
-    pub(super) async fn unmap_single_timed(&self, ctx: &Ctx, buf: MappedBuffer) -> Result<(), String> {
+    pub(super) async fn unmap_single_timed(
+        &self,
+        ctx: &Ctx,
+        buf: MappedBuffer,
+    ) -> Result<(), String> {
         let cpu = ctx.cpu().id();
         let (queue, critical, unmap_ns, locks) = {
             let mut w = WorkRecord::new();

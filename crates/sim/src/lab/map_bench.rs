@@ -273,7 +273,11 @@ pub(crate) fn metrics(m: Measurement, sums: &MapBenchSums) -> Measurement {
         "ns",
         exact(sums.unmap_ns),
     ))
-    .metric(Metric::new("map_benchmark.loops", "count", sums.loops as f64))
+    .metric(Metric::new(
+        "map_benchmark.loops",
+        "count",
+        sums.loops as f64,
+    ))
 }
 
 #[cfg(test)]
@@ -297,7 +301,14 @@ mod tests {
 
     #[test]
     fn the_integer_square_root_rounds_down() {
-        for (n, r) in [(0, 0), (1, 1), (3, 1), (4, 2), (18, 4), (u64::MAX, 4_294_967_295)] {
+        for (n, r) in [
+            (0, 0),
+            (1, 1),
+            (3, 1),
+            (4, 2),
+            (18, 4),
+            (u64::MAX, 4_294_967_295),
+        ] {
             assert_eq!(int_sqrt(n), r, "{n}");
         }
     }

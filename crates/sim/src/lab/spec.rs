@@ -1215,7 +1215,10 @@ fn dma_map_benchmark(
         other => {
             return Err(doc.field_error(
                 "workload.dir",
-                format!("unknown direction \"{other}\": {}", one_of(&MapDirection::NAMES)),
+                format!(
+                    "unknown direction \"{other}\": {}",
+                    one_of(&MapDirection::NAMES)
+                ),
             ))
         }
     };
