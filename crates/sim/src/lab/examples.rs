@@ -36,6 +36,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/bonnie-usb-off.toml"),
     ),
     (
+        "dma-map-benchmark-strict",
+        include_str!("../../../../scenarios/examples/dma-map-benchmark-strict.toml"),
+    ),
+    (
         "fio-nvme-lazy",
         include_str!("../../../../scenarios/examples/fio-nvme-lazy.toml"),
     ),
