@@ -71,7 +71,7 @@ fn once_warm_lazy_is_close_to_passthrough_and_strict_far_below() {
 
 #[test]
 fn a_window_inside_the_lazy_warm_up_is_flagged_not_steady() {
-    let r = run(&d06_128("lazy", 2, 6));
+    let r = run(&d06_128("lazy", 2, 20));
     let change = metric(&r, "window.iops_change_pct");
     assert!(change > 5.0, "IOPS change {change}% between the halves");
     let note = r
