@@ -74,6 +74,43 @@ pub fn median_ns_per_op(sampling: &Sampling, mut op: impl FnMut(u64)) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// Measures `op` on items that `prepare` makes untimed, `batch` at a time, and returns the
+/// median ns per `op` call: for operations that consume what an earlier step built (an
+/// unmap needs a mapping), so that only the operation itself is timed.
+///
+/// One batch is a warm-up; each sample then runs batches until its timed part reaches
+/// `sampling.sample_time` (at least one batch).
+pub fn median_ns_per_prepared_op<T>(
+    sampling: &Sampling,
+    batch: usize,
+    mut prepare: impl FnMut(usize) -> Vec<T>,
+    mut op: impl FnMut(T),
+) -> f64 {
+    let mut run_batch = || {
+        let items = prepare(batch);
+        let n = items.len() as u64;
+        let start = Instant::now();
+        for item in items {
+            op(item);
+        }
+        (start.elapsed(), n)
+    };
+    run_batch();
+    let mut samples: Vec<f64> = (0..sampling.samples)
+        .map(|_| {
+            let (mut timed, mut ops) = (Duration::ZERO, 0u64);
+            while timed < sampling.sample_time || ops == 0 {
+                let (t, n) = run_batch();
+                timed += t;
+                ops += n;
+            }
+            timed.as_nanos() as f64 / ops.max(1) as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +130,32 @@ mod tests {
         });
         assert!(ns > 0.0);
         assert!(calls >= 64 + 3 * 16);
+    }
+
+    #[test]
+    fn prepared_ops_time_only_the_op_and_use_every_item() {
+        let sampling = Sampling {
+            quick: true,
+            samples: 3,
+            sample_time: Duration::from_millis(1),
+            build_profile: "test",
+        };
+        let (mut made, mut used) = (0usize, 0usize);
+        let ns = median_ns_per_prepared_op(
+            &sampling,
+            8,
+            |n| {
+                made += n;
+                vec![1u64; n]
+            },
+            |x| {
+                used += 1;
+                std::hint::black_box(x);
+            },
+        );
+        assert!(ns.is_finite() && ns >= 0.0);
+        assert_eq!(made, used);
+        assert!(used >= 8 * 4);
     }
 }
 

@@ -8,6 +8,8 @@ pub(crate) mod harness;
 pub(crate) mod iolab_side;
 mod peers;
 mod sim_side;
+mod x86_paging;
+mod x86_side;
 
 use std::collections::BTreeMap;
 
@@ -160,6 +162,7 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
             }
         }
     }
+    x86_rows(&sampling, filter, &mut results);
     let keep = |c: &str| filter.keeps(&format!("iotlb_lookup/{c}"));
     for (config, ns, work) in iolab_side::iotlb_lookup(&sampling, &keep) {
         results.push(record(format!("iotlb_lookup/{config}"), ns, work, &[]));
@@ -193,6 +196,66 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
         }
     }
     BenchReport { sampling, results }
+}
+
+/// The x86 IOMMU rows (see [`x86_side`]): `pgtable/<format>/map-unmap-{seq,rand}` and
+/// `pgtable/<format>/translate` against the `x86_64` crate's `OffsetPageTable` on the same
+/// pages, with iolab's LPAE table on the same work as an in-house reference; then
+/// `inval/<unit>-strict-unmap`, which have no peer crate.
+fn x86_rows(sampling: &Sampling, filter: &RowFilter, results: &mut Vec<BenchRecord>) {
+    const PEER: &str = "x86_64 OffsetPageTable";
+    const LPAE: &str = "iolab LPAE (in-house ref)";
+    let tables = x86_side::x86_tables();
+    for pattern in [x86_side::Pattern::Sequential, x86_side::Pattern::Random] {
+        let kept: Vec<_> = tables
+            .iter()
+            .filter(|(f, _)| filter.keeps(&format!("pgtable/{f}/{}", pattern.row())))
+            .collect();
+        if kept.is_empty() {
+            continue;
+        }
+        let iovas = pattern.iovas();
+        let peers = [
+            PeerFigure {
+                peer: PEER.into(),
+                ns_per_op: x86_paging::map_unmap(&iovas, x86_side::PA_BASE, sampling),
+            },
+            PeerFigure {
+                peer: LPAE.into(),
+                ns_per_op: x86_side::map_unmap(&x86_side::lpae_table, &iovas, sampling).0,
+            },
+        ];
+        for (format, make) in kept {
+            let (ns, work) = x86_side::map_unmap(make, &iovas, sampling);
+            let name = format!("pgtable/{format}/{}", pattern.row());
+            results.push(record(name, ns, work, &peers));
+        }
+    }
+    let kept: Vec<_> = tables
+        .iter()
+        .filter(|(f, _)| filter.keeps(&format!("pgtable/{f}/translate")))
+        .collect();
+    if !kept.is_empty() {
+        let iovas = x86_side::Pattern::Random.iovas();
+        let peers = [
+            PeerFigure {
+                peer: PEER.into(),
+                ns_per_op: x86_paging::translate(&iovas, x86_side::PA_BASE, sampling),
+            },
+            PeerFigure {
+                peer: LPAE.into(),
+                ns_per_op: x86_side::translate(&x86_side::lpae_table, &iovas, sampling).0,
+            },
+        ];
+        for (format, make) in kept {
+            let (ns, work) = x86_side::translate(make, &iovas, sampling);
+            results.push(record(format!("pgtable/{format}/translate"), ns, work, &peers));
+        }
+    }
+    let keep = |u: &str| filter.keeps(&format!("inval/{u}-strict-unmap"));
+    for (unit, ns, work) in x86_side::strict_unmap(sampling, &keep) {
+        results.push(record(format!("inval/{unit}-strict-unmap"), ns, work, &[]));
+    }
 }
 
 fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure]) -> BenchRecord {
