@@ -249,7 +249,12 @@ fn x86_rows(sampling: &Sampling, filter: &RowFilter, results: &mut Vec<BenchReco
         ];
         for (format, make) in kept {
             let (ns, work) = x86_side::translate(make, &iovas, sampling);
-            results.push(record(format!("pgtable/{format}/translate"), ns, work, &peers));
+            results.push(record(
+                format!("pgtable/{format}/translate"),
+                ns,
+                work,
+                &peers,
+            ));
         }
     }
     let keep = |u: &str| filter.keeps(&format!("inval/{u}-strict-unmap"));

@@ -144,7 +144,12 @@ pub fn map_unmap(
     });
 
     let mut table = make();
-    map_unmap_round(table.as_mut(), iovas, &mut gather, &mut WorkRecord::default());
+    map_unmap_round(
+        table.as_mut(),
+        iovas,
+        &mut gather,
+        &mut WorkRecord::default(),
+    );
     let mut counted = WorkRecord::default();
     for _ in 0..WORK_PASS_ROUNDS {
         map_unmap_round(table.as_mut(), iovas, &mut gather, &mut counted);
@@ -245,7 +250,9 @@ fn strict_domains() -> Vec<(&'static str, fn() -> StrictDomain)> {
             let d = iommu
                 .new_domain(1, strict(), AmdV1Config::new(48), iovas())
                 .expect("valid domain");
-            iommu.attach(0x18, &d, &mut WorkRecord::new()).expect("attach");
+            iommu
+                .attach(0x18, &d, &mut WorkRecord::new())
+                .expect("attach");
             StrictDomain {
                 domain: d.domain().clone(),
                 _unit: Box::new((iommu, d)),
@@ -328,7 +335,9 @@ mod tests {
                     .expect("map");
             }
             for &va in &iovas {
-                let ours = t.translate(Iova::new(va + 8), &mut work).map(|x| x.pa.get());
+                let ours = t
+                    .translate(Iova::new(va + 8), &mut work)
+                    .map(|x| x.pa.get());
                 assert_eq!(ours, peer.translate(va + 8), "{name} at {va:#x}");
             }
         }
