@@ -186,6 +186,9 @@ pub fn translate(
     (ns, per_op(&counted, ops))
 }
 
+/// Builds a fresh [`StrictDomain`].
+type DomainMaker = fn() -> StrictDomain;
+
 /// A strict domain of one unit, with whatever must outlive it.
 struct StrictDomain {
     domain: Arc<Domain>,
@@ -204,7 +207,7 @@ fn strict() -> DomainConfig {
 /// invalidation a no-op), `smmuv3` (LPAE table, `Smmuv3Invalidator` through the command
 /// queue), `vtd` (second-stage table, `VtdInvalidator` through the invalidation queue) and
 /// `amdvi` (v1 table, `AmdViInvalidator` through the command buffer).
-fn strict_domains() -> Vec<(&'static str, fn() -> StrictDomain)> {
+fn strict_domains() -> Vec<(&'static str, DomainMaker)> {
     vec![
         ("immediate", || {
             let table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).expect("valid");
