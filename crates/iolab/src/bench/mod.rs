@@ -200,13 +200,28 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
 
 /// The x86 IOMMU rows (see [`x86_side`]): `pgtable/<format>/map-unmap-{seq,rand}` and
 /// `pgtable/<format>/translate` against the `x86_64` crate's `OffsetPageTable` on the same
-/// pages, with iolab's LPAE table on the same work as an in-house reference; then
-/// `inval/<unit>-strict-unmap`, which have no peer crate.
+/// pages, with iolab's LPAE table on the same work as an in-house reference, their samples
+/// interleaved; then `inval/<unit>-strict-unmap`, which have no peer crate.
 fn x86_rows(sampling: &Sampling, filter: &RowFilter, results: &mut Vec<BenchRecord>) {
+    use harness::{median_ns_per_op_interleaved, Op};
+    use x86_side::{lpae_table, PA_BASE};
     const PEER: &str = "x86_64 OffsetPageTable";
     const LPAE: &str = "iolab LPAE (in-house ref)";
     let tables = x86_side::x86_tables();
-    for pattern in [x86_side::Pattern::Sequential, x86_side::Pattern::Random] {
+    let figures = |ns: &[f64]| {
+        [
+            PeerFigure {
+                peer: PEER.into(),
+                ns_per_op: ns[0],
+            },
+            PeerFigure {
+                peer: LPAE.into(),
+                ns_per_op: ns[1],
+            },
+        ]
+    };
+    let patterns = [x86_side::Pattern::Sequential, x86_side::Pattern::Random];
+    for pattern in patterns {
         let kept: Vec<_> = tables
             .iter()
             .filter(|(f, _)| filter.keeps(&format!("pgtable/{f}/{}", pattern.row())))
@@ -215,20 +230,23 @@ fn x86_rows(sampling: &Sampling, filter: &RowFilter, results: &mut Vec<BenchReco
             continue;
         }
         let iovas = pattern.iovas();
-        let peers = [
-            PeerFigure {
-                peer: PEER.into(),
-                ns_per_op: x86_paging::map_unmap(&iovas, x86_side::PA_BASE, sampling),
-            },
-            PeerFigure {
-                peer: LPAE.into(),
-                ns_per_op: x86_side::map_unmap(&x86_side::lpae_table, &iovas, sampling).0,
-            },
+        let mut ops: Vec<Op<'_>> = vec![
+            x86_paging::map_unmap_op(&iovas, PA_BASE),
+            x86_side::map_unmap_op(&lpae_table, &iovas),
         ];
-        for (format, make) in kept {
-            let (ns, work) = x86_side::map_unmap(make, &iovas, sampling);
+        ops.extend(
+            kept.iter()
+                .map(|(_, make)| x86_side::map_unmap_op(make, &iovas)),
+        );
+        let per_page: Vec<f64> = median_ns_per_op_interleaved(sampling, ops)
+            .into_iter()
+            .map(|round| round / iovas.len() as f64)
+            .collect();
+        let peers = figures(&per_page);
+        for ((format, make), ns) in kept.into_iter().zip(&per_page[2..]) {
+            let work = x86_side::map_unmap_work(make, &iovas);
             let name = format!("pgtable/{format}/{}", pattern.row());
-            results.push(record(name, ns, work, &peers));
+            results.push(record(name, *ns, work, &peers));
         }
     }
     let kept: Vec<_> = tables
@@ -237,24 +255,20 @@ fn x86_rows(sampling: &Sampling, filter: &RowFilter, results: &mut Vec<BenchReco
         .collect();
     if !kept.is_empty() {
         let iovas = x86_side::Pattern::Random.iovas();
-        let peers = [
-            PeerFigure {
-                peer: PEER.into(),
-                ns_per_op: x86_paging::translate(&iovas, x86_side::PA_BASE, sampling),
-            },
-            PeerFigure {
-                peer: LPAE.into(),
-                ns_per_op: x86_side::translate(&x86_side::lpae_table, &iovas, sampling).0,
-            },
+        let mut ops: Vec<Op<'_>> = vec![
+            x86_paging::translate_op(&iovas, PA_BASE),
+            x86_side::translate_op(&lpae_table, &iovas),
         ];
-        for (format, make) in kept {
-            let (ns, work) = x86_side::translate(make, &iovas, sampling);
-            results.push(record(
-                format!("pgtable/{format}/translate"),
-                ns,
-                work,
-                &peers,
-            ));
+        ops.extend(
+            kept.iter()
+                .map(|(_, make)| x86_side::translate_op(make, &iovas)),
+        );
+        let ns = median_ns_per_op_interleaved(sampling, ops);
+        let peers = figures(&ns);
+        for ((format, make), ns) in kept.into_iter().zip(&ns[2..]) {
+            let work = x86_side::translate_work(make, &iovas);
+            let name = format!("pgtable/{format}/translate");
+            results.push(record(name, *ns, work, &peers));
         }
     }
     let keep = |u: &str| filter.keeps(&format!("inval/{u}-strict-unmap"));

@@ -20,7 +20,7 @@ use x86_64::structures::paging::{
 };
 use x86_64::{PhysAddr, VirtAddr};
 
-use super::harness::{median_ns_per_op, Sampling};
+use super::harness::Op;
 
 /// Table pages taken from the host heap, zeroed and 4 KiB aligned, freed on drop.
 struct HostFrames {
@@ -107,31 +107,30 @@ impl HostPageTable {
     }
 }
 
-/// Maps every page of `iovas` (4 KiB, to `pa_base + i * 4 KiB`) then unmaps them all;
-/// returns the median ns per page (one map plus one unmap). The first round, which creates
-/// the tables, is part of the harness's warm-up.
-pub fn map_unmap(iovas: &[u64], pa_base: u64, sampling: &Sampling) -> f64 {
+/// One round of the map+unmap rows on a fresh table: map every page of `iovas` (4 KiB, to
+/// `pa_base + i * 4 KiB`) then unmap them all. The first round, which creates the tables, is
+/// part of the harness's calibration.
+pub fn map_unmap_op(iovas: &[u64], pa_base: u64) -> Op<'_> {
     let mut table = HostPageTable::new();
-    let round = median_ns_per_op(sampling, |_| {
+    Box::new(move |_| {
         for (i, &va) in iovas.iter().enumerate() {
             table.map(va, pa_base + i as u64 * 4096);
         }
         for &va in iovas {
             table.unmap(va);
         }
-    });
-    round / iovas.len() as f64
+    })
 }
 
-/// With every page of `iovas` mapped, the median ns of one translation (of the pages in
-/// turn, 8 bytes into each).
-pub fn translate(iovas: &[u64], pa_base: u64, sampling: &Sampling) -> f64 {
+/// One translation of the translate rows, with every page of `iovas` mapped: the pages in
+/// turn, 8 bytes into each.
+pub fn translate_op(iovas: &[u64], pa_base: u64) -> Op<'_> {
     let mut table = HostPageTable::new();
     for (i, &va) in iovas.iter().enumerate() {
         table.map(va, pa_base + i as u64 * 4096);
     }
     let n = iovas.len() as u64;
-    median_ns_per_op(sampling, |i| {
+    Box::new(move |i| {
         let t = table.translate(iovas[(i % n) as usize] + 8);
         std::hint::black_box(t.expect("mapped"));
     })

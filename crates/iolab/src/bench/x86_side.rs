@@ -14,11 +14,12 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use iolab_iommu::addr::{Iova, PhysAddr, Prot, SZ_4G, SZ_4K};
 use iolab_iommu::amdvi::{AmdV1Config, AmdV1Table, AmdVi, AmdViConfig};
 use iolab_iommu::dma::invalidate::ImmediateInvalidator;
-use iolab_iommu::dma::{Device, Direction, Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::dma::{Device, Direction, DmaMapping, Domain, DomainConfig, DomainId, DomainMode};
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::mem::{PhysAllocator, PhysMemory};
 use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
@@ -27,7 +28,7 @@ use iolab_iommu::smmuv3::{Smmuv3, Smmuv3Config};
 use iolab_iommu::vtd::{Dmar, DmarConfig, VtdPageTable, VtdTableConfig};
 use iolab_iommu::work::WorkRecord;
 
-use super::harness::{median_ns_per_op, median_ns_per_prepared_op, Sampling, SplitMix64};
+use super::harness::{median_ns_per_timed_batch, Op, Sampling, SplitMix64, TimedBatch};
 use super::iolab_side::{per_op, Figure};
 
 /// Pages mapped and unmapped per round of a page-table row.
@@ -129,20 +130,22 @@ fn map_unmap_round(
     }
 }
 
-/// ns per page (one 4 KiB map plus its unmap) over `iovas`, and the exact work per page
-/// counted on a fresh table after one set-up round.
-pub fn map_unmap(
+/// One round of the map+unmap rows on a fresh table from `make`: map every page of
+/// `iovas`, then unmap each (ns per page is the round's time over `iovas.len()`).
+pub fn map_unmap_op<'a>(make: &dyn Fn() -> Box<dyn IoPageTable>, iovas: &'a [u64]) -> Op<'a> {
+    let mut table = make();
+    let mut gather = UnmapGather::new();
+    let mut work = WorkRecord::default();
+    Box::new(move |_| map_unmap_round(table.as_mut(), iovas, &mut gather, &mut work))
+}
+
+/// The exact work per page of [`map_unmap_op`], counted on a fresh table after one set-up
+/// round.
+pub fn map_unmap_work(
     make: &dyn Fn() -> Box<dyn IoPageTable>,
     iovas: &[u64],
-    sampling: &Sampling,
-) -> (f64, Vec<(String, f64)>) {
+) -> Vec<(String, f64)> {
     let mut gather = UnmapGather::new();
-    let mut table = make();
-    let mut work = WorkRecord::default();
-    let round = median_ns_per_op(sampling, |_| {
-        map_unmap_round(table.as_mut(), iovas, &mut gather, &mut work)
-    });
-
     let mut table = make();
     map_unmap_round(
         table.as_mut(),
@@ -154,17 +157,10 @@ pub fn map_unmap(
     for _ in 0..WORK_PASS_ROUNDS {
         map_unmap_round(table.as_mut(), iovas, &mut gather, &mut counted);
     }
-    let pages = (WORK_PASS_ROUNDS * iovas.len()) as u64;
-    (round / iovas.len() as f64, per_op(&counted, pages))
+    per_op(&counted, (WORK_PASS_ROUNDS * iovas.len()) as u64)
 }
 
-/// ns per translation with every page of `iovas` mapped (the pages in turn, 8 bytes in),
-/// and the work per translation.
-pub fn translate(
-    make: &dyn Fn() -> Box<dyn IoPageTable>,
-    iovas: &[u64],
-    sampling: &Sampling,
-) -> (f64, Vec<(String, f64)>) {
+fn mapped_table(make: &dyn Fn() -> Box<dyn IoPageTable>, iovas: &[u64]) -> Box<dyn IoPageTable> {
     let mut table = make();
     let mut setup = WorkRecord::default();
     for (i, &va) in iovas.iter().enumerate() {
@@ -173,17 +169,33 @@ pub fn translate(
             .map(Iova::new(va), pa, SZ_4K, Prot::READ_WRITE, &mut setup)
             .expect("map");
     }
-    let n = iovas.len() as u64;
-    let walk = |i: u64, work: &mut WorkRecord| {
-        let t = table.translate(Iova::new(iovas[(i % n) as usize] + 8), work);
-        std::hint::black_box(t.expect("mapped"));
-    };
+    table
+}
+
+fn walk(table: &dyn IoPageTable, iovas: &[u64], i: u64, work: &mut WorkRecord) {
+    let va = iovas[(i % iovas.len() as u64) as usize];
+    let t = table.translate(Iova::new(va + 8), work);
+    std::hint::black_box(t.expect("mapped"));
+}
+
+/// One translation of the translate rows with every page of `iovas` mapped in a table from
+/// `make`: the pages in turn, 8 bytes into each.
+pub fn translate_op<'a>(make: &dyn Fn() -> Box<dyn IoPageTable>, iovas: &'a [u64]) -> Op<'a> {
+    let table = mapped_table(make, iovas);
     let mut work = WorkRecord::default();
-    let ns = median_ns_per_op(sampling, |i| walk(i, &mut work));
+    Box::new(move |i| walk(table.as_ref(), iovas, i, &mut work))
+}
+
+/// The exact work per translation of [`translate_op`].
+pub fn translate_work(
+    make: &dyn Fn() -> Box<dyn IoPageTable>,
+    iovas: &[u64],
+) -> Vec<(String, f64)> {
+    let table = mapped_table(make, iovas);
     let mut counted = WorkRecord::default();
     let ops = (WORK_PASS_ROUNDS * iovas.len()) as u64;
-    (0..ops).for_each(|i| walk(i, &mut counted));
-    (ns, per_op(&counted, ops))
+    (0..ops).for_each(|i| walk(table.as_ref(), iovas, i, &mut counted));
+    per_op(&counted, ops)
 }
 
 /// Builds a fresh [`StrictDomain`].
@@ -264,46 +276,60 @@ fn strict_domains() -> Vec<(&'static str, DomainMaker)> {
     ]
 }
 
-/// ns per strict 4 KiB unmap through each unit's domain whose name `keep` accepts, with
-/// the work per unmap; rows are named `inval/<name>-strict-unmap` by the caller.
+fn map_batch(domain: &Domain, dev: &Device, n: usize) -> Vec<DmaMapping> {
+    let mut work = WorkRecord::default();
+    (0..n as u64)
+        .map(|i| {
+            let pa = PhysAddr::new(PA_BASE + i * SZ_4K);
+            domain
+                .map_page(dev, pa, SZ_4K, Direction::Bidirectional, 0, &mut work)
+                .expect("map")
+        })
+        .collect()
+}
+
+/// ns per strict 4 KiB unmap through each unit's domain whose name `keep` accepts (their
+/// samples interleaved), with the work per unmap; rows are named
+/// `inval/<name>-strict-unmap` by the caller.
 pub fn strict_unmap(sampling: &Sampling, keep: &dyn Fn(&str) -> bool) -> Vec<Figure> {
     let dev = Device::new(1, 64).expect("valid device");
-    let map_batch = |domain: &Domain, n: usize| {
-        let mut work = WorkRecord::default();
-        (0..n as u64)
-            .map(|i| {
-                let pa = PhysAddr::new(PA_BASE + i * SZ_4K);
-                domain
-                    .map_page(&dev, pa, SZ_4K, Direction::Bidirectional, 0, &mut work)
-                    .expect("map")
-            })
-            .collect::<Vec<_>>()
-    };
-    let mut out = Vec::new();
-    for (name, make) in strict_domains() {
-        if !keep(name) {
-            continue;
-        }
-        let d = make();
-        let mut work = WorkRecord::default();
-        let ns = median_ns_per_prepared_op(
-            sampling,
-            UNMAP_BATCH,
-            |n| map_batch(&d.domain, n),
-            |m| d.domain.unmap_page(m, 0, 0, &mut work).expect("unmap"),
-        );
-        let d = make();
-        let mut counted = WorkRecord::default();
-        let mut ops = 0u64;
-        for _ in 0..WORK_PASS_ROUNDS {
-            for m in map_batch(&d.domain, UNMAP_BATCH) {
-                d.domain.unmap_page(m, 0, 0, &mut counted).expect("unmap");
-                ops += 1;
+    let kept: Vec<_> = strict_domains()
+        .into_iter()
+        .filter(|(name, _)| keep(name))
+        .collect();
+    let domains: Vec<StrictDomain> = kept.iter().map(|(_, make)| make()).collect();
+    let batches: Vec<TimedBatch<'_>> = domains
+        .iter()
+        .map(|d| {
+            let mut work = WorkRecord::default();
+            let dev = &dev;
+            Box::new(move || {
+                let maps = map_batch(&d.domain, dev, UNMAP_BATCH);
+                let n = maps.len() as u64;
+                let start = Instant::now();
+                for m in maps {
+                    d.domain.unmap_page(m, 0, 0, &mut work).expect("unmap");
+                }
+                (start.elapsed(), n)
+            }) as TimedBatch<'_>
+        })
+        .collect();
+    let ns = median_ns_per_timed_batch(sampling, batches);
+    kept.into_iter()
+        .zip(ns)
+        .map(|((name, make), ns)| {
+            let d = make();
+            let mut counted = WorkRecord::default();
+            let mut ops = 0u64;
+            for _ in 0..WORK_PASS_ROUNDS {
+                for m in map_batch(&d.domain, &dev, UNMAP_BATCH) {
+                    d.domain.unmap_page(m, 0, 0, &mut counted).expect("unmap");
+                    ops += 1;
+                }
             }
-        }
-        out.push((name, ns, per_op(&counted, ops)));
-    }
-    out
+            (name, ns, per_op(&counted, ops))
+        })
+        .collect()
 }
 
 #[cfg(test)]
