@@ -23,7 +23,8 @@ pub use harness::Sampling;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BenchRecord {
     /// `iova_alloc_free/<allocator>/<live>`, `pgtable_map_unmap/<format>/<size>`,
-    /// `translate/<path>`.
+    /// `translate/<path>`, `pgtable/<x86 format>/<operation>`, `inval/<unit>-strict-unmap`,
+    /// `iotlb_lookup/<config>`, `cmdq_issue/<producer>/<threads>`, `sim/<scenario>/<cpus>`.
     pub name: String,
     /// Median nanoseconds per operation of iolab's implementation.
     pub ns_per_op: f64,
