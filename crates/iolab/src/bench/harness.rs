@@ -74,6 +74,93 @@ pub fn median_ns_per_op(sampling: &Sampling, mut op: impl FnMut(u64)) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// One operation of [`median_ns_per_op_interleaved`], called with an increasing counter.
+pub type Op<'a> = Box<dyn FnMut(u64) + 'a>;
+
+/// [`median_ns_per_op`] for several implementations of the same operation, their samples
+/// taken in turn (sample 1 of each, then sample 2 of each, ...) so that a change of load on a
+/// shared machine falls on all of them alike and their ratios stay meaningful. Returns the
+/// median ns per call of each, in order.
+pub fn median_ns_per_op_interleaved(sampling: &Sampling, mut ops: Vec<Op<'_>>) -> Vec<f64> {
+    let mut counters = vec![0u64; ops.len()];
+    let batches: Vec<u64> = ops
+        .iter_mut()
+        .zip(counters.iter_mut())
+        .map(|(op, counter)| {
+            let mut batch = 64u64;
+            loop {
+                let start = Instant::now();
+                for _ in 0..batch {
+                    op(*counter);
+                    *counter += 1;
+                }
+                let took = start.elapsed();
+                if took >= sampling.sample_time / 10 || batch >= 1 << 30 {
+                    let per_op = took.as_secs_f64() / batch as f64;
+                    let target = sampling.sample_time.as_secs_f64() / per_op.max(1e-10);
+                    break (target as u64).max(16);
+                }
+                batch *= 2;
+            }
+        })
+        .collect();
+    let mut samples = vec![Vec::with_capacity(sampling.samples); ops.len()];
+    for _ in 0..sampling.samples {
+        for (i, op) in ops.iter_mut().enumerate() {
+            let start = Instant::now();
+            for _ in 0..batches[i] {
+                op(counters[i]);
+                counters[i] += 1;
+            }
+            samples[i].push(start.elapsed().as_nanos() as f64 / batches[i] as f64);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        })
+        .collect()
+}
+
+/// A batch of operations that prepares its inputs untimed and returns how long the
+/// operations themselves took and how many there were.
+pub type TimedBatch<'a> = Box<dyn FnMut() -> (Duration, u64) + 'a>;
+
+/// Median ns per operation of each of several [`TimedBatch`]es, for operations that consume
+/// what an earlier step built (an unmap needs a mapping) so that only the operation itself is
+/// timed. One batch of each is a warm-up; each sample then runs batches until their timed
+/// part reaches `sampling.sample_time` (at least one), the samples of the batches taken in
+/// turn as in [`median_ns_per_op_interleaved`].
+pub fn median_ns_per_timed_batch(
+    sampling: &Sampling,
+    mut batches: Vec<TimedBatch<'_>>,
+) -> Vec<f64> {
+    for b in batches.iter_mut() {
+        b();
+    }
+    let mut samples = vec![Vec::with_capacity(sampling.samples); batches.len()];
+    for _ in 0..sampling.samples {
+        for (i, b) in batches.iter_mut().enumerate() {
+            let (mut timed, mut ops) = (Duration::ZERO, 0u64);
+            while timed < sampling.sample_time || ops == 0 {
+                let (t, n) = b();
+                timed += t;
+                ops += n.max(1);
+            }
+            samples[i].push(timed.as_nanos() as f64 / ops as f64);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +180,53 @@ mod tests {
         });
         assert!(ns > 0.0);
         assert!(calls >= 64 + 3 * 16);
+    }
+
+    #[test]
+    fn interleaved_medians_come_back_in_order_for_every_op() {
+        let sampling = Sampling {
+            quick: true,
+            samples: 3,
+            sample_time: Duration::from_millis(1),
+            build_profile: "test",
+        };
+        let (mut a, mut b) = (0u64, 0u64);
+        let ns = median_ns_per_op_interleaved(
+            &sampling,
+            vec![
+                Box::new(|i| a += std::hint::black_box(i) & 1),
+                Box::new(|i| {
+                    for j in 0..100 {
+                        b = b.wrapping_add(std::hint::black_box(i ^ j));
+                    }
+                }),
+            ],
+        );
+        assert_eq!(ns.len(), 2);
+        assert!(ns.iter().all(|x| x.is_finite() && *x > 0.0), "{ns:?}");
+    }
+
+    #[test]
+    fn timed_batches_report_the_time_they_return() {
+        let sampling = Sampling {
+            quick: true,
+            samples: 3,
+            sample_time: Duration::from_millis(1),
+            build_profile: "test",
+        };
+        let mut calls = 0u64;
+        let ns = median_ns_per_timed_batch(
+            &sampling,
+            vec![
+                Box::new(|| (Duration::from_micros(100), 10)),
+                Box::new(|| {
+                    calls += 1;
+                    (Duration::from_micros(500), 1)
+                }),
+            ],
+        );
+        assert_eq!(ns, vec![10_000.0, 500_000.0]);
+        assert_eq!(calls, 1 + 3 * 2);
     }
 }
 

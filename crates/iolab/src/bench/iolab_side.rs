@@ -116,7 +116,7 @@ fn count_churn_work(a: &dyn IovaAllocator, live: usize) -> Vec<(String, f64)> {
     per_op(&work, WORK_PASS_OPS)
 }
 
-fn per_op(work: &WorkRecord, ops: u64) -> Vec<(String, f64)> {
+pub(super) fn per_op(work: &WorkRecord, ops: u64) -> Vec<(String, f64)> {
     let mut v: Vec<(String, f64)> = work
         .counters()
         .iter()

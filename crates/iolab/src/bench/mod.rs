@@ -8,6 +8,8 @@ pub(crate) mod harness;
 pub(crate) mod iolab_side;
 mod peers;
 mod sim_side;
+mod x86_paging;
+mod x86_side;
 
 use std::collections::BTreeMap;
 
@@ -21,7 +23,8 @@ pub use harness::Sampling;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BenchRecord {
     /// `iova_alloc_free/<allocator>/<live>`, `pgtable_map_unmap/<format>/<size>`,
-    /// `translate/<path>`.
+    /// `translate/<path>`, `pgtable/<x86 format>/<operation>`, `inval/<unit>-strict-unmap`,
+    /// `iotlb_lookup/<config>`, `cmdq_issue/<producer>/<threads>`, `sim/<scenario>/<cpus>`.
     pub name: String,
     /// Median nanoseconds per operation of iolab's implementation.
     pub ns_per_op: f64,
@@ -160,6 +163,7 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
             }
         }
     }
+    x86_rows(&sampling, filter, &mut results);
     let keep = |c: &str| filter.keeps(&format!("iotlb_lookup/{c}"));
     for (config, ns, work) in iolab_side::iotlb_lookup(&sampling, &keep) {
         results.push(record(format!("iotlb_lookup/{config}"), ns, work, &[]));
@@ -193,6 +197,85 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
         }
     }
     BenchReport { sampling, results }
+}
+
+/// The x86 IOMMU rows (see [`x86_side`]): `pgtable/<format>/map-unmap-{seq,rand}` and
+/// `pgtable/<format>/translate` against the `x86_64` crate's `OffsetPageTable` on the same
+/// pages, with iolab's LPAE table on the same work as an in-house reference, their samples
+/// interleaved; then `inval/<unit>-strict-unmap`, which have no peer crate.
+fn x86_rows(sampling: &Sampling, filter: &RowFilter, results: &mut Vec<BenchRecord>) {
+    use harness::{median_ns_per_op_interleaved, Op};
+    use x86_side::{lpae_table, PA_BASE};
+    const PEER: &str = "x86_64 OffsetPageTable";
+    const LPAE: &str = "iolab LPAE (in-house ref)";
+    let tables = x86_side::x86_tables();
+    let figures = |ns: &[f64]| {
+        [
+            PeerFigure {
+                peer: PEER.into(),
+                ns_per_op: ns[0],
+            },
+            PeerFigure {
+                peer: LPAE.into(),
+                ns_per_op: ns[1],
+            },
+        ]
+    };
+    let patterns = [x86_side::Pattern::Sequential, x86_side::Pattern::Random];
+    for pattern in patterns {
+        let kept: Vec<_> = tables
+            .iter()
+            .filter(|(f, _)| filter.keeps(&format!("pgtable/{f}/{}", pattern.row())))
+            .collect();
+        if kept.is_empty() {
+            continue;
+        }
+        let iovas = pattern.iovas();
+        let mut ops: Vec<Op<'_>> = vec![
+            x86_paging::map_unmap_op(&iovas, PA_BASE),
+            x86_side::map_unmap_op(&lpae_table, &iovas),
+        ];
+        ops.extend(
+            kept.iter()
+                .map(|(_, make)| x86_side::map_unmap_op(make, &iovas)),
+        );
+        let per_page: Vec<f64> = median_ns_per_op_interleaved(sampling, ops)
+            .into_iter()
+            .map(|round| round / iovas.len() as f64)
+            .collect();
+        let peers = figures(&per_page);
+        for ((format, make), ns) in kept.into_iter().zip(&per_page[2..]) {
+            let work = x86_side::map_unmap_work(make, &iovas);
+            let name = format!("pgtable/{format}/{}", pattern.row());
+            results.push(record(name, *ns, work, &peers));
+        }
+    }
+    let kept: Vec<_> = tables
+        .iter()
+        .filter(|(f, _)| filter.keeps(&format!("pgtable/{f}/translate")))
+        .collect();
+    if !kept.is_empty() {
+        let iovas = x86_side::Pattern::Random.iovas();
+        let mut ops: Vec<Op<'_>> = vec![
+            x86_paging::translate_op(&iovas, PA_BASE),
+            x86_side::translate_op(&lpae_table, &iovas),
+        ];
+        ops.extend(
+            kept.iter()
+                .map(|(_, make)| x86_side::translate_op(make, &iovas)),
+        );
+        let ns = median_ns_per_op_interleaved(sampling, ops);
+        let peers = figures(&ns);
+        for ((format, make), ns) in kept.into_iter().zip(&ns[2..]) {
+            let work = x86_side::translate_work(make, &iovas);
+            let name = format!("pgtable/{format}/translate");
+            results.push(record(name, *ns, work, &peers));
+        }
+    }
+    let keep = |u: &str| filter.keeps(&format!("inval/{u}-strict-unmap"));
+    for (unit, ns, work) in x86_side::strict_unmap(sampling, &keep) {
+        results.push(record(format!("inval/{unit}-strict-unmap"), ns, work, &[]));
+    }
 }
 
 fn record(name: String, ns: f64, work: Vec<(String, f64)>, peers: &[PeerFigure]) -> BenchRecord {
