@@ -222,6 +222,11 @@ impl SimX86Queue {
         ctx.trace_since("x86 invalidation", SimTime::from_ns(t0.as_ns()));
     }
 
+    /// Which driver's queue this is.
+    pub(crate) fn kind(&self) -> X86QueueKind {
+        self.kind
+    }
+
     /// What the queue did so far: `cons_reads` counts VT-d's FSTS reads while polling
     /// (AMD-Vi polls a semaphore in memory: none).
     pub(crate) fn stats(&self) -> CmdqStats {

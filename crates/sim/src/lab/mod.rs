@@ -198,6 +198,9 @@ fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
     if s.iommu.uses_cmdq() {
         m = m.attr("cmdq", s.iommu.cmdq.name());
     }
+    if s.iommu.caching_mode {
+        m = m.attr("caching_mode", true);
+    }
     m
 }
 
@@ -215,6 +218,9 @@ fn iommu_label(s: &LabScenario) -> String {
     let mut t = format!("{} {}", s.iommu.model.name(), s.iommu.mode.name());
     if s.iommu.uses_cmdq() {
         let _ = write!(t, " (cmdq {})", s.iommu.cmdq.name());
+    }
+    if s.iommu.caching_mode {
+        t.push_str(" (caching mode)");
     }
     t
 }
