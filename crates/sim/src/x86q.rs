@@ -212,7 +212,11 @@ impl SimX86Queue {
                     self.stats.borrow_mut().batches += 1;
                     // A look at the semaphore; if not stored, udelay(1) and look again.
                     let delays = done.saturating_sub(now).div_ceil(AMD_POLL_NS);
-                    self.stats.borrow_mut().sync_wait_ns += done.saturating_sub(now);
+                    {
+                        let mut s = self.stats.borrow_mut();
+                        s.cons_reads += delays;
+                        s.sync_wait_ns += done.saturating_sub(now);
+                    }
                     self.busy(ctx, delays * AMD_POLL_NS + (self.lock_ns - self.lock_ns / 2))
                         .await;
                 }
@@ -227,8 +231,9 @@ impl SimX86Queue {
         self.kind
     }
 
-    /// What the queue did so far: `cons_reads` counts VT-d's FSTS reads while polling
-    /// (AMD-Vi polls a semaphore in memory: none).
+    /// What the queue did so far. `cons_reads` counts the looks at a wait that found it not
+    /// done: VT-d reads FSTS at each, AMD-Vi waits `udelay(1)` after each. `sync_wait_ns`
+    /// is from the tail write to the wait's completion (the CPU sees it at its next look).
     pub(crate) fn stats(&self) -> CmdqStats {
         *self.stats.borrow()
     }

@@ -386,3 +386,110 @@ impl DmaPath for X86DevicePath {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::DomainId;
+    use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+
+    fn path(unit: X86Unit, mode: DomainMode) -> (X86DevicePath, Device) {
+        let dev = Device::new(1, 64).unwrap();
+        let alloc =
+            LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, X86DevicePath::iova_limit(&unit)))
+                .unwrap();
+        let p = X86DevicePath::new(
+            unit,
+            DomainConfig::new(DomainId(1), mode),
+            Arc::new(alloc),
+            &dev,
+        )
+        .unwrap();
+        (p, dev)
+    }
+
+    fn units() -> [X86Unit; 2] {
+        [X86DevicePath::vtd_unit(false), X86DevicePath::amdvi_unit()]
+    }
+
+    /// Maps a 4 KiB buffer, lets the device write it twice (a walk, then an IOTLB hit),
+    /// unmaps it and lets the device write it again: the last access's result.
+    fn after_unmap(p: &X86DevicePath, dev: &Device) -> (Result<(), String>, WorkRecord) {
+        let mut w = WorkRecord::new();
+        let m = p
+            .map_single(dev, PhysAddr::new(0x4000_0000), SZ_4K, Direction::FromDevice, 0, &mut w)
+            .unwrap();
+        let mut out = Vec::new();
+        let mut first = WorkRecord::new();
+        p.device_translate_into(m.dma_addr(), SZ_4K, Access::Write, &mut out, &mut first)
+            .unwrap();
+        assert_eq!(out, vec![PhysRange { pa: PhysAddr::new(0x4000_0000), len: SZ_4K }]);
+        assert_eq!((first.iotlb_misses, first.iotlb_hits), (1, 0));
+        assert!(first.walk_reads >= 3, "{} walk reads", first.walk_reads);
+        let mut second = WorkRecord::new();
+        p.device_translate_into(m.dma_addr(), SZ_4K, Access::Write, &mut out, &mut second)
+            .unwrap();
+        assert_eq!((second.iotlb_hits, second.walk_reads), (1, 0));
+        let dma = m.dma_addr();
+        let mut uw = WorkRecord::new();
+        p.unmap_single(m, 0, 0, &mut uw).unwrap();
+        let mut tw = WorkRecord::new();
+        let r = p.device_translate_into(dma, SZ_4K, Access::Write, &mut out, &mut tw);
+        (r, uw)
+    }
+
+    #[test]
+    fn strict_unmap_leaves_no_stale_translation_and_issues_the_drivers_commands() {
+        for unit in units() {
+            let (p, dev) = path(unit, DomainMode::Strict);
+            let (r, uw) = after_unmap(&p, &dev);
+            assert!(r.is_err(), "{}: the device still reached an unmapped page", p.model());
+            assert_eq!(p.protection().stale_hits, 0);
+            // Both drivers: one invalidation and one wait (2 descriptors or commands).
+            assert_eq!((uw.commands_written, uw.inval_syncs), (2, 1), "{}", p.model());
+            // VT-d: one IQT write; AMD-Vi: one Tail write per command.
+            let tails = if p.model() == "vtd" { 1 } else { 2 };
+            assert_eq!(uw.mmio_writes, tails, "{}", p.model());
+        }
+    }
+
+    #[test]
+    fn lazy_unmap_leaves_the_iotlb_entry_until_the_flush() {
+        for unit in units() {
+            let (p, dev) = path(unit, DomainMode::Lazy);
+            let (r, uw) = after_unmap(&p, &dev);
+            assert!(r.is_ok(), "{}: lazy unmap should leave the entry", p.model());
+            assert_eq!(uw.commands_written, 0);
+            assert_eq!(p.protection().stale_hits, 1, "{}", p.model());
+        }
+    }
+
+    #[test]
+    fn caching_mode_invalidates_every_map() {
+        let (p, dev) = path(X86DevicePath::vtd_unit(true), DomainMode::Strict);
+        assert!(p.caching_mode());
+        let mut w = WorkRecord::new();
+        let _m = p.map_single(&dev, PhysAddr::new(0x4000_0000), SZ_4K, Direction::ToDevice, 0, &mut w)
+            .unwrap();
+        assert_eq!((w.commands_written, w.inval_syncs), (2, 1));
+        let (q, qdev) = path(X86DevicePath::vtd_unit(false), DomainMode::Strict);
+        let mut w = WorkRecord::new();
+        let _m = q.map_single(&qdev, PhysAddr::new(0x4000_0000), SZ_4K, Direction::ToDevice, 0, &mut w)
+            .unwrap();
+        assert_eq!(w.commands_written, 0);
+    }
+
+    #[test]
+    fn a_direct_domain_is_refused() {
+        let dev = Device::new(1, 64).unwrap();
+        let alloc = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap();
+        let e = X86DevicePath::new(
+            X86DevicePath::vtd_unit(false),
+            DomainConfig::new(DomainId(1), DomainMode::Identity),
+            Arc::new(alloc),
+            &dev,
+        )
+        .unwrap_err();
+        assert!(matches!(e, X86PathError::NotTranslated(DomainMode::Identity)));
+    }
+}

@@ -821,6 +821,14 @@ fn run_fio(
                     "ns",
                     per(q.sync_wait_ns as f64, q.issues),
                 ));
+            if s.iommu.uses_x86_queue() {
+                // VT-d: FSTS reads while polling; AMD-Vi: udelay(1) steps.
+                m = m.metric(Metric::new(
+                    "cmdq.wait_polls",
+                    "count",
+                    per(q.cons_reads as f64, q.syncs),
+                ));
+            }
         }
         m = with_protection(m, &out.protection);
         let total = out.cpu.total_ns().max(1) as f64;
