@@ -91,7 +91,11 @@ pub(crate) struct SimX86Queue {
 impl SimX86Queue {
     /// The queue of `kind` on `h` with `p`'s costs (`[iommu.cmdq]`, `cpu.command_write`,
     /// `mmio`, `sync`).
-    pub(crate) fn new(h: &Handle, kind: X86QueueKind, p: &PlatformProfile) -> Result<Self, CmdqError> {
+    pub(crate) fn new(
+        h: &Handle,
+        kind: X86QueueKind,
+        p: &PlatformProfile,
+    ) -> Result<Self, CmdqError> {
         let q = p.require_cmdq()?;
         let r = |x: f64| x.round() as u64;
         let lock = SpinParams {
@@ -140,9 +144,7 @@ impl SimX86Queue {
 
     async fn busy(&self, ctx: &Ctx, ns: u64) {
         if ns > 0 {
-            ctx.cpu()
-                .spend(SimDuration::ns(ns), Account::System)
-                .await;
+            ctx.cpu().spend(SimDuration::ns(ns), Account::System).await;
         }
     }
 
@@ -205,8 +207,11 @@ impl SimX86Queue {
                 }
                 for _ in 0..waits {
                     // COMPLETION_WAIT queued and polled under iommu->lock.
-                    self.busy(ctx, self.lock_ns / 2 + self.cmd_write_ns + self.mmio_write_ns)
-                        .await;
+                    self.busy(
+                        ctx,
+                        self.lock_ns / 2 + self.cmd_write_ns + self.mmio_write_ns,
+                    )
+                    .await;
                     let now = ctx.now().as_ns();
                     let done = self.publish(now, 1, true) + self.sync_ns;
                     self.stats.borrow_mut().batches += 1;
@@ -217,8 +222,11 @@ impl SimX86Queue {
                         s.cons_reads += delays;
                         s.sync_wait_ns += done.saturating_sub(now);
                     }
-                    self.busy(ctx, delays * AMD_POLL_NS + (self.lock_ns - self.lock_ns / 2))
-                        .await;
+                    self.busy(
+                        ctx,
+                        delays * AMD_POLL_NS + (self.lock_ns - self.lock_ns / 2),
+                    )
+                    .await;
                 }
             }
         }

@@ -153,7 +153,7 @@ mod cost {
         assert_eq!(has("hisilicon-d06"), (true, false, false));
         assert_eq!(has("hp-zx1"), (false, true, false)); // SBA purge + read-back
         assert_eq!(has("power-lpar"), (false, false, true)); // TCE hypercalls
-        // x86: VT-d's invalidation queue and AMD-Vi's command buffer use the queue costs.
+                                                             // x86: VT-d's invalidation queue and AMD-Vi's command buffer use the queue costs.
         assert_eq!(has("intel-icelake-2s"), (true, false, false));
         assert_eq!(has("intel-sapphire-rapids-2s"), (true, false, false));
         assert_eq!(has("amd-epyc-genoa-2s"), (true, false, false));

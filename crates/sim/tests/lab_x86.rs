@@ -81,6 +81,14 @@ fn metric(r: &LabRun, name: &str) -> f64 {
         .value
 }
 
+/// The error a scenario is refused with.
+fn refused(text: &str, origin: &str) -> String {
+    match lab::run_scenario(text, origin, &LabOptions::default()) {
+        Ok(_) => panic!("expected {origin} to be refused"),
+        Err(e) => e.to_string(),
+    }
+}
+
 fn has(r: &LabRun, name: &str) -> bool {
     r.report.measurements[0].get(name).is_some()
 }
@@ -96,7 +104,10 @@ fn every_model_and_mode_runs() {
             assert_eq!(has(&r, "cmdq.commands"), translated, "{model} {mode}");
             if translated {
                 // Every I/O's DMA went through the unit and walked at least once.
-                assert!(metric(&r, "iotlb.walk_reads_per_io") >= 1.0, "{model} {mode}");
+                assert!(
+                    metric(&r, "iotlb.walk_reads_per_io") >= 1.0,
+                    "{model} {mode}"
+                );
             }
         }
     }
@@ -165,8 +176,18 @@ fn strict_is_below_lazy_and_lazy_not_above_passthrough_when_cpu_bound() {
             assert!(busy > 80.0, "{model}: {busy}% busy");
         }
         let iops = |r: &LabRun| metric(r, "read.iops");
-        assert!(iops(&s) < iops(&l), "{model}: strict {} lazy {}", iops(&s), iops(&l));
-        assert!(iops(&l) <= iops(&p), "{model}: lazy {} passthrough {}", iops(&l), iops(&p));
+        assert!(
+            iops(&s) < iops(&l),
+            "{model}: strict {} lazy {}",
+            iops(&s),
+            iops(&l)
+        );
+        assert!(
+            iops(&l) <= iops(&p),
+            "{model}: lazy {} passthrough {}",
+            iops(&l),
+            iops(&p)
+        );
     }
 }
 
@@ -176,7 +197,13 @@ fn caching_mode_forces_strict_and_invalidates_maps() {
     // The default mode with Caching Mode is strict (Linux forces it).
     let text = fio("vtd", "strict", cm, SMALL).replace("mode = \"strict\"\n", "");
     let r = run(&text);
-    assert_eq!(r.report.measurements[0].attrs.get("iommu_mode").map(String::as_str), Some("strict"));
+    assert_eq!(
+        r.report.measurements[0]
+            .attrs
+            .get("iommu_mode")
+            .map(String::as_str),
+        Some("strict")
+    );
     // Maps are invalidated too: a PSI and a wait after each map as after each unmap
     // (dma.inval_syncs counts the unmaps'; maps run ahead of unmaps by the I/Os in flight).
     let unmap_syncs = metric(&r, "dma.inval_syncs");
@@ -192,25 +219,14 @@ fn caching_mode_forces_strict_and_invalidates_maps() {
 
 #[test]
 fn caching_mode_with_lazy_is_refused_naming_the_field() {
-    let e = lab::run_scenario(
-        &fio("vtd", "lazy", "caching_mode = true", SMALL),
-        "cm.toml",
-        &LabOptions::default(),
-    )
-    .err()
-    .expect("refused")
-    .to_string();
+    let e = refused(&fio("vtd", "lazy", "caching_mode = true", SMALL), "cm.toml");
     assert!(e.contains("cm.toml"), "{e}");
     assert!(e.contains("iommu.mode"), "{e}");
     assert!(e.contains("caching_mode"), "{e}");
-    let e = lab::run_scenario(
+    let e = refused(
         &fio("amd-vi", "strict", "caching_mode = true", SMALL),
         "cm.toml",
-        &LabOptions::default(),
-    )
-    .err()
-    .expect("refused")
-    .to_string();
+    );
     assert!(e.contains("iommu.caching_mode"), "{e}");
 }
 
@@ -218,15 +234,17 @@ fn caching_mode_with_lazy_is_refused_naming_the_field() {
 fn x86_modes_default_to_lazy_and_need_a_queue_profile() {
     let text = fio("amd-vi", "strict", "", SMALL).replace("mode = \"strict\"\n", "");
     let r = run(&text);
-    assert_eq!(r.report.measurements[0].attrs.get("iommu_mode").map(String::as_str), Some("lazy"));
-    let e = lab::run_scenario(
+    assert_eq!(
+        r.report.measurements[0]
+            .attrs
+            .get("iommu_mode")
+            .map(String::as_str),
+        Some("lazy")
+    );
+    let e = refused(
         &fio("vtd", "strict", "", SMALL).replace("intel-icelake-2s", "rcar-h3"),
         "q.toml",
-        &LabOptions::default(),
-    )
-    .err()
-    .expect("refused")
-    .to_string();
+    );
     assert!(e.contains("[iommu.cmdq]"), "{e}");
 }
 
@@ -259,7 +277,11 @@ kind = "nvme"
 [workload]
 kind = "bonnie"
 "#,
-            if model == "vtd" { "intel-sapphire-rapids-2s" } else { "amd-epyc-genoa-2s" }
+            if model == "vtd" {
+                "intel-sapphire-rapids-2s"
+            } else {
+                "amd-epyc-genoa-2s"
+            }
         );
         let r = run(&text);
         assert!(!r.report.measurements.is_empty(), "{model}");

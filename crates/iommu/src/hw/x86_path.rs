@@ -126,7 +126,8 @@ impl X86DevicePath {
             X86Unit::Vtd(cfg) => {
                 let cm = cfg.cap.cm();
                 let mem = Arc::new(
-                    PhysMemory::new(TABLE_MEMORY.1).map_err(|e| X86PathError::Memory(e.to_string()))?,
+                    PhysMemory::new(TABLE_MEMORY.1)
+                        .map_err(|e| X86PathError::Memory(e.to_string()))?,
                 );
                 let pages = PhysAllocator::new(
                     mem,
@@ -141,7 +142,8 @@ impl X86DevicePath {
             }
             X86Unit::AmdVi(cfg, table) => {
                 let mem = Arc::new(
-                    PhysMemory::new(TABLE_MEMORY.1).map_err(|e| X86PathError::Memory(e.to_string()))?,
+                    PhysMemory::new(TABLE_MEMORY.1)
+                        .map_err(|e| X86PathError::Memory(e.to_string()))?,
                 );
                 let iommu = AmdVi::new(cfg, mem)?;
                 let dom = iommu.new_domain(X86_PATH_DID, config, table, allocator)?;
@@ -301,10 +303,7 @@ impl X86DevicePath {
     /// [`X86DevicePath::invalidation_errors`]; the mapping stands.
     fn sync_map(&self, dma: DmaAddr, len: u64, work: &mut WorkRecord) {
         if let Unit::Vtd { dom, .. } = &self.unit {
-            if self.caching_mode
-                && len > 0
-                && dom.sync_map(Iova::new(dma.0), len, work).is_err()
-            {
+            if self.caching_mode && len > 0 && dom.sync_map(Iova::new(dma.0), len, work).is_err() {
                 self.map_sync_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -400,9 +399,11 @@ mod tests {
 
     fn path(unit: X86Unit, mode: DomainMode) -> (X86DevicePath, Device) {
         let dev = Device::new(1, 64).unwrap();
-        let alloc =
-            LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, X86DevicePath::iova_limit(&unit)))
-                .unwrap();
+        let alloc = LinuxIovaAllocator::new(IovaSpaceConfig::new(
+            SZ_4K,
+            X86DevicePath::iova_limit(&unit),
+        ))
+        .unwrap();
         let p = X86DevicePath::new(
             unit,
             DomainConfig::new(DomainId(1), mode),
@@ -422,13 +423,26 @@ mod tests {
     fn after_unmap(p: &X86DevicePath, dev: &Device) -> (Result<(), String>, WorkRecord) {
         let mut w = WorkRecord::new();
         let m = p
-            .map_single(dev, PhysAddr::new(0x4000_0000), SZ_4K, Direction::FromDevice, 0, &mut w)
+            .map_single(
+                dev,
+                PhysAddr::new(0x4000_0000),
+                SZ_4K,
+                Direction::FromDevice,
+                0,
+                &mut w,
+            )
             .unwrap();
         let mut out = Vec::new();
         let mut first = WorkRecord::new();
         p.device_translate_into(m.dma_addr(), SZ_4K, Access::Write, &mut out, &mut first)
             .unwrap();
-        assert_eq!(out, vec![PhysRange { pa: PhysAddr::new(0x4000_0000), len: SZ_4K }]);
+        assert_eq!(
+            out,
+            vec![PhysRange {
+                pa: PhysAddr::new(0x4000_0000),
+                len: SZ_4K
+            }]
+        );
         assert_eq!((first.iotlb_misses, first.iotlb_hits), (1, 0));
         assert!(first.walk_reads >= 3, "{} walk reads", first.walk_reads);
         let mut second = WorkRecord::new();
@@ -448,10 +462,19 @@ mod tests {
         for unit in units() {
             let (p, dev) = path(unit, DomainMode::Strict);
             let (r, uw) = after_unmap(&p, &dev);
-            assert!(r.is_err(), "{}: the device still reached an unmapped page", p.model());
+            assert!(
+                r.is_err(),
+                "{}: the device still reached an unmapped page",
+                p.model()
+            );
             assert_eq!(p.protection().stale_hits, 0);
             // Both drivers: one invalidation and one wait (2 descriptors or commands).
-            assert_eq!((uw.commands_written, uw.inval_syncs), (2, 1), "{}", p.model());
+            assert_eq!(
+                (uw.commands_written, uw.inval_syncs),
+                (2, 1),
+                "{}",
+                p.model()
+            );
             // VT-d: one IQT write; AMD-Vi: one Tail write per command.
             let tails = if p.model() == "vtd" { 1 } else { 2 };
             assert_eq!(uw.mmio_writes, tails, "{}", p.model());
@@ -463,7 +486,11 @@ mod tests {
         for unit in units() {
             let (p, dev) = path(unit, DomainMode::Lazy);
             let (r, uw) = after_unmap(&p, &dev);
-            assert!(r.is_ok(), "{}: lazy unmap should leave the entry", p.model());
+            assert!(
+                r.is_ok(),
+                "{}: lazy unmap should leave the entry",
+                p.model()
+            );
             assert_eq!(uw.commands_written, 0);
             assert_eq!(p.protection().stale_hits, 1, "{}", p.model());
         }
@@ -474,12 +501,28 @@ mod tests {
         let (p, dev) = path(X86DevicePath::vtd_unit(true), DomainMode::Strict);
         assert!(p.caching_mode());
         let mut w = WorkRecord::new();
-        let _m = p.map_single(&dev, PhysAddr::new(0x4000_0000), SZ_4K, Direction::ToDevice, 0, &mut w)
+        let _m = p
+            .map_single(
+                &dev,
+                PhysAddr::new(0x4000_0000),
+                SZ_4K,
+                Direction::ToDevice,
+                0,
+                &mut w,
+            )
             .unwrap();
         assert_eq!((w.commands_written, w.inval_syncs), (2, 1));
         let (q, qdev) = path(X86DevicePath::vtd_unit(false), DomainMode::Strict);
         let mut w = WorkRecord::new();
-        let _m = q.map_single(&qdev, PhysAddr::new(0x4000_0000), SZ_4K, Direction::ToDevice, 0, &mut w)
+        let _m = q
+            .map_single(
+                &qdev,
+                PhysAddr::new(0x4000_0000),
+                SZ_4K,
+                Direction::ToDevice,
+                0,
+                &mut w,
+            )
             .unwrap();
         assert_eq!(w.commands_written, 0);
     }
@@ -495,6 +538,9 @@ mod tests {
             &dev,
         )
         .unwrap_err();
-        assert!(matches!(e, X86PathError::NotTranslated(DomainMode::Identity)));
+        assert!(matches!(
+            e,
+            X86PathError::NotTranslated(DomainMode::Identity)
+        ));
     }
 }

@@ -35,7 +35,6 @@ use iolab_iommu::work::{LockId, WorkRecord};
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cmdq::SimCmdq;
-use crate::x86q::{split_x86_queue_work, SimX86Queue};
 use crate::cost::CpuCostModel;
 use crate::devices::nvme::Nvme;
 use crate::devices::sas::SasHba;
@@ -49,6 +48,7 @@ use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats,
 };
+use crate::x86q::{split_x86_queue_work, SimX86Queue};
 
 use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
 use super::spec::{BlockKernel, BonnieSetup, Devices, FioSetup, LabScenario, BUFFER_BASE};
@@ -477,7 +477,10 @@ impl Stack {
                 if let Some((p, q)) = &self.x86 {
                     q.issue(&ctx, &queue).await;
                     if p.invalidation_errors() > 0 {
-                        self.fail(format!("the {} invalidation queue refused a submission", p.model()));
+                        self.fail(format!(
+                            "the {} invalidation queue refused a submission",
+                            p.model()
+                        ));
                     }
                 }
                 ctx.cpu()

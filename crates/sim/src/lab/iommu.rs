@@ -23,10 +23,10 @@ use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
 use crate::cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
-use crate::x86q::{SimX86Queue, X86QueueKind};
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
 use crate::experiments::ExperimentError;
+use crate::x86q::{SimX86Queue, X86QueueKind};
 
 use super::defaults;
 use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
@@ -232,9 +232,10 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, Experiment
             cfg.mode = DomainMode::Identity;
             Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?)))
         }
-        (model @ (IommuModel::Vtd | IommuModel::AmdVi), mode @ (IommuMode::Strict | IommuMode::Lazy)) => {
-            x86(s, h, cfg, model, mode)
-        }
+        (
+            model @ (IommuModel::Vtd | IommuModel::AmdVi),
+            mode @ (IommuMode::Strict | IommuMode::Lazy),
+        ) => x86(s, h, cfg, model, mode),
         (IommuModel::Ipmmu, IommuMode::Strict) => {
             cfg.mode = DomainMode::Strict;
             let (polls, poll_interval_ns) = ipmmu_polls(&s.profile)?;
@@ -328,8 +329,8 @@ fn x86(
     ))
     .map_err(model_err)?;
     let alloc = MagazineCache::new(tree, MagazineConfig::new(s.cpus)).map_err(model_err)?;
-    let path = X86DevicePath::new(unit, cfg, Arc::new(alloc), &lab_device(64)?)
-        .map_err(model_err)?;
+    let path =
+        X86DevicePath::new(unit, cfg, Arc::new(alloc), &lab_device(64)?).map_err(model_err)?;
     let q = SimX86Queue::new(h, kind, &s.profile)?;
     let path = Arc::new(path);
     Ok(IommuPath {

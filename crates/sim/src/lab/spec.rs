@@ -1228,7 +1228,10 @@ fn iommu(
     let caching_mode = s.caching_mode.unwrap_or(false);
     if s.caching_mode.is_some() && model != IommuModel::Vtd {
         return Err(doc
-            .field_error("iommu.caching_mode", "applies to iommu.model = \"vtd\" only")
+            .field_error(
+                "iommu.caching_mode",
+                "applies to iommu.model = \"vtd\" only",
+            )
             .into());
     }
     // Linux forces strict on a unit with Caching Mode (X86.md §1.7): the default follows.
