@@ -18,6 +18,7 @@ mod runs;
 // sweeps, shard merging, host inspection
 mod dbmerge;
 mod host;
+mod host_x86;
 mod soak;
 mod sweep;
 mod trace;
