@@ -6,8 +6,8 @@
 //!
 //! The functional models (`iolab_iommu::vtd`, `iolab_iommu::amdvi`) build the descriptors,
 //! apply them to the unit's caches and count what the driver wrote: descriptors or
-//! commands (waits included), tail writes and waits ([`QueueWork`]). [`SimX86Queue`] gives
-//! them their time, as [`crate::cmdq::SimCmdq`] does for SMMUv3:
+//! commands (waits included), tail writes and waits ([`QueueWork`]). `SimX86Queue` gives
+//! them their time, as `SimCmdq` (`crate::cmdq`) does for SMMUv3:
 //!
 //! - The unit consumes descriptors one at a time at the profile's
 //!   `iommu.cmdq.command_consume`, in order, from when their tail write lands; a wait
@@ -58,7 +58,7 @@ pub enum X86QueueKind {
 /// commands, waits and tail writes ([`split_queue_work`], which also clears the producer's
 /// polls, register reads and the unit's lock), and the domain lock taken per wait (VT-d
 /// `cache_lock`, counted as [`LockId::Other`]; AMD-Vi `dom->lock`, counted as
-/// [`LockId::PageTable`]): [`SimX86Queue::issue`] times and charges them. What is left is
+/// [`LockId::PageTable`]): `SimX86Queue::issue` times and charges them. What is left is
 /// the CPU's own work.
 pub fn split_x86_queue_work(kind: X86QueueKind, w: &mut WorkRecord) -> QueueWork {
     let q = split_queue_work(w);
