@@ -3,7 +3,8 @@
 //! What is read (all under a root directory, `/` unless `--sysroot` says otherwise):
 //!
 //! - `/sys/class/iommu/*`: one entry per IOMMU hardware unit the kernel registered (Intel
-//!   `dmar0`, AMD `ivhd0`, ARM SMMU `smmu3.0x...`, ...).
+//!   `dmar0`, AMD `ivhd0`, ARM SMMU `smmu3.0x...`, ...); for Intel and AMD units, their
+//!   registers as the drivers show them, decoded ([`crate::host_x86`]).
 //! - `/sys/kernel/iommu_groups/<id>/type` and `/sys/kernel/iommu_groups/<id>/devices/*`: the
 //!   default domain type of each group and its devices. The kernel's ABI document
 //!   (Documentation/ABI/testing/sysfs-kernel-iommu_groups) lists the types: `DMA` (every DMA
@@ -94,6 +95,9 @@ pub struct HostReport {
     pub sysroot: PathBuf,
     /// Entries of /sys/class/iommu, sorted.
     pub iommu_units: Vec<String>,
+    /// The x86 units' registers (VT-d CAP/ECAP, AMD-Vi capability header and EFR) as sysfs
+    /// shows them, decoded, for the units that show them.
+    pub unit_registers: Vec<crate::host_x86::UnitDecode>,
     /// IOMMU groups, by number.
     pub groups: Vec<Group>,
     /// The kernel command line, if readable.
@@ -221,6 +225,7 @@ pub fn parse_cmdline(cmdline: &str) -> (Vec<Param>, Mode) {
 /// Reads the IOMMU state under `root`.
 pub fn inspect(root: &Path) -> HostReport {
     let iommu_units = sorted_entries(&root.join("sys/class/iommu"));
+    let unit_registers = crate::host_x86::decode_units(&root.join("sys/class/iommu"), &iommu_units);
     let groups_dir = root.join("sys/kernel/iommu_groups");
     let mut by_id: BTreeMap<u64, Group> = BTreeMap::new();
     for name in sorted_entries(&groups_dir) {
@@ -275,6 +280,7 @@ pub fn inspect(root: &Path) -> HostReport {
     HostReport {
         sysroot: root.to_owned(),
         iommu_units,
+        unit_registers,
         groups,
         cmdline,
         params,
@@ -293,6 +299,7 @@ pub fn render_text(r: &HostReport) -> String {
         r.iommu_units.join(", ")
     };
     s.push_str(&format!("IOMMU units (/sys/class/iommu): {units}\n"));
+    s.push_str(&crate::host_x86::render(&r.unit_registers));
     if r.groups.is_empty() {
         s.push_str("IOMMU groups (/sys/kernel/iommu_groups): none\n");
     } else {

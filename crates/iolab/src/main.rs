@@ -20,6 +20,7 @@ mod runs;
 mod dbmerge;
 mod fiojson;
 mod host;
+mod host_x86;
 mod soak;
 mod sweep;
 mod trace;

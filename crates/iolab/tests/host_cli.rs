@@ -153,3 +153,57 @@ fn nothing_present_is_none_not_an_error() {
     let out = iolab(&["host", "--sysroot", "/no/such/root"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn vtd_and_amdvi_registers_are_decoded_with_the_lab_setting() {
+    let root = fake_root(
+        "x86-regs",
+        &["dmar0", "dmar1", "ivhd0"],
+        &[(0, "DMA-FQ", &["0000:00:00.0"])],
+        Some("intel_iommu=on"),
+    );
+    // X86.md §1.2's Cascade-Lake-class unit; dmar1 the same with Caching Mode (CAP bit 7).
+    for (unit, cap) in [("dmar0", "8d2078c106f0466"), ("dmar1", "8d2078c106f04e6")] {
+        let d = root.join("sys/class/iommu").join(unit).join("intel-iommu");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("version"), "1:0\n").unwrap();
+        std::fs::write(d.join("cap"), format!("{cap}\n")).unwrap();
+        std::fs::write(d.join("ecap"), "f020df\n").unwrap();
+    }
+    // X86.md §3.1's EPYC Milan EFR.
+    let d = root.join("sys/class/iommu/ivhd0/amd-iommu");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("cap"), "190b640f\n").unwrap();
+    std::fs::write(d.join("features"), "841f77e022094ace:0\n").unwrap();
+
+    let text = host_text(&root);
+    assert!(
+        text.contains("dmar0 (vtd): version=1:0 cap=8d2078c106f0466 ecap=f020df"),
+        "{text}"
+    );
+    assert!(text.contains("psi                  yes, MAMV 18"), "{text}");
+    assert!(text.contains("lab: iommu.model = \"vtd\"\n"), "{text}");
+    assert!(
+        text.contains("lab: iommu.model = \"vtd\", caching_mode = true"),
+        "{text}"
+    );
+    assert!(text.contains("host_levels          up to 6"), "{text}");
+    assert!(text.contains("lab: iommu.model = \"amd-vi\""), "{text}");
+    // The mode is still the groups'.
+    assert!(text.contains("DMA mode: lazy"), "{text}");
+
+    let j = host_json(&root);
+    let units = j["unit_registers"].as_array().unwrap();
+    assert_eq!(units.len(), 3);
+    assert_eq!(units[0]["unit"], "dmar0");
+    assert_eq!(units[0]["model"], "vtd");
+    let domains = units[0]["decoded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "domains")
+        .unwrap();
+    assert_eq!(domains["value"], "65536");
+    assert_eq!(units[2]["model"], "amd-vi");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -461,6 +461,18 @@ const BUNDLED: &[(&str, &str)] = &[
         "nvidia-grace",
         include_str!("../../../scenarios/platforms/nvidia-grace.toml"),
     ),
+    (
+        "intel-icelake-2s",
+        include_str!("../../../scenarios/platforms/intel-icelake-2s.toml"),
+    ),
+    (
+        "intel-sapphire-rapids-2s",
+        include_str!("../../../scenarios/platforms/intel-sapphire-rapids-2s.toml"),
+    ),
+    (
+        "amd-epyc-genoa-2s",
+        include_str!("../../../scenarios/platforms/amd-epyc-genoa-2s.toml"),
+    ),
 ];
 
 impl PlatformProfile {

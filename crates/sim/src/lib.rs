@@ -62,6 +62,7 @@ pub mod time;
 pub mod tomlfile;
 pub mod trace;
 pub mod workloads;
+pub mod x86q;
 
 pub use accounting::{Account, RunReport};
 pub use engine::{Ctx, Handle, Sim, SimConfig, SimDuration, SimError, SimTime};

@@ -101,7 +101,10 @@ mod cost {
                 "hisilicon-d06",
                 "hp-zx1",
                 "power-lpar",
-                "nvidia-grace"
+                "nvidia-grace",
+                "intel-icelake-2s",
+                "intel-sapphire-rapids-2s",
+                "amd-epyc-genoa-2s"
             ]
         );
         for name in names {
@@ -152,6 +155,10 @@ mod cost {
         assert_eq!(has("hp-zx1"), (false, true, false)); // SBA purge + read-back
         assert_eq!(has("power-lpar"), (false, false, true)); // TCE hypercalls
         assert_eq!(has("nvidia-grace"), (true, false, false)); // SMMUv3 + CMDQV
+                                                               // x86: VT-d's invalidation queue and AMD-Vi's command buffer use the queue costs.
+        assert_eq!(has("intel-icelake-2s"), (true, false, false));
+        assert_eq!(has("intel-sapphire-rapids-2s"), (true, false, false));
+        assert_eq!(has("amd-epyc-genoa-2s"), (true, false, false));
     }
 
     #[test]
@@ -173,6 +180,15 @@ mod cost {
         // Grace's VCMDQs take CMD_SYNC with CS_NONE only: the CPU polls CONS, no MSI.
         let sync_msi = grace.require_cmdq().unwrap().sync_msi.as_ref().unwrap();
         assert!(!sync_msi.is_set());
+        // X86.md §6: Ice Lake Platinum 8362 (32 cores per socket), two sockets.
+        let icl = p("intel-icelake-2s");
+        assert_eq!((icl.cpu.clock_ghz, icl.cpu.cores), (2.8, 64));
+        // X86.md §5 [paper: F&S]: 197 ns per IOMMU memory read.
+        assert_eq!(icl.iommu.walk_read.ns(), 197.0);
+        let spr = p("intel-sapphire-rapids-2s");
+        assert_eq!((spr.cpu.clock_ghz, spr.cpu.cores), (2.0, 112));
+        let genoa = p("amd-epyc-genoa-2s");
+        assert_eq!((genoa.cpu.clock_ghz, genoa.cpu.cores), (2.4, 192));
         let power = p("power-lpar");
         let hv = power.require_hypervisor().unwrap();
         assert_eq!((hv.call.value, hv.call.unit), (136.0, Unit::Cycles));

@@ -122,7 +122,7 @@ fn a_mode_of_another_model_is_refused() {
     );
     let (field, _, _) = refused(&nvme_cpu_bound("lazy", "ipmmu"));
     assert_eq!(field, "iommu.mode");
-    let (field, _, _) = refused(&nvme_cpu_bound("strict", "vtd"));
+    let (field, _, _) = refused(&nvme_cpu_bound("strict", "virtio-iommu"));
     assert_eq!(field, "iommu.model");
 }
 

@@ -23,6 +23,7 @@ pub mod ipmmu;
 pub mod pseries;
 pub mod sba;
 pub mod smmuv3_path;
+pub mod x86_path;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -38,6 +39,7 @@ pub use ipmmu::{ipmmu_domain, IpmmuError, IpmmuInvalidator, IpmmuPageTable};
 pub use pseries::{PseriesConfig, PseriesError, PseriesIommu};
 pub use sba::{SbaError, SbaIommu, SbaIommuConfig};
 pub use smmuv3_path::{split_queue_work, QueueWork, Smmuv3DevicePath};
+pub use x86_path::{X86DevicePath, X86PathError, X86Unit};
 
 /// A DMA mapping path as device drivers use it, whatever the platform: map and unmap single
 /// buffers and scatter-gather lists, and (device side) translate an access.

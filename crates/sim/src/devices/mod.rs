@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use iolab_iommu::addr::{Access, DmaAddr};
 use iolab_iommu::dma::{Device, Direction, PhysRange};
-use iolab_iommu::hw::{DmaPath, Smmuv3DevicePath};
+use iolab_iommu::hw::{DmaPath, Smmuv3DevicePath, X86DevicePath};
 use iolab_iommu::work::WorkRecord;
 
 /// One block device's timing model.
@@ -101,6 +101,8 @@ impl BlockDev {
 pub(crate) struct DeviceDma<'a> {
     /// The SMMU the device's DMA goes through, if the path is the SMMUv3 model.
     pub smmu: Option<&'a Smmuv3DevicePath>,
+    /// The VT-d unit or AMD-Vi IOMMU the device's DMA goes through, if the path is one.
+    pub x86: Option<&'a X86DevicePath>,
     /// The DMA path otherwise.
     pub path: &'a dyn DmaPath,
     /// The device.
@@ -119,6 +121,11 @@ impl DeviceDma<'_> {
         access: Access,
         tw: &mut WorkRecord,
     ) -> Result<(), String> {
+        if let Some(p) = self.x86 {
+            return p
+                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
+                .map_err(|e| format!("device DMA faulted: {e}"));
+        }
         match self.smmu {
             Some(p) => p
                 .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)

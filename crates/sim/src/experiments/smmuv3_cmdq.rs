@@ -783,6 +783,7 @@ impl Stack {
     /// range buffer) or, without an IOMMU, the direct domain.
     fn device_dma(&self) -> DeviceDma<'_> {
         DeviceDma {
+            x86: None,
             smmu: self.smmu.as_ref(),
             path: &*self.domain,
             device: &self.device,

@@ -27,7 +27,9 @@ use std::sync::Arc;
 
 use iolab_iommu::addr::{PhysAddr, SZ_4K};
 use iolab_iommu::dma::{Device, Direction, PhysRange};
-use iolab_iommu::hw::{split_queue_work, DmaPath, MappedBuffer, MappedSg, Smmuv3DevicePath};
+use iolab_iommu::hw::{
+    split_queue_work, DmaPath, MappedBuffer, MappedSg, QueueWork, Smmuv3DevicePath, X86DevicePath,
+};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use super::LabError;
@@ -46,6 +48,7 @@ use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, SharedStats,
 };
+use crate::x86q::{split_x86_queue_work, SimX86Queue};
 
 use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
 use super::spec::{BlockKernel, BonnieSetup, Devices, FioSetup, LabScenario, BUFFER_BASE};
@@ -117,6 +120,8 @@ pub(crate) struct DmaCounters {
 pub(super) struct Stack {
     path: Arc<dyn DmaPath>,
     cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
+    /// VT-d or AMD-Vi: the unit the device's DMA goes through, and its timed queue.
+    x86: Option<(Arc<X86DevicePath>, SimX86Queue)>,
     /// The IOVA tree's lock (Linux `iova_rbtree_lock`).
     tree_lock: SpinLock,
     /// Per CPU: its flush queue's lock (lazy mode).
@@ -143,6 +148,16 @@ pub(super) struct Stack {
 impl Stack {
     fn fail(&self, e: String) -> String {
         self.error.borrow_mut().get_or_insert(e).clone()
+    }
+
+    /// Takes the timed queue's part out of a map's or unmap's work record (SMMUv3's
+    /// command queue, the x86 units' invalidation queues); nothing without a timed queue.
+    fn split_queue(&self, w: &mut WorkRecord) -> QueueWork {
+        match (&self.cmdq, &self.x86) {
+            (Some(_), _) => split_queue_work(w),
+            (None, Some((_, q))) => split_x86_queue_work(q.kind(), w),
+            (None, None) => QueueWork::default(),
+        }
     }
 
     /// CPU time of a map or unmap outside the locks the engine models: the counted steps,
@@ -292,11 +307,7 @@ impl Stack {
                 Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
             };
-            let queue = if self.cmdq.is_some() {
-                split_queue_work(&mut w)
-            } else {
-                Default::default()
-            };
+            let queue = self.split_queue(&mut w);
             let critical = self.critical_ns(&w);
             let map_ns = self.work_ns(&w, critical)?;
             // A record that took neither lock has nothing to wait for or charge there.
@@ -324,6 +335,10 @@ impl Stack {
         if let Some((_, q)) = &self.cmdq {
             // A lazy flush run from the map path (its timer expired), if any.
             q.issue_work(ctx, &queue).await;
+        }
+        if let Some((_, q)) = &self.x86 {
+            // As above, and with VT-d Caching Mode the map's own invalidation.
+            q.issue(ctx, &queue).await;
         }
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
         // its bypass, segment by segment.
@@ -490,6 +505,7 @@ impl Stack {
     fn device_dma(&self) -> DeviceDma<'_> {
         DeviceDma {
             smmu: self.cmdq.as_ref().map(|(p, _)| &**p),
+            x86: self.x86.as_ref().map(|(p, _)| &**p),
             path: &*self.path,
             device: &self.device,
             ranges: &self.ranges,
@@ -530,11 +546,7 @@ impl Stack {
                         self.fail(format!("dma unmap failed: {e}"));
                     }
                     // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
-                    let queue = if self.cmdq.is_some() {
-                        split_queue_work(&mut w)
-                    } else {
-                        Default::default()
-                    };
+                    let queue = self.split_queue(&mut w);
                     let critical = self.critical_ns(&w);
                     let unmap_ns = self.work_ns(&w, critical).unwrap_or(0.0);
                     let mut c = self.counters.borrow_mut();
@@ -559,6 +571,15 @@ impl Stack {
                     q.issue_work(&ctx, &queue).await;
                     if p.invalidation_errors() > 0 {
                         self.fail("the SMMUv3 command queue refused a command".to_string());
+                    }
+                }
+                if let Some((p, q)) = &self.x86 {
+                    q.issue(&ctx, &queue).await;
+                    if p.invalidation_errors() > 0 {
+                        self.fail(format!(
+                            "the {} invalidation queue refused a submission",
+                            p.model()
+                        ));
                     }
                 }
                 ctx.cpu()
@@ -712,6 +733,7 @@ pub(super) fn start_stack(
     let stack = Rc::new(Stack {
         path: built.path,
         cmdq: built.cmdq,
+        x86: built.x86,
         tree_lock: SpinLock::new(&h, "iova_tree_lock", lock_params(s))?,
         fq_locks: (0..s.cpus)
             .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}"), lock_params(s)))
@@ -790,7 +812,8 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let ios_total = counted(&g);
     let json = fio::job_json(&spec, &g, usr, sys);
     let dma = *stack.counters.borrow();
-    let cmdq = stack.cmdq.as_ref().map(|(_, q)| q.stats());
+    let cmdq = (stack.cmdq.as_ref().map(|(_, q)| q.stats()))
+        .or_else(|| stack.x86.as_ref().map(|(_, q)| q.stats()));
     Ok(FioRun {
         job,
         stats: g,

@@ -40,6 +40,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/dma-map-benchmark-strict.toml"),
     ),
     (
+        "fio-nvme-amdvi-strict",
+        include_str!("../../../../scenarios/examples/fio-nvme-amdvi-strict.toml"),
+    ),
+    (
         "fio-nvme-lazy",
         include_str!("../../../../scenarios/examples/fio-nvme-lazy.toml"),
     ),
@@ -58,6 +62,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     (
         "fio-nvme-strict",
         include_str!("../../../../scenarios/examples/fio-nvme-strict.toml"),
+    ),
+    (
+        "fio-nvme-vtd-lazy",
+        include_str!("../../../../scenarios/examples/fio-nvme-vtd-lazy.toml"),
+    ),
+    (
+        "fio-nvme-vtd-strict",
+        include_str!("../../../../scenarios/examples/fio-nvme-vtd-strict.toml"),
     ),
     (
         "fio-sas-lockfree",

@@ -14,7 +14,7 @@ use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, DdwPolicy, WindowConfig};
 use iolab_iommu::hw::{
     ipmmu_domain, DmaPath, IpmmuInvalidator, PseriesConfig, PseriesIommu, SbaIommu, SbaIommuConfig,
-    Smmuv3DevicePath,
+    Smmuv3DevicePath, X86DevicePath,
 };
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::MagazineCache;
@@ -26,6 +26,7 @@ use super::LabError;
 use crate::cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
+use crate::x86q::{SimX86Queue, X86QueueKind};
 
 use super::defaults;
 use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
@@ -36,6 +37,9 @@ pub(crate) struct IommuPath {
     pub path: Arc<dyn DmaPath>,
     /// SMMUv3 translated modes: the SMMU the device's DMA goes through, and the timed queue.
     pub cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
+    /// VT-d and AMD-Vi translated modes: the unit the device's DMA goes through, and its
+    /// timed invalidation queue.
+    pub x86: Option<(Arc<X86DevicePath>, SimX86Queue)>,
     /// IPMMU: busy-wait per flush poll beyond the first register read, ns.
     pub poll_interval_ns: u64,
     /// POWER: the model itself (the NIC's TCE path needs it).
@@ -61,6 +65,9 @@ pub(crate) enum ProtectionProbe {
     Sba(Arc<SbaIommu>),
     /// The POWER partition IOMMU (TCE clears are synchronous hypercalls: no stale window).
     Pseries(Arc<PseriesIommu>),
+    /// A VT-d unit or an AMD-Vi IOMMU: the domain's figures with the stale hits measured in
+    /// the unit's IOTLB.
+    X86(Arc<X86DevicePath>),
 }
 
 /// A run's protection report, as the lab's measurements carry it.
@@ -95,6 +102,7 @@ impl ProtectionProbe {
             ProtectionProbe::Smmuv3(p) => (p.protection(), true),
             ProtectionProbe::Sba(s) => (s.protection(), false),
             ProtectionProbe::Pseries(p) => (p.protection(), true),
+            ProtectionProbe::X86(p) => (p.protection(), true),
         };
         let max_reachable_ns = match self {
             _ if !translated => run_ns,
@@ -157,6 +165,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
     let direct = |d: Arc<Domain>| IommuPath {
         path: d.clone(),
         cmdq: None,
+        x86: None,
         poll_interval_ns: 0,
         pseries: None,
         translated: false,
@@ -212,12 +221,23 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
             Ok(IommuPath {
                 path: path.domain().clone(),
                 cmdq: Some((path.clone(), q)),
+                x86: None,
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: true,
                 protection: ProtectionProbe::Smmuv3(path),
             })
         }
+        (IommuModel::Vtd | IommuModel::AmdVi, IommuMode::Passthrough) => {
+            // Linux's identity domain (VT-d context TT = 2, AMD-Vi DTE Mode 0): no
+            // translation, no invalidation.
+            cfg.mode = DomainMode::Identity;
+            Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?)))
+        }
+        (
+            model @ (IommuModel::Vtd | IommuModel::AmdVi),
+            mode @ (IommuMode::Strict | IommuMode::Lazy),
+        ) => x86(s, h, cfg, model, mode),
         (IommuModel::Ipmmu, IommuMode::Strict) => {
             cfg.mode = DomainMode::Strict;
             let (polls, poll_interval_ns) = ipmmu_polls(&s.profile)?;
@@ -236,6 +256,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
             Ok(IommuPath {
                 path: d.clone(),
                 cmdq: None,
+                x86: None,
                 poll_interval_ns,
                 pseries: None,
                 translated: true,
@@ -251,6 +272,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
             Ok(IommuPath {
                 path: sba.clone(),
                 cmdq: None,
+                x86: None,
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: mode == IommuMode::Translated,
@@ -262,6 +284,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
             Ok(IommuPath {
                 path: iommu.clone(),
                 cmdq: None,
+                x86: None,
                 poll_interval_ns: 0,
                 pseries: Some(iommu.clone()),
                 translated: mode != IommuMode::DdwDirect,
@@ -274,6 +297,56 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
             mode.name()
         ))),
     }
+}
+
+/// A VT-d unit or an AMD-Vi IOMMU in strict or lazy mode: the unit model (its IOTLB
+/// translating the device's DMA, its invalidations carried out by its queue's consumer) and
+/// the queue timed in virtual time ([`SimX86Queue`]). IOVAs as dma-iommu hands them out
+/// (size-aligned from the tree, per-CPU magazines; 48-bit space).
+fn x86(
+    s: &LabScenario,
+    h: &Handle,
+    mut cfg: DomainConfig,
+    model: IommuModel,
+    mode: IommuMode,
+) -> Result<IommuPath, LabError> {
+    cfg.mode = if mode == IommuMode::Strict {
+        DomainMode::Strict
+    } else {
+        DomainMode::Lazy
+    };
+    cfg.flush_queue = FlushQueueConfig {
+        ring_size: s.iommu.flush_queue_size,
+        timeout_ns: s.iommu.flush_timeout_ns,
+    };
+    cfg.flush_queue_variant = s.iommu.kernel.flush_queue_for(false).1;
+    let (unit, kind) = match model {
+        IommuModel::Vtd => (
+            X86DevicePath::vtd_unit(s.iommu.caching_mode),
+            X86QueueKind::Vtd,
+        ),
+        _ => (X86DevicePath::amdvi_unit(), X86QueueKind::AmdVi),
+    };
+    let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(
+        SZ_4K,
+        X86DevicePath::iova_limit(&unit),
+    ))
+    .map_err(model_err)?;
+    let alloc =
+        MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus)).map_err(model_err)?;
+    let path =
+        X86DevicePath::new(unit, cfg, Arc::new(alloc), &lab_device(64)?).map_err(model_err)?;
+    let q = SimX86Queue::new(h, kind, &s.profile)?;
+    let path = Arc::new(path);
+    Ok(IommuPath {
+        path: path.clone(),
+        cmdq: None,
+        x86: Some((path.clone(), q)),
+        poll_interval_ns: 0,
+        pseries: None,
+        translated: true,
+        protection: ProtectionProbe::X86(path),
+    })
 }
 
 /// The partition's IOMMU: the default window, with a DDW created as the mode asks, and a
@@ -322,6 +395,9 @@ pub(crate) fn hardware_wait(
         .map(|r| r.flush_duration.ns())
         .unwrap_or(0.0);
     let (consume_ns, sync_ns) = match s.profile.require_cmdq() {
+        // x86 units: the wait is seen as it completes (VT-d polls back to back; AMD-Vi's
+        // 1 us steps are not modelled on this per-call path).
+        Ok(q) if s.iommu.uses_x86_queue() => (q.command_consume.ns(), q.sync_latency.ns()),
         Ok(q) if s.iommu.uses_cmdq() => {
             let sync = q.sync_latency.ns();
             // Without MSI the CPU sees the sync by reading CONS back to back from the

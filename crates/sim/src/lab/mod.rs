@@ -197,6 +197,9 @@ fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
     if s.iommu.uses_cmdq() {
         m = m.attr("cmdq", s.iommu.cmdq.name());
     }
+    if s.iommu.caching_mode {
+        m = m.attr("caching_mode", true);
+    }
     m
 }
 
@@ -214,6 +217,9 @@ fn iommu_label(s: &LabScenario) -> String {
     let mut t = format!("{} {}", s.iommu.model.name(), s.iommu.mode.name());
     if s.iommu.uses_cmdq() {
         let _ = write!(t, " (cmdq {})", s.iommu.cmdq.name());
+    }
+    if s.iommu.caching_mode {
+        t.push_str(" (caching mode)");
     }
     t
 }
@@ -903,6 +909,14 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                     "ns",
                     per(q.sync_wait_ns as f64, q.issues),
                 ));
+            if s.iommu.uses_x86_queue() {
+                // VT-d: FSTS reads while polling; AMD-Vi: udelay(1) steps.
+                m = m.metric(Metric::new(
+                    "cmdq.wait_polls",
+                    "count",
+                    per(q.cons_reads as f64, q.syncs),
+                ));
+            }
         }
         m = with_protection(m, &out.protection);
         let total = out.cpu.total_ns().max(1) as f64;

@@ -96,6 +96,8 @@ struct IommuSpec {
     ddw_window_gib: Option<u64>,
     #[serde(default)]
     ddw_page_kib: Option<u64>,
+    #[serde(default)]
+    caching_mode: Option<bool>,
 }
 
 #[derive(Default, Deserialize)]
@@ -377,11 +379,16 @@ pub enum IommuModel {
     Sba,
     /// IBM POWER TCE windows under PowerVM.
     Pseries,
+    /// Intel VT-d (one DMA-remapping unit, Linux intel-iommu's queued invalidation).
+    Vtd,
+    /// AMD-Vi (one IOMMU, Linux amd_iommu's command buffer).
+    AmdVi,
 }
 
 impl IommuModel {
     /// Every model name a scenario may use.
-    pub const NAMES: [&'static str; 5] = ["none", "smmuv3", "ipmmu", "sba", "pseries"];
+    pub const NAMES: [&'static str; 7] =
+        ["none", "smmuv3", "ipmmu", "sba", "pseries", "vtd", "amd-vi"];
 
     /// The scenario spelling.
     pub fn name(self) -> &'static str {
@@ -391,6 +398,8 @@ impl IommuModel {
             IommuModel::Ipmmu => "ipmmu",
             IommuModel::Sba => "sba",
             IommuModel::Pseries => "pseries",
+            IommuModel::Vtd => "vtd",
+            IommuModel::AmdVi => "amd-vi",
         }
     }
 
@@ -402,6 +411,8 @@ impl IommuModel {
             IommuModel::Ipmmu => &["strict", "off"],
             IommuModel::Sba => &["translated", "bypass", "off"],
             IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct"],
+            // Lazy first: Linux's default on x86 (IOMMU_DEFAULT_DMA_LAZY, X86.md §2.7).
+            IommuModel::Vtd | IommuModel::AmdVi => &["lazy", "strict", "passthrough", "off"],
         }
     }
 
@@ -412,6 +423,8 @@ impl IommuModel {
             "ipmmu" => IommuModel::Ipmmu,
             "sba" => IommuModel::Sba,
             "pseries" => IommuModel::Pseries,
+            "vtd" => IommuModel::Vtd,
+            "amd-vi" => IommuModel::AmdVi,
             _ => return None,
         })
     }
@@ -522,12 +535,20 @@ pub struct IommuSetup {
     pub ddw_page_shift: u32,
     /// The DMA-path algorithms of the scenario's Linux release (`kernel.version`).
     pub kernel: DmaPathVariants,
+    /// VT-d: Caching Mode (a virtual IOMMU): maps are invalidated, lazy mode unavailable.
+    pub caching_mode: bool,
 }
 
 impl IommuSetup {
     /// Whether the SMMUv3 command queue is in use (SMMUv3 in a translated mode).
     pub fn uses_cmdq(&self) -> bool {
         self.model == IommuModel::Smmuv3 && matches!(self.mode, IommuMode::Strict | IommuMode::Lazy)
+    }
+
+    /// Whether an x86 invalidation queue is in use (VT-d or AMD-Vi in a translated mode).
+    pub fn uses_x86_queue(&self) -> bool {
+        matches!(self.model, IommuModel::Vtd | IommuModel::AmdVi)
+            && matches!(self.mode, IommuMode::Strict | IommuMode::Lazy)
     }
 }
 
@@ -1373,7 +1394,18 @@ fn iommu(
         )
     })?;
     let modes = model.modes();
-    let mode_name = s.mode.clone().unwrap_or_else(|| modes[0].to_owned());
+    let caching_mode = s.caching_mode.unwrap_or(false);
+    if s.caching_mode.is_some() && model != IommuModel::Vtd {
+        return Err(doc
+            .field_error(
+                "iommu.caching_mode",
+                "applies to iommu.model = \"vtd\" only",
+            )
+            .into());
+    }
+    // Linux forces strict on a unit with Caching Mode (X86.md §1.7): the default follows.
+    let default_mode = if caching_mode { "strict" } else { modes[0] };
+    let mode_name = s.mode.clone().unwrap_or_else(|| default_mode.to_owned());
     let mode = match IommuMode::parse(&mode_name) {
         // Checked by the mode's printed name, so the alias `none` is `off` here too.
         Some(m) if modes.contains(&m.name()) => m,
@@ -1402,8 +1434,18 @@ fn iommu(
                 .into())
         }
     };
+    if caching_mode && mode == IommuMode::Lazy {
+        return Err(doc
+            .field_error(
+                "iommu.mode",
+                "mode \"lazy\" is unavailable with iommu.caching_mode = true: Linux forces strict on a VT-d unit with Caching Mode (a virtual IOMMU: \"IOMMU batching disallowed due to virtualization\", X86.md §1.7); expected \"strict\", \"passthrough\" or \"off\"",
+            )
+            .into());
+    }
     let uses_cmdq =
         model == IommuModel::Smmuv3 && matches!(mode, IommuMode::Strict | IommuMode::Lazy);
+    let x86_queue = matches!(model, IommuModel::Vtd | IommuModel::AmdVi)
+        && matches!(mode, IommuMode::Strict | IommuMode::Lazy);
     let only = |field: &str, set: bool, applies: bool, to: &str| -> Result<(), InputError> {
         if set && !applies {
             return Err(doc.field_error(&format!("iommu.{field}"), format!("applies to {to} only")));
@@ -1581,7 +1623,7 @@ fn iommu(
             )
         })
     };
-    if uses_cmdq {
+    if uses_cmdq || x86_queue {
         needs(profile.require_cmdq().map(|_| ()), "[iommu.cmdq]")?;
     }
     if model == IommuModel::Ipmmu && mode == IommuMode::Strict {
@@ -1607,6 +1649,7 @@ fn iommu(
         ddw_window_bytes: ddw_window_gib << 30,
         ddw_page_shift,
         kernel,
+        caching_mode,
     })
 }
 
