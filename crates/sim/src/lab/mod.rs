@@ -736,6 +736,7 @@ fn run_map_benchmark(
             format!("{}#{r}", s.name)
         };
         let m = base_attrs(s, Measurement::new(config))
+            .attr("workload", "dma_map_benchmark")
             .attr("threads", b.threads)
             .attr("granule", b.granule)
             .attr("direction", b.dir.tool_name())
