@@ -149,6 +149,23 @@ pub struct CmdqStats {
     pub piggybacked: u64,
 }
 
+impl CmdqStats {
+    /// Adds another queue's counts (the queues of several IOMMU instances).
+    pub fn merge(&mut self, o: &CmdqStats) {
+        self.issues += o.issues;
+        self.commands += o.commands;
+        self.consumed += o.consumed;
+        self.syncs += o.syncs;
+        self.batches += o.batches;
+        self.gathered += o.gathered;
+        self.cas_failures += o.cas_failures;
+        self.cas_attempts += o.cas_attempts;
+        self.sync_wait_ns += o.sync_wait_ns;
+        self.cons_reads += o.cons_reads;
+        self.piggybacked += o.piggybacked;
+    }
+}
+
 struct Gather {
     open: bool,
     cmds: u64,
