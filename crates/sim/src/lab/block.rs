@@ -761,8 +761,8 @@ pub(super) fn start_stack(
     // One IOMMU instance per `iommu.instances`, each built as the one-instance path is (its
     // own SMMU or DMAR unit, domain, IOVA tree and magazines, timed queue), in order.
     let mut built = Vec::with_capacity(s.iommu.instances);
-    for _ in 0..s.iommu.instances.max(1) {
-        built.push(iommu::build(s, &h)?);
+    for k in 0..s.iommu.instances.max(1) {
+        built.push(iommu::build_instance(s, &h, k)?);
     }
     let device = iommu::lab_device(64)?;
     let translated = built[0].translated;
