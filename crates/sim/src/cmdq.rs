@@ -149,6 +149,23 @@ pub struct CmdqStats {
     pub piggybacked: u64,
 }
 
+impl CmdqStats {
+    /// Adds another queue's counts (the queues of several IOMMU instances).
+    pub fn merge(&mut self, o: &CmdqStats) {
+        self.issues += o.issues;
+        self.commands += o.commands;
+        self.consumed += o.consumed;
+        self.syncs += o.syncs;
+        self.batches += o.batches;
+        self.gathered += o.gathered;
+        self.cas_failures += o.cas_failures;
+        self.cas_attempts += o.cas_attempts;
+        self.sync_wait_ns += o.sync_wait_ns;
+        self.cons_reads += o.cons_reads;
+        self.piggybacked += o.piggybacked;
+    }
+}
+
 struct Gather {
     open: bool,
     cmds: u64,
@@ -289,12 +306,25 @@ impl SimCmdq {
         p: &PlatformProfile,
         batch_max: u32,
     ) -> Result<Self, CmdqError> {
+        Self::new_tagged(h, mode, p, batch_max, "")
+    }
+
+    /// As [`SimCmdq::new`], with `tag` appended to the names of the queue's engine
+    /// resources (its lock and cache lines), so that the queues of several SMMU instances
+    /// are told apart in reports and traces ("" for the first, as with one queue).
+    pub(crate) fn new_tagged(
+        h: &Handle,
+        mode: Mode,
+        p: &PlatformProfile,
+        batch_max: u32,
+        tag: &str,
+    ) -> Result<Self, CmdqError> {
         let cq = p.require_cmdq()?;
         let r = |x: f64| x.round() as u64;
         let lock = match mode {
             Mode::Spinlock => Some(SpinLock::new(
                 h,
-                "cmdq_lock",
+                format!("cmdq_lock{tag}"),
                 SpinParams {
                     acquire_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
                     release_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
@@ -312,9 +342,9 @@ impl SimCmdq {
             smmu: Smmu::default(),
             lock,
             cas: CasWord::new(line),
-            shared_line: CacheLine::new(h, "cmdq_shared_lock", line)?,
-            valid_map: CacheLine::new(h, "cmdq_valid_map", line)?,
-            owner_prod: CacheLine::new(h, "cmdq_owner_prod", line)?,
+            shared_line: CacheLine::new(h, format!("cmdq_shared_lock{tag}"), line)?,
+            valid_map: CacheLine::new(h, format!("cmdq_valid_map{tag}"), line)?,
+            owner_prod: CacheLine::new(h, format!("cmdq_owner_prod{tag}"), line)?,
             shared_holders: Cell::new(0),
             gather: RefCell::new(Gather {
                 open: false,

@@ -90,11 +90,13 @@ pub(crate) struct SimX86Queue {
 
 impl SimX86Queue {
     /// The queue of `kind` on `h` with `p`'s costs (`[iommu.cmdq]`, `cpu.command_write`,
-    /// `mmio`, `sync`).
-    pub(crate) fn new(
+    /// `mmio`, `sync`), `tag` appended to the name of the domain lock so that the queues of
+    /// several units are told apart in reports and traces ("" for the first).
+    pub(crate) fn new_tagged(
         h: &Handle,
         kind: X86QueueKind,
         p: &PlatformProfile,
+        tag: &str,
     ) -> Result<Self, CmdqError> {
         let q = p.require_cmdq()?;
         let r = |x: f64| x.round() as u64;
@@ -109,7 +111,7 @@ impl SimX86Queue {
         };
         Ok(SimX86Queue {
             kind,
-            domain_lock: SpinLock::new(h, name, lock)?,
+            domain_lock: SpinLock::new(h, format!("{name}{tag}"), lock)?,
             busy_until: Cell::new(0),
             consume_ns: r(q.command_consume.ns()),
             sync_ns: r(q.sync_latency.ns()),

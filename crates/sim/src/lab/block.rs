@@ -117,7 +117,9 @@ pub(crate) struct DmaCounters {
     pub dma_segments: u64,
 }
 
-pub(super) struct Stack {
+/// One IOMMU instance (an SMMU or DMAR unit) of the stack: its DMA path (its own domain,
+/// IOVA allocator and magazines), its timed queue and its domain's locks.
+pub(super) struct Unit {
     path: Arc<dyn DmaPath>,
     cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
     /// VT-d or AMD-Vi: the unit the device's DMA goes through, and its timed queue.
@@ -126,6 +128,24 @@ pub(super) struct Stack {
     tree_lock: SpinLock,
     /// Per CPU: its flush queue's lock (lazy mode).
     fq_locks: Vec<SpinLock>,
+    /// Where this instance's protection report is read.
+    protection: ProtectionProbe,
+}
+
+/// The IOVA-tree lock's name on instance `k` (instance 0 keeps the one-instance name).
+pub(super) fn tree_lock_name(k: usize) -> String {
+    if k == 0 {
+        "iova_tree_lock".to_owned()
+    } else {
+        format!("iova_tree_lock#{k}")
+    }
+}
+
+pub(super) struct Stack {
+    /// The IOMMU instances (one unless `iommu.instances` says more).
+    units: Vec<Unit>,
+    /// Per device, its instance (index into `units`).
+    dev_unit: Vec<usize>,
     cost: CpuCostModel,
     devs: Vec<BlockDev>,
     /// Per device, per interrupt vector: the completions it delivers.
@@ -140,8 +160,8 @@ pub(super) struct Stack {
     /// The physical ranges of the last device-side translation (reused, SMMUv3 only).
     ranges: RefCell<Vec<PhysRange>>,
     pub(super) error: RefCell<Option<String>>,
-    /// Where the run's protection report is read, and whether the path translates.
-    pub(super) protection: (ProtectionProbe, bool),
+    /// Whether the path translates device addresses.
+    pub(super) translated: bool,
     h: Handle,
 }
 
@@ -153,7 +173,8 @@ impl Stack {
     /// Takes the timed queue's part out of a map's or unmap's work record (SMMUv3's
     /// command queue, the x86 units' invalidation queues); nothing without a timed queue.
     fn split_queue(&self, w: &mut WorkRecord) -> QueueWork {
-        match (&self.cmdq, &self.x86) {
+        let u = &self.units[0];
+        match (&u.cmdq, &u.x86) {
             (Some(_), _) => split_queue_work(w),
             (None, Some((_, q))) => split_x86_queue_work(q.kind(), w),
             (None, None) => QueueWork::default(),
@@ -219,12 +240,12 @@ impl Stack {
     /// Takes the IOVA-tree and flush-queue locks a work record took (`locks`, from
     /// [`Stack::engine_locks`]), each for its share of the work done under it, on `ctx`'s
     /// CPU (waiters spin). `critical` is [`Stack::critical_ns`] of the record.
-    async fn locked(&self, ctx: &Ctx, locks: (u64, u64), critical: (f64, f64)) {
+    async fn locked(&self, u: &Unit, ctx: &Ctx, locks: (u64, u64), critical: (f64, f64)) {
         let (tree, fq) = critical;
         let cpu = ctx.cpu().id();
         for (lock, n, ns) in [
-            (&self.tree_lock, locks.0, tree),
-            (&self.fq_locks[cpu % self.fq_locks.len()], locks.1, fq),
+            (&u.tree_lock, locks.0, tree),
+            (&u.fq_locks[cpu % u.fq_locks.len()], locks.1, fq),
         ] {
             for i in 0..n {
                 let g = lock.lock(ctx).await;
@@ -248,7 +269,9 @@ impl Stack {
         let pa =
             BUFFER_BASE + (req.job as u64 * self.iodepth + u64::from(req.slot)) * self.slot_bytes;
         let io = req.block_io();
+        let devno = req.job % self.devs.len();
         let mapping = self
+            .unit(devno)
             .path
             .map_single(
                 &self.device,
@@ -259,10 +282,7 @@ impl Stack {
                 w,
             )
             .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
-        let shape = IoShape {
-            io,
-            devno: req.job % self.devs.len(),
-        };
+        let shape = IoShape { io, devno };
         Ok((Mapping::Single(mapping), shape, Done::Fio(req)))
     }
 
@@ -282,6 +302,7 @@ impl Stack {
         };
         let entries = sg_entries(&cmd.pieces, self.device.max_segment_size());
         let sg = self
+            .unit(0)
             .path
             .map_sg(&self.device, &entries, io.direction(), cpu, w)
             .map_err(|e| self.fail(format!("dma map_sg failed: {e}")))?;
@@ -314,8 +335,9 @@ impl Stack {
             let locks = Self::engine_locks(&w);
             (mapping, io, devno, done, queue, critical, map_ns, locks)
         };
+        let u = self.unit(devno);
         if let Some(locks) = locks {
-            self.locked(ctx, locks, critical).await;
+            self.locked(u, ctx, locks, critical).await;
         }
         {
             let mut c = self.counters.borrow_mut();
@@ -332,11 +354,11 @@ impl Stack {
                 "dma map + driver submit",
             )
             .await;
-        if let Some((_, q)) = &self.cmdq {
+        if let Some((_, q)) = &u.cmdq {
             // A lazy flush run from the map path (its timer expired), if any.
             q.issue_work(ctx, &queue).await;
         }
-        if let Some((_, q)) = &self.x86 {
+        if let Some((_, q)) = &u.x86 {
             // As above, and with VT-d Caching Mode the map's own invalidation.
             q.issue(ctx, &queue).await;
         }
@@ -344,7 +366,7 @@ impl Stack {
         // its bypass, segment by segment.
         let mut tw = WorkRecord::new();
         let access = io.access();
-        let dma = self.device_dma();
+        let dma = self.device_dma(u);
         let segments = match &mapping {
             Mapping::Single(m) => {
                 dma.transfer(m.dma_addr(), io.len, access, &mut tw)
@@ -414,11 +436,11 @@ impl Stack {
         let cpu = ctx.cpu().id();
         let (mapped, queue, critical, map_ns, locks) = {
             let mut w = WorkRecord::new();
-            let mapped = self
+            let mapped = self.units[0]
                 .path
                 .map_single(&self.device, PhysAddr::new(pa), len, dir, cpu, &mut w)
                 .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
-            let queue = if self.cmdq.is_some() {
+            let queue = if self.units[0].cmdq.is_some() {
                 split_queue_work(&mut w)
             } else {
                 Default::default()
@@ -427,8 +449,9 @@ impl Stack {
             let map_ns = self.work_ns(&w, critical)?;
             (mapped, queue, critical, map_ns, Self::engine_locks(&w))
         };
+        let u = &self.units[0];
         if let Some(locks) = locks {
-            self.locked(ctx, locks, critical).await;
+            self.locked(u, ctx, locks, critical).await;
         }
         {
             let mut c = self.counters.borrow_mut();
@@ -442,7 +465,7 @@ impl Stack {
                 "dma map",
             )
             .await;
-        if let Some((_, q)) = &self.cmdq {
+        if let Some((_, q)) = &u.cmdq {
             q.issue_work(ctx, &queue).await;
         }
         Ok(mapped)
@@ -459,10 +482,11 @@ impl Stack {
         let cpu = ctx.cpu().id();
         let (queue, critical, unmap_ns, locks) = {
             let mut w = WorkRecord::new();
-            self.path
+            self.units[0]
+                .path
                 .unmap_single(buf, cpu, ctx.now().as_ns(), &mut w)
                 .map_err(|e| self.fail(format!("dma unmap failed: {}", e.error)))?;
-            let queue = if self.cmdq.is_some() {
+            let queue = if self.units[0].cmdq.is_some() {
                 split_queue_work(&mut w)
             } else {
                 Default::default()
@@ -483,10 +507,11 @@ impl Stack {
                 "dma unmap",
             )
             .await;
+        let u = &self.units[0];
         if let Some(locks) = locks {
-            self.locked(ctx, locks, critical).await;
+            self.locked(u, ctx, locks, critical).await;
         }
-        if let Some((p, q)) = &self.cmdq {
+        if let Some((p, q)) = &u.cmdq {
             q.issue_work(ctx, &queue).await;
             if p.invalidation_errors() > 0 {
                 return Err(self.fail("the SMMUv3 command queue refused a command".to_string()));
@@ -495,18 +520,50 @@ impl Stack {
         Ok(())
     }
 
-    /// The command queue's statistics, when the path has one.
-    pub(super) fn cmdq_stats(&self) -> Option<crate::cmdq::CmdqStats> {
-        self.cmdq.as_ref().map(|(_, q)| q.stats())
+    /// The queue statistics of every instance (SMMUv3 command queues or x86 invalidation
+    /// queues), in instance order; empty without a timed queue.
+    pub(super) fn queue_stats(&self) -> Vec<crate::cmdq::CmdqStats> {
+        self.units
+            .iter()
+            .filter_map(|u| {
+                (u.cmdq.as_ref().map(|(_, q)| q.stats()))
+                    .or_else(|| u.x86.as_ref().map(|(_, q)| q.stats()))
+            })
+            .collect()
     }
 
-    /// The device's DMA through the IOMMU (SMMUv3: its IOTLB and walk cache, into the
-    /// stack's reused range buffer) or its bypass.
-    fn device_dma(&self) -> DeviceDma<'_> {
+    /// The queue statistics summed over the instances, when the path has a timed queue.
+    pub(super) fn cmdq_stats(&self) -> Option<crate::cmdq::CmdqStats> {
+        let all = self.queue_stats();
+        let (first, rest) = all.split_first()?;
+        let mut t = *first;
+        for q in rest {
+            t.merge(q);
+        }
+        Some(t)
+    }
+
+    /// The run's protection report: every instance's, merged.
+    pub(super) fn protection(&self, run_ns: u64) -> LabProtection {
+        let mut p = self.units[0].protection.read(self.translated, run_ns);
+        for u in &self.units[1..] {
+            p.merge(&u.protection.read(self.translated, run_ns));
+        }
+        p
+    }
+
+    /// The instance device `devno` sits behind.
+    fn unit(&self, devno: usize) -> &Unit {
+        &self.units[self.dev_unit[devno]]
+    }
+
+    /// The device's DMA through the IOMMU instance `u` (SMMUv3: its IOTLB and walk cache,
+    /// into the stack's reused range buffer) or its bypass.
+    fn device_dma<'a>(&'a self, u: &'a Unit) -> DeviceDma<'a> {
         DeviceDma {
-            smmu: self.cmdq.as_ref().map(|(p, _)| &**p),
-            x86: self.x86.as_ref().map(|(p, _)| &**p),
-            path: &*self.path,
+            smmu: u.cmdq.as_ref().map(|(p, _)| &**p),
+            x86: u.x86.as_ref().map(|(p, _)| &**p),
+            path: &*u.path,
             device: &self.device,
             ranges: &self.ranges,
         }
@@ -516,6 +573,7 @@ impl Stack {
     async fn irq_loop(self: Rc<Self>, ctx: Ctx, dev: usize, v: usize) {
         let chan = self.vectors[dev][v].clone();
         let cpu = ctx.cpu().id();
+        let u = self.unit(dev);
         loop {
             let first = chan.recv(&ctx).await;
             ctx.cpu()
@@ -533,11 +591,11 @@ impl Stack {
                 let (queue, critical, unmap_ns, locks) = {
                     let mut w = WorkRecord::new();
                     let unmapped = match f.mapping {
-                        Mapping::Single(m) => self
+                        Mapping::Single(m) => u
                             .path
                             .unmap_single(m, cpu, ctx.now().as_ns(), &mut w)
                             .map_err(|e| e.error),
-                        Mapping::Sg(sg) => self
+                        Mapping::Sg(sg) => u
                             .path
                             .unmap_sg(sg, cpu, ctx.now().as_ns(), &mut w)
                             .map_err(|e| e.error),
@@ -565,15 +623,15 @@ impl Stack {
                     )
                     .await;
                 if let Some(locks) = locks {
-                    self.locked(&ctx, locks, critical).await;
+                    self.locked(u, &ctx, locks, critical).await;
                 }
-                if let Some((p, q)) = &self.cmdq {
+                if let Some((p, q)) = &u.cmdq {
                     q.issue_work(&ctx, &queue).await;
                     if p.invalidation_errors() > 0 {
                         self.fail("the SMMUv3 command queue refused a command".to_string());
                     }
                 }
-                if let Some((p, q)) = &self.x86 {
+                if let Some((p, q)) = &u.x86 {
                     q.issue(&ctx, &queue).await;
                     if p.invalidation_errors() > 0 {
                         self.fail(format!(
@@ -615,6 +673,8 @@ pub(crate) struct FioRun {
     pub cpu: CpuBreakdown,
     pub dma: DmaCounters,
     pub cmdq: Option<crate::cmdq::CmdqStats>,
+    /// Per IOMMU instance, its queue's statistics (`cmdq` is their sum).
+    pub queues: Vec<crate::cmdq::CmdqStats>,
     pub irq_cpus: usize,
     /// Whether the device's DMA went through the SMMUv3 model's IOTLB.
     pub iotlb: bool,
@@ -698,9 +758,15 @@ pub(super) fn start_stack(
     slot_bytes: u64,
 ) -> Result<(Rc<Stack>, usize), LabError> {
     let h = sim.handle().clone();
-    let built = iommu::build(s, &h)?;
+    // One IOMMU instance per `iommu.instances`, each built as the one-instance path is (its
+    // own SMMU or DMAR unit, domain, IOVA tree and magazines, timed queue), in order.
+    let mut built = Vec::with_capacity(s.iommu.instances);
+    for k in 0..s.iommu.instances.max(1) {
+        built.push(iommu::build_instance(s, &h, k)?);
+    }
     let device = iommu::lab_device(64)?;
-    let protection = (built.protection.clone(), built.translated);
+    let translated = built[0].translated;
+    let poll_interval_ns = built[0].poll_interval_ns;
     // Interrupt vectors and the CPUs they are affine to: NVMe queue q on CPU q (managed
     // interrupts, one queue per CPU); SAS completion queue q on CPU q (mod CPUs).
     let (devs, vector_cpus): (Vec<BlockDev>, Vec<Vec<usize>>) = match &s.devices {
@@ -730,15 +796,29 @@ pub(super) fn start_stack(
         }
     };
     let cost = s.profile.cpu_cost_model();
+    let mut units = Vec::with_capacity(built.len());
+    for (k, b) in built.into_iter().enumerate() {
+        let tag = if k == 0 {
+            String::new()
+        } else {
+            format!("#{k}")
+        };
+        units.push(Unit {
+            path: b.path,
+            cmdq: b.cmdq,
+            x86: b.x86,
+            tree_lock: SpinLock::new(&h, tree_lock_name(k), lock_params(s))?,
+            fq_locks: (0..s.cpus)
+                .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}{tag}"), lock_params(s)))
+                .collect::<Result<Vec<_>, _>>()?,
+            protection: b.protection,
+        });
+    }
+    let dev_unit = (0..devs.len()).map(|d| s.iommu.instance_of(d)).collect();
     let stack = Rc::new(Stack {
-        path: built.path,
-        cmdq: built.cmdq,
-        x86: built.x86,
-        tree_lock: SpinLock::new(&h, "iova_tree_lock", lock_params(s))?,
-        fq_locks: (0..s.cpus)
-            .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}"), lock_params(s)))
-            .collect::<Result<Vec<_>, _>>()?,
-        poll_interval_ns: built.poll_interval_ns,
+        units,
+        dev_unit,
+        poll_interval_ns,
         cost,
         devs,
         vectors: vector_cpus
@@ -753,7 +833,7 @@ pub(super) fn start_stack(
         counters: RefCell::new(DmaCounters::default()),
         ranges: RefCell::new(Vec::new()),
         error: RefCell::new(None),
-        protection,
+        translated,
         h: h.clone(),
     });
     let mut irq_cpus: Vec<usize> = Vec::new();
@@ -812,8 +892,14 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let ios_total = counted(&g);
     let json = fio::job_json(&spec, &g, usr, sys);
     let dma = *stack.counters.borrow();
-    let cmdq = (stack.cmdq.as_ref().map(|(_, q)| q.stats()))
-        .or_else(|| stack.x86.as_ref().map(|(_, q)| q.stats()));
+    let cmdq = stack.cmdq_stats();
+    let queues = stack.queue_stats();
+    let tree_window = |a: &RunReport, b: &RunReport| {
+        (0..stack.units.len()).fold((0, 0), |(n, c), k| {
+            let (n1, c1) = lock_window(a, b, &tree_lock_name(k));
+            (n + n1, c + c1)
+        })
+    };
     Ok(FioRun {
         job,
         stats: g,
@@ -821,18 +907,16 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         cpu,
         dma,
         iotlb: cmdq.is_some(),
-        tree_lock: lock_window(&before, &after, "iova_tree_lock"),
+        tree_lock: tree_window(&before, &after),
         halves: WindowHalves {
             ios: [ios_first, ios_total.saturating_sub(ios_first)],
             inflight: u64::from(f.iodepth) * u64::from(f.numjobs),
-            tree_allocs: [
-                lock_window(&before, &mid, "iova_tree_lock").0,
-                lock_window(&mid, &after, "iova_tree_lock").0,
-            ],
+            tree_allocs: [tree_window(&before, &mid).0, tree_window(&mid, &after).0],
         },
         cmdq,
+        queues,
         irq_cpus,
-        protection: stack.protection.0.read(stack.protection.1, end),
+        protection: stack.protection(end),
     })
 }
 
@@ -950,10 +1034,7 @@ pub(crate) fn run_bonnie(
         cpu: CpuBreakdown::from(report.total),
         irq_cpus,
         submitted_bytes: bytes.get(),
-        protection: stack
-            .protection
-            .0
-            .read(stack.protection.1, report.end.as_ns()),
+        protection: stack.protection(report.end.as_ns()),
     })
 }
 

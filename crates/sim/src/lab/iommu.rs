@@ -159,6 +159,18 @@ pub(crate) fn sync_wait(profile: &PlatformProfile) -> SyncWait {
 
 /// Builds the path of `s` on the simulation of `h`.
 pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> {
+    build_instance(s, h, 0)
+}
+
+/// Builds IOMMU instance `k` of `s` (`iommu.instances`) on the simulation of `h`: a path of
+/// its own (unit, domain, IOVA allocator, timed queue), the queue's engine resources named
+/// with `#k` after the first (instance 0 is the one-instance path exactly).
+pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<IommuPath, LabError> {
+    let tag = if k == 0 {
+        String::new()
+    } else {
+        format!("#{k}")
+    };
     let id = DomainId(1);
     let mut cfg = DomainConfig::new(id, DomainMode::NoIommu);
     cfg.cpus = s.cpus;
@@ -215,7 +227,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
                 &lab_device(64)?,
             )
             .map_err(model_err)?;
-            let q = SimCmdq::new(h, qmode, &s.profile, s.iommu.cmdq_batch_max)?
+            let q = SimCmdq::new_tagged(h, qmode, &s.profile, s.iommu.cmdq_batch_max, &tag)?
                 .with_sync_wait(sync_wait(&s.profile));
             let path = Arc::new(path);
             Ok(IommuPath {
@@ -237,7 +249,7 @@ pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> 
         (
             model @ (IommuModel::Vtd | IommuModel::AmdVi),
             mode @ (IommuMode::Strict | IommuMode::Lazy),
-        ) => x86(s, h, cfg, model, mode),
+        ) => x86(s, h, cfg, model, mode, &tag),
         (IommuModel::Ipmmu, IommuMode::Strict) => {
             cfg.mode = DomainMode::Strict;
             let (polls, poll_interval_ns) = ipmmu_polls(&s.profile)?;
@@ -309,6 +321,7 @@ fn x86(
     mut cfg: DomainConfig,
     model: IommuModel,
     mode: IommuMode,
+    tag: &str,
 ) -> Result<IommuPath, LabError> {
     cfg.mode = if mode == IommuMode::Strict {
         DomainMode::Strict
@@ -336,7 +349,7 @@ fn x86(
         MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus)).map_err(model_err)?;
     let path =
         X86DevicePath::new(unit, cfg, Arc::new(alloc), &lab_device(64)?).map_err(model_err)?;
-    let q = SimX86Queue::new(h, kind, &s.profile)?;
+    let q = SimX86Queue::new_tagged(h, kind, &s.profile, tag)?;
     let path = Arc::new(path);
     Ok(IommuPath {
         path: path.clone(),

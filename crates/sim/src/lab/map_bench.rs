@@ -197,7 +197,7 @@ pub(crate) fn run(
         cpu: CpuBreakdown::between(&sum_cpus(&before), &sum_cpus(&after)),
         tree_lock: lock_window(&before, &after, "iova_tree_lock"),
         cmdq: stack.cmdq_stats(),
-        protection: stack.protection.0.read(stack.protection.1, end_ns),
+        protection: stack.protection(end_ns),
     })
 }
 

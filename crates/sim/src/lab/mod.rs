@@ -200,6 +200,9 @@ fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
     if s.iommu.caching_mode {
         m = m.attr("caching_mode", true);
     }
+    if s.iommu.instances > 1 {
+        m = m.attr("iommu_instances", s.iommu.instances);
+    }
     m
 }
 
@@ -220,6 +223,9 @@ fn iommu_label(s: &LabScenario) -> String {
     }
     if s.iommu.caching_mode {
         t.push_str(" (caching mode)");
+    }
+    if s.iommu.instances > 1 {
+        let _ = write!(t, " x{} instances", s.iommu.instances);
     }
     t
 }
@@ -919,6 +925,23 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 ));
             }
         }
+        if out.queues.len() > 1 {
+            // Several IOMMU instances: each queue's own figures (the `cmdq.*` above are
+            // their sums).
+            for (k, q) in out.queues.iter().enumerate() {
+                m = m
+                    .metric(Metric::new(
+                        format!("cmdq.instance{k}.commands"),
+                        "count",
+                        q.commands as f64,
+                    ))
+                    .metric(Metric::new(
+                        format!("cmdq.instance{k}.sync_wait_ns"),
+                        "ns",
+                        per(q.sync_wait_ns as f64, q.issues),
+                    ));
+            }
+        }
         m = with_protection(m, &out.protection);
         let total = out.cpu.total_ns().max(1) as f64;
         m = m
@@ -952,6 +975,21 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             out.dma.flush_queue_flushes,
             out.irq_cpus
         );
+        if out.queues.len() > 1 {
+            let per_instance: Vec<String> = out
+                .queues
+                .iter()
+                .enumerate()
+                .map(|(k, q)| {
+                    format!(
+                        "#{k} {} cmds, {:.0}ns sync wait/issue",
+                        q.commands,
+                        per(q.sync_wait_ns as f64, q.issues)
+                    )
+                })
+                .collect();
+            let _ = writeln!(text, "  instances    : {}", per_instance.join("; "));
+        }
         if out.iotlb {
             let d = &out.dma;
             let _ = writeln!(

@@ -98,6 +98,8 @@ struct IommuSpec {
     ddw_page_kib: Option<u64>,
     #[serde(default)]
     caching_mode: Option<bool>,
+    #[serde(default)]
+    instances: Option<usize>,
 }
 
 #[derive(Default, Deserialize)]
@@ -132,6 +134,8 @@ struct NvmeSpec {
     submit_ns: Option<u64>,
     #[serde(default)]
     complete_ns: Option<u64>,
+    #[serde(default)]
+    iommu_instance: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -157,6 +161,8 @@ struct SasSpec {
     submit_ns: Option<u64>,
     #[serde(default)]
     complete_ns: Option<u64>,
+    #[serde(default)]
+    iommu_instance: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -537,9 +543,20 @@ pub struct IommuSetup {
     pub kernel: DmaPathVariants,
     /// VT-d: Caching Mode (a virtual IOMMU): maps are invalidated, lazy mode unavailable.
     pub caching_mode: bool,
+    /// IOMMU instances (SMMUs, DMAR units): each its own unit, domain, IOVA allocator and
+    /// timed command or invalidation queue. 1 unless `iommu.instances` says more.
+    pub instances: usize,
+    /// Per device (block workloads), the instance it sits behind: `device[i].iommu_instance`,
+    /// by default `i mod instances`. Empty for workloads with one device and one instance.
+    pub device_instance: Vec<usize>,
 }
 
 impl IommuSetup {
+    /// The instance device `dev` sits behind (0 with one instance).
+    pub fn instance_of(&self, dev: usize) -> usize {
+        self.device_instance.get(dev).copied().unwrap_or(0)
+    }
+
     /// Whether the SMMUv3 command queue is in use (SMMUv3 in a translated mode).
     pub fn uses_cmdq(&self) -> bool {
         self.model == IommuModel::Smmuv3 && matches!(self.mode, IommuMode::Strict | IommuMode::Lazy)
@@ -1038,6 +1055,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let f: File<ScsiSpec, BonnieSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "bonnie")?;
+            instances(&doc, &common.iommu, &[None])?;
             let scsi = scsi(&doc, &f.device[0], &common.profile)?;
             let bundled = crate::experiments::ipmmu_usb::parse(
                 crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
@@ -1051,6 +1069,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let f: File<UsbSpec, BonnieSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "bonnie")?;
+            instances(&doc, &common.iommu, &[None])?;
             if !matches!(common.iommu.model, IommuModel::None | IommuModel::Ipmmu) {
                 return Err(doc
                     .field_error(
@@ -1078,6 +1097,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let f: File<NicSpec, NetperfSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "netperf")?;
+            instances(&doc, &common.iommu, &[None])?;
             match common.iommu.mode {
                 // A direct DDW is a static map: the NIC path maps by offset, with no pools
                 // and no per-I/O hypercalls (devices::nic::TceDma).
@@ -1104,6 +1124,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let f: File<ScsiSpec, ReaimSpec> = deserialize_as(&doc)?;
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "reaim")?;
+            instances(&doc, &common.iommu, &[None])?;
             let scsi = scsi(&doc, &f.device[0], &common.profile)?;
             let reaim = reaim(&doc, &f.workload, &common, &scsi)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
@@ -1126,6 +1147,8 @@ trait BlockSpec: DeserializeOwned {
     fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError>;
     /// The driver's submit and complete costs of the first device, ns (defaults applied).
     fn driver_ns(&self) -> (u64, u64);
+    /// The IOMMU instance the table names (`iommu_instance`), if it does.
+    fn iommu_instance(&self) -> Option<usize>;
 }
 
 impl BlockSpec for NvmeSpec {
@@ -1143,6 +1166,10 @@ impl BlockSpec for NvmeSpec {
             self.submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
             self.complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
         )
+    }
+
+    fn iommu_instance(&self) -> Option<usize> {
+        self.iommu_instance
     }
 }
 
@@ -1162,6 +1189,10 @@ impl BlockSpec for SasSpec {
             self.complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
         )
     }
+
+    fn iommu_instance(&self) -> Option<usize> {
+        self.iommu_instance
+    }
 }
 
 /// The parts of a block-device scenario every workload shares, validated in order: the
@@ -1173,11 +1204,13 @@ fn block_parts<D: BlockSpec, W: DeserializeOwned>(
     one_device_for: Option<&str>,
 ) -> Result<(File<D, W>, Common, Devices, BlockKernel), LabError> {
     let f: File<D, W> = deserialize_as(doc)?;
-    let common = common(doc, &f, base)?;
+    let mut common = common(doc, &f, base)?;
     if let Some(workload) = one_device_for {
         one_device(doc, f.device.len(), workload)?;
     }
     let devices = D::devices(doc, &f.device, common.cpus)?;
+    let named: Vec<Option<usize>> = f.device.iter().map(|d| d.iommu_instance()).collect();
+    common.iommu.device_instance = instances(doc, &common.iommu, &named)?;
     let (drv_s, drv_c) = f.device[0].driver_ns();
     let kernel = kernel(doc, &f.kernel, drv_s, drv_c)?;
     Ok((f, common, devices, kernel))
@@ -1489,6 +1522,18 @@ fn iommu(
     let ddw_to = "the ddw-dynamic and ddw-direct modes";
     only("ddw_window_gib", s.ddw_window_gib.is_some(), ddw, ddw_to)?;
     only("ddw_page_kib", s.ddw_page_kib.is_some(), ddw, ddw_to)?;
+    only(
+        "instances",
+        s.instances.is_some(),
+        uses_cmdq || x86_queue,
+        "iommu.model = \"smmuv3\", \"vtd\" or \"amd-vi\" in mode strict or lazy",
+    )?;
+    let instances = table.int(
+        "instances",
+        s.instances.unwrap_or(1),
+        1..=MAX_DEVICES,
+        "(at most one per device; cap MAX_DEVICES)",
+    )?;
 
     if model == IommuModel::Smmuv3 && mode == IommuMode::Lazy && !kernel.arm64_lazy_available {
         return Err(doc
@@ -1650,7 +1695,48 @@ fn iommu(
         ddw_page_shift,
         kernel,
         caching_mode,
+        instances,
+        device_instance: Vec::new(),
     })
+}
+
+/// The IOMMU instance of every device: `device[i].iommu_instance` where `named[i]` is set,
+/// else `i mod iommu.instances` (the devices spread over the instances in order, as a
+/// platform's root complexes each sit behind their own SMMU or DMAR unit). Refuses more
+/// instances than devices (an instance with no device behind it) and an instance number
+/// out of range.
+fn instances(
+    doc: &TomlDoc<'_>,
+    iommu: &IommuSetup,
+    named: &[Option<usize>],
+) -> Result<Vec<usize>, InputError> {
+    let n = iommu.instances;
+    if n > named.len() {
+        return Err(doc.field_error(
+            "iommu.instances",
+            format!(
+                "expected at most one instance per device ({} device{}), got {n}: an instance with no device behind it does nothing",
+                named.len(),
+                if named.len() == 1 { "" } else { "s" }
+            ),
+        ));
+    }
+    let out: Vec<usize> = named
+        .iter()
+        .enumerate()
+        .map(|(i, k)| k.unwrap_or(i % n))
+        .collect();
+    for (i, k) in named.iter().enumerate() {
+        if let Some(k) = *k {
+            if k >= n {
+                return Err(doc.field_error(
+                    &format!("device[{i}].iommu_instance"),
+                    format!("expected an instance in 0..{n} (iommu.instances = {n}), got {k}"),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn one_device(doc: &TomlDoc<'_>, n: usize, workload: &str) -> Result<(), InputError> {
