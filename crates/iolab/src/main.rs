@@ -447,7 +447,8 @@ fn main() -> ExitCode {
                 eprintln!(
                     "iolab bench: --filter {}: no benchmark row name contains it (names look like \
                      iova_alloc_free/gaptree/10000, pgtable_map_unmap/lpae-4k/4k, translate/..., \
-                     iotlb_lookup/..., cmdq_issue/lockfree/2, sim/nvme-randread-strict/64)",
+                     iotlb_lookup/..., cmdq_issue/lockfree/2, pgtable/vtd-second-stage/..., \
+                     inval/vtd-strict-unmap, sim/nvme-randread-strict/64)",
                     filter.join(", --filter ")
                 );
                 return ExitCode::from(2);

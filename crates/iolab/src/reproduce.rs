@@ -410,6 +410,16 @@ fn run_lab(
                 println!("note: {n}");
             }
         }
+        // Repetitions (one output per seed) that measured exactly the same say so once.
+        let firsts: Vec<_> = outputs
+            .iter()
+            .filter_map(|o| o.report.measurements.first().cloned())
+            .collect();
+        if firsts.len() == outputs.len() {
+            if let Some(note) = lab::identical_runs_note(&firsts) {
+                print!("{note}");
+            }
+        }
     }
     ExitCode::SUCCESS
 }

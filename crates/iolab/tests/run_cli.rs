@@ -331,3 +331,24 @@ fn repetitions_show_progress_on_a_terminal_only() {
     assert!(shown.contains("/3 repetitions"), "{shown}");
     assert!(shown.contains("== fio-nvme-strict"), "{shown}");
 }
+
+/// Repetitions that measured exactly the same say so (the configuration is deterministic:
+/// nothing it measures depends on the seed's draws); ones that differ, or a single run, do
+/// not.
+#[test]
+fn identical_repetitions_say_the_configuration_is_deterministic() {
+    let note = "runs gave identical figures";
+    let run = |name: &str, runs: &str| {
+        let example = example(name);
+        let out = iolab(&["--no-db", "run", s(&example), "--runs", runs]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // NVMe service times do not depend on fio's random offsets.
+    let nvme = run("fio-nvme-strict", "2");
+    assert!(nvme.contains(&format!("note: the 2 {note}")), "{nvme}");
+    assert!(nvme.contains("deterministic"), "{nvme}");
+    assert!(!run("fio-nvme-strict", "1").contains(note));
+    // The SAS disks' service depends on where each I/O lands: the seeds differ.
+    assert!(!run("fio-sas-lockfree", "2").contains(note));
+}

@@ -159,6 +159,42 @@ pub fn run(s: &LabScenario, options: &LabOptions) -> Result<LabRun, LabError> {
         )));
     }
     let base = options.seed.or(s.seed).unwrap_or(1);
+    let mut out = run_workload(s, options, base)?;
+    if let Some(note) = identical_runs_note(&out.report.measurements) {
+        out.report.report_text.push_str(&note);
+    }
+    Ok(out)
+}
+
+/// A note for repetitions whose figures are all identical: the seed drives the lab's random
+/// draws (fio's offsets, arrival jitter, re-aim's job mix ...), and a configuration whose
+/// service times depend on none of them is deterministic, so its repetitions carry no
+/// run-to-run variance. `None` for one run, or when any figure differs.
+pub fn identical_runs_note(measurements: &[Measurement]) -> Option<String> {
+    let (first, rest) = measurements.split_first()?;
+    if rest.is_empty() {
+        return None;
+    }
+    let figures = |m: &Measurement| {
+        m.metrics
+            .iter()
+            .map(|x| (x.name.clone(), x.value.to_bits()))
+            .collect::<Vec<_>>()
+    };
+    let reference = figures(first);
+    if rest.iter().any(|m| figures(m) != reference) {
+        return None;
+    }
+    Some(format!(
+        "note: the {} runs gave identical figures: the seed drives the lab's random draws \
+         (offsets, jitter), and nothing this configuration measures depends on them, so it is \
+         deterministic and its repetitions show no run-to-run variance\n",
+        measurements.len()
+    ))
+}
+
+/// Runs a validated scenario's workload `options.runs` times from seed `base`.
+fn run_workload(s: &LabScenario, options: &LabOptions, base: u64) -> Result<LabRun, LabError> {
     match (&s.workload, &s.devices) {
         (spec::Workload::Fio(f), _) => run_fio(s, f, base, options.runs),
         (
