@@ -141,6 +141,14 @@ pub(super) fn tree_lock_name(k: usize) -> String {
     }
 }
 
+/// A map's or unmap's work record, priced ([`Stack::charge`]).
+struct Charge {
+    queue: QueueWork,
+    critical: (f64, f64),
+    ns: Result<f64, String>,
+    locks: Option<(u64, u64)>,
+}
+
 pub(super) struct Stack {
     /// The IOMMU instances (one unless `iommu.instances` says more).
     units: Vec<Unit>,
@@ -178,6 +186,21 @@ impl Stack {
             (Some(_), _) => split_queue_work(w),
             (None, Some((_, q))) => split_x86_queue_work(q.kind(), w),
             (None, None) => QueueWork::default(),
+        }
+    }
+
+    /// What one map's or unmap's work record charges, computed once: the timed queue's part
+    /// (taken out of `w`), the work done under the engine-modelled locks, the CPU time
+    /// outside them (an error when the profile cannot price it) and those locks'
+    /// acquisitions. Every map and unmap of the stack goes through it.
+    fn charge(&self, w: &mut WorkRecord) -> Charge {
+        let queue = self.split_queue(w);
+        let critical = self.critical_ns(w);
+        Charge {
+            queue,
+            critical,
+            ns: self.work_ns(w, critical),
+            locks: Self::engine_locks(w),
         }
     }
 
@@ -328,12 +351,18 @@ impl Stack {
                 Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
             };
-            let queue = self.split_queue(&mut w);
-            let critical = self.critical_ns(&w);
-            let map_ns = self.work_ns(&w, critical)?;
+            let ch = self.charge(&mut w);
             // A record that took neither lock has nothing to wait for or charge there.
-            let locks = Self::engine_locks(&w);
-            (mapping, io, devno, done, queue, critical, map_ns, locks)
+            (
+                mapping,
+                io,
+                devno,
+                done,
+                ch.queue,
+                ch.critical,
+                ch.ns?,
+                ch.locks,
+            )
         };
         let u = self.unit(devno);
         if let Some(locks) = locks {
@@ -440,14 +469,8 @@ impl Stack {
                 .path
                 .map_single(&self.device, PhysAddr::new(pa), len, dir, cpu, &mut w)
                 .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
-            let queue = if self.units[0].cmdq.is_some() {
-                split_queue_work(&mut w)
-            } else {
-                Default::default()
-            };
-            let critical = self.critical_ns(&w);
-            let map_ns = self.work_ns(&w, critical)?;
-            (mapped, queue, critical, map_ns, Self::engine_locks(&w))
+            let ch = self.charge(&mut w);
+            (mapped, ch.queue, ch.critical, ch.ns?, ch.locks)
         };
         let u = &self.units[0];
         if let Some(locks) = locks {
@@ -468,6 +491,9 @@ impl Stack {
         if let Some((_, q)) = &u.cmdq {
             q.issue_work(ctx, &queue).await;
         }
+        if let Some((_, q)) = &u.x86 {
+            q.issue(ctx, &queue).await;
+        }
         Ok(mapped)
     }
 
@@ -486,19 +512,14 @@ impl Stack {
                 .path
                 .unmap_single(buf, cpu, ctx.now().as_ns(), &mut w)
                 .map_err(|e| self.fail(format!("dma unmap failed: {}", e.error)))?;
-            let queue = if self.units[0].cmdq.is_some() {
-                split_queue_work(&mut w)
-            } else {
-                Default::default()
-            };
-            let critical = self.critical_ns(&w);
-            let unmap_ns = self.work_ns(&w, critical)?;
+            let ch = self.charge(&mut w);
+            let unmap_ns = ch.ns?;
             let mut c = self.counters.borrow_mut();
             c.unmaps += 1;
             c.unmap_ns += unmap_ns;
             c.inval_syncs += w.inval_syncs;
             c.flush_queue_flushes += w.flush_queue_flushes;
-            (queue, critical, unmap_ns, Self::engine_locks(&w))
+            (ch.queue, ch.critical, unmap_ns, ch.locks)
         };
         ctx.cpu()
             .spend_labeled(
@@ -515,6 +536,15 @@ impl Stack {
             q.issue_work(ctx, &queue).await;
             if p.invalidation_errors() > 0 {
                 return Err(self.fail("the SMMUv3 command queue refused a command".to_string()));
+            }
+        }
+        if let Some((p, q)) = &u.x86 {
+            q.issue(ctx, &queue).await;
+            if p.invalidation_errors() > 0 {
+                return Err(self.fail(format!(
+                    "the {} invalidation queue refused a submission",
+                    p.model()
+                )));
             }
         }
         Ok(())
@@ -604,16 +634,14 @@ impl Stack {
                         self.fail(format!("dma unmap failed: {e}"));
                     }
                     // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
-                    let queue = self.split_queue(&mut w);
-                    let critical = self.critical_ns(&w);
-                    let unmap_ns = self.work_ns(&w, critical).unwrap_or(0.0);
+                    let ch = self.charge(&mut w);
+                    let unmap_ns = ch.ns.unwrap_or(0.0);
                     let mut c = self.counters.borrow_mut();
                     c.unmaps += 1;
                     c.unmap_ns += unmap_ns;
                     c.inval_syncs += w.inval_syncs;
                     c.flush_queue_flushes += w.flush_queue_flushes;
-                    let locks = Self::engine_locks(&w);
-                    (queue, critical, unmap_ns, locks)
+                    (ch.queue, ch.critical, unmap_ns, ch.locks)
                 };
                 ctx.cpu()
                     .spend_labeled(

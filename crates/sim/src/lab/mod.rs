@@ -772,12 +772,7 @@ fn run_map_benchmark(
         let seed = run_seed(base, r);
         let out = map_bench::run(s, b, seed)?;
         dma_maps += out.dma.maps;
-        let config = if runs == 1 {
-            s.name.clone()
-        } else {
-            format!("{}#{r}", s.name)
-        };
-        let m = base_attrs(s, Measurement::new(config))
+        let m = base_attrs(s, Measurement::new(config_id(s, r, runs)))
             .attr("workload", "dma_map_benchmark")
             .attr("threads", b.threads)
             .attr("granule", b.granule)
