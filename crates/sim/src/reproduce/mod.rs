@@ -21,7 +21,7 @@ use crate::metrics::Measurement;
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::tomlpatch;
 
-pub use data::{CellRef, ExperimentFile};
+pub use data::{CellRef, ExperimentFile, PublishedFrom};
 
 /// Why an experiment file could not be read or run.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +118,40 @@ impl Experiment {
             e.validate_cell(&cell, &table)?;
         }
         Ok(e)
+    }
+
+    /// Whether some figure takes its published value from a stored run
+    /// ([`Experiment::resolve_published`] must fill them before the report means anything).
+    pub fn needs_stored_runs(&self) -> bool {
+        self.file.figures.iter().any(|f| f.published_from.is_some())
+    }
+
+    /// Fills the published value of every figure with `published_from`: `lookup(from,
+    /// metric)` gives the stored value or says why there is none (the error then names the
+    /// figure's field in the experiment file).
+    pub fn resolve_published(
+        &mut self,
+        lookup: &mut dyn FnMut(&PublishedFrom, &str) -> Result<f64, String>,
+    ) -> Result<(), ReproduceError> {
+        let mut filled = Vec::new();
+        {
+            let doc = self.doc();
+            for (i, f) in self.file.figures.iter().enumerate() {
+                let Some(from) = &f.published_from else {
+                    continue;
+                };
+                let metric = from.metric.as_deref().unwrap_or(&f.metric);
+                let v = lookup(from, metric).map_err(|e| {
+                    doc.field_error(&format!("figures[{i}].published_from"), e)
+                })?;
+                // `scale` converts the metric's unit, the stored one's as the lab's.
+                filled.push((i, v * f.scale.unwrap_or(1.0)));
+            }
+        }
+        for (i, v) in filled {
+            self.file.figures[i].published = Some(v);
+        }
+        Ok(())
     }
 
     /// The experiment's name.
@@ -241,6 +275,20 @@ impl Experiment {
         } else {
             self.file.runs.unwrap_or(1)
         };
+        if let Some(i) = self
+            .file
+            .figures
+            .iter()
+            .position(|f| f.published_from.is_some() && f.published.is_none())
+        {
+            return Err(self
+                .doc()
+                .field_error(
+                    &format!("figures[{i}].published_from"),
+                    "the stored run was not looked up (the CLI reads it from the results database)",
+                )
+                .into());
+        }
         let cells = self.file.cells();
         let mut results = Vec::with_capacity(cells.len());
         for (i, cell) in cells.iter().enumerate() {
