@@ -122,10 +122,13 @@ fn stored_value(
             .join(", ")
     };
     let m = match &from.config {
-        Some(c) => ms
-            .iter()
-            .find(|m| &m.config == c)
-            .ok_or_else(|| format!("run {} has no configuration \"{c}\": it has {}", from.run, configs()))?,
+        Some(c) => ms.iter().find(|m| &m.config == c).ok_or_else(|| {
+            format!(
+                "run {} has no configuration \"{c}\": it has {}",
+                from.run,
+                configs()
+            )
+        })?,
         None if ms.len() == 1 => &ms[0],
         None => {
             return Err(format!(
@@ -172,8 +175,7 @@ fn select_file(name: &str) -> Result<Selected, String> {
     }
     let path = Path::new(name);
     if name.ends_with(".toml") || path.is_file() {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
         if !reproduce::bundled::is_experiment_file(&text) {
             return Err(format!(
                 "{name} is not an experiment file (docs/EXPERIMENTS.md): expected top-level \

@@ -26,7 +26,10 @@ fn every_emitted_cell_measures_what_reproduce_reports() {
         for ((cell, scenario), reproduced) in cells.iter().zip(&report.measurements) {
             let run = lab::run_scenario(scenario, "emitted.toml", &LabOptions::default())
                 .unwrap_or_else(|e| panic!("{name} {cell}: {e}"));
-            assert_eq!(run.seed, seed, "{name} {cell}: the emitted file carries the seed");
+            assert_eq!(
+                run.seed, seed,
+                "{name} {cell}: the emitted file carries the seed"
+            );
             let ran = &run.report.measurements[0];
             assert_eq!(ran.config, reproduced.config, "{name} {cell}");
             assert_eq!(

@@ -13,9 +13,7 @@ pub mod layout;
 
 use std::path::{Path, PathBuf};
 
-use crate::experiment::{
-    Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role,
-};
+use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::lab::{self, LabError, LabOptions};
 use crate::metrics::Measurement;
 use crate::tomlfile::{InputError, TomlDoc};
@@ -30,7 +28,7 @@ pub enum ReproduceError {
     #[error(transparent)]
     Input(#[from] InputError),
     /// A cell's scenario was refused by the lab, or its run failed.
-    #[error("{origin}: cell `{cell}`: {source}")]
+    #[error("{}", cell_message(origin, cell, source))]
     Cell {
         /// The experiment file.
         origin: String,
@@ -40,6 +38,35 @@ pub enum ReproduceError {
         #[source]
         source: LabError,
     },
+}
+
+/// A cell's error: the lab's own message when it already names the cell (a refused field
+/// of the cell's scenario), else prefixed with the file and the cell.
+fn cell_message(origin: &str, cell: &str, source: &LabError) -> String {
+    match source {
+        LabError::Input(_) => source.to_string(),
+        _ => format!("{origin}: cell `{cell}`: {source}"),
+    }
+}
+
+/// A lab error about a cell's generated scenario: its line and column are the generated
+/// text's, which the user never sees, so they are dropped (the field's path names it).
+fn without_position(e: LabError) -> LabError {
+    match e {
+        LabError::Input(InputError::Field {
+            origin,
+            field,
+            problem,
+            ..
+        }) => LabError::Input(InputError::Field {
+            origin,
+            line: None,
+            column: None,
+            field,
+            problem,
+        }),
+        other => other,
+    }
 }
 
 impl ReproduceError {
@@ -141,9 +168,8 @@ impl Experiment {
                     continue;
                 };
                 let metric = from.metric.as_deref().unwrap_or(&f.metric);
-                let v = lookup(from, metric).map_err(|e| {
-                    doc.field_error(&format!("figures[{i}].published_from"), e)
-                })?;
+                let v = lookup(from, metric)
+                    .map_err(|e| doc.field_error(&format!("figures[{i}].published_from"), e))?;
                 // `scale` converts the metric's unit, the stored one's as the lab's.
                 filled.push((i, v * f.scale.unwrap_or(1.0)));
             }
@@ -175,7 +201,13 @@ impl Experiment {
         let f = &self.file;
         let mut t = f.base.clone();
         let row = &f.rows[cell.row];
-        apply(&doc, &mut t, &row.set, &row.unset, &format!("rows[{}]", cell.row))?;
+        apply(
+            &doc,
+            &mut t,
+            &row.set,
+            &row.unset,
+            &format!("rows[{}]", cell.row),
+        )?;
         if let Some(c) = cell.column {
             let col = &f.columns[c];
             apply(&doc, &mut t, &col.set, &col.unset, &format!("columns[{c}]"))?;
@@ -224,7 +256,7 @@ impl Experiment {
     }
 
     fn cell_origin(&self, cell: &CellRef) -> String {
-        format!("{} (cell {})", self.origin, cell.id)
+        format!("{} (scenario of cell {})", self.origin, cell.id)
     }
 
     fn validate_cell(
@@ -237,7 +269,7 @@ impl Experiment {
             ReproduceError::Cell {
                 origin: self.origin.clone(),
                 cell: cell.id.clone(),
-                source,
+                source: without_position(source),
             }
         })
     }
@@ -254,7 +286,10 @@ impl Experiment {
                  # measures what the experiment reports for the cell.\n",
                 cell.id, self.file.experiment, self.origin
             );
-            out.push((cell.id.clone(), format!("{header}{}", scenario_text(&table))));
+            out.push((
+                cell.id.clone(),
+                format!("{header}{}", scenario_text(&table)),
+            ));
         }
         Ok(out)
     }
