@@ -296,10 +296,17 @@ fn the_recorded_calibration_is_what_the_fit_gives() {
     assert_eq!(r.calibrated[0].value.to_bits(), user.to_bits());
     assert_eq!(r.calibrated[1].value.to_bits(), sys.to_bits());
     let fig = |id: &str| r.figures.iter().find(|f| f.id == id).unwrap();
-    for id in ["novmerge.users100.child_user", "novmerge.users100.child_sys"] {
+    for id in [
+        "novmerge.users100.child_user",
+        "novmerge.users100.child_sys",
+    ] {
         let f = fig(id);
         let published = f.published.unwrap();
-        assert!((f.lab - published).abs() / published < 0.005, "{id}: {}", f.lab);
+        assert!(
+            (f.lab - published).abs() / published < 0.005,
+            "{id}: {}",
+            f.lab
+        );
     }
     // A scenario whose recorded factor has no source is refused at the field.
     let bad = sba_vmerge::BUNDLED_SCENARIO.replacen(

@@ -212,7 +212,9 @@ fn the_protection_report_differs_only_in_the_reachable_window_of_bypass_mode() {
         );
         // The experiment's extra counter the lab leaves out (docs/model/sba-vmerge.md).
         assert!(m.get("protection.deferred_unmaps").is_none());
-        assert!(rows.iter().all(|x| x.get("protection.deferred_unmaps").is_some()));
+        assert!(rows
+            .iter()
+            .all(|x| x.get("protection.deferred_unmaps").is_some()));
     }
 }
 
@@ -400,8 +402,16 @@ runtime_ms = 1
 fn bad_page_sizes_windows_scales_and_workfiles_are_named() {
     for (from, to, field) in [
         ("page_size = 16384", "page_size = 12288", "kernel.page_size"),
-        ("page_size = 16384", "page_size = 131072", "kernel.page_size"),
-        ("mode = \"bypass\"", "mode = \"bypass\"\nwindow_mib = 768", "iommu.window_mib"),
+        (
+            "page_size = 16384",
+            "page_size = 131072",
+            "kernel.page_size",
+        ),
+        (
+            "mode = \"bypass\"",
+            "mode = \"bypass\"\nwindow_mib = 768",
+            "iommu.window_mib",
+        ),
         (
             "mode = \"bypass\"",
             "mode = \"bypass\"\nwindow_base_mib = 3584\nwindow_mib = 1024",
@@ -412,17 +422,45 @@ fn bad_page_sizes_windows_scales_and_workfiles_are_named() {
             "mode = \"bypass\"\nwindow_base_mib = 4096",
             "iommu.window_base_mib",
         ),
-        ("user_scale = 11.370507854681003", "user_scale = -1.0", "workload.user_scale"),
-        ("sys_scale = 6.879959404027607", "sys_scale = nan", "workload.sys_scale"),
-        ("workfile = \"new_dbase\"", "workfile = \"old_dbase\"", "workload.workfile"),
-        ("kind = \"scsi\"", "kind = \"scsi\"\ndma_mask_bits = 16", "device[0].dma_mask_bits"),
+        (
+            "user_scale = 11.370507854681003",
+            "user_scale = -1.0",
+            "workload.user_scale",
+        ),
+        (
+            "sys_scale = 6.879959404027607",
+            "sys_scale = nan",
+            "workload.sys_scale",
+        ),
+        // 4000 kcycles (sort_rtns_1) x 9999 is past the 1e7-kcycle cap of a task's cost.
+        (
+            "user_scale = 11.370507854681003",
+            "user_scale = 9999.0",
+            "workload.user_scale",
+        ),
+        (
+            "workfile = \"new_dbase\"",
+            "workfile = \"old_dbase\"",
+            "workload.workfile",
+        ),
+        (
+            "kind = \"scsi\"",
+            "kind = \"scsi\"\ndma_mask_bits = 16",
+            "device[0].dma_mask_bits",
+        ),
     ] {
         assert_eq!(refused(&small(from, to)).0, field, "{to}");
     }
     // fs_block may reach the page size, not beyond it.
-    let t = small("timeslice_ms = 100", "timeslice_ms = 100\nfs_block = \"16k\"");
+    let t = small(
+        "timeslice_ms = 100",
+        "timeslice_ms = 100\nfs_block = \"16k\"",
+    );
     lab::validate(&t, "ok.toml", None).expect("a 16 KiB block on 16 KiB pages");
-    let t = small("timeslice_ms = 100", "timeslice_ms = 100\nfs_block = \"32k\"");
+    let t = small(
+        "timeslice_ms = 100",
+        "timeslice_ms = 100\nfs_block = \"32k\"",
+    );
     assert_eq!(refused(&t).0, "workload.fs_block");
 }
 

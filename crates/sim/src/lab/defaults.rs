@@ -330,6 +330,7 @@ pub const REAIM_TASKS: &[DefaultTask] = &[
 /// `workload.sys_scale`); alone they are about a tenth of the published child times. The
 /// synchronous writes are 80 KiB files (FILESIZE 80k of the OSDL STP re-aim configuration,
 /// Cliff White, LKML 2003-05-21).
+#[rustfmt::skip]
 pub const REAIM_NEW_DBASE: &[DefaultTask] = &[
     ("shared_memory", 20, 2500.0, 150.0, 0, "assumption: a database mix is dominated by shared-memory and semaphore work"),
     ("disk_rr", 10, 1500.0, 200.0, 0, "assumption: random reads of a page-cache resident file"),

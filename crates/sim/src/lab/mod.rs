@@ -562,7 +562,7 @@ fn reaim_row_metrics(
             "jobs/min",
             row.jpm_per_child,
         ))
-        .metric(Metric::new(name("std_dev_s"), "s", row.std_dev_time))
+        .metric(Metric::new(name("std_dev_time_s"), "s", row.std_dev_time))
         .metric(Metric::new(name("std_dev_pct"), "%", row.std_dev_pct))
         .metric(Metric::new(name("io_sys_s"), "s", t.io_sys as f64 * 1e-9))
 }

@@ -156,7 +156,14 @@ pub(crate) fn run_reaim(
             host,
             probe,
             translated,
-        ) = run_point(s, disk, &child, &r.workfile, users, crate::lab::run_seed(seed, i as u32))?;
+        ) = run_point(
+            s,
+            disk,
+            &child,
+            &r.workfile,
+            users,
+            crate::lab::run_seed(seed, i as u32),
+        )?;
         rows.push(row);
         totals.push(t);
         protection.merge(&probe.read(translated, report.end.as_ns()));
@@ -252,7 +259,9 @@ pub fn fit_task_scale(
     let (super::spec::Workload::Reaim(r), super::spec::Devices::Scsi(disk)) =
         (&s.workload, &s.devices)
     else {
-        return Err(model_err("the task-cost fit needs a re-aim scenario on a scsi device"));
+        return Err(model_err(
+            "the task-cost fit needs a re-aim scenario on a scsi device",
+        ));
     };
     let Some(i) = r.users.iter().position(|&u| u == users) else {
         return Err(model_err(format!(
@@ -269,10 +278,19 @@ pub fn fit_task_scale(
         )));
     }
     let child = child_setup(s, r, disk, (1.0, 1.0));
-    let (run, ..) = run_point(s, disk, &child, &r.workfile, users, crate::lab::run_seed(seed, i as u32))?;
+    let (run, ..) = run_point(
+        s,
+        disk,
+        &child,
+        &r.workfile,
+        users,
+        crate::lab::run_seed(seed, i as u32),
+    )?;
     let t = run.totals;
     if t.task_user == 0 || t.task_sys == 0 {
-        return Err(model_err("the probe's tasks spent no user or no system time"));
+        return Err(model_err(
+            "the probe's tasks spent no user or no system time",
+        ));
     }
     Ok(TaskScaleFit {
         user_scale: target_user_s / (t.task_user as f64 * 1e-9),

@@ -1618,8 +1618,7 @@ fn iommu(
     )?;
     // Bypass mode still maps scatter-gather lists through the pdir (only single buffers
     // the mask reaches bypass it), so the pdir's fields apply to it too.
-    let sba = model == IommuModel::Sba
-        && matches!(mode, IommuMode::Translated | IommuMode::Bypass);
+    let sba = model == IommuModel::Sba && matches!(mode, IommuMode::Translated | IommuMode::Bypass);
     let sba_to = "iommu.model = \"sba\" in mode translated or bypass";
     only("delayed_frees", s.delayed_frees.is_some(), sba, sba_to)?;
     only("page_size", s.page_size.is_some(), sba, sba_to)?;
@@ -2586,6 +2585,30 @@ fn reaim(
         s.sys_scale.unwrap_or(d::REAIM_TASK_SCALE.0),
         0.0..=1e4,
     )?;
+    // A scaled cost is held to the cap of a written one (1e7 kcycles per run), which bounds
+    // the time-slicer's events and so the host time.
+    let max_ns = 1e7 * 1e3 / ghz;
+    for (field, scale, cost) in [
+        (
+            "user_scale",
+            user_scale,
+            workfile.tasks.iter().map(|t| t.user_ns).fold(0.0, f64::max),
+        ),
+        (
+            "sys_scale",
+            sys_scale,
+            workfile.tasks.iter().map(|t| t.sys_ns).fold(0.0, f64::max),
+        ),
+    ] {
+        if cost * scale > max_ns {
+            return Err(doc.field_error(
+                &wl.path(field),
+                format!(
+                    "{scale} makes a task cost more than 1e7 kcycles per run (the cap of user_kcycles and sys_kcycles)"
+                ),
+            ));
+        }
+    }
     let journal_blocks = wl.int(
         "journal_blocks",
         s.journal_blocks.unwrap_or(d::REAIM_JOURNAL_BLOCKS.0),
