@@ -356,7 +356,7 @@ fn small(from: &str, to: &str) -> String {
 
 #[test]
 fn a_virtual_merge_without_an_iommu_that_coalesces_is_refused() {
-    let (field, msg) = small("virt_merge = false", "virt_merge = true");
+    let (field, msg) = refused(&small("virt_merge = false", "virt_merge = true"));
     assert_eq!(field, "kernel.virt_merge");
     assert!(msg.contains("sba_coalesce"), "{msg}");
     let t = small("mode = \"bypass\"", "mode = \"off\"")
