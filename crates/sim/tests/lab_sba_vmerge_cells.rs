@@ -476,3 +476,65 @@ fn a_32_bit_hba_maps_every_buffer_through_the_window() {
     assert!(bypass(&wide) > 0.0);
     assert_eq!(bypass(&narrow), 0.0);
 }
+
+// ---------------------------------------------------------------------------------------
+// The experiment as a data file (docs/EXPERIMENTS.md), run by the generic runner.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn the_data_file_reproduces_the_modules_figures_and_effects() {
+    use iolab_sim::experiment::Role;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/experiments/sba-vmerge.toml");
+    let text = std::fs::read_to_string(&path).expect("the experiment file exists");
+    let exp = iolab_sim::reproduce::Experiment::parse(&text, path.to_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let data = exp.run(&ExperimentOptions::default()).unwrap();
+    let module = experiment();
+    assert_eq!(data.figures.len(), module.figures.len());
+    for f in &module.figures {
+        let d = data
+            .figures
+            .iter()
+            .find(|x| x.id == f.id)
+            .unwrap_or_else(|| panic!("the data file has no figure {}", f.id));
+        assert_eq!(d.lab.to_bits(), f.lab.to_bits(), "{}", f.id);
+        assert_eq!(d.published, f.published, "{}", f.id);
+        // One role differs on purpose: the calibration row's JTI is fitted to nothing, so
+        // the data file counts it as a prediction (the module marks the whole row).
+        if f.id == "novmerge.users100.jti" {
+            assert_eq!((f.role, d.role), (Role::Calibration, Role::Prediction));
+        } else {
+            assert_eq!(d.role, f.role, "{}", f.id);
+        }
+    }
+    assert_eq!(data.effects.len(), module.effects.len());
+    for (d, m) in data.effects.iter().zip(&module.effects) {
+        assert_eq!(d.id, m.id);
+        assert_eq!(d.lab_pct.to_bits(), m.lab_pct.to_bits(), "{}", d.id);
+        assert!((d.published_pct - m.published_pct).abs() < 1e-4, "{}", d.id);
+    }
+    let (fd, fm) = (data.fidelity(), module.fidelity());
+    assert_eq!(fd.effects.met, fd.effects.total);
+    assert_eq!(fd.effects.total, fm.effects.total);
+    assert_eq!(fm.predicted_figures.met, fm.predicted_figures.total);
+    assert_eq!(fd.predicted_figures.met, fd.predicted_figures.total);
+    assert_eq!(fd.predicted_figures.total, fm.predicted_figures.total + 1);
+    // Its cells are the lab scenarios of scenarios/experiments/sba-vmerge/: the same
+    // measurement, bit for bit, for every metric.
+    let cells = exp.cell_scenarios(1).unwrap();
+    assert_eq!(
+        cells.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        CELLS
+    );
+    for (id, text) in cells {
+        let emitted = lab::run_scenario(&text, "emitted.toml", &LabOptions::default()).unwrap();
+        let file = run_cell(&id);
+        let a = &emitted.report.measurements[0].metrics;
+        assert_eq!(a.len(), file.metrics.len(), "{id}");
+        for (x, y) in a.iter().zip(&file.metrics) {
+            assert_eq!(x.name, y.name, "{id}");
+            assert_eq!(x.value.to_bits(), y.value.to_bits(), "{id}: {}", x.name);
+        }
+    }
+}

@@ -36,9 +36,9 @@ pub enum ReproduceError {
         origin: String,
         /// The cell's id.
         cell: String,
-        /// What the lab said.
+        /// What the lab said (boxed: a large error would make every `Result` large).
         #[source]
-        source: LabError,
+        source: Box<LabError>,
     },
 }
 
@@ -203,7 +203,7 @@ impl Experiment {
             ReproduceError::Cell {
                 origin: self.origin.clone(),
                 cell: cell.id.clone(),
-                source,
+                source: Box::new(source),
             }
         })
     }
@@ -250,7 +250,7 @@ impl Experiment {
                 ReproduceError::Cell {
                     origin: self.origin.clone(),
                     cell: cell.id.clone(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             results.push(CellResult {
