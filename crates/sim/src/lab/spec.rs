@@ -1073,7 +1073,9 @@ fn override_costs(
         }
         cost.source = o.source.clone();
         if let Err(e) = profile.revalidate() {
-            return Err(doc.field_error(&format!("{field}.value"), e.to_string()).into());
+            return Err(doc
+                .field_error(&format!("{field}.value"), e.to_string())
+                .into());
         }
     }
     Ok(())
