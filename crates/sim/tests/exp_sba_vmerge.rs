@@ -275,3 +275,48 @@ fn single_buffers_of_the_64_bit_hba_bypass_the_sba_and_a_32_bit_one_bypasses_not
         .iter()
         .all(|m| m.get("protection.stale_hits").is_none()));
 }
+
+#[test]
+fn the_recorded_calibration_is_what_the_fit_gives() {
+    // The declared calibration: reproduce uses the recorded factors; refitting the bundled
+    // scenario (seed 1, the 100-user point of the no-vmerge kernel) gives them exactly.
+    let (user, sys) =
+        sba_vmerge::fit_task_scale(sba_vmerge::BUNDLED_SCENARIO, "bundled", 1).unwrap();
+    let t: toml::Table = sba_vmerge::BUNDLED_SCENARIO.parse().unwrap();
+    let recorded = |k: &str| t["calibration"][k]["value"].as_float().unwrap();
+    assert_eq!(user.to_bits(), recorded("user_scale").to_bits(), "{user}");
+    assert_eq!(sys.to_bits(), recorded("sys_scale").to_bits(), "{sys}");
+    // The report lists the recorded values, and the calibration row meets its targets.
+    let r = sba_vmerge::run_scenario(
+        sba_vmerge::BUNDLED_SCENARIO,
+        "bundled",
+        &ExperimentOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(r.calibrated[0].value.to_bits(), user.to_bits());
+    assert_eq!(r.calibrated[1].value.to_bits(), sys.to_bits());
+    let fig = |id: &str| r.figures.iter().find(|f| f.id == id).unwrap();
+    for id in [
+        "novmerge.users100.child_user",
+        "novmerge.users100.child_sys",
+    ] {
+        let f = fig(id);
+        let published = f.published.unwrap();
+        assert!(
+            (f.lab - published).abs() / published < 0.005,
+            "{id}: {}",
+            f.lab
+        );
+    }
+    // A scenario whose recorded factor has no source is refused at the field.
+    let bad = sba_vmerge::BUNDLED_SCENARIO.replacen(
+        "\"fitted: 206.35 s / the probe's task user time at novmerge.users100 (seed 1)\"",
+        "\"\"",
+        1,
+    );
+    assert_ne!(bad, sba_vmerge::BUNDLED_SCENARIO);
+    assert_eq!(
+        field_of(run(&bad).unwrap_err()),
+        "calibration.user_scale.source"
+    );
+}

@@ -80,6 +80,16 @@ struct Scenario {
     fs: Fs,
     reaim: Reaim,
     kernels: Kernels,
+    calibration: Calibration,
+}
+
+/// The declared calibration: the task-cost scale factors, recorded (fitted by
+/// [`fit_task_scale`], not at every run).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Calibration {
+    user_scale: P,
+    sys_scale: P,
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,6 +208,8 @@ struct Config {
     jitter: f64,
     workfile: Workfile,
     profile: PlatformProfile,
+    /// The recorded task-cost scale factors (user, system).
+    scale: (f64, f64),
 }
 
 fn check(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<f64, ExperimentError> {
@@ -230,7 +242,7 @@ fn check_int(
 
 /// Every physical parameter must say where its value comes from.
 fn check_sources(doc: &TomlDoc<'_>, s: &Scenario) -> Result<(), ExperimentError> {
-    let params: [(&str, &P); 25] = [
+    let params: [(&str, &P); 27] = [
         ("machine.cpus", &s.machine.cpus),
         ("machine.page_size", &s.machine.page_size),
         ("machine.memory_gib", &s.machine.memory_gib),
@@ -259,6 +271,8 @@ fn check_sources(doc: &TomlDoc<'_>, s: &Scenario) -> Result<(), ExperimentError>
             &s.fs.journal_blocks_per_commit,
         ),
         ("reaim.jitter_pct", &s.reaim.jitter_pct),
+        ("calibration.user_scale", &s.calibration.user_scale),
+        ("calibration.sys_scale", &s.calibration.sys_scale),
     ];
     for (path, p) in params {
         if p.source.trim().is_empty() {
@@ -545,7 +559,22 @@ fn validate(text: &str, origin: &str) -> Result<(Config, Scenario), ExperimentEr
             sync_write_bytes: t.sync_write_kib << 10,
         });
     }
+    let user_scale = check(
+        &doc,
+        "calibration.user_scale.value",
+        s.calibration.user_scale.value,
+        0.0,
+        1e4,
+    )?;
+    let sys_scale = check(
+        &doc,
+        "calibration.sys_scale.value",
+        s.calibration.sys_scale.value,
+        0.0,
+        1e4,
+    )?;
     let cfg = Config {
+        scale: (user_scale, sys_scale),
         cpus,
         page,
         mem_pages: ((mem * (1u64 << 30) as f64) as u64 / page).max(16),
@@ -717,6 +746,49 @@ fn mean_rows(rows: &[ReaimRow]) -> ReaimRow {
     }
 }
 
+/// The seed of ramp point `i` (the `i`-th user count) in repetition `r` from base seed
+/// `base`: the lab's rule for re-aim ramps (`lab::run_seed` of the repetition's seed), so a
+/// lab scenario of one kernel reproduces this experiment's runs of that kernel.
+fn point_seed(base: u64, r: u32, i: usize) -> u64 {
+    crate::lab::run_seed(crate::lab::run_seed(base, r), i as u32)
+}
+
+/// The declared calibration's fitting procedure: scales the workfile's per-task user and
+/// system CPU costs so the no-vmerge kernel at 100 users gives the published child UTime and
+/// SysTime. Child times are sums of the scaled spends plus the I/O path's system time (not
+/// scaled), so one probe run at scale 1 (the seed of that ramp point) gives the factors:
+/// `published user / task user` and `(published sys - I/O sys) / task sys`. The scenario
+/// records the result in `[calibration]`; reproduce does not refit.
+///
+/// # Errors
+///
+/// The scenario's validation errors and the probe run's.
+pub fn fit_task_scale(text: &str, origin: &str, seed: u64) -> Result<(f64, f64), ExperimentError> {
+    let (cfg, sc) = validate(text, origin)?;
+    let (cal_users, _, cal_sys, cal_user, _, _) = PUB_NOVMERGE[0];
+    let i = cfg
+        .users
+        .iter()
+        .position(|&u| u == cal_users)
+        .ok_or_else(|| {
+            ExperimentError::Model(format!(
+                "the ramp {:?} does not run the calibration row's {cal_users} users",
+                cfg.users
+            ))
+        })?;
+    let probe = run_one(
+        &cfg,
+        &sc.kernels.novmerge,
+        cal_users,
+        (1.0, 1.0),
+        point_seed(seed, 0, i),
+    )?;
+    Ok((
+        cal_user / probe.task_user,
+        ((cal_sys - probe.io_sys) / probe.task_sys).max(0.0),
+    ))
+}
+
 /// Parses and validates a scenario file of this experiment without running it (the
 /// step `run_scenario` starts with; fast enough to fuzz).
 pub fn validate_scenario(text: &str, origin: &str) -> Result<(), ExperimentError> {
@@ -732,25 +804,15 @@ pub fn run_scenario(
     let (cfg, sc) = validate(text, origin)?;
     let runs = options.runs.max(1);
 
-    // Calibration: fit the user and system scale of the workfile's per-task CPU costs so the
-    // no-vmerge kernel at 100 users reproduces the published child UTime and SysTime. Child
-    // times are sums of the scaled spends (plus the I/O path's system time, which is not
-    // scaled), so one probe run at scale 1 gives the fit.
-    let (cal_users, _, cal_sys, cal_user, _, _) = PUB_NOVMERGE[0];
-    let probe = run_one(
-        &cfg,
-        &sc.kernels.novmerge,
-        cal_users,
-        (1.0, 1.0),
-        options.seed,
-    )?;
-    let user_scale = cal_user / probe.task_user;
-    let sys_scale = ((cal_sys - probe.io_sys) / probe.task_sys).max(0.0);
+    // Calibration: the recorded scale factors of the workfile's per-task CPU costs
+    // (`[calibration]`, fitted by `fit_task_scale` against the published child times of
+    // novmerge.users100; a test checks the recorded values are what the fit gives).
+    let (user_scale, sys_scale) = cfg.scale;
 
     let mut rows: [Vec<ReaimRow>; 2] = [Vec::new(), Vec::new()];
     let mut mech: [Vec<(ScsiStats, u64, u64, u64)>; 2] = [Vec::new(), Vec::new()];
     let mut protection: [Vec<ProtectionStats>; 2] = [Vec::new(), Vec::new()];
-    for &u in &cfg.users {
+    for (i, &u) in cfg.users.iter().enumerate() {
         for (k, kernel) in [&sc.kernels.novmerge, &sc.kernels.vmerge]
             .into_iter()
             .enumerate()
@@ -758,11 +820,9 @@ pub fn run_scenario(
             let mut per = Vec::new();
             let mut last = None;
             for r in 0..runs {
-                // Same seed for both kernels at a user count: common random numbers.
-                let seed = crate::engine::rng::derive_seed(
-                    options.seed,
-                    u64::from(u) * 1000 + u64::from(r),
-                );
+                // The lab's seed rule (`iolab run --runs`, one simulation per ramp point),
+                // the same for both kernels at a user count: common random numbers.
+                let seed = point_seed(options.seed, r, i);
                 let out = run_one(&cfg, kernel, u, (user_scale, sys_scale), seed)?;
                 per.push(out.row);
                 last = Some(out);
@@ -938,7 +998,7 @@ pub fn run_scenario(
 
     let mut notes = vec![
         format!(
-            "Calibrated from {CALIBRATION_ROW}: the workfile's per-task user and system CPU costs are scaled by {user_scale:.4} and {sys_scale:.4} so that row's Child UTime and SysTime match; parent time, jobs/min, JTI and every other row and the vmerge kernel are predictions."
+            "Calibrated from {CALIBRATION_ROW} (declared, recorded in the scenario's [calibration]): the workfile's per-task user and system CPU costs are scaled by {user_scale:.4} and {sys_scale:.4}, fitted so that row's Child UTime and SysTime match; parent time, jobs/min, JTI and every other row and the vmerge kernel are predictions."
         ),
         format!(
             "Kernels: novmerge = block virt merge {}, SBA coalescing {}; vmerge = block virt merge {}, SBA coalescing {}. Linux 2.6.0's sba_map_sg coalesces whatever BIO_VMERGE_BOUNDARY says; set kernels.novmerge.sba_coalesce = true to model that (the two kernels then differ only for requests that reach sg_tablesize, which this workfile never issues, and the runs are identical).",

@@ -28,7 +28,6 @@ use crate::cost::PlatformProfile;
 use crate::engine::Handle;
 use crate::x86q::{SimX86Queue, X86QueueKind};
 
-use super::defaults;
 use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
 
 /// The DMA path of one run.
@@ -276,9 +275,10 @@ pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<Io
             })
         }
         (IommuModel::Sba, mode @ (IommuMode::Translated | IommuMode::Bypass)) => {
-            let (base, size) = defaults::SBA_WINDOW.0;
+            let (base, size) = s.iommu.sba_window;
             let mut c = SbaIommuConfig::new(id, base, size, s.iommu.sba_page_size);
             c.delayed_frees = s.iommu.sba_delayed_frees;
+            c.merge = s.iommu.sba_coalesce;
             c.allow_bypass = mode == IommuMode::Bypass;
             let sba = Arc::new(SbaIommu::new(c).map_err(model_err)?);
             Ok(IommuPath {

@@ -46,6 +46,7 @@ mod iommu;
 mod map_bench;
 mod net;
 pub(crate) mod reaim;
+pub use reaim::{fit_task_scale, TaskScaleFit};
 mod scsi;
 pub mod spec;
 mod usb;
@@ -542,6 +543,30 @@ fn run_bonnie(
     })
 }
 
+/// The metrics of one re-aim row (user count `u`), named `reaim.users{u}.*`: the re-aim
+/// table's columns and the children's I/O-path system time.
+fn reaim_row_metrics(
+    m: Measurement,
+    row: &crate::workloads::reaim::ReaimRow,
+    t: &crate::workloads::reaim::TaskTotals,
+) -> Measurement {
+    let u = row.forked;
+    let name = |what: &str| format!("reaim.users{u}.{what}");
+    m.metric(Metric::new(name("jpm"), "jobs/min", row.jpm))
+        .metric(Metric::new(name("parent_time_s"), "s", row.parent_time))
+        .metric(Metric::new(name("jti"), "index", f64::from(row.jti)))
+        .metric(Metric::new(name("child_sys_s"), "s", row.child_sys))
+        .metric(Metric::new(name("child_user_s"), "s", row.child_user))
+        .metric(Metric::new(
+            name("jpm_per_child"),
+            "jobs/min",
+            row.jpm_per_child,
+        ))
+        .metric(Metric::new(name("std_dev_time_s"), "s", row.std_dev_time))
+        .metric(Metric::new(name("std_dev_pct"), "%", row.std_dev_pct))
+        .metric(Metric::new(name("io_sys_s"), "s", t.io_sys as f64 * 1e-9))
+}
+
 fn run_reaim(
     s: &LabScenario,
     r: &spec::ReaimSetup,
@@ -575,24 +600,8 @@ fn run_reaim(
             .cpu(out.cpu)
             .metric(Metric::new("reaim.max_jpm", "jobs/min", max))
             .metric(Metric::new("reaim.min_jti", "index", f64::from(jti)));
-        for row in &out.rows {
-            let u = row.forked;
-            m = m
-                .metric(Metric::new(
-                    format!("reaim.users{u}.jpm"),
-                    "jobs/min",
-                    row.jpm,
-                ))
-                .metric(Metric::new(
-                    format!("reaim.users{u}.parent_time_s"),
-                    "s",
-                    row.parent_time,
-                ))
-                .metric(Metric::new(
-                    format!("reaim.users{u}.jti"),
-                    "index",
-                    f64::from(row.jti),
-                ));
+        for (row, t) in out.rows.iter().zip(&out.totals) {
+            m = reaim_row_metrics(m, row, t);
         }
         let q = &out.scsi;
         m = m

@@ -1,8 +1,9 @@
 //! re-aim on a SCSI/SAS disk behind any IOMMU model: the children, workfile and re-aim table
 //! of [`crate::workloads::reaim`], their synchronous writes through the block layer, the
 //! scenario's DMA path and the HBA/disk model of [`crate::devices::scsi`] (the models the
-//! `sba-vmerge` experiment runs, without its calibration: task costs are the scenario's, or
-//! the sourced defaults of [`super::defaults::REAIM_TASKS`]).
+//! `sba-vmerge` experiment runs: task costs are the scenario's, or a bundled workfile's of
+//! [`super::defaults::REAIM_WORKFILES`], times the scenario's declared scale factors, which
+//! [`fit_task_scale`] fits to measured child times).
 //!
 //! Each user count of the ramp is one simulation. Map and unmap calls are charged their
 //! counted steps through the platform profile; the hardware waits the step costs leave out
@@ -23,13 +24,15 @@ use crate::workloads::reaim::{
     self, ChildResult, ChildSetup, FsyncLayout, Journal, ReaimRow, TaskTotals, Workfile,
 };
 
-use super::iommu::{model_err, LabProtection};
+use super::iommu::{model_err, LabProtection, ProtectionProbe};
 use super::spec::{LabScenario, ReaimSetup, ScsiSetup, BUFFER_BASE};
 
 /// What one ramp produced.
 pub(crate) struct ReaimRun {
     /// One row per user count.
     pub rows: Vec<ReaimRow>,
+    /// Per user count, the children's CPU time by origin.
+    pub totals: Vec<TaskTotals>,
     /// The SCSI host's totals over the ramp.
     pub scsi: ScsiStats,
     /// CPU time of every CPU over the ramp's simulations.
@@ -135,39 +138,34 @@ pub(crate) fn run_reaim(
     disk: &ScsiSetup,
     seed: u64,
 ) -> Result<ReaimRun, LabError> {
-    let page = super::defaults::REAIM_PAGE.0;
-    let child = ChildSetup {
-        slice_ns: r.slice_ns,
-        jitter: r.jitter,
-        scale: (1.0, 1.0),
-        layout: FsyncLayout {
-            page,
-            first_pfn: BUFFER_BASE / page,
-            mem_pages: (s.memory_bytes - BUFFER_BASE) / page,
-            disk_bytes: disk.disk_bytes,
-            fs_block: r.fs_block,
-            journal_blocks: r.journal_blocks,
-        },
-    };
+    let child = child_setup(s, r, disk, r.scale);
     let mut rows = Vec::with_capacity(r.users.len());
+    let mut totals = Vec::with_capacity(r.users.len());
     let mut scsi = ScsiStats::default();
     let mut cpu = CpuTimes::default();
     let (mut parent_total, mut contended) = (0u64, 0u64);
     let mut protection = LabProtection::default();
     for (i, &users) in r.users.iter().enumerate() {
-        let mut sim = Sim::new(SimConfig {
-            cpus: s.cpus,
-            seed: crate::lab::run_seed(seed, i as u32),
-        })?;
-        let h = sim.handle().clone();
-        let (host, probe, translated) = super::scsi::start_host(s, disk, &h)?;
-        let ChildrenRun {
-            row,
-            parent_ns: parent,
-            report,
-            ..
-        } = run_children(&mut sim, &host, &r.workfile, &child, users, s.cpus)?;
+        let (
+            ChildrenRun {
+                row,
+                parent_ns: parent,
+                report,
+                totals: t,
+            },
+            host,
+            probe,
+            translated,
+        ) = run_point(
+            s,
+            disk,
+            &child,
+            &r.workfile,
+            users,
+            crate::lab::run_seed(seed, i as u32),
+        )?;
         rows.push(row);
+        totals.push(t);
         protection.merge(&probe.read(translated, report.end.as_ns()));
         scsi.add(&host.stats());
         parent_total += parent;
@@ -181,10 +179,121 @@ pub(crate) fn run_reaim(
     }
     Ok(ReaimRun {
         rows,
+        totals,
         scsi,
         cpu: CpuBreakdown::between(&CpuTimes::default(), &cpu),
         disk_busy_pct: scsi.disk_busy_ns as f64 / parent_total.max(1) as f64 * 100.0,
         lock_contended: contended,
         protection,
+    })
+}
+
+/// How the children of `r` run on `s`'s machine and `disk`, their task costs scaled by
+/// `scale`.
+fn child_setup(s: &LabScenario, r: &ReaimSetup, disk: &ScsiSetup, scale: (f64, f64)) -> ChildSetup {
+    let page = r.page;
+    ChildSetup {
+        slice_ns: r.slice_ns,
+        jitter: r.jitter,
+        scale,
+        layout: FsyncLayout {
+            page,
+            first_pfn: BUFFER_BASE / page,
+            mem_pages: (s.memory_bytes - BUFFER_BASE) / page,
+            disk_bytes: disk.disk_bytes,
+            fs_block: r.fs_block,
+            journal_blocks: r.journal_blocks,
+        },
+    }
+}
+
+/// One point of a ramp: `users` children on a fresh simulation seeded `seed`, their I/O
+/// through the scenario's SCSI host. Returns the run, the host, the protection probe and
+/// whether the path translates.
+fn run_point(
+    s: &LabScenario,
+    disk: &ScsiSetup,
+    child: &ChildSetup,
+    wf: &Workfile,
+    users: u32,
+    seed: u64,
+) -> Result<(ChildrenRun, ScsiHost, ProtectionProbe, bool), LabError> {
+    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let h = sim.handle().clone();
+    let (host, probe, translated) = super::scsi::start_host(s, disk, &h)?;
+    let run = run_children(&mut sim, &host, wf, child, users, s.cpus)?;
+    Ok((run, host, probe, translated))
+}
+
+/// The task-cost scale factors that make one point of a re-aim ramp give the children's
+/// user and system times `target` (seconds): a declared calibration's fitting procedure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TaskScaleFit {
+    /// Factor on every task's user CPU cost (`workload.user_scale`).
+    pub user_scale: f64,
+    /// Factor on every task's system CPU cost (`workload.sys_scale`).
+    pub sys_scale: f64,
+}
+
+/// Fits `workload.user_scale` and `workload.sys_scale` of the re-aim scenario `s` so that
+/// its ramp point of `users` children gives the children's summed user time `target_user_s`
+/// and system time `target_sys_s`: one probe run of that point (the ramp's own seed for it,
+/// from `seed`) with both factors at 1 measures the tasks' own user time `U`, their system
+/// time `S` and the I/O path's system time `I` (block layer, driver, IOMMU; not scaled);
+/// then `user_scale = target_user / U` and `sys_scale = max(0, (target_sys - I) / S)`.
+/// Child times are sums of the scaled costs, so the fit is exact up to what the scale
+/// changes in the run's interleaving (the jitter draws are per task run).
+///
+/// # Errors
+///
+/// [`LabError::Model`] when `s` is not a re-aim scenario, `users` is not a point of its ramp,
+/// a target is not finite and positive, or the probe's tasks spent no time; any error of the
+/// run itself.
+pub fn fit_task_scale(
+    s: &LabScenario,
+    users: u32,
+    target_user_s: f64,
+    target_sys_s: f64,
+    seed: u64,
+) -> Result<TaskScaleFit, LabError> {
+    let (super::spec::Workload::Reaim(r), super::spec::Devices::Scsi(disk)) =
+        (&s.workload, &s.devices)
+    else {
+        return Err(model_err(
+            "the task-cost fit needs a re-aim scenario on a scsi device",
+        ));
+    };
+    let Some(i) = r.users.iter().position(|&u| u == users) else {
+        return Err(model_err(format!(
+            "{users} users is not a point of the scenario's ramp {:?}",
+            r.users
+        )));
+    };
+    if !(target_user_s.is_finite() && target_sys_s.is_finite())
+        || target_user_s <= 0.0
+        || target_sys_s <= 0.0
+    {
+        return Err(model_err(format!(
+            "expected finite positive target times, got user {target_user_s} s and sys {target_sys_s} s"
+        )));
+    }
+    let child = child_setup(s, r, disk, (1.0, 1.0));
+    let (run, ..) = run_point(
+        s,
+        disk,
+        &child,
+        &r.workfile,
+        users,
+        crate::lab::run_seed(seed, i as u32),
+    )?;
+    let t = run.totals;
+    if t.task_user == 0 || t.task_sys == 0 {
+        return Err(model_err(
+            "the probe's tasks spent no user or no system time",
+        ));
+    }
+    Ok(TaskScaleFit {
+        user_scale: target_user_s / (t.task_user as f64 * 1e-9),
+        sys_scale: ((target_sys_s - t.io_sys as f64 * 1e-9) / (t.task_sys as f64 * 1e-9)).max(0.0),
     })
 }

@@ -101,7 +101,9 @@ pub(crate) fn start_host(
         disk.params,
         disk.limits,
         dma,
-        iommu::lab_device(64)?,
+        iommu::lab_device(disk.dma_mask_bits)?
+            .with_max_segment_size(disk.limits.max_segment_size)
+            .map_err(model_err)?,
         s.profile.cpu_cost_model(),
     )?;
     Ok((host, probe, translated))

@@ -41,6 +41,17 @@ struct Probe {
     device: Option<Vec<KindOnly>>,
     #[serde(default)]
     workload: Option<KindOnly>,
+    #[serde(default)]
+    kernel: Option<KernelProbe>,
+}
+
+/// First pass: the `[kernel]` fields that apply to some workloads or devices only.
+#[derive(Deserialize)]
+struct KernelProbe {
+    #[serde(default)]
+    page_size: Option<toml::Value>,
+    #[serde(default)]
+    virt_merge: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -104,6 +115,10 @@ struct IommuSpec {
     #[serde(default)]
     page_size: Option<u64>,
     #[serde(default)]
+    window_base_mib: Option<u64>,
+    #[serde(default)]
+    window_mib: Option<u64>,
+    #[serde(default)]
     default_window_mib: Option<u64>,
     #[serde(default)]
     ddw_window_gib: Option<u64>,
@@ -126,6 +141,12 @@ struct KernelSpec {
     block_complete_ns: Option<u64>,
     #[serde(default)]
     irq_entry_ns: Option<u64>,
+    #[serde(default)]
+    page_size: Option<u64>,
+    #[serde(default)]
+    virt_merge: Option<bool>,
+    #[serde(default)]
+    sba_coalesce: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -211,6 +232,8 @@ struct ScsiSpec {
     seek_write_ms: Option<f64>,
     #[serde(default)]
     media_mb_per_s: Option<f64>,
+    #[serde(default)]
+    dma_mask_bits: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -231,6 +254,10 @@ struct ReaimSpec {
     fs_block: Option<u64>,
     #[serde(default)]
     journal_blocks: Option<u64>,
+    #[serde(default)]
+    user_scale: Option<f64>,
+    #[serde(default)]
+    sys_scale: Option<f64>,
     #[serde(default)]
     task: Option<Vec<ReaimTaskSpec>>,
 }
@@ -546,6 +573,11 @@ pub struct IommuSetup {
     pub sba_delayed_frees: usize,
     /// SBA: IOMMU page size, bytes.
     pub sba_page_size: u64,
+    /// SBA: the IOV window, (base, size) in bytes.
+    pub sba_window: (u64, u64),
+    /// SBA: whether `sba_map_sg` coalesces a list's pieces into virtually contiguous
+    /// streams (`kernel.sba_coalesce`).
+    pub sba_coalesce: bool,
     /// POWER: default window size, bytes.
     pub default_window_bytes: u64,
     /// POWER: DDW size, bytes.
@@ -621,6 +653,8 @@ pub struct ScsiSetup {
     pub limits: crate::block::QueueLimits,
     /// Disk capacity, bytes.
     pub disk_bytes: u64,
+    /// The HBA's DMA mask, bits.
+    pub dma_mask_bits: u32,
 }
 
 /// A validated USB mass-storage device.
@@ -768,6 +802,10 @@ pub struct ReaimSetup {
     pub fs_block: u64,
     /// Journal blocks per commit.
     pub journal_blocks: u64,
+    /// The kernel's page size (page-cache pages), bytes.
+    pub page: u64,
+    /// Factors on every task's user and system CPU cost.
+    pub scale: (f64, f64),
 }
 
 /// The workload of a scenario.
@@ -1101,6 +1139,24 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 .into());
         }
     }
+    if let Some(k) = &probe.kernel {
+        if k.page_size.is_some() && wkind != "reaim" {
+            return Err(doc
+                .field_error(
+                    "kernel.page_size",
+                    "applies to reaim workloads only (the page size of re-aim's page cache; the other workloads' buffers are 4 KiB pages)",
+                )
+                .into());
+        }
+        if k.virt_merge.is_some() && dkind != "scsi" {
+            return Err(doc
+                .field_error(
+                    "kernel.virt_merge",
+                    "applies to scsi devices only (the block layer's virtual merge on the SCSI host's queue)",
+                )
+                .into());
+        }
+    }
     match (wkind.as_str(), dkind.as_str()) {
         ("fio", "nvme") => fio_on::<NvmeSpec>(&doc, base),
         ("fio", "sas") => fio_on::<SasSpec>(&doc, base),
@@ -1113,7 +1169,8 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "bonnie")?;
             instances(&doc, &common.iommu, &[None])?;
-            let scsi = scsi(&doc, &f.device[0], &common.profile)?;
+            let mut scsi = scsi(&doc, &f.device[0], &common.profile)?;
+            virt_merge(&doc, &f.kernel, &common.iommu, &mut scsi)?;
             let bundled = crate::experiments::ipmmu_usb::parse(
                 crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
                 "scenarios/ipmmu-usb.toml (bundled)",
@@ -1182,8 +1239,9 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "reaim")?;
             instances(&doc, &common.iommu, &[None])?;
-            let scsi = scsi(&doc, &f.device[0], &common.profile)?;
-            let reaim = reaim(&doc, &f.workload, &common, &scsi)?;
+            let mut scsi = scsi(&doc, &f.device[0], &common.profile)?;
+            virt_merge(&doc, &f.kernel, &common.iommu, &mut scsi)?;
+            let reaim = reaim(&doc, &f.workload, &f.kernel, &common, &scsi)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Scsi(Box::new(scsi)), Workload::Reaim(Box::new(reaim))))
         }
@@ -1434,7 +1492,18 @@ fn common<D, W>(
         "GiB (cap MAX_MEMORY_GIB)",
     )?;
     let kernel = kernel_variants(doc, &f.kernel)?;
-    let iommu = iommu(doc, &f.iommu, &profile, memory_gib, kernel)?;
+    let mut iommu = iommu(doc, &f.iommu, &profile, memory_gib, kernel)?;
+    if let Some(coalesce) = f.kernel.sba_coalesce {
+        if !sba_maps_lists(&iommu) {
+            return Err(doc
+                .field_error(
+                    "kernel.sba_coalesce",
+                    "applies to iommu.model = \"sba\" in mode translated or bypass (the SBA driver's sba_map_sg)",
+                )
+                .into());
+        }
+        iommu.sba_coalesce = coalesce;
+    }
     // The profile describes this machine: its core count is the scenario's.
     profile.cpu.cores = cpus as u32;
     Ok(Common {
@@ -1446,6 +1515,46 @@ fn common<D, W>(
         memory_bytes: memory_gib << 30,
         iommu,
     })
+}
+
+/// Whether `iommu` is the SBA mapping scatter-gather lists through its pdir (translated or
+/// bypass mode: only single buffers bypass it).
+fn sba_maps_lists(iommu: &IommuSetup) -> bool {
+    iommu.model == IommuModel::Sba
+        && matches!(iommu.mode, IommuMode::Translated | IommuMode::Bypass)
+}
+
+/// `kernel.virt_merge` on a scsi device: with it the block layer counts pieces that meet at
+/// an IOMMU page boundary as one segment (`BIO_VMERGE_BOUNDARY` = the SBA's page size), which
+/// is only right where the IOMMU then coalesces them (the SBA with `kernel.sba_coalesce`).
+fn virt_merge(
+    doc: &TomlDoc<'_>,
+    k: &KernelSpec,
+    iommu: &IommuSetup,
+    scsi: &mut ScsiSetup,
+) -> Result<(), InputError> {
+    if !k.virt_merge.unwrap_or(d::VIRT_MERGE.0) {
+        scsi.limits.virt_merge_granule = None;
+        return Ok(());
+    }
+    if !sba_maps_lists(iommu) {
+        return Err(doc.field_error(
+            "kernel.virt_merge",
+            format!(
+                "needs an IOMMU that coalesces what the block layer merged: iommu.model = \"sba\" in mode translated or bypass, got {} in mode {}",
+                iommu.model.name(),
+                iommu.mode.name()
+            ),
+        ));
+    }
+    if !iommu.sba_coalesce {
+        return Err(doc.field_error(
+            "kernel.virt_merge",
+            "needs kernel.sba_coalesce = true: a request the block layer counted as one segment would reach the HBA as several DMA segments, past sg_tablesize (Linux sets BIO_VMERGE_BOUNDARY only where the IOMMU merges)",
+        ));
+    }
+    scsi.limits.virt_merge_granule = Some(iommu.sba_page_size);
+    Ok(())
 }
 
 /// The DMA-path algorithms of `kernel.version` (default [`d::KERNEL_VERSION`]).
@@ -1564,10 +1673,14 @@ fn iommu(
         lazy,
         "mode = \"lazy\"",
     )?;
-    let sba = model == IommuModel::Sba && mode == IommuMode::Translated;
-    let sba_to = "iommu.model = \"sba\" in mode translated";
+    // Bypass mode still maps scatter-gather lists through the pdir (only single buffers
+    // the mask reaches bypass it), so the pdir's fields apply to it too.
+    let sba = model == IommuModel::Sba && matches!(mode, IommuMode::Translated | IommuMode::Bypass);
+    let sba_to = "iommu.model = \"sba\" in mode translated or bypass";
     only("delayed_frees", s.delayed_frees.is_some(), sba, sba_to)?;
     only("page_size", s.page_size.is_some(), sba, sba_to)?;
+    only("window_base_mib", s.window_base_mib.is_some(), sba, sba_to)?;
+    only("window_mib", s.window_mib.is_some(), sba, sba_to)?;
     let power = model == IommuModel::Pseries;
     only(
         "default_window_mib",
@@ -1659,6 +1772,38 @@ fn iommu(
             )
             .into());
     }
+    let (base_default, size_default) = d::SBA_WINDOW.0;
+    let window_mib = table.int(
+        "window_mib",
+        s.window_mib.unwrap_or(size_default >> 20),
+        1..=2048,
+        "MiB (below the first 4 GiB)",
+    )?;
+    if !window_mib.is_power_of_two() {
+        return Err(doc
+            .field_error(
+                "iommu.window_mib",
+                format!("expected a power of two (the IOC decodes a naturally aligned window), got {window_mib}"),
+            )
+            .into());
+    }
+    let window_base_mib = table.int(
+        "window_base_mib",
+        s.window_base_mib.unwrap_or(base_default >> 20),
+        1..=4095,
+        "MiB",
+    )?;
+    if window_base_mib % window_mib != 0 || window_base_mib + window_mib > BUFFER_BASE >> 20 {
+        return Err(doc
+            .field_error(
+                "iommu.window_base_mib",
+                format!(
+                    "expected a multiple of iommu.window_mib = {window_mib} with the window ending at or below 4096 MiB (the lab's buffers live above the first 4 GiB), got {window_base_mib}"
+                ),
+            )
+            .into());
+    }
+    let sba_window = (window_base_mib << 20, window_mib << 20);
     let default_window_mib = table.int(
         "default_window_mib",
         s.default_window_mib.unwrap_or(d::DEFAULT_WINDOW_MIB.0),
@@ -1747,6 +1892,9 @@ fn iommu(
         flush_timeout_ns: flush_timeout_ms * 1_000_000,
         sba_delayed_frees,
         sba_page_size,
+        sba_window,
+        // Set from `kernel.sba_coalesce` once the kernel table is read (`common`).
+        sba_coalesce: d::SBA_COALESCE.0,
         default_window_bytes: default_window_mib << 20,
         ddw_window_bytes: ddw_window_gib << 30,
         ddw_page_shift,
@@ -2330,6 +2478,12 @@ fn scsi(
         4..=1 << 20,
         "KiB",
     )?;
+    let dma_mask_bits = dev.int(
+        "dma_mask_bits",
+        s.dma_mask_bits.unwrap_or(d::SCSI_DMA_MASK_BITS.0),
+        32..=64,
+        "bits",
+    )?;
     Ok(ScsiSetup {
         params: crate::devices::scsi::ScsiParams {
             bus_bytes_per_s: bus * 1e6,
@@ -2350,12 +2504,14 @@ fn scsi(
             virt_merge_granule: None,
         },
         disk_bytes: (cap * 1e9) as u64,
+        dma_mask_bits,
     })
 }
 
 fn reaim(
     doc: &TomlDoc<'_>,
     s: &ReaimSpec,
+    k: &KernelSpec,
     c: &Common,
     scsi: &ScsiSetup,
 ) -> Result<ReaimSetup, InputError> {
@@ -2381,16 +2537,28 @@ fn reaim(
     }
     let ghz = c.profile.cpu.clock_ghz;
     let tasks: Vec<Task> = match &s.task {
-        None => d::REAIM_TASKS
-            .iter()
-            .map(|&(name, weight, user, sys, bytes, _)| Task {
-                name: name.to_owned(),
-                weight,
-                user_ns: user * 1e3 / ghz,
-                sys_ns: sys * 1e3 / ghz,
-                sync_write_bytes: bytes,
-            })
-            .collect(),
+        None => {
+            let name = s.workfile.as_deref().unwrap_or("lab_mix");
+            let Some((_, list)) = d::REAIM_WORKFILES.iter().find(|(n, _)| *n == name) else {
+                let names: Vec<&str> = d::REAIM_WORKFILES.iter().map(|(n, _)| *n).collect();
+                return Err(doc.field_error(
+                    "workload.workfile",
+                    format!(
+                        "unknown workfile \"{name}\": without [[workload.task]] tables {}",
+                        one_of(&names)
+                    ),
+                ));
+            };
+            list.iter()
+                .map(|&(name, weight, user, sys, bytes, _)| Task {
+                    name: name.to_owned(),
+                    weight,
+                    user_ns: user * 1e3 / ghz,
+                    sys_ns: sys * 1e3 / ghz,
+                    sync_write_bytes: bytes,
+                })
+                .collect()
+        }
         Some(list) => {
             if list.is_empty() || list.len() > MAX_TASKS {
                 return Err(doc.field_error(
@@ -2448,15 +2616,55 @@ fn reaim(
         s.jitter_pct.unwrap_or(d::REAIM_JITTER_PCT.0),
         0.0..=90.0,
     )? / 100.0;
+    let page = k.page_size.unwrap_or(d::REAIM_PAGE.0);
+    if !page.is_power_of_two() || !(4096..=65536).contains(&page) {
+        return Err(doc.field_error(
+            "kernel.page_size",
+            format!("expected a power of two in 4096..=65536 bytes, got {page}"),
+        ));
+    }
     let fs_block = s.fs_block.unwrap_or(d::REAIM_FS_BLOCK.0);
-    if !(512..=d::REAIM_PAGE.0).contains(&fs_block) || !fs_block.is_power_of_two() {
+    if !(512..=page).contains(&fs_block) || !fs_block.is_power_of_two() {
         return Err(doc.field_error(
             "workload.fs_block",
             format!(
-                "expected a power of two from 512 to the page size {}, got {fs_block}",
-                d::REAIM_PAGE.0
+                "expected a power of two from 512 to the page size {page} (kernel.page_size), got {fs_block}"
             ),
         ));
+    }
+    let user_scale = wl.real(
+        "user_scale",
+        s.user_scale.unwrap_or(d::REAIM_TASK_SCALE.0),
+        0.0..=1e4,
+    )?;
+    let sys_scale = wl.real(
+        "sys_scale",
+        s.sys_scale.unwrap_or(d::REAIM_TASK_SCALE.0),
+        0.0..=1e4,
+    )?;
+    // A scaled cost is held to the cap of a written one (1e7 kcycles per run), which bounds
+    // the time-slicer's events and so the host time.
+    let max_ns = 1e7 * 1e3 / ghz;
+    for (field, scale, cost) in [
+        (
+            "user_scale",
+            user_scale,
+            workfile.tasks.iter().map(|t| t.user_ns).fold(0.0, f64::max),
+        ),
+        (
+            "sys_scale",
+            sys_scale,
+            workfile.tasks.iter().map(|t| t.sys_ns).fold(0.0, f64::max),
+        ),
+    ] {
+        if cost * scale > max_ns {
+            return Err(doc.field_error(
+                &wl.path(field),
+                format!(
+                    "{scale} makes a task cost more than 1e7 kcycles per run (the cap of user_kcycles and sys_kcycles)"
+                ),
+            ));
+        }
     }
     let journal_blocks = wl.int(
         "journal_blocks",
@@ -2483,6 +2691,8 @@ fn reaim(
         jitter,
         fs_block,
         journal_blocks,
+        page,
+        scale: (user_scale, sys_scale),
     })
 }
 

@@ -34,9 +34,9 @@ pub enum ReproduceError {
         origin: String,
         /// The cell's id.
         cell: String,
-        /// What the lab said.
+        /// What the lab said (boxed: a large error would make every `Result` large).
         #[source]
-        source: LabError,
+        source: Box<LabError>,
     },
 }
 
@@ -269,7 +269,7 @@ impl Experiment {
             ReproduceError::Cell {
                 origin: self.origin.clone(),
                 cell: cell.id.clone(),
-                source: without_position(source),
+                source: Box::new(without_position(source)),
             }
         })
     }
@@ -333,7 +333,7 @@ impl Experiment {
                 ReproduceError::Cell {
                     origin: self.origin.clone(),
                     cell: cell.id.clone(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             results.push(CellResult {
