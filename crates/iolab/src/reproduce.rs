@@ -690,10 +690,15 @@ fn print_reports(
         print!("{}", render_effects(r));
         print!("{}", render_figure_goals(r));
         for c in &r.calibrated {
+            // A value that is not a number (a workfile's name) is in the parameter's text.
+            let value = if c.value.is_nan() {
+                String::new()
+            } else {
+                format!(" = {}", c.value)
+            };
             println!(
-                "calibrated: {} = {} (fitted to {})",
+                "calibrated: {}{value} (fitted to {})",
                 c.parameter,
-                c.value,
                 c.fitted_to.join(", ")
             );
         }

@@ -111,13 +111,17 @@ pub struct CalibrationSpec {
 }
 
 impl CalibrationSpec {
-    /// The parameter's name as reported: the field, or the cost path with the platforms.
+    /// The parameter's name as reported: the field, or the cost path with the platforms; a
+    /// value that is not a number (a workfile's name) is written into it, as `field = "x"`.
     pub fn parameter(&self) -> String {
-        let base = self
+        let mut base = self
             .field
             .clone()
             .or_else(|| self.cost.clone())
             .unwrap_or_default();
+        if self.numeric_value().is_nan() {
+            base = format!("{base} = {}", self.value);
+        }
         match &self.platforms {
             Some(p) => format!("{base} ({})", p.join(", ")),
             None => base,
