@@ -741,10 +741,9 @@ fn run_config(
     let mut m = Mean::default();
     for r in 0..runs {
         let (iommu, dev) = build_iommu(su, window)?;
-        let seed = crate::engine::rng::derive_seed(
-            options.seed,
-            u64::from(r) * 1_000_003 + threads as u64 * 7 + dir as u64,
-        );
+        // Every configuration's repetition `r` uses the lab's repetition seed (common
+        // random numbers, as docs/EXPERIMENTS.md's cells and `iolab run --runs` do).
+        let seed = crate::lab::run_seed(options.seed, r);
         let res: StreamResult = run_stream(
             &cfg,
             &su.costs,
