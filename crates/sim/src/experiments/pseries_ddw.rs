@@ -25,7 +25,7 @@ use iolab_iommu::work::WorkRecord;
 use serde::Deserialize;
 
 use super::ExperimentError;
-use crate::cost::PlatformProfile;
+use crate::cost::{PlatformProfile, Unit};
 use crate::devices::nic::{Coalescing, HvSerialisation, LinkConfig, NicError};
 use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::metrics::{CpuBreakdown, Measurement, Metric};
@@ -580,9 +580,10 @@ pub(crate) fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> 
         })?;
         // The list-page read of H_PUT_TCE_INDIRECT stays on top of the per-TCE work.
         let clock = profile.cpu.clock_ghz;
-        hv.set_tce_put_cycles(
+        hv.set_tce_put(
             clock,
             h.tce_put_cycles.value,
+            Unit::Cycles,
             &format!(
                 "scenario hypervisor.tce_put_cycles: {}",
                 h.tce_put_cycles.source

@@ -1048,8 +1048,16 @@ fn load_profile(
     Ok(PlatformProfile::from_file(&path)?)
 }
 
+/// `machine.costs` path of `H_PUT_TCE`'s per-TCE cost.
+const TCE_PUT: &str = "hypervisor.tce_put";
+/// `machine.costs` path of `H_PUT_TCE_INDIRECT`'s per-TCE cost, derived from [`TCE_PUT`].
+const TCE_INDIRECT: &str = "hypervisor.tce_indirect";
+
 /// Applies `machine.costs`: each entry replaces the profile's cost at its dotted path
-/// (value, unit when given, and source), then the profile is checked again.
+/// (value, unit when given, and source), then the profile is checked again. An override of
+/// `hypervisor.tce_put` moves `hypervisor.tce_indirect` with it (the profile's list-page
+/// read stays on top, [`crate::cost::HypervisorCosts::set_tce_put`]) unless the scenario
+/// overrides that too.
 fn override_costs(
     doc: &TomlDoc<'_>,
     profile: &mut PlatformProfile,
@@ -1078,13 +1086,23 @@ fn override_costs(
                 )
                 .into());
         }
-        cost.value = o.value;
-        if let Some(u) = o.unit {
-            cost.unit = u;
+        let unit = o.unit.unwrap_or(cost.unit);
+        if path == TCE_PUT && !costs.contains_key(TCE_INDIRECT) {
+            // H_PUT_TCE_INDIRECT's per-TCE cost is tce_put's plus the list-page read: it
+            // moves with tce_put unless the scenario sets it too.
+            let clock = profile.cpu.clock_ghz;
+            if let Some(hv) = profile.hypervisor.as_mut() {
+                hv.set_tce_put(clock, o.value, unit, &o.source);
+            }
+        } else {
+            cost.value = o.value;
+            cost.unit = unit;
+            cost.source = o.source.clone();
         }
-        cost.source = o.source.clone();
         if let Err(e) = profile.revalidate() {
-            return Err(doc.field_error(&format!("{field}.value"), e.to_string()).into());
+            return Err(doc
+                .field_error(&format!("{field}.value"), e.to_string())
+                .into());
         }
     }
     Ok(())

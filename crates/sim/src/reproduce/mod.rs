@@ -13,9 +13,7 @@ pub mod layout;
 
 use std::path::{Path, PathBuf};
 
-use crate::experiment::{
-    Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role,
-};
+use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::lab::{self, LabError, LabOptions};
 use crate::metrics::Measurement;
 use crate::tomlfile::{InputError, TomlDoc};
@@ -141,7 +139,13 @@ impl Experiment {
         let f = &self.file;
         let mut t = f.base.clone();
         let row = &f.rows[cell.row];
-        apply(&doc, &mut t, &row.set, &row.unset, &format!("rows[{}]", cell.row))?;
+        apply(
+            &doc,
+            &mut t,
+            &row.set,
+            &row.unset,
+            &format!("rows[{}]", cell.row),
+        )?;
         if let Some(c) = cell.column {
             let col = &f.columns[c];
             apply(&doc, &mut t, &col.set, &col.unset, &format!("columns[{c}]"))?;
@@ -220,7 +224,10 @@ impl Experiment {
                  # measures what the experiment reports for the cell.\n",
                 cell.id, self.file.experiment, self.origin
             );
-            out.push((cell.id.clone(), format!("{header}{}", scenario_text(&table))));
+            out.push((
+                cell.id.clone(),
+                format!("{header}{}", scenario_text(&table)),
+            ));
         }
         Ok(out)
     }
