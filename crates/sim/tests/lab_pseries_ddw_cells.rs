@@ -356,3 +356,76 @@ fn without_the_calibration_the_lab_gain_is_smaller() {
         "profile gain {profile:.2}% vs calibrated {calibrated:.2}%"
     );
 }
+
+/// The experiment as a data file (scenarios/experiments/pseries-ddw.toml, docs/EXPERIMENTS.md):
+/// the generic runner's cells measure exactly what the cell files do (same attributes,
+/// metrics and CPU), and its figures and effects are the experiment module's; its report
+/// prints the mail's percent list.
+#[test]
+fn the_data_file_runs_the_same_cells_and_gives_the_same_figures_and_effects() {
+    use iolab_sim::reproduce::Experiment;
+    let path = cell_dir().with_extension("toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let data = Experiment::parse(&text, &path.display().to_string()).unwrap();
+    let report = data.run(&ExperimentOptions { runs: 1, seed: 1 }).unwrap();
+    assert_eq!(report.measurements.len(), CELLS.len());
+    for (threads, dir, window) in CELLS {
+        let id = cell_id(threads, dir, window);
+        let from_file = run_cell(&id);
+        let from_data = report
+            .measurements
+            .iter()
+            .find(|m| m.config == id)
+            .unwrap_or_else(|| panic!("the data file has no cell {id}"));
+        assert_eq!(from_data, &from_file.report.measurements[0], "{id}");
+    }
+    let exp = experiment();
+    assert_eq!(report.figures.len(), exp.figures.len());
+    for f in &exp.figures {
+        let g = report
+            .figures
+            .iter()
+            .find(|g| g.id == f.id)
+            .unwrap_or_else(|| panic!("the data file has no figure {}", f.id));
+        assert_eq!(
+            (g.lab, &g.unit, g.role),
+            (f.lab, &f.unit, f.role),
+            "{}",
+            f.id
+        );
+    }
+    assert_eq!(report.effects, exp.effects);
+    assert_eq!(
+        report.calibrated[0].parameter, "hypervisor.tce_put",
+        "{:?}",
+        report.calibrated
+    );
+    assert_eq!(report.calibrated[0].value, 530.0);
+    for line in [
+        "64 thread write throughput:          +203.0%",
+        "1 thread read throughput:              +3.43%",
+        "Average read latency:                  -2.26%",
+    ] {
+        assert!(
+            report.report_text.contains(line),
+            "{line}\n{}",
+            report.report_text
+        );
+    }
+    let calibration_line = report
+        .report_text
+        .lines()
+        .find(|l| l.starts_with("1 thread write throughput:"))
+        .unwrap();
+    assert!(
+        calibration_line.ends_with("(calibration)"),
+        "{calibration_line}"
+    );
+    // Effects met: the module's fidelity (4 of 6) and no fewer.
+    let met = report
+        .effects
+        .iter()
+        .filter(|e| iolab_sim::experiment::effect_within_goal(e))
+        .count();
+    assert_eq!(met, 4, "{:?}", report.effects);
+}

@@ -1881,12 +1881,17 @@ fn ddw_policy(
             ))
         }
     };
-    let fits = match (mode, policy) {
-        (IommuMode::DefaultWindow, DdwPolicy::Disabled | DdwPolicy::DirectOnly) => true,
-        (IommuMode::DdwDynamic, DdwPolicy::DirectOrDynamic) => true,
-        (IommuMode::DdwDirect, DdwPolicy::DirectOnly | DdwPolicy::DirectOrDynamic) => true,
-        _ => false,
-    };
+    let fits = matches!(
+        (mode, policy),
+        (
+            IommuMode::DefaultWindow,
+            DdwPolicy::Disabled | DdwPolicy::DirectOnly
+        ) | (IommuMode::DdwDynamic, DdwPolicy::DirectOrDynamic)
+            | (
+                IommuMode::DdwDirect,
+                DdwPolicy::DirectOnly | DdwPolicy::DirectOrDynamic
+            )
+    );
     if !fits {
         let why = match mode {
             IommuMode::DefaultWindow => "\"direct-or-dynamic\" keeps a DDW too small for a direct map as a dynamic window: expected \"disabled\" or \"direct-only\" for mode default-window",

@@ -1,10 +1,16 @@
 //! The experiment files compiled into the binary (also on disk in `scenarios/experiments/`).
 
 /// `(name, file text)` of every bundled experiment file.
-const BUNDLED: &[(&str, &str)] = &[(
-    "smmuv3-cmdq",
-    include_str!("../../../../scenarios/experiments/smmuv3-cmdq.toml"),
-)];
+const BUNDLED: &[(&str, &str)] = &[
+    (
+        "smmuv3-cmdq",
+        include_str!("../../../../scenarios/experiments/smmuv3-cmdq.toml"),
+    ),
+    (
+        "pseries-ddw",
+        include_str!("../../../../scenarios/experiments/pseries-ddw.toml"),
+    ),
+];
 
 /// The text of bundled experiment file `name`, if there is one.
 pub fn text(name: &str) -> Option<&'static str> {

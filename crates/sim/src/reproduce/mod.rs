@@ -34,9 +34,9 @@ pub enum ReproduceError {
         origin: String,
         /// The cell's id.
         cell: String,
-        /// What the lab said.
+        /// What the lab said (boxed: a lab error is large).
         #[source]
-        source: LabError,
+        source: Box<LabError>,
     },
 }
 
@@ -207,7 +207,7 @@ impl Experiment {
             ReproduceError::Cell {
                 origin: self.origin.clone(),
                 cell: cell.id.clone(),
-                source,
+                source: Box::new(source),
             }
         })
     }
@@ -257,7 +257,7 @@ impl Experiment {
                 ReproduceError::Cell {
                     origin: self.origin.clone(),
                     cell: cell.id.clone(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             results.push(CellResult {
@@ -345,7 +345,7 @@ impl Experiment {
             .iter()
             .map(|n| layout::fill_note(n, &figures, &effects))
             .collect();
-        let report_text = layout::render(self, results, &figures, runs);
+        let report_text = layout::render(self, results, &figures, &effects, runs);
         let measurements: Vec<Measurement> = results
             .iter()
             .flat_map(|r| r.run.report.measurements.iter().cloned())
