@@ -431,3 +431,76 @@ fn the_data_file_runs_the_same_cells_and_gives_the_same_figures_and_effects() {
         .count();
     assert_eq!(met, 4, "{:?}", report.effects);
 }
+
+/// The fields issue 16 added are validated before anything runs, and a bad value names its
+/// field.
+#[test]
+fn the_new_fields_refuse_bad_values_naming_the_field() {
+    let path = cell_dir().join("64t.write.default.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let field_of = |text: &str| match lab::validate(text, "cell.toml", Some(&cell_dir())) {
+        Err(lab::LabError::Input(iolab_sim::tomlfile::InputError::Field {
+            field,
+            problem,
+            ..
+        })) => (field, problem),
+        other => panic!("expected a field error, got {:?}", other.map(|s| s.name)),
+    };
+    let cases = [
+        // The pre-2020 policy makes a DDW that maps all memory direct: not a default window.
+        (
+            ("ddw_window_gib = 256", "ddw_window_gib = 512"),
+            "iommu.ddw_window_gib",
+        ),
+        // The 2020 policy would keep the offered DDW as a dynamic window.
+        (
+            (
+                "ddw_policy = \"direct-only\"",
+                "ddw_policy = \"direct-or-dynamic\"",
+            ),
+            "iommu.ddw_policy",
+        ),
+        (
+            ("ddw_policy = \"direct-only\"", "ddw_policy = \"sometimes\""),
+            "iommu.ddw_policy",
+        ),
+        (
+            ("tcpip_header_bytes = 52", "tcpip_header_bytes = 201"),
+            "device[0].tcpip_header_bytes",
+        ),
+        (
+            ("rx_stride_bytes = 2048", "rx_stride_bytes = \"128k\""),
+            "device[0].rx_stride_bytes",
+        ),
+        (
+            ("rx_recycle_pct = 90", "rx_recycle_pct = 101"),
+            "device[0].rx_recycle_pct",
+        ),
+        (
+            ("tx_coalesce_frames = 32", "tx_coalesce_frames = 0"),
+            "device[0].tx_coalesce_frames",
+        ),
+        (
+            ("page_bytes = \"64k\"", "page_bytes = 12288"),
+            "workload.page_bytes",
+        ),
+        (("jitter_pct = 5", "jitter_pct = 51"), "workload.jitter_pct"),
+        (("irq_ns = 2000", "irq_ns = -1"), "workload.irq_ns"),
+        (
+            ("linear_bytes = 0", "linear_bytes = 8192"),
+            "workload.linear_bytes",
+        ),
+        (
+            ("rx_window_messages = 16", "rx_window_messages = 0"),
+            "workload.rx_window_messages",
+        ),
+    ];
+    for ((from, to), field) in cases {
+        assert!(text.contains(from), "{from}");
+        let (got, problem) = field_of(&text.replacen(from, to, 1));
+        assert_eq!(got, field, "{to}: {problem}");
+    }
+    // Another model refuses the POWER fields.
+    let (got, _) = field_of(&text.replacen("model = \"pseries\"", "model = \"smmuv3\"", 1));
+    assert!(got.starts_with("iommu."), "{got}");
+}
