@@ -81,7 +81,83 @@ enum Selected {
 
 /// Resolves one name: a bundled experiment file, a legacy experiment, or a path to an
 /// experiment file. The error is the message to print (exit code 2).
-fn select(name: &str) -> Result<Selected, String> {
+fn select(name: &str, db_path: Option<&Path>) -> Result<Selected, String> {
+    let mut selected = select_file(name)?;
+    if let Selected::Data { experiment, .. } = &mut selected {
+        if experiment.needs_stored_runs() {
+            let Some(path) = db_path else {
+                return Err(format!(
+                    "{}: figures take published values from stored runs (published_from), which needs the results database: drop --no-db",
+                    experiment.origin()
+                ));
+            };
+            let db = ResultsDb::open_existing(path).map_err(|e| e.to_string())?;
+            experiment
+                .resolve_published(&mut |from, metric| stored_value(&db, from, metric))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(selected)
+}
+
+/// The value of `metric` in stored run `from.run` (its configuration `from.config`, or its
+/// only one), with a message naming what is there when it is not.
+fn stored_value(
+    db: &ResultsDb,
+    from: &reproduce::PublishedFrom,
+    metric: &str,
+) -> Result<f64, String> {
+    if !db.has_run(from.run).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "run {} is not in {} (`iolab runs list` shows what is)",
+            from.run,
+            db.path().display()
+        ));
+    }
+    let ms = db.measurements(from.run).map_err(|e| e.to_string())?;
+    let configs = || {
+        ms.iter()
+            .map(|m| format!("\"{}\"", m.config))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let m = match &from.config {
+        Some(c) => ms.iter().find(|m| &m.config == c).ok_or_else(|| {
+            format!(
+                "run {} has no configuration \"{c}\": it has {}",
+                from.run,
+                configs()
+            )
+        })?,
+        None if ms.len() == 1 => &ms[0],
+        None => {
+            return Err(format!(
+                "run {} has {} configurations: say which with `config` (one of {})",
+                from.run,
+                ms.len(),
+                configs()
+            ))
+        }
+    };
+    m.metrics
+        .iter()
+        .find(|x| x.name == metric)
+        .map(|x| x.value)
+        .ok_or_else(|| {
+            format!(
+                "run {} configuration \"{}\" has no metric `{metric}`: it has {}",
+                from.run,
+                m.config,
+                m.metrics
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+fn select_file(name: &str) -> Result<Selected, String> {
     if let Some(text) = reproduce::bundled::text(name) {
         let experiment = reproduce::Experiment::parse(text, &reproduce::bundled::origin(name))
             .map_err(|e| e.to_string())?;
@@ -166,7 +242,7 @@ pub fn reproduce(
     };
     let mut selected = Vec::with_capacity(wanted.len());
     for name in &wanted {
-        match select(name) {
+        match select(name, db_path) {
             Ok(s) => selected.push(s),
             Err(e) => {
                 eprintln!("iolab reproduce: {e}");
@@ -279,6 +355,18 @@ pub fn run_file(
             return ExitCode::from(2);
         }
     };
+    if reproduce::bundled::is_experiment_file(&text) {
+        return self::reproduce(
+            &[origin],
+            ExperimentOptions {
+                runs,
+                seed: seed.unwrap_or(1),
+            },
+            json,
+            db_path,
+            None,
+        );
+    }
     if !lab::is_experiment_scenario(&text) {
         return run_lab(&text, &origin, runs, seed, json, db_path);
     }

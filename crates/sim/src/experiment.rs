@@ -269,6 +269,9 @@ impl Default for ExperimentOptions {
 pub fn render_effects(report: &ExperimentReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
+    if report.effects.is_empty() {
+        return out;
+    }
     let _ = writeln!(
         out,
         "{:<36} {:>11} {:>9} {:>8}",

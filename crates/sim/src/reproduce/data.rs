@@ -154,9 +154,28 @@ pub struct FigureSpec {
     /// The published value.
     #[serde(default)]
     pub published: Option<f64>,
+    /// Or: the published value is a metric of a run stored in the results database (a
+    /// real tool's output brought in by `iolab import`).
+    #[serde(default)]
+    pub published_from: Option<PublishedFrom>,
     /// Calibration point or prediction (default).
     #[serde(default)]
     pub role: Option<Role>,
+}
+
+/// Where a figure's published value is stored: a run in the results database.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedFrom {
+    /// The stored run's id (`iolab runs list`).
+    pub run: i64,
+    /// The run's configuration holding the value (for a fio import, the job's name; default:
+    /// the run's only configuration).
+    #[serde(default)]
+    pub config: Option<String>,
+    /// The stored metric (default: the figure's own `metric`).
+    #[serde(default)]
+    pub metric: Option<String>,
 }
 
 impl FigureSpec {
@@ -398,6 +417,20 @@ impl ExperimentFile {
                     return Err(doc.field_error(
                         &format!("figures[{i}].scale"),
                         "expected a finite, non-zero factor",
+                    ));
+                }
+            }
+            if let Some(from) = &f.published_from {
+                if f.published.is_some() {
+                    return Err(doc.field_error(
+                        &format!("figures[{i}].published_from"),
+                        "expected either `published` or `published_from`, not both",
+                    ));
+                }
+                if from.run < 1 {
+                    return Err(doc.field_error(
+                        &format!("figures[{i}].published_from.run"),
+                        format!("expected a stored run id (1 or more), got {}", from.run),
                     ));
                 }
             }

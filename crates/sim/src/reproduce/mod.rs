@@ -19,7 +19,7 @@ use crate::metrics::Measurement;
 use crate::tomlfile::{InputError, TomlDoc};
 use crate::tomlpatch;
 
-pub use data::{CellRef, ExperimentFile};
+pub use data::{CellRef, ExperimentFile, PublishedFrom};
 
 /// Why an experiment file could not be read or run.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum ReproduceError {
     #[error(transparent)]
     Input(#[from] InputError),
     /// A cell's scenario was refused by the lab, or its run failed.
-    #[error("{origin}: cell `{cell}`: {source}")]
+    #[error("{}", cell_message(origin, cell, source))]
     Cell {
         /// The experiment file.
         origin: String,
@@ -38,6 +38,35 @@ pub enum ReproduceError {
         #[source]
         source: Box<LabError>,
     },
+}
+
+/// A cell's error: the lab's own message when it already names the cell (a refused field
+/// of the cell's scenario), else prefixed with the file and the cell.
+fn cell_message(origin: &str, cell: &str, source: &LabError) -> String {
+    match source {
+        LabError::Input(_) => source.to_string(),
+        _ => format!("{origin}: cell `{cell}`: {source}"),
+    }
+}
+
+/// A lab error about a cell's generated scenario: its line and column are the generated
+/// text's, which the user never sees, so they are dropped (the field's path names it).
+fn without_position(e: LabError) -> LabError {
+    match e {
+        LabError::Input(InputError::Field {
+            origin,
+            field,
+            problem,
+            ..
+        }) => LabError::Input(InputError::Field {
+            origin,
+            line: None,
+            column: None,
+            field,
+            problem,
+        }),
+        other => other,
+    }
 }
 
 impl ReproduceError {
@@ -118,6 +147,39 @@ impl Experiment {
         Ok(e)
     }
 
+    /// Whether some figure takes its published value from a stored run
+    /// ([`Experiment::resolve_published`] must fill them before the report means anything).
+    pub fn needs_stored_runs(&self) -> bool {
+        self.file.figures.iter().any(|f| f.published_from.is_some())
+    }
+
+    /// Fills the published value of every figure with `published_from`: `lookup(from,
+    /// metric)` gives the stored value or says why there is none (the error then names the
+    /// figure's field in the experiment file).
+    pub fn resolve_published(
+        &mut self,
+        lookup: &mut dyn FnMut(&PublishedFrom, &str) -> Result<f64, String>,
+    ) -> Result<(), ReproduceError> {
+        let mut filled = Vec::new();
+        {
+            let doc = self.doc();
+            for (i, f) in self.file.figures.iter().enumerate() {
+                let Some(from) = &f.published_from else {
+                    continue;
+                };
+                let metric = from.metric.as_deref().unwrap_or(&f.metric);
+                let v = lookup(from, metric)
+                    .map_err(|e| doc.field_error(&format!("figures[{i}].published_from"), e))?;
+                // `scale` converts the metric's unit, the stored one's as the lab's.
+                filled.push((i, v * f.scale.unwrap_or(1.0)));
+            }
+        }
+        for (i, v) in filled {
+            self.file.figures[i].published = Some(v);
+        }
+        Ok(())
+    }
+
     /// The experiment's name.
     pub fn name(&self) -> &str {
         &self.file.experiment
@@ -194,7 +256,7 @@ impl Experiment {
     }
 
     fn cell_origin(&self, cell: &CellRef) -> String {
-        format!("{} (cell {})", self.origin, cell.id)
+        format!("{} (scenario of cell {})", self.origin, cell.id)
     }
 
     fn validate_cell(
@@ -207,7 +269,7 @@ impl Experiment {
             ReproduceError::Cell {
                 origin: self.origin.clone(),
                 cell: cell.id.clone(),
-                source: Box::new(source),
+                source: Box::new(without_position(source)),
             }
         })
     }
@@ -248,6 +310,20 @@ impl Experiment {
         } else {
             self.file.runs.unwrap_or(1)
         };
+        if let Some(i) = self
+            .file
+            .figures
+            .iter()
+            .position(|f| f.published_from.is_some() && f.published.is_none())
+        {
+            return Err(self
+                .doc()
+                .field_error(
+                    &format!("figures[{i}].published_from"),
+                    "the stored run was not looked up (the CLI reads it from the results database)",
+                )
+                .into());
+        }
         let cells = self.file.cells();
         let mut results = Vec::with_capacity(cells.len());
         for (i, cell) in cells.iter().enumerate() {

@@ -23,11 +23,15 @@ pub fn render(
     if let Some(s) = &f.summary {
         let _ = writeln!(out, "{s}");
     }
+    let source = if exp.origin().ends_with("(bundled)") {
+        f.experiment.as_str()
+    } else {
+        exp.origin()
+    };
     let _ = writeln!(
         out,
-        "lab: {runs} run(s) per cell, {} cells, each a lab scenario (`iolab reproduce {} --emit-scenarios DIR` writes them)",
+        "lab: {runs} run(s) per cell, {} cells, each a lab scenario (`iolab reproduce {source} --emit-scenarios DIR` writes them)",
         results.len(),
-        f.experiment
     );
     out.push('\n');
     if let Some(h) = &f.report.heading {
