@@ -384,6 +384,32 @@ impl HypervisorCosts {
         };
         self.call.ns() + self.tce_invalidate.ns() + tces as f64 * per_tce.ns()
     }
+
+    /// Replaces the per-TCE cost of `H_PUT_TCE` (`tce_put`) by `value` in `unit` (cycles
+    /// at `clock_ghz`, or ns), and moves `tce_indirect` with it: `H_PUT_TCE_INDIRECT` does
+    /// the same per-TCE validation and store plus reading the entry from the guest's list
+    /// page, so its cost is the new `tce_put` plus the profile's own difference
+    /// `tce_indirect - tce_put` (in cycles, at least 0). One override of `tce_put` (a
+    /// calibration, a scenario's `machine.costs."hypervisor.tce_put"`) therefore moves both,
+    /// as the pseries-ddw experiment has always priced it. Call
+    /// [`PlatformProfile::revalidate`] afterwards so the nanosecond values follow.
+    pub fn set_tce_put(&mut self, clock_ghz: f64, value: f64, unit: Unit, source: &str) {
+        let in_cycles = |value: f64, unit: Unit| match unit {
+            Unit::Cycles => value,
+            Unit::Ns => value * clock_ghz,
+        };
+        let extra = (in_cycles(self.tce_indirect.value, self.tce_indirect.unit)
+            - in_cycles(self.tce_put.value, self.tce_put.unit))
+        .max(0.0);
+        self.tce_put.value = value;
+        self.tce_put.unit = unit;
+        self.tce_put.source = source.to_owned();
+        self.tce_indirect.value = in_cycles(value, unit) + extra;
+        self.tce_indirect.unit = Unit::Cycles;
+        self.tce_indirect.source = format!(
+            "hypervisor.tce_put ({source}) plus the profile's list-page read ({extra} cycles)"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

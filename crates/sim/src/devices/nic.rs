@@ -68,6 +68,22 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
+    /// A port of `gbps` with IP MTU `mtu`: MSS = `mtu - tcpip_header_bytes` (at least 1),
+    /// and each packet adds its TCP/IP headers and `ethernet_overhead_bytes` of framing on
+    /// the wire.
+    pub fn from_mtu(
+        gbps: f64,
+        mtu: u64,
+        tcpip_header_bytes: u64,
+        ethernet_overhead_bytes: u64,
+    ) -> Self {
+        Self {
+            gbps,
+            mss: mtu.saturating_sub(tcpip_header_bytes).max(1),
+            per_packet_overhead: tcpip_header_bytes + ethernet_overhead_bytes,
+        }
+    }
+
     /// Packets needed for `payload` bytes.
     pub fn packets(&self, payload: u64) -> u64 {
         payload.div_ceil(self.mss).max(1)
@@ -295,7 +311,11 @@ impl TceDma {
         }
         let hv_lock = match serialisation {
             HvSerialisation::None => None,
-            HvSerialisation::PerTable => Some(SpinLock::new(h, "phyp_tce_table", params)?),
+            HvSerialisation::PerTable => Some(SpinLock::new(
+                h,
+                crate::workloads::netperf::HV_TABLE_LOCK,
+                params,
+            )?),
         };
         let scan_ns = model.cpu_weight("bitmap_words_scanned").unwrap_or(0.0);
         let last_holder = RefCell::new(vec![usize::MAX; pools.len()]);

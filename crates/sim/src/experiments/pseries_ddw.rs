@@ -580,45 +580,35 @@ pub(crate) fn setup(text: &str, origin: &str) -> Result<Setup, ExperimentError> 
         })?;
         // The list-page read of H_PUT_TCE_INDIRECT stays on top of the per-TCE work.
         let clock = profile.cpu.clock_ghz;
-        let cycles = |c: &crate::cost::Cost| match c.unit {
-            Unit::Cycles => c.value,
-            Unit::Ns => c.value * clock,
-        };
-        let extra = (cycles(&hv.tce_indirect) - cycles(&hv.tce_put)).max(0.0);
-        hv.tce_put.value = h.tce_put_cycles.value;
-        hv.tce_put.unit = Unit::Cycles;
-        hv.tce_put.source = format!(
-            "scenario hypervisor.tce_put_cycles: {}",
-            h.tce_put_cycles.source
-        );
-        hv.tce_indirect.value = h.tce_put_cycles.value + extra;
-        hv.tce_indirect.unit = Unit::Cycles;
-        hv.tce_indirect.source = format!(
-            "scenario hypervisor.tce_put_cycles plus the profile's list-page read ({extra} cycles)"
+        hv.set_tce_put(
+            clock,
+            h.tce_put_cycles.value,
+            Unit::Cycles,
+            &format!(
+                "scenario hypervisor.tce_put_cycles: {}",
+                h.tce_put_cycles.source
+            ),
         );
     }
     profile.revalidate()?;
     let costs = StackCosts {
-        syscall_ns: profile.cpu.syscall.ns(),
-        copy_bytes_per_ns: profile.memory.memcpy_bandwidth.gb_per_s,
+        syscall_ns: 0.0,
+        copy_bytes_per_ns: 0.0,
         tx_per_skb_ns: s.tx_per_skb_ns.value,
         tx_completion_ns: s.tx_completion_ns.value,
         irq_ns: s.irq_ns.value,
         rx_per_packet_ns: s.rx_per_packet_ns.value,
         rx_per_skb_ns: s.rx_per_skb_ns.value,
-        doorbell_ns: profile.mmio.write.ns(),
+        doorbell_ns: 0.0,
         jitter_pct: s.jitter_pct.value,
-    };
-    let mss = n
-        .mtu
-        .value
-        .saturating_sub(n.tcpip_header_bytes.value)
-        .max(1);
-    let link = LinkConfig {
-        gbps: n.link_gbps.value,
-        mss,
-        per_packet_overhead: n.tcpip_header_bytes.value + n.ethernet_overhead_bytes.value,
-    };
+    }
+    .with_profile(&profile);
+    let link = LinkConfig::from_mtu(
+        n.link_gbps.value,
+        n.mtu.value,
+        n.tcpip_header_bytes.value,
+        n.ethernet_overhead_bytes.value,
+    );
     let base = StreamConfig {
         threads: 1,
         direction: StreamDirection::Write,
@@ -752,10 +742,9 @@ fn run_config(
     let mut m = Mean::default();
     for r in 0..runs {
         let (iommu, dev) = build_iommu(su, window)?;
-        let seed = crate::engine::rng::derive_seed(
-            options.seed,
-            u64::from(r) * 1_000_003 + threads as u64 * 7 + dir as u64,
-        );
+        // Every configuration's repetition `r` uses the lab's repetition seed (common
+        // random numbers, as docs/EXPERIMENTS.md's cells and `iolab run --runs` do).
+        let seed = crate::lab::run_seed(options.seed, r);
         let res: StreamResult = run_stream(
             &cfg,
             &su.costs,
@@ -770,32 +759,23 @@ fn run_config(
             NicError::Sim(s) => ExperimentError::Sim(s),
             e => model_err(e),
         })?;
-        let per_msg = |x: u64| {
-            let bytes = res.dma.device_bytes.max(1) as f64;
-            x as f64 / (bytes / cfg.message_bytes as f64)
-        };
+        let f = res.tce_figures(cfg.message_bytes, cfg.run_ns);
         m.gbps += res.throughput_gbps;
         m.latency_us += res.mean_latency_us;
         m.busy_pct += res.busy_pct;
         m.spin_pct += res.spin_pct;
-        m.hypercalls_per_msg += per_msg(res.dma.hypercalls);
-        m.tces_per_msg += per_msg(res.dma.tces);
-        m.window_peak_pct += res.dma.window_peak_pct();
-        m.large_pool_peak_pct += res.dma.large_pool_peak_pct();
+        m.hypercalls_per_msg += f.hypercalls_per_msg;
+        m.tces_per_msg += f.tces_per_msg;
+        m.window_peak_pct += f.window_peak_pct;
+        m.large_pool_peak_pct += f.large_pool_peak_pct;
+        m.pool_spin_ms += f.pool_lock_wait_ms;
+        m.hv_spin_ms += f.hv_table_wait_ms;
+        m.hv_busy_pct += f.hv_table_busy_pct;
         m.protection.merge(&iommu.protection());
         m.cpu.user_ns += res.cpu.user_ns;
         m.cpu.system_ns += res.cpu.system_ns;
         m.cpu.spin_ns += res.cpu.spin_ns;
         m.cpu.idle_ns += res.cpu.idle_ns;
-        for l in &res.locks {
-            let ms = l.wait_total_ns as f64 / 1e6;
-            if l.name == "phyp_tce_table" {
-                m.hv_spin_ms += ms;
-                m.hv_busy_pct += l.hold_total_ns as f64 / cfg.run_ns.max(1) as f64 * 100.0;
-            } else {
-                m.pool_spin_ms += ms;
-            }
-        }
     }
     let k = f64::from(runs);
     m.gbps /= k;

@@ -184,13 +184,168 @@ pub const VIRT_MERGE: Sourced<bool> = (
 /// POWER `iommu.default_window_mib`.
 pub const DEFAULT_WINDOW_MIB: Sourced<u64> = (
     2048,
-    "RESEARCH.md: a 2 GB default window per host bridge on PowerVM (scenarios/pseries-ddw.toml)",
+    "RESEARCH.md: a 2 GB default window per host bridge on PowerVM (1-2 GiB in SEEDS.md #4)",
 );
 /// POWER `iommu.ddw_page_kib`.
 pub const DDW_PAGE_KIB: Sourced<u64> = (
     64,
     "SEEDS.md #4: PowerVM offers at most 64 KiB TCEs to SR-IOV VFs' DDWs",
 );
+/// POWER `iommu.ddw_policy` in mode `default-window`: no DDW is created.
+pub const DDW_POLICY_DEFAULT_WINDOW: Sourced<&str> = (
+    "disabled",
+    "assumption: a default-window scenario asks for the default window only (Linux `disable_ddw`); \"direct-only\" is the pre-2020 kernel, whose default window comes from a DDW too small to map all memory",
+);
+/// POWER `iommu.ddw_policy` in modes `ddw-dynamic` and `ddw-direct`.
+pub const DDW_POLICY_DDW: Sourced<&str> = (
+    "direct-or-dynamic",
+    "Linux since the 2020 series \"powerpc/pseries/iommu: Make use of DDW for indirect mapping\" (SEEDS.md #4): a direct DDW when it maps all memory, else a dynamic one",
+);
+/// POWER `iommu.serialise_tce_updates`.
+pub const SERIALISE_TCE_UPDATES: Sourced<bool> = (
+    true,
+    "assumption (docs/model/pseries-ddw.md): PowerVM updates one PE's TCE table (validate, store, kill the host bridge's cached TCEs) under one per-table lock, so concurrent H_PUT_TCE* / H_STUFF_TCE on the same table serialise; not published",
+);
+
+// ---------------------------------------------------------------------------------------
+// The NIC of netperf scenarios (devices::nic): an mlx5 (ConnectX-4) SR-IOV VF in a PowerVM
+// partition, as docs/model/pseries-ddw.md argues each value. None is fitted to a published
+// result.
+// ---------------------------------------------------------------------------------------
+
+/// nic `device.link_gbps`.
+pub const NIC_LINK_GBPS: Sourced<f64> = (
+    100.0,
+    "assumption: PowerVM SR-IOV ConnectX-4 adapters of 2020 (IBM EC3L/EC3M, PCIe3 2-port 100 GbE) run at 100 Gb/s; VF capacity share assumed 100%",
+);
+/// nic `device.mtu`.
+pub const NIC_MTU: Sourced<u64> = (1500, "assumption: the default Ethernet MTU");
+/// nic `device.tcpip_header_bytes`.
+pub const NIC_TCPIP_HEADER_BYTES: Sourced<u64> = (
+    52,
+    "IPv4 (20) + TCP (20) + timestamp option (12), Linux default",
+);
+/// nic `device.ethernet_overhead_bytes`.
+pub const NIC_ETHERNET_OVERHEAD_BYTES: Sourced<u64> = (
+    38,
+    "Ethernet header 14 + FCS 4 + preamble/SFD 8 + inter-frame gap 12",
+);
+/// nic `device.queues`.
+pub const NIC_QUEUES: Sourced<usize> = (
+    64,
+    "assumption: mlx5 opens one channel per online CPU (64 on the power-lpar profile); every channel's receive pages are mapped whether or not a thread uses it",
+);
+/// nic `device.tx_ring_entries`.
+pub const NIC_TX_RING_ENTRIES: Sourced<usize> = (
+    1024,
+    "mlx5 default send-queue size (MLX5E_PARAMS_DEFAULT_LOG_SQ_SIZE = 10)",
+);
+/// nic `device.tx_coalesce_frames`.
+pub const NIC_TX_COALESCE_FRAMES: Sourced<u64> = (
+    32,
+    "mlx5 default TX CQ moderation: 32 packets (MLX5E_PARAMS_DEFAULT_TX_CQ_MODERATION_PKTS)",
+);
+/// nic `device.tx_coalesce_usecs`.
+pub const NIC_TX_COALESCE_USECS: Sourced<u64> = (
+    16,
+    "mlx5 default TX CQ moderation: 16 us (MLX5E_PARAMS_DEFAULT_TX_CQ_MODERATION_USEC)",
+);
+/// nic `device.rx_coalesce_frames`.
+pub const NIC_RX_COALESCE_FRAMES: Sourced<u64> = (
+    32,
+    "mlx5 default RX CQ moderation: 32 packets (MLX5E_PARAMS_DEFAULT_RX_CQ_MODERATION_PKTS)",
+);
+/// nic `device.rx_coalesce_usecs`.
+pub const NIC_RX_COALESCE_USECS: Sourced<u64> = (
+    8,
+    "assumption: mlx5 default RX CQ moderation of ~8 us (adaptive moderation not modelled)",
+);
+/// nic `device.rx_stride_bytes`.
+pub const NIC_RX_STRIDE_BYTES: Sourced<u64> = (
+    2048,
+    "assumption: mlx5 striding RQ with 2 KiB strides for a 1500-byte MTU (one packet per stride)",
+);
+/// nic `device.rx_ring_pages`.
+pub const NIC_RX_RING_PAGES: Sourced<usize> = (
+    48,
+    "mlx5 striding RQ with 64 KiB pages: 8 multi-packet WQEs (MLX5E_PARAMS_DEFAULT_LOG_RQ_SIZE_MPW = 3) of 256 KiB = 32 pages, plus the RX page cache (assumption: 16 pages in steady state); all stay mapped",
+);
+/// nic `device.rx_recycle_pct`.
+pub const NIC_RX_RECYCLE_PCT: Sourced<u32> = (
+    90,
+    "assumption: mlx5e's RX page cache (mlx5e_rx_cache) gets most pages back once the copy to user has dropped their last reference; 10% are released and replaced by freshly mapped pages",
+);
+
+// ---------------------------------------------------------------------------------------
+// netperf workload: the TCP stream and the network stack's CPU costs on POWER9
+// ---------------------------------------------------------------------------------------
+
+/// netperf `workload.message_bytes`.
+pub const NETPERF_MESSAGE_BYTES: Sourced<u64> = (
+    65536,
+    "assumption: 64 KiB per write/read, as netperf/iperf-like bulk streams use 64-128 KiB",
+);
+/// netperf `workload.warmup_ms`.
+pub const NETPERF_WARMUP_MS: Sourced<u64> = (
+    10,
+    "assumption: 10 ms warm-up excluded from the measured window (steady state is reached within it)",
+);
+/// netperf `workload.tso_max_bytes`.
+pub const NETPERF_TSO_MAX_BYTES: Sourced<u64> = (
+    65160,
+    "Linux tcp_xmit_size_goal(): (GSO_MAX_SIZE 65536 - 1 - MAX_TCP_HEADER) rounded down to a multiple of the MSS, 45 x 1448 = 65160 bytes at MTU 1500",
+);
+/// netperf `workload.page_bytes`.
+pub const NETPERF_PAGE_BYTES: Sourced<u64> = (
+    65536,
+    "ppc64le distributions use 64 KiB kernel pages: page fragments and receive pages are 64 KiB",
+);
+/// netperf `workload.linear_bytes`.
+pub const NETPERF_LINEAR_BYTES: Sourced<u64> = (
+    0,
+    "mlx5e_sq_xmit inlines the headers of a TSO skb into the WQE: only page fragments are mapped",
+);
+/// netperf `workload.tx_inflight_bytes`.
+pub const NETPERF_TX_INFLIGHT_BYTES: Sourced<u64> = (
+    1 << 20,
+    "TCP small queues: net.ipv4.tcp_limit_output_bytes default of 1 MiB (2019 onward)",
+);
+/// netperf `workload.rx_window_messages`.
+pub const NETPERF_RX_WINDOW_MESSAGES: Sourced<usize> = (
+    16,
+    "assumption: the remote sender keeps 1 MiB (16 x 64 KiB) in flight per connection, enough not to starve a reader",
+);
+/// netperf `workload.tx_per_skb_ns`.
+pub const NETPERF_TX_PER_SKB_NS: Sourced<f64> = (
+    4000.0,
+    "assumption: tcp_sendmsg bookkeeping, tcp_write_xmit, IP, qdisc and mlx5e_xmit per 64 KiB TSO skb on a POWER9 thread: ~4 us",
+);
+/// netperf `workload.tx_completion_ns`.
+pub const NETPERF_TX_COMPLETION_NS: Sourced<f64> = (
+    1000.0,
+    "assumption: TX CQE, skb free and the share of incoming ACK processing per 64 KiB skb: ~1 us",
+);
+/// netperf `workload.irq_ns`.
+pub const NETPERF_IRQ_NS: Sourced<f64> = (
+    2000.0,
+    "assumption: an LPAR interrupt goes through the hypervisor (H_XIRR / H_EOI hypercalls) plus NAPI scheduling: ~2 us",
+);
+/// netperf `workload.rx_per_packet_ns`.
+pub const NETPERF_RX_PER_PACKET_NS: Sourced<f64> = (
+    250.0,
+    "assumption: mlx5 RX CQE, stride handling and GRO merge per 1500-byte packet on POWER9: ~250 ns",
+);
+/// netperf `workload.rx_per_skb_ns`.
+pub const NETPERF_RX_PER_SKB_NS: Sourced<f64> = (
+    2000.0,
+    "assumption: TCP receive (tcp_v4_rcv, queueing, ACK generation) per 64 KiB GRO skb: ~2 us",
+);
+/// netperf `workload.jitter_pct`.
+pub const NETPERF_JITTER_PCT: Sourced<u32> = (
+    5,
+    "assumption: +-5% run-to-run spread of stack costs, so repeated runs differ",
+);
+
 /// bonnie `workload.file_mib`.
 pub const BONNIE_FILE_MIB: Sourced<u64> = (
     16,

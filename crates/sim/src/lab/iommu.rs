@@ -11,7 +11,7 @@ use iolab_iommu::dma::flush_queue::FlushQueueConfig;
 use iolab_iommu::dma::protection::ProtectionStats;
 use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
 use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
-use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, DdwPolicy, WindowConfig};
+use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, WindowConfig};
 use iolab_iommu::hw::{
     ipmmu_domain, DmaPath, IpmmuInvalidator, PseriesConfig, PseriesIommu, SbaIommu, SbaIommuConfig,
     Smmuv3DevicePath, X86DevicePath,
@@ -362,8 +362,9 @@ fn x86(
     })
 }
 
-/// The partition's IOMMU: the default window, with a DDW created as the mode asks, and a
-/// check that the hypervisor's answer made it the window the mode names.
+/// The partition's IOMMU: the default window, with a DDW created as the policy
+/// (`iommu.ddw_policy`) decides for what the hypervisor offers, and a check that the
+/// hypervisor's answer made it the window the mode names.
 fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, LabError> {
     let mut cfg = PseriesConfig::new(DomainId(1), s.memory_bytes);
     cfg.default_window = WindowConfig {
@@ -374,10 +375,8 @@ fn pseries(s: &LabScenario, mode: IommuMode) -> Result<PseriesIommu, LabError> {
     let mask = ddw_page::bit_for_shift(s.iommu.ddw_page_shift)
         .ok_or_else(|| model_err("unsupported DDW page size"))?;
     cfg.ddw = Some(DdwConfig::with_window(s.iommu.ddw_window_bytes, mask));
-    cfg.policy = match mode {
-        IommuMode::DefaultWindow => DdwPolicy::Disabled,
-        _ => DdwPolicy::DirectOrDynamic,
-    };
+    // Validation matched the policy to the mode (`iommu.ddw_policy`).
+    cfg.policy = s.iommu.ddw_policy;
     let iommu = PseriesIommu::new(cfg).map_err(model_err)?;
     let mut w = WorkRecord::new();
     let ddw = iommu.enable_ddw(&mut w).map_err(model_err)?;

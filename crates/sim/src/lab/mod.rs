@@ -688,6 +688,7 @@ fn run_netperf(
         let config = config_id(s, r, runs);
         let messages =
             (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);
+        let tce = out.tce_figures(n.stream.message_bytes, n.stream.run_ns);
         let m = base_attrs(s, Measurement::new(&config))
             .attr("workload", "netperf")
             .attr("direction", dir)
@@ -719,6 +720,29 @@ fn run_netperf(
                 "dma.tces_per_msg",
                 "count",
                 out.dma.tces as f64 / messages,
+            ))
+            // The TCE path's pool and hypervisor locks and window occupancy, under the
+            // pseries-ddw experiment's names.
+            .metric(Metric::new(
+                "tce.pool_lock_wait_ms",
+                "ms",
+                tce.pool_lock_wait_ms,
+            ))
+            .metric(Metric::new(
+                "tce.hv_table_wait_ms",
+                "ms",
+                tce.hv_table_wait_ms,
+            ))
+            .metric(Metric::new(
+                "tce.hv_table_busy_pct",
+                "%",
+                tce.hv_table_busy_pct,
+            ))
+            .metric(Metric::new("tce.window_peak_pct", "%", tce.window_peak_pct))
+            .metric(Metric::new(
+                "tce.large_pool_peak_pct",
+                "%",
+                tce.large_pool_peak_pct,
             ));
         // netperf's output is its table: the report is in the measurement.
         let m = with_protection(m, &protection);

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use iolab_iommu::hw::pseries::DdwPolicy;
 use iolab_iommu::linux::{DmaPathVariants, KernelVersion};
 use iolab_iommu::smmuv3::ProducerKind;
 
@@ -124,6 +125,10 @@ struct IommuSpec {
     ddw_window_gib: Option<u64>,
     #[serde(default)]
     ddw_page_kib: Option<u64>,
+    #[serde(default)]
+    ddw_policy: Option<String>,
+    #[serde(default)]
+    serialise_tce_updates: Option<bool>,
     #[serde(default)]
     caching_mode: Option<bool>,
     #[serde(default)]
@@ -316,6 +321,22 @@ struct NicSpec {
     tx_ring_entries: Option<usize>,
     #[serde(default)]
     rx_ring_pages: Option<usize>,
+    #[serde(default)]
+    tcpip_header_bytes: Option<u64>,
+    #[serde(default)]
+    ethernet_overhead_bytes: Option<u64>,
+    #[serde(default)]
+    tx_coalesce_frames: Option<u64>,
+    #[serde(default)]
+    tx_coalesce_usecs: Option<u64>,
+    #[serde(default)]
+    rx_coalesce_frames: Option<u64>,
+    #[serde(default)]
+    rx_coalesce_usecs: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    rx_stride_bytes: Option<u64>,
+    #[serde(default)]
+    rx_recycle_pct: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -359,6 +380,28 @@ struct NetperfSpec {
     run_ms: u64,
     #[serde(default)]
     warmup_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    tso_max_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    page_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    linear_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    tx_inflight_bytes: Option<u64>,
+    #[serde(default)]
+    rx_window_messages: Option<usize>,
+    #[serde(default)]
+    tx_per_skb_ns: Option<f64>,
+    #[serde(default)]
+    tx_completion_ns: Option<f64>,
+    #[serde(default)]
+    irq_ns: Option<f64>,
+    #[serde(default)]
+    rx_per_packet_ns: Option<f64>,
+    #[serde(default)]
+    rx_per_skb_ns: Option<f64>,
+    #[serde(default)]
+    jitter_pct: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -584,6 +627,12 @@ pub struct IommuSetup {
     pub ddw_window_bytes: u64,
     /// POWER: log2 of the DDW's TCE page size.
     pub ddw_page_shift: u32,
+    /// POWER: the kernel's DDW policy (`iommu.ddw_policy`): whether a DDW the hypervisor
+    /// offers is created, and as what.
+    pub ddw_policy: DdwPolicy,
+    /// POWER: whether the hypervisor serialises one table's TCE updates under a per-table
+    /// lock (`iommu.serialise_tce_updates`; timed on the NIC path).
+    pub serialise_tce_updates: bool,
     /// The DMA-path algorithms of the scenario's Linux release (`kernel.version`).
     pub kernel: DmaPathVariants,
     /// VT-d: Caching Mode (a virtual IOMMU): maps are invalidated, lazy mode unavailable.
@@ -1037,8 +1086,16 @@ fn load_profile(
     Ok(PlatformProfile::from_file(&path)?)
 }
 
+/// `machine.costs` path of `H_PUT_TCE`'s per-TCE cost.
+const TCE_PUT: &str = "hypervisor.tce_put";
+/// `machine.costs` path of `H_PUT_TCE_INDIRECT`'s per-TCE cost, derived from [`TCE_PUT`].
+const TCE_INDIRECT: &str = "hypervisor.tce_indirect";
+
 /// Applies `machine.costs`: each entry replaces the profile's cost at its dotted path
-/// (value, unit when given, and source), then the profile is checked again.
+/// (value, unit when given, and source), then the profile is checked again. An override of
+/// `hypervisor.tce_put` moves `hypervisor.tce_indirect` with it (the profile's list-page
+/// read stays on top, [`crate::cost::HypervisorCosts::set_tce_put`]) unless the scenario
+/// overrides that too.
 fn override_costs(
     doc: &TomlDoc<'_>,
     profile: &mut PlatformProfile,
@@ -1067,11 +1124,19 @@ fn override_costs(
                 )
                 .into());
         }
-        cost.value = o.value;
-        if let Some(u) = o.unit {
-            cost.unit = u;
+        let unit = o.unit.unwrap_or(cost.unit);
+        if path == TCE_PUT && !costs.contains_key(TCE_INDIRECT) {
+            // H_PUT_TCE_INDIRECT's per-TCE cost is tce_put's plus the list-page read: it
+            // moves with tce_put unless the scenario sets it too.
+            let clock = profile.cpu.clock_ghz;
+            if let Some(hv) = profile.hypervisor.as_mut() {
+                hv.set_tce_put(clock, o.value, unit, &o.source);
+            }
+        } else {
+            cost.value = o.value;
+            cost.unit = unit;
+            cost.source = o.source.clone();
         }
-        cost.source = o.source.clone();
         if let Err(e) = profile.revalidate() {
             return Err(doc
                 .field_error(&format!("{field}.value"), e.to_string())
@@ -1225,12 +1290,8 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                         .into())
                 }
             }
-            let bundled = crate::experiments::pseries_ddw::setup(
-                crate::experiments::pseries_ddw::BUNDLED_SCENARIO,
-                "scenarios/pseries-ddw.toml (bundled)",
-            )?;
-            let (link, nic) = nic(&doc, &f.device[0], &bundled)?;
-            let netperf = netperf(&doc, &f.workload, &bundled, &common, nic)?;
+            let (link, nic) = nic(&doc, &f.device[0])?;
+            let netperf = netperf(&doc, &f.workload, &common, nic)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Nic(link), Workload::Netperf(Box::new(netperf))))
         }
@@ -1688,8 +1749,28 @@ fn iommu(
         power,
         "iommu.model = \"pseries\"",
     )?;
-    let ddw = matches!(mode, IommuMode::DdwDynamic | IommuMode::DdwDirect);
-    let ddw_to = "the ddw-dynamic and ddw-direct modes";
+    only(
+        "ddw_policy",
+        s.ddw_policy.is_some(),
+        power,
+        "iommu.model = \"pseries\"",
+    )?;
+    only(
+        "serialise_tce_updates",
+        s.serialise_tce_updates.is_some(),
+        power,
+        "iommu.model = \"pseries\"",
+    )?;
+    let ddw_policy = if power {
+        ddw_policy(doc, mode, s.ddw_policy.as_deref())?
+    } else {
+        DdwPolicy::Disabled
+    };
+    // The hypervisor's DDW offer matters in the DDW modes, and in mode default-window when
+    // the policy asks for a DDW (which it then refuses as too small).
+    let ddw = matches!(mode, IommuMode::DdwDynamic | IommuMode::DdwDirect)
+        || (power && ddw_policy != DdwPolicy::Disabled);
+    let ddw_to = "the ddw-dynamic and ddw-direct modes, and default-window with ddw_policy = \"direct-only\"";
     only("ddw_window_gib", s.ddw_window_gib.is_some(), ddw, ddw_to)?;
     only("ddw_page_kib", s.ddw_page_kib.is_some(), ddw, ddw_to)?;
     only(
@@ -1831,6 +1912,19 @@ fn iommu(
             )
             .into());
     }
+    if mode == IommuMode::DefaultWindow
+        && ddw_policy == DdwPolicy::DirectOnly
+        && ddw_window_gib >= memory_gib
+    {
+        return Err(doc
+            .field_error(
+                "iommu.ddw_window_gib",
+                format!(
+                    "with ddw_policy = \"direct-only\" a DDW of {ddw_window_gib} GiB maps all {memory_gib} GiB of memory and is created as a direct map: expected less than machine.memory_gib for mode default-window (or use mode = \"ddw-direct\")"
+                ),
+            )
+            .into());
+    }
     if mode == IommuMode::DdwDirect && ddw_window_gib < memory_gib {
         return Err(doc
             .field_error(
@@ -1898,11 +1992,63 @@ fn iommu(
         default_window_bytes: default_window_mib << 20,
         ddw_window_bytes: ddw_window_gib << 30,
         ddw_page_shift,
+        ddw_policy,
+        serialise_tce_updates: s
+            .serialise_tce_updates
+            .unwrap_or(d::SERIALISE_TCE_UPDATES.0),
         kernel,
         caching_mode,
         instances,
         device_instance: Vec::new(),
     })
+}
+
+/// `iommu.ddw_policy`: the kernel's DDW policy, checked against the mode (which names the
+/// window the device must end up mapping through). The default follows the mode
+/// ([`d::DDW_POLICY_DEFAULT_WINDOW`], [`d::DDW_POLICY_DDW`]).
+fn ddw_policy(
+    doc: &TomlDoc<'_>,
+    mode: IommuMode,
+    v: Option<&str>,
+) -> Result<DdwPolicy, InputError> {
+    let default = if mode == IommuMode::DefaultWindow {
+        d::DDW_POLICY_DEFAULT_WINDOW.0
+    } else {
+        d::DDW_POLICY_DDW.0
+    };
+    let policy = match v.unwrap_or(default) {
+        "disabled" => DdwPolicy::Disabled,
+        "direct-only" => DdwPolicy::DirectOnly,
+        "direct-or-dynamic" => DdwPolicy::DirectOrDynamic,
+        other => {
+            return Err(doc.field_error(
+                "iommu.ddw_policy",
+                format!(
+                    "unknown policy \"{other}\": expected \"disabled\" (no DDW), \"direct-only\" (Linux before 2020: only a DDW that maps all memory) or \"direct-or-dynamic\" (since 2020: else a dynamic DDW)"
+                ),
+            ))
+        }
+    };
+    let fits = matches!(
+        (mode, policy),
+        (
+            IommuMode::DefaultWindow,
+            DdwPolicy::Disabled | DdwPolicy::DirectOnly
+        ) | (IommuMode::DdwDynamic, DdwPolicy::DirectOrDynamic)
+            | (
+                IommuMode::DdwDirect,
+                DdwPolicy::DirectOnly | DdwPolicy::DirectOrDynamic
+            )
+    );
+    if !fits {
+        let why = match mode {
+            IommuMode::DefaultWindow => "\"direct-or-dynamic\" keeps a DDW too small for a direct map as a dynamic window: expected \"disabled\" or \"direct-only\" for mode default-window",
+            IommuMode::DdwDynamic => "only \"direct-or-dynamic\" creates a dynamic DDW",
+            _ => "\"disabled\" creates no DDW: expected \"direct-only\" or \"direct-or-dynamic\" for mode ddw-direct",
+        };
+        return Err(doc.field_error("iommu.ddw_policy", why.to_owned()));
+    }
+    Ok(policy)
 }
 
 /// The IOMMU instance of every device: `device[i].iommu_instance` where `named[i]` is set,
@@ -2167,10 +2313,12 @@ fn csv_layout(
     }
 }
 
+/// The NIC's `[[device]]` table: the port, its framing, rings, moderation and receive
+/// pages (defaults: [`d::NIC_LINK_GBPS`] and the other `NIC_*` constants). Returns the
+/// wire and a stream configuration with the NIC's part set (the workload sets the rest).
 fn nic(
     doc: &TomlDoc<'_>,
     s: &NicSpec,
-    b: &crate::experiments::pseries_ddw::Setup,
 ) -> Result<
     (
         crate::devices::nic::LinkConfig,
@@ -2178,50 +2326,113 @@ fn nic(
     ),
     InputError,
 > {
+    use crate::devices::nic::{Coalescing, LinkConfig};
+    use crate::workloads::netperf::{StreamConfig, StreamDirection};
     let dev = Fields::new(doc, "device[0]");
-    let mut link = b.link;
-    let mut stream = b.base;
-    if let Some(g) = s.link_gbps {
-        link.gbps = dev.real("link_gbps", g, 0.001..=10_000.0)?;
+    let gbps = dev.real(
+        "link_gbps",
+        s.link_gbps.unwrap_or(d::NIC_LINK_GBPS.0),
+        0.001..=10_000.0,
+    )?;
+    let mtu = dev.int("mtu", s.mtu.unwrap_or(d::NIC_MTU.0), 576..=65_535, "bytes")?;
+    let headers = dev.int(
+        "tcpip_header_bytes",
+        s.tcpip_header_bytes.unwrap_or(d::NIC_TCPIP_HEADER_BYTES.0),
+        20..=200,
+        "bytes",
+    )?;
+    let framing = dev.int(
+        "ethernet_overhead_bytes",
+        s.ethernet_overhead_bytes
+            .unwrap_or(d::NIC_ETHERNET_OVERHEAD_BYTES.0),
+        0..=200,
+        "bytes",
+    )?;
+    let coalescing = |frames: &str, f: Option<u64>, fd: u64, usecs: &str, u: Option<u64>, ud| {
+        Ok::<_, InputError>(Coalescing {
+            frames: dev.int(
+                frames,
+                f.unwrap_or(fd),
+                1..=1 << 16,
+                "completions per interrupt",
+            )?,
+            usecs: dev.int(usecs, u.unwrap_or(ud), 0..=100_000, "us")?,
+        })
+    };
+    let stream = StreamConfig {
+        threads: 1,
+        direction: StreamDirection::Write,
+        message_bytes: d::NETPERF_MESSAGE_BYTES.0,
+        tso_max_bytes: d::NETPERF_TSO_MAX_BYTES.0,
+        page_bytes: d::NETPERF_PAGE_BYTES.0,
+        linear_bytes: d::NETPERF_LINEAR_BYTES.0,
+        tx_ring_entries: dev.int(
+            "tx_ring_entries",
+            s.tx_ring_entries.unwrap_or(d::NIC_TX_RING_ENTRIES.0),
+            1..=MAX_IODEPTH as usize,
+            "(cap MAX_IODEPTH)",
+        )?,
+        tx_inflight_bytes: d::NETPERF_TX_INFLIGHT_BYTES.0,
+        tx_coalescing: coalescing(
+            "tx_coalesce_frames",
+            s.tx_coalesce_frames,
+            d::NIC_TX_COALESCE_FRAMES.0,
+            "tx_coalesce_usecs",
+            s.tx_coalesce_usecs,
+            d::NIC_TX_COALESCE_USECS.0,
+        )?,
+        rx_coalescing: coalescing(
+            "rx_coalesce_frames",
+            s.rx_coalesce_frames,
+            d::NIC_RX_COALESCE_FRAMES.0,
+            "rx_coalesce_usecs",
+            s.rx_coalesce_usecs,
+            d::NIC_RX_COALESCE_USECS.0,
+        )?,
+        rx_window_messages: d::NETPERF_RX_WINDOW_MESSAGES.0,
+        // Checked against the workload's page size in `netperf`.
+        rx_stride_bytes: s.rx_stride_bytes.unwrap_or(d::NIC_RX_STRIDE_BYTES.0),
+        rx_ring_pages: dev.int(
+            "rx_ring_pages",
+            s.rx_ring_pages.unwrap_or(d::NIC_RX_RING_PAGES.0),
+            1..=MAX_IODEPTH as usize,
+            "(cap MAX_IODEPTH)",
+        )?,
+        queues: dev.int(
+            "queues",
+            s.queues.unwrap_or(d::NIC_QUEUES.0),
+            1..=MAX_DEVICE_QUEUES,
+            "(cap MAX_DEVICE_QUEUES)",
+        )?,
+        rx_recycle_pct: dev.int(
+            "rx_recycle_pct",
+            s.rx_recycle_pct.unwrap_or(d::NIC_RX_RECYCLE_PCT.0),
+            0..=100,
+            "percent",
+        )?,
+        run_ns: 0,
+        warmup_ns: 0,
+    };
+    if mtu <= headers {
+        return Err(doc.field_error(
+            "device[0].tcpip_header_bytes",
+            format!("expected less than mtu = {mtu} (MSS = MTU - TCP/IP headers), got {headers}"),
+        ));
     }
-    if let Some(mtu) = s.mtu {
-        let mtu = dev.int("mtu", mtu, 576..=65_535, "bytes")?;
-        let headers = b.sc.nic.tcpip_header_bytes.value;
-        link.mss = mtu.saturating_sub(headers).max(1);
-    }
-    dev.set_int(
-        &mut stream.queues,
-        "queues",
-        s.queues,
-        1..=MAX_DEVICE_QUEUES,
-        "(cap MAX_DEVICE_QUEUES)",
-    )?;
-    dev.set_int(
-        &mut stream.tx_ring_entries,
-        "tx_ring_entries",
-        s.tx_ring_entries,
-        1..=MAX_IODEPTH as usize,
-        "(cap MAX_IODEPTH)",
-    )?;
-    dev.set_int(
-        &mut stream.rx_ring_pages,
-        "rx_ring_pages",
-        s.rx_ring_pages,
-        1..=MAX_IODEPTH as usize,
-        "(cap MAX_IODEPTH)",
-    )?;
-    Ok((link, stream))
+    Ok((LinkConfig::from_mtu(gbps, mtu, headers, framing), stream))
 }
 
+/// The netperf `[workload]` table: threads, direction, message and skb sizes, the TCP byte
+/// bounds, the stack's CPU costs (defaults: the `NETPERF_*` constants of [`d`]).
 fn netperf(
     doc: &TomlDoc<'_>,
     s: &NetperfSpec,
-    b: &crate::experiments::pseries_ddw::Setup,
     c: &Common,
     mut stream: crate::workloads::netperf::StreamConfig,
 ) -> Result<NetperfSetup, InputError> {
     let wl = Fields::new(doc, "workload");
-    use crate::workloads::netperf::StreamDirection;
+    use crate::devices::nic::HvSerialisation;
+    use crate::workloads::netperf::{StackCosts, StreamDirection};
     stream.direction = match s.direction.as_deref().unwrap_or("write") {
         "write" => StreamDirection::Write,
         "read" => StreamDirection::Read,
@@ -2248,13 +2459,60 @@ fn netperf(
         1..=16 << 20,
         "bytes",
     )?;
+    let page_bytes = wl.int(
+        "page_bytes",
+        s.page_bytes.unwrap_or(d::NETPERF_PAGE_BYTES.0),
+        4096..=1 << 16,
+        "bytes (a kernel page size)",
+    )?;
+    if !page_bytes.is_power_of_two() {
+        return Err(doc.field_error(
+            "workload.page_bytes",
+            format!("expected a power of two, got {page_bytes}"),
+        ));
+    }
+    stream.page_bytes = page_bytes;
+    range(
+        doc,
+        "device[0].rx_stride_bytes",
+        stream.rx_stride_bytes,
+        64,
+        page_bytes,
+        "bytes (at most workload.page_bytes)",
+    )?;
+    stream.tso_max_bytes = wl.int(
+        "tso_max_bytes",
+        s.tso_max_bytes.unwrap_or(d::NETPERF_TSO_MAX_BYTES.0),
+        1..=1 << 18,
+        "bytes",
+    )?;
+    stream.linear_bytes = wl.int(
+        "linear_bytes",
+        s.linear_bytes.unwrap_or(d::NETPERF_LINEAR_BYTES.0),
+        0..=4096 - 64,
+        "bytes (headers in the skb's linear part)",
+    )?;
+    stream.tx_inflight_bytes = wl.int(
+        "tx_inflight_bytes",
+        s.tx_inflight_bytes
+            .unwrap_or(d::NETPERF_TX_INFLIGHT_BYTES.0),
+        1..=1 << 30,
+        "bytes",
+    )?;
+    stream.rx_window_messages = wl.int(
+        "rx_window_messages",
+        s.rx_window_messages
+            .unwrap_or(d::NETPERF_RX_WINDOW_MESSAGES.0),
+        1..=1 << 16,
+        "messages",
+    )?;
     let run_ms = wl.int(
         "run_ms",
         s.run_ms,
         1..=MAX_RUN_MS,
         "ms of virtual time (cap MAX_RUN_MS)",
     )?;
-    let warmup_ms = s.warmup_ms.unwrap_or(b.base.warmup_ns / 1_000_000);
+    let warmup_ms = s.warmup_ms.unwrap_or(d::NETPERF_WARMUP_MS.0);
     if warmup_ms >= run_ms {
         return Err(doc.field_error(
             "workload.warmup_ms",
@@ -2274,14 +2532,41 @@ fn netperf(
             ),
         ));
     }
-    let mut costs = b.costs;
-    costs.syscall_ns = c.profile.cpu.syscall.ns();
-    costs.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
-    costs.doorbell_ns = c.profile.mmio.write.ns();
+    let ns =
+        |field: &str, v: Option<f64>, default: f64| wl.real(field, v.unwrap_or(default), 0.0..=1e9);
+    let costs = StackCosts {
+        syscall_ns: 0.0,
+        copy_bytes_per_ns: 0.0,
+        tx_per_skb_ns: ns("tx_per_skb_ns", s.tx_per_skb_ns, d::NETPERF_TX_PER_SKB_NS.0)?,
+        tx_completion_ns: ns(
+            "tx_completion_ns",
+            s.tx_completion_ns,
+            d::NETPERF_TX_COMPLETION_NS.0,
+        )?,
+        irq_ns: ns("irq_ns", s.irq_ns, d::NETPERF_IRQ_NS.0)?,
+        rx_per_packet_ns: ns(
+            "rx_per_packet_ns",
+            s.rx_per_packet_ns,
+            d::NETPERF_RX_PER_PACKET_NS.0,
+        )?,
+        rx_per_skb_ns: ns("rx_per_skb_ns", s.rx_per_skb_ns, d::NETPERF_RX_PER_SKB_NS.0)?,
+        doorbell_ns: 0.0,
+        jitter_pct: wl.int(
+            "jitter_pct",
+            s.jitter_pct.unwrap_or(d::NETPERF_JITTER_PCT.0),
+            0..=50,
+            "percent",
+        )?,
+    }
+    .with_profile(&c.profile);
     Ok(NetperfSetup {
         stream,
         costs,
-        serialisation: b.serialisation,
+        serialisation: if c.iommu.serialise_tce_updates {
+            HvSerialisation::PerTable
+        } else {
+            HvSerialisation::None
+        },
     })
 }
 

@@ -10,6 +10,10 @@ const BUNDLED: &[(&str, &str)] = &[
         "sba-vmerge",
         include_str!("../../../../scenarios/experiments/sba-vmerge.toml"),
     ),
+    (
+        "pseries-ddw",
+        include_str!("../../../../scenarios/experiments/pseries-ddw.toml"),
+    ),
 ];
 
 /// The text of bundled experiment file `name`, if there is one.

@@ -195,6 +195,9 @@ impl FigureSpec {
 pub struct EffectSpec {
     /// Id.
     pub id: String,
+    /// How the `percent-list` layout names it (default: the id).
+    #[serde(default)]
+    pub label: Option<String>,
     /// The figure changed from.
     pub base: String,
     /// The figure changed to.
@@ -254,7 +257,7 @@ pub struct TableColumn {
 }
 
 /// Layouts the report knows.
-pub const LAYOUTS: [&str; 2] = ["figures", "pivot"];
+pub const LAYOUTS: [&str; 3] = ["figures", "pivot", "percent-list"];
 
 /// One cell: a row, and a column when the file has columns.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -421,7 +421,7 @@ impl Experiment {
             .iter()
             .map(|n| layout::fill_note(n, &figures, &effects))
             .collect();
-        let report_text = layout::render(self, results, &figures, runs);
+        let report_text = layout::render(self, results, &figures, &effects, runs);
         let measurements: Vec<Measurement> = results
             .iter()
             .flat_map(|r| r.run.report.measurements.iter().cloned())

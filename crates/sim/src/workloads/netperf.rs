@@ -71,6 +71,17 @@ pub struct StackCosts {
     pub jitter_pct: u32,
 }
 
+impl StackCosts {
+    /// Takes the costs a platform profile prices (system call, copy bandwidth, doorbell
+    /// write) from `profile`; the stack's own per-skb and per-packet costs stay.
+    pub fn with_profile(mut self, profile: &PlatformProfile) -> Self {
+        self.syscall_ns = profile.cpu.syscall.ns();
+        self.copy_bytes_per_ns = profile.memory.memcpy_bandwidth.gb_per_s;
+        self.doorbell_ns = profile.mmio.write.ns();
+        self
+    }
+}
+
 /// One stream test configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StreamConfig {
@@ -133,6 +144,56 @@ pub struct StreamResult {
     pub link_busy_pct: f64,
     /// CPU time of the CPUs running threads, summed over them.
     pub cpu: CpuBreakdown,
+}
+
+/// The name of the hypervisor's per-table TCE lock in [`StreamResult::locks`] (every other
+/// lock there is one of the guest's TCE pool locks).
+pub const HV_TABLE_LOCK: &str = "phyp_tce_table";
+
+/// The TCE path's figures of one stream run: what the pseries-ddw experiment reports and
+/// the lab's netperf measurement carries, computed in one place.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TceFigures {
+    /// Hypercalls per message (per `message_bytes` the device moved).
+    pub hypercalls_per_msg: f64,
+    /// TCEs built or cleared per message.
+    pub tces_per_msg: f64,
+    /// Time spent waiting for the guest's TCE pool locks, summed over CPUs, ms.
+    pub pool_lock_wait_ms: f64,
+    /// Time spent waiting for the hypervisor's per-table lock, summed over CPUs, ms.
+    pub hv_table_wait_ms: f64,
+    /// Share of the run the hypervisor's per-table lock was held, percent (0 when the
+    /// hypervisor does not serialise TCE updates).
+    pub hv_table_busy_pct: f64,
+    /// Peak share of the window's TCEs held by live mappings, percent.
+    pub window_peak_pct: f64,
+    /// Peak share of the window's large pool held by live mappings, percent.
+    pub large_pool_peak_pct: f64,
+}
+
+impl StreamResult {
+    /// The TCE path's figures of this run, for messages of `message_bytes` and a run of
+    /// `run_ns` (the lock-busy share is over the whole run, warm-up included).
+    pub fn tce_figures(&self, message_bytes: u64, run_ns: u64) -> TceFigures {
+        let messages = self.dma.device_bytes.max(1) as f64 / message_bytes.max(1) as f64;
+        let mut f = TceFigures {
+            hypercalls_per_msg: self.dma.hypercalls as f64 / messages,
+            tces_per_msg: self.dma.tces as f64 / messages,
+            window_peak_pct: self.dma.window_peak_pct(),
+            large_pool_peak_pct: self.dma.large_pool_peak_pct(),
+            ..TceFigures::default()
+        };
+        for l in &self.locks {
+            let ms = l.wait_total_ns as f64 / 1e6;
+            if l.name == HV_TABLE_LOCK {
+                f.hv_table_wait_ms += ms;
+                f.hv_table_busy_pct += l.hold_total_ns as f64 / run_ns.max(1) as f64 * 100.0;
+            } else {
+                f.pool_lock_wait_ms += ms;
+            }
+        }
+        f
+    }
 }
 
 /// What a caller of the stream's transmit and receive loops observes of them, besides the

@@ -1,6 +1,8 @@
 //! How an experiment's report is printed: the layouts of docs/EXPERIMENTS.md, metric
 //! tables, each cell's own tool output, and notes with placeholders.
 
+mod percent_list;
+
 use std::fmt::Write;
 
 use crate::experiment::{figure_value_text, Effect, Figure};
@@ -9,7 +11,13 @@ use super::{CellResult, Experiment};
 
 /// The report text (without effects, fidelity, calibrations and notes, which every
 /// report prints the same way after it).
-pub fn render(exp: &Experiment, results: &[CellResult], figures: &[Figure], runs: u32) -> String {
+pub fn render(
+    exp: &Experiment,
+    results: &[CellResult],
+    figures: &[Figure],
+    effects: &[Effect],
+    runs: u32,
+) -> String {
     let f = &exp.file;
     let mut out = String::new();
     if let Some(s) = &f.summary {
@@ -31,6 +39,7 @@ pub fn render(exp: &Experiment, results: &[CellResult], figures: &[Figure], runs
     }
     match f.report.layout.as_deref().unwrap_or("figures") {
         "pivot" => pivot(&mut out, exp, results, figures),
+        "percent-list" => percent_list::render(&mut out, exp, figures, effects),
         _ => figure_list(&mut out, figures),
     }
     for t in &f.report.tables {
