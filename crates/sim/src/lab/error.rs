@@ -42,9 +42,10 @@ impl From<CmdqError> for LabError {
     }
 }
 
-/// The bridge for the lab's defaults still read from the bundled experiment files
-/// (`scenarios/ipmmu-usb.toml`, `scenarios/pseries-ddw.toml`) until they are the lab's own
-/// (../shared/ONE-MODEL.md): those files can only fail as input or as a cost profile.
+/// The bridge for the lab's defaults still read from a bundled experiment file
+/// (`scenarios/pseries-ddw.toml`, netperf's) until they are the lab's own
+/// (../shared/ONE-MODEL.md): that file can only fail as input or as a cost profile. The USB
+/// and bonnie defaults no longer use it (lab/defaults.rs owns them).
 impl From<ExperimentError> for LabError {
     fn from(e: ExperimentError) -> Self {
         match e {
