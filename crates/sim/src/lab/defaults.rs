@@ -605,3 +605,75 @@ pub const REAIM_TASKS: &[DefaultTask] = &[
     ("sync_disk_update", 3, 200.0, 300.0, 80 << 10, "assumption (disk): update an 80 KiB file and fsync it (FILESIZE 80k of the OSDL STP re-aim configuration, scenarios/sba-vmerge.toml)"),
     ("sync_disk_wrt", 3, 200.0, 300.0, 80 << 10, "assumption (disk): write an 80 KiB file sequentially and fsync it"),
 ];
+
+#[cfg(test)]
+mod tests {
+    //! The USB and bonnie defaults were copied from scenarios/ipmmu-usb.toml; while the
+    //! experiment keeps its own schema, these tests hold the copies equal to it.
+
+    use crate::experiments::ipmmu_usb;
+    use crate::lab::spec::{validate, Devices, Workload};
+
+    fn cell(speed: &str, iommu: &str) -> String {
+        format!(
+            r#"
+[machine]
+platform = "rcar-h3"
+memory_gib = 4
+memory_banks = [ {{ base = 0x48000000, mib = 1920 }}, {{ base = 0x500000000, mib = 2048 }} ]
+[iommu]
+model = "{iommu}"
+[[device]]
+kind = "usb"
+speed = "{speed}"
+[workload]
+kind = "bonnie"
+file_mib = 64
+"#
+        )
+    }
+
+    #[test]
+    fn the_usb_and_bonnie_defaults_are_the_experiments() {
+        let m = ipmmu_usb::parse(ipmmu_usb::BUNDLED_SCENARIO, "bundled").expect("parses");
+        for (speed, link) in [("superspeed", &m.superspeed), ("highspeed", &m.highspeed)] {
+            for iommu in ["none", "ipmmu"] {
+                let s = validate(&cell(speed, iommu), "cell", None).expect("valid");
+                let (Devices::Usb(u), Workload::Bonnie(b)) = (&s.devices, &s.workload) else {
+                    panic!("bonnie on usb")
+                };
+                let mut usb = m.usb_common.clone();
+                usb.link = link.clone();
+                assert_eq!(u.config, usb, "{speed} {iommu}");
+                assert_eq!(u.max_segments, m.max_segments);
+                assert_eq!(u.max_segment_size, m.max_segment_size);
+                assert_eq!(u.dma_mask_bits, m.dma_mask_bits);
+                assert_eq!(u.swiotlb.build().unwrap().max_mapping(), m.swiotlb.max_mapping());
+                let mut bonnie = m.bonnie.clone();
+                bonnie.limits.max_transfer = link.max_transfer;
+                assert_eq!(b.config, bonnie, "{speed} {iommu}");
+            }
+        }
+    }
+
+    /// Without banks the page cache is one bank of the same size above 4 GiB: the same page
+    /// draws, at other addresses.
+    #[test]
+    fn the_default_page_cache_holds_as_many_pages_as_the_experiments() {
+        let m = ipmmu_usb::parse(ipmmu_usb::BUNDLED_SCENARIO, "bundled").expect("parses");
+        let text = cell("superspeed", "none")
+            .replace("memory_gib = 4\n", "memory_gib = 8\n")
+            .lines()
+            .filter(|l| !l.starts_with("memory_banks"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = validate(&text, "cell", None).expect("valid");
+        let Workload::Bonnie(b) = &s.workload else {
+            panic!("bonnie")
+        };
+        let total = |banks: &[(u64, u64)]| banks.iter().map(|&(_, n)| n).sum::<u64>();
+        assert_eq!(b.config.ram_banks.len(), 1);
+        assert_eq!(total(&b.config.ram_banks), total(&m.bonnie.ram_banks));
+        assert_eq!(total(&b.config.ram_banks) >> 20, super::BONNIE_RAM_MIB.0);
+    }
+}

@@ -1,0 +1,193 @@
+//! One model for ipmmu-usb (../shared/ONE-MODEL.md, issue 16): every cell of the experiment
+//! is a lab scenario under scenarios/experiments/ipmmu-usb/ (one file per cell, named by its
+//! id), and `iolab run` of that file measures exactly what `iolab reproduce ipmmu-usb`
+//! reports for the cell: every figure (the 12 bonnie++ columns and the file tests' rates and
+//! %CPU), the device's command and flush counts, its map and unmap time and the protection
+//! report. docs/model/ipmmu-usb.md ("One model: lab vs experiment") lists what differs
+//! between the two paths and why none of it moves a figure of these cells.
+//!
+//! Run with `--release` (each cell moves 64 MiB through the page cache and runs bonnie's
+//! 8000 seeks and 4 x 1024 file operations).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use iolab_sim::engine::rng::derive_seed;
+use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
+use iolab_sim::experiments::run_bundled;
+use iolab_sim::lab::{run_scenario, validate, LabOptions};
+use iolab_sim::metrics::Measurement;
+
+/// The experiment's cells, in the order it runs them (its seed label is the index).
+const CELLS: [&str; 4] = [
+    "superspeed.no_iommu",
+    "highspeed.no_iommu",
+    "superspeed.iommu",
+    "highspeed.iommu",
+];
+
+fn cell_path(id: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/experiments/ipmmu-usb")
+        .join(format!("{id}.toml"))
+}
+
+fn cell_text(id: &str) -> String {
+    let p = cell_path(id);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn run_cell(id: &str) -> Measurement {
+    let p = cell_path(id);
+    let run = run_scenario(&cell_text(id), &p.display().to_string(), &LabOptions::default())
+        .unwrap_or_else(|e| panic!("{id}: {e}"));
+    assert_eq!(run.report.measurements.len(), 1);
+    run.report.measurements.into_iter().next().unwrap()
+}
+
+fn experiment() -> ExperimentReport {
+    run_bundled("ipmmu-usb", &ExperimentOptions::default()).expect("the experiment runs")
+}
+
+/// The lab metric a figure of the experiment is: `out_block` -> `bonnie.out_block_kps`,
+/// `out_block_cpu` -> `bonnie.out_block_cpu_pct`, `seeks` -> `bonnie.seeks_per_s`, a file
+/// test `seq_create` -> `bonnie.seq_create_per_s`.
+fn lab_metric(figure_suffix: &str) -> String {
+    const IO: [&str; 5] = ["out_char", "out_block", "rewrite", "in_char", "in_block"];
+    if let Some(phase) = figure_suffix.strip_suffix("_cpu") {
+        return format!("bonnie.{phase}_cpu_pct");
+    }
+    if IO.contains(&figure_suffix) {
+        format!("bonnie.{figure_suffix}_kps")
+    } else {
+        format!("bonnie.{figure_suffix}_per_s")
+    }
+}
+
+fn value(m: &Measurement, name: &str) -> f64 {
+    m.get(name)
+        .unwrap_or_else(|| panic!("{}: no metric {name}", m.config))
+        .value
+}
+
+#[test]
+fn every_cell_file_measures_what_the_experiment_reports() {
+    let exp = experiment();
+    let by_cell: BTreeMap<&str, &Measurement> = exp
+        .measurements
+        .iter()
+        .map(|m| (m.config.as_str(), m))
+        .collect();
+    for id in CELLS {
+        let lab = run_cell(id);
+        let reference = by_cell[id];
+        // Every figure of the cell, bit for bit.
+        let prefix = format!("{id}.");
+        let mut compared = 0;
+        for f in exp.figures.iter().filter(|f| f.id.starts_with(&prefix)) {
+            let name = lab_metric(&f.id[prefix.len()..]);
+            let got = value(&lab, &name);
+            assert_eq!(
+                got.to_bits(),
+                f.lab.to_bits(),
+                "{}: lab run {got} ({name}), experiment {}",
+                f.id,
+                f.lab
+            );
+            compared += 1;
+        }
+        // 6 columns x (rate, %CPU) and the four timed file tests x (rate, %CPU).
+        assert_eq!(compared, 20, "{id}: figures compared");
+        // The device's totals and the protection report.
+        for (lab_name, exp_name) in [
+            ("usb.commands", "usb.commands"),
+            ("usb.cache_flushes", "usb.cache_flushes"),
+            ("usb.flushes", "usb.iommu_flushes"),
+        ] {
+            assert_eq!(
+                value(&lab, lab_name),
+                value(reference, exp_name),
+                "{id}: {lab_name}"
+            );
+        }
+        let commands = value(reference, "usb.commands");
+        for (lab_name, exp_name) in [
+            ("usb.map_ns", "usb.map_cpu_ns"),
+            ("usb.unmap_ns", "usb.unmap_cpu_ns"),
+        ] {
+            // The lab prints time per command, the experiment the total.
+            let per_command = value(reference, exp_name) / commands;
+            assert_eq!(value(&lab, lab_name), per_command, "{id}: {lab_name}");
+        }
+        let mut protection = 0;
+        for m in reference
+            .metrics
+            .iter()
+            .filter(|m| m.name.starts_with("protection.") || m.name.starts_with("faults."))
+        {
+            assert_eq!(value(&lab, &m.name), m.value, "{id}: {}", m.name);
+            protection += 1;
+        }
+        assert!(protection >= 3, "{id}: {protection} protection metrics");
+    }
+}
+
+#[test]
+fn each_cell_file_is_its_experiment_cell() {
+    for (i, id) in CELLS.iter().enumerate() {
+        let s = validate(&cell_text(id), id, None).unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(s.name, *id);
+        // The experiment's seed of cell i (its first repetition).
+        assert_eq!(s.seed, Some(derive_seed(1, i as u64)), "{id}");
+        assert_eq!(s.profile.name, "rcar-h3");
+        assert_eq!(s.cpus, 4);
+        let iommu = id.ends_with(".iommu");
+        assert_eq!(s.iommu.model.name(), if iommu { "ipmmu" } else { "none" });
+        let iolab_sim::lab::spec::Devices::Usb(u) = &s.devices else {
+            panic!("{id}: expected a usb device")
+        };
+        assert_eq!(u.config.link.name, id.split('.').next().unwrap());
+        assert_eq!(u.dma_mask_bits, 32);
+        let iolab_sim::lab::spec::Workload::Bonnie(b) = &s.workload else {
+            panic!("{id}: expected bonnie")
+        };
+        assert_eq!(b.config.file_bytes, 64 << 20);
+        assert_eq!(b.config.limits.virt_merge_granule, None);
+        // The H3's two banks, the first less the swiotlb pool at its start.
+        assert_eq!(
+            b.config.ram_banks,
+            vec![
+                (0x4800_0000 + (64 << 20), (1920 - 64) << 20),
+                (0x5_0000_0000, 2048 << 20)
+            ]
+        );
+        assert_eq!(u.swiotlb.base, 0x4800_0000);
+    }
+}
+
+/// The mechanisms the cells set are live: the H3's banks and the 32-bit mask make half the
+/// pages bounce without the IPMMU (slower block phases than a mask that reaches them all);
+/// the same page cache above 4 GiB only bounces more.
+#[test]
+fn the_mask_and_the_banks_move_the_no_iommu_cell() {
+    let text = cell_text("superspeed.no_iommu");
+    let run = |t: &str| {
+        let r = run_scenario(t, "cell.toml", &LabOptions::default()).expect("runs");
+        value(&r.report.measurements[0], "bonnie.in_block_kps")
+    };
+    let h3 = run(&text);
+    let reaches_all = run(&text.replace("dma_mask_bits = 32", "dma_mask_bits = 40"));
+    assert!(
+        reaches_all > h3 * 1.01,
+        "no bounce {reaches_all} vs half bounced {h3}"
+    );
+    let banks_line = text
+        .lines()
+        .find(|l| l.starts_with("memory_banks"))
+        .expect("a memory_banks line");
+    // Without banks the page cache (the same 3,904 MiB) lies above 4 GiB: every page bounces.
+    let above = run(&text
+        .replace(banks_line, "")
+        .replace("memory_gib = 4", "memory_gib = 8"));
+    assert!(above < h3 * 0.99, "all bounced {above} vs half {h3}");
+}
