@@ -39,8 +39,12 @@ fn cell_text(id: &str) -> String {
 
 fn run_cell(id: &str) -> Measurement {
     let p = cell_path(id);
-    let run = run_scenario(&cell_text(id), &p.display().to_string(), &LabOptions::default())
-        .unwrap_or_else(|e| panic!("{id}: {e}"));
+    let run = run_scenario(
+        &cell_text(id),
+        &p.display().to_string(),
+        &LabOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{id}: {e}"));
     assert_eq!(run.report.measurements.len(), 1);
     run.report.measurements.into_iter().next().unwrap()
 }
@@ -190,4 +194,176 @@ fn the_mask_and_the_banks_move_the_no_iommu_cell() {
         .replace(banks_line, "")
         .replace("memory_gib = 4", "memory_gib = 8"));
     assert!(above < h3 * 0.99, "all bounced {above} vs half {h3}");
+}
+
+/// The field a bad scenario is refused at (it must be bad input, exit code 2).
+#[track_caller]
+fn refused_at(text: &str) -> String {
+    match validate(text, "bad.toml", None) {
+        Err(e) => {
+            assert!(e.is_bad_input(), "{e}");
+            match e {
+                iolab_sim::lab::LabError::Input(iolab_sim::tomlfile::InputError::Field {
+                    field,
+                    ..
+                }) => field,
+                other => panic!("expected a field error, got {other}"),
+            }
+        }
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+#[test]
+fn the_new_fields_are_validated_with_the_field_named() {
+    let off = cell_text("superspeed.no_iommu");
+    let on = cell_text("superspeed.iommu");
+    let banks =
+        "memory_banks = [ { base = 0x48000000, mib = 1920 }, { base = 0x500000000, mib = 2048 } ]";
+    assert!(off.contains(banks) && on.contains(banks));
+    // Banks overlapping, unaligned, or more than the machine's memory.
+    assert_eq!(
+        refused_at(&off.replace("base = 0x500000000", "base = 0x50000000")),
+        "machine.memory_banks[1].base"
+    );
+    assert_eq!(
+        refused_at(&off.replace("base = 0x48000000", "base = 0x48000001")),
+        "machine.memory_banks[0].base"
+    );
+    assert_eq!(
+        refused_at(&off.replace("memory_gib = 4", "memory_gib = 2")),
+        "machine.memory_banks"
+    );
+    assert_eq!(
+        refused_at(&off.replace("mib = 1920", "mib = 0")),
+        "machine.memory_banks[0].mib"
+    );
+    // The page cache is the banks' RAM: ram_mib would say it twice.
+    assert_eq!(
+        refused_at(&off.replace("file_mib = 64", "file_mib = 64\nram_mib = 4096")),
+        "workload.ram_mib"
+    );
+    // A mask out of range; a pool the mask cannot reach without an IOMMU.
+    assert_eq!(
+        refused_at(&off.replace("dma_mask_bits = 32", "dma_mask_bits = 16")),
+        "device[0].dma_mask_bits"
+    );
+    assert_eq!(
+        refused_at(&off.replace("dma_mask_bits = 32", "dma_mask_bits = 30")),
+        "device[0].dma_mask_bits"
+    );
+    assert!(validate(
+        &on.replace("dma_mask_bits = 32", "dma_mask_bits = 30"),
+        "ok.toml",
+        None
+    )
+    .is_ok());
+    // swiotlb geometry: a power-of-two slot, a pool that fits the first bank.
+    assert_eq!(
+        refused_at(&off.replace(
+            "version = \"5.1\"",
+            "version = \"5.1\"\nswiotlb_slot_bytes = 3000"
+        )),
+        "kernel.swiotlb_slot_bytes"
+    );
+    assert_eq!(
+        refused_at(&off.replace("version = \"5.1\"", "version = \"5.1\"\nswiotlb_mib = 2048")),
+        "kernel.swiotlb_mib"
+    );
+    // The block layer's virtual merge needs an IOMMU that merges.
+    assert_eq!(
+        refused_at(&off.replace("block_virt_merge = false", "block_virt_merge = true")),
+        "kernel.block_virt_merge"
+    );
+    let merged = validate(
+        &on.replace("block_virt_merge = false", "block_virt_merge = true"),
+        "ok.toml",
+        None,
+    )
+    .expect("valid");
+    let iolab_sim::lab::spec::Workload::Bonnie(b) = &merged.workload else {
+        panic!("bonnie")
+    };
+    assert_eq!(b.config.limits.virt_merge_granule, Some(4096));
+    // Link and cost fields are range-checked.
+    assert_eq!(
+        refused_at(&off.replace(
+            "speed = \"superspeed\"",
+            "speed = \"superspeed\"\nprotocol_efficiency = 1.5"
+        )),
+        "device[0].protocol_efficiency"
+    );
+    assert_eq!(
+        refused_at(&off.replace("file_mib = 64", "file_mib = 64\nputc_ns_per_byte = -1.0")),
+        "workload.putc_ns_per_byte"
+    );
+    assert_eq!(
+        refused_at(&off.replace(
+            "version = \"5.1\"",
+            "version = \"5.1\"\ndirty_background_mib = 9.0"
+        )),
+        "kernel.dirty_background_mib"
+    );
+    assert_eq!(
+        refused_at(&off.replace(
+            "file_mib = 64",
+            "file_mib = 64\nfiles = 1\nfiles_run = 2000"
+        )),
+        "workload.files_run"
+    );
+}
+
+#[test]
+fn fields_of_bonnie_and_the_usb_path_are_refused_elsewhere() {
+    let fio = r#"
+[machine]
+platform = "hisilicon-d06"
+cpus = 4
+memory_gib = 64
+[iommu]
+model = "smmuv3"
+mode = "strict"
+[[device]]
+kind = "nvme"
+[workload]
+kind = "fio"
+rw = "randread"
+runtime_ms = 1
+"#;
+    if let Err(e) = validate(fio, "fio.toml", None) {
+        panic!("{e}");
+    }
+    assert_eq!(
+        refused_at(&fio.replace(
+            "memory_gib = 64",
+            "memory_gib = 64\nmemory_banks = [ { base = 0, mib = 1024 } ]"
+        )),
+        "machine.memory_banks"
+    );
+    assert_eq!(
+        refused_at(&fio.replace("[iommu]", "[kernel]\nreadahead_kib = 256\n[iommu]")),
+        "kernel.readahead_kib"
+    );
+    let bonnie_nvme = fio.replace(
+        "kind = \"fio\"\nrw = \"randread\"\nruntime_ms = 1",
+        "kind = \"bonnie\"",
+    );
+    assert!(validate(&bonnie_nvme, "b.toml", None).is_ok());
+    assert_eq!(
+        refused_at(&bonnie_nvme.replace("[iommu]", "[kernel]\nblock_virt_merge = false\n[iommu]")),
+        "kernel.block_virt_merge"
+    );
+    // Banks and page-cache fields apply to bonnie on any device.
+    let placed = bonnie_nvme
+        .replace(
+            "memory_gib = 64",
+            "memory_gib = 64\nmemory_banks = [ { base = 0x80000000, mib = 2048 } ]",
+        )
+        .replace("[iommu]", "[kernel]\nreadahead_kib = 256\n[iommu]");
+    let s = validate(&placed, "b.toml", None).expect("valid");
+    let iolab_sim::lab::spec::Workload::Bonnie(b) = &s.workload else {
+        panic!("bonnie")
+    };
+    assert_eq!(b.config.ram_banks, vec![(0x8000_0000, 2048 << 20)]);
+    assert_eq!(b.config.readahead, 256 << 10);
 }

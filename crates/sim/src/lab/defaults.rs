@@ -209,10 +209,8 @@ pub const BONNIE_CHUNK_BYTES: Sourced<u64> = (
     "bonnie++ 1.03: default chunk size 8 KiB for block reads and writes",
 );
 /// bonnie `workload.stdio_buffer_bytes`.
-pub const BONNIE_STDIO_BUFFER_BYTES: Sourced<u64> = (
-    4096,
-    "glibc: a FILE's buffer is st_blksize, 4 KiB on ext4",
-);
+pub const BONNIE_STDIO_BUFFER_BYTES: Sourced<u64> =
+    (4096, "glibc: a FILE's buffer is st_blksize, 4 KiB on ext4");
 /// bonnie `workload.seeks`.
 pub const BONNIE_SEEKS: Sourced<u64> = (8000, "bonnie++ 1.03: 8000 seeks in total");
 /// bonnie `workload.seek_update_every`.
@@ -359,8 +357,7 @@ pub const SWIOTLB_MIB: Sourced<u64> = (
     "Linux swiotlb: IO_TLB_DEFAULT_SIZE 64 MiB, set up at boot on arm64 when RAM extends beyond the 32-bit DMA zone",
 );
 /// `kernel.swiotlb_slot_bytes`.
-pub const SWIOTLB_SLOT_BYTES: Sourced<u64> =
-    (2048, "Linux swiotlb: IO_TLB_SHIFT 11 (2 KiB slots)");
+pub const SWIOTLB_SLOT_BYTES: Sourced<u64> = (2048, "Linux swiotlb: IO_TLB_SHIFT 11 (2 KiB slots)");
 /// `kernel.swiotlb_segment_slots`.
 pub const SWIOTLB_SEGMENT_SLOTS: Sourced<usize> = (
     128,
@@ -408,8 +405,7 @@ pub const USB_COMPLETION_NS: Sourced<u64> = (
     "assumption: xHCI interrupt, event-ring processing, URB give-back and SCSI/block completion per command, ~3 us on a Cortex-A57",
 );
 /// usb `device.storage_cpu`.
-pub const USB_STORAGE_CPU: Sourced<usize> =
-    (1, "assumption: the usb-storage thread on CPU 1");
+pub const USB_STORAGE_CPU: Sourced<usize> = (1, "assumption: the usb-storage thread on CPU 1");
 /// usb `device.irq_cpu`.
 pub const USB_IRQ_CPU: Sourced<usize> = (
     0,
@@ -648,7 +644,10 @@ file_mib = 64
                 assert_eq!(u.max_segments, m.max_segments);
                 assert_eq!(u.max_segment_size, m.max_segment_size);
                 assert_eq!(u.dma_mask_bits, m.dma_mask_bits);
-                assert_eq!(u.swiotlb.build().unwrap().max_mapping(), m.swiotlb.max_mapping());
+                assert_eq!(
+                    u.swiotlb.build().unwrap().max_mapping(),
+                    m.swiotlb.max_mapping()
+                );
                 let mut bonnie = m.bonnie.clone();
                 bonnie.limits.max_transfer = link.max_transfer;
                 assert_eq!(b.config, bonnie, "{speed} {iommu}");

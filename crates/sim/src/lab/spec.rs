@@ -748,7 +748,12 @@ pub struct SwiotlbSetup {
 impl SwiotlbSetup {
     /// The pool, empty.
     pub fn build(&self) -> Result<crate::devices::usb::Swiotlb, crate::devices::usb::SwiotlbError> {
-        crate::devices::usb::Swiotlb::new(self.base, self.bytes, self.slot_bytes, self.segment_slots)
+        crate::devices::usb::Swiotlb::new(
+            self.base,
+            self.bytes,
+            self.slot_bytes,
+            self.segment_slots,
+        )
     }
 }
 
@@ -1558,7 +1563,14 @@ fn memory_banks(
     let mut total_mib = 0u64;
     for (i, b) in banks.iter().enumerate() {
         let path = format!("machine.memory_banks[{i}]");
-        let bytes = range(doc, &format!("{path}.mib"), b.mib, 1, MAX_MEMORY_GIB << 10, "MiB")? << 20;
+        let bytes = range(
+            doc,
+            &format!("{path}.mib"),
+            b.mib,
+            1,
+            MAX_MEMORY_GIB << 10,
+            "MiB",
+        )? << 20;
         let end = b.base.checked_add(bytes).filter(|&e| e <= 1 << 48);
         if b.base % 4096 != 0 || b.base < prev_end || end.is_none() {
             return Err(doc.field_error(
@@ -1576,9 +1588,7 @@ fn memory_banks(
     if total_mib > memory_gib << 10 {
         return Err(doc.field_error(
             "machine.memory_banks",
-            format!(
-                "the banks hold {total_mib} MiB, more than machine.memory_gib = {memory_gib}"
-            ),
+            format!("the banks hold {total_mib} MiB, more than machine.memory_gib = {memory_gib}"),
         ));
     }
     Ok(out)
@@ -1992,7 +2002,9 @@ fn applicable_fields(
             if has(kernel, k) {
                 return Err(doc.field_error(
                     &format!("kernel.{k}"),
-                    format!("applies to bonnie on a usb device's DMA path, not to {wkind} on {dkind}"),
+                    format!(
+                        "applies to bonnie on a usb device's DMA path, not to {wkind} on {dkind}"
+                    ),
                 ));
             }
         }
@@ -2035,12 +2047,7 @@ fn usb_link(
     })
 }
 
-fn usb(
-    doc: &TomlDoc<'_>,
-    s: &UsbSpec,
-    k: &KernelSpec,
-    c: &Common,
-) -> Result<UsbSetup, InputError> {
+fn usb(doc: &TomlDoc<'_>, s: &UsbSpec, k: &KernelSpec, c: &Common) -> Result<UsbSetup, InputError> {
     let dev = Fields::new(doc, "device[0]");
     let link = match s.speed.as_deref().unwrap_or("superspeed") {
         "superspeed" => usb_link(&dev, s, &d::USB_SUPERSPEED)?,
@@ -2056,7 +2063,8 @@ fn usb(
         link,
         command_overhead_ns: dev.int(
             "command_overhead_ns",
-            s.command_overhead_ns.unwrap_or(d::USB_COMMAND_OVERHEAD_NS.0),
+            s.command_overhead_ns
+                .unwrap_or(d::USB_COMMAND_OVERHEAD_NS.0),
             0..=100_000_000,
             "ns",
         )?,
@@ -2079,7 +2087,8 @@ fn usb(
         )?,
         walk_reads_per_miss: dev.int(
             "walk_reads_per_miss",
-            s.walk_reads_per_miss.unwrap_or(d::USB_WALK_READS_PER_MISS.0),
+            s.walk_reads_per_miss
+                .unwrap_or(d::USB_WALK_READS_PER_MISS.0),
             0..=4,
             "table reads (an LPAE walk has at most 4 levels)",
         )?,
@@ -2144,7 +2153,8 @@ fn swiotlb(
     )?;
     let segment_slots = kernel.int(
         "swiotlb_segment_slots",
-        k.swiotlb_segment_slots.unwrap_or(d::SWIOTLB_SEGMENT_SLOTS.0),
+        k.swiotlb_segment_slots
+            .unwrap_or(d::SWIOTLB_SEGMENT_SLOTS.0),
         1..=4096,
         "slots",
     )?;
@@ -2235,15 +2245,16 @@ fn bonnie(
     // Dirty thresholds: as set, else the defaults (stated for a 64 MiB file) scaled with
     // the file.
     let scale = file_mib as f64 / d::DIRTY_REFERENCE_FILE_MIB.0 as f64;
+    let default_background =
+        (((d::DIRTY_BACKGROUND_MIB.0 * 1_048_576.0) as u64 as f64 * scale) as u64).max(4096);
     let dirty_background = match k.dirty_background_mib {
         Some(v) => (kernel.real("dirty_background_mib", v, 0.0..=1e6)? * 1_048_576.0) as u64,
-        None => (((d::DIRTY_BACKGROUND_MIB.0 * 1_048_576.0) as u64 as f64 * scale) as u64)
-            .max(4096),
+        None => default_background,
     };
     let dirty_limit = match k.dirty_limit_mib {
         Some(v) => (kernel.real("dirty_limit_mib", v, 0.1..=1e6)? * 1_048_576.0) as u64,
         None => (((d::DIRTY_LIMIT_MIB.0 * 1_048_576.0) as u64 as f64 * scale) as u64)
-            .max(dirty_background + 4096),
+            .max(default_background + 4096),
     };
     if dirty_background >= dirty_limit {
         let field = if k.dirty_limit_mib.is_some() {
@@ -2317,7 +2328,11 @@ fn bonnie(
         }
         cpus.clone()
     } else {
-        d::BONNIE_SEEKER_CPUS.0.iter().map(|&x| x % c.cpus).collect()
+        d::BONNIE_SEEKER_CPUS
+            .0
+            .iter()
+            .map(|&x| x % c.cpus)
+            .collect()
     };
     let ns = |field: &str, v: Option<u64>, default: u64| {
         wl.int(field, v.unwrap_or(default), 0..=10_000_000, "ns")
@@ -2344,7 +2359,12 @@ fn bonnie(
         let files = files_k * 1024;
         // The lab runs at most the default count per test unless told otherwise.
         let files_run = match s.files_run {
-            Some(n) => wl.int("files_run", n, 1..=files, "files per test (at most files x 1024)")?,
+            Some(n) => wl.int(
+                "files_run",
+                n,
+                1..=files,
+                "files per test (at most files x 1024)",
+            )?,
             None => d::BONNIE_FILES_RUN.0.min(files),
         };
         Some(FileTestConfig {
@@ -2376,7 +2396,8 @@ fn bonnie(
         chunk,
         stdio_buffer: wl.int(
             "stdio_buffer_bytes",
-            s.stdio_buffer_bytes.unwrap_or(d::BONNIE_STDIO_BUFFER_BYTES.0),
+            s.stdio_buffer_bytes
+                .unwrap_or(d::BONNIE_STDIO_BUFFER_BYTES.0),
             512..=1 << 20,
             "bytes",
         )?,
@@ -2443,7 +2464,12 @@ fn bonnie(
         limits,
         ram_banks,
         bonnie_cpu: wl.cpu("bonnie_cpu", s.bonnie_cpu, d::BONNIE_CPU.0, c.cpus)?,
-        flusher_cpu: wl.cpu("flusher_cpu", s.flusher_cpu, d::BONNIE_FLUSHER_CPU.0, c.cpus)?,
+        flusher_cpu: wl.cpu(
+            "flusher_cpu",
+            s.flusher_cpu,
+            d::BONNIE_FLUSHER_CPU.0,
+            c.cpus,
+        )?,
         seeker_cpus,
         slice_ns: wl.int(
             "cpu_slice_ns",
