@@ -77,6 +77,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Write each cell of the experiment files as a workload scenario,
+        /// DIR/EXPERIMENT/CELL.toml, that `iolab run` accepts, instead of running them.
+        #[arg(long, value_name = "DIR")]
+        emit_scenarios: Option<std::path::PathBuf>,
     },
     /// Run one scenario file: a workload scenario (see docs/SCENARIOS.md and
     /// scenarios/examples/) or a published experiment's (a copy of one in scenarios/).
@@ -410,11 +414,13 @@ fn main() -> ExitCode {
             runs,
             seed,
             format,
+            emit_scenarios,
         } => reproduce::reproduce(
             &names,
             ExperimentOptions { runs, seed },
             format == Format::Json,
             db_path,
+            emit_scenarios.as_deref(),
         ),
         Command::Run {
             scenario,

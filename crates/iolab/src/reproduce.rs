@@ -11,6 +11,7 @@ use iolab_sim::experiment::{
 };
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
 use iolab_sim::lab::{self, LabOptions};
+use iolab_sim::reproduce;
 use serde::Serialize;
 
 use crate::db::{NewRun, ResultsDb};
@@ -67,25 +68,199 @@ fn store(
     }
 }
 
+/// What one name on `iolab reproduce`'s command line is.
+enum Selected {
+    /// An experiment file (docs/EXPERIMENTS.md): bundled or the user's own.
+    Data {
+        experiment: Box<reproduce::Experiment>,
+        text: String,
+    },
+    /// A published experiment still run by its own module (crates/sim/src/experiments/).
+    Legacy(&'static str),
+}
+
+/// Resolves one name: a bundled experiment file, a legacy experiment, or a path to an
+/// experiment file. The error is the message to print (exit code 2).
+fn select(name: &str, db_path: Option<&Path>) -> Result<Selected, String> {
+    let mut selected = select_file(name)?;
+    if let Selected::Data { experiment, .. } = &mut selected {
+        if experiment.needs_stored_runs() {
+            let Some(path) = db_path else {
+                return Err(format!(
+                    "{}: figures take published values from stored runs (published_from), which needs the results database: drop --no-db",
+                    experiment.origin()
+                ));
+            };
+            let db = ResultsDb::open_existing(path).map_err(|e| e.to_string())?;
+            experiment
+                .resolve_published(&mut |from, metric| stored_value(&db, from, metric))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(selected)
+}
+
+/// The value of `metric` in stored run `from.run` (its configuration `from.config`, or its
+/// only one), with a message naming what is there when it is not.
+fn stored_value(
+    db: &ResultsDb,
+    from: &reproduce::PublishedFrom,
+    metric: &str,
+) -> Result<f64, String> {
+    if !db.has_run(from.run).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "run {} is not in {} (`iolab runs list` shows what is)",
+            from.run,
+            db.path().display()
+        ));
+    }
+    let ms = db.measurements(from.run).map_err(|e| e.to_string())?;
+    let configs = || {
+        ms.iter()
+            .map(|m| format!("\"{}\"", m.config))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let m = match &from.config {
+        Some(c) => ms.iter().find(|m| &m.config == c).ok_or_else(|| {
+            format!(
+                "run {} has no configuration \"{c}\": it has {}",
+                from.run,
+                configs()
+            )
+        })?,
+        None if ms.len() == 1 => &ms[0],
+        None => {
+            return Err(format!(
+                "run {} has {} configurations: say which with `config` (one of {})",
+                from.run,
+                ms.len(),
+                configs()
+            ))
+        }
+    };
+    m.metrics
+        .iter()
+        .find(|x| x.name == metric)
+        .map(|x| x.value)
+        .ok_or_else(|| {
+            format!(
+                "run {} configuration \"{}\" has no metric `{metric}`: it has {}",
+                from.run,
+                m.config,
+                m.metrics
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+fn select_file(name: &str) -> Result<Selected, String> {
+    if let Some(text) = reproduce::bundled::text(name) {
+        let experiment = reproduce::Experiment::parse(text, &reproduce::bundled::origin(name))
+            .map_err(|e| e.to_string())?;
+        return Ok(Selected::Data {
+            experiment: Box::new(experiment),
+            text: text.to_owned(),
+        });
+    }
+    if let Some(&legacy) = NAMES
+        .iter()
+        .chain(experiments::EXTRA_NAMES.iter())
+        .find(|n| **n == name)
+    {
+        return Ok(Selected::Legacy(legacy));
+    }
+    let path = Path::new(name);
+    if name.ends_with(".toml") || path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+        if !reproduce::bundled::is_experiment_file(&text) {
+            return Err(format!(
+                "{name} is not an experiment file (docs/EXPERIMENTS.md): expected top-level \
+                 `experiment` and `[base]`; a workload scenario runs with `iolab run {name}`"
+            ));
+        }
+        let experiment = reproduce::Experiment::parse(&text, name).map_err(|e| e.to_string())?;
+        return Ok(Selected::Data {
+            experiment: Box::new(experiment),
+            text,
+        });
+    }
+    Err(format!(
+        "unknown experiment '{name}': expected one of {} or a path to an experiment file",
+        experiments::all_names()
+    ))
+}
+
+/// Writes every cell of the selected experiment files as a workload scenario file
+/// `DIR/EXPERIMENT/CELL.toml`, which `iolab run` accepts, and prints the paths.
+fn emit_scenarios(selected: &[Selected], dir: &Path, seed: u64) -> ExitCode {
+    for s in selected {
+        let Selected::Data { experiment, .. } = s else {
+            continue;
+        };
+        let cells = match experiment.cell_scenarios(seed) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("iolab reproduce: {e}");
+                return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+            }
+        };
+        let sub = dir.join(experiment.name());
+        if let Err(e) = std::fs::create_dir_all(&sub) {
+            eprintln!("iolab reproduce: cannot create {}: {e}", sub.display());
+            return ExitCode::from(2);
+        }
+        for (cell, text) in cells {
+            let path = sub.join(format!("{cell}.toml"));
+            if let Err(e) = std::fs::write(&path, text) {
+                eprintln!("iolab reproduce: cannot write {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+            println!("{}", path.display());
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 /// Runs the named experiments (all when `names` is empty), storing each report in the
-/// results database at `db_path` (when given) as soon as it completes.
+/// results database at `db_path` (when given) as soon as it completes. With `emit`, writes
+/// each cell of the experiment files as a scenario file under that directory instead.
 pub fn reproduce(
     names: &[String],
     options: ExperimentOptions,
     json: bool,
     db_path: Option<&Path>,
+    emit: Option<&Path>,
 ) -> ExitCode {
-    let selected: Vec<&str> = if names.is_empty() {
-        NAMES.to_vec()
+    let wanted: Vec<String> = if names.is_empty() {
+        NAMES.iter().map(|n| (*n).to_owned()).collect()
     } else {
-        names.iter().map(String::as_str).collect()
+        names.to_vec()
     };
-    if let Some(unknown) = selected.iter().find(|n| !experiments::is_known(n)) {
-        eprintln!(
-            "iolab reproduce: unknown experiment '{unknown}': expected one of {}",
-            experiments::all_names()
-        );
-        return ExitCode::from(2);
+    let mut selected = Vec::with_capacity(wanted.len());
+    for name in &wanted {
+        match select(name, db_path) {
+            Ok(s) => selected.push(s),
+            Err(e) => {
+                eprintln!("iolab reproduce: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(dir) = emit {
+        if let Some(Selected::Legacy(name)) =
+            selected.iter().find(|s| matches!(s, Selected::Legacy(_)))
+        {
+            eprintln!(
+                "iolab reproduce: --emit-scenarios: {name} still runs its own model (crates/sim/src/experiments/), not yet an experiment file; experiment files: {}",
+                reproduce::bundled::names().join(", ")
+            );
+            return ExitCode::from(2);
+        }
+        return emit_scenarios(&selected, dir, options.seed);
     }
     let mut db = match open_db("reproduce", db_path) {
         Ok(db) => db,
@@ -94,20 +269,51 @@ pub fn reproduce(
     let mut reports = Vec::new();
     let mut not_implemented = Vec::new();
     let bar = runs_progress(selected.len() as u64, "experiments");
-    for name in selected {
-        bar.set_message(name.to_owned());
+    for s in &selected {
         let started_at = SystemTime::now();
-        let result = experiments::run_bundled(name, &options);
+        let (name, origin, text, result) = match s {
+            Selected::Data { experiment, text } => {
+                bar.set_message(experiment.name().to_owned());
+                let r = experiment.run(&options).map_err(|e| {
+                    let bad = e.is_bad_input();
+                    (e.to_string(), bad)
+                });
+                (
+                    experiment.name().to_owned(),
+                    experiment.origin().to_owned(),
+                    text.as_str(),
+                    r,
+                )
+            }
+            Selected::Legacy(name) => {
+                bar.set_message((*name).to_owned());
+                match experiments::run_bundled(name, &options) {
+                    Err(ExperimentError::NotImplemented { name }) => {
+                        not_implemented.push(name);
+                        bar.inc(1);
+                        continue;
+                    }
+                    r => (
+                        (*name).to_owned(),
+                        format!("scenarios/{name}.toml (bundled)"),
+                        experiments::bundled_scenario(name).unwrap_or_default(),
+                        r.map_err(|e| {
+                            let bad = e.is_bad_input();
+                            (e.to_string(), bad)
+                        }),
+                    ),
+                }
+            }
+        };
         bar.inc(1);
         match result {
             Ok(r) => {
-                let origin = format!("scenarios/{name}.toml (bundled)");
                 let run = NewRun {
                     kind: "lab",
                     group_id: None,
                     label: None,
                     scenario_origin: Some(&origin),
-                    scenario_text: experiments::bundled_scenario(name).ok(),
+                    scenario_text: Some(text),
                     seed: options.seed,
                     started_at,
                     finished_at: SystemTime::now(),
@@ -119,11 +325,10 @@ pub fn reproduce(
                 }
                 reports.push(r);
             }
-            Err(ExperimentError::NotImplemented { name }) => not_implemented.push(name),
-            Err(e) => {
+            Err((message, bad_input)) => {
                 bar.finish_and_clear();
-                eprintln!("iolab reproduce: {name}: {e}");
-                return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+                eprintln!("iolab reproduce: {name}: {message}");
+                return ExitCode::from(if bad_input { 2 } else { 1 });
             }
         }
     }
@@ -150,6 +355,18 @@ pub fn run_file(
             return ExitCode::from(2);
         }
     };
+    if reproduce::bundled::is_experiment_file(&text) {
+        return self::reproduce(
+            &[origin],
+            ExperimentOptions {
+                runs,
+                seed: seed.unwrap_or(1),
+            },
+            json,
+            db_path,
+            None,
+        );
+    }
     if !lab::is_experiment_scenario(&text) {
         return run_lab(&text, &origin, runs, seed, json, db_path);
     }

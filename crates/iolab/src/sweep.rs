@@ -52,6 +52,7 @@ use std::time::SystemTime;
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
 use iolab_sim::metrics::Measurement;
+use iolab_sim::tomlpatch::{parse_path, remove_field, set_field, Step};
 use serde::Deserialize;
 
 use crate::db::{NewRun, ResultsDb, SweepPoint};
@@ -127,13 +128,6 @@ struct AxisFile {
     values: Vec<toml::Value>,
 }
 
-/// One step of a field path: a table key or an array index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
-
 /// A parsed, checked grid.
 #[derive(Debug)]
 pub struct Grid {
@@ -171,132 +165,6 @@ pub struct Point {
     /// Fields of the base scenario left out of this point because they do not apply to it
     /// (`iommu.cmdq` at an `iommu.mode = "passthrough"` point): (field, the scenario's reason).
     pub dropped: Vec<(String, String)>,
-}
-
-fn parse_path(field: &str) -> Result<Vec<Step>, String> {
-    let mut steps = Vec::new();
-    for part in field.split('.') {
-        let (key, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if key.is_empty() {
-            return Err(format!("empty key in `{field}`"));
-        }
-        steps.push(Step::Key(key.to_owned()));
-        while !rest.is_empty() {
-            let close = rest
-                .find(']')
-                .filter(|_| rest.starts_with('['))
-                .ok_or_else(|| format!("malformed index in `{field}`: expected `[N]`"))?;
-            let n = rest[1..close]
-                .parse::<usize>()
-                .map_err(|_| format!("malformed index in `{field}`: expected `[N]`"))?;
-            steps.push(Step::Index(n));
-            rest = &rest[close + 1..];
-        }
-    }
-    Ok(steps)
-}
-
-fn render_steps(steps: &[Step]) -> String {
-    let mut s = String::new();
-    for st in steps {
-        match st {
-            Step::Key(k) if s.is_empty() => s.push_str(k),
-            Step::Key(k) => {
-                s.push('.');
-                s.push_str(k);
-            }
-            Step::Index(i) => s.push_str(&format!("[{i}]")),
-        }
-    }
-    s
-}
-
-/// Sets the field at `steps` in `table` to `value`; the error says which prefix is missing.
-/// With `create`, missing table keys are added (an optional field the base scenario leaves
-/// out; the scenario's own validation then judges the field), array indices never are.
-fn set_field(
-    table: &mut toml::Table,
-    steps: &[Step],
-    value: toml::Value,
-    create: bool,
-) -> Result<(), String> {
-    let Some((Step::Key(first), rest)) = steps.split_first() else {
-        return Err("a field path starts with a key".to_owned());
-    };
-    // What a created key starts as: a table when a key follows it, else the value.
-    let fresh = |next: Option<&Step>| match next {
-        Some(Step::Key(_)) => Some(toml::Value::Table(toml::Table::new())),
-        Some(Step::Index(_)) => None,
-        None => Some(toml::Value::Boolean(false)),
-    };
-    if create && !table.contains_key(first) {
-        if let Some(v) = fresh(rest.first()) {
-            table.insert(first.clone(), v);
-        }
-    }
-    let mut cur = table
-        .get_mut(first)
-        .ok_or_else(|| format!("the base scenario has no `{first}`"))?;
-    for (i, step) in rest.iter().enumerate() {
-        let here = render_steps(&steps[..i + 1]);
-        cur = match (step, cur) {
-            (Step::Key(k), toml::Value::Table(t)) => {
-                if create && !t.contains_key(k) {
-                    if let Some(v) = fresh(rest.get(i + 1)) {
-                        t.insert(k.clone(), v);
-                    }
-                }
-                t.get_mut(k).ok_or_else(|| {
-                    format!(
-                        "the base scenario has no `{}`",
-                        render_steps(&steps[..i + 2])
-                    )
-                })?
-            }
-            (Step::Index(n), toml::Value::Array(a)) => {
-                let len = a.len();
-                a.get_mut(*n).ok_or_else(|| {
-                    format!("`{here}` has {len} elements, so there is no index {n}")
-                })?
-            }
-            (Step::Key(_), _) => return Err(format!("`{here}` is not a table")),
-            (Step::Index(_), _) => return Err(format!("`{here}` is not an array")),
-        };
-    }
-    // A `{ value = ..., source = ... }` field takes a plain value into its `value`.
-    if let toml::Value::Table(t) = cur {
-        if !value.is_table() && t.contains_key("value") {
-            t.insert("value".to_owned(), value);
-            return Ok(());
-        }
-    }
-    *cur = value;
-    Ok(())
-}
-
-/// Removes the field at the dotted path `field` from `table`; whether it was there.
-fn remove_field(table: &mut toml::Table, field: &str) -> bool {
-    let Ok(steps) = parse_path(field) else {
-        return false;
-    };
-    let Some((Step::Key(last), parents)) = steps.split_last() else {
-        return false;
-    };
-    let mut cur = table;
-    for step in parents {
-        let next = match step {
-            Step::Key(k) => cur.get_mut(k),
-            Step::Index(_) => return false,
-        };
-        match next {
-            Some(toml::Value::Table(t)) => cur = t,
-            _ => return false,
-        }
-    }
-    cur.remove(last).is_some()
 }
 
 /// What a workload scenario says about `field` in `table`, when it refuses that field as
@@ -972,63 +840,6 @@ fn toml_to_json(v: &toml::Value) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_parse_keys_and_indices() {
-        assert_eq!(
-            parse_path("rows[2].fio.iodepth").unwrap(),
-            vec![
-                Step::Key("rows".into()),
-                Step::Index(2),
-                Step::Key("fio".into()),
-                Step::Key("iodepth".into())
-            ]
-        );
-        assert_eq!(render_steps(&parse_path("a[1][0].b").unwrap()), "a[1][0].b");
-        assert!(parse_path("a..b").is_err());
-        assert!(parse_path("a[x]").is_err());
-        assert!(parse_path("a[1").is_err());
-    }
-
-    #[test]
-    fn set_field_replaces_values_and_keeps_sources() {
-        let mut t: toml::Table = toml::from_str(
-            "[k]\nx = { value = 1, source = \"s\" }\n[[rows]]\nn = 1\n[[rows]]\nn = 2\n",
-        )
-        .unwrap();
-        set_field(
-            &mut t,
-            &parse_path("k.x").unwrap(),
-            toml::Value::Integer(7),
-            false,
-        )
-        .unwrap();
-        set_field(
-            &mut t,
-            &parse_path("rows[1].n").unwrap(),
-            toml::Value::Integer(9),
-            false,
-        )
-        .unwrap();
-        assert_eq!(t["k"]["x"]["value"].as_integer(), Some(7));
-        assert_eq!(t["k"]["x"]["source"].as_str(), Some("s"));
-        assert_eq!(t["rows"][1]["n"].as_integer(), Some(9));
-        assert_eq!(t["rows"][0]["n"].as_integer(), Some(1));
-        let e = set_field(
-            &mut t,
-            &parse_path("rows[2].n").unwrap(),
-            toml::Value::Integer(0),
-            true,
-        );
-        assert!(e.unwrap_err().contains("2 elements"));
-        let e = set_field(
-            &mut t,
-            &parse_path("k.y").unwrap(),
-            toml::Value::Integer(0),
-            false,
-        );
-        assert!(e.unwrap_err().contains("`k.y`"));
-    }
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         std::fs::create_dir_all(dir).unwrap();

@@ -607,6 +607,26 @@ impl PlatformProfile {
             .map(|(_, c)| c)
     }
 
+    /// The cost at a dotted path, for an in-place override (call
+    /// [`PlatformProfile::revalidate`] afterwards so its nanoseconds follow).
+    pub fn cost_mut(&mut self, path: &str) -> Option<&mut Cost> {
+        let (group, field) = path.rsplit_once('.')?;
+        let entries = match group {
+            "cpu" => self.cpu.entries_mut(),
+            "sync" => self.sync.entries_mut(),
+            "mmio" => self.mmio.entries_mut(),
+            "iommu" => self.iommu.entries_mut(),
+            "iommu.cmdq" => self.iommu.cmdq.as_mut()?.entries_mut(),
+            "iommu.register_flush" => self.iommu.register_flush.as_mut()?.entries_mut(),
+            "hypervisor" => self.hypervisor.as_mut()?.entries_mut(),
+            _ => return None,
+        };
+        entries
+            .into_iter()
+            .find(|(name, _)| *name == field)
+            .map(|(_, c)| c)
+    }
+
     /// Every cost this profile has, with its dotted path, in a stable order.
     pub fn costs(&self) -> Vec<(String, &Cost)> {
         let mut out = Vec::new();

@@ -28,7 +28,7 @@ pub struct Sourced<T = f64> {
 }
 
 /// Whether a published figure was used to fit a declared parameter, or predicted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// A declared parameter was fitted so the lab reproduces this figure.
@@ -269,6 +269,9 @@ impl Default for ExperimentOptions {
 pub fn render_effects(report: &ExperimentReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
+    if report.effects.is_empty() {
+        return out;
+    }
     let _ = writeln!(
         out,
         "{:<36} {:>11} {:>9} {:>8}",
@@ -293,7 +296,7 @@ pub fn render_effects(report: &ExperimentReport) -> String {
 
 /// A figure's value for the text tables: whole numbers from 10,000 up (IOPS, K/s), one
 /// decimal from 1 (seeks/s, %CPU), three below.
-fn figure_value_text(v: f64) -> String {
+pub(crate) fn figure_value_text(v: f64) -> String {
     if v.abs() >= 10_000.0 {
         format!("{v:.0}")
     } else if v.abs() >= 1.0 || v == 0.0 {

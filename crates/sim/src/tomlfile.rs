@@ -230,10 +230,28 @@ fn consider(
 }
 
 /// The span of the value at dotted `path` (or of its deepest existing ancestor).
+/// The keys of a dotted path: `a.b` is two keys, `a."b.c"` is `a` and `b.c` (a quoted key
+/// may contain dots).
+pub(crate) fn path_segments(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for ch in path.chars() {
+        match ch {
+            '"' => quoted = !quoted,
+            '.' if !quoted => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(ch),
+        }
+    }
+    out.push(cur);
+    out
+}
+
 pub(crate) fn span_of_path(doc: &DeTable<'_>, path: &str) -> Option<Range<usize>> {
     let mut table = doc;
     let mut found = None;
-    for segment in path.split('.') {
+    for segment in path_segments(path) {
+        let segment = segment.as_str();
         // `name[i]` names element i of an array (of tables).
         let (key, index) = match segment.strip_suffix(']').and_then(|s| s.split_once('[')) {
             Some((k, i)) => (k, i.parse::<usize>().ok()),

@@ -74,6 +74,19 @@ struct MachineSpec {
     memory_gib: Option<u64>,
     #[serde(default)]
     memory_banks: Option<Vec<BankSpec>>,
+    /// Profile costs this scenario overrides, by dotted cost path.
+    #[serde(default)]
+    costs: std::collections::BTreeMap<String, CostOverride>,
+}
+
+/// `machine.costs."PATH" = { value, unit?, source }`: one profile cost replaced.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CostOverride {
+    value: f64,
+    #[serde(default)]
+    unit: Option<crate::cost::Unit>,
+    source: String,
 }
 
 /// One RAM bank of `machine.memory_banks`.
@@ -1122,6 +1135,50 @@ fn load_profile(
     Ok(PlatformProfile::from_file(&path)?)
 }
 
+/// Applies `machine.costs`: each entry replaces the profile's cost at its dotted path
+/// (value, unit when given, and source), then the profile is checked again.
+fn override_costs(
+    doc: &TomlDoc<'_>,
+    profile: &mut PlatformProfile,
+    costs: &std::collections::BTreeMap<String, CostOverride>,
+) -> Result<(), LabError> {
+    for (path, o) in costs {
+        let field = format!("machine.costs.\"{path}\"");
+        let Some(cost) = profile.cost_mut(path) else {
+            let known: Vec<String> = profile.costs().into_iter().map(|(p, _)| p).collect();
+            return Err(doc
+                .field_error(
+                    &field,
+                    format!(
+                        "platform {} has no cost \"{path}\": expected one of {}",
+                        profile.name,
+                        known.join(", ")
+                    ),
+                )
+                .into());
+        };
+        if o.source.trim().is_empty() {
+            return Err(doc
+                .field_error(
+                    &format!("{field}.source"),
+                    "expected a citation or `assumption: ...`, found an empty source",
+                )
+                .into());
+        }
+        cost.value = o.value;
+        if let Some(u) = o.unit {
+            cost.unit = u;
+        }
+        cost.source = o.source.clone();
+        if let Err(e) = profile.revalidate() {
+            return Err(doc
+                .field_error(&format!("{field}.value"), e.to_string())
+                .into());
+        }
+    }
+    Ok(())
+}
+
 fn deserialize_as<D: DeserializeOwned, W: DeserializeOwned>(
     doc: &TomlDoc<'_>,
 ) -> Result<File<D, W>, InputError> {
@@ -1511,7 +1568,8 @@ fn common<D, W>(
         Some(n) => n.clone(),
         None => "lab".to_owned(),
     };
-    let profile = load_profile(doc, &f.machine.platform, base)?;
+    let mut profile = load_profile(doc, &f.machine.platform, base)?;
+    override_costs(doc, &mut profile, &f.machine.costs)?;
     let cpus = match f.machine.cpus {
         Some(c) => machine.int("cpus", c, 1..=MAX_CPUS, "(cap MAX_CPUS)")?,
         None => (profile.cpu.cores as usize).clamp(1, MAX_CPUS),
@@ -1531,7 +1589,6 @@ fn common<D, W>(
     let kernel = kernel_variants(doc, &f.kernel)?;
     let iommu = iommu(doc, &f.iommu, &profile, memory_gib, kernel)?;
     // The profile describes this machine: its core count is the scenario's.
-    let mut profile = profile;
     profile.cpu.cores = cpus as u32;
     Ok(Common {
         name,
