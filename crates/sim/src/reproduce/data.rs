@@ -250,7 +250,7 @@ pub struct TableColumn {
 }
 
 /// Layouts the report knows.
-pub const LAYOUTS: [&str; 2] = ["figures", "pivot"];
+pub const LAYOUTS: [&str; 3] = ["figures", "pivot", "bonnie-csv"];
 
 /// One cell: a row, and a column when the file has columns.
 #[derive(Clone, Debug, PartialEq, Eq)]

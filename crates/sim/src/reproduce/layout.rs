@@ -7,6 +7,8 @@ use crate::experiment::{figure_value_text, Effect, Figure};
 
 use super::{CellResult, Experiment};
 
+mod bonnie_csv;
+
 /// The report text (without effects, fidelity, calibrations and notes, which every
 /// report prints the same way after it).
 pub fn render(exp: &Experiment, results: &[CellResult], figures: &[Figure], runs: u32) -> String {
@@ -31,6 +33,7 @@ pub fn render(exp: &Experiment, results: &[CellResult], figures: &[Figure], runs
     }
     match f.report.layout.as_deref().unwrap_or("figures") {
         "pivot" => pivot(&mut out, exp, results, figures),
+        "bonnie-csv" => bonnie_csv::render(&mut out, exp, results, figures),
         _ => figure_list(&mut out, figures),
     }
     for t in &f.report.tables {
