@@ -10,6 +10,8 @@ pub const MAX_CPUS: usize = 1024;
 /// Memory of the machine in GiB (`machine.memory_gib`): 64 TiB. Memory is sparse, so the
 /// cap bounds address arithmetic, not host memory.
 pub const MAX_MEMORY_GIB: u64 = 64 * 1024;
+/// RAM banks of the machine (`machine.memory_banks`).
+pub const MAX_MEMORY_BANKS: usize = 64;
 /// Devices of one scenario (`[[device]]` entries).
 pub const MAX_DEVICES: usize = 16;
 /// I/Os each fio job keeps in flight (`workload.iodepth`), and a device queue's depth.

@@ -1,6 +1,8 @@
 //! Defaults of every optional scenario field, each with its source (a citation, or an
 //! assumption with its reasoning). Most come from the bundled experiment scenarios
-//! (scenarios/smmuv3-cmdq.toml), where they are argued; docs/SCENARIOS.md lists them all.
+//! (scenarios/smmuv3-cmdq.toml, scenarios/ipmmu-usb.toml), where they are argued, and are
+//! copied here with their sources: the lab reads no experiment file for its USB and bonnie
+//! defaults. docs/SCENARIOS.md lists them all.
 //!
 //! Each constant is `(value, source)`.
 
@@ -353,6 +355,308 @@ pub const BONNIE_FILE_MIB: Sourced<u64> = (
 );
 
 // ---------------------------------------------------------------------------------------
+// bonnie++ and its page cache (workloads::bonnie). The values are those the ipmmu-usb
+// experiment argues in scenarios/ipmmu-usb.toml (copied here with their sources; the lab
+// no longer reads that file). Those marked "calibrated" are the experiment's declared
+// calibration against its superspeed.no_iommu row (docs/model/ipmmu-usb.md, Calibration):
+// the lab uses them on every platform as its best estimate of bonnie's own CPU costs.
+// ---------------------------------------------------------------------------------------
+
+/// bonnie `workload.logical_file_mib`.
+pub const BONNIE_LOGICAL_FILE_MIB: Sourced<u64> =
+    (8192, "SEEDS.md #1: bonnie++ -s 8192 (the seek range)");
+/// bonnie `workload.ram_mib`: the page cache's RAM.
+pub const BONNIE_RAM_MIB: Sourced<u64> = (
+    3904,
+    "the page cache of the ipmmu-usb experiment's machine: the Salvator-X H3 board's two banks (1,920 + 2,048 MiB, Linux's device tree) less the 64 MiB swiotlb pool; SEEDS.md #1 runs bonnie++ -r 4096",
+);
+/// bonnie `workload.chunk_bytes`.
+pub const BONNIE_CHUNK_BYTES: Sourced<u64> = (
+    8192,
+    "bonnie++ 1.03: default chunk size 8 KiB for block reads and writes",
+);
+/// bonnie `workload.stdio_buffer_bytes`.
+pub const BONNIE_STDIO_BUFFER_BYTES: Sourced<u64> =
+    (4096, "glibc: a FILE's buffer is st_blksize, 4 KiB on ext4");
+/// bonnie `workload.seeks`.
+pub const BONNIE_SEEKS: Sourced<u64> = (8000, "bonnie++ 1.03: 8000 seeks in total");
+/// bonnie `workload.seek_update_every`.
+pub const BONNIE_SEEK_UPDATE_EVERY: Sourced<u64> = (
+    10,
+    "bonnie++ 1.03 (bon_io.cpp, seeker() and CFileOp::doseek): a seeker's first seek and every tenth after it (lseek_count++ % UpdateSeek == 0, UpdateSeek 10) changes a byte of the chunk, lseek()s back and write()s it, then, with -b (m_sync), fsync()s the file",
+);
+/// bonnie `workload.seeker_cpus` (taken modulo the machine's CPUs).
+pub const BONNIE_SEEKER_CPUS: Sourced<[usize; 3]> = (
+    [0, 2, 3],
+    "bonnie++ 1.03: 3 seeker processes (README-2.00: 'now 5 instead of 3'); assumption: spread over CPUs 0, 2 and 3",
+);
+/// bonnie `workload.bonnie_cpu`.
+pub const BONNIE_CPU: Sourced<usize> = (
+    0,
+    "assumption: bonnie on CPU 0, which also takes the xHCI interrupt (the GIC routes SPIs to CPU 0 by default)",
+);
+/// bonnie `workload.flusher_cpu`.
+pub const BONNIE_FLUSHER_CPU: Sourced<usize> = (2, "assumption: the flusher thread on CPU 2");
+/// bonnie `workload.putc_ns_per_byte`.
+pub const BONNIE_PUTC_NS_PER_BYTE: Sourced<f64> = (
+    9.6,
+    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu out_char (82598 K/s at 99% CPU) after the write() costs",
+);
+/// bonnie `workload.getc_ns_per_byte`.
+pub const BONNIE_GETC_NS_PER_BYTE: Sourced<f64> = (
+    11.7,
+    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu in_char (73719 K/s at 98% CPU) after the read() costs",
+);
+/// bonnie `workload.write_page_ns`.
+pub const BONNIE_WRITE_PAGE_NS: Sourced<u64> = (
+    8000,
+    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu out_block %CPU (58%): ext4 write_begin/write_end with delayed allocation, page allocation under reclaim, dirty accounting",
+);
+/// bonnie `workload.read_page_ns`.
+pub const BONNIE_READ_PAGE_NS: Sourced<u64> = (
+    4000,
+    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu in_block %CPU (32%): readahead page allocation, LRU insertion, page lookup",
+);
+/// bonnie `workload.overwrite_page_ns`: derived, `write_page_ns - read_page_ns` (of the
+/// values in effect), so this is only the rule's statement.
+pub const BONNIE_OVERWRITE_PAGE_RULE: &str = "derived: write_page_ns - read_page_ns (4 us by default): a write() into a page already in the page cache (bonnie's rewrite writes back the chunk its read() just brought in; a seek update likewise) skips the page allocation and LRU insertion a new page pays, taken to be what read_page_ns charges a readahead page";
+/// bonnie `workload.writeback_page_ns`.
+pub const BONNIE_WRITEBACK_PAGE_NS: Sourced<u64> = (
+    300,
+    "assumption: ext4 writepages per page (mapping the block, setting up the bio vector) ~300 ns on the flusher's CPU",
+);
+/// bonnie `workload.cpu_slice_ns`.
+pub const BONNIE_CPU_SLICE_NS: Sourced<u64> = (
+    20_000,
+    "assumption: a process pays interrupt time stolen from it at least every 20 us (interrupts preempt at once in reality; 20 us bounds the modelling delay)",
+);
+/// bonnie `workload.files`: bonnie++'s `-n`, x 1024 files.
+pub const BONNIE_FILES_K: Sourced<u64> = (
+    16,
+    "bonnie++ 1.03: -n defaults to 16 (x 1024 files, size 0, one directory); SEEDS.md #1: 'File tests (16 files)'",
+);
+/// bonnie `workload.files_run`.
+pub const BONNIE_FILES_RUN: Sourced<u64> = (
+    1024,
+    "assumption: the lab creates, stats and deletes 1,024 of bonnie's files in each order (rates are per file and every file costs the same in the model); a test's elapsed time is scaled up to the full count for bonnie++'s 0.5 s too-fast rule",
+);
+/// bonnie `workload.create_ns`.
+pub const BONNIE_CREATE_NS: Sourced<u64> = (
+    15_000,
+    "assumption: open(O_CREAT | O_EXCL) and close() of a new empty ext4 file besides the system calls (path lookup, inode bitmap search, htree entry insertion, five journal get_write_access and dirty_metadata calls): ~22,500 cycles on a 1.5 GHz Cortex-A57",
+);
+/// bonnie `workload.unlink_ns`.
+pub const BONNIE_UNLINK_NS: Sourced<u64> = (
+    12_000,
+    "assumption: unlink() of an empty ext4 file besides the system call (entry removal, orphan add and delete, inode and bitmap freeing): ~18,000 cycles at 1.5 GHz",
+);
+/// bonnie `workload.stat_ns`.
+pub const BONNIE_STAT_NS: Sourced<u64> = (
+    1500,
+    "assumption: stat() of a file whose dentry and inode are cached, besides the system call (path walk, getattr, copy-out): ~2,250 cycles at 1.5 GHz",
+);
+/// bonnie `workload.readdir_entry_ns`.
+pub const BONNIE_READDIR_ENTRY_NS: Sourced<u64> = (
+    200,
+    "assumption: getdents() per entry of a cached directory (many entries per call): ~300 cycles at 1.5 GHz",
+);
+
+/// The file size the dirty thresholds below are stated for, MiB (they scale with
+/// `workload.file_mib`).
+pub const DIRTY_REFERENCE_FILE_MIB: Sourced<u64> = (
+    64,
+    "the ipmmu-usb experiment's scaled file: the 8 GiB file scaled down to 64 MiB, dirty thresholds scaled with it",
+);
+/// `kernel.dirty_background_mib` for a [`DIRTY_REFERENCE_FILE_MIB`] file.
+pub const DIRTY_BACKGROUND_MIB: Sourced<f64> = (
+    4.0,
+    "Linux dirty_background_ratio 10% of ~4 GiB against an 8 GiB file (~5%), scaled to the file (4 MiB of 64 MiB)",
+);
+/// `kernel.dirty_limit_mib` for a [`DIRTY_REFERENCE_FILE_MIB`] file.
+pub const DIRTY_LIMIT_MIB: Sourced<f64> = (
+    8.0,
+    "Linux dirty_ratio 20% of ~4 GiB against an 8 GiB file (~10%), scaled to the file (8 MiB of 64 MiB)",
+);
+/// `kernel.writeback_chunk_kib`.
+pub const WRITEBACK_CHUNK_KIB: Sourced<u64> = (
+    4096,
+    "Linux MAX_WRITEBACK_PAGES: 1024 pages per writeback pass",
+);
+/// `kernel.readahead_kib`.
+pub const READAHEAD_KIB: Sourced<u64> = (
+    128,
+    "Linux VM_READAHEAD_PAGES: 128 KiB default read_ahead_kb",
+);
+/// `kernel.block_queue_depth`.
+pub const BLOCK_QUEUE_DEPTH: Sourced<usize> = (
+    64,
+    "assumption: block requests the flusher may have queued (blk-mq nr_requests is larger; usb-storage runs one command at a time anyway)",
+);
+/// `kernel.fsync_journal_blocks`.
+pub const FSYNC_JOURNAL_BLOCKS: Sourced<u64> = (
+    2,
+    "ext4 with a jbd2 journal (data=ordered): write() of a chunk in place changes the inode's mtime, so the seek's fsync() commits a transaction holding the inode's table block: a descriptor block plus that block, then a commit block (Linux fs/jbd2/commit.c, jbd2_journal_commit_transaction)",
+);
+/// `kernel.fsync_commit_flushes`.
+pub const FSYNC_COMMIT_FLUSHES: Sourced<u64> = (
+    2,
+    "jbd2 writes the commit block with REQ_PREFLUSH | REQ_FUA when barriers are on (ext4's default); assumption: the USB-SATA bridge reports the SSD's volatile write cache without FUA support, so block/blk-flush.c sends SYNCHRONIZE CACHE before the commit block and again after it",
+);
+/// `kernel.create_journal_blocks`.
+pub const CREATE_JOURNAL_BLOCKS: Sourced<u64> = (
+    6,
+    "ext4/jbd2 (data=ordered): creating an empty file changes the inode bitmap, the group descriptor, the new inode's table block, the directory block and the directory inode's table block; the commit logs those 5 blocks behind one descriptor block",
+);
+/// `kernel.delete_journal_blocks`.
+pub const DELETE_JOURNAL_BLOCKS: Sourced<u64> = (
+    7,
+    "ext4/jbd2: unlink() of an empty file changes the directory block, the directory inode's and the victim's table blocks, the inode bitmap, the group descriptor and (orphan add and delete) the superblock: 6 blocks behind one descriptor block",
+);
+/// `kernel.block_virt_merge`: whether the block layer counts IOMMU-mergeable pieces
+/// (4 KiB-aligned pages) as one segment.
+pub const BLOCK_VIRT_MERGE: Sourced<bool> = (
+    false,
+    "Linux: the block layer counts only physically contiguous pieces as one segment; dma_get_merge_boundary() (v5.4) lets a queue count IOMMU-mergeable ones, and only the MMC queue uses it (usb-storage's never; v5.1 has no such switch). dma-iommu still merges below the block layer, in map_sg",
+);
+/// `kernel.swiotlb_mib`.
+pub const SWIOTLB_MIB: Sourced<u64> = (
+    64,
+    "Linux swiotlb: IO_TLB_DEFAULT_SIZE 64 MiB, set up at boot on arm64 when RAM extends beyond the 32-bit DMA zone",
+);
+/// `kernel.swiotlb_slot_bytes`.
+pub const SWIOTLB_SLOT_BYTES: Sourced<u64> = (2048, "Linux swiotlb: IO_TLB_SHIFT 11 (2 KiB slots)");
+/// `kernel.swiotlb_segment_slots`.
+pub const SWIOTLB_SEGMENT_SLOTS: Sourced<usize> = (
+    128,
+    "Linux swiotlb: IO_TLB_SEGSIZE 128 (a bounce mapping stays inside one 256 KiB segment)",
+);
+/// Where the swiotlb pool lies when `machine.memory_banks` is not given: its end at 4 GiB.
+pub const SWIOTLB_END_WITHOUT_BANKS: Sourced<u64> = (
+    4 << 30,
+    "Linux swiotlb_init allocates the pool with memblock_alloc_low, top-down below the 32-bit limit; the lab's default page cache lies above 4 GiB, so the pool ends at 4 GiB. With memory banks it lies at the start of the first bank, as the ipmmu-usb experiment places it (low memory)",
+);
+
+// ---------------------------------------------------------------------------------------
+// The USB mass-storage device (devices::usb): an SSD behind a USB-SATA bridge on the
+// R-Car H3 xHCI, as scenarios/ipmmu-usb.toml argues each value.
+// ---------------------------------------------------------------------------------------
+
+/// usb `device.command_overhead_ns`.
+pub const USB_COMMAND_OVERHEAD_NS: Sourced<u64> = (
+    30_000,
+    "calibrated (ipmmu-usb; chosen with the SuperSpeed protocol_efficiency against superspeed.no_iommu, but not identified by that row): BOT command handling in host, bridge and SSD besides the link phases (docs/model/ipmmu-usb.md, Calibration)",
+);
+/// usb `device.per_segment_ns`.
+pub const USB_PER_SEGMENT_NS: Sourced<u64> = (
+    500,
+    "assumption: the xHCI fetches one 16-byte TRB per DMA segment (an uncached memory read, ~0.2-0.3 us on the H3 interconnect) and closes a burst at its end: ~0.5 us per segment (not calibrated)",
+);
+/// usb `device.media_read_latency_us`.
+pub const USB_MEDIA_READ_LATENCY_US: Sourced<f64> = (
+    200.0,
+    "assumption: a SATA SSD's QD1 random read (~100 us) plus the USB-SATA bridge's command translation and buffering (~100 us)",
+);
+/// usb `device.media_flush_us`.
+pub const USB_MEDIA_FLUSH_US: Sourced<f64> = (
+    1000.0,
+    "assumption: a consumer SATA SSD without power-loss protection needs ~1 ms to write its volatile cache out on SYNCHRONIZE CACHE: such drives sustain ~500-1,000 4 KiB write+flush pairs per second at queue depth 1 (igene.tw 2023, 'Choosing Ceph SSD'; S. Han 2014)",
+);
+/// usb `device.walk_reads_per_miss`.
+pub const USB_WALK_READS_PER_MISS: Sourced<u64> = (
+    1,
+    "assumption: IOVAs of one USB device sit in one 2 MiB-table region, so the walk cache holds the upper levels and a miss reads only the leaf PTE",
+);
+/// usb `device.completion_ns`.
+pub const USB_COMPLETION_NS: Sourced<u64> = (
+    3000,
+    "assumption: xHCI interrupt, event-ring processing, URB give-back and SCSI/block completion per command, ~3 us on a Cortex-A57",
+);
+/// usb `device.storage_cpu`.
+pub const USB_STORAGE_CPU: Sourced<usize> = (1, "assumption: the usb-storage thread on CPU 1");
+/// usb `device.irq_cpu`.
+pub const USB_IRQ_CPU: Sourced<usize> = (
+    0,
+    "assumption: the GIC routes the xHCI's SPI to CPU 0 by default",
+);
+/// usb `device.dma_mask_bits`.
+pub const USB_DMA_MASK_BITS: Sourced<u32> = (
+    32,
+    "Linux drivers/usb/host/xhci-rcar.h: R-Car Gen2/Gen3 xHCIs report AC64 but cannot use 64-bit addresses; XHCI_NO_64BIT_SUPPORT makes xhci_gen_setup() set a 32-bit DMA mask",
+);
+/// usb `device.max_segments`.
+pub const USB_MAX_SEGMENTS: Sourced<usize> = (
+    2048,
+    "Linux v5.1: usb-storage sets sg_tablesize to the bus's, which xhci_gen_setup() sets to ~0; the SCSI midlayer clamps it to SG_MAX_SEGMENTS (2048). Shimoda (linux-usb, 13 Jun 2019) reports max_hw_sectors_kb 1024 and max_segment_size 65536 for a SuperSpeed usb-storage disk on R-Car with v5.1",
+);
+/// usb `device.max_segment_kib`.
+pub const USB_MAX_SEGMENT_KIB: Sourced<u64> = (
+    64,
+    "Linux BLK_MAX_SEGMENT_SIZE and the DMA layer's default max_segment_size: 64 KiB",
+);
+
+/// One USB link speed's defaults: signalling rate (bit/s), line-code efficiency, protocol
+/// efficiency, CBW/CSW phase latency (ns), usb-storage `max_sectors`; each with its source.
+pub struct UsbLinkDefaults {
+    /// The speed's scenario name.
+    pub name: &'static str,
+    /// `device.signal_bits_per_s`.
+    pub signal_bits_per_s: Sourced<f64>,
+    /// `device.encoding`.
+    pub encoding: Sourced<f64>,
+    /// `device.protocol_efficiency`.
+    pub protocol_efficiency: Sourced<f64>,
+    /// `device.phase_latency_ns`.
+    pub phase_latency_ns: Sourced<u64>,
+    /// `device.max_sectors`.
+    pub max_sectors: Sourced<u64>,
+}
+
+/// USB 3.0 SuperSpeed (`speed = "superspeed"`).
+pub const USB_SUPERSPEED: UsbLinkDefaults = UsbLinkDefaults {
+    name: "superspeed",
+    signal_bits_per_s: (5e9, "USB 3.0 SuperSpeed: 5 Gb/s signalling"),
+    encoding: (0.8, "USB 3.0: 8b/10b line code"),
+    protocol_efficiency: (
+        0.60,
+        "calibrated (ipmmu-usb): fitted to superspeed.no_iommu in_block K/s with command_overhead_ns (30 us) and per_segment_ns (0.5 us) held; it stands for the data phase (packet framing, link commands, burst flow control) and any per-byte device time the model has no mechanism for. The sourced practical bulk ceiling is ~400 MB/s = 0.80 (J. Axelson, USB Complete 4th ed., p. 437); docs/model/ipmmu-usb.md, Calibration",
+    ),
+    phase_latency_ns: (
+        2000,
+        "assumption: a short CBW or CSW transaction at SuperSpeed (doorbell, TRB fetch, packet and ACK, event) ~2 us",
+    ),
+    max_sectors: (
+        2048,
+        "Linux usb-storage scsiglue.c: max_sectors 2048 for SuperSpeed devices",
+    ),
+};
+
+/// USB 2.0 High-Speed (`speed = "highspeed"`).
+pub const USB_HIGHSPEED: UsbLinkDefaults = UsbLinkDefaults {
+    name: "highspeed",
+    signal_bits_per_s: (480e6, "USB 2.0 High-Speed: 480 Mb/s"),
+    encoding: (
+        1.0,
+        "USB 2.0: NRZI, bit stuffing folded into the protocol efficiency",
+    ),
+    protocol_efficiency: (
+        0.75,
+        "USB 2.0 spec: at most 13 bulk packets of 512 B per 125 us microframe (53.2 MB/s, 0.887 of 60 MB/s); assumption: hub transaction scheduling and bit stuffing leave ~0.75 (45 MB/s), in line with common USB 2.0 mass-storage ceilings",
+    ),
+    phase_latency_ns: (
+        3300,
+        "derived: the SuperSpeed phase's 2 us of host-side work plus one High-Speed bulk transaction on the wire, (31 + 55) x 8 / 480e6 = 1.43 us for a CBW and 1.13 us for a CSW (USB 2.0 spec table 5-3's per-transaction overhead); bulk transfers sit on the asynchronous schedule, not aligned to 125 us microframes (USB 2.0 spec 5.8)",
+    ),
+    max_sectors: (240, "Linux usb-storage: default max_sectors 240 (120 KiB)"),
+};
+
+/// `machine.memory_banks`: absent, bonnie's page cache is one bank of `workload.ram_mib`
+/// at [`PAGE_CACHE_BASE`].
+pub const PAGE_CACHE_BASE: Sourced<u64> = (
+    4 << 30,
+    "assumption: the workload scenario's buffers lie above the first 4 GiB, so a 64-bit device reaches them and a 32-bit one (the R-Car xHCI without its IPMMU) bounces them; machine.memory_banks places them like a real board",
+);
+
+// ---------------------------------------------------------------------------------------
 // The SCSI/SAS disk of re-aim scenarios (devices::scsi): the zx1 set-up's LSI 53c1030 HBA
 // and Seagate Cheetah 15K.3 of scenarios/sba-vmerge.toml, whose values are datasheet and
 // driver facts or stated assumptions there (none is fitted to a published result).
@@ -507,3 +811,78 @@ pub const REAIM_NEW_DBASE: &[DefaultTask] = &[
 /// tasks: `lab_mix` (the default) and `new_dbase`.
 pub const REAIM_WORKFILES: [(&str, &[DefaultTask]); 2] =
     [("lab_mix", REAIM_TASKS), ("new_dbase", REAIM_NEW_DBASE)];
+
+#[cfg(test)]
+mod tests {
+    //! The USB and bonnie defaults were copied from scenarios/ipmmu-usb.toml; while the
+    //! experiment keeps its own schema, these tests hold the copies equal to it.
+
+    use crate::experiments::ipmmu_usb;
+    use crate::lab::spec::{validate, Devices, Workload};
+
+    fn cell(speed: &str, iommu: &str) -> String {
+        format!(
+            r#"
+[machine]
+platform = "rcar-h3"
+memory_gib = 4
+memory_banks = [ {{ base = 0x48000000, mib = 1920 }}, {{ base = 0x500000000, mib = 2048 }} ]
+[iommu]
+model = "{iommu}"
+[[device]]
+kind = "usb"
+speed = "{speed}"
+[workload]
+kind = "bonnie"
+file_mib = 64
+"#
+        )
+    }
+
+    #[test]
+    fn the_usb_and_bonnie_defaults_are_the_experiments() {
+        let m = ipmmu_usb::parse(ipmmu_usb::BUNDLED_SCENARIO, "bundled").expect("parses");
+        for (speed, link) in [("superspeed", &m.superspeed), ("highspeed", &m.highspeed)] {
+            for iommu in ["none", "ipmmu"] {
+                let s = validate(&cell(speed, iommu), "cell", None).expect("valid");
+                let (Devices::Usb(u), Workload::Bonnie(b)) = (&s.devices, &s.workload) else {
+                    panic!("bonnie on usb")
+                };
+                let mut usb = m.usb_common.clone();
+                usb.link = link.clone();
+                assert_eq!(u.config, usb, "{speed} {iommu}");
+                assert_eq!(u.max_segments, m.max_segments);
+                assert_eq!(u.max_segment_size, m.max_segment_size);
+                assert_eq!(u.dma_mask_bits, m.dma_mask_bits);
+                assert_eq!(
+                    u.swiotlb.build().unwrap().max_mapping(),
+                    m.swiotlb.max_mapping()
+                );
+                let mut bonnie = m.bonnie.clone();
+                bonnie.limits.max_transfer = link.max_transfer;
+                assert_eq!(b.config, bonnie, "{speed} {iommu}");
+            }
+        }
+    }
+
+    /// Without banks the page cache is one bank of the same size above 4 GiB: the same page
+    /// draws, at other addresses.
+    #[test]
+    fn the_default_page_cache_holds_as_many_pages_as_the_experiments() {
+        let m = ipmmu_usb::parse(ipmmu_usb::BUNDLED_SCENARIO, "bundled").expect("parses");
+        let text = cell("superspeed", "none")
+            .replace("memory_gib = 4\n", "memory_gib = 8\n")
+            .lines()
+            .filter(|l| !l.starts_with("memory_banks"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = validate(&text, "cell", None).expect("valid");
+        let Workload::Bonnie(b) = &s.workload else {
+            panic!("bonnie")
+        };
+        let total = |banks: &[(u64, u64)]| banks.iter().map(|&(_, n)| n).sum::<u64>();
+        assert_eq!(b.config.ram_banks.len(), 1);
+        assert_eq!(total(&b.config.ram_banks), total(&m.bonnie.ram_banks));
+        assert_eq!(total(&b.config.ram_banks) >> 20, super::BONNIE_RAM_MIB.0);
+    }
+}

@@ -42,22 +42,6 @@ impl From<CmdqError> for LabError {
     }
 }
 
-/// The bridge for the lab's defaults still read from a bundled experiment file
-/// (`scenarios/ipmmu-usb.toml`) until they are the lab's own (../shared/ONE-MODEL.md): that
-/// file can only fail as input or as a cost profile. (The NIC and netperf defaults are the
-/// lab's own since issue 16: `lab::defaults`.)
-impl From<ExperimentError> for LabError {
-    fn from(e: ExperimentError) -> Self {
-        match e {
-            ExperimentError::Input(e) => Self::Input(e),
-            ExperimentError::Cost(e) => Self::Cost(e),
-            ExperimentError::Sim(e) => Self::Sim(e),
-            ExperimentError::Model(m) => Self::Model(m),
-            other => Self::Model(other.to_string()),
-        }
-    }
-}
-
 /// Experiments run rows through the lab (re-aim's children, the lab's block stack): its
 /// errors keep their kind.
 impl From<LabError> for ExperimentError {

@@ -43,16 +43,9 @@ struct Probe {
     #[serde(default)]
     workload: Option<KindOnly>,
     #[serde(default)]
-    kernel: Option<KernelProbe>,
-}
-
-/// First pass: the `[kernel]` fields that apply to some workloads or devices only.
-#[derive(Deserialize)]
-struct KernelProbe {
+    kernel: Option<toml::Table>,
     #[serde(default)]
-    page_size: Option<toml::Value>,
-    #[serde(default)]
-    virt_merge: Option<toml::Value>,
+    machine: Option<toml::Table>,
 }
 
 #[derive(Deserialize)]
@@ -80,6 +73,8 @@ struct MachineSpec {
     cpus: Option<usize>,
     #[serde(default)]
     memory_gib: Option<u64>,
+    #[serde(default)]
+    memory_banks: Option<Vec<BankSpec>>,
     /// Profile costs this scenario overrides, by dotted cost path.
     #[serde(default)]
     costs: std::collections::BTreeMap<String, CostOverride>,
@@ -93,6 +88,14 @@ struct CostOverride {
     #[serde(default)]
     unit: Option<crate::cost::Unit>,
     source: String,
+}
+
+/// One RAM bank of `machine.memory_banks`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BankSpec {
+    base: u64,
+    mib: u64,
 }
 
 #[derive(Deserialize)]
@@ -152,7 +155,54 @@ struct KernelSpec {
     virt_merge: Option<bool>,
     #[serde(default)]
     sba_coalesce: Option<bool>,
+    #[serde(default)]
+    dirty_background_mib: Option<f64>,
+    #[serde(default)]
+    dirty_limit_mib: Option<f64>,
+    #[serde(default)]
+    writeback_chunk_kib: Option<u64>,
+    #[serde(default)]
+    readahead_kib: Option<u64>,
+    #[serde(default)]
+    block_queue_depth: Option<usize>,
+    #[serde(default)]
+    fsync_journal_blocks: Option<u64>,
+    #[serde(default)]
+    fsync_commit_flushes: Option<u64>,
+    #[serde(default)]
+    create_journal_blocks: Option<u64>,
+    #[serde(default)]
+    delete_journal_blocks: Option<u64>,
+    #[serde(default)]
+    block_virt_merge: Option<bool>,
+    #[serde(default)]
+    swiotlb_mib: Option<u64>,
+    #[serde(default)]
+    swiotlb_slot_bytes: Option<u64>,
+    #[serde(default)]
+    swiotlb_segment_slots: Option<usize>,
 }
+
+/// `[kernel]` fields of bonnie's page cache and file system (refused for other workloads).
+const BONNIE_KERNEL_FIELDS: [&str; 9] = [
+    "dirty_background_mib",
+    "dirty_limit_mib",
+    "writeback_chunk_kib",
+    "readahead_kib",
+    "block_queue_depth",
+    "fsync_journal_blocks",
+    "fsync_commit_flushes",
+    "create_journal_blocks",
+    "delete_journal_blocks",
+];
+
+/// `[kernel]` fields of the usb device's DMA path (refused for other devices).
+const USB_KERNEL_FIELDS: [&str; 4] = [
+    "block_virt_merge",
+    "swiotlb_mib",
+    "swiotlb_slot_bytes",
+    "swiotlb_segment_slots",
+];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -304,6 +354,24 @@ struct UsbSpec {
     storage_cpu: Option<usize>,
     #[serde(default)]
     irq_cpu: Option<usize>,
+    #[serde(default)]
+    dma_mask_bits: Option<u32>,
+    #[serde(default)]
+    signal_bits_per_s: Option<f64>,
+    #[serde(default)]
+    encoding: Option<f64>,
+    #[serde(default)]
+    protocol_efficiency: Option<f64>,
+    #[serde(default)]
+    phase_latency_ns: Option<u64>,
+    #[serde(default)]
+    max_sectors: Option<u64>,
+    #[serde(default)]
+    walk_reads_per_miss: Option<u64>,
+    #[serde(default)]
+    max_segments: Option<usize>,
+    #[serde(default)]
+    max_segment_kib: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -364,6 +432,34 @@ struct BonnieSpec {
     files: Option<u64>,
     #[serde(default)]
     csv: Option<toml::Value>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    stdio_buffer_bytes: Option<u64>,
+    #[serde(default)]
+    seek_update_every: Option<u64>,
+    #[serde(default)]
+    putc_ns_per_byte: Option<f64>,
+    #[serde(default)]
+    getc_ns_per_byte: Option<f64>,
+    #[serde(default)]
+    write_page_ns: Option<u64>,
+    #[serde(default)]
+    overwrite_page_ns: Option<u64>,
+    #[serde(default)]
+    read_page_ns: Option<u64>,
+    #[serde(default)]
+    writeback_page_ns: Option<u64>,
+    #[serde(default)]
+    cpu_slice_ns: Option<u64>,
+    #[serde(default)]
+    files_run: Option<u64>,
+    #[serde(default)]
+    create_ns: Option<u64>,
+    #[serde(default)]
+    unlink_ns: Option<u64>,
+    #[serde(default)]
+    stat_ns: Option<u64>,
+    #[serde(default)]
+    readdir_entry_ns: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -715,6 +811,35 @@ pub struct UsbSetup {
     pub max_segment_size: u64,
     /// The block layer's maximum segments per request.
     pub max_segments: usize,
+    /// The xHCI's DMA mask, bits (`device[0].dma_mask_bits`).
+    pub dma_mask_bits: u32,
+    /// The swiotlb pool dma-direct bounces through (used without an IOMMU).
+    pub swiotlb: SwiotlbSetup,
+}
+
+/// A validated swiotlb pool (`devices::usb::Swiotlb`): where it lies and its geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwiotlbSetup {
+    /// Physical address of the pool.
+    pub base: u64,
+    /// Pool size, bytes.
+    pub bytes: u64,
+    /// Slot size, bytes.
+    pub slot_bytes: u64,
+    /// Slots per segment (a bounce mapping stays inside one).
+    pub segment_slots: usize,
+}
+
+impl SwiotlbSetup {
+    /// The pool, empty.
+    pub fn build(&self) -> Result<crate::devices::usb::Swiotlb, crate::devices::usb::SwiotlbError> {
+        crate::devices::usb::Swiotlb::new(
+            self.base,
+            self.bytes,
+            self.slot_bytes,
+            self.segment_slots,
+        )
+    }
 }
 
 impl Devices {
@@ -1204,8 +1329,9 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 .into());
         }
     }
+    applicable_fields(&doc, &probe.kernel, &probe.machine, &wkind, &dkind)?;
     if let Some(k) = &probe.kernel {
-        if k.page_size.is_some() && wkind != "reaim" {
+        if k.contains_key("page_size") && wkind != "reaim" {
             return Err(doc
                 .field_error(
                     "kernel.page_size",
@@ -1213,7 +1339,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 )
                 .into());
         }
-        if k.virt_merge.is_some() && dkind != "scsi" {
+        if k.contains_key("virt_merge") && dkind != "scsi" {
             return Err(doc
                 .field_error(
                     "kernel.virt_merge",
@@ -1236,11 +1362,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             instances(&doc, &common.iommu, &[None])?;
             let mut scsi = scsi(&doc, &f.device[0], &common.profile)?;
             virt_merge(&doc, &f.kernel, &common.iommu, &mut scsi)?;
-            let bundled = crate::experiments::ipmmu_usb::parse(
-                crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
-                "scenarios/ipmmu-usb.toml (bundled)",
-            )?;
-            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, scsi.limits)?;
+            let bonnie = bonnie(&doc, &f.workload, &f.kernel, &common, scsi.limits)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Scsi(Box::new(scsi)), Workload::Bonnie(Box::new(bonnie))))
         }
@@ -1257,18 +1379,30 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                     )
                     .into());
             }
-            let bundled = crate::experiments::ipmmu_usb::parse(
-                crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
-                "scenarios/ipmmu-usb.toml (bundled)",
-            )?;
-            let usb = usb(&doc, &f.device[0], &bundled, common.cpus)?;
+            let usb = usb(&doc, &f.device[0], &f.kernel, &common)?;
+            let virt_merge = f.kernel.block_virt_merge.unwrap_or(d::BLOCK_VIRT_MERGE.0);
+            if virt_merge && common.iommu.mode == IommuMode::Off {
+                return Err(doc
+                    .field_error(
+                        "kernel.block_virt_merge",
+                        "true needs an IOMMU that merges page-aligned pieces (iommu.model = \"ipmmu\"): without one nothing merges",
+                    )
+                    .into());
+            }
             let limits = crate::block::QueueLimits {
                 max_segments: usb.max_segments,
                 max_segment_size: usb.max_segment_size,
                 max_transfer: usb.config.link.max_transfer,
-                virt_merge_granule: (common.iommu.mode != IommuMode::Off).then_some(4096),
+                virt_merge_granule: virt_merge.then_some(4096),
             };
-            let bonnie = bonnie(&doc, &f.workload, &bundled, &common, limits)?;
+            let mut bonnie = bonnie(&doc, &f.workload, &f.kernel, &common, limits)?;
+            if common.memory_banks.is_some() {
+                // The swiotlb pool was taken from the start of the first bank at boot: the
+                // page cache has the rest.
+                let first = &mut bonnie.config.ram_banks[0];
+                first.0 += usb.swiotlb.bytes;
+                first.1 -= usb.swiotlb.bytes;
+            }
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
         }
@@ -1490,7 +1624,7 @@ fn bonnie_on<D: BlockSpec>(
     base: Option<&Path>,
 ) -> Result<LabScenario, LabError> {
     let (f, common, devices, kernel) = block_parts::<D, BonnieSpec>(doc, base, Some("bonnie"))?;
-    let bonnie = bonnie_on_block(doc, &f.workload, &common, &devices)?;
+    let bonnie = bonnie_on_block(doc, &f.workload, &f.kernel, &common, &devices)?;
     Ok(common.finish(kernel, devices, Workload::Bonnie(Box::new(bonnie))))
 }
 
@@ -1502,6 +1636,8 @@ struct Common {
     profile: PlatformProfile,
     cpus: usize,
     memory_bytes: u64,
+    /// `machine.memory_banks`: `(base, bytes)` each, ascending.
+    memory_banks: Option<Vec<(u64, u64)>>,
     iommu: IommuSetup,
 }
 
@@ -1552,6 +1688,12 @@ fn common<D, W>(
         1..=MAX_MEMORY_GIB,
         "GiB (cap MAX_MEMORY_GIB)",
     )?;
+    let memory_banks = f
+        .machine
+        .memory_banks
+        .as_deref()
+        .map(|b| memory_banks(doc, b, memory_gib))
+        .transpose()?;
     let kernel = kernel_variants(doc, &f.kernel)?;
     let mut iommu = iommu(doc, &f.iommu, &profile, memory_gib, kernel)?;
     if let Some(coalesce) = f.kernel.sba_coalesce {
@@ -1574,6 +1716,7 @@ fn common<D, W>(
         profile,
         cpus,
         memory_bytes: memory_gib << 30,
+        memory_banks,
         iommu,
     })
 }
@@ -1616,6 +1759,55 @@ fn virt_merge(
     }
     scsi.limits.virt_merge_granule = Some(iommu.sba_page_size);
     Ok(())
+}
+
+/// `machine.memory_banks`: page-aligned, ascending, non-overlapping banks below 2^48 whose
+/// total fits in `machine.memory_gib`.
+fn memory_banks(
+    doc: &TomlDoc<'_>,
+    banks: &[BankSpec],
+    memory_gib: u64,
+) -> Result<Vec<(u64, u64)>, InputError> {
+    if banks.is_empty() || banks.len() > MAX_MEMORY_BANKS {
+        return Err(doc.field_error(
+            "machine.memory_banks",
+            format!("expected 1..={MAX_MEMORY_BANKS} banks (cap MAX_MEMORY_BANKS)"),
+        ));
+    }
+    let mut out = Vec::with_capacity(banks.len());
+    let mut prev_end = 0u64;
+    let mut total_mib = 0u64;
+    for (i, b) in banks.iter().enumerate() {
+        let path = format!("machine.memory_banks[{i}]");
+        let bytes = range(
+            doc,
+            &format!("{path}.mib"),
+            b.mib,
+            1,
+            MAX_MEMORY_GIB << 10,
+            "MiB",
+        )? << 20;
+        let end = b.base.checked_add(bytes).filter(|&e| e <= 1 << 48);
+        if b.base % 4096 != 0 || b.base < prev_end || end.is_none() {
+            return Err(doc.field_error(
+                &format!("{path}.base"),
+                format!(
+                    "expected a page-aligned address at or above the previous bank's end ({prev_end:#x}) with the bank ending at or below 2^48, got {:#x}",
+                    b.base
+                ),
+            ));
+        }
+        prev_end = end.unwrap_or(u64::MAX);
+        total_mib += b.mib;
+        out.push((b.base, bytes));
+    }
+    if total_mib > memory_gib << 10 {
+        return Err(doc.field_error(
+            "machine.memory_banks",
+            format!("the banks hold {total_mib} MiB, more than machine.memory_gib = {memory_gib}"),
+        ));
+    }
+    Ok(out)
 }
 
 /// The DMA-path algorithms of `kernel.version` (default [`d::KERNEL_VERSION`]).
@@ -2118,16 +2310,88 @@ fn cpu(
     }
 }
 
-fn usb(
+/// Refuses `[kernel]` and `[machine]` fields the scenario's workload and device do not use:
+/// bonnie's page cache and file-system costs and `machine.memory_banks` (bonnie only), the
+/// usb DMA path's (`block_virt_merge`, swiotlb; bonnie on usb only).
+fn applicable_fields(
     doc: &TomlDoc<'_>,
+    kernel: &Option<toml::Table>,
+    machine: &Option<toml::Table>,
+    wkind: &str,
+    dkind: &str,
+) -> Result<(), InputError> {
+    let has = |t: &Option<toml::Table>, k: &str| t.as_ref().is_some_and(|t| t.contains_key(k));
+    if wkind != "bonnie" {
+        if has(machine, "memory_banks") {
+            return Err(doc.field_error(
+                "machine.memory_banks",
+                format!("places bonnie's page cache; a {wkind} workload has none"),
+            ));
+        }
+        for k in BONNIE_KERNEL_FIELDS {
+            if has(kernel, k) {
+                return Err(doc.field_error(
+                    &format!("kernel.{k}"),
+                    format!("applies to bonnie's page cache and file system; a {wkind} workload has none"),
+                ));
+            }
+        }
+    }
+    if wkind != "bonnie" || dkind != "usb" {
+        for k in USB_KERNEL_FIELDS {
+            if has(kernel, k) {
+                return Err(doc.field_error(
+                    &format!("kernel.{k}"),
+                    format!(
+                        "applies to bonnie on a usb device's DMA path, not to {wkind} on {dkind}"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One USB link speed, its defaults overridden by the device table's link fields.
+fn usb_link(
+    dev: &Fields<'_, '_>,
     s: &UsbSpec,
-    b: &crate::experiments::ipmmu_usb::Model,
-    cpus: usize,
-) -> Result<UsbSetup, InputError> {
-    let mut c = b.usb_common.clone();
-    c.link = match s.speed.as_deref().unwrap_or("superspeed") {
-        "superspeed" => b.superspeed.clone(),
-        "highspeed" => b.highspeed.clone(),
+    l: &d::UsbLinkDefaults,
+) -> Result<crate::devices::usb::LinkSpeed, InputError> {
+    let max_sectors = dev.int(
+        "max_sectors",
+        s.max_sectors.unwrap_or(l.max_sectors.0),
+        8..=65536,
+        "512-byte sectors per command",
+    )?;
+    Ok(crate::devices::usb::LinkSpeed {
+        name: l.name.to_owned(),
+        signal_bits_per_s: dev.real(
+            "signal_bits_per_s",
+            s.signal_bits_per_s.unwrap_or(l.signal_bits_per_s.0),
+            1e6..=1e11,
+        )?,
+        encoding: dev.real("encoding", s.encoding.unwrap_or(l.encoding.0), 0.1..=1.0)?,
+        protocol_efficiency: dev.real(
+            "protocol_efficiency",
+            s.protocol_efficiency.unwrap_or(l.protocol_efficiency.0),
+            0.01..=1.0,
+        )?,
+        phase_latency_ns: dev.int(
+            "phase_latency_ns",
+            s.phase_latency_ns.unwrap_or(l.phase_latency_ns.0),
+            0..=10_000_000,
+            "ns",
+        )?,
+        max_transfer: max_sectors * 512,
+    })
+}
+
+fn usb(doc: &TomlDoc<'_>, s: &UsbSpec, k: &KernelSpec, c: &Common) -> Result<UsbSetup, InputError> {
+    let dev = Fields::new(doc, "device[0]");
+    let link = match s.speed.as_deref().unwrap_or("superspeed") {
+        "superspeed" => usb_link(&dev, s, &d::USB_SUPERSPEED)?,
+        "highspeed" => usb_link(&dev, s, &d::USB_HIGHSPEED)?,
         other => {
             return Err(doc.field_error(
                 "device[0].speed",
@@ -2135,119 +2399,264 @@ fn usb(
             ))
         }
     };
-    let dev = Fields::new(doc, "device[0]");
-    dev.set_int(
-        &mut c.command_overhead_ns,
-        "command_overhead_ns",
-        s.command_overhead_ns,
-        0..=100_000_000,
-        "ns",
+    let config = crate::devices::usb::UsbStorageConfig {
+        link,
+        command_overhead_ns: dev.int(
+            "command_overhead_ns",
+            s.command_overhead_ns
+                .unwrap_or(d::USB_COMMAND_OVERHEAD_NS.0),
+            0..=100_000_000,
+            "ns",
+        )?,
+        per_segment_ns: dev.int(
+            "per_segment_ns",
+            s.per_segment_ns.unwrap_or(d::USB_PER_SEGMENT_NS.0),
+            0..=1_000_000,
+            "ns",
+        )?,
+        media_read_latency_ns: dev.us_as_ns(
+            "media_read_latency_us",
+            s.media_read_latency_us
+                .unwrap_or(d::USB_MEDIA_READ_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+        media_flush_ns: dev.us_as_ns(
+            "media_flush_us",
+            s.media_flush_us.unwrap_or(d::USB_MEDIA_FLUSH_US.0),
+            0.0..=1e6,
+        )?,
+        walk_reads_per_miss: dev.int(
+            "walk_reads_per_miss",
+            s.walk_reads_per_miss
+                .unwrap_or(d::USB_WALK_READS_PER_MISS.0),
+            0..=4,
+            "table reads (an LPAE walk has at most 4 levels)",
+        )?,
+        completion_ns: dev.int(
+            "completion_ns",
+            s.completion_ns.unwrap_or(d::USB_COMPLETION_NS.0),
+            0..=1_000_000,
+            "ns",
+        )?,
+        storage_cpu: dev.cpu("storage_cpu", s.storage_cpu, d::USB_STORAGE_CPU.0, c.cpus)?,
+        irq_cpu: dev.cpu("irq_cpu", s.irq_cpu, d::USB_IRQ_CPU.0, c.cpus)?,
+    };
+    let max_segments = dev.int(
+        "max_segments",
+        s.max_segments.unwrap_or(d::USB_MAX_SEGMENTS.0),
+        1..=65535,
+        "segments per request",
     )?;
-    dev.set_int(
-        &mut c.per_segment_ns,
-        "per_segment_ns",
-        s.per_segment_ns,
-        0..=1_000_000,
-        "ns",
+    let max_segment_size = dev.int(
+        "max_segment_kib",
+        s.max_segment_kib.unwrap_or(d::USB_MAX_SEGMENT_KIB.0),
+        4..=4096,
+        "KiB",
+    )? << 10;
+    let dma_mask_bits = dev.int(
+        "dma_mask_bits",
+        s.dma_mask_bits.unwrap_or(d::USB_DMA_MASK_BITS.0),
+        24..=64,
+        "bits",
     )?;
-    if let Some(us) = s.media_read_latency_us {
-        c.media_read_latency_ns = dev.us_as_ns("media_read_latency_us", us, 0.0..=1e6)?;
-    }
-    if let Some(us) = s.media_flush_us {
-        c.media_flush_ns = dev.us_as_ns("media_flush_us", us, 0.0..=1e6)?;
-    }
-    dev.set_int(
-        &mut c.completion_ns,
-        "completion_ns",
-        s.completion_ns,
-        0..=1_000_000,
-        "ns",
-    )?;
-    c.storage_cpu = dev.cpu("storage_cpu", s.storage_cpu, c.storage_cpu, cpus)?;
-    c.irq_cpu = dev.cpu("irq_cpu", s.irq_cpu, c.irq_cpu, cpus)?;
+    let swiotlb = swiotlb(doc, k, c, dma_mask_bits)?;
     Ok(UsbSetup {
-        config: c,
-        max_segment_size: b.max_segment_size,
-        max_segments: b.max_segments,
+        config,
+        max_segment_size,
+        max_segments,
+        dma_mask_bits,
+        swiotlb,
     })
 }
 
-/// bonnie on an NVMe SSD or a SAS HBA: the page-cache and process costs of the bundled
-/// ipmmu-usb scenario, the block devices' queue limits.
+/// The swiotlb pool of a usb scenario: `kernel.swiotlb_*`, at the start of the first memory
+/// bank (`machine.memory_banks`), else ending at [`d::SWIOTLB_END_WITHOUT_BANKS`]. Without an
+/// IOMMU dma-direct bounces through it, so it must lie below the device's DMA mask.
+fn swiotlb(
+    doc: &TomlDoc<'_>,
+    k: &KernelSpec,
+    c: &Common,
+    dma_mask_bits: u32,
+) -> Result<SwiotlbSetup, InputError> {
+    let kernel = Fields::new(doc, "kernel");
+    let bytes = kernel.int(
+        "swiotlb_mib",
+        k.swiotlb_mib.unwrap_or(d::SWIOTLB_MIB.0),
+        1..=4096,
+        "MiB",
+    )? << 20;
+    let slot_bytes = kernel.int(
+        "swiotlb_slot_bytes",
+        k.swiotlb_slot_bytes.unwrap_or(d::SWIOTLB_SLOT_BYTES.0),
+        512..=65536,
+        "bytes (a power of two)",
+    )?;
+    let segment_slots = kernel.int(
+        "swiotlb_segment_slots",
+        k.swiotlb_segment_slots
+            .unwrap_or(d::SWIOTLB_SEGMENT_SLOTS.0),
+        1..=4096,
+        "slots",
+    )?;
+    let base = match &c.memory_banks {
+        Some(banks) => {
+            if bytes >= banks[0].1 {
+                return Err(doc.field_error(
+                    "kernel.swiotlb_mib",
+                    format!(
+                        "the pool ({} MiB) must fit in the first of machine.memory_banks ({} MiB), where it is allocated at boot",
+                        bytes >> 20,
+                        banks[0].1 >> 20
+                    ),
+                ));
+            }
+            banks[0].0
+        }
+        None => d::SWIOTLB_END_WITHOUT_BANKS.0 - bytes,
+    };
+    let mask = u64::MAX >> (64 - dma_mask_bits);
+    if c.iommu.mode == IommuMode::Off && base + bytes - 1 > mask {
+        return Err(doc.field_error(
+            "device[0].dma_mask_bits",
+            format!(
+                "dma-direct bounces through the swiotlb pool at {base:#x}..{:#x}, beyond a {dma_mask_bits}-bit mask: declare machine.memory_banks with a first bank below the mask",
+                base + bytes
+            ),
+        ));
+    }
+    let setup = SwiotlbSetup {
+        base,
+        bytes,
+        slot_bytes,
+        segment_slots,
+    };
+    setup.build().map_err(|e| {
+        doc.field_error(
+            if slot_bytes.is_power_of_two() {
+                "kernel.swiotlb_segment_slots"
+            } else {
+                "kernel.swiotlb_slot_bytes"
+            },
+            e.to_string(),
+        )
+    })?;
+    Ok(setup)
+}
+
+/// bonnie on an NVMe SSD or a SAS HBA: the lab's bonnie defaults, the block devices' queue
+/// limits.
 fn bonnie_on_block(
     doc: &TomlDoc<'_>,
     s: &BonnieSpec,
+    k: &KernelSpec,
     c: &Common,
     devices: &Devices,
 ) -> Result<BonnieSetup, LabError> {
-    let bundled = crate::experiments::ipmmu_usb::parse(
-        crate::experiments::ipmmu_usb::BUNDLED_SCENARIO,
-        "scenarios/ipmmu-usb.toml (bundled)",
-    )?;
     let limits = super::block::bonnie_limits(devices).ok_or_else(|| {
         doc.field_error("device[0].kind", "expected a block device (nvme or sas)")
     })?;
-    Ok(bonnie(doc, s, &bundled, c, limits)?)
+    Ok(bonnie(doc, s, k, c, limits)?)
 }
 
+/// bonnie++ 1.03 on `limits`: every field's default from [`d`], the page cache on
+/// `machine.memory_banks` or one bank of `workload.ram_mib` at [`d::PAGE_CACHE_BASE`].
 fn bonnie(
     doc: &TomlDoc<'_>,
     s: &BonnieSpec,
-    b: &crate::experiments::ipmmu_usb::Model,
+    k: &KernelSpec,
     c: &Common,
     limits: crate::block::QueueLimits,
 ) -> Result<BonnieSetup, InputError> {
+    use crate::workloads::bonnie::{BonnieConfig, FileTestConfig};
     let wl = Fields::new(doc, "workload");
-    let mut cfg = b.bonnie.clone();
+    let kernel = Fields::new(doc, "kernel");
     let file_mib = wl.int(
         "file_mib",
         s.file_mib.unwrap_or(d::BONNIE_FILE_MIB.0),
         1..=MAX_FILE_MIB,
         "MiB (cap MAX_FILE_MIB)",
     )?;
-    let logical = s.logical_file_mib.unwrap_or(cfg.logical_file_bytes >> 20);
     let logical = wl.int(
         "logical_file_mib",
-        logical,
+        s.logical_file_mib.unwrap_or(d::BONNIE_LOGICAL_FILE_MIB.0),
         file_mib..=MAX_TARGET_GIB << 10,
         "MiB (at least file_mib)",
     )?;
-    // Dirty thresholds scale with the file, as in the bundled scenario.
-    let scale = file_mib as f64 / (cfg.file_bytes as f64 / 1_048_576.0);
-    cfg.dirty_background = ((cfg.dirty_background as f64 * scale) as u64).max(4096);
-    cfg.dirty_limit = ((cfg.dirty_limit as f64 * scale) as u64).max(cfg.dirty_background + 4096);
-    cfg.file_bytes = file_mib << 20;
-    cfg.logical_file_bytes = logical << 20;
-    let ram_mib = wl.int(
-        "ram_mib",
-        s.ram_mib
-            .unwrap_or(cfg.ram_banks.iter().map(|&(_, b)| b).sum::<u64>() >> 20),
-        1..=MAX_MEMORY_GIB << 10,
-        "MiB",
-    )?;
-    // One bank above the first 4 GiB: the workload scenario's device reaches all of it
-    // (no bounce buffering; see docs/SCENARIOS.md).
-    cfg.ram_banks = vec![(BUFFER_BASE, ram_mib << 20)];
-    if BUFFER_BASE + (ram_mib << 20) > c.memory_bytes {
+    // Dirty thresholds: as set, else the defaults (stated for a 64 MiB file) scaled with
+    // the file.
+    let scale = file_mib as f64 / d::DIRTY_REFERENCE_FILE_MIB.0 as f64;
+    let default_background =
+        (((d::DIRTY_BACKGROUND_MIB.0 * 1_048_576.0) as u64 as f64 * scale) as u64).max(4096);
+    let dirty_background = match k.dirty_background_mib {
+        Some(v) => (kernel.real("dirty_background_mib", v, 0.0..=1e6)? * 1_048_576.0) as u64,
+        None => default_background,
+    };
+    let dirty_limit = match k.dirty_limit_mib {
+        Some(v) => (kernel.real("dirty_limit_mib", v, 0.1..=1e6)? * 1_048_576.0) as u64,
+        None => (((d::DIRTY_LIMIT_MIB.0 * 1_048_576.0) as u64 as f64 * scale) as u64)
+            .max(default_background + 4096),
+    };
+    if dirty_background >= dirty_limit {
+        let field = if k.dirty_limit_mib.is_some() {
+            "kernel.dirty_limit_mib"
+        } else {
+            "kernel.dirty_background_mib"
+        };
         return Err(doc.field_error(
-            "workload.ram_mib",
+            field,
             format!(
-                "the page cache ({ram_mib} MiB above the first 4 GiB) does not fit in machine.memory_gib = {}",
-                c.memory_bytes >> 30
+                "the background threshold ({dirty_background} bytes) must be below the dirty limit ({dirty_limit} bytes)"
             ),
         ));
     }
-    if let Some(ch) = s.chunk_bytes {
-        if ch == 0 || ch % 512 != 0 || ch > 1 << 20 {
+    let ram_banks = match &c.memory_banks {
+        Some(banks) => {
+            if s.ram_mib.is_some() {
+                return Err(doc.field_error(
+                    "workload.ram_mib",
+                    "the page cache is machine.memory_banks' RAM: set one of the two",
+                ));
+            }
+            banks.clone()
+        }
+        None => {
+            let ram_mib = wl.int(
+                "ram_mib",
+                s.ram_mib.unwrap_or(d::BONNIE_RAM_MIB.0),
+                1..=MAX_MEMORY_GIB << 10,
+                "MiB",
+            )?;
+            // One bank above the first 4 GiB (docs/SCENARIOS.md).
+            let base = d::PAGE_CACHE_BASE.0;
+            if base + (ram_mib << 20) > c.memory_bytes {
+                return Err(doc.field_error(
+                    "workload.ram_mib",
+                    format!(
+                        "the page cache ({ram_mib} MiB above the first 4 GiB) does not fit in machine.memory_gib = {}",
+                        c.memory_bytes >> 30
+                    ),
+                ));
+            }
+            vec![(base, ram_mib << 20)]
+        }
+    };
+    let chunk = match s.chunk_bytes {
+        Some(ch) if ch == 0 || ch % 512 != 0 || ch > 1 << 20 => {
             return Err(doc.field_error(
                 "workload.chunk_bytes",
                 format!("expected a non-zero multiple of 512 up to 1 MiB, got {ch}"),
-            ));
+            ))
         }
-        cfg.chunk = ch;
-    }
-    wl.set_int(&mut cfg.seeks, "seeks", s.seeks, 1..=1_000_000, "seeks")?;
-    if let Some(cpus) = &s.seeker_cpus {
+        Some(ch) => ch,
+        None => d::BONNIE_CHUNK_BYTES.0,
+    };
+    let seeks = wl.int(
+        "seeks",
+        s.seeks.unwrap_or(d::BONNIE_SEEKS.0),
+        1..=1_000_000,
+        "seeks",
+    )?;
+    let seeker_cpus = if let Some(cpus) = &s.seeker_cpus {
         if cpus.is_empty() || cpus.len() > MAX_THREADS as usize {
             return Err(doc.field_error(
                 "workload.seeker_cpus",
@@ -2257,35 +2666,162 @@ fn bonnie(
         for &x in cpus {
             wl.cpu("seeker_cpus", Some(x), 0, c.cpus)?;
         }
-        cfg.seeker_cpus = cpus.clone();
+        cpus.clone()
     } else {
-        cfg.seeker_cpus = cfg.seeker_cpus.iter().map(|&x| x % c.cpus).collect();
-    }
-    cfg.seekers = cfg.seeker_cpus.len();
-    cfg.bonnie_cpu = wl.cpu("bonnie_cpu", s.bonnie_cpu, cfg.bonnie_cpu, c.cpus)?;
-    cfg.flusher_cpu = wl.cpu("flusher_cpu", s.flusher_cpu, cfg.flusher_cpu, c.cpus)?;
-    cfg.syscall_ns = c.profile.cpu.syscall.ns().round() as u64;
-    cfg.copy_bytes_per_ns = c.profile.memory.memcpy_bandwidth.gb_per_s;
-    cfg.limits = limits;
-    if let Some(n) = s.files {
-        let n = wl.int(
-            "files",
-            n,
-            0..=1024,
-            "x 1024 files (bonnie++ -n; 0: no file tests)",
-        )?;
-        // The file tests' costs are the bundled ipmmu-usb scenario's; only bonnie's file
-        // count changes (the lab runs at most the bundled count per test).
-        let tests = cfg.file_tests.take().filter(|_| n > 0);
-        cfg.file_tests = tests.map(|mut ft| {
-            ft.files = n * 1024;
-            ft.files_run = ft.files_run.min(ft.files);
-            ft
-        });
-    }
+        d::BONNIE_SEEKER_CPUS
+            .0
+            .iter()
+            .map(|&x| x % c.cpus)
+            .collect()
+    };
+    let ns = |field: &str, v: Option<u64>, default: u64| {
+        wl.int(field, v.unwrap_or(default), 0..=10_000_000, "ns")
+    };
+    let write_page_ns = ns("write_page_ns", s.write_page_ns, d::BONNIE_WRITE_PAGE_NS.0)?;
+    let read_page_ns = ns("read_page_ns", s.read_page_ns, d::BONNIE_READ_PAGE_NS.0)?;
+    let overwrite_page_ns = ns(
+        "overwrite_page_ns",
+        s.overwrite_page_ns,
+        write_page_ns.saturating_sub(read_page_ns),
+    )?;
+    let files_k = wl.int(
+        "files",
+        s.files.unwrap_or(d::BONNIE_FILES_K.0),
+        0..=1024,
+        "x 1024 files (bonnie++ -n; 0: no file tests)",
+    )?;
+    let blocks = |field: &str, v: Option<u64>, default: u64| {
+        kernel.int(field, v.unwrap_or(default), 1..=64, "journal blocks")
+    };
+    let file_tests = if files_k == 0 {
+        None
+    } else {
+        let files = files_k * 1024;
+        // The lab runs at most the default count per test unless told otherwise.
+        let files_run = match s.files_run {
+            Some(n) => wl.int(
+                "files_run",
+                n,
+                1..=files,
+                "files per test (at most files x 1024)",
+            )?,
+            None => d::BONNIE_FILES_RUN.0.min(files),
+        };
+        Some(FileTestConfig {
+            files,
+            files_run,
+            create_ns: ns("create_ns", s.create_ns, d::BONNIE_CREATE_NS.0)?,
+            unlink_ns: ns("unlink_ns", s.unlink_ns, d::BONNIE_UNLINK_NS.0)?,
+            stat_ns: ns("stat_ns", s.stat_ns, d::BONNIE_STAT_NS.0)?,
+            readdir_entry_ns: ns(
+                "readdir_entry_ns",
+                s.readdir_entry_ns,
+                d::BONNIE_READDIR_ENTRY_NS.0,
+            )?,
+            create_journal_blocks: blocks(
+                "create_journal_blocks",
+                k.create_journal_blocks,
+                d::CREATE_JOURNAL_BLOCKS.0,
+            )?,
+            delete_journal_blocks: blocks(
+                "delete_journal_blocks",
+                k.delete_journal_blocks,
+                d::DELETE_JOURNAL_BLOCKS.0,
+            )?,
+        })
+    };
+    let config = BonnieConfig {
+        file_bytes: file_mib << 20,
+        logical_file_bytes: logical << 20,
+        chunk,
+        stdio_buffer: wl.int(
+            "stdio_buffer_bytes",
+            s.stdio_buffer_bytes
+                .unwrap_or(d::BONNIE_STDIO_BUFFER_BYTES.0),
+            512..=1 << 20,
+            "bytes",
+        )?,
+        seeks,
+        seekers: seeker_cpus.len(),
+        seek_update_every: wl.int(
+            "seek_update_every",
+            s.seek_update_every.unwrap_or(d::BONNIE_SEEK_UPDATE_EVERY.0),
+            1..=1_000_000,
+            "seeks",
+        )?,
+        fsync_journal_blocks: kernel.int(
+            "fsync_journal_blocks",
+            k.fsync_journal_blocks.unwrap_or(d::FSYNC_JOURNAL_BLOCKS.0),
+            0..=64,
+            "journal blocks",
+        )?,
+        fsync_commit_flushes: kernel.int(
+            "fsync_commit_flushes",
+            k.fsync_commit_flushes.unwrap_or(d::FSYNC_COMMIT_FLUSHES.0),
+            0..=2,
+            "cache flushes (before and after the commit block)",
+        )?,
+        putc_ns_per_byte: wl.real(
+            "putc_ns_per_byte",
+            s.putc_ns_per_byte.unwrap_or(d::BONNIE_PUTC_NS_PER_BYTE.0),
+            0.0..=1e4,
+        )?,
+        getc_ns_per_byte: wl.real(
+            "getc_ns_per_byte",
+            s.getc_ns_per_byte.unwrap_or(d::BONNIE_GETC_NS_PER_BYTE.0),
+            0.0..=1e4,
+        )?,
+        write_page_ns,
+        overwrite_page_ns,
+        read_page_ns,
+        writeback_page_ns: ns(
+            "writeback_page_ns",
+            s.writeback_page_ns,
+            d::BONNIE_WRITEBACK_PAGE_NS.0,
+        )?,
+        syscall_ns: c.profile.cpu.syscall.ns().round() as u64,
+        copy_bytes_per_ns: c.profile.memory.memcpy_bandwidth.gb_per_s,
+        dirty_background,
+        dirty_limit,
+        writeback_chunk: kernel.int(
+            "writeback_chunk_kib",
+            k.writeback_chunk_kib.unwrap_or(d::WRITEBACK_CHUNK_KIB.0),
+            4..=1_000_000,
+            "KiB",
+        )? << 10,
+        readahead: kernel.int(
+            "readahead_kib",
+            k.readahead_kib.unwrap_or(d::READAHEAD_KIB.0),
+            4..=1_000_000,
+            "KiB",
+        )? << 10,
+        queue_depth: kernel.int(
+            "block_queue_depth",
+            k.block_queue_depth.unwrap_or(d::BLOCK_QUEUE_DEPTH.0),
+            1..=MAX_IODEPTH as usize,
+            "requests (cap MAX_IODEPTH)",
+        )?,
+        limits,
+        ram_banks,
+        bonnie_cpu: wl.cpu("bonnie_cpu", s.bonnie_cpu, d::BONNIE_CPU.0, c.cpus)?,
+        flusher_cpu: wl.cpu(
+            "flusher_cpu",
+            s.flusher_cpu,
+            d::BONNIE_FLUSHER_CPU.0,
+            c.cpus,
+        )?,
+        seeker_cpus,
+        slice_ns: wl.int(
+            "cpu_slice_ns",
+            s.cpu_slice_ns.unwrap_or(d::BONNIE_CPU_SLICE_NS.0),
+            100..=10_000_000,
+            "ns",
+        )?,
+        file_tests,
+    };
     let csv = csv_layout(doc, s.csv.as_ref())?;
     Ok(BonnieSetup {
-        config: cfg,
+        config,
         size_mib: logical,
         csv,
     })

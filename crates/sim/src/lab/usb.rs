@@ -1,5 +1,6 @@
 //! bonnie++ on a USB mass-storage device behind an xHCI, with or without an IPMMU: the
-//! same device and workload models the `ipmmu-usb` experiment runs, assembled for one
+//! same device and workload models the `ipmmu-usb` experiment runs (DMA mask, swiotlb
+//! bounce without an IOMMU, page cache over the machine's memory banks), assembled for one
 //! scenario.
 
 use std::cell::RefCell;
@@ -34,9 +35,8 @@ pub(crate) fn run_bonnie(
 ) -> Result<BonnieRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let built = iommu::build(s, sim.handle())?;
-    // The xHCI's DMA mask: 32 bits behind the IPMMU (its input address space), 40 bits
-    // direct (R-Car H3 physical addresses), as in the ipmmu-usb experiment.
-    let device = Device::new(1, if built.translated { 32 } else { 40 })
+    // The xHCI's DMA mask (`device[0].dma_mask_bits`), with and without the IPMMU.
+    let device = Device::new(1, u.dma_mask_bits)
         .and_then(|d| d.with_max_segment_size(u.max_segment_size))
         .map_err(model_err)?;
     let probe = built.protection.clone();
@@ -51,8 +51,13 @@ pub(crate) fn run_bonnie(
             device,
             poll_interval_ns: built.poll_interval_ns,
             translated: built.translated,
-            // The 40-bit direct mask reaches all of the machine's memory: nothing bounces.
-            swiotlb: None,
+            // dma-direct bounces what the mask cannot reach through swiotlb; the IPMMU gives
+            // every page an IOVA below the mask and never bounces.
+            swiotlb: if built.translated {
+                None
+            } else {
+                Some(RefCell::new(u.swiotlb.build().map_err(model_err)?))
+            },
             copy_bytes_per_ns: s.profile.memory.memcpy_bandwidth.gb_per_s,
         },
         &s.profile,

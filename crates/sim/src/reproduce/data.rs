@@ -257,7 +257,7 @@ pub struct TableColumn {
 }
 
 /// Layouts the report knows.
-pub const LAYOUTS: [&str; 3] = ["figures", "pivot", "percent-list"];
+pub const LAYOUTS: [&str; 4] = ["figures", "pivot", "percent-list", "bonnie-csv"];
 
 /// One cell: a row, and a column when the file has columns.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,6 +9,8 @@ use crate::experiment::{figure_value_text, Effect, Figure};
 
 use super::{CellResult, Experiment};
 
+mod bonnie_csv;
+
 /// The report text (without effects, fidelity, calibrations and notes, which every
 /// report prints the same way after it).
 pub fn render(
@@ -40,6 +42,7 @@ pub fn render(
     match f.report.layout.as_deref().unwrap_or("figures") {
         "pivot" => pivot(&mut out, exp, results, figures),
         "percent-list" => percent_list::render(&mut out, exp, figures, effects),
+        "bonnie-csv" => bonnie_csv::render(&mut out, exp, results, figures),
         _ => figure_list(&mut out, figures),
     }
     for t in &f.report.tables {
