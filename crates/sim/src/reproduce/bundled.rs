@@ -3,6 +3,10 @@
 /// `(name, file text)` of every bundled experiment file.
 const BUNDLED: &[(&str, &str)] = &[
     (
+        "ipmmu-usb",
+        include_str!("../../../../scenarios/experiments/ipmmu-usb.toml"),
+    ),
+    (
         "smmuv3-cmdq",
         include_str!("../../../../scenarios/experiments/smmuv3-cmdq.toml"),
     ),
