@@ -297,8 +297,18 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
             s.attrs
                 .entry(m.config.clone())
                 .or_insert_with(|| m.attrs.clone());
-            for x in m.metrics.iter().filter(|x| wanted(&x.name)) {
-                s.push(&m.config, &x.name, &x.unit, x.value);
+            for x in &m.metrics {
+                let (name, value) = iolab::vocab::canonical_metric(&x.name, x.value);
+                if !wanted(name) {
+                    continue;
+                }
+                // A renamed metric's unit is the current one's.
+                let unit = if name == "net.throughput_gbps" && x.name != name {
+                    "Gb/s"
+                } else {
+                    x.unit.as_str()
+                };
+                s.push(&m.config, name, unit, value);
             }
         }
     }

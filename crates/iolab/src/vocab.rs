@@ -57,6 +57,25 @@ pub const VALUE_ALIASES: [(&str, &str, &str); 5] = [
     ("rw", "readwrite", "rw"),
 ];
 
+/// Metric names the published experiments' own models stored before they became data files
+/// on the lab (issue 16): (old name, current name, factor from the old unit to the new).
+/// `iolab compare` reads stored runs through it, so a run stored before the change sets
+/// beside a new one.
+pub const METRIC_ALIASES: [(&str, &str, f64); 4] = [
+    ("netperf.throughput_mbps", "net.throughput_gbps", 1e-3),
+    ("netperf.latency_us", "net.latency_mean_us", 1.0),
+    ("tce.hypercalls_per_msg", "dma.hypercalls_per_msg", 1.0),
+    ("tce.tces_per_msg", "dma.tces_per_msg", 1.0),
+];
+
+/// A stored metric under its current name, with its value in the current unit.
+pub fn canonical_metric(name: &str, value: f64) -> (&str, f64) {
+    match METRIC_ALIASES.iter().find(|(old, _, _)| *old == name) {
+        Some((_, new, factor)) => (new, value * factor),
+        None => (name, value),
+    }
+}
+
 /// The attributes by which configurations of a workload pair up in `iolab compare` when
 /// their names differ: a configuration's *pairing key* is its `workload` and these
 /// attributes, compared as typed values. Workloads not listed pair by name only.
@@ -143,6 +162,15 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn old_metric_names_read_as_the_current_ones_in_the_current_unit() {
+        assert_eq!(
+            canonical_metric("netperf.throughput_mbps", 94_030.0),
+            ("net.throughput_gbps", 94.03)
+        );
+        assert_eq!(canonical_metric("read.iops", 5.0), ("read.iops", 5.0));
     }
 
     #[test]
