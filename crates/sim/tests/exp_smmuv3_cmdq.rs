@@ -93,8 +93,8 @@ fn the_bundled_file_and_its_short_copy_parse() {
 fn a_figure_of_an_unknown_cell_is_refused() {
     let t = replace_once(
         &short(),
-        "cell = \"d05_sas8.lockfree\"\nmetric",
-        "cell = \"d05_sas8.nope\"\nmetric",
+        "cell = \"d05_sas8.lockfree\"\nmetric = \"read.iops\"",
+        "cell = \"d05_sas8.nope\"\nmetric = \"read.iops\"",
     );
     let msg = refused(&t, "figures[1].cell");
     assert!(msg.contains("d05_sas8.nope") && msg.contains("d05_nvme.lockfree"));
