@@ -99,8 +99,7 @@ fn select(name: &str) -> Result<Selected, String> {
     }
     let path = Path::new(name);
     if name.ends_with(".toml") || path.is_file() {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {name}: {e}"))?;
         if !reproduce::bundled::is_experiment_file(&text) {
             return Err(format!(
                 "{name} is not an experiment file (docs/EXPERIMENTS.md): expected top-level \

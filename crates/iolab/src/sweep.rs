@@ -49,10 +49,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::SystemTime;
 
-use iolab_sim::tomlpatch::{parse_path, remove_field, set_field, Step};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
 use iolab_sim::experiments::{self, ExperimentError, NAMES};
 use iolab_sim::metrics::Measurement;
+use iolab_sim::tomlpatch::{parse_path, remove_field, set_field, Step};
 use serde::Deserialize;
 
 use crate::db::{NewRun, ResultsDb, SweepPoint};

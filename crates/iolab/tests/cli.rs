@@ -228,7 +228,10 @@ fn reproduce_reports_both_fidelity_goals_consistently_in_json_and_text() {
         .iter()
         .map(|e| e["name"].as_str().expect("a name"))
         .collect();
-    assert_eq!(names, ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"]);
+    assert_eq!(
+        names,
+        ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"]
+    );
     let out = iolab(&["--no-db", "reproduce"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -322,5 +325,8 @@ fn reproduce_help_lists_every_experiment_it_accepts() {
             "{name}"
         );
     }
-    assert!(help.contains("protection") && help.contains("smmuv3-cmdq"), "{help}");
+    assert!(
+        help.contains("protection") && help.contains("smmuv3-cmdq"),
+        "{help}"
+    );
 }

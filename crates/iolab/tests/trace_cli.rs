@@ -204,11 +204,7 @@ fn smmuv3_trace_has_cpu_iommu_and_device_tracks() {
     // The smmuv3-cmdq experiment's first cell: the SAS array with the spinlock command
     // queue on 64 CPUs (an absolute path: `trace` joins it unchanged).
     let cell = emitted_cell(&dir, "smmuv3-cmdq", "d05_sas8.spinlock");
-    let err = trace(
-        cell.to_str().unwrap(),
-        &out,
-        &["--max-events", "30000"],
-    );
+    let err = trace(cell.to_str().unwrap(), &out, &["--max-events", "30000"]);
     assert!(err.contains("raise --max-events"), "the cap was hit: {err}");
     let text = std::fs::read_to_string(&out).unwrap();
     let s = check(&text);
@@ -233,7 +229,10 @@ fn smmuv3_trace_has_cpu_iommu_and_device_tracks() {
         BTreeSet::from(["consume".to_owned()])
     );
     let queues = s.threads_of("sim 1: devices");
-    assert!(queues.iter().any(|q| q.starts_with("sas0 cq")), "{queues:?}");
+    assert!(
+        queues.iter().any(|q| q.starts_with("sas0 cq")),
+        "{queues:?}"
+    );
     assert_eq!(
         s.names_on("sim 1: devices"),
         BTreeSet::from(["read".to_owned()])

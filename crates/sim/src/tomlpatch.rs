@@ -206,7 +206,9 @@ fn merge_at(table: &mut toml::Table, patch: &toml::Table, prefix: &str) -> Resul
                 ));
             };
             let toml::Value::Table(p) = value else {
-                return Err(format!("`{here}`: expected a table to merge into the element"));
+                return Err(format!(
+                    "`{here}`: expected a table to merge into the element"
+                ));
             };
             merge_at(item, p, &here)?;
             continue;
@@ -310,6 +312,8 @@ mod tests {
         merge(&mut t, &p).unwrap();
         assert_eq!(t["d"].as_array().map(Vec::len), Some(1));
         let p: toml::Table = toml::from_str("\"d[3]\" = { k = 9 }\n").unwrap();
-        assert!(merge(&mut t, &p).unwrap_err().contains("no table at index 3"));
+        assert!(merge(&mut t, &p)
+            .unwrap_err()
+            .contains("no table at index 3"));
     }
 }

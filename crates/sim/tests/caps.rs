@@ -49,7 +49,10 @@ fn experiment_files_cap_their_cells() {
     assert!(e.is_bad_input(), "{e}");
     let msg = e.to_string();
     assert!(msg.contains("capped.toml") && msg.contains("rows"), "{msg}");
-    assert!(msg.contains(&MAX_CELLS.to_string()) && msg.contains("MAX_CELLS"), "{msg}");
+    assert!(
+        msg.contains(&MAX_CELLS.to_string()) && msg.contains("MAX_CELLS"),
+        "{msg}"
+    );
 }
 
 #[test]

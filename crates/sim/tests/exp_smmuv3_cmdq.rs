@@ -181,7 +181,10 @@ fn calibrations_name_a_known_cost_apply_somewhere_and_once_per_cell() {
         "cost = \"iommu.cmdq.sync_latenzy\"",
     );
     let msg = refused(&t, "calibrations[1].cost");
-    assert!(msg.contains("iommu.cmdq.sync_latency"), "the known paths: {msg}");
+    assert!(
+        msg.contains("iommu.cmdq.sync_latency"),
+        "the known paths: {msg}"
+    );
     // A misspelt platform: the calibration would apply nowhere.
     let t = replace_once(
         &short(),
@@ -209,7 +212,11 @@ fn a_cell_the_lab_refuses_is_bad_input_naming_the_cell_and_field() {
     let t = replace_once(&short(), "iodepth = 32", "iodepth = 0");
     let msg = refused(&t, "workload.iodepth");
     assert!(msg.contains("d05_sas8.spinlock"), "the first cell: {msg}");
-    let t = replace_once(&short(), "kind = \"sas\", disks = 8", "kind = \"sas\", disks = 0");
+    let t = replace_once(
+        &short(),
+        "kind = \"sas\", disks = 8",
+        "kind = \"sas\", disks = 0",
+    );
     let msg = refused(&t, "device[0].disks");
     assert!(msg.contains("cell `d05_sas8.spinlock`"), "{msg}");
     let t = replace_once(
@@ -308,7 +315,10 @@ fn every_configuration_is_a_measurement() {
         assert_eq!(m.config, f.id);
         let (row, mode) = m.config.split_once('.').unwrap();
         let off = mode == "off";
-        assert_eq!(m.attrs.get("cmdq").map(String::as_str), (!off).then_some(mode));
+        assert_eq!(
+            m.attrs.get("cmdq").map(String::as_str),
+            (!off).then_some(mode)
+        );
         assert_eq!(m.attrs["iommu_mode"], if off { "off" } else { "strict" });
         assert_eq!(
             m.attrs["device"],
@@ -374,7 +384,11 @@ fn every_cell_runs_as_a_lab_scenario_with_fio_json() {
         assert!(j["usr_cpu"].as_f64().is_some() && j["sys_cpu"].as_f64().is_some());
         // `iolab run` on the cell measures what the experiment reports for it.
         let m = &out.report.measurements[0];
-        assert_eq!(v(m, "read.iops"), v(cell(&report, &id), "read.iops"), "{id}");
+        assert_eq!(
+            v(m, "read.iops"),
+            v(cell(&report, &id), "read.iops"),
+            "{id}"
+        );
     }
 }
 
@@ -397,7 +411,10 @@ fn command_queue_mechanisms_per_configuration() {
         assert!(c("issues") > 0.0, "{id}");
         // At least one TLBI and one sync per issue (a sync skipped after another one, on
         // the <= 5.2 queue with MSIs, is not written).
-        assert!(c("commands") + c("piggybacked") >= 2.0 * c("issues"), "{id}");
+        assert!(
+            c("commands") + c("piggybacked") >= 2.0 * c("issues"),
+            "{id}"
+        );
         // The SMMU consumes everything written; every issue's sync completes, or
         // piggy-backs on the sync before it.
         assert_eq!(c("consumed"), c("commands"), "{id}");
@@ -425,7 +442,9 @@ fn command_queue_mechanisms_per_configuration() {
         }
     }
     // The IOMMU costs IOPS on the SAS array (the controller's translation stall).
-    assert!(v(cell(&r, "d05_sas8.off"), "read.iops") > v(cell(&r, "d05_sas8.spinlock"), "read.iops"));
+    assert!(
+        v(cell(&r, "d05_sas8.off"), "read.iops") > v(cell(&r, "d05_sas8.spinlock"), "read.iops")
+    );
 }
 
 #[test]
@@ -478,7 +497,10 @@ fn device_dma_translates_through_the_iotlb_and_walk_cache() {
         assert_eq!(hits, 0.0, "{id}");
         // Each miss reads at least the leaf PTE; the walk cache saves the upper levels of
         // most walks (a cold 4-level walk reads 4).
-        assert!(walks >= misses && walks < 2.0 * misses, "{id}: {walks} {misses}");
+        assert!(
+            walks >= misses && walks < 2.0 * misses,
+            "{id}: {walks} {misses}"
+        );
         // Time: the profile's lookups per miss plus its read latency per table read (the
         // experiment calibrates neither).
         let p = PlatformProfile::bundled(&m.attrs["platform"]).unwrap();
@@ -511,7 +533,11 @@ fn nvme_interrupt_coalescing_trades_latency_for_interrupts_and_cpu() {
     let plain = run(&light);
     let coal_text = coalesced(&light, 7, 1);
     let coal = run(&coal_text);
-    for id in ["d05_nvme.lockfree", "d05_nvme.spinlock", "d06_nvme.lockfree"] {
+    for id in [
+        "d05_nvme.lockfree",
+        "d05_nvme.spinlock",
+        "d06_nvme.lockfree",
+    ] {
         let (p, c) = (cell(&plain, id), cell(&coal, id));
         // Without coalescing the device raises one interrupt per completion.
         assert_eq!(v(p, "irq.interrupts"), v(p, "irq.completions"), "{id}");
@@ -527,8 +553,9 @@ fn nvme_interrupt_coalescing_trades_latency_for_interrupts_and_cpu() {
         assert!(v(c, "irq.handler_runs") <= v(c, "irq.interrupts"), "{id}");
         // CPU per I/O, without spinning, falls (fewer handler entries); both runs use the
         // same CPUs (the completion CPUs are the fio CPUs) and window.
-        let busy_per_io =
-            |x: &Measurement| (v(x, "cpu.all.usr_pct") + v(x, "cpu.all.sys_pct")) / v(x, "read.iops");
+        let busy_per_io = |x: &Measurement| {
+            (v(x, "cpu.all.usr_pct") + v(x, "cpu.all.sys_pct")) / v(x, "read.iops")
+        };
         assert!(busy_per_io(c) < busy_per_io(p), "{id}");
         let cpu_per_io =
             |x: &Measurement| (v(x, "cpu.usr_pct") + v(x, "cpu.sys_pct")) / v(x, "read.iops");
@@ -579,16 +606,34 @@ fn coalescing_fields_are_checked_by_the_lab() {
     let ok = with("kind = \"nvme\"\ncoalesce_threshold = 255\ncoalesce_time_100us = 0");
     lab::validate(&ok, "c.toml", None).expect("the feature's full range");
     for (device, field) in [
-        ("kind = \"nvme\"\ncoalesce_threshold = 256\ncoalesce_time_100us = 1", "device[0].coalesce_threshold"),
-        ("kind = \"nvme\"\ncoalesce_threshold = 1\ncoalesce_time_100us = 256", "device[0].coalesce_time_100us"),
-        ("kind = \"nvme\"\ncoalesce_threshold = 1", "device[0].coalesce_time_100us"),
-        ("kind = \"nvme\"\ncoalesce_time_100us = 1", "device[0].coalesce_threshold"),
-        ("kind = \"sas\"\ncoalesce_threshold = 1\ncoalesce_time_100us = 1", "coalesce_threshold"),
+        (
+            "kind = \"nvme\"\ncoalesce_threshold = 256\ncoalesce_time_100us = 1",
+            "device[0].coalesce_threshold",
+        ),
+        (
+            "kind = \"nvme\"\ncoalesce_threshold = 1\ncoalesce_time_100us = 256",
+            "device[0].coalesce_time_100us",
+        ),
+        (
+            "kind = \"nvme\"\ncoalesce_threshold = 1",
+            "device[0].coalesce_time_100us",
+        ),
+        (
+            "kind = \"nvme\"\ncoalesce_time_100us = 1",
+            "device[0].coalesce_threshold",
+        ),
+        (
+            "kind = \"sas\"\ncoalesce_threshold = 1\ncoalesce_time_100us = 1",
+            "coalesce_threshold",
+        ),
     ] {
         let e = lab::validate(&with(device), "c.toml", None).expect_err(device);
         assert!(e.is_bad_input(), "{e}");
         let msg = e.to_string();
-        assert!(msg.contains("c.toml") && msg.contains(field), "{field}: {msg}");
+        assert!(
+            msg.contains("c.toml") && msg.contains(field),
+            "{field}: {msg}"
+        );
     }
 }
 
@@ -675,11 +720,17 @@ fn calibration_touches_only_the_declared_parameter_and_platform() {
             .and_then(|c| c.get("value"))
             .and_then(toml::Value::as_integer);
         assert_eq!(cost, (!id.starts_with("d06")).then_some(300), "{id}");
-        let hba = t["device"][0].get("hba_command_ns").and_then(toml::Value::as_integer);
+        let hba = t["device"][0]
+            .get("hba_command_ns")
+            .and_then(toml::Value::as_integer);
         assert_eq!(hba, id.starts_with("d05_sas8").then_some(1089), "{id}");
     }
     // The report declares exactly the two fitted parameters.
-    let mut params: Vec<&str> = with.calibrated.iter().map(|c| c.parameter.as_str()).collect();
+    let mut params: Vec<&str> = with
+        .calibrated
+        .iter()
+        .map(|c| c.parameter.as_str())
+        .collect();
     params.sort_unstable();
     assert_eq!(
         params,

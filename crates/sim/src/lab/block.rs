@@ -1145,8 +1145,9 @@ pub(super) fn lock_window_wait(
     name: &str,
 ) -> (u64, u64, u64) {
     let get = |r: &RunReport| {
-        r.spin_lock(name)
-            .map_or((0, 0, 0), |l| (l.acquisitions, l.contended, l.wait_total_ns))
+        r.spin_lock(name).map_or((0, 0, 0), |l| {
+            (l.acquisitions, l.contended, l.wait_total_ns)
+        })
     };
     let (a0, c0, w0) = get(before);
     let (a1, c1, w1) = get(after);

@@ -966,7 +966,11 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 ))
                 .metric(Metric::new("iotlb.hits", "count", d.iotlb_hits as f64))
                 .metric(Metric::new("iotlb.misses", "count", d.iotlb_misses as f64))
-                .metric(Metric::new("iotlb.walk_reads", "count", d.walk_reads as f64));
+                .metric(Metric::new(
+                    "iotlb.walk_reads",
+                    "count",
+                    d.walk_reads as f64,
+                ));
         }
         if let Some(q) = &out.cmdq {
             m = m
@@ -979,10 +983,18 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 .metric(Metric::new("cmdq.issues", "count", q.issues as f64))
                 .metric(Metric::new("cmdq.consumed", "count", q.consumed as f64))
                 .metric(Metric::new("cmdq.syncs", "count", q.syncs as f64))
-                .metric(Metric::new("cmdq.piggybacked", "count", q.piggybacked as f64))
+                .metric(Metric::new(
+                    "cmdq.piggybacked",
+                    "count",
+                    q.piggybacked as f64,
+                ))
                 .metric(Metric::new("cmdq.batches", "count", q.batches as f64))
                 .metric(Metric::new("cmdq.gathered", "count", q.gathered as f64))
-                .metric(Metric::new("cmdq.cas_attempts", "count", q.cas_attempts as f64))
+                .metric(Metric::new(
+                    "cmdq.cas_attempts",
+                    "count",
+                    q.cas_attempts as f64,
+                ))
                 .metric(Metric::new("cmdq.cons_reads", "count", q.cons_reads as f64))
                 .metric(Metric::new(
                     "cmdq.sync_wait_total_ns",

@@ -1050,7 +1050,9 @@ fn override_costs(
         }
         cost.source = o.source.clone();
         if let Err(e) = profile.revalidate() {
-            return Err(doc.field_error(&format!("{field}.value"), e.to_string()).into());
+            return Err(doc
+                .field_error(&format!("{field}.value"), e.to_string())
+                .into());
         }
     }
     Ok(())
@@ -2179,12 +2181,7 @@ fn kernel(
     })
 }
 
-fn nvme(
-    doc: &TomlDoc<'_>,
-    i: usize,
-    s: &NvmeSpec,
-    cpus: usize,
-) -> Result<NvmeSetup, InputError> {
+fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSetup, InputError> {
     let dev = Fields::new(doc, format!("device[{i}]"));
     let io_queues = dev.int(
         "io_queues",

@@ -324,7 +324,10 @@ impl ExperimentFile {
             if r == 0 || r > crate::lab::caps::MAX_RUNS {
                 return Err(doc.field_error(
                     "runs",
-                    format!("expected 1..={} (cap MAX_RUNS), got {r}", crate::lab::caps::MAX_RUNS),
+                    format!(
+                        "expected 1..={} (cap MAX_RUNS), got {r}",
+                        crate::lab::caps::MAX_RUNS
+                    ),
                 ));
             }
         }
@@ -365,7 +368,10 @@ impl ExperimentFile {
                     if !self.columns.iter().any(|x| &x.id == c) {
                         return Err(doc.field_error(
                             &format!("rows[{i}].columns[{k}]"),
-                            format!("unknown column \"{c}\": expected one of {}", self.column_ids()),
+                            format!(
+                                "unknown column \"{c}\": expected one of {}",
+                                self.column_ids()
+                            ),
                         ));
                     }
                 }
@@ -389,7 +395,11 @@ impl ExperimentFile {
             if !cell_ids.contains(&f.cell.as_str()) {
                 return Err(doc.field_error(
                     &format!("figures[{i}].cell"),
-                    format!("unknown cell \"{}\": expected one of {}", f.cell, known_cells()),
+                    format!(
+                        "unknown cell \"{}\": expected one of {}",
+                        f.cell,
+                        known_cells()
+                    ),
                 ));
             }
             if let Some(id) = &f.id {
@@ -483,9 +493,7 @@ impl ExperimentFile {
                 }
                 if let Some(u) = &c.unit {
                     if u != "ns" && u != "cycles" {
-                        return Err(
-                            doc.field_error(&at("unit"), "expected \"ns\" or \"cycles\"")
-                        );
+                        return Err(doc.field_error(&at("unit"), "expected \"ns\" or \"cycles\""));
                     }
                 }
             } else if c.unit.is_some() {
@@ -565,7 +573,10 @@ impl ExperimentFile {
             let q: Vec<String> = LAYOUTS.iter().map(|l| format!("\"{l}\"")).collect();
             return Err(doc.field_error(
                 "report.layout",
-                format!("unknown layout \"{layout}\": expected one of {}", q.join(", ")),
+                format!(
+                    "unknown layout \"{layout}\": expected one of {}",
+                    q.join(", ")
+                ),
             ));
         }
         if layout == "pivot" {
@@ -576,10 +587,9 @@ impl ExperimentFile {
                 ));
             }
             if self.report.metric.is_none() {
-                return Err(doc.field_error(
-                    "report.metric",
-                    "a pivot needs the metric its cells show",
-                ));
+                return Err(
+                    doc.field_error("report.metric", "a pivot needs the metric its cells show")
+                );
             }
         }
         for (i, n) in self.report.notes.iter().enumerate() {

@@ -131,7 +131,8 @@ fn figure_list(out: &mut String, figures: &[Figure]) {
             f.id,
             f.unit,
             figure_value_text(f.lab),
-            f.published.map_or_else(|| "-".to_owned(), figure_value_text),
+            f.published
+                .map_or_else(|| "-".to_owned(), figure_value_text),
             f.error_pct()
                 .map_or_else(|| "-".to_owned(), |e| format!("{e:+.1}%")),
             f.role
@@ -153,9 +154,10 @@ pub fn fill_note(note: &str, figures: &[Figure], effects: &[Effect]) -> String {
         let fig = |id: &str| figures.iter().find(|f| f.id == id);
         let text = match key.split_once(':') {
             Some(("fig", id)) => fig(id).map(|f| figure_value_text(f.lab)),
-            Some(("pub", id)) => {
-                fig(id).map(|f| f.published.map_or_else(|| "-".to_owned(), figure_value_text))
-            }
+            Some(("pub", id)) => fig(id).map(|f| {
+                f.published
+                    .map_or_else(|| "-".to_owned(), figure_value_text)
+            }),
             Some(("eff", id)) => effects
                 .iter()
                 .find(|e| e.id == id)

@@ -13,9 +13,7 @@ pub mod layout;
 
 use std::path::{Path, PathBuf};
 
-use crate::experiment::{
-    Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role,
-};
+use crate::experiment::{Calibrated, Effect, ExperimentOptions, ExperimentReport, Figure, Role};
 use crate::lab::{self, LabError, LabOptions};
 use crate::metrics::Measurement;
 use crate::tomlfile::{InputError, TomlDoc};
@@ -204,14 +202,22 @@ impl Experiment {
 
     /// Two calibrations of one parameter that both apply to a cell: the later would
     /// silently win, so the file is refused.
-    fn check_calibration_overlap(&self, cell: &CellRef, which: &[usize]) -> Result<(), ReproduceError> {
+    fn check_calibration_overlap(
+        &self,
+        cell: &CellRef,
+        which: &[usize],
+    ) -> Result<(), ReproduceError> {
         let cal = &self.file.calibrations;
         for (n, &j) in which.iter().enumerate() {
             if let Some(&i) = which[..n]
                 .iter()
                 .find(|&&i| cal[i].field == cal[j].field && cal[i].cost == cal[j].cost)
             {
-                let what = if cal[j].field.is_some() { "field" } else { "cost" };
+                let what = if cal[j].field.is_some() {
+                    "field"
+                } else {
+                    "cost"
+                };
                 return Err(self
                     .doc()
                     .field_error(
@@ -258,7 +264,13 @@ impl Experiment {
         let f = &self.file;
         let mut t = f.base.clone();
         let row = &f.rows[cell.row];
-        apply(&doc, &mut t, &row.set, &row.unset, &format!("rows[{}]", cell.row))?;
+        apply(
+            &doc,
+            &mut t,
+            &row.set,
+            &row.unset,
+            &format!("rows[{}]", cell.row),
+        )?;
         if let Some(c) = cell.column {
             let col = &f.columns[c];
             apply(&doc, &mut t, &col.set, &col.unset, &format!("columns[{c}]"))?;
@@ -325,7 +337,10 @@ impl Experiment {
                  # measures what the experiment reports for the cell.\n",
                 cell.id, self.file.experiment, self.origin
             );
-            out.push((cell.id.clone(), format!("{header}{}", scenario_text(&table))));
+            out.push((
+                cell.id.clone(),
+                format!("{header}{}", scenario_text(&table)),
+            ));
         }
         Ok(out)
     }
@@ -503,7 +518,10 @@ mod tests {
             assert!(file != module, "{n}: file {file}, module {module}");
         }
         for n in crate::experiments::NAMES {
-            assert!(PUBLISHED_ORDER.contains(&n), "{n} has no place in the order");
+            assert!(
+                PUBLISHED_ORDER.contains(&n),
+                "{n} has no place in the order"
+            );
         }
         let all = all_names();
         assert!(all.starts_with(&names));
