@@ -69,9 +69,9 @@ pub enum ReproduceError {
         origin: String,
         /// The cell's id.
         cell: String,
-        /// What the lab said.
+        /// What the lab said (boxed: a lab error is large, and this one is rare).
         #[source]
-        source: LabError,
+        source: Box<LabError>,
     },
 }
 
@@ -320,7 +320,7 @@ impl Experiment {
             ReproduceError::Cell {
                 origin: self.origin.clone(),
                 cell: cell.id.clone(),
-                source,
+                source: Box::new(source),
             }
         })
     }
@@ -370,7 +370,7 @@ impl Experiment {
                 ReproduceError::Cell {
                     origin: self.origin.clone(),
                     cell: cell.id.clone(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             results.push(CellResult {
