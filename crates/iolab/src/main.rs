@@ -280,12 +280,13 @@ enum Command {
     // ---- sweeps, shard merging, host inspection ----
     /// Run a parameter grid over a scenario in parallel, storing every point.
     ///
-    /// GRID.toml names a base scenario (`scenario = "smmuv3-cmdq"`, a bundled experiment, a
-    /// bundled example such as `fio-nvme-strict`, or a path relative to the grid file),
+    /// GRID.toml names a base scenario (`scenario = "fio-nvme-strict"`, a bundled example,
+    /// a bundled experiment scenario such as `ipmmu-usb`, or a path relative to the grid
+    /// file, e.g. a cell written by `iolab reproduce NAME --emit-scenarios DIR`),
     /// optionally `name`, `seed`, `runs` and a seed axis
     /// `seeds = [..]`, and axes: `[[axis]]` tables with a `field` (a dotted path of TOML keys
-    /// and array indices into the scenario, e.g. `rows[0].fio.iodepth`) and its `values`.
-    /// A `[set]` table fixes fields for every point (`"rows[0].fio.runtime_ms" = 10`).
+    /// and array indices into the scenario, e.g. `workload.iodepth`) and its `values`.
+    /// A `[set]` table fixes fields for every point (`"workload.runtime_ms" = 10`).
     /// Setting a `{ value = .., source = .. }` field to a plain value replaces its `value`.
     /// On a workload scenario an axis may be an optional field the base leaves out (the
     /// scenario validates it); a base field that does not apply to a point (`iommu.cmdq` at
@@ -372,10 +373,10 @@ enum RunsCommand {
 /// `iolab reproduce NAMES`'s help: every name it accepts, from the experiment lists, so a
 /// new experiment appears in it without editing this text.
 fn reproduce_names_help() -> String {
-    use iolab_sim::experiments::{EXTRA_NAMES, NAMES};
+    use iolab_sim::experiments::EXTRA_NAMES;
     format!(
-        "Experiments to run: {} (default: these published ones); also {} (the lab's own, run only when named)",
-        NAMES.join(", "),
+        "Experiments to run: {} (default: these published ones); also {} (the lab's own, run only when named), or the path of an experiment file (docs/EXPERIMENTS.md)",
+        iolab_sim::reproduce::default_names().join(", "),
         EXTRA_NAMES.join(", ")
     )
 }

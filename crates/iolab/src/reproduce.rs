@@ -9,7 +9,7 @@ use iolab_sim::experiment::{
     render_effects, render_fidelity_summary, render_figure_goals, ExperimentOptions,
     ExperimentReport,
 };
-use iolab_sim::experiments::{self, ExperimentError, NAMES};
+use iolab_sim::experiments::{self, ExperimentError};
 use iolab_sim::lab::{self, LabOptions};
 use iolab_sim::reproduce;
 use serde::Serialize;
@@ -166,7 +166,7 @@ fn select_file(name: &str) -> Result<Selected, String> {
             text: text.to_owned(),
         });
     }
-    if let Some(&legacy) = NAMES
+    if let Some(&legacy) = experiments::NAMES
         .iter()
         .chain(experiments::EXTRA_NAMES.iter())
         .find(|n| **n == name)
@@ -190,7 +190,7 @@ fn select_file(name: &str) -> Result<Selected, String> {
     }
     Err(format!(
         "unknown experiment '{name}': expected one of {} or a path to an experiment file",
-        experiments::all_names()
+        reproduce::all_names().join(", ")
     ))
 }
 
@@ -236,7 +236,10 @@ pub fn reproduce(
     emit: Option<&Path>,
 ) -> ExitCode {
     let wanted: Vec<String> = if names.is_empty() {
-        NAMES.iter().map(|n| (*n).to_owned()).collect()
+        reproduce::default_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
     } else {
         names.to_vec()
     };
@@ -645,8 +648,22 @@ fn run_lab(
 pub(crate) fn experiment_of(text: &str, origin: &str) -> Result<String, String> {
     let doc = iolab_sim::tomlfile::TomlDoc::parse(text, origin).map_err(|e| e.to_string())?;
     let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    if reproduce::bundled::is_experiment_file(text) {
+        return Err(format!(
+            "{origin} is an experiment file (docs/EXPERIMENTS.md): run it with `iolab reproduce {origin}`; `iolab reproduce {origin} --emit-scenarios DIR` writes its cells as workload scenarios for `iolab run`"
+        ));
+    }
     match table.get("experiment") {
         Some(toml::Value::String(s)) if experiments::is_known(s) => Ok(s.clone()),
+        Some(toml::Value::String(s)) if reproduce::bundled::text(s).is_some() => Err(doc
+            .field_error(
+                "experiment",
+                format!(
+                    "\"{s}\" is now an experiment file ({}, docs/EXPERIMENTS.md) whose cells are lab scenarios: run it with `iolab reproduce {s}`, or write its cells out for `iolab run` with `iolab reproduce {s} --emit-scenarios DIR`",
+                    reproduce::bundled::origin(s)
+                ),
+            )
+            .to_string()),
         Some(_) => Err(doc
             .field_error(
                 "experiment",

@@ -4,16 +4,16 @@
 //!
 //! ```toml
 //! name = "cmdq-depth"             # optional; default: the grid file's stem
-//! scenario = "smmuv3-cmdq"        # a bundled experiment name, or a path relative to this file
+//! scenario = "fio-nvme-strict"    # a bundled example or experiment scenario, or a path relative to this file
 //! seed = 1                        # optional base seed (default 1)
 //! runs = 1                        # optional runs per configuration (default 1)
 //! seeds = [1, 2, 3]               # optional: a seed axis (the innermost one)
 //!
 //! [set]                           # optional: fields fixed for every point
-//! "rows[0].fio.runtime_ms" = 10
+//! "workload.runtime_ms" = 10
 //!
 //! [[axis]]
-//! field = "rows[0].fio.iodepth"   # a dotted path of TOML keys and array indices
+//! field = "workload.iodepth"      # a dotted path of TOML keys and array indices
 //! values = [8, 16, 32]
 //! ```
 //!
@@ -208,6 +208,13 @@ impl Grid {
             path: path.to_owned(),
             problem,
         };
+        if iolab_sim::reproduce::bundled::text(&file.scenario).is_some() {
+            return Err(grid_err(format!(
+                "scenario = \"{name}\" is an experiment file ({}, docs/EXPERIMENTS.md), a table of scenarios rather than one: sweep one of its cells, written out as workload scenarios by `iolab reproduce {name} --emit-scenarios DIR` (scenario = \"DIR/{name}/CELL.toml\")",
+                iolab_sim::reproduce::bundled::origin(&file.scenario),
+                name = file.scenario
+            )));
+        }
         let (base_origin, base_text) = if NAMES.contains(&file.scenario.as_str()) {
             let text = experiments::bundled_scenario(&file.scenario)
                 .map_err(|e| grid_err(e.to_string()))?;

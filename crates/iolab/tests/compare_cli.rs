@@ -349,7 +349,7 @@ fn two_variants_of_one_workload_scenario_pair_their_single_configurations() {
         "{text}"
     );
     // Runs with several configurations are not paired by position: a run of the
-    // smmuv3-cmdq experiment against a workload scenario has nothing in common.
+    // sba-vmerge experiment against a workload scenario has nothing in common.
     ok(iolab(&[
         "--db",
         db,

@@ -1,5 +1,6 @@
-//! `iolab sweep` as a user meets it: grids over the bundled smmuv3-cmdq scenario (shortened
-//! with `[set]`), points stored with their axis values, shards, and bad grids.
+//! `iolab sweep` as a user meets it: grids over the bundled example fio-sas-lockfree (the
+//! smmuv3-cmdq experiment's D05 SAS array, shortened with `[set]`), points stored with their
+//! axis values, shards, and bad grids.
 
 use std::path::{Path, PathBuf};
 
@@ -9,24 +10,24 @@ mod common;
 
 use common::{iolab, s, stderr, temp_dir};
 
-/// Fixed fields that make each smmuv3-cmdq run short (5 ms measured per row).
+/// Fixed fields that make each run short (5 ms measured after a 1 ms ramp).
 const SHORT: &str = r#"
 [set]
-"rows[0].fio.runtime_ms" = 5
-"rows[0].fio.ramp_ms" = 1
-"rows[1].fio.runtime_ms" = 5
-"rows[1].fio.ramp_ms" = 1
-"rows[2].fio.runtime_ms" = 5
-"rows[2].fio.ramp_ms" = 1
+"workload.runtime_ms" = 5
+"workload.ramp_ms" = 1
 "#;
 
-/// A 2 x 2 grid: iodepth of the SAS row (slowest), then the command batch size.
+/// The bundled example every grid here sweeps.
+const BASE: &str = "fio-sas-lockfree";
+
+/// A 2 x 2 grid: the jobs' iodepth (slowest), then the command batch size (a field the
+/// base leaves at its default).
 fn write_grid(dir: &Path) -> PathBuf {
     let grid = dir.join("grid.toml");
     let text = format!(
-        "name = \"depth-batch\"\nscenario = \"smmuv3-cmdq\"\nseed = 7\n{SHORT}\n\
-         [[axis]]\nfield = \"rows[0].fio.iodepth\"\nvalues = [4, 32]\n\n\
-         [[axis]]\nfield = \"cmdq.batch_max\"\nvalues = [2, 64]\n"
+        "name = \"depth-batch\"\nscenario = \"{BASE}\"\nseed = 7\n{SHORT}\n\
+         [[axis]]\nfield = \"workload.iodepth\"\nvalues = [4, 32]\n\n\
+         [[axis]]\nfield = \"iommu.cmdq_batch_max\"\nvalues = [2, 64]\n"
     );
     std::fs::write(&grid, text).unwrap();
     grid
@@ -47,19 +48,16 @@ fn points(db: &Path) -> Vec<(i64, String, String, i64)> {
     rows.collect::<Result<_, _>>().unwrap()
 }
 
-/// The lab figures of the run stored for sweep point `point`.
-fn figures(db: &Path, point: i64) -> Vec<(String, f64)> {
+/// Metric `name` of the run stored for sweep point `point`.
+fn metric(db: &Path, point: i64, name: &str) -> f64 {
     let c = Connection::open(db).unwrap();
-    let mut st = c
-        .prepare(
-            "SELECT f.id, f.lab FROM figures f JOIN sweep_points p ON p.run_id = f.run_id
-             WHERE p.point = ?1 ORDER BY f.rowid",
-        )
-        .unwrap();
-    let rows = st
-        .query_map([point], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap();
-    rows.collect::<Result<_, _>>().unwrap()
+    c.query_row(
+        "SELECT m.value FROM metrics m JOIN sweep_points p ON p.run_id = m.run_id
+         WHERE p.point = ?1 AND m.name = ?2",
+        rusqlite::params![point, name],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -77,7 +75,7 @@ fn every_point_is_stored_with_its_axis_values_and_equals_iolab_run_of_its_scenar
         table
             .lines()
             .nth(1)
-            .is_some_and(|h| h.starts_with("point  rows[0].fio.iodepth  cmdq.batch_max  config")),
+            .is_some_and(|h| h.starts_with("point  workload.iodepth  iommu.cmdq_batch_max  config")),
         "{table}"
     );
     for point in 0..4 {
@@ -97,10 +95,10 @@ fn every_point_is_stored_with_its_axis_values_and_equals_iolab_run_of_its_scenar
     assert_eq!(
         axes,
         [
-            r#"{"cmdq.batch_max":2,"rows[0].fio.iodepth":4}"#,
-            r#"{"cmdq.batch_max":64,"rows[0].fio.iodepth":4}"#,
-            r#"{"cmdq.batch_max":2,"rows[0].fio.iodepth":32}"#,
-            r#"{"cmdq.batch_max":64,"rows[0].fio.iodepth":32}"#,
+            r#"{"iommu.cmdq_batch_max":2,"workload.iodepth":4}"#,
+            r#"{"iommu.cmdq_batch_max":64,"workload.iodepth":4}"#,
+            r#"{"iommu.cmdq_batch_max":2,"workload.iodepth":32}"#,
+            r#"{"iommu.cmdq_batch_max":64,"workload.iodepth":32}"#,
         ]
     );
     assert!(
@@ -108,16 +106,11 @@ fn every_point_is_stored_with_its_axis_values_and_equals_iolab_run_of_its_scenar
         "the grid's seed is every point's seed"
     );
 
-    // The stored text is the base scenario with the axes and the [set] fields applied,
-    // sources kept.
+    // The stored text is the base scenario with the axes and the [set] fields applied.
     let text: toml::Table = toml::from_str(&pts[1].2).unwrap();
-    assert_eq!(text["cmdq"]["batch_max"]["value"].as_integer(), Some(64));
-    assert!(text["cmdq"]["batch_max"]["source"]
-        .as_str()
-        .unwrap()
-        .contains("64"));
-    assert_eq!(text["rows"][0]["fio"]["iodepth"].as_integer(), Some(4));
-    assert_eq!(text["rows"][2]["fio"]["runtime_ms"].as_integer(), Some(5));
+    assert_eq!(text["iommu"]["cmdq_batch_max"].as_integer(), Some(64));
+    assert_eq!(text["workload"]["iodepth"].as_integer(), Some(4));
+    assert_eq!(text["workload"]["runtime_ms"].as_integer(), Some(5));
 
     // A point is exactly what `iolab run` makes of its scenario with its seed.
     let point_file = dir.join("point1.toml");
@@ -133,43 +126,27 @@ fn every_point_is_stored_with_its_axis_values_and_equals_iolab_run_of_its_scenar
     ]);
     assert!(run.status.success(), "{}", stderr(&run));
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let from_run: Vec<(String, f64)> = json["experiments"][0]["figures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["id"].as_str().unwrap().to_owned(),
-                f["lab"].as_f64().unwrap(),
-            )
-        })
-        .collect();
-    assert!(!from_run.is_empty());
-    let stored = figures(&db, 1);
-    assert_eq!(stored.len(), from_run.len());
-    for (a, b) in stored.iter().zip(&from_run) {
-        // serde_json's default float parsing may miss the last bit; the figures are equal.
-        assert_eq!(a.0, b.0);
+    let job = &json["jobs"][0];
+    for (name, from_run) in [
+        ("read.iops", job["read"]["iops"].as_f64().unwrap()),
+        (
+            "dma.inval_syncs",
+            job["iolab"]["metrics"]["dma.inval_syncs"]["value"]
+                .as_f64()
+                .unwrap(),
+        ),
+    ] {
+        let stored = metric(&db, 1, name);
+        // serde_json's default float parsing may miss the last bit; the values are equal.
         assert!(
-            (a.1 - b.1).abs() <= 1e-12 * a.1.abs().max(1.0),
-            "{a:?} vs {b:?}"
+            (stored - from_run).abs() <= 1e-12 * stored.abs().max(1.0),
+            "{name}: {stored} vs {from_run}"
         );
     }
 
-    // The axis changes the lab: a queue-depth-4 SAS row runs fewer I/Os than depth 32.
-    let sas = |point| {
-        figures(&db, point)
-            .into_iter()
-            .find(|f| f.0 == "d05_sas8.off")
-            .expect("the no-IOMMU SAS figure")
-            .1
-    };
-    assert!(
-        sas(0) < sas(2),
-        "depth 4: {} IOPS, depth 32: {} IOPS",
-        sas(0),
-        sas(2)
-    );
+    // The axis changes the lab: queue depth 4 runs fewer I/Os than depth 32.
+    let (d4, d32) = (metric(&db, 0, "read.iops"), metric(&db, 2, "read.iops"));
+    assert!(d4 < d32, "depth 4: {d4} IOPS, depth 32: {d32} IOPS");
 }
 
 #[test]
@@ -205,8 +182,8 @@ fn a_field_the_scenario_lacks_is_an_error_naming_grid_axis_and_path() {
     let grid = dir.join("bad.toml");
     std::fs::write(
         &grid,
-        "scenario = \"smmuv3-cmdq\"\n[[axis]]\nfield = \"cmdq.batch_max\"\nvalues = [1]\n\
-         [[axis]]\nfield = \"rows[5].fio.iodepth\"\nvalues = [1, 2]\n",
+        "scenario = \"fio-sas-lockfree\"\n[[axis]]\nfield = \"workload.iodepth\"\nvalues = [1]\n\
+         [[axis]]\nfield = \"device[5].disks\"\nvalues = [1, 2]\n",
     )
     .unwrap();
     let db = dir.join("r.db");
@@ -214,21 +191,21 @@ fn a_field_the_scenario_lacks_is_an_error_naming_grid_axis_and_path() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(
-        err.contains(s(&grid)) && err.contains("axis 2") && err.contains("rows[5].fio.iodepth"),
+        err.contains(s(&grid)) && err.contains("axis 2") && err.contains("device[5].disks"),
         "{err}"
     );
-    assert!(err.contains("3 elements"), "{err}");
+    assert!(err.contains("1 elements"), "{err}");
     assert!(!db.exists(), "nothing runs, nothing is stored");
 
     std::fs::write(
         &grid,
-        "scenario = \"smmuv3-cmdq\"\n[[axis]]\nfield = \"cmdq.no_such_knob\"\nvalues = [1]\n",
+        "scenario = \"fio-sas-lockfree\"\n[[axis]]\nfield = \"iommu.no_such_knob\"\nvalues = [1]\n",
     )
     .unwrap();
     let out = iolab(&["--db", s(&db), "sweep", s(&grid)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("`cmdq.no_such_knob`"),
+        stderr(&out).contains("`iommu.no_such_knob`"),
         "{}",
         stderr(&out)
     );
@@ -245,7 +222,7 @@ fn bad_grids_and_shards_are_refused_with_exit_2() {
         assert!(stderr(&out).contains("--shard"), "{}", stderr(&out));
     }
     let typo = dir.join("typo.toml");
-    std::fs::write(&typo, "scenario = \"smmuv3-cmdq\"\naxes = []\n").unwrap();
+    std::fs::write(&typo, "scenario = \"fio-sas-lockfree\"\naxes = []\n").unwrap();
     let out = iolab(&["--db", s(&db), "sweep", s(&typo)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("axes"), "{}", stderr(&out));
@@ -254,6 +231,17 @@ fn bad_grids_and_shards_are_refused_with_exit_2() {
     let out = iolab(&["--db", s(&db), "sweep", s(&missing)]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("nowhere.toml"), "{}", stderr(&out));
+    // An experiment file is a table of scenarios, not a base: the error says how to sweep
+    // one of its cells.
+    let exp = dir.join("experiment-base.toml");
+    std::fs::write(&exp, "scenario = \"smmuv3-cmdq\"\n").unwrap();
+    let out = iolab(&["--db", s(&db), "sweep", s(&exp)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("experiment file") && err.contains("--emit-scenarios"),
+        "{err}"
+    );
     assert!(!db.exists());
 }
 
@@ -264,7 +252,7 @@ fn a_value_the_scenario_rejects_fails_the_point_with_exit_2() {
     std::fs::write(
         &grid,
         format!(
-            "scenario = \"smmuv3-cmdq\"\n{SHORT}\n[[axis]]\nfield = \"rows[0].fio.iodepth\"\n\
+            "scenario = \"{BASE}\"\n{SHORT}\n[[axis]]\nfield = \"workload.iodepth\"\n\
              values = [\"deep\"]\n"
         ),
     )

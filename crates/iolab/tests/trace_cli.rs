@@ -1,4 +1,5 @@
-//! `iolab trace` on the bundled experiment scenarios and workload scenarios (files and
+//! `iolab trace` on the bundled experiment scenarios, the cells of experiment files (written
+//! by `iolab reproduce --emit-scenarios`) and workload scenarios (files and
 //! `--example NAME`): the trace-event JSON is checked
 //! strictly in Rust (shape, metadata, per-thread nesting, expected tracks and slice names)
 //! and, where python3 with the `perfetto` package and its trace processor are available,
@@ -36,6 +37,20 @@ fn trace(scenario: &str, out: &Path, extra: &[&str]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{scenario}: {err}");
     err
+}
+
+/// Writes the cells of bundled experiment file `name` under `dir` (`iolab reproduce NAME
+/// --emit-scenarios DIR`) and gives the path of cell `cell`'s scenario.
+fn emitted_cell(dir: &Path, name: &str, cell: &str) -> PathBuf {
+    let o = iolab()
+        .args(["--no-db", "reproduce", name, "--emit-scenarios"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let path = dir.join(name).join(format!("{cell}.toml"));
+    assert!(path.is_file(), "{} was not written", path.display());
+    path
 }
 
 /// Microseconds with three decimals back to integer nanoseconds.
@@ -186,12 +201,14 @@ fn check(text: &str) -> Summary {
 fn smmuv3_trace_has_cpu_iommu_and_device_tracks() {
     let dir = tmpdir("smmuv3");
     let out = dir.join("t.json");
-    let err = trace("smmuv3-cmdq.toml", &out, &["--max-events", "30000"]);
+    // The smmuv3-cmdq experiment's first cell: the SAS array with the spinlock command
+    // queue on 64 CPUs (an absolute path: `trace` joins it unchanged).
+    let cell = emitted_cell(&dir, "smmuv3-cmdq", "d05_sas8.spinlock");
+    let err = trace(cell.to_str().unwrap(), &out, &["--max-events", "30000"]);
     assert!(err.contains("raise --max-events"), "the cap was hit: {err}");
     let text = std::fs::read_to_string(&out).unwrap();
     let s = check(&text);
     assert_eq!(s.total, 30_000, "exactly the cap is kept");
-    // The first configuration: d05_sas8 with the spinlock command queue on 64 CPUs.
     let cpus = s.threads_of("sim 1: CPUs");
     assert_eq!(cpus.len(), 64, "a track per CPU");
     assert!(cpus.contains(&"cpu 63".to_owned()));
@@ -212,7 +229,10 @@ fn smmuv3_trace_has_cpu_iommu_and_device_tracks() {
         BTreeSet::from(["consume".to_owned()])
     );
     let queues = s.threads_of("sim 1: devices");
-    assert!(queues.iter().any(|q| q.starts_with("sas cq")), "{queues:?}");
+    assert!(
+        queues.iter().any(|q| q.starts_with("sas0 cq")),
+        "{queues:?}"
+    );
     assert_eq!(
         s.names_on("sim 1: devices"),
         BTreeSet::from(["read".to_owned()])
@@ -454,11 +474,12 @@ fn perfetto_trace_processor_loads_the_trace() {
     println!("{}", String::from_utf8_lossy(&probe.stdout).trim());
     // An experiment and a workload scenario; the trace processor must find every slice,
     // the named slices and the queue tracks.
+    let cell = emitted_cell(&dir, "smmuv3-cmdq", "d05_sas8.spinlock");
     for (scenario, names, threads) in [
         (
-            "smmuv3-cmdq.toml",
+            cell.to_str().unwrap(),
             "dma unmap,cmdq issue,cmdq sync wait",
-            &["cpu 0", "cmdq consumer", "sas cq"][..],
+            &["cpu 0", "cmdq consumer", "sas0 cq0"][..],
         ),
         (
             "examples/fio-nvme-strict.toml",

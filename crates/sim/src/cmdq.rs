@@ -1,6 +1,6 @@
 //! The SMMUv3 command queue in virtual time: the timing model every SMMUv3 DMA path of the
-//! lab issues its invalidations through (the `smmuv3-cmdq` experiment, the lab's block and
-//! protection paths, the hostile workload).
+//! lab issues its invalidations through (the lab's block stack, on which the `smmuv3-cmdq` experiment
+//! runs, its protection paths, the hostile workload).
 //!
 //! The functional queue of `iolab_iommu::smmuv3` builds the commands and counts the
 //! commands written and the PROD writes ([`QueueWork`]); `SimCmdq` gives them their
@@ -55,16 +55,6 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The mode whose [`Mode::id`] is `s`; `none` is an alias of `off`.
-    pub(crate) fn parse(s: &str) -> Option<Mode> {
-        Some(match s {
-            "spinlock" => Mode::Spinlock,
-            "lockfree" => Mode::LockFree,
-            "off" | "none" => Mode::Off,
-            _ => return None,
-        })
-    }
-
     /// The id used in figure and effect names.
     pub fn id(self) -> &'static str {
         match self {
@@ -372,25 +362,6 @@ impl SimCmdq {
     /// [`SyncWait::Msi`]).
     pub(crate) fn with_sync_wait(mut self, wait: SyncWait) -> Self {
         self.sync_wait = wait;
-        self
-    }
-
-    /// The same queue with the profile's `iommu.cmdq.sync_latency` replaced by `ns`.
-    pub(crate) fn with_sync_latency(mut self, ns: u64) -> Self {
-        self.sync_ns = ns;
-        self
-    }
-
-    /// The same queue with the profile's `iommu.cmdq.command_consume` replaced by `ns`.
-    pub(crate) fn with_command_consume(mut self, ns: u64) -> Self {
-        self.consume_ns = ns;
-        self
-    }
-
-    /// The same queue with the profile's `mmio.read` (a poll of CONS) replaced by `ns`
-    /// (at least 1).
-    pub(crate) fn with_mmio_read(mut self, ns: u64) -> Self {
-        self.mmio_read_ns = ns.max(1);
         self
     }
 
@@ -730,14 +701,6 @@ impl SimCmdq {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn none_is_an_alias_of_off() {
-        assert_eq!(Mode::parse("none"), Some(Mode::Off));
-        assert_eq!(Mode::parse("off"), Some(Mode::Off));
-        assert_eq!(Mode::Off.id(), "off");
-        assert_eq!(Mode::parse("nope"), None);
-    }
 
     /// Closed loop: `k` CPUs each reserve, do `think` ns of other work, reserve again.
     /// Returns (attempts, reservations, reservations per second in total).

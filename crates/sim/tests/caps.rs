@@ -4,7 +4,8 @@
 use iolab_sim::cost::{
     PlatformProfile, MAX_BANDWIDTH_GB_PER_S, MAX_CLOCK_GHZ, MAX_CORES, MAX_COST_VALUE,
 };
-use iolab_sim::experiments::{self, ipmmu_usb, sba_vmerge, smmuv3_cmdq};
+use iolab_sim::experiments::{self, ipmmu_usb, sba_vmerge};
+use iolab_sim::reproduce::{bundled, data::MAX_CELLS, Experiment};
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(text.matches(from).count(), 1, "`{from}` occurs once");
@@ -29,31 +30,29 @@ fn bundled_scenarios_are_within_every_cap() {
 }
 
 #[test]
-fn smmuv3_cmdq_caps_rows_and_modes() {
-    let base = smmuv3_cmdq::BUNDLED_SCENARIO;
-    let at = base.find("[[rows]]").expect("a row");
-    let one_row_end = base[at + 8..]
-        .find("[[rows]]")
-        .map_or(base.len(), |i| at + 8 + i);
-    let row = &base[at..one_row_end];
-    let mut many = base.to_owned();
-    for _ in 0..smmuv3_cmdq::MAX_ROWS {
-        many.push('\n');
-        many.push_str(row);
+fn bundled_experiment_files_are_within_every_cap() {
+    for name in bundled::names() {
+        let text = bundled::text(name).unwrap();
+        Experiment::parse(text, &bundled::origin(name)).expect("bundled experiment is valid");
     }
-    rejected(
-        smmuv3_cmdq::NAME,
-        &many,
-        "rows",
-        &smmuv3_cmdq::MAX_ROWS.to_string(),
-    );
+}
 
-    let modes = replace_once(
-        base,
-        "modes = [\"spinlock\", \"lockfree\", \"off\"]",
-        "modes = [\"spinlock\", \"lockfree\", \"off\", \"spinlock\"]",
+#[test]
+fn experiment_files_cap_their_cells() {
+    let base = bundled::text("smmuv3-cmdq").unwrap();
+    // One more row with every column than the cap allows: 3 cells a row.
+    let mut many = base.to_owned();
+    for i in 0..MAX_CELLS / 3 + 1 {
+        many.push_str(&format!("\n[[rows]]\nid = \"extra{i}\"\n"));
+    }
+    let e = Experiment::parse(&many, "capped.toml").expect_err("over the cap");
+    assert!(e.is_bad_input(), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("capped.toml") && msg.contains("rows"), "{msg}");
+    assert!(
+        msg.contains(&MAX_CELLS.to_string()) && msg.contains("MAX_CELLS"),
+        "{msg}"
     );
-    rejected(smmuv3_cmdq::NAME, &modes, "modes", "1 to 3 modes");
 }
 
 #[test]

@@ -22,7 +22,8 @@ use iolab_sim::cost::{CpuCostModel, PlatformProfile};
 use iolab_sim::devices::nvme::{Nvme, NvmeParams};
 use iolab_sim::engine::{Ctx, Handle};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
-use iolab_sim::experiments::{ipmmu_usb, sba_vmerge, smmuv3_cmdq};
+use iolab_sim::experiments::{ipmmu_usb, sba_vmerge};
+use iolab_sim::reproduce::{bundled, Experiment};
 use iolab_sim::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, RwPattern, SharedStats,
 };
@@ -32,22 +33,20 @@ use iolab_sim::{Account, RunReport, Sim, SimConfig, SimDuration, SimTime};
 // Determinism on a bundled experiment
 // ---------------------------------------------------------------------------------------------
 
-/// The bundled smmuv3-cmdq scenario (SAS and NVMe rows, three queue designs) with 8 ms
-/// measured windows.
-fn short_cmdq() -> String {
-    smmuv3_cmdq::BUNDLED_SCENARIO.replace(
-        "runtime_ms = 50, ramp_ms = 10",
-        "runtime_ms = 8, ramp_ms = 1",
-    )
+/// The bundled smmuv3-cmdq experiment file (SAS and NVMe rows, three queue designs) with
+/// 8 ms measured windows.
+fn short_cmdq() -> Experiment {
+    let text = bundled::text("smmuv3-cmdq")
+        .expect("bundled")
+        .replace("runtime_ms = 50", "runtime_ms = 8")
+        .replace("ramp_ms = 10", "ramp_ms = 1");
+    Experiment::parse(&text, "short.toml").expect("the shortened experiment file parses")
 }
 
 fn cmdq_report(seed: u64) -> ExperimentReport {
-    smmuv3_cmdq::run_scenario(
-        &short_cmdq(),
-        "short.toml",
-        &ExperimentOptions { runs: 1, seed },
-    )
-    .expect("the shortened bundled scenario runs")
+    short_cmdq()
+        .run(&ExperimentOptions { runs: 1, seed })
+        .expect("the shortened bundled experiment runs")
 }
 
 #[test]

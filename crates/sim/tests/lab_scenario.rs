@@ -246,7 +246,7 @@ fn syntax_errors_give_the_line() {
 #[test]
 fn experiment_files_are_told_apart() {
     assert!(lab::is_experiment_scenario(
-        iolab_sim::experiments::smmuv3_cmdq::BUNDLED_SCENARIO
+        iolab_sim::reproduce::bundled::text("smmuv3-cmdq").expect("bundled")
     ));
     assert!(!lab::is_experiment_scenario(&base()));
 }

@@ -1,19 +1,19 @@
 //! The lab's own speed: how many simulated I/Os the deterministic lab runs per second of host
 //! time, and how much host memory a large simulated machine takes.
 //!
-//! Each row runs the smmuv3-cmdq experiment's machinery unchanged (fio 4 KiB random reads on
-//! one NVMe SSD, every I/O mapped and unmapped through a strict `dma::Domain` with an LPAE
-//! table, the Linux IOVA tree behind per-CPU magazines, and the lock-free SMMUv3 command
-//! queue, on the HiSilicon D05 profile), through its public `run_results` entry point with a
-//! generated one-row scenario: one fio job per virtual CPU, iodepth 32. A short pilot run
+//! Each row runs the smmuv3-cmdq experiment's `d05_nvme.lockfree` cell (fio 4 KiB random
+//! reads on one NVMe SSD, every I/O mapped and unmapped through a strict SMMUv3 domain with
+//! an LPAE table, the Linux IOVA tree behind per-CPU magazines, and the lock-free SMMUv3
+//! command queue, on the HiSilicon D05 profile) through the lab (`lab::validate` and
+//! `lab::run`, as `iolab run` does), the cell's scenario taken from the bundled experiment
+//! file and scaled: one fio job per virtual CPU, iodepth 32. A short pilot run
 //! measures the simulated I/O rate so that the timed run simulates about the requested
 //! number of I/Os whatever the CPU count. The engine is single-threaded, so host time is the
 //! on-CPU time of the running thread (`utime + stime` of /proc/thread-self/stat, 10 ms
 //! ticks), which does not count time the loaded host gave to other processes; the wall
 //! time is reported beside it.
 //!
-//! One more row, `sim/fio-nvme-strict/64`, measures the path users' own scenarios take
-//! (`iolab run`: the lab's block stack of `iolab_sim::lab`, not the experiment's): the bundled
+//! One more row, `sim/fio-nvme-strict/64`, measures a user's scenario on the same path: the bundled
 //! example `fio-nvme-strict` scaled to 64 virtual CPUs and 64 fio jobs, run through the same
 //! `lab::validate` and `lab::run` that `iolab run` calls, for 600 ms of virtual time (60 ms
 //! when quick; about 470,000 and 52,000 simulated I/Os).
@@ -21,12 +21,15 @@
 use std::time::Instant;
 
 use iolab_iommu::mem::PhysMemory;
-use iolab_sim::experiment::ExperimentOptions;
-use iolab_sim::experiments::smmuv3_cmdq;
 use iolab_sim::lab::{self, LabOptions};
+use iolab_sim::reproduce::{bundled, Experiment};
+use iolab_sim::tomlpatch;
 
 /// The scenario name used in the row names.
 pub const SCENARIO: &str = "nvme-randread-strict";
+
+/// The bundled experiment and its cell the rows scale.
+pub const CELL: (&str, &str) = ("smmuv3-cmdq", "d05_nvme.lockfree");
 
 /// Virtual CPU counts the rows are run at.
 pub const CPU_COUNTS: [usize; 4] = [1, 16, 64, 256];
@@ -74,21 +77,32 @@ impl SimFigure {
     }
 }
 
-/// The generated one-row scenario: the bundled scenario's parameter sections and one NVMe
-/// row with `cpus` virtual CPUs, one job per CPU.
-fn scenario(cpus: usize, runtime_ms: u64) -> String {
-    let bundled = smmuv3_cmdq::BUNDLED_SCENARIO;
-    let params = bundled.split("[[rows]]").next().unwrap_or(bundled);
-    let params = params.replace(
-        "calibrated_from = \"d05_sas8\"",
-        "calibrated_from = \"lab\"",
-    );
-    format!(
-        "{params}[[rows]]\nid = \"lab\"\nlabel = \"lab speed\"\nplatform = \"hisilicon-d05\"\n\
-         device = \"nvme\"\ncpus = {cpus}\nmodes = [\"lockfree\"]\n\
-         fio = {{ rw = \"randread\", bs = 4096, iodepth = 32, numjobs = {cpus}, first_cpu = 0, \
-         runtime_ms = {runtime_ms}, ramp_ms = 1, size_gib = 100, source = \"iolab bench: lab speed\" }}\n"
-    )
+/// The scenario of [`CELL`] with `cpus` virtual CPUs, one fio job per CPU, `runtime_ms`
+/// measured after a 1 ms ramp.
+fn scenario(cpus: usize, runtime_ms: u64) -> Result<String, String> {
+    let (name, cell_id) = CELL;
+    let text = bundled::text(name).ok_or_else(|| format!("no bundled experiment {name}"))?;
+    let e = Experiment::parse(text, &bundled::origin(name)).map_err(|e| e.to_string())?;
+    let cell = e
+        .file
+        .cells()
+        .into_iter()
+        .find(|c| c.id == cell_id)
+        .ok_or_else(|| format!("experiment {name} has no cell {cell_id}"))?;
+    let mut t = e.cell_table(&cell, 1).map_err(|e| e.to_string())?;
+    for (path, v) in [
+        ("machine.cpus", cpus as u64),
+        ("workload.numjobs", cpus as u64),
+        ("workload.first_cpu", 0),
+        ("workload.runtime_ms", runtime_ms),
+        ("workload.ramp_ms", 1),
+    ] {
+        let steps = tomlpatch::parse_path(path)?;
+        tomlpatch::set_field(&mut t, &steps, toml::Value::Integer(v as i64), true)
+            .map_err(|e| format!("{name} cell {cell_id}: {path}: {e}"))?;
+    }
+    t.insert("name".into(), toml::Value::String("lab-speed".into()));
+    toml::to_string(&t).map_err(|e| e.to_string())
 }
 
 /// This thread's CPU time (user + system) so far, from `CLOCK_THREAD_CPUTIME_ID` (nanosecond
@@ -118,18 +132,30 @@ struct Run {
 /// Runs the scenario once. The CPU seconds fall back to the wall seconds if the thread CPU clock
 /// cannot be read.
 fn run_once(cpus: usize, runtime_ms: u64) -> Result<Run, String> {
-    let text = scenario(cpus, runtime_ms);
-    let options = ExperimentOptions { runs: 1, seed: 1 };
+    let text = scenario(cpus, runtime_ms)?;
+    let scenario =
+        lab::validate(&text, "iolab bench (scaled cell)", None).map_err(|e| e.to_string())?;
     let cpu0 = thread_cpu();
     let start = Instant::now();
-    let res = smmuv3_cmdq::run_results(&text, "iolab bench (generated)", &options)
-        .map_err(|e| e.to_string())?;
+    let run = lab::run(
+        &scenario,
+        &LabOptions {
+            runs: 1,
+            seed: Some(1),
+        },
+    )
+    .map_err(|e| e.to_string())?;
     let wall = start.elapsed().as_secs_f64();
     let cpu = thread_cpu_secs_since(cpu0, wall);
-    let cell = res.cells.first();
+    let window_iops = run
+        .report
+        .measurements
+        .first()
+        .and_then(|m| m.get("read.iops"))
+        .map_or(0.0, |m| m.value);
     Ok(Run {
-        ios: cell.map_or(0, |c| c.dma.maps),
-        window_iops: cell.map_or(0.0, |c| c.iops),
+        ios: run.dma_maps.unwrap_or(0),
+        window_iops,
         cpu_secs: cpu,
         wall_secs: wall,
     })
@@ -261,6 +287,11 @@ mod tests {
 
     #[test]
     fn the_generated_scenario_runs_and_counts_ios() {
+        let text = scenario(4, 2).expect("the cell scales");
+        let t: toml::Table = text.parse().expect("TOML");
+        assert_eq!(t["machine"]["cpus"].as_integer(), Some(4));
+        assert_eq!(t["workload"]["numjobs"].as_integer(), Some(4));
+        assert_eq!(t["iommu"]["cmdq"].as_str(), Some("lockfree"));
         let f = run_row(4, 500, false).expect("runs");
         assert!(f.ios >= 100, "{f:?}");
         assert!(f.ns_per_io > 0.0 && f.ios_per_host_sec > 0.0);

@@ -1,4 +1,6 @@
-//! The four published experiments of SEEDS.md, re-run in the lab.
+//! The published experiments of SEEDS.md still run by programs of their own (the others are
+//! experiment files, [`crate::reproduce`]; [`crate::reproduce::default_names`] lists all of
+//! them in order).
 //!
 //! Each module owns its scenario file (bundled from `scenarios/`), its published figures
 //! (yardsticks only: no model reads them), its runs and its report in the original format.
@@ -13,7 +15,6 @@ pub mod ipmmu_usb;
 pub mod protection;
 pub mod pseries_ddw;
 pub mod sba_vmerge;
-pub mod smmuv3_cmdq;
 
 use crate::cost::CostError;
 use crate::experiment::{ExperimentOptions, ExperimentReport};
@@ -24,7 +25,7 @@ use crate::SimError;
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
     /// No experiment has this name.
-    #[error("Unknown experiment `{name}`: expected one of {}", all_names())]
+    #[error("Unknown experiment `{name}`: expected one of {}", crate::reproduce::all_names().join(", "))]
     UnknownName {
         /// The name asked for.
         name: String,
@@ -68,14 +69,10 @@ impl ExperimentError {
     }
 }
 
-/// Names of the published experiments, in the order `iolab reproduce` runs them when no
-/// name is given.
-pub const NAMES: [&str; 4] = [
-    ipmmu_usb::NAME,
-    smmuv3_cmdq::NAME,
-    sba_vmerge::NAME,
-    pseries_ddw::NAME,
-];
+/// Names of the published experiments still run by their own modules (the order
+/// `iolab reproduce` runs every published experiment in is
+/// [`crate::reproduce::default_names`]'s).
+pub const NAMES: [&str; 3] = [ipmmu_usb::NAME, sba_vmerge::NAME, pseries_ddw::NAME];
 
 /// Experiments of the lab's own (no published figures) that run only when named.
 pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
@@ -100,7 +97,7 @@ pub fn is_known(name: &str) -> bool {
     NAMES.contains(&name) || EXTRA_NAMES.contains(&name)
 }
 
-/// Every experiment name, published first: for error messages.
+/// Every experiment name run by a module of its own, published first.
 pub fn all_names() -> String {
     NAMES
         .iter()
@@ -114,7 +111,6 @@ pub fn all_names() -> String {
 pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
     Ok(match name {
         ipmmu_usb::NAME => ipmmu_usb::BUNDLED_SCENARIO,
-        smmuv3_cmdq::NAME => smmuv3_cmdq::BUNDLED_SCENARIO,
         sba_vmerge::NAME => sba_vmerge::BUNDLED_SCENARIO,
         pseries_ddw::NAME => pseries_ddw::BUNDLED_SCENARIO,
         protection::NAME => protection::BUNDLED_SCENARIO,
@@ -131,7 +127,6 @@ pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
 pub fn validate_scenario(name: &str, text: &str, origin: &str) -> Result<(), ExperimentError> {
     match name {
         ipmmu_usb::NAME => ipmmu_usb::validate_scenario(text, origin),
-        smmuv3_cmdq::NAME => smmuv3_cmdq::validate_scenario(text, origin),
         sba_vmerge::NAME => sba_vmerge::validate_scenario(text, origin),
         pseries_ddw::NAME => pseries_ddw::validate_scenario(text, origin),
         _ => Err(ExperimentError::UnknownName {
@@ -149,7 +144,6 @@ pub fn run_scenario(
 ) -> Result<ExperimentReport, ExperimentError> {
     match name {
         ipmmu_usb::NAME => ipmmu_usb::run_scenario(text, origin, options),
-        smmuv3_cmdq::NAME => smmuv3_cmdq::run_scenario(text, origin, options),
         sba_vmerge::NAME => sba_vmerge::run_scenario(text, origin, options),
         pseries_ddw::NAME => pseries_ddw::run_scenario(text, origin, options),
         protection::NAME => protection::run_scenario(text, origin, options),

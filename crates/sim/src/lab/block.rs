@@ -37,7 +37,7 @@ use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cmdq::SimCmdq;
 use crate::cost::CpuCostModel;
-use crate::devices::nvme::Nvme;
+use crate::devices::nvme::{Nvme, Post};
 use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::devices::{BlockDev, BlockIo, DeviceDma};
@@ -115,6 +115,13 @@ pub(crate) struct DmaCounters {
     pub device_write_bytes: u64,
     /// DMA segments the devices were handed (after the DMA layer's merging).
     pub dma_segments: u64,
+    /// Interrupts the devices raised (one per completion unless an NVMe device coalesces).
+    pub interrupts: u64,
+    /// Interrupt handler runs (one handler entry each; a run drains every completion
+    /// queued on its vector, so there are at most as many as interrupts).
+    pub irq_handler_runs: u64,
+    /// Completions the handlers processed (one per I/O).
+    pub completions: u64,
 }
 
 /// One IOMMU instance (an SMMU or DMAR unit) of the stack: its DMA path (its own domain,
@@ -158,6 +165,9 @@ pub(super) struct Stack {
     devs: Vec<BlockDev>,
     /// Per device, per interrupt vector: the completions it delivers.
     vectors: Vec<Vec<Channel<InFlight>>>,
+    /// Per device, per interrupt vector: completions an NVMe device posted but whose
+    /// interrupt its Interrupt Coalescing holds back (empty without coalescing).
+    held: Vec<Vec<RefCell<Vec<InFlight>>>>,
     device: Device,
     k: BlockKernel,
     mmio_write_ns: u64,
@@ -337,7 +347,7 @@ impl Stack {
     /// and locks, the driver and doorbell, the device's translated DMA, and the device's
     /// completion sent to its vector. One `async fn` for fio's requests and block commands
     /// (one state machine to poll through, not two nested ones).
-    async fn submit(&self, ctx: &Ctx, sub: Submission) -> Result<(), String> {
+    async fn submit(self: &Rc<Self>, ctx: &Ctx, sub: Submission) -> Result<(), String> {
         let cpu = ctx.cpu().id();
         ctx.cpu()
             .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
@@ -439,17 +449,58 @@ impl Stack {
             at.saturating_sub(now),
             &[("bytes", io.len)],
         );
-        let vecs = &self.vectors[devno];
-        let chan = vecs[vector % vecs.len()].clone();
+        let vector = vector % self.vectors[devno].len();
         let item = InFlight { done, mapping };
         // The device's completion at `at`: a timer callback, the same run as an agent that
         // sleeps until `at` and sends (see `Handle::call_at`) without a task per I/O.
+        let stack = self.clone();
         self.h
             .call_at(SimTime::from_ns(at), move || {
-                let _ = chan.send(item);
+                stack.post_completion(devno, vector, item)
             })
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
+    }
+
+    /// Device `devno` posts a completion on its vector `vector`: the interrupt is raised
+    /// now, or, on an NVMe device with Interrupt Coalescing (feature 08h), held until the
+    /// aggregation threshold or time ([`Nvme::post_completion`]).
+    fn post_completion(self: &Rc<Self>, devno: usize, vector: usize, item: InFlight) {
+        let nvme = match &self.devs[devno] {
+            BlockDev::Nvme(d) if d.coalescing().is_active() => d,
+            _ => return self.interrupt(devno, vector, Some(item)),
+        };
+        match nvme.post_completion(vector, self.h.now().as_ns()) {
+            Post::Interrupt => self.interrupt(devno, vector, Some(item)),
+            Post::Hold => self.held[devno][vector].borrow_mut().push(item),
+            Post::ArmTimer { at, token } => {
+                self.held[devno][vector].borrow_mut().push(item);
+                let stack = self.clone();
+                let armed = self.h.call_at(SimTime::from_ns(at), move || {
+                    if let BlockDev::Nvme(d) = &stack.devs[devno] {
+                        if d.timer_expired(vector, token) {
+                            stack.interrupt(devno, vector, None);
+                        }
+                    }
+                });
+                if let Err(e) = armed {
+                    self.fail(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Raises vector `vector` of device `devno`: the completions coalescing held, then
+    /// `item`, go to its handler.
+    fn interrupt(&self, devno: usize, vector: usize, item: Option<InFlight>) {
+        self.counters.borrow_mut().interrupts += 1;
+        let chan = &self.vectors[devno][vector];
+        for f in self.held[devno][vector].borrow_mut().drain(..) {
+            let _ = chan.send(f);
+        }
+        if let Some(f) = item {
+            let _ = chan.send(f);
+        }
     }
 
     /// `dma_map_single` of `len` bytes at `pa` on `ctx`'s CPU, charged as the fio path charges
@@ -606,11 +657,13 @@ impl Stack {
         let u = self.unit(dev);
         loop {
             let first = chan.recv(&ctx).await;
+            self.counters.borrow_mut().irq_handler_runs += 1;
             ctx.cpu()
                 .spend(SimDuration::ns(self.k.irq_entry_ns), Account::System)
                 .await;
             let mut next = Some(first);
             while let Some(f) = next {
+                self.counters.borrow_mut().completions += 1;
                 // The completion of one I/O (inline rather than an `async fn`: one state
                 // machine less to poll through on every wake-up).
                 ctx.cpu()
@@ -708,6 +761,9 @@ pub(crate) struct FioRun {
     pub iotlb: bool,
     /// The IOVA tree's lock over the measured window: (acquisitions, contended).
     pub tree_lock: (u64, u64),
+    /// The SMMUv3 spinlock command queue's lock over the measured window, summed over the
+    /// instances: (acquisitions, contended, total wait ns); zeros for other queues.
+    pub cmdq_lock: (u64, u64, u64),
     /// The measured window's two halves, for the steady-state check.
     pub halves: WindowHalves,
     /// The protection report over the whole run.
@@ -802,8 +858,8 @@ pub(super) fn start_stack(
             .iter()
             .map(|p| {
                 (
-                    BlockDev::Nvme(Nvme::new(*p)),
-                    (0..p.io_queues).map(|q| q % s.cpus).collect(),
+                    BlockDev::Nvme(Nvme::new(p.params).with_coalescing(p.coalescing)),
+                    (0..p.params.io_queues).map(|q| q % s.cpus).collect(),
                 )
             })
             .unzip(),
@@ -852,6 +908,10 @@ pub(super) fn start_stack(
         vectors: vector_cpus
             .iter()
             .map(|v| v.iter().map(|_| Channel::new(&h, inflight_cap)).collect())
+            .collect(),
+        held: vector_cpus
+            .iter()
+            .map(|v| v.iter().map(|_| RefCell::new(Vec::new())).collect())
             .collect(),
         device,
         k: s.kernel,
@@ -928,6 +988,10 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
             (n + n1, c + c1)
         })
     };
+    let cmdq_lock = (0..stack.units.len()).fold((0, 0, 0), |(n, c, w), k| {
+        let (n1, c1, w1) = lock_window_wait(&before, &after, &cmdq_lock_name(k));
+        (n + n1, c + c1, w + w1)
+    });
     Ok(FioRun {
         job,
         stats: g,
@@ -936,6 +1000,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         dma,
         iotlb: cmdq.is_some(),
         tree_lock: tree_window(&before, &after),
+        cmdq_lock,
         halves: WindowHalves {
             ios: [ios_first, ios_total.saturating_sub(ios_first)],
             inflight: u64::from(f.iodepth) * u64::from(f.numjobs),
@@ -1068,13 +1133,39 @@ pub(crate) fn run_bonnie(
 
 /// Acquisitions and contended acquisitions of spin lock `name` between two reports.
 pub(super) fn lock_window(before: &RunReport, after: &RunReport, name: &str) -> (u64, u64) {
+    let (a, c, _) = lock_window_wait(before, after, name);
+    (a, c)
+}
+
+/// Acquisitions, contended acquisitions and total wait (ns) of spin lock `name` between two
+/// reports (zeros for a lock the run does not have).
+pub(super) fn lock_window_wait(
+    before: &RunReport,
+    after: &RunReport,
+    name: &str,
+) -> (u64, u64, u64) {
     let get = |r: &RunReport| {
-        r.spin_lock(name)
-            .map_or((0, 0), |l| (l.acquisitions, l.contended))
+        r.spin_lock(name).map_or((0, 0, 0), |l| {
+            (l.acquisitions, l.contended, l.wait_total_ns)
+        })
     };
-    let (a0, c0) = get(before);
-    let (a1, c1) = get(after);
-    (a1.saturating_sub(a0), c1.saturating_sub(c0))
+    let (a0, c0, w0) = get(before);
+    let (a1, c1, w1) = get(after);
+    (
+        a1.saturating_sub(a0),
+        c1.saturating_sub(c0),
+        w1.saturating_sub(w0),
+    )
+}
+
+/// The engine name of IOMMU instance `k`'s spinlock command-queue lock (as
+/// `SimCmdq::new_tagged` names it).
+fn cmdq_lock_name(k: usize) -> String {
+    if k == 0 {
+        "cmdq_lock".to_owned()
+    } else {
+        format!("cmdq_lock#{k}")
+    }
 }
 
 /// The profile's spinlock costs: an uncontended acquire and release, and the hand-off of

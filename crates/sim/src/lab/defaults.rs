@@ -1,8 +1,7 @@
 //! Defaults of every optional scenario field, each with its source (a citation, or an
-//! assumption with its reasoning). Most come from the bundled experiment scenarios
-//! (scenarios/smmuv3-cmdq.toml, scenarios/ipmmu-usb.toml), where they are argued, and are
-//! copied here with their sources: the lab reads no experiment file for its USB and bonnie
-//! defaults. docs/SCENARIOS.md lists them all.
+//! assumption with its reasoning), copied here from the experiments where they are argued
+//! (scenarios/experiments/*.toml and docs/model/*.md): the lab reads no experiment file.
+//! docs/SCENARIOS.md lists them all.
 //!
 //! Each constant is `(value, source)`.
 
@@ -30,7 +29,7 @@ pub const CMDQ: Sourced<&str> = (
 /// `iommu.cmdq_log2size`.
 pub const CMDQ_LOG2SIZE: Sourced<u32> = (
     8,
-    "RESEARCH.md [src]: the pre-2019 Linux driver's queue of 256 entries (scenarios/smmuv3-cmdq.toml)",
+    "RESEARCH.md [src]: the pre-2019 Linux driver's queue of 256 entries; the functional ring uses the same size (as scenarios/experiments/smmuv3-cmdq.toml)",
 );
 /// `iommu.cmdq_batch_max`.
 pub const CMDQ_BATCH_MAX: Sourced<u32> = (
@@ -51,28 +50,28 @@ pub const FLUSH_TIMEOUT_MS: Sourced<u64> = (
 /// `kernel.block_submit_ns`.
 pub const BLOCK_SUBMIT_NS: Sourced<u64> = (
     2500,
-    "assumption (scenarios/smmuv3-cmdq.toml): io_submit per iocb: aio set-up, direct-I/O bio build, blk-mq tag and request set-up, ~6000 cycles on Cortex-A72",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): io_submit per iocb: aio set-up, direct-I/O bio build, blk-mq tag and request set-up, ~6000 cycles on Cortex-A72",
 );
 /// `kernel.block_complete_ns`.
 pub const BLOCK_COMPLETE_NS: Sourced<u64> = (
     6450,
-    "scenarios/smmuv3-cmdq.toml, calibrated there against one no-IOMMU row: request completion, bio end, aio completion and wake-up of the fio thread",
+    "fitted in an earlier calibration of the smmuv3-cmdq experiment against its no-IOMMU SAS row (918K IOPS on D05; docs/model/smmuv3-cmdq.md, session 2), since superseded there by a fitted hisi_sas hba_command_ns, the experiment setting 3000 (scenarios/experiments/smmuv3-cmdq.toml); kept as the lab default until issue 16's re-fit: request completion, bio end, aio completion and wake-up of the fio thread",
 );
 /// `kernel.irq_entry_ns`.
 pub const IRQ_ENTRY_NS: Sourced<u64> = (
     1000,
-    "assumption (scenarios/smmuv3-cmdq.toml): GICv3 interrupt entry, acknowledge, dispatch and exit, ~2400 cycles",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): GICv3 interrupt entry, acknowledge, dispatch and exit, ~2400 cycles",
 );
 
 /// NVMe `device.io_queues`.
 pub const NVME_IO_QUEUES: Sourced<usize> = (
     64,
-    "assumption (scenarios/smmuv3-cmdq.toml): an enterprise NVMe controller offers at least 64 I/O queue pairs",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): an enterprise NVMe controller offers at least 64 I/O queue pairs",
 );
 /// NVMe `device.max_iops`.
 pub const NVME_MAX_IOPS: Sourced<f64> = (
     770_000.0,
-    "Huawei ES3000 V2 spec sheet: 770K 4 KiB random-read IOPS (scenarios/smmuv3-cmdq.toml)",
+    "Huawei ES3000 V2 PCIe SSD spec sheet (slideplayer.com/slide/10360121): 770K stable 4 KiB random-read IOPS (as scenarios/experiments/smmuv3-cmdq.toml)",
 );
 /// NVMe `device.bandwidth_gb_per_s`.
 pub const NVME_BANDWIDTH_GB_PER_S: Sourced<f64> =
@@ -80,7 +79,7 @@ pub const NVME_BANDWIDTH_GB_PER_S: Sourced<f64> =
 /// NVMe `device.read_latency_us`.
 pub const NVME_READ_LATENCY_US: Sourced<f64> = (
     85.0,
-    "assumption: NAND page read plus controller overhead (scenarios/smmuv3-cmdq.toml)",
+    "assumption: TLC/MLC NAND page read (tR ~60-80 us) plus controller overhead (as scenarios/experiments/smmuv3-cmdq.toml)",
 );
 /// NVMe `device.write_latency_us`.
 pub const NVME_WRITE_LATENCY_US: Sourced<f64> = (
@@ -90,12 +89,19 @@ pub const NVME_WRITE_LATENCY_US: Sourced<f64> = (
 /// NVMe `device.submit_ns`.
 pub const NVME_SUBMIT_NS: Sourced<u64> = (
     600,
-    "assumption (scenarios/smmuv3-cmdq.toml): nvme_queue_rq builds the command and PRP, copies it into the SQ (~1400 cycles); the doorbell is the profile's mmio.write",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_queue_rq builds the command and PRP, copies it into the SQ (~1400 cycles); the doorbell is the profile's mmio.write",
 );
 /// NVMe `device.complete_ns`.
 pub const NVME_COMPLETE_NS: Sourced<u64> = (
     500,
-    "assumption (scenarios/smmuv3-cmdq.toml): nvme_process_cq per entry (~1200 cycles)",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_process_cq per entry (~1200 cycles)",
+);
+
+/// NVMe `device.coalesce_threshold` and `device.coalesce_time_100us`: Interrupt
+/// Coalescing (Set Features, Feature ID 08h) off.
+pub const NVME_COALESCING: Sourced<(u8, u8)> = (
+    (0, 0),
+    "NVMe 1.4 section 5.21.1.8: Interrupt Coalescing (feature 08h) resets to THR 0 and TIME 0, no coalescing; Linux nvme-pci never sets the feature",
 );
 
 /// SAS `device.disks`.
@@ -108,7 +114,7 @@ pub const SAS_COMPLETION_QUEUES: Sourced<usize> = (
 /// SAS `device.hba_command_ns`.
 pub const SAS_HBA_COMMAND_NS: Sourced<f64> = (
     400.0,
-    "assumption (scenarios/smmuv3-cmdq.toml): hisi_sas v2 per-command processing ~0.4 us",
+    "assumption: hisi_sas v2 per-command processing ~0.4 us (the smmuv3-cmdq experiment fits 1089 ns for its D05 array instead, scenarios/experiments/smmuv3-cmdq.toml)",
 );
 /// SAS `device.disk_read_latency_us`.
 pub const SAS_DISK_READ_LATENCY_US: Sourced<f64> = (
@@ -128,12 +134,12 @@ pub const SAS_LINK_GB_PER_S: Sourced<f64> = (1.2, "SAS-3: 12 Gb/s per phy with 8
 /// SAS `device.submit_ns`.
 pub const SAS_SUBMIT_NS: Sourced<u64> = (
     2000,
-    "assumption (scenarios/smmuv3-cmdq.toml): SCSI dispatch, libsas and hisi_sas slot set-up (~4800 cycles)",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): SCSI dispatch, libsas and hisi_sas slot set-up (~4800 cycles)",
 );
 /// SAS `device.complete_ns`.
 pub const SAS_COMPLETE_NS: Sourced<u64> = (
     1500,
-    "assumption (scenarios/smmuv3-cmdq.toml): hisi_sas slot completion and SCSI mid-layer completion (~3600 cycles)",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): hisi_sas slot completion and SCSI mid-layer completion (~3600 cycles)",
 );
 
 /// fio `workload.bs`.
@@ -153,7 +159,7 @@ pub const FIO_RAMP_MS: Sourced<u64> = (
 /// fio `workload.user_ns_per_io`.
 pub const FIO_USER_NS_PER_IO: Sourced<u64> = (
     500,
-    "assumption (scenarios/smmuv3-cmdq.toml): fio's own issue and reap bookkeeping per I/O, ~1200 cycles",
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): fio's own issue and reap bookkeeping per I/O, ~1200 cycles",
 );
 
 /// SBA `iommu.delayed_frees`.

@@ -931,6 +931,32 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 "dma.flush_queue_flushes",
                 "count",
                 out.dma.flush_queue_flushes as f64,
+            ))
+            .metric(Metric::new("dma.maps", "count", out.dma.maps as f64))
+            .metric(Metric::new(
+                "dma.translation_ns",
+                "ns",
+                out.dma.translation_ns,
+            ))
+            .metric(Metric::new(
+                "irq.interrupts",
+                "count",
+                out.dma.interrupts as f64,
+            ))
+            .metric(Metric::new(
+                "irq.handler_runs",
+                "count",
+                out.dma.irq_handler_runs as f64,
+            ))
+            .metric(Metric::new(
+                "irq.completions",
+                "count",
+                out.dma.completions as f64,
+            ))
+            .metric(Metric::new(
+                "irq.per_io",
+                "count",
+                per(out.dma.interrupts as f64, out.dma.completions),
             ));
         m = m
             .metric(Metric::new(
@@ -970,6 +996,13 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                     "iotlb.stale_hits",
                     "count",
                     d.iotlb_stale_hits as f64,
+                ))
+                .metric(Metric::new("iotlb.hits", "count", d.iotlb_hits as f64))
+                .metric(Metric::new("iotlb.misses", "count", d.iotlb_misses as f64))
+                .metric(Metric::new(
+                    "iotlb.walk_reads",
+                    "count",
+                    d.walk_reads as f64,
                 ));
         }
         if let Some(q) = &out.cmdq {
@@ -979,7 +1012,35 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                     "cmdq.sync_wait_ns",
                     "ns",
                     per(q.sync_wait_ns as f64, q.issues),
+                ))
+                .metric(Metric::new("cmdq.issues", "count", q.issues as f64))
+                .metric(Metric::new("cmdq.consumed", "count", q.consumed as f64))
+                .metric(Metric::new("cmdq.syncs", "count", q.syncs as f64))
+                .metric(Metric::new(
+                    "cmdq.piggybacked",
+                    "count",
+                    q.piggybacked as f64,
+                ))
+                .metric(Metric::new("cmdq.batches", "count", q.batches as f64))
+                .metric(Metric::new("cmdq.gathered", "count", q.gathered as f64))
+                .metric(Metric::new(
+                    "cmdq.cas_attempts",
+                    "count",
+                    q.cas_attempts as f64,
+                ))
+                .metric(Metric::new("cmdq.cons_reads", "count", q.cons_reads as f64))
+                .metric(Metric::new(
+                    "cmdq.sync_wait_total_ns",
+                    "ns",
+                    q.sync_wait_ns as f64,
                 ));
+            if !s.iommu.uses_x86_queue() {
+                let (acq, ctd, wait) = out.cmdq_lock;
+                m = m
+                    .metric(Metric::new("lock.cmdq.acquisitions", "count", acq as f64))
+                    .metric(Metric::new("lock.cmdq.contended", "count", ctd as f64))
+                    .metric(Metric::new("lock.cmdq.wait_ns", "ns", wait as f64));
+            }
             if s.iommu.uses_x86_queue() {
                 // VT-d: FSTS reads while polling; AMD-Vi: udelay(1) steps.
                 m = m.metric(Metric::new(

@@ -225,6 +225,10 @@ struct NvmeSpec {
     complete_ns: Option<u64>,
     #[serde(default)]
     iommu_instance: Option<usize>,
+    #[serde(default)]
+    coalesce_threshold: Option<u64>,
+    #[serde(default)]
+    coalesce_time_100us: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -778,7 +782,7 @@ pub struct BlockKernel {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Devices {
     /// NVMe SSDs.
-    Nvme(Vec<crate::devices::nvme::NvmeParams>),
+    Nvme(Vec<NvmeSetup>),
     /// SAS HBAs, each with its disks.
     Sas(Vec<crate::devices::sas::SasParams>),
     /// One USB mass-storage device behind an xHCI.
@@ -787,6 +791,17 @@ pub enum Devices {
     Nic(crate::devices::nic::LinkConfig),
     /// One SCSI/SAS HBA with one rotating disk (re-aim).
     Scsi(Box<ScsiSetup>),
+}
+
+/// A validated NVMe SSD.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NvmeSetup {
+    /// The device class (queues, rated IOPS, bandwidth, media latencies).
+    pub params: crate::devices::nvme::NvmeParams,
+    /// Interrupt Coalescing (Set Features, Feature ID 08h) as the driver set it; off
+    /// (every completion raises its vector's interrupt) unless the scenario sets
+    /// `coalesce_threshold` and `coalesce_time_100us`.
+    pub coalescing: crate::devices::nvme::InterruptCoalescing,
 }
 
 /// A validated SCSI/SAS HBA with its disk ([`crate::devices::scsi`]).
@@ -3135,12 +3150,7 @@ fn kernel(
     })
 }
 
-fn nvme(
-    doc: &TomlDoc<'_>,
-    i: usize,
-    s: &NvmeSpec,
-    cpus: usize,
-) -> Result<crate::devices::nvme::NvmeParams, InputError> {
+fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSetup, InputError> {
     let dev = Fields::new(doc, format!("device[{i}]"));
     let io_queues = dev.int(
         "io_queues",
@@ -3148,7 +3158,40 @@ fn nvme(
         1..=MAX_DEVICE_QUEUES,
         "(cap MAX_DEVICE_QUEUES)",
     )?;
-    Ok(crate::devices::nvme::NvmeParams {
+    // Interrupt Coalescing (feature 08h): both fields or neither.
+    let coalescing = match (s.coalesce_threshold, s.coalesce_time_100us) {
+        (None, None) => crate::devices::nvme::InterruptCoalescing {
+            threshold: d::NVME_COALESCING.0 .0,
+            time_100us: d::NVME_COALESCING.0 .1,
+        },
+        (Some(t), Some(x)) => crate::devices::nvme::InterruptCoalescing {
+            threshold: dev.int(
+                "coalesce_threshold",
+                t,
+                0..=255,
+                "(the feature's 8-bit THR, 0's based)",
+            )? as u8,
+            time_100us: dev.int(
+                "coalesce_time_100us",
+                x,
+                0..=255,
+                "(the feature's 8-bit TIME, 100 us units)",
+            )? as u8,
+        },
+        (Some(_), None) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].coalesce_time_100us"),
+                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].coalesce_threshold"),
+                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+            ))
+        }
+    };
+    let params = crate::devices::nvme::NvmeParams {
         // Linux creates one queue pair per CPU, up to the controller's count.
         io_queues: io_queues.min(cpus),
         max_iops: dev.real(
@@ -3171,7 +3214,8 @@ fn nvme(
             s.write_latency_us.unwrap_or(d::NVME_WRITE_LATENCY_US.0),
             0.0..=1e6,
         )?,
-    })
+    };
+    Ok(NvmeSetup { params, coalescing })
 }
 
 fn sas(

@@ -259,6 +259,12 @@ pub struct TableColumn {
 /// Layouts the report knows.
 pub const LAYOUTS: [&str; 4] = ["figures", "pivot", "percent-list", "bonnie-csv"];
 
+/// Cap on the cells of one experiment file (rows x the columns each runs): every cell's
+/// scenario is built and validated before anything runs. A stated assumption: the
+/// published tables the lab re-runs have tens of cells (smmuv3-cmdq: 7); 1024 leaves room
+/// for a user's sweep-like table while bounding what a parse builds.
+pub const MAX_CELLS: usize = 1024;
+
 /// One cell: a row, and a column when the file has columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CellRef {
@@ -400,6 +406,15 @@ impl ExperimentFile {
         unique(doc, "columns", self.columns.iter().map(|c| c.id.as_str()))?;
         unique(doc, "rows", self.rows.iter().map(|r| r.id.as_str()))?;
         let cells = self.cells();
+        if cells.len() > MAX_CELLS {
+            return Err(doc.field_error(
+                "rows",
+                format!(
+                    "{} cells (rows x their columns): expected at most {MAX_CELLS} (cap MAX_CELLS)",
+                    cells.len()
+                ),
+            ));
+        }
         let cell_ids: Vec<&str> = cells.iter().map(|c| c.id.as_str()).collect();
         let known_cells = || cell_ids.join(", ");
         for (i, f) in self.figures.iter().enumerate() {

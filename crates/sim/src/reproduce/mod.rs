@@ -21,6 +21,41 @@ use crate::tomlpatch;
 
 pub use data::{CellRef, ExperimentFile, PublishedFrom};
 
+/// The published experiments (SEEDS.md), in the order `iolab reproduce` runs them when no
+/// name is given: each is either an experiment file ([`bundled::names`]) or still a module
+/// of its own ([`crate::experiments::NAMES`]). Moving an experiment from one kind to the
+/// other leaves this order alone.
+pub const PUBLISHED_ORDER: [&str; 4] = ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"];
+
+/// The published experiments `iolab reproduce` runs when no name is given, in
+/// [`PUBLISHED_ORDER`]: the bundled experiment files and the experiments still run by
+/// their own modules.
+pub fn default_names() -> Vec<&'static str> {
+    let bundled = bundled::names();
+    PUBLISHED_ORDER
+        .iter()
+        .copied()
+        .filter(|n| bundled.contains(n) || crate::experiments::NAMES.contains(n))
+        .collect()
+}
+
+/// Every experiment name `iolab reproduce` knows: the published ones in order, then the
+/// lab's own ([`crate::experiments::EXTRA_NAMES`], run only when named), then any bundled
+/// experiment file not among them.
+pub fn all_names() -> Vec<&'static str> {
+    let mut out = default_names();
+    for n in crate::experiments::EXTRA_NAMES
+        .iter()
+        .copied()
+        .chain(bundled::names())
+    {
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
 /// Why an experiment file could not be read or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReproduceError {
@@ -140,9 +175,33 @@ impl Experiment {
             base_dir,
         };
         // Every cell's scenario must be one the lab accepts before anything runs.
+        let mut applied = vec![false; e.file.calibrations.len()];
         for cell in e.file.cells() {
-            let table = e.cell_table(&cell, 1)?;
+            let (table, which) = e.build_cell(&cell, 1)?;
             e.validate_cell(&cell, &table)?;
+            e.check_calibration_overlap(&cell, &which)?;
+            for i in which {
+                applied[i] = true;
+            }
+        }
+        // A calibration whose filters match no cell (a misspelt platform, say) would change
+        // nothing while the report declares it.
+        if let Some(i) = applied.iter().position(|a| !a) {
+            let k = &e.file.calibrations[i];
+            let filter = if k.platforms.is_some() {
+                "platforms"
+            } else if k.rows.is_some() {
+                "rows"
+            } else {
+                "cells"
+            };
+            return Err(e
+                .doc()
+                .field_error(
+                    &format!("calibrations[{i}].{filter}"),
+                    "the calibration applies to no cell: expected filters (platforms, rows, cells) that match at least one",
+                )
+                .into());
         }
         Ok(e)
     }
@@ -180,6 +239,63 @@ impl Experiment {
         Ok(())
     }
 
+    /// The calibrations (indices, in file order) whose filters match `cell`, whose
+    /// scenario before calibrations is `table`.
+    fn calibrations_of(&self, cell: &CellRef, table: &toml::Table) -> Vec<usize> {
+        let platform = table
+            .get("machine")
+            .and_then(|m| m.get("platform"))
+            .and_then(toml::Value::as_str);
+        let row = &self.file.rows[cell.row];
+        self.file
+            .calibrations
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| {
+                k.platforms
+                    .as_ref()
+                    .map_or(true, |p| platform.is_some_and(|x| p.iter().any(|q| q == x)))
+                    && k.rows.as_ref().map_or(true, |r| r.contains(&row.id))
+                    && k.cells.as_ref().map_or(true, |c| c.contains(&cell.id))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Two calibrations of one parameter that both apply to a cell: the later would
+    /// silently win, so the file is refused.
+    fn check_calibration_overlap(
+        &self,
+        cell: &CellRef,
+        which: &[usize],
+    ) -> Result<(), ReproduceError> {
+        let cal = &self.file.calibrations;
+        for (n, &j) in which.iter().enumerate() {
+            if let Some(&i) = which[..n]
+                .iter()
+                .find(|&&i| cal[i].field == cal[j].field && cal[i].cost == cal[j].cost)
+            {
+                let what = if cal[j].field.is_some() {
+                    "field"
+                } else {
+                    "cost"
+                };
+                return Err(self
+                    .doc()
+                    .field_error(
+                        &format!("calibrations[{j}].{what}"),
+                        format!(
+                            "`{}` is calibrated by calibrations[{i}] too, both for cell {}: expected one value per parameter and cell",
+                            cal[j].field.as_deref().or(cal[j].cost.as_deref()).unwrap_or_default(),
+                            cell.id
+                        ),
+                    )
+                    .into());
+            }
+        }
+        Ok(())
+    }
+
     /// The experiment's name.
     pub fn name(&self) -> &str {
         &self.file.experiment
@@ -197,6 +313,15 @@ impl Experiment {
 
     /// The scenario of `cell` as a TOML table, with `seed` set.
     pub fn cell_table(&self, cell: &CellRef, seed: u64) -> Result<toml::Table, ReproduceError> {
+        Ok(self.build_cell(cell, seed)?.0)
+    }
+
+    /// The scenario of `cell` with `seed` set, and the calibrations applied to it.
+    fn build_cell(
+        &self,
+        cell: &CellRef,
+        seed: u64,
+    ) -> Result<(toml::Table, Vec<usize>), ReproduceError> {
         let doc = self.doc();
         let f = &self.file;
         let mut t = f.base.clone();
@@ -212,21 +337,9 @@ impl Experiment {
             let col = &f.columns[c];
             apply(&doc, &mut t, &col.set, &col.unset, &format!("columns[{c}]"))?;
         }
-        let platform = t
-            .get("machine")
-            .and_then(|m| m.get("platform"))
-            .and_then(toml::Value::as_str)
-            .map(str::to_owned);
-        for (i, k) in f.calibrations.iter().enumerate() {
-            let applies = k
-                .platforms
-                .as_ref()
-                .map_or(true, |p| platform.as_ref().is_some_and(|x| p.contains(x)))
-                && k.rows.as_ref().map_or(true, |r| r.contains(&row.id))
-                && k.cells.as_ref().map_or(true, |c| c.contains(&cell.id));
-            if !applies {
-                continue;
-            }
+        let which = self.calibrations_of(cell, &t);
+        for &i in &which {
+            let k = &f.calibrations[i];
             let at = format!("calibrations[{i}]");
             if let Some(field) = &k.field {
                 let steps = tomlpatch::parse_path(field)
@@ -252,7 +365,7 @@ impl Experiment {
         }
         t.insert("name".into(), toml::Value::String(cell.id.clone()));
         t.insert("seed".into(), toml::Value::Integer(seed as i64));
-        Ok(t)
+        Ok((t, which))
     }
 
     fn cell_origin(&self, cell: &CellRef) -> String {
@@ -463,4 +576,31 @@ fn apply(
 /// A scenario table as TOML text.
 fn scenario_text(t: &toml::Table) -> String {
     toml::to_string(t).expect("a table of TOML values always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_published_experiment_runs_by_default_once_in_order() {
+        let names = default_names();
+        // Every published experiment is either a data file or a module, never both, and
+        // nothing is lost between the two lists.
+        assert_eq!(names, PUBLISHED_ORDER.to_vec());
+        for n in PUBLISHED_ORDER {
+            let file = bundled::names().contains(&n);
+            let module = crate::experiments::NAMES.contains(&n);
+            assert!(file != module, "{n}: file {file}, module {module}");
+        }
+        for n in crate::experiments::NAMES {
+            assert!(
+                PUBLISHED_ORDER.contains(&n),
+                "{n} has no place in the order"
+            );
+        }
+        let all = all_names();
+        assert!(all.starts_with(&names));
+        assert!(all.contains(&"protection"));
+    }
 }
