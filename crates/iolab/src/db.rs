@@ -155,6 +155,9 @@ pub enum DbError {
     /// No run has an id in this range.
     #[error("results database {} has no run with an id in {lo}-{hi}", path.display())]
     NoRunInRange { path: PathBuf, lo: i64, hi: i64 },
+    /// No sweep has this id or name, or a name matches several sweeps.
+    #[error("results database {}: {problem}", path.display())]
+    NoSuchSweep { path: PathBuf, problem: String },
     /// A command that reads stored runs was given a database file that does not exist
     /// (only the commands that store runs create one).
     #[error("results database {} does not exist; store runs first (`iolab run`, `iolab reproduce`, `iolab import`) or pass another file with --db", path.display())]
@@ -173,6 +176,7 @@ impl DbError {
             | DbError::NoDirectory { .. }
             | DbError::Missing { .. }
             | DbError::NoRunInRange { .. }
+            | DbError::NoSuchSweep { .. }
             | DbError::Corrupt { .. } => 2,
         }
     }
@@ -456,6 +460,45 @@ impl ResultsDb {
             });
         }
         Ok(ids)
+    }
+
+    /// The runs of the sweep whose id or name is `key`, in point order (every shard's
+    /// points, as `iolab db merge` joined them). A name several sweeps share is refused with
+    /// their ids, so the caller can pick one.
+    pub fn sweep_runs(&self, key: &str) -> Result<Vec<i64>, DbError> {
+        let sweeps: Vec<(String, String)> = self.select(
+            "SELECT DISTINCT sweep_id, sweep_name FROM sweep_points WHERE sweep_id = ?1 OR sweep_name = ?1 ORDER BY sweep_id",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let id = match sweeps.as_slice() {
+            [] => {
+                return Err(DbError::NoSuchSweep {
+                    path: self.path.clone(),
+                    problem: format!("no sweep has the id or name `{key}` (`iolab runs list` shows sweep points with their sweep)"),
+                })
+            }
+            [(id, _)] => id.clone(),
+            several => {
+                return Err(DbError::NoSuchSweep {
+                    path: self.path.clone(),
+                    problem: format!(
+                        "{} sweeps are named `{key}`: pick one by id ({})",
+                        several.len(),
+                        several
+                            .iter()
+                            .map(|(id, _)| format!("sweep:{id}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                })
+            }
+        };
+        self.select(
+            "SELECT run_id FROM sweep_points WHERE sweep_id = ?1 ORDER BY point, run_id",
+            [id],
+            |r| r.get(0),
+        )
     }
 
     /// Every stored run, oldest first.

@@ -1,12 +1,13 @@
 //! Run selections as every command takes them (`runs show`, `runs rm`, `compare`,
 //! `report`): a run id (`12`), a group of runs (`g12`, as `runs list` prints groups), a range
-//! of run ids (`29-34`) or a comma list of any of these (`3,5,g12,29-34`).
+//! of run ids (`29-34`), a sweep's points (`sweep:NAME` or `sweep:ID`, as `iolab sweep`
+//! prints them) or a comma list of any of these (`3,5,g12,29-34`).
 
 use crate::db::{DbError, ResultsDb};
 
 /// What a selection may hold, for messages.
 pub const EXPECTED: &str =
-    "expected a run id (12), a group (g12), a range of run ids (29-34) or a comma list of them (3,5,g12)";
+    "expected a run id (12), a group (g12), a range of run ids (29-34), a sweep (sweep:NAME or sweep:ID) or a comma list of them (3,5,g12)";
 
 /// One item of a selection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub enum RunRef {
     Group(i64),
     /// `29-34`: the stored runs with ids from 29 to 34 (at least one).
     Range(i64, i64),
+    /// `sweep:NAME` or `sweep:ID`: every point of that sweep, in point order.
+    Sweep(String),
 }
 
 /// A parsed selection: its items in the order written.
@@ -38,8 +41,13 @@ impl RunSelection {
             if part.is_empty() {
                 return Err(bad("it has an empty item".to_owned()));
             }
-            let item =
-                if let Some(g) = part.strip_prefix(['g', 'G']) {
+            let item = if let Some(key) = part.strip_prefix("sweep:") {
+                let key = key.trim();
+                if key.is_empty() {
+                    return Err(bad("`sweep:` needs a sweep's name or id".to_owned()));
+                }
+                RunRef::Sweep(key.to_owned())
+            } else if let Some(g) = part.strip_prefix(['g', 'G']) {
                     RunRef::Group(id(g).ok_or_else(|| {
                         bad(format!("`{part}` is not g followed by a group number"))
                     })?)
@@ -73,7 +81,12 @@ impl RunSelection {
     pub fn resolve(&self, db: &ResultsDb) -> Result<Vec<i64>, DbError> {
         let mut ids = Vec::new();
         for item in &self.0 {
+            let found = match item {
+                RunRef::Sweep(key) => db.sweep_runs(key)?,
+                _ => Vec::new(),
+            };
             let found = match *item {
+                RunRef::Sweep(_) => found,
                 RunRef::Run(id) => {
                     if !db.has_run(id)? {
                         return Err(DbError::NoSuchRun {
@@ -117,6 +130,11 @@ mod tests {
         assert!(RunSelection::parse("12").unwrap().is_single_run());
         assert!(!RunSelection::parse("12,13").unwrap().is_single_run());
         assert!(!RunSelection::parse("g12").unwrap().is_single_run());
+        assert_eq!(
+            RunSelection::parse("sweep:grid,4"),
+            Ok(RunSelection(vec![Sweep("grid".into()), Run(4)]))
+        );
+        assert!(RunSelection::parse("sweep:").is_err());
     }
 
     #[test]

@@ -139,7 +139,7 @@ enum Command {
     /// p-value of Welch's t-test.
     ///
     /// A and B are each a run id (`12`), a group of repetitions (`g12`, as stored by
-    /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`)
+    /// `iolab run --runs N` or a multi-row bonnie++ import), a range of run ids (`29-34`), a sweep (`sweep:NAME` or `sweep:ID`)
     /// or a comma list of them (`12,13,g7`). Metrics match by name; configurations match by
     /// name, then (lab runs measuring one configuration each) the only one on each side,
     /// then by their workload's attributes, typed (fio: rw, bs, iodepth, numjobs; `4k` is
@@ -151,9 +151,9 @@ enum Command {
     /// separators (`635,983`), larger values with a decimal prefix (`2.605 G`); the 95%
     /// interval as `LOW to HIGH`. JSON and CSV carry the raw numbers.
     Compare {
-        /// Side A (the baseline): `12`, `g12`, `29-34` or `12,13,g7`.
+        /// Side A (the baseline): `12`, `g12`, `29-34`, `sweep:NAME` or `12,13,g7`.
         a: String,
-        /// Side B: `12`, `g12`, `29-34` or `12,13,g7`.
+        /// Side B: `12`, `g12`, `29-34`, `sweep:NAME` or `12,13,g7`.
         b: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = compare::CompareFormat::Text)]
@@ -211,7 +211,7 @@ enum Command {
     /// Write one self-contained HTML page (tables and SVG plots) about stored runs.
     ///
     /// RUNS are run ids (`12`), groups of repeated runs (`g12`: every run whose group is 12),
-    /// ranges of run ids (`29-34`) and comma lists of them (`3,5,g12`), from the results database (--db). The page has a
+    /// ranges of run ids (`29-34`), the points of a sweep (`sweep:NAME` or `sweep:ID`) and comma lists of them (`3,5,g12`), from the results database (--db). The page has a
     /// table per run (figures published vs lab, effects, every measurement's metrics) and
     /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
     /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
@@ -221,7 +221,7 @@ enum Command {
     /// per mode). No scripts, no network: the SVG is inline. The same database content gives
     /// the same bytes.
     Report {
-        /// Runs to include: ids, `g<group>`, ranges `29-34`, comma lists.
+        /// Runs to include: ids, `g<group>`, ranges `29-34`, `sweep:NAME`, comma lists.
         #[arg(required = true, value_name = "RUNS")]
         runs: Vec<String>,
         /// The HTML file to write.
@@ -353,7 +353,7 @@ enum RunsCommand {
     /// id and an array for a group, range or list).
     Show {
         /// The runs (from `iolab runs list`): a run id (`12`), a group (`g12`), a range of
-        /// run ids (`29-34`) or a comma list of them (`3,5,g12`).
+        /// run ids (`29-34`), a sweep (`sweep:NAME`) or a comma list of them (`3,5,g12`).
         #[arg(value_name = "RUNS")]
         runs: String,
         /// Output format.
@@ -364,7 +364,7 @@ enum RunsCommand {
     /// never given to later runs.
     Rm {
         /// The runs (from `iolab runs list`): a run id (`12`), a group (`g12`), a range of
-        /// run ids (`29-34`) or a comma list of them (`3,5,g12`).
+        /// run ids (`29-34`), a sweep (`sweep:NAME`) or a comma list of them (`3,5,g12`).
         #[arg(value_name = "RUNS")]
         runs: String,
     },
