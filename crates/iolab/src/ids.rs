@@ -41,13 +41,14 @@ impl RunSelection {
             if part.is_empty() {
                 return Err(bad("it has an empty item".to_owned()));
             }
-            let item = if let Some(key) = part.strip_prefix("sweep:") {
-                let key = key.trim();
-                if key.is_empty() {
-                    return Err(bad("`sweep:` needs a sweep's name or id".to_owned()));
-                }
-                RunRef::Sweep(key.to_owned())
-            } else if let Some(g) = part.strip_prefix(['g', 'G']) {
+            let item =
+                if let Some(key) = part.strip_prefix("sweep:") {
+                    let key = key.trim();
+                    if key.is_empty() {
+                        return Err(bad("`sweep:` needs a sweep's name or id".to_owned()));
+                    }
+                    RunRef::Sweep(key.to_owned())
+                } else if let Some(g) = part.strip_prefix(['g', 'G']) {
                     RunRef::Group(id(g).ok_or_else(|| {
                         bad(format!("`{part}` is not g followed by a group number"))
                     })?)

@@ -342,6 +342,20 @@ fn a_bundled_example_sweeps_over_modes_dropping_fields_that_do_not_apply() {
             "{table}"
         );
     }
+    // The sweep is a selection by its name: every point, in point order.
+    let out = iolab(&["--db", s(&db), "compare", "sweep:modes", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.starts_with("A: sweep:modes (runs "), "{text}");
+    assert_eq!(first.matches(',').count(), 2, "three points: {text}");
+    let out = iolab(&["--db", s(&db), "compare", "sweep:other", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no sweep has the id or name `other`"),
+        "{}",
+        stderr(&out)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
