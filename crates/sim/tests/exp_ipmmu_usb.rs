@@ -193,7 +193,14 @@ fn report_rows_parse_in_bonnie_column_order() {
     assert_eq!(rows("published:").len(), 4);
     let lab = rows("lab:");
     assert_eq!(lab.len(), 4);
-    for (row, id) in lab.iter().zip(CELLS) {
+    // Rows, then columns.
+    let order = [
+        "superspeed.no_iommu",
+        "superspeed.iommu",
+        "highspeed.no_iommu",
+        "highspeed.iommu",
+    ];
+    for (row, id) in lab.iter().zip(order) {
         let cols: Vec<&str> = row.trim_start_matches("lab:").trim().split(',').collect();
         assert_eq!(cols.len(), 27, "{row}");
         assert_eq!(cols[0], id);
@@ -312,8 +319,10 @@ fn block_ms_per_mib(m: &Measurement) -> [f64; 2] {
 }
 
 /// dma-iommu merges each command's pages into 64 KiB DMA segments; dma-direct hands the
-/// xHCI one TRB per page. A dearer TRB therefore costs the block phases ~16 times more
-/// time per MiB without the IPMMU (256 TRBs per MiB) than with it (16).
+/// xHCI one TRB per page. A dearer TRB therefore costs the block phases ~10-16 times more
+/// time per MiB without the IPMMU (256 TRBs per MiB) than with it (16 for 1 MiB commands;
+/// 24 for High-Speed reads, whose 128 KiB readahead goes as a 120 KiB command of two
+/// segments and an 8 KiB one).
 #[test]
 fn the_iommu_merges_each_commands_pages_into_fewer_segments() {
     let text = shortened();
@@ -335,7 +344,7 @@ fn the_iommu_merges_each_commands_pages_into_fewer_segments() {
                 "{speed}: {off:?} TRBs per MiB without the IPMMU"
             );
             assert!(
-                (10.0..24.0).contains(&on[i]),
+                (10.0..=24.5).contains(&on[i]),
                 "{speed}: {on:?} TRBs per MiB with the IPMMU"
             );
         }
