@@ -330,7 +330,10 @@ fn a_scenario_of_a_removed_experiment_schema_says_to_use_the_experiment_file() {
     let err = stderr(&out);
     assert!(err.contains("field `experiment`"), "{err}");
     assert!(err.contains("iolab reproduce ipmmu-usb"), "{err}");
-    assert!(err.contains("scenarios/experiments/ipmmu-usb.toml"), "{err}");
+    assert!(
+        err.contains("scenarios/experiments/ipmmu-usb.toml"),
+        "{err}"
+    );
 
     let grid = dir.join("grid.toml");
     std::fs::write(&grid, "scenario = \"ipmmu-usb\"\nseeds = [1, 2]\n").unwrap();

@@ -26,7 +26,10 @@ fn bundled_scenarios_are_within_every_cap() {
     for name in experiments::NAMES {
         // An experiment that runs only from its experiment file has no scenario of its own.
         let Ok(text) = experiments::bundled_scenario(name) else {
-            assert!(bundled::text(name).is_some(), "{name}: neither a scenario nor a file");
+            assert!(
+                bundled::text(name).is_some(),
+                "{name}: neither a scenario nor a file"
+            );
             continue;
         };
         experiments::validate_scenario(name, text, "bundled").expect("bundled scenario is valid");
@@ -34,8 +37,7 @@ fn bundled_scenarios_are_within_every_cap() {
     // Every cell of every bundled experiment file is a lab scenario within the lab's caps.
     for name in bundled::names() {
         let text = bundled::text(name).unwrap();
-        Experiment::parse(text, &bundled::origin(name))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        Experiment::parse(text, &bundled::origin(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
 
@@ -83,7 +85,10 @@ fn ipmmu_usb_caps_the_seeker_cpu_list() {
     assert!(msg.contains("capped.toml"), "{msg}");
     assert!(msg.contains("workload.seeker_cpus"), "{msg}");
     assert!(msg.contains(&cap.to_string()), "{msg}");
-    let at_cap = text.replace(&format!("[{list}]"), &format!("[{}]", vec!["0"; cap].join(", ")));
+    let at_cap = text.replace(
+        &format!("[{list}]"),
+        &format!("[{}]", vec!["0"; cap].join(", ")),
+    );
     Experiment::parse(&at_cap, "capped.toml").expect("at the cap");
 }
 

@@ -103,7 +103,11 @@ fn measure(text: &str, id: &str) -> Measurement {
         .unwrap_or_else(|| panic!("no cell {id}"));
     let run = lab::run_scenario(&scenario, &format!("{id}.toml"), &LabOptions::default())
         .unwrap_or_else(|e| panic!("{id}: {e}"));
-    run.report.measurements.into_iter().next().expect("a measurement")
+    run.report
+        .measurements
+        .into_iter()
+        .next()
+        .expect("a measurement")
 }
 
 fn value(m: &Measurement, name: &str) -> f64 {
@@ -231,7 +235,14 @@ fn same_seed_same_report_and_required_ids() {
     let b = run(&shortened());
     assert_eq!(*a, b);
     for speed in ["superspeed", "highspeed"] {
-        for m in ["out_char", "out_block", "rewrite", "in_char", "in_block", "seeks"] {
+        for m in [
+            "out_char",
+            "out_block",
+            "rewrite",
+            "in_char",
+            "in_block",
+            "seeks",
+        ] {
             let id = format!("{speed}.{m}");
             assert!(a.effects.iter().any(|e| e.id == id), "no effect {id}");
         }
@@ -372,10 +383,12 @@ fn without_the_iommu_pages_above_4_gib_are_bounced() {
         .lines()
         .find(|l| l.starts_with("memory_banks"))
         .expect("a memory_banks line");
-    let all_above = dma_ns(
-        &replace_once(&text, banks, "").replace("memory_gib = 4\n", "memory_gib = 8\n"),
+    let all_above =
+        dma_ns(&replace_once(&text, banks, "").replace("memory_gib = 4\n", "memory_gib = 8\n"));
+    assert!(
+        reaches_all < h3 && h3 < all_above,
+        "{reaches_all} {h3} {all_above}"
     );
-    assert!(reaches_all < h3 && h3 < all_above, "{reaches_all} {h3} {all_above}");
     let bounced = (h3 - reaches_all) / (all_above - reaches_all);
     assert!((0.35..0.70).contains(&bounced), "bounced {bounced}");
     // With the IPMMU every page gets a 32-bit IOVA: the mask changes nothing.
@@ -501,10 +514,7 @@ fn the_baseline_row_cannot_identify_a_physical_command_or_trb_cost() {
         "{segment_ms} ms per TRB"
     );
     let fitted = with_link(0.80, 0, (segment_ms * 1e6).round() as u64);
-    let (off, on) = (
-        measure(&fitted, BASE),
-        measure(&fitted, "superspeed.iommu"),
-    );
+    let (off, on) = (measure(&fitted, BASE), measure(&fitted, "superspeed.iommu"));
     let lab = block_ms_per_mib(&off);
     for i in 0..2 {
         assert!(
@@ -538,11 +548,11 @@ fn the_baseline_row_cannot_identify_a_physical_command_or_trb_cost() {
 fn each_seek_update_fsyncs_with_two_cache_flushes_and_they_cost_seek_rate() {
     let no_file_tests = with_workload(&shortened().replace("files_run = 64\n", ""), "files = 0");
     let with_flushes = |flushes: u32, flush_us: f64, id: &str| {
-        let t = with_kernel(
-            &no_file_tests,
-            &format!("fsync_commit_flushes = {flushes}"),
-        );
-        measure(&with_device(&t, &format!("media_flush_us = {flush_us:?}")), id)
+        let t = with_kernel(&no_file_tests, &format!("fsync_commit_flushes = {flushes}"));
+        measure(
+            &with_device(&t, &format!("media_flush_us = {flush_us:?}")),
+            id,
+        )
     };
     for case in ["superspeed.no_iommu", "superspeed.iommu", "highspeed.iommu"] {
         let sync = value(&with_flushes(2, 1000.0, case), "usb.cache_flushes");
@@ -611,8 +621,14 @@ fn the_overwrite_cost_is_derived_unless_set() {
     assert!(!text.contains("overwrite_page_ns"));
     let explicit = |t: &str, ns: u64| with_workload(t, &format!("overwrite_page_ns = {ns}"));
     let derived = measure(&text, CASE);
-    assert_eq!(derived.metrics, measure(&explicit(&text, 4000), CASE).metrics);
-    assert_ne!(derived.metrics, measure(&explicit(&text, 5000), CASE).metrics);
+    assert_eq!(
+        derived.metrics,
+        measure(&explicit(&text, 4000), CASE).metrics
+    );
+    assert_ne!(
+        derived.metrics,
+        measure(&explicit(&text, 5000), CASE).metrics
+    );
     // write_page_ns is a calibration of the file: 8000 -> 9000.
     let refit = replace_once(&text, "value = 8000\n", "value = 9000\n");
     assert_eq!(

@@ -96,7 +96,12 @@ fn every_cell_file_measures_what_the_experiment_file_measures_on_its_seed() {
         assert_eq!(lab.cpu, reference.cpu, "{id}: CPU");
         assert_eq!(lab.latency, reference.latency, "{id}: latency");
         // The device's totals and the protection report are among them.
-        for name in ["usb.commands", "usb.cache_flushes", "usb.flushes", "usb.map_ns"] {
+        for name in [
+            "usb.commands",
+            "usb.cache_flushes",
+            "usb.flushes",
+            "usb.map_ns",
+        ] {
             assert!(value(&lab, name) >= 0.0, "{id}: {name}");
         }
         let protection = lab
@@ -355,113 +360,123 @@ runtime_ms = 1
 /// The last report of the experiment's own model (crates/sim/src/experiments/ipmmu_usb.rs
 /// with its schema scenarios/ipmmu-usb.toml, both deleted; `iolab run scenarios/ipmmu-usb.toml
 /// --format json` at commit 2fe59cf): fidelity 5 of 12 effects, 41 of 50 predicted figures.
-/// `(figure id, role, published, lab)` of the module's report.
-const MODULE_FIGURES: [(&str, Role, Option<f64>, f64); 80] = [
-    ("superspeed.no_iommu.out_char", Role::Calibration, Some(82598.0), 81010.43969382791),
-    ("superspeed.no_iommu.out_char_cpu", Role::Prediction, Some(99.0), 98.09286880758559),
-    ("superspeed.no_iommu.out_block", Role::Calibration, Some(242161.0), 260763.3104239672),
-    ("superspeed.no_iommu.out_block_cpu", Role::Calibration, Some(58.0), 58.373997756677944),
-    ("superspeed.no_iommu.rewrite", Role::Prediction, Some(102489.0), 130773.8340889911),
-    ("superspeed.no_iommu.rewrite_cpu", Role::Prediction, Some(25.0), 32.81938161608275),
-    ("superspeed.no_iommu.in_char", Role::Calibration, Some(73719.0), 74645.85187012269),
-    ("superspeed.no_iommu.in_char_cpu", Role::Prediction, Some(98.0), 99.91960296862781),
-    ("superspeed.no_iommu.in_block", Role::Calibration, Some(254089.0), 253218.56420344795),
-    ("superspeed.no_iommu.in_block_cpu", Role::Calibration, Some(32.0), 31.3516234804394),
-    ("superspeed.no_iommu.seeks", Role::Prediction, Some(2133.3), 2035.7138336949345),
-    ("superspeed.no_iommu.seeks_cpu", Role::Prediction, Some(6.0), 2.283501913942776),
-    ("highspeed.no_iommu.out_char", Role::Prediction, Some(41971.0), 41502.13045008461),
-    ("highspeed.no_iommu.out_char_cpu", Role::Prediction, Some(53.0), 50.236335052135125),
-    ("highspeed.no_iommu.out_block", Role::Prediction, Some(39983.0), 42587.76620316325),
-    ("highspeed.no_iommu.out_block_cpu", Role::Prediction, Some(9.0), 9.532372284095683),
-    ("highspeed.no_iommu.rewrite", Role::Prediction, Some(16459.0), 21295.906256413706),
-    ("highspeed.no_iommu.rewrite_cpu", Role::Prediction, Some(4.0), 5.409272264294911),
-    ("highspeed.no_iommu.in_char", Role::Prediction, Some(37900.0), 42297.871524841576),
-    ("highspeed.no_iommu.in_char_cpu", Role::Prediction, Some(51.0), 56.182936871851815),
-    ("highspeed.no_iommu.in_block", Role::Prediction, Some(37833.0), 42338.04701488692),
-    ("highspeed.no_iommu.in_block_cpu", Role::Prediction, Some(5.0), 5.241979446030687),
-    ("highspeed.no_iommu.seeks", Role::Prediction, Some(1585.7), 1453.5790443678163),
-    ("highspeed.no_iommu.seeks_cpu", Role::Prediction, Some(5.0), 1.630509394268051),
-    ("superspeed.iommu.out_char", Role::Prediction, Some(66139.0), 80785.31381867862),
-    ("superspeed.iommu.out_char_cpu", Role::Prediction, Some(99.0), 98.14390268375467),
-    ("superspeed.iommu.out_block", Role::Prediction, Some(276686.0), 266954.8412459649),
-    ("superspeed.iommu.out_block_cpu", Role::Prediction, Some(65.0), 59.831098597421885),
-    ("superspeed.iommu.rewrite", Role::Prediction, Some(132297.0), 133674.86565284376),
-    ("superspeed.iommu.rewrite_cpu", Role::Prediction, Some(33.0), 33.547432931834436),
-    ("superspeed.iommu.in_char", Role::Prediction, Some(69732.0), 74941.69811246361),
-    ("superspeed.iommu.in_char_cpu", Role::Prediction, Some(99.0), 99.9205554649024),
-    ("superspeed.iommu.in_block", Role::Prediction, Some(293396.0), 258356.92564341347),
-    ("superspeed.iommu.in_block_cpu", Role::Prediction, Some(37.0), 31.987816856225127),
-    ("superspeed.iommu.seeks", Role::Prediction, Some(2099.2), 2027.3551804898464),
-    ("superspeed.iommu.seeks_cpu", Role::Prediction, Some(7.0), 2.274390385903835),
-    ("highspeed.iommu.out_char", Role::Prediction, Some(43191.0), 41628.48945885322),
-    ("highspeed.iommu.out_char_cpu", Role::Prediction, Some(50.0), 50.40576854952542),
-    ("highspeed.iommu.out_block", Role::Prediction, Some(40446.0), 42728.745720195606),
-    ("highspeed.iommu.out_block_cpu", Role::Prediction, Some(9.0), 9.565202145535661),
-    ("highspeed.iommu.rewrite", Role::Prediction, Some(17432.0), 21356.863417501958),
-    ("highspeed.iommu.rewrite_cpu", Role::Prediction, Some(4.0), 5.442030335426841),
-    ("highspeed.iommu.in_char", Role::Prediction, Some(38541.0), 42410.05823126325),
-    ("highspeed.iommu.in_char_cpu", Role::Prediction, Some(51.0), 56.366205608516786),
-    ("highspeed.iommu.in_block", Role::Prediction, Some(38481.0), 42450.34124770014),
-    ("highspeed.iommu.in_block_cpu", Role::Prediction, Some(5.0), 5.255882875730873),
-    ("highspeed.iommu.seeks", Role::Prediction, Some(1619.4), 1448.2180272573237),
-    ("highspeed.iommu.seeks_cpu", Role::Prediction, Some(4.0), 1.6246848058912051),
-    ("superspeed.no_iommu.seq_create", Role::Prediction, Some(385.0), 302.7218250830169),
-    ("superspeed.no_iommu.seq_create_cpu", Role::Prediction, None, 0.48641342854339154),
-    ("superspeed.no_iommu.seq_delete", Role::Prediction, Some(385.0), 439.0434124188235),
-    ("superspeed.no_iommu.seq_delete_cpu", Role::Prediction, None, 0.5590778813741297),
-    ("superspeed.no_iommu.ran_create", Role::Prediction, None, 302.71263007903525),
-    ("superspeed.no_iommu.ran_create_cpu", Role::Prediction, None, 0.48639865401099386),
-    ("superspeed.no_iommu.ran_delete", Role::Prediction, None, 439.08096544561823),
-    ("superspeed.no_iommu.ran_delete_cpu", Role::Prediction, None, 0.550344082089538),
-    ("highspeed.no_iommu.seq_create", Role::Prediction, Some(300.0), 259.2059520758059),
-    ("highspeed.no_iommu.seq_create_cpu", Role::Prediction, None, 0.4164921237954049),
-    ("highspeed.no_iommu.seq_delete", Role::Prediction, Some(300.0), 343.9947986158977),
-    ("highspeed.no_iommu.seq_delete_cpu", Role::Prediction, None, 0.43804297655748414),
-    ("highspeed.no_iommu.ran_create", Role::Prediction, None, 259.20513808331947),
-    ("highspeed.no_iommu.ran_create_cpu", Role::Prediction, None, 0.4164908158722777),
-    ("highspeed.no_iommu.ran_delete", Role::Prediction, None, 344.0171334615665),
-    ("highspeed.no_iommu.ran_delete_cpu", Role::Prediction, None, 0.4311910750807275),
-    ("superspeed.iommu.seq_create", Role::Prediction, Some(385.0), 302.57067496648284),
-    ("superspeed.iommu.seq_create_cpu", Role::Prediction, None, 0.48617056053614466),
-    ("superspeed.iommu.seq_delete", Role::Prediction, Some(385.0), 438.83151509666124),
-    ("superspeed.iommu.seq_delete_cpu", Role::Prediction, None, 0.5588080513240884),
-    ("superspeed.iommu.ran_create", Role::Prediction, None, 302.5817570943437),
-    ("superspeed.iommu.ran_create_cpu", Role::Prediction, None, 0.48618836729919146),
-    ("superspeed.iommu.ran_delete", Role::Prediction, None, 438.8700330969721),
-    ("superspeed.iommu.ran_delete_cpu", Role::Prediction, None, 0.5500796994837448),
-    ("highspeed.iommu.seq_create", Role::Prediction, Some(300.0), 259.0944861865566),
-    ("highspeed.iommu.seq_create_cpu", Role::Prediction, None, 0.41631302040455914),
-    ("highspeed.iommu.seq_delete", Role::Prediction, Some(300.0), 343.86347528264747),
-    ("highspeed.iommu.seq_delete_cpu", Role::Prediction, None, 0.43787574942492324),
-    ("highspeed.iommu.ran_create", Role::Prediction, None, 259.1026715793073),
-    ("highspeed.iommu.ran_create_cpu", Role::Prediction, None, 0.4163261726936309),
-    ("highspeed.iommu.ran_delete", Role::Prediction, None, 343.8871253270514),
-    ("highspeed.iommu.ran_delete_cpu", Role::Prediction, None, 0.43102812288492626),
-];
-/// `(effect id, published %, lab %)` of the module's report.
-const MODULE_EFFECTS: [(&str, f64, f64); 12] = [
-    ("superspeed.out_char", -19.92663260611637, -0.27789736236481394),
-    ("superspeed.out_block", 14.257043867509633, 2.3743872602058578),
-    ("superspeed.rewrite", 29.0840968299037, 2.2183578114552414),
-    ("superspeed.in_char", -5.408375045781956, 0.3963331316195155),
-    ("superspeed.in_block", 15.4697763382122, 2.0292198781433393),
-    ("superspeed.seeks", -1.598462475976204, -0.4106005994917606),
-    ("highspeed.out_char", 2.9067689595196686, 0.3044639091975872),
-    ("highspeed.out_block", 1.1579921466623315, 0.33103289888419773),
-    ("highspeed.rewrite", 5.91165927456103, 0.28623886842051466),
-    ("highspeed.in_char", 1.691292875989446, 0.26523014605069173),
-    ("highspeed.in_block", 1.7127904210609786, 0.26523243449026945),
-    ("highspeed.seeks", 2.125244371570918, -0.36881496959281135),
-];
-/// `(parameter name, value)` of the module's calibrations.
-const MODULE_CALIBRATED: [(&str, f64); 6] = [
-    ("command_overhead_ns", 30000.0),
-    ("getc_ns_per_byte", 11.7),
-    ("protocol_efficiency", 0.6),
-    ("putc_ns_per_byte", 9.6),
-    ("read_page_ns", 4000.0),
-    ("write_page_ns", 8000.0),
-];
+/// Its figures, one a line: id, role, published value (`-`: none), lab value.
+const MODULE_FIGURES: &str = "\
+superspeed.no_iommu.out_char calibration 82598.0 81010.43969382791
+superspeed.no_iommu.out_char_cpu prediction 99.0 98.09286880758559
+superspeed.no_iommu.out_block calibration 242161.0 260763.3104239672
+superspeed.no_iommu.out_block_cpu calibration 58.0 58.373997756677944
+superspeed.no_iommu.rewrite prediction 102489.0 130773.8340889911
+superspeed.no_iommu.rewrite_cpu prediction 25.0 32.81938161608275
+superspeed.no_iommu.in_char calibration 73719.0 74645.85187012269
+superspeed.no_iommu.in_char_cpu prediction 98.0 99.91960296862781
+superspeed.no_iommu.in_block calibration 254089.0 253218.56420344795
+superspeed.no_iommu.in_block_cpu calibration 32.0 31.3516234804394
+superspeed.no_iommu.seeks prediction 2133.3 2035.7138336949345
+superspeed.no_iommu.seeks_cpu prediction 6.0 2.283501913942776
+highspeed.no_iommu.out_char prediction 41971.0 41502.13045008461
+highspeed.no_iommu.out_char_cpu prediction 53.0 50.236335052135125
+highspeed.no_iommu.out_block prediction 39983.0 42587.76620316325
+highspeed.no_iommu.out_block_cpu prediction 9.0 9.532372284095683
+highspeed.no_iommu.rewrite prediction 16459.0 21295.906256413706
+highspeed.no_iommu.rewrite_cpu prediction 4.0 5.409272264294911
+highspeed.no_iommu.in_char prediction 37900.0 42297.871524841576
+highspeed.no_iommu.in_char_cpu prediction 51.0 56.182936871851815
+highspeed.no_iommu.in_block prediction 37833.0 42338.04701488692
+highspeed.no_iommu.in_block_cpu prediction 5.0 5.241979446030687
+highspeed.no_iommu.seeks prediction 1585.7 1453.5790443678163
+highspeed.no_iommu.seeks_cpu prediction 5.0 1.630509394268051
+superspeed.iommu.out_char prediction 66139.0 80785.31381867862
+superspeed.iommu.out_char_cpu prediction 99.0 98.14390268375467
+superspeed.iommu.out_block prediction 276686.0 266954.8412459649
+superspeed.iommu.out_block_cpu prediction 65.0 59.831098597421885
+superspeed.iommu.rewrite prediction 132297.0 133674.86565284376
+superspeed.iommu.rewrite_cpu prediction 33.0 33.547432931834436
+superspeed.iommu.in_char prediction 69732.0 74941.69811246361
+superspeed.iommu.in_char_cpu prediction 99.0 99.9205554649024
+superspeed.iommu.in_block prediction 293396.0 258356.92564341347
+superspeed.iommu.in_block_cpu prediction 37.0 31.987816856225127
+superspeed.iommu.seeks prediction 2099.2 2027.3551804898464
+superspeed.iommu.seeks_cpu prediction 7.0 2.274390385903835
+highspeed.iommu.out_char prediction 43191.0 41628.48945885322
+highspeed.iommu.out_char_cpu prediction 50.0 50.40576854952542
+highspeed.iommu.out_block prediction 40446.0 42728.745720195606
+highspeed.iommu.out_block_cpu prediction 9.0 9.565202145535661
+highspeed.iommu.rewrite prediction 17432.0 21356.863417501958
+highspeed.iommu.rewrite_cpu prediction 4.0 5.442030335426841
+highspeed.iommu.in_char prediction 38541.0 42410.05823126325
+highspeed.iommu.in_char_cpu prediction 51.0 56.366205608516786
+highspeed.iommu.in_block prediction 38481.0 42450.34124770014
+highspeed.iommu.in_block_cpu prediction 5.0 5.255882875730873
+highspeed.iommu.seeks prediction 1619.4 1448.2180272573237
+highspeed.iommu.seeks_cpu prediction 4.0 1.6246848058912051
+superspeed.no_iommu.seq_create prediction 385.0 302.7218250830169
+superspeed.no_iommu.seq_create_cpu prediction - 0.48641342854339154
+superspeed.no_iommu.seq_delete prediction 385.0 439.0434124188235
+superspeed.no_iommu.seq_delete_cpu prediction - 0.5590778813741297
+superspeed.no_iommu.ran_create prediction - 302.71263007903525
+superspeed.no_iommu.ran_create_cpu prediction - 0.48639865401099386
+superspeed.no_iommu.ran_delete prediction - 439.08096544561823
+superspeed.no_iommu.ran_delete_cpu prediction - 0.550344082089538
+highspeed.no_iommu.seq_create prediction 300.0 259.2059520758059
+highspeed.no_iommu.seq_create_cpu prediction - 0.4164921237954049
+highspeed.no_iommu.seq_delete prediction 300.0 343.9947986158977
+highspeed.no_iommu.seq_delete_cpu prediction - 0.43804297655748414
+highspeed.no_iommu.ran_create prediction - 259.20513808331947
+highspeed.no_iommu.ran_create_cpu prediction - 0.4164908158722777
+highspeed.no_iommu.ran_delete prediction - 344.0171334615665
+highspeed.no_iommu.ran_delete_cpu prediction - 0.4311910750807275
+superspeed.iommu.seq_create prediction 385.0 302.57067496648284
+superspeed.iommu.seq_create_cpu prediction - 0.48617056053614466
+superspeed.iommu.seq_delete prediction 385.0 438.83151509666124
+superspeed.iommu.seq_delete_cpu prediction - 0.5588080513240884
+superspeed.iommu.ran_create prediction - 302.5817570943437
+superspeed.iommu.ran_create_cpu prediction - 0.48618836729919146
+superspeed.iommu.ran_delete prediction - 438.8700330969721
+superspeed.iommu.ran_delete_cpu prediction - 0.5500796994837448
+highspeed.iommu.seq_create prediction 300.0 259.0944861865566
+highspeed.iommu.seq_create_cpu prediction - 0.41631302040455914
+highspeed.iommu.seq_delete prediction 300.0 343.86347528264747
+highspeed.iommu.seq_delete_cpu prediction - 0.43787574942492324
+highspeed.iommu.ran_create prediction - 259.1026715793073
+highspeed.iommu.ran_create_cpu prediction - 0.4163261726936309
+highspeed.iommu.ran_delete prediction - 343.8871253270514
+highspeed.iommu.ran_delete_cpu prediction - 0.43102812288492626
+";
+/// Its effects: id, published %, lab %.
+const MODULE_EFFECTS: &str = "\
+superspeed.out_char -19.92663260611637 -0.27789736236481394
+superspeed.out_block 14.257043867509633 2.3743872602058578
+superspeed.rewrite 29.0840968299037 2.2183578114552414
+superspeed.in_char -5.408375045781956 0.3963331316195155
+superspeed.in_block 15.4697763382122 2.0292198781433393
+superspeed.seeks -1.598462475976204 -0.4106005994917606
+highspeed.out_char 2.9067689595196686 0.3044639091975872
+highspeed.out_block 1.1579921466623315 0.33103289888419773
+highspeed.rewrite 5.91165927456103 0.28623886842051466
+highspeed.in_char 1.691292875989446 0.26523014605069173
+highspeed.in_block 1.7127904210609786 0.26523243449026945
+highspeed.seeks 2.125244371570918 -0.36881496959281135
+";
+/// Its calibrated parameters (the last part of the name) and values.
+const MODULE_CALIBRATED: &str = "\
+command_overhead_ns 30000.0
+getc_ns_per_byte 11.7
+protocol_efficiency 0.6
+putc_ns_per_byte 9.6
+read_page_ns 4000.0
+write_page_ns 8000.0
+";
+
+/// The whitespace-separated words of each line of a recorded table.
+fn rows(table: &str) -> impl Iterator<Item = Vec<&str>> {
+    table.lines().map(|l| l.split_whitespace().collect())
+}
+
+fn number(word: &str) -> f64 {
+    word.parse()
+        .unwrap_or_else(|e| panic!("recorded value {word}: {e}"))
+}
 
 /// The data file scenarios/experiments/ipmmu-usb.toml (docs/EXPERIMENTS.md) run by the
 /// generic runner reports the same figures, effects and calibrations as the experiment's
@@ -490,8 +505,18 @@ fn the_data_file_reports_what_the_module_reported_but_for_the_seed_draws() {
         (41, 50),
         "predicted figures within their goal"
     );
-    assert_eq!(data.figures.len(), MODULE_FIGURES.len());
-    for (id, role, published, lab) in MODULE_FIGURES {
+    assert_eq!(data.figures.len(), rows(MODULE_FIGURES).count());
+    for row in rows(MODULE_FIGURES) {
+        let [id, role, published, lab] = row[..] else {
+            panic!("recorded figure {row:?}")
+        };
+        let role = match role {
+            "calibration" => Role::Calibration,
+            "prediction" => Role::Prediction,
+            other => panic!("recorded role {other}"),
+        };
+        let published = (published != "-").then(|| number(published));
+        let lab = number(lab);
         let d = data
             .figures
             .iter()
@@ -501,8 +526,12 @@ fn the_data_file_reports_what_the_module_reported_but_for_the_seed_draws() {
         let rel = (d.lab - lab).abs() / lab.abs().max(1e-9);
         assert!(rel < 1e-3, "{id}: data {} module {lab}", d.lab);
     }
-    assert_eq!(data.effects.len(), MODULE_EFFECTS.len());
-    for (id, published_pct, lab_pct) in MODULE_EFFECTS {
+    assert_eq!(data.effects.len(), rows(MODULE_EFFECTS).count());
+    for row in rows(MODULE_EFFECTS) {
+        let [id, published_pct, lab_pct] = row[..] else {
+            panic!("recorded effect {row:?}")
+        };
+        let (published_pct, lab_pct) = (number(published_pct), number(lab_pct));
         let d = data
             .effects
             .iter()
@@ -524,9 +553,8 @@ fn the_data_file_reports_what_the_module_reported_but_for_the_seed_draws() {
         })
         .collect();
     params.sort_by(|a, b| a.0.cmp(&b.0));
-    let recorded: Vec<(String, f64)> = MODULE_CALIBRATED
-        .iter()
-        .map(|&(n, v)| (n.to_owned(), v))
+    let recorded: Vec<(String, f64)> = rows(MODULE_CALIBRATED)
+        .map(|r| (r[0].to_owned(), number(r[1])))
         .collect();
     assert_eq!(params, recorded);
 }

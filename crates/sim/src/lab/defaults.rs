@@ -845,7 +845,10 @@ mod tests {
              { base = 0x500000000, mib = 2048 } ]",
         ));
         let default = banks(&cell("memory_gib = 8"));
-        assert_eq!(default, vec![(super::PAGE_CACHE_BASE.0, super::BONNIE_RAM_MIB.0 << 20)]);
+        assert_eq!(
+            default,
+            vec![(super::PAGE_CACHE_BASE.0, super::BONNIE_RAM_MIB.0 << 20)]
+        );
         assert_eq!(h3.len(), 2);
         assert_eq!(total(&h3), total(&default));
         assert_eq!(total(&h3) >> 20, 1920 + 2048 - super::SWIOTLB_MIB.0);
