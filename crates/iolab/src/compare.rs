@@ -299,7 +299,8 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
                 .or_insert_with(|| m.attrs.clone());
             for x in &m.metrics {
                 let (name, value) = iolab::vocab::canonical_metric(&x.name, x.value);
-                if !wanted(name) {
+                // A pattern selects a renamed metric by either name.
+                if !wanted(name) && !wanted(&x.name) {
                     continue;
                 }
                 // A renamed metric's unit is the current one's.

@@ -644,6 +644,16 @@ fn run_lab(
     ExitCode::SUCCESS
 }
 
+/// Why a scenario of experiment `name`'s former schema no longer runs, and what to run.
+pub(crate) fn moved_to_experiment_file(name: &str) -> String {
+    format!(
+        "\"{name}\" has no scenario schema of its own any more: it runs from its experiment \
+         file (`iolab reproduce {name}`; a modified copy of scenarios/experiments/{name}.toml \
+         runs with `iolab reproduce FILE`, docs/EXPERIMENTS.md), and \
+         `iolab reproduce {name} --emit-scenarios DIR` writes its cells as scenarios"
+    )
+}
+
 /// Reads the `experiment` key of a scenario, with a clear error naming the file.
 pub(crate) fn experiment_of(text: &str, origin: &str) -> Result<String, String> {
     let doc = iolab_sim::tomlfile::TomlDoc::parse(text, origin).map_err(|e| e.to_string())?;
@@ -654,6 +664,20 @@ pub(crate) fn experiment_of(text: &str, origin: &str) -> Result<String, String> 
         ));
     }
     match table.get("experiment") {
+        Some(toml::Value::String(s)) if experiments::bundled_scenario(s).is_err() => {
+            match reproduce::bundled::text(s) {
+                // A published experiment whose own schema is gone: it runs from its file.
+                Some(_) => Err(doc
+                    .field_error("experiment", moved_to_experiment_file(s))
+                    .to_string()),
+                None => Err(doc
+                    .field_error(
+                        "experiment",
+                        format!("expected one of {}", experiments::all_names()),
+                    )
+                    .to_string()),
+            }
+        }
         Some(toml::Value::String(s)) if experiments::is_known(s) => Ok(s.clone()),
         Some(toml::Value::String(s)) if reproduce::bundled::text(s).is_some() => Err(doc
             .field_error(

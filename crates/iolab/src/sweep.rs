@@ -216,8 +216,16 @@ impl Grid {
             )));
         }
         let (base_origin, base_text) = if NAMES.contains(&file.scenario.as_str()) {
-            let text = experiments::bundled_scenario(&file.scenario)
-                .map_err(|e| grid_err(e.to_string()))?;
+            let text = experiments::bundled_scenario(&file.scenario).map_err(|e| {
+                if iolab_sim::reproduce::bundled::text(&file.scenario).is_some() {
+                    grid_err(format!(
+                        "`scenario`: {}",
+                        crate::reproduce::moved_to_experiment_file(&file.scenario)
+                    ))
+                } else {
+                    grid_err(e.to_string())
+                }
+            })?;
             (
                 format!("scenarios/{}.toml (bundled)", file.scenario),
                 text.to_owned(),
@@ -519,6 +527,19 @@ fn run_scenario_text(
             ))
         }
     };
+    if experiments::bundled_scenario(&name).is_err()
+        && iolab_sim::reproduce::bundled::text(&name).is_some()
+    {
+        return Err(ExperimentError::Input(
+            iolab_sim::tomlfile::InputError::Field {
+                origin: origin.to_owned(),
+                line: None,
+                column: None,
+                field: "experiment".to_owned(),
+                problem: crate::reproduce::moved_to_experiment_file(&name),
+            },
+        ));
+    }
     experiments::run_scenario(&name, text, origin, options)
 }
 

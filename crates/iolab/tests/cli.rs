@@ -330,3 +330,29 @@ fn reproduce_help_lists_every_experiment_it_accepts() {
         "{help}"
     );
 }
+
+/// A scenario of ipmmu-usb's former schema (the experiment now runs only from its
+/// experiment file): `iolab run` and `iolab sweep` refuse it as bad input, saying what runs.
+#[test]
+fn a_scenario_of_a_removed_experiment_schema_says_to_use_the_experiment_file() {
+    let dir = common::temp_dir("moved");
+    let old = dir.join("ipmmu-usb.toml");
+    std::fs::write(&old, "experiment = \"ipmmu-usb\"\nruns = 1\n").unwrap();
+    let out = iolab(&["--no-db", "run", old.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("field `experiment`"), "{err}");
+    assert!(err.contains("iolab reproduce ipmmu-usb"), "{err}");
+    assert!(
+        err.contains("scenarios/experiments/ipmmu-usb.toml"),
+        "{err}"
+    );
+
+    let grid = dir.join("grid.toml");
+    std::fs::write(&grid, "scenario = \"ipmmu-usb\"\nseeds = [1, 2]\n").unwrap();
+    let out = iolab(&["--no-db", "sweep", grid.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("iolab reproduce ipmmu-usb"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -142,7 +142,8 @@ fn run_stores_the_scenario_file_it_ran() {
 fn run_repetitions_are_separate_runs_of_one_group() {
     let dir = temp_dir("group");
     let db = dir.join("results.db");
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/ipmmu-usb.toml");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/examples/bonnie-usb-ipmmu.toml");
     // One repetition: no group, as before.
     let out = iolab(&["--db", s(&db), "run", s(&scenario)]);
     assert!(out.status.success(), "{}", stderr(&out));

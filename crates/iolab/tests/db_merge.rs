@@ -9,10 +9,14 @@ mod common;
 
 use common::{iolab, s, stderr, temp_dir};
 
-/// A 3-point sweep of the (short) ipmmu-usb scenario over seeds.
+/// A 3-point sweep of the bundled bonnie-usb-ipmmu example over seeds.
 fn write_grid(dir: &Path) -> PathBuf {
     let grid = dir.join("grid.toml");
-    std::fs::write(&grid, "scenario = \"ipmmu-usb\"\nseeds = [1, 2, 3]\n").unwrap();
+    std::fs::write(
+        &grid,
+        "scenario = \"bonnie-usb-ipmmu\"\nseeds = [1, 2, 3]\n",
+    )
+    .unwrap();
     grid
 }
 
@@ -30,7 +34,7 @@ fn sweep(grid: &Path, db: &Path, shard: &str) {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
-/// A stored run as (sweep point, seed, its figures).
+/// A stored run as (sweep point, seed, its metrics).
 type RunContent = (Option<i64>, i64, Vec<(String, f64)>);
 
 /// Every run, ordered by point: what a merge must keep.
@@ -50,7 +54,7 @@ fn content(db: &Path) -> Vec<RunContent> {
     runs.into_iter()
         .map(|(id, point, seed)| {
             let mut f = c
-                .prepare("SELECT id, lab FROM figures WHERE run_id = ?1 ORDER BY rowid")
+                .prepare("SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY rowid")
                 .unwrap();
             let figs = f
                 .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))

@@ -255,11 +255,16 @@ fn every_bundled_scenario_traces_with_its_dma_path_visible() {
     let dir = tmpdir("all");
     // (scenario, simulations, a slice name expected on the CPU tracks)
     for (scenario, sims, expect, queue) in [
-        ("ipmmu-usb.toml", "4", "dma map_sg", "usb bot"),
+        (
+            "experiments/ipmmu-usb/superspeed.iommu.toml",
+            "1",
+            "dma map_sg",
+            "usb bot",
+        ),
         ("sba-vmerge.toml", "1", "dma unmap_sg", "scsi hba"),
         ("pseries-ddw.toml", "1", "spin phyp_tce_table", "nic tx q0"),
     ] {
-        let out = dir.join(scenario.replace(".toml", ".json"));
+        let out = dir.join(scenario.replace(".toml", ".json").replace('/', "_"));
         trace(scenario, &out, &["--sims", sims, "--max-events", "20000"]);
         let s = check(&std::fs::read_to_string(&out).unwrap());
         let sims: usize = sims.parse().unwrap();

@@ -4,7 +4,7 @@
 use iolab_sim::cost::{
     PlatformProfile, MAX_BANDWIDTH_GB_PER_S, MAX_CLOCK_GHZ, MAX_CORES, MAX_COST_VALUE,
 };
-use iolab_sim::experiments::{self, ipmmu_usb, sba_vmerge};
+use iolab_sim::experiments::{self, sba_vmerge};
 use iolab_sim::reproduce::{bundled, data::MAX_CELLS, Experiment};
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
@@ -24,8 +24,20 @@ fn rejected(name: &str, text: &str, field: &str, limit: &str) {
 #[test]
 fn bundled_scenarios_are_within_every_cap() {
     for name in experiments::NAMES {
-        let text = experiments::bundled_scenario(name).unwrap();
+        // An experiment that runs only from its experiment file has no scenario of its own.
+        let Ok(text) = experiments::bundled_scenario(name) else {
+            assert!(
+                bundled::text(name).is_some(),
+                "{name}: neither a scenario nor a file"
+            );
+            continue;
+        };
         experiments::validate_scenario(name, text, "bundled").expect("bundled scenario is valid");
+    }
+    // Every cell of every bundled experiment file is a lab scenario within the lab's caps.
+    for name in bundled::names() {
+        let text = bundled::text(name).unwrap();
+        Experiment::parse(text, &bundled::origin(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
 
@@ -55,20 +67,27 @@ fn experiment_files_cap_their_cells() {
     );
 }
 
+/// The ipmmu-usb experiment file's cells are lab scenarios: the lab's seeker cap holds.
 #[test]
 fn ipmmu_usb_caps_the_seeker_cpu_list() {
-    let list = vec!["0"; ipmmu_usb::MAX_SEEKER_CPUS + 1].join(", ");
+    let cap = iolab_sim::lab::caps::MAX_THREADS as usize;
+    let list = vec!["0"; cap + 1].join(", ");
     let text = replace_once(
-        ipmmu_usb::BUNDLED_SCENARIO,
-        "seeker_cpus = [0, 2, 3]",
-        &format!("seeker_cpus = [{list}]"),
+        bundled::text("ipmmu-usb").unwrap(),
+        "file_mib = 64\n",
+        &format!("file_mib = 64\nseeker_cpus = [{list}]\n"),
     );
-    rejected(
-        ipmmu_usb::NAME,
-        &text,
-        "placement.seeker_cpus",
-        &ipmmu_usb::MAX_SEEKER_CPUS.to_string(),
+    let e = Experiment::parse(&text, "capped.toml").expect_err("over the cap");
+    assert!(e.is_bad_input(), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("capped.toml"), "{msg}");
+    assert!(msg.contains("workload.seeker_cpus"), "{msg}");
+    assert!(msg.contains(&cap.to_string()), "{msg}");
+    let at_cap = text.replace(
+        &format!("[{list}]"),
+        &format!("[{}]", vec!["0"; cap].join(", ")),
     );
+    Experiment::parse(&at_cap, "capped.toml").expect("at the cap");
 }
 
 #[test]

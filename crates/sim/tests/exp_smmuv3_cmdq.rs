@@ -218,7 +218,7 @@ fn a_cell_the_lab_refuses_is_bad_input_naming_the_cell_and_field() {
         "kind = \"sas\", disks = 0",
     );
     let msg = refused(&t, "device[0].disks");
-    assert!(msg.contains("cell `d05_sas8.spinlock`"), "{msg}");
+    assert!(msg.contains("scenario of cell d05_sas8.spinlock"), "{msg}");
     let t = replace_once(
         &short(),
         "platform = \"hisilicon-d06\"",

@@ -101,7 +101,7 @@ fn every_byte_written_reaches_the_device_once() {
         // Three write phases (per-char, block, rewrite), each ending with fsync(); then
         // the seekers' updates (a seeker's first seek and every tenth after it), each
         // fsync()ed under -b: the 8 KiB chunk, two journal blocks and the commit block
-        // (the bundled scenarios/ipmmu-usb.toml's chunk_bytes and fsync_journal_blocks).
+        // (the lab's default chunk_bytes and fsync_journal_blocks, as ipmmu-usb argues them).
         let per_update = 8192.0 + 2.0 * 4096.0 + 4096.0;
         // Then the file tests: 1,024 files per test; each create's commit writes 6
         // journal blocks and the commit block, each delete's 7 and the commit block

@@ -22,7 +22,7 @@ use iolab_sim::cost::{CpuCostModel, PlatformProfile};
 use iolab_sim::devices::nvme::{Nvme, NvmeParams};
 use iolab_sim::engine::{Ctx, Handle};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
-use iolab_sim::experiments::{ipmmu_usb, sba_vmerge};
+use iolab_sim::experiments::sba_vmerge;
 use iolab_sim::reproduce::{bundled, Experiment};
 use iolab_sim::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, RwPattern, SharedStats,
@@ -88,17 +88,9 @@ fn same_seed_same_report_other_seed_close_report() {
 /// twice gives byte-identical JSON.
 #[test]
 fn the_other_experiments_are_pure_functions_of_scenario_and_seed() {
-    let ipmmu = ipmmu_usb::BUNDLED_SCENARIO
-        .replace("size_mib = { value = 64,", "size_mib = { value = 16,")
-        .replace("seeks = { value = 8000,", "seeks = { value = 300,")
-        .replace(
-            "dirty_background_mib = { value = 4,",
-            "dirty_background_mib = { value = 1,",
-        )
-        .replace(
-            "dirty_limit_mib = { value = 8,",
-            "dirty_limit_mib = { value = 2,",
-        );
+    let ipmmu = iolab_sim::reproduce::bundled::text("ipmmu-usb")
+        .expect("bundled")
+        .replace("file_mib = 64\n", "file_mib = 16\nseeks = 300\n");
     let sba = sba_vmerge::BUNDLED_SCENARIO
         .replace("start = 100", "start = 10")
         .replace("end = 500", "end = 20")
@@ -109,7 +101,8 @@ fn the_other_experiments_are_pure_functions_of_scenario_and_seed() {
         let b = serde_json::to_string(&f()).expect("json");
         assert_eq!(a, b);
     };
-    twice(&|| ipmmu_usb::run_scenario(&ipmmu, "short.toml", &options).expect("runs"));
+    let ipmmu = iolab_sim::reproduce::Experiment::parse(&ipmmu, "short.toml").expect("valid");
+    twice(&|| ipmmu.run(&options).expect("runs"));
     twice(&|| sba_vmerge::run_scenario(&sba, "short.toml", &options).expect("runs"));
 }
 

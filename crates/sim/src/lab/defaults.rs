@@ -362,8 +362,9 @@ pub const BONNIE_FILE_MIB: Sourced<u64> = (
 
 // ---------------------------------------------------------------------------------------
 // bonnie++ and its page cache (workloads::bonnie). The values are those the ipmmu-usb
-// experiment argues in scenarios/ipmmu-usb.toml (copied here with their sources; the lab
-// no longer reads that file). Those marked "calibrated" are the experiment's declared
+// experiment argued in its own scenario schema, since deleted (copied here with their
+// sources; its data file scenarios/experiments/ipmmu-usb.toml relies on them). Those
+// marked "calibrated" are the experiment's declared
 // calibration against its superspeed.no_iommu row (docs/model/ipmmu-usb.md, Calibration):
 // the lab uses them on every platform as its best estimate of bonnie's own CPU costs.
 // ---------------------------------------------------------------------------------------
@@ -544,7 +545,7 @@ pub const SWIOTLB_END_WITHOUT_BANKS: Sourced<u64> = (
 
 // ---------------------------------------------------------------------------------------
 // The USB mass-storage device (devices::usb): an SSD behind a USB-SATA bridge on the
-// R-Car H3 xHCI, as scenarios/ipmmu-usb.toml argues each value.
+// R-Car H3 xHCI, as the ipmmu-usb experiment argued each value.
 // ---------------------------------------------------------------------------------------
 
 /// usb `device.command_overhead_ns`.
@@ -820,75 +821,42 @@ pub const REAIM_WORKFILES: [(&str, &[DefaultTask]); 2] =
 
 #[cfg(test)]
 mod tests {
-    //! The USB and bonnie defaults were copied from scenarios/ipmmu-usb.toml; while the
-    //! experiment keeps its own schema, these tests hold the copies equal to it.
+    //! The USB and bonnie defaults are those the ipmmu-usb experiment argued (its data file,
+    //! scenarios/experiments/ipmmu-usb.toml, states only what differs from them);
+    //! crates/sim/tests/lab_ipmmu_usb_cells.rs and exp_ipmmu_usb.rs check the cells.
 
-    use crate::experiments::ipmmu_usb;
-    use crate::lab::spec::{validate, Devices, Workload};
+    use crate::lab::spec::{validate, Workload};
 
-    fn cell(speed: &str, iommu: &str) -> String {
-        format!(
-            r#"
-[machine]
-platform = "rcar-h3"
-memory_gib = 4
-memory_banks = [ {{ base = 0x48000000, mib = 1920 }}, {{ base = 0x500000000, mib = 2048 }} ]
-[iommu]
-model = "{iommu}"
-[[device]]
-kind = "usb"
-speed = "{speed}"
-[workload]
-kind = "bonnie"
-file_mib = 64
-"#
-        )
-    }
-
+    /// Without banks the page cache is one bank of `BONNIE_RAM_MIB` above 4 GiB; with the
+    /// H3's two banks it is those banks less the swiotlb pool at the start of the first:
+    /// the same number of pages, at other addresses.
     #[test]
-    fn the_usb_and_bonnie_defaults_are_the_experiments() {
-        let m = ipmmu_usb::parse(ipmmu_usb::BUNDLED_SCENARIO, "bundled").expect("parses");
-        for (speed, link) in [("superspeed", &m.superspeed), ("highspeed", &m.highspeed)] {
-            for iommu in ["none", "ipmmu"] {
-                let s = validate(&cell(speed, iommu), "cell", None).expect("valid");
-                let (Devices::Usb(u), Workload::Bonnie(b)) = (&s.devices, &s.workload) else {
-                    panic!("bonnie on usb")
-                };
-                let mut usb = m.usb_common.clone();
-                usb.link = link.clone();
-                assert_eq!(u.config, usb, "{speed} {iommu}");
-                assert_eq!(u.max_segments, m.max_segments);
-                assert_eq!(u.max_segment_size, m.max_segment_size);
-                assert_eq!(u.dma_mask_bits, m.dma_mask_bits);
-                assert_eq!(
-                    u.swiotlb.build().unwrap().max_mapping(),
-                    m.swiotlb.max_mapping()
-                );
-                let mut bonnie = m.bonnie.clone();
-                bonnie.limits.max_transfer = link.max_transfer;
-                assert_eq!(b.config, bonnie, "{speed} {iommu}");
-            }
-        }
-    }
-
-    /// Without banks the page cache is one bank of the same size above 4 GiB: the same page
-    /// draws, at other addresses.
-    #[test]
-    fn the_default_page_cache_holds_as_many_pages_as_the_experiments() {
-        let m = ipmmu_usb::parse(ipmmu_usb::BUNDLED_SCENARIO, "bundled").expect("parses");
-        let text = cell("superspeed", "none")
-            .replace("memory_gib = 4\n", "memory_gib = 8\n")
-            .lines()
-            .filter(|l| !l.starts_with("memory_banks"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let s = validate(&text, "cell", None).expect("valid");
-        let Workload::Bonnie(b) = &s.workload else {
-            panic!("bonnie")
+    fn the_default_page_cache_holds_as_many_pages_as_the_h3_banks() {
+        let cell = |machine: &str| {
+            format!(
+                "[machine]\nplatform = \"rcar-h3\"\n{machine}\n[iommu]\nmodel = \"none\"\n\
+                 [[device]]\nkind = \"usb\"\n[workload]\nkind = \"bonnie\"\n"
+            )
+        };
+        let banks = |text: &str| {
+            let s = validate(text, "cell", None).expect("valid");
+            let Workload::Bonnie(b) = &s.workload else {
+                panic!("bonnie")
+            };
+            b.config.ram_banks.clone()
         };
         let total = |banks: &[(u64, u64)]| banks.iter().map(|&(_, n)| n).sum::<u64>();
-        assert_eq!(b.config.ram_banks.len(), 1);
-        assert_eq!(total(&b.config.ram_banks), total(&m.bonnie.ram_banks));
-        assert_eq!(total(&b.config.ram_banks) >> 20, super::BONNIE_RAM_MIB.0);
+        let h3 = banks(&cell(
+            "memory_gib = 4\nmemory_banks = [ { base = 0x48000000, mib = 1920 }, \
+             { base = 0x500000000, mib = 2048 } ]",
+        ));
+        let default = banks(&cell("memory_gib = 8"));
+        assert_eq!(
+            default,
+            vec![(super::PAGE_CACHE_BASE.0, super::BONNIE_RAM_MIB.0 << 20)]
+        );
+        assert_eq!(h3.len(), 2);
+        assert_eq!(total(&h3), total(&default));
+        assert_eq!(total(&h3) >> 20, 1920 + 2048 - super::SWIOTLB_MIB.0);
     }
 }
