@@ -4,7 +4,7 @@
 use iolab_sim::cost::{
     PlatformProfile, MAX_BANDWIDTH_GB_PER_S, MAX_CLOCK_GHZ, MAX_CORES, MAX_COST_VALUE,
 };
-use iolab_sim::experiments::{self, ipmmu_usb, sba_vmerge, smmuv3_cmdq};
+use iolab_sim::experiments::{self, ipmmu_usb, smmuv3_cmdq};
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(text.matches(from).count(), 1, "`{from}` occurs once");
@@ -22,10 +22,24 @@ fn rejected(name: &str, text: &str, field: &str, limit: &str) {
 
 #[test]
 fn bundled_scenarios_are_within_every_cap() {
+    let mut modules = 0;
     for name in experiments::NAMES {
-        let text = experiments::bundled_scenario(name).unwrap();
-        experiments::validate_scenario(name, text, "bundled").expect("bundled scenario is valid");
+        match experiments::bundled_scenario(name) {
+            Ok(text) => {
+                experiments::validate_scenario(name, text, "bundled")
+                    .expect("bundled scenario is valid");
+                modules += 1;
+            }
+            // An experiment that runs from its experiment file only has no scenario of its
+            // own (sba-vmerge: its ramp cap is the lab's, lab_sba_vmerge_cells.rs).
+            Err(e) => assert!(
+                matches!(e, experiments::ExperimentError::DataFileOnly { .. })
+                    && iolab_sim::reproduce::bundled::text(name).is_some(),
+                "{name}: {e}"
+            ),
+        }
     }
+    assert!(modules > 0, "some published experiment still has a module");
 }
 
 #[test]
@@ -69,18 +83,6 @@ fn ipmmu_usb_caps_the_seeker_cpu_list() {
         &text,
         "placement.seeker_cpus",
         &ipmmu_usb::MAX_SEEKER_CPUS.to_string(),
-    );
-}
-
-#[test]
-fn sba_vmerge_caps_the_user_ramp() {
-    let text = replace_once(sba_vmerge::BUNDLED_SCENARIO, "end = 500", "end = 5000");
-    let text = replace_once(&text, "increment = 100", "increment = 1");
-    rejected(
-        sba_vmerge::NAME,
-        &text,
-        "reaim.increment",
-        &sba_vmerge::MAX_RAMP_POINTS.to_string(),
     );
 }
 
