@@ -100,8 +100,8 @@ fn metric_of(cell: &str, figure: &str) -> String {
 /// request, contended acquisitions of the SBA's resource lock). Recorded: the retired
 /// module's mechanism table summed over its five runs gave these same numbers.
 const MECHANISM: [(&str, f64, f64, f64); 2] = [
-    ("novmerge", 72000.0, NOVMERGE_SEGMENTS, NOVMERGE_CONTENDED),
-    ("vmerge", 72000.0, VMERGE_SEGMENTS, VMERGE_CONTENDED),
+    ("novmerge", 72000.0, 3.0, 5.0),
+    ("vmerge", 72000.0, 1.9585416666666666, 1.0),
 ];
 
 #[test]
@@ -147,7 +147,10 @@ fn every_cell_run_through_the_lab_gives_the_data_files_figures_exactly() {
         // The mechanism: the recorded requests, DMA segments and waits on the SBA's lock.
         assert_eq!(metric(&m, "scsi.requests"), requests, "{cell}");
         let per_request = metric(&m, "scsi.dma_segments_per_request");
-        assert!((per_request - segments).abs() < 1e-9, "{cell}: {per_request}");
+        assert!(
+            (per_request - segments).abs() < 1e-9,
+            "{cell}: {per_request}"
+        );
         assert_eq!(metric(&m, "lock.contended"), contended, "{cell}");
     }
     // Virtual merging: the same requests in fewer DMA segments.
@@ -362,7 +365,10 @@ fn the_labs_new_dbase_workfile_is_the_recorded_approximation() {
     for (&(name, weight, user, sys, bytes, _), want) in
         defaults::REAIM_NEW_DBASE.iter().zip(RECORDED)
     {
-        assert_eq!((name, weight, user, sys, bytes), (want.0, want.1, want.2, want.3, want.4 << 10));
+        assert_eq!(
+            (name, weight, user, sys, bytes),
+            (want.0, want.1, want.2, want.3, want.4 << 10)
+        );
     }
     // The weight total the calibration reads off re-aim's JPM identity: 103 runs per job.
     let total: u32 = defaults::REAIM_NEW_DBASE.iter().map(|t| t.1).sum();
@@ -537,23 +543,20 @@ fn the_lab_caps_the_user_ramp() {
     // Ported from the retired scenario schema's cap: more user counts than MAX_RAMP_POINTS
     // are refused at the increment, naming the cap.
     let points = lab::caps::MAX_RAMP_POINTS as u32;
-    let t = small("start = 2", "start = 1").replacen(
-        "end = 2",
-        &format!("end = {}", points + 1),
-        1,
-    );
+    let t =
+        small("start = 2", "start = 1").replacen("end = 2", &format!("end = {}", points + 1), 1);
     let t = t.replacen("increment = 100", "increment = 1", 1);
     let (field, msg) = refused(&t);
     assert_eq!(field, "workload.increment");
     assert!(msg.contains("MAX_RAMP_POINTS"), "{msg}");
     // One point fewer is within the cap.
-    let ok = small("start = 2", "start = 1").replacen(
-        "end = 2",
-        &format!("end = {points}"),
-        1,
-    );
-    lab::validate(&ok.replacen("increment = 100", "increment = 1", 1), "ok.toml", None)
-        .expect("MAX_RAMP_POINTS user counts are allowed");
+    let ok = small("start = 2", "start = 1").replacen("end = 2", &format!("end = {points}"), 1);
+    lab::validate(
+        &ok.replacen("increment = 100", "increment = 1", 1),
+        "ok.toml",
+        None,
+    )
+    .expect("MAX_RAMP_POINTS user counts are allowed");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -601,7 +604,9 @@ fn the_data_file_has_every_id_marks_the_calibration_row_and_meets_every_goal() {
     assert_eq!(r.calibrated.len(), 3);
     for c in &r.calibrated {
         assert!(
-            c.fitted_to.iter().all(|id| CALIBRATION_ROW.contains(&id.as_str())),
+            c.fitted_to
+                .iter()
+                .all(|id| CALIBRATION_ROW.contains(&id.as_str())),
             "{c:?}"
         );
     }
@@ -612,7 +617,11 @@ fn the_data_file_has_every_id_marks_the_calibration_row_and_meets_every_goal() {
     ] {
         let f = r.figures.iter().find(|f| f.id == id).unwrap();
         let published = f.published.unwrap();
-        assert!((f.lab - published).abs() / published < 0.005, "{id}: {}", f.lab);
+        assert!(
+            (f.lab - published).abs() / published < 0.005,
+            "{id}: {}",
+            f.lab
+        );
     }
     // Mechanism: with one disk behind an efficient HBA, virtual merging moves throughput by
     // less than 1%, never a loss beyond rounding.
@@ -713,7 +722,12 @@ fn the_report_prints_each_cells_reaim_table_in_column_order() {
         .iter()
         .find(|f| f.id == "vmerge.users100")
         .unwrap();
-    assert!((fig.lab - rows[2].jpm).abs() <= 0.01, "{} {}", fig.lab, rows[2].jpm);
+    assert!(
+        (fig.lab - rows[2].jpm).abs() <= 0.01,
+        "{} {}",
+        fig.lab,
+        rows[2].jpm
+    );
 }
 
 #[test]
@@ -751,17 +765,24 @@ fn vmerge_gives_fewer_dma_segments_for_the_same_requests_and_the_cpu_is_the_bott
     assert_eq!(metric(&no, "scsi.requests"), metric(&vm, "scsi.requests"));
     assert!(metric(&no, "scsi.requests") > 0.0);
     assert!(
-        metric(&vm, "scsi.dma_segments_per_request")
-            < metric(&no, "scsi.dma_segments_per_request")
+        metric(&vm, "scsi.dma_segments_per_request") < metric(&no, "scsi.dma_segments_per_request")
     );
     for m in [&no, &vm] {
-        assert!(metric(m, DISK_BUSY) < 100.0, "{}: the disk is not saturated", m.config);
+        assert!(
+            metric(m, "disk.busy_pct") < 100.0,
+            "{}: the disk is not saturated",
+            m.config
+        );
         // CPU-bound: children's CPU time fills most of the 2 CPUs over the parent time,
         // never more (within the table's two-decimal rounding).
         for u in [10, 20] {
             let v = |c: &str| metric(m, &format!("reaim.users{u}.{c}"));
             let busy = (v("child_sys_s") + v("child_user_s")) / (2.0 * v("parent_time_s"));
-            assert!(busy <= 1.005 && busy > 0.85, "{} users{u}: busy {busy}", m.config);
+            assert!(
+                busy <= 1.005 && busy > 0.85,
+                "{} users{u}: busy {busy}",
+                m.config
+            );
         }
     }
 }
@@ -779,13 +800,33 @@ fn a_data_file_calibration_without_a_source_is_refused_at_the_field() {
         .expect("refused before anything runs");
     assert!(e.is_bad_input(), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("bad.toml") && msg.contains(CALIBRATION_SOURCE_FIELD), "{msg}");
+    assert!(
+        msg.contains("bad.toml") && msg.contains("calibrations[0].source"),
+        "{msg}"
+    );
+    // A calibration fitted to a prediction is refused too: a figure fitted to is marked
+    // calibration.
+    let bad = data_text().replacen(
+        "fitted_to = [\"novmerge.users100.child_user\"]",
+        "fitted_to = [\"vmerge.users500\"]",
+        1,
+    );
+    assert_ne!(bad, data_text());
+    let msg = Experiment::parse(&bad, "bad.toml")
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(msg.contains("calibrations[0].fitted_to[0]"), "{msg}");
 }
 
 #[test]
 fn a_bad_base_field_of_the_data_file_is_refused_naming_the_file_and_field() {
     for (from, to, field) in [
-        ("kind = \"scsi\"", "kind = \"scsi\"\nsg_tablesize = 0", "device[0].sg_tablesize"),
+        (
+            "kind = \"scsi\"",
+            "kind = \"scsi\"\nsg_tablesize = 0",
+            "device[0].sg_tablesize",
+        ),
         ("kind = \"scsi\"", "kind = \"scsi\"\nheads = 4", "heads"),
         ("end = 500", "end = 50", "workload.end"),
     ] {
@@ -800,6 +841,9 @@ fn a_bad_base_field_of_the_data_file_is_refused_naming_the_file_and_field() {
         };
         assert!(e.is_bad_input(), "{e}");
         let msg = e.to_string();
-        assert!(msg.contains("bad.toml") && msg.contains(field), "{to}: {msg}");
+        assert!(
+            msg.contains("bad.toml") && msg.contains(field),
+            "{to}: {msg}"
+        );
     }
 }
