@@ -236,9 +236,16 @@ fn every_bundled_scenario_traces_with_its_dma_path_visible() {
     // (scenario, simulations, a slice name expected on the CPU tracks)
     for (scenario, sims, expect, queue) in [
         ("ipmmu-usb.toml", "4", "dma map_sg", "usb bot"),
+        // sba-vmerge runs from its experiment file: its novmerge cell is a lab scenario.
+        (
+            "experiments/sba-vmerge/novmerge.toml",
+            "1",
+            "dma unmap_sg",
+            "scsi hba",
+        ),
         ("pseries-ddw.toml", "1", "spin phyp_tce_table", "nic tx q0"),
     ] {
-        let out = dir.join(scenario.replace(".toml", ".json"));
+        let out = dir.join(scenario.replace(".toml", ".json").replace('/', "-"));
         trace(scenario, &out, &["--sims", sims, "--max-events", "20000"]);
         let s = check(&std::fs::read_to_string(&out).unwrap());
         let sims: usize = sims.parse().unwrap();
@@ -369,7 +376,7 @@ fn bundled_examples_trace_by_name_with_their_dma_paths_and_devices() {
 fn same_seed_same_bytes_and_the_seed_matters() {
     let dir = tmpdir("det");
     let (a, b, c) = (dir.join("a.json"), dir.join("b.json"), dir.join("c.json"));
-    let scenario = "pseries-ddw.toml";
+    let scenario = "experiments/sba-vmerge/novmerge.toml";
     trace(scenario, &a, &["--max-events", "5000"]);
     trace(scenario, &b, &["--max-events", "5000"]);
     trace(scenario, &c, &["--max-events", "5000", "--seed", "2"]);
