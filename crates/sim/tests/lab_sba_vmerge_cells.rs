@@ -795,9 +795,7 @@ fn a_data_file_calibration_without_a_source_is_refused_at_the_field() {
         1,
     );
     assert_ne!(bad, data_text());
-    let e = Experiment::parse(&bad, "bad.toml")
-        .err()
-        .expect("refused before anything runs");
+    let e = Experiment::parse(&bad, "bad.toml").expect_err("refused before anything runs");
     assert!(e.is_bad_input(), "{e}");
     let msg = e.to_string();
     assert!(
@@ -813,8 +811,7 @@ fn a_data_file_calibration_without_a_source_is_refused_at_the_field() {
     );
     assert_ne!(bad, data_text());
     let msg = Experiment::parse(&bad, "bad.toml")
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(msg.contains("calibrations[0].fitted_to[0]"), "{msg}");
 }
@@ -836,8 +833,7 @@ fn a_bad_base_field_of_the_data_file_is_refused_naming_the_file_and_field() {
             Err(e) => e,
             Ok(x) => x
                 .run(&ExperimentOptions { runs: 1, seed: 1 })
-                .err()
-                .expect("refused"),
+                .expect_err("refused"),
         };
         assert!(e.is_bad_input(), "{e}");
         let msg = e.to_string();
