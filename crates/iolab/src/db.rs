@@ -963,7 +963,7 @@ mod tests {
             kind: "lab",
             group_id: None,
             label: None,
-            scenario_origin: Some("scenarios/sba-vmerge.toml (bundled)"),
+            scenario_origin: Some("scenarios/experiments/sba-vmerge.toml (bundled)"),
             scenario_text: Some("experiment = \"sba-vmerge\"\n"),
             seed: u64::MAX,
             started_at: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
@@ -1031,7 +1031,7 @@ mod tests {
         assert_eq!(run.iolab_version, env!("CARGO_PKG_VERSION"));
         assert_eq!(
             run.scenario_origin.as_deref(),
-            Some("scenarios/sba-vmerge.toml (bundled)")
+            Some("scenarios/experiments/sba-vmerge.toml (bundled)")
         );
         assert_eq!(run.figures.len(), 2);
         for (s, f) in run.figures.iter().zip(&r.figures) {

@@ -351,13 +351,8 @@ fn two_variants_of_one_workload_scenario_pair_their_single_configurations() {
         "{text}"
     );
     // Runs with several configurations are not paired by position: a run of the
-    // sba-vmerge experiment against a workload scenario has nothing in common.
-    ok(iolab(&[
-        "--db",
-        db,
-        "run",
-        &repo("../../scenarios/sba-vmerge.toml"),
-    ]));
+    // sba-vmerge experiment (two cells) against a workload scenario has nothing in common.
+    ok(iolab(&["--db", db, "reproduce", "sba-vmerge"]));
     let out = iolab(&["--db", db, "compare", "1", "5"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }

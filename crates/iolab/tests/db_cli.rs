@@ -122,7 +122,8 @@ fn a_db_that_is_a_text_file_is_bad_input_and_left_unchanged() {
 fn run_stores_the_scenario_file_it_ran() {
     let dir = temp_dir("run");
     let db = dir.join("results.db");
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/sba-vmerge.toml");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/experiments/sba-vmerge/novmerge.toml");
     let out = iolab(&["run", s(&scenario), "--db", s(&db), "--seed", "7"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("stored as run 1 in"));

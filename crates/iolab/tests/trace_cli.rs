@@ -261,7 +261,13 @@ fn every_bundled_scenario_traces_with_its_dma_path_visible() {
             "dma map_sg",
             "usb bot",
         ),
-        ("sba-vmerge.toml", "1", "dma unmap_sg", "scsi hba"),
+        // sba-vmerge runs from its experiment file: its novmerge cell is a lab scenario.
+        (
+            "experiments/sba-vmerge/novmerge.toml",
+            "1",
+            "dma unmap_sg",
+            "scsi hba",
+        ),
         ("pseries-ddw.toml", "1", "spin phyp_tce_table", "nic tx q0"),
     ] {
         let out = dir.join(scenario.replace(".toml", ".json").replace('/', "_"));
@@ -395,13 +401,10 @@ fn bundled_examples_trace_by_name_with_their_dma_paths_and_devices() {
 fn same_seed_same_bytes_and_the_seed_matters() {
     let dir = tmpdir("det");
     let (a, b, c) = (dir.join("a.json"), dir.join("b.json"), dir.join("c.json"));
-    trace("sba-vmerge.toml", &a, &["--max-events", "5000"]);
-    trace("sba-vmerge.toml", &b, &["--max-events", "5000"]);
-    trace(
-        "sba-vmerge.toml",
-        &c,
-        &["--max-events", "5000", "--seed", "2"],
-    );
+    let scenario = "experiments/sba-vmerge/novmerge.toml";
+    trace(scenario, &a, &["--max-events", "5000"]);
+    trace(scenario, &b, &["--max-events", "5000"]);
+    trace(scenario, &c, &["--max-events", "5000", "--seed", "2"]);
     let (a, b, c) = (
         std::fs::read(a).unwrap(),
         std::fs::read(b).unwrap(),

@@ -22,7 +22,6 @@ use iolab_sim::cost::{CpuCostModel, PlatformProfile};
 use iolab_sim::devices::nvme::{Nvme, NvmeParams};
 use iolab_sim::engine::{Ctx, Handle};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
-use iolab_sim::experiments::sba_vmerge;
 use iolab_sim::reproduce::{bundled, Experiment};
 use iolab_sim::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, RwPattern, SharedStats,
@@ -91,7 +90,8 @@ fn the_other_experiments_are_pure_functions_of_scenario_and_seed() {
     let ipmmu = iolab_sim::reproduce::bundled::text("ipmmu-usb")
         .expect("bundled")
         .replace("file_mib = 64\n", "file_mib = 16\nseeks = 300\n");
-    let sba = sba_vmerge::BUNDLED_SCENARIO
+    // sba-vmerge's novmerge cell (its experiment file's cell, as a lab scenario), shortened.
+    let sba = include_str!("../../../scenarios/experiments/sba-vmerge/novmerge.toml")
         .replace("start = 100", "start = 10")
         .replace("end = 500", "end = 20")
         .replace("increment = 100", "increment = 10");
@@ -103,7 +103,15 @@ fn the_other_experiments_are_pure_functions_of_scenario_and_seed() {
     };
     let ipmmu = iolab_sim::reproduce::Experiment::parse(&ipmmu, "short.toml").expect("valid");
     twice(&|| ipmmu.run(&options).expect("runs"));
-    twice(&|| sba_vmerge::run_scenario(&sba, "short.toml", &options).expect("runs"));
+    twice(&|| {
+        let lab_options = iolab_sim::lab::LabOptions {
+            runs: options.runs,
+            seed: Some(options.seed),
+        };
+        iolab_sim::lab::run_scenario(&sba, "short.toml", &lab_options)
+            .expect("runs")
+            .report
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

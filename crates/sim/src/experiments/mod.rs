@@ -10,10 +10,12 @@
 //! - `BUNDLED_SCENARIO`: the scenario text compiled into the binary;
 //! - `run_scenario(text, origin, options)`: runs a scenario file of that experiment's schema
 //!   (the bundled one, or a user's modified copy) and returns its report.
+//!
+//! A published experiment that runs from its experiment file only (`sba-vmerge`:
+//! scenarios/experiments/, [`crate::reproduce`]) keeps its name in [`NAMES`] and has no module.
 
 pub mod protection;
 pub mod pseries_ddw;
-pub mod sba_vmerge;
 
 use crate::cost::CostError;
 use crate::experiment::{ExperimentOptions, ExperimentReport};
@@ -41,6 +43,12 @@ pub enum ExperimentError {
     /// A model of the stack refused an operation the workload needed.
     #[error("Model error: {0}")]
     Model(String),
+    /// The experiment runs from its experiment file only: it has no scenario schema of its own.
+    #[error("Experiment `{name}` runs from its experiment file scenarios/experiments/{name}.toml (`iolab reproduce {name}`, docs/EXPERIMENTS.md): it has no scenario file of its own")]
+    DataFileOnly {
+        /// The experiment.
+        name: String,
+    },
     /// The experiment is not implemented yet.
     #[error("Experiment `{name}` is not implemented yet")]
     NotImplemented {
@@ -63,7 +71,7 @@ impl ExperimentError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            Self::UnknownName { .. } | Self::Input(_) | Self::Cost(_)
+            Self::UnknownName { .. } | Self::DataFileOnly { .. } | Self::Input(_) | Self::Cost(_)
         )
     }
 }
@@ -75,10 +83,23 @@ pub const NAMES: [&str; 0] = [];
 
 /// Experiments whose module still reads scenario files of its own schema (`iolab run
 /// scenarios/pseries-ddw.toml`, the soak) until those modules go (issue 16).
-pub const SCHEMA_NAMES: [&str; 2] = [sba_vmerge::NAME, pseries_ddw::NAME];
+pub const SCHEMA_NAMES: [&str; 1] = [pseries_ddw::NAME];
 
 /// Experiments of the lab's own (no published figures) that run only when named.
 pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
+
+/// The error for a name no module here runs: an experiment file's, or unknown.
+fn not_a_module(name: &str) -> ExperimentError {
+    if crate::reproduce::bundled::text(name).is_some() {
+        ExperimentError::DataFileOnly {
+            name: name.to_owned(),
+        }
+    } else {
+        ExperimentError::UnknownName {
+            name: name.to_owned(),
+        }
+    }
+}
 
 /// Checks that a scenario's `experiment` key, `found`, names `name`.
 pub(crate) fn expect_experiment(
@@ -115,14 +136,9 @@ pub fn all_names() -> String {
 /// The bundled scenario text of experiment `name`.
 pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
     Ok(match name {
-        sba_vmerge::NAME => sba_vmerge::BUNDLED_SCENARIO,
         pseries_ddw::NAME => pseries_ddw::BUNDLED_SCENARIO,
         protection::NAME => protection::BUNDLED_SCENARIO,
-        _ => {
-            return Err(ExperimentError::UnknownName {
-                name: name.to_owned(),
-            })
-        }
+        _ => return Err(not_a_module(name)),
     })
 }
 
@@ -130,11 +146,8 @@ pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
 /// same checks `run_scenario` makes before its first run (used by the fuzz targets).
 pub fn validate_scenario(name: &str, text: &str, origin: &str) -> Result<(), ExperimentError> {
     match name {
-        sba_vmerge::NAME => sba_vmerge::validate_scenario(text, origin),
         pseries_ddw::NAME => pseries_ddw::validate_scenario(text, origin),
-        _ => Err(ExperimentError::UnknownName {
-            name: name.to_owned(),
-        }),
+        _ => Err(not_a_module(name)),
     }
 }
 
@@ -146,12 +159,9 @@ pub fn run_scenario(
     options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
     match name {
-        sba_vmerge::NAME => sba_vmerge::run_scenario(text, origin, options),
         pseries_ddw::NAME => pseries_ddw::run_scenario(text, origin, options),
         protection::NAME => protection::run_scenario(text, origin, options),
-        _ => Err(ExperimentError::UnknownName {
-            name: name.to_owned(),
-        }),
+        _ => Err(not_a_module(name)),
     }
 }
 

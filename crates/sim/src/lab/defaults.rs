@@ -165,17 +165,17 @@ pub const FIO_USER_NS_PER_IO: Sourced<u64> = (
 /// SBA `iommu.delayed_frees`.
 pub const SBA_DELAYED_FREES: Sourced<usize> = (
     64,
-    "sba_iommu.c DELAYED_RESOURCE_CNT = 64 (RESEARCH.md [src]; scenarios/sba-vmerge.toml)",
+    "sba_iommu.c DELAYED_RESOURCE_CNT = 64 (RESEARCH.md [src]; docs/model/sba-vmerge.md)",
 );
 /// SBA `iommu.page_size`.
 pub const SBA_PAGE_SIZE: Sourced<u64> = (
     16384,
-    "ia64 uses 16 KiB pages by default and sba_iommu.c's iovp_size is min(PAGE_SIZE, 64 KiB) (scenarios/sba-vmerge.toml)",
+    "ia64 uses 16 KiB pages by default and sba_iommu.c's iovp_size is min(PAGE_SIZE, 64 KiB) (docs/model/sba-vmerge.md)",
 );
 /// SBA IOV window: (base, size) in bytes (`iommu.window_base_mib`, `iommu.window_mib`).
 pub const SBA_WINDOW: Sourced<(u64, u64)> = (
     (1 << 30, 1 << 30),
-    "assumption (scenarios/sba-vmerge.toml): zx1 firmware places the IOC's IOV window at 1 GiB, below the first 4 GiB where the lab's buffers live; sba_iommu.c sizes it to a fraction of RAM, at most 1 GiB on zx1",
+    "assumption (docs/model/sba-vmerge.md): zx1 firmware places the IOC's IOV window at 1 GiB, below the first 4 GiB where the lab's buffers live; sba_iommu.c sizes it to a fraction of RAM, at most 1 GiB on zx1",
 );
 /// `kernel.sba_coalesce`: whether the SBA driver's `sba_map_sg` coalesces the pieces of a
 /// scatter-gather list into virtually contiguous DMA streams (`sba_coalesce_chunks`).
@@ -665,29 +665,29 @@ pub const PAGE_CACHE_BASE: Sourced<u64> = (
 
 // ---------------------------------------------------------------------------------------
 // The SCSI/SAS disk of re-aim scenarios (devices::scsi): the zx1 set-up's LSI 53c1030 HBA
-// and Seagate Cheetah 15K.3 of scenarios/sba-vmerge.toml, whose values are datasheet and
+// and Seagate Cheetah 15K.3 of docs/model/sba-vmerge.md, whose values are datasheet and
 // driver facts or stated assumptions there (none is fitted to a published result).
 // ---------------------------------------------------------------------------------------
 
 /// scsi `device.bus_mb_per_s`.
 pub const SCSI_BUS_MB_PER_S: Sourced<f64> = (
     160.0,
-    "Ultra160 data phase, 160 MB/s (scenarios/sba-vmerge.toml); a SAS-2 link is 600 MB/s (6 Gb/s, 8b/10b)",
+    "Ultra160 data phase, 160 MB/s (docs/model/sba-vmerge.md); a SAS-2 link is 600 MB/s (6 Gb/s, 8b/10b)",
 );
 /// scsi `device.hba_command_us`.
 pub const SCSI_HBA_COMMAND_US: Sourced<f64> = (
     25.0,
-    "assumption (scenarios/sba-vmerge.toml): LSI Fusion-MPT firmware handles ~40K commands/s",
+    "assumption (docs/model/sba-vmerge.md): LSI Fusion-MPT firmware handles ~40K commands/s",
 );
 /// scsi `device.hba_per_sge_ns`.
 pub const SCSI_HBA_PER_SGE_NS: Sourced<f64> = (
     150.0,
-    "assumption (scenarios/sba-vmerge.toml): the IOC reads one SG element and programs its DMA engine",
+    "assumption (docs/model/sba-vmerge.md): the IOC reads one SG element and programs its DMA engine",
 );
 /// scsi `device.sg_tablesize`.
 pub const SCSI_SG_TABLESIZE: Sourced<usize> = (
     40,
-    "drivers/message/fusion/mptbase.h MPT_SCSI_SG_DEPTH = 40 (scenarios/sba-vmerge.toml)",
+    "drivers/message/fusion/mptbase.h MPT_SCSI_SG_DEPTH = 40 (docs/model/sba-vmerge.md)",
 );
 /// scsi `device.max_sectors`.
 pub const SCSI_MAX_SECTORS: Sourced<u64> =
@@ -697,17 +697,17 @@ pub const SCSI_MAX_SEGMENT_KIB: Sourced<u64> = (64, "Linux block layer MAX_SEGME
 /// scsi `device.submit_kcycles`.
 pub const SCSI_SUBMIT_KCYCLES: Sourced<f64> = (
     15.0,
-    "assumption (scenarios/sba-vmerge.toml): make_request, elevator, SCSI mid-layer and the driver's queuecommand, ~15,000 cycles at the profile's clock",
+    "assumption (docs/model/sba-vmerge.md): make_request, elevator, SCSI mid-layer and the driver's queuecommand, ~15,000 cycles at the profile's clock",
 );
 /// scsi `device.per_sge_cycles`.
 pub const SCSI_PER_SGE_CYCLES: Sourced<f64> = (
     60.0,
-    "assumption (scenarios/sba-vmerge.toml): the driver writes one 64-bit SG element into the frame, ~60 cycles",
+    "assumption (docs/model/sba-vmerge.md): the driver writes one 64-bit SG element into the frame, ~60 cycles",
 );
 /// scsi `device.complete_kcycles`.
 pub const SCSI_COMPLETE_KCYCLES: Sourced<f64> = (
     20.0,
-    "assumption (scenarios/sba-vmerge.toml): interrupt, reply handling, scsi_done and bio end_io, ~20,000 cycles",
+    "assumption (docs/model/sba-vmerge.md): interrupt, reply handling, scsi_done and bio end_io, ~20,000 cycles",
 );
 /// scsi `device.capacity_gb`.
 pub const SCSI_CAPACITY_GB: Sourced<f64> =
@@ -732,7 +732,7 @@ pub const SCSI_MEDIA_MB_PER_S: Sourced<f64> = (
 /// scsi `device.dma_mask_bits`.
 pub const SCSI_DMA_MASK_BITS: Sourced<u32> = (
     64,
-    "mptbase sets a 64-bit DMA mask on the 53c1030, a 64-bit PCI-X device (scenarios/sba-vmerge.toml)",
+    "mptbase sets a 64-bit DMA mask on the 53c1030, a 64-bit PCI-X device (docs/model/sba-vmerge.md)",
 );
 
 // ---------------------------------------------------------------------------------------
@@ -747,14 +747,14 @@ pub const REAIM_TIMESLICE_MS: Sourced<f64> = (
 /// reaim `workload.jitter_pct`.
 pub const REAIM_JITTER_PCT: Sourced<f64> = (
     20.0,
-    "assumption (scenarios/sba-vmerge.toml): a task's CPU cost varies +-20% from run to run (cache and TLB state)",
+    "assumption (docs/model/sba-vmerge.md): a task's CPU cost varies +-20% from run to run (cache and TLB state)",
 );
 /// reaim `workload.fs_block`.
 pub const REAIM_FS_BLOCK: Sourced<u64> = (4096, "assumption: mke2fs's default 4 KiB blocks");
 /// reaim `workload.journal_blocks`.
 pub const REAIM_JOURNAL_BLOCKS: Sourced<u64> = (
     3,
-    "assumption (scenarios/sba-vmerge.toml): an ext3 fsync of a small file journals the inode, a bitmap and a descriptor block, then a commit block",
+    "assumption (docs/model/sba-vmerge.md): an ext3 fsync of a small file journals the inode, a bitmap and a descriptor block, then a commit block",
 );
 /// `kernel.page_size`: the kernel's page size for re-aim's page cache, bytes.
 pub const REAIM_PAGE: Sourced<u64> = (4096, "assumption: 4 KiB kernel pages");
@@ -783,11 +783,11 @@ pub const REAIM_TASKS: &[DefaultTask] = &[
     ("fork_test", 4, 50.0, 300.0, 0, "assumption (fork/exec): fork, exit and wait of a small process, ~300,000 cycles (lmbench's fork latency is of the order of 100 us on a 2-3 GHz core)"),
     ("exec_test", 3, 100.0, 800.0, 0, "assumption (fork/exec): fork, execve of a small binary, exit and wait, ~3x a fork"),
     ("disk_rr", 6, 300.0, 600.0, 0, "assumption (page cache): random reads of a cached file, ~600,000 cycles of copy and lookup"),
-    ("sync_disk_update", 3, 200.0, 300.0, 80 << 10, "assumption (disk): update an 80 KiB file and fsync it (FILESIZE 80k of the OSDL STP re-aim configuration, scenarios/sba-vmerge.toml)"),
+    ("sync_disk_update", 3, 200.0, 300.0, 80 << 10, "assumption (disk): update an 80 KiB file and fsync it (FILESIZE 80k of the OSDL STP re-aim configuration, docs/model/sba-vmerge.md)"),
     ("sync_disk_wrt", 3, 200.0, 300.0, 80 << 10, "assumption (disk): write an 80 KiB file sequentially and fsync it"),
 ];
 
-/// The workfile `new_dbase` of the sba-vmerge experiment (scenarios/sba-vmerge.toml), an
+/// The workfile `new_dbase` of the sba-vmerge experiment (docs/model/sba-vmerge.md), an
 /// approximation: the workfile itself was not found in a public source, so the mix is AIM7's
 /// documented tasks with weights summing to 103 (every published row of SEEDS.md #3 satisfies
 /// `JPM * Parent Time / (60 * users) = 103.0`). The costs are *relative*: written as the

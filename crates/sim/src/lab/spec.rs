@@ -3562,7 +3562,7 @@ fn reaim(
 }
 
 /// Physical address where I/O buffers and the page cache start: above the first 4 GiB, where
-/// the 32-bit windows of the SBA and POWER live (assumption of scenarios/sba-vmerge.toml: no
+/// the 32-bit windows of the SBA and POWER live (assumption of docs/model/sba-vmerge.md: no
 /// DMA buffers there), so a bypass reaches them.
 pub(crate) const BUFFER_BASE: u64 = 4 << 30;
 
