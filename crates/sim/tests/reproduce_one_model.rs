@@ -76,3 +76,39 @@ fn calibrations_reach_only_the_cells_they_name() {
         );
     }
 }
+
+#[test]
+fn the_reaim_layout_prints_the_published_row_above_the_labs_per_user_count() {
+    let text = bundled::text("sba-vmerge").unwrap();
+    let exp = Experiment::parse(text, "test.toml").unwrap();
+    let report = exp.run(&ExperimentOptions { runs: 1, seed: 1 }).unwrap();
+    let novmerge = &report.measurements[0];
+    for users in [100, 500] {
+        let jpm = novmerge
+            .metrics
+            .iter()
+            .find(|m| m.name == format!("reaim.users{users}.jpm"))
+            .unwrap()
+            .value;
+        let row = |who: &str| {
+            let start = format!("{who:<16}{users:>8}");
+            let at = report
+                .report_text
+                .find(&start)
+                .unwrap_or_else(|| panic!("no {who} row for {users}: {}", report.report_text));
+            report.report_text[at..].lines().next().unwrap().to_owned()
+        };
+        assert!(row("lab").contains(&format!("{jpm:.2}")), "{}", row("lab"));
+        let published = report
+            .figures
+            .iter()
+            .find(|f| f.id == format!("novmerge.users{users}"))
+            .unwrap()
+            .published
+            .unwrap();
+        let line = row("published");
+        assert!(line.contains(&format!("{published:.2}")), "{line}");
+        // The published row comes first (the novmerge cell's table comes first).
+        assert!(report.report_text.find(&line) < report.report_text.find(&row("lab")));
+    }
+}

@@ -257,7 +257,13 @@ pub struct TableColumn {
 }
 
 /// Layouts the report knows.
-pub const LAYOUTS: [&str; 4] = ["figures", "pivot", "percent-list", "bonnie-csv"];
+pub const LAYOUTS: [&str; 5] = [
+    "figures",
+    "pivot",
+    "percent-list",
+    "bonnie-csv",
+    "reaim-table",
+];
 
 /// Cap on the cells of one experiment file (rows x the columns each runs): every cell's
 /// scenario is built and validated before anything runs. A stated assumption: the

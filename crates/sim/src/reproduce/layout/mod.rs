@@ -10,6 +10,7 @@ use crate::experiment::{figure_value_text, Effect, Figure};
 use super::{CellResult, Experiment};
 
 mod bonnie_csv;
+mod reaim_table;
 
 /// The report text (without effects, fidelity, calibrations and notes, which every
 /// report prints the same way after it).
@@ -43,6 +44,7 @@ pub fn render(
         "pivot" => pivot(&mut out, exp, results, figures),
         "percent-list" => percent_list::render(&mut out, exp, figures, effects),
         "bonnie-csv" => bonnie_csv::render(&mut out, exp, results, figures),
+        "reaim-table" => reaim_table::render(&mut out, exp, results, figures),
         _ => figure_list(&mut out, figures),
     }
     for t in &f.report.tables {
