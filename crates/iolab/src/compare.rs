@@ -298,17 +298,11 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
                 .entry(m.config.clone())
                 .or_insert_with(|| m.attrs.clone());
             for x in &m.metrics {
-                let (name, value) = iolab::vocab::canonical_metric(&x.name, x.value);
+                let (name, unit, value) = iolab::vocab::canonical_metric(&x.name, &x.unit, x.value);
                 // A pattern selects a renamed metric by either name.
                 if !wanted(name) && !wanted(&x.name) {
                     continue;
                 }
-                // A renamed metric's unit is the current one's.
-                let unit = if name == "net.throughput_gbps" && x.name != name {
-                    "Gb/s"
-                } else {
-                    x.unit.as_str()
-                };
                 s.push(&m.config, name, unit, value);
             }
         }

@@ -58,21 +58,31 @@ pub const VALUE_ALIASES: [(&str, &str, &str); 5] = [
 ];
 
 /// Metric names the published experiments' own models stored before they became data files
-/// on the lab (issue 16): (old name, current name, factor from the old unit to the new).
-/// `iolab compare` reads stored runs through it, so a run stored before the change sets
-/// beside a new one.
-pub const METRIC_ALIASES: [(&str, &str, f64); 4] = [
-    ("netperf.throughput_mbps", "net.throughput_gbps", 1e-3),
-    ("netperf.latency_us", "net.latency_mean_us", 1.0),
-    ("tce.hypercalls_per_msg", "dma.hypercalls_per_msg", 1.0),
-    ("tce.tces_per_msg", "dma.tces_per_msg", 1.0),
+/// on the lab (issue 16): (old name, current name, factor from the old unit to the current,
+/// the current unit). `iolab compare` reads stored runs through it, so a run stored before
+/// the change sets beside a new one.
+pub const METRIC_ALIASES: [(&str, &str, f64, &str); 4] = [
+    (
+        "netperf.throughput_mbps",
+        "net.throughput_gbps",
+        1e-3,
+        "Gb/s",
+    ),
+    ("netperf.latency_us", "net.latency_mean_us", 1.0, "us"),
+    (
+        "tce.hypercalls_per_msg",
+        "dma.hypercalls_per_msg",
+        1.0,
+        "count",
+    ),
+    ("tce.tces_per_msg", "dma.tces_per_msg", 1.0, "count"),
 ];
 
-/// A stored metric under its current name, with its value in the current unit.
-pub fn canonical_metric(name: &str, value: f64) -> (&str, f64) {
-    match METRIC_ALIASES.iter().find(|(old, _, _)| *old == name) {
-        Some((_, new, factor)) => (new, value * factor),
-        None => (name, value),
+/// A stored metric `(name, unit, value)` under its current name, unit and value.
+pub fn canonical_metric<'a>(name: &'a str, unit: &'a str, value: f64) -> (&'a str, &'a str, f64) {
+    match METRIC_ALIASES.iter().find(|(old, ..)| *old == name) {
+        Some((_, new, factor, new_unit)) => (new, new_unit, value * factor),
+        None => (name, unit, value),
     }
 }
 
@@ -167,10 +177,13 @@ mod tests {
     #[test]
     fn old_metric_names_read_as_the_current_ones_in_the_current_unit() {
         assert_eq!(
-            canonical_metric("netperf.throughput_mbps", 94_030.0),
-            ("net.throughput_gbps", 94.03)
+            canonical_metric("netperf.throughput_mbps", "Mb/s", 94_030.0),
+            ("net.throughput_gbps", "Gb/s", 94.03)
         );
-        assert_eq!(canonical_metric("read.iops", 5.0), ("read.iops", 5.0));
+        assert_eq!(
+            canonical_metric("read.iops", "IOPS", 5.0),
+            ("read.iops", "IOPS", 5.0)
+        );
     }
 
     #[test]

@@ -109,8 +109,9 @@ fn groups_of_lab_repetitions_compare_with_statistics() {
             .find(|m| m["config"] == config)
             .and_then(|m| {
                 m["metrics"].as_array().unwrap().iter().find_map(|x| {
-                    let (name, v) = iolab::vocab::canonical_metric(
+                    let (name, _, v) = iolab::vocab::canonical_metric(
                         x["name"].as_str().unwrap(),
+                        x["unit"].as_str().unwrap(),
                         x["value"].as_f64().unwrap(),
                     );
                     (name == metric).then_some(v)
