@@ -147,6 +147,30 @@ pub(crate) struct CpuState {
     busy: Option<Account>,
     since: u64,
     acct: [u64; 3],
+    /// The deferred segments of a fused span in progress ([`State::begin_busy_planned`]),
+    /// as (end time, account), before its final segment (charged to `busy`); empty for a
+    /// plain busy interval. Reused, so a fused span allocates nothing once it has grown.
+    plan: Vec<(u64, Account)>,
+}
+
+impl CpuState {
+    /// Charges the busy interval in progress, from `since` to `now`, into `a`: the fused
+    /// span's segments in order, then the final account up to `now`.
+    #[inline]
+    fn charge_busy(&self, now: u64, a: &mut [u64; 3]) {
+        let Some(k) = self.busy else { return };
+        let mut start = self.since;
+        for &(end, acct) in &self.plan {
+            if now <= start {
+                return;
+            }
+            a[acct as usize] += end.min(now) - start;
+            start = end;
+        }
+        if now > start {
+            a[k as usize] += now - start;
+        }
+    }
 }
 
 pub(crate) struct State {
@@ -250,6 +274,49 @@ impl State {
         true
     }
 
+    /// [`State::spend_now`] for a fused span: the deferred segments `pre` (as (ns,
+    /// account), in order, `pre_ns` in all), then `ns` charged to `account`.
+    #[inline]
+    pub(crate) fn spend_now_planned(
+        &mut self,
+        cpu: u32,
+        pre: &[(u64, Account)],
+        pre_ns: u64,
+        account: Account,
+        ns: u64,
+    ) -> bool {
+        let total = pre_ns.saturating_add(ns);
+        if !self.spend_now(cpu, account, total) {
+            return false;
+        }
+        // `spend_now` charged the whole span to `account`; move the segments to theirs.
+        let c = &mut self.cpus[cpu as usize];
+        for &(d, a) in pre {
+            c.acct[account as usize] -= d;
+            c.acct[a as usize] += d;
+        }
+        true
+    }
+
+    /// Starts a fused busy interval on `cpu`: the deferred segments `pre` (as (ns,
+    /// account), in order) from now, then the final segment charged to `account` until the
+    /// interval ends. Reports cut through it charge each segment exactly as separate
+    /// spends would have.
+    #[inline]
+    pub(crate) fn begin_busy_planned(&mut self, cpu: u32, pre: &[(u64, Account)], account: Account) {
+        let now = self.now;
+        let c = &mut self.cpus[cpu as usize];
+        debug_assert!(c.busy.is_none(), "CPU {cpu} is already busy");
+        c.busy = Some(account);
+        c.since = now;
+        c.plan.clear();
+        let mut end = now;
+        for &(d, a) in pre {
+            end = end.saturating_add(d);
+            c.plan.push((end, a));
+        }
+    }
+
     /// Starts a busy interval on `cpu`.
     #[inline]
     pub(crate) fn begin_busy(&mut self, cpu: u32, account: Account) {
@@ -264,8 +331,16 @@ impl State {
     pub(crate) fn end_busy(&mut self, cpu: u32) {
         let now = self.now;
         let c = &mut self.cpus[cpu as usize];
-        if let Some(a) = c.busy.take() {
-            c.acct[a as usize] += now - c.since;
+        if let Some(a) = c.busy {
+            if c.plan.is_empty() {
+                c.acct[a as usize] += now - c.since;
+            } else {
+                let mut acct = c.acct;
+                c.charge_busy(now, &mut acct);
+                c.acct = acct;
+                c.plan.clear();
+            }
+            c.busy = None;
         }
     }
 
@@ -313,9 +388,7 @@ impl State {
             .iter()
             .map(|c| {
                 let mut a = c.acct;
-                if let Some(k) = c.busy {
-                    a[k as usize] += self.now - c.since;
-                }
+                c.charge_busy(self.now, &mut a);
                 let busy = a[0] + a[1] + a[2];
                 debug_assert!(busy <= self.now, "busy time exceeds elapsed time");
                 CpuTimes {
@@ -446,6 +519,7 @@ impl Kernel {
                 busy: None,
                 since: 0,
                 acct: [0; 3],
+                plan: Vec::new(),
             })
             .collect();
         let foreign = Arc::new(ForeignWakes {
@@ -823,6 +897,31 @@ impl Burn {
         st.end_busy(cpu);
         self.active = false;
         true
+    }
+
+    /// Starts burning a fused span on `cpu` for `task`: the deferred segments `pre`
+    /// (`pre_ns` in all), then `ns` charged to `account`; at once when its end is the next
+    /// event. Returns `true` if the span is already over.
+    #[inline]
+    pub(crate) fn begin_planned(
+        &mut self,
+        st: &mut State,
+        (cpu, task): (u32, TaskRef),
+        pre: &[(u64, Account)],
+        pre_ns: u64,
+        account: Account,
+        ns: u64,
+    ) -> bool {
+        let total = pre_ns.saturating_add(ns);
+        if total == 0 || st.spend_now_planned(cpu, pre, pre_ns, account, ns) {
+            return true;
+        }
+        st.begin_busy_planned(cpu, pre, account);
+        self.end = st.now + total;
+        self.active = true;
+        st.schedule(self.end, task);
+        st.keep_cpu = true;
+        false
     }
 
     /// Closes the busy interval early (the future was dropped).

@@ -34,7 +34,7 @@ pub(crate) mod queue;
 pub mod rng;
 pub mod sync;
 
-use std::cell::{RefCell, RefMut};
+use std::cell::{Cell, RefCell, RefMut};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -312,6 +312,16 @@ pub struct Ctx {
     pub(crate) task: TaskRef,
     pub(crate) cpu: u32,
     rng: RefCell<Rng>,
+    /// CPU time deferred with [`Cpu::defer`], charged by the task's next spend.
+    debt: Debt,
+}
+
+/// CPU time a task has deferred ([`Cpu::defer`]) and not yet spent: its total and its
+/// segments as (ns, account) in order (adjacent segments of one account merged).
+#[derive(Default)]
+pub(crate) struct Debt {
+    ns: Cell<u64>,
+    segs: RefCell<Vec<(u64, Account)>>,
 }
 
 impl Ctx {
@@ -321,12 +331,31 @@ impl Ctx {
             task,
             cpu,
             rng: RefCell::new(Rng::seed_from_u64(seed)),
+            debt: Debt::default(),
         }
     }
 
     /// The current virtual time.
     pub fn now(&self) -> SimTime {
         self.h.now()
+    }
+
+    /// This task's local time: the current time plus the CPU time it has deferred with
+    /// [`Cpu::defer`] (the time its next spend starts from its own point of view).
+    pub fn local_now(&self) -> SimTime {
+        SimTime(self.h.now().0.saturating_add(self.debt.ns.get()))
+    }
+
+    /// Checks (in debug builds) that the task has no deferred CPU time: every primitive
+    /// that interacts with other tasks must be preceded by a spend that charges it.
+    #[inline]
+    pub(crate) fn debug_assert_no_debt(&self) {
+        debug_assert!(
+            self.debt.ns.get() == 0,
+            "{:?} interacts with other tasks with {} ns of deferred CPU time not spent",
+            self.task_id(),
+            self.debt.ns.get()
+        );
     }
 
     /// This task's id.
@@ -369,6 +398,7 @@ impl Ctx {
 
     /// Blocks until `t` (returns at once if `t` is not in the future).
     pub fn sleep_until(&self, t: SimTime) -> Sleep<'_> {
+        self.debug_assert_no_debt();
         Sleep {
             ctx: self,
             until: t.0,
@@ -448,9 +478,37 @@ impl<'a> Cpu<'a> {
         self.ctx.cpu as usize
     }
 
-    /// Keeps the CPU busy for `d`, charged to `account`. Zero returns at once.
+    /// Keeps the CPU busy for `d`, charged to `account`. Zero returns at once (unless CPU
+    /// time was deferred, see [`Cpu::defer`]).
     pub fn spend(self, d: SimDuration, account: Account) -> Spend<'a> {
         self.spend_labeled(d, account, "")
+    }
+
+    /// Defers `d` of CPU time charged to `account`: the task's next spend (its next
+    /// [`Cpu::spend`] or [`Cpu::spend_labeled`]) first spends everything deferred, in
+    /// order and each part to its account, then its own span, as **one** span with one
+    /// wake-up at its end (a fused span). Use it for pure CPU work that touches nothing
+    /// another task can see (the task's own bookkeeping, its own random numbers) and that
+    /// is followed by more CPU time: the run is that of separate spends, except that the
+    /// intermediate wake-ups are gone, so the task's place among other events at the
+    /// fused span's end is that of a wake-up scheduled at the span's start (see
+    /// docs/ENGINE.md, "Fused spans"). [`Ctx::local_now`] is the time the task's next
+    /// spend starts from its point of view.
+    ///
+    /// The deferred time must be spent before the task interacts with another task (a
+    /// lock, a cache line, a channel, a completion, a sleep, a device): debug builds check
+    /// the blocking primitives. A task that ends with deferred time never charges it.
+    pub fn defer(self, d: SimDuration, account: Account) {
+        if d.0 == 0 {
+            return;
+        }
+        let debt = &self.ctx.debt;
+        debt.ns.set(debt.ns.get().saturating_add(d.0));
+        let mut segs = debt.segs.borrow_mut();
+        match segs.last_mut() {
+            Some((ns, a)) if *a == account => *ns += d.0,
+            _ => segs.push((d.0, account)),
+        }
     }
 
     /// [`Cpu::spend`] with a name for the timeline trace (`"dma map"`, `"dma unmap"` ...);
@@ -466,6 +524,7 @@ impl<'a> Cpu<'a> {
             label,
             started: false,
             burn: Burn::default(),
+            debt: (self.ctx.debt.ns.get() != 0).then_some(&self.ctx.debt),
         }
     }
 }
@@ -484,6 +543,9 @@ pub struct Spend<'a> {
     label: &'static str,
     started: bool,
     burn: Burn,
+    /// The task's deferred CPU time, when it had some as the spend was created: the span
+    /// is then fused ([`Cpu::defer`]).
+    debt: Option<&'a Debt>,
 }
 
 impl Future for Spend<'_> {
@@ -509,6 +571,9 @@ impl Spend<'_> {
     /// Starts the span: at once if its end is the next event, else by a wake-up at its end.
     #[inline(never)]
     fn first_poll(&mut self) -> Poll<()> {
+        if let Some(debt) = self.debt {
+            return self.first_poll_fused(debt);
+        }
         let mut st = self.k.st.borrow_mut();
         self.started = true;
         let tracer = &self.k.tracer;
@@ -526,15 +591,69 @@ impl Spend<'_> {
     }
 }
 
+impl Spend<'_> {
+    /// [`Spend::first_poll`] of a fused span: the task's deferred CPU time, then this
+    /// spend's, as one span.
+    #[inline(never)]
+    fn first_poll_fused(&mut self, debt: &Debt) -> Poll<()> {
+        let mut st = self.k.st.borrow_mut();
+        self.started = true;
+        let pre_ns = debt.ns.replace(0);
+        let mut segs = debt.segs.borrow_mut();
+        let tracer = &self.k.tracer;
+        if tracer.is_on() {
+            trace_fused(tracer, self, &segs, st.now);
+        }
+        let done = self.burn.begin_planned(
+            &mut st,
+            (self.cpu, self.task),
+            &segs,
+            pre_ns,
+            self.account,
+            self.ns,
+        );
+        segs.clear();
+        if done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Records a fused span that starts at `now`: each deferred segment, then the spend.
+#[cold]
+fn trace_fused(tracer: &crate::trace::Tracer, s: &Spend<'_>, segs: &[(u64, Account)], now: u64) {
+    let mut at = now;
+    for &(ns, account) in segs {
+        tracer.slice(
+            crate::trace::Track::Cpu(s.cpu),
+            account_name(account),
+            at,
+            ns,
+            &[],
+        );
+        at += ns;
+    }
+    if s.ns != 0 {
+        trace_spend(tracer, s, at);
+    }
+}
+
+/// The trace name of an unlabeled span of `account`.
+fn account_name(account: Account) -> &'static str {
+    match account {
+        Account::User => "user",
+        Account::System => "system",
+        Account::Spin => "spin",
+    }
+}
+
 /// Records a spend that starts at `now` (the task owns its CPU, so it runs to its end).
 #[cold]
 fn trace_spend(tracer: &crate::trace::Tracer, s: &Spend<'_>, now: u64) {
     let name = if s.label.is_empty() {
-        match s.account {
-            Account::User => "user",
-            Account::System => "system",
-            Account::Spin => "spin",
-        }
+        account_name(s.account)
     } else {
         s.label
     };

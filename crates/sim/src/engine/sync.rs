@@ -121,6 +121,7 @@ impl<T> Completion<T> {
     ///
     /// If the value was already taken by another wait (a completion has one consumer).
     pub fn wait<'a>(&'a self, ctx: &'a Ctx) -> Wait<'a, T> {
+        ctx.debug_assert_no_debt();
         Wait {
             c: self,
             ctx,
@@ -135,6 +136,7 @@ impl<T> Completion<T> {
     ///
     /// If the task is an agent (it has no CPU to keep busy), or as [`Completion::wait`].
     pub fn wait_polling<'a>(&'a self, ctx: &'a Ctx, account: Account) -> Wait<'a, T> {
+        ctx.debug_assert_no_debt();
         Wait {
             c: self,
             ctx,
@@ -287,6 +289,7 @@ impl<T> Channel<T> {
 
     /// Waits (blocked) for an item.
     pub fn recv<'a>(&'a self, ctx: &'a Ctx) -> Recv<'a, T> {
+        ctx.debug_assert_no_debt();
         Recv {
             ch: self,
             k: &ctx.h.0,

@@ -101,6 +101,7 @@ impl CacheLine {
     ///
     /// If the task is an agent (when called).
     pub fn rmw<'a>(&'a self, ctx: &'a Ctx, account: Account) -> Rmw<'a> {
+        ctx.debug_assert_no_debt();
         Rmw {
             k: &self.h.0,
             idx: self.idx,

@@ -115,6 +115,7 @@ impl SleepLock {
     /// The acquire cost needs a CPU: if the task is an agent, the future never completes
     /// and the run stops with [`SimError::NoCpu`].
     pub fn lock<'a>(&'a self, ctx: &'a Ctx) -> SleepLockFuture<'a> {
+        ctx.debug_assert_no_debt();
         SleepLockFuture {
             lock: self,
             ctx,

@@ -113,6 +113,7 @@ impl SpinLock {
     /// An agent has no CPU to spin on: if the task is one, the future never completes and
     /// the run stops with [`SimError::NoCpu`].
     pub fn lock<'a>(&'a self, ctx: &'a Ctx) -> SpinLockFuture<'a> {
+        ctx.debug_assert_no_debt();
         SpinLockFuture {
             lock: self,
             ctx,

@@ -171,6 +171,15 @@ pub trait BlockTarget {
         ctx: &'a Ctx,
         req: IoRequest,
     ) -> impl Future<Output = Result<(), String>> + 'a;
+
+    /// Whether [`BlockTarget::submit`] spends CPU time before it interacts with anything
+    /// another task can see, so that it may be called with the job's CPU time deferred
+    /// ([`crate::engine::Cpu::defer`]: the system call's and fio's own time, charged by the
+    /// target's first spend as one fused span). `false` (the default): [`run_job`] spends
+    /// the deferred time before it submits.
+    fn charges_deferred(&self) -> bool {
+        false
+    }
 }
 
 /// Completions and latencies of one direction, measured in the window.
@@ -220,16 +229,23 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
     let syscall = SimDuration::ns(spec.syscall_ns);
     // Reaped completions, reused across reaps (no allocation per reap).
     let mut got: Vec<IoCompletion> = Vec::with_capacity(depth as usize);
+    // The job's own CPU time (the system calls' entry and fio's user time per I/O) touches
+    // nothing another task sees, so it is deferred (`Cpu::defer`) and charged with the next
+    // spend as one fused span: the target's first spend when it takes deferred time, else
+    // a zero spend before the job submits, waits or ends. Times the job reads are its local
+    // time (`Ctx::local_now`), the time the separate spends would have reached.
+    let zero = SimDuration::ZERO;
+    let fused = target.charges_deferred();
     loop {
-        let running = ctx.now() < end;
+        let running = ctx.local_now() < end;
         if running && stats.borrow().error.is_none() {
             // Submit in batches until the queue is full.
             while !free.is_empty() {
                 let n = (free.len() as u32).min(spec.batch_submit.max(1));
-                ctx.cpu().spend(syscall, Account::System).await;
+                ctx.cpu().defer(syscall, Account::System);
                 for _ in 0..n {
                     let Some(slot) = free.pop() else { break };
-                    ctx.cpu().spend(user, Account::User).await;
+                    ctx.cpu().defer(user, Account::User);
                     let is_read = match spec.rw {
                         RwPattern::Read | RwPattern::RandRead => true,
                         RwPattern::Write | RwPattern::RandWrite => false,
@@ -247,10 +263,13 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
                         is_read,
                         offset: block * spec.bs,
                         len: spec.bs,
-                        issued_at: ctx.now(),
+                        issued_at: ctx.local_now(),
                         done: done.clone(),
                     };
                     stats.borrow_mut().issued += 1;
+                    if !fused {
+                        ctx.cpu().spend(zero, Account::System).await;
+                    }
                     if let Err(e) = target.submit(&ctx, req).await {
                         let mut s = stats.borrow_mut();
                         if s.error.is_none() {
@@ -266,6 +285,8 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
                 }
             }
         }
+        // Whatever is still deferred is spent before the job waits or ends.
+        ctx.cpu().spend(zero, Account::System).await;
         if inflight == 0 {
             break;
         }
@@ -278,10 +299,10 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
         while let Some(c) = done.try_recv() {
             got.push(c);
         }
-        ctx.cpu().spend(syscall, Account::System).await;
-        let now = ctx.now();
+        ctx.cpu().defer(syscall, Account::System);
+        let now = ctx.local_now();
         for c in got.drain(..) {
-            ctx.cpu().spend(user, Account::User).await;
+            ctx.cpu().defer(user, Account::User);
             inflight -= 1;
             free.push(c.slot);
             if now > window_start && now <= end {
