@@ -32,9 +32,7 @@ fn run(fused: bool) -> (Vec<RunReport>, RunReport, Vec<u64>) {
                 }
             }
             log.borrow_mut().push(ctx.local_now().as_ns());
-            ctx.cpu()
-                .spend(SimDuration::ns(100), Account::System)
-                .await;
+            ctx.cpu().spend(SimDuration::ns(100), Account::System).await;
             log.borrow_mut().push(ctx.now().as_ns());
             ctx.sleep(SimDuration::ns(130)).await;
         }

@@ -303,7 +303,12 @@ impl State {
     /// interval ends. Reports cut through it charge each segment exactly as separate
     /// spends would have.
     #[inline]
-    pub(crate) fn begin_busy_planned(&mut self, cpu: u32, pre: &[(u64, Account)], account: Account) {
+    pub(crate) fn begin_busy_planned(
+        &mut self,
+        cpu: u32,
+        pre: &[(u64, Account)],
+        account: Account,
+    ) {
         let now = self.now;
         let c = &mut self.cpus[cpu as usize];
         debug_assert!(c.busy.is_none(), "CPU {cpu} is already busy");
