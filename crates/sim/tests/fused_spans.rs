@@ -81,9 +81,11 @@ fn a_zero_spend_charges_deferred_time_and_a_lone_fused_span_takes_the_shortcut()
         ctx.cpu().defer(SimDuration::ns(60), Account::User);
         assert_eq!(ctx.local_now().as_ns(), 100);
         assert_eq!(ctx.now().as_ns(), 0);
+        assert_eq!(ctx.deferred(), SimDuration::ns(100));
         ctx.cpu().spend(SimDuration::ZERO, Account::System).await;
         assert_eq!(ctx.now().as_ns(), 100);
         assert_eq!(ctx.local_now().as_ns(), 100);
+        assert_eq!(ctx.deferred(), SimDuration::ZERO);
     })
     .unwrap();
     let r = sim.run().unwrap();

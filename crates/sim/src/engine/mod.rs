@@ -346,6 +346,11 @@ impl Ctx {
         SimTime(self.h.now().0.saturating_add(self.debt.ns.get()))
     }
 
+    /// The CPU time this task has deferred with [`Cpu::defer`] and not yet spent.
+    pub fn deferred(&self) -> SimDuration {
+        SimDuration::ns(self.debt.ns.get())
+    }
+
     /// Checks (in debug builds) that the task has no deferred CPU time: every primitive
     /// that interacts with other tasks must be preceded by a spend that charges it.
     #[inline]

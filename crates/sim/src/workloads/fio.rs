@@ -267,7 +267,7 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
                         done: done.clone(),
                     };
                     stats.borrow_mut().issued += 1;
-                    if !fused {
+                    if !fused && ctx.deferred() != zero {
                         ctx.cpu().spend(zero, Account::System).await;
                     }
                     if let Err(e) = target.submit(&ctx, req).await {
@@ -286,7 +286,9 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
             }
         }
         // Whatever is still deferred is spent before the job waits or ends.
-        ctx.cpu().spend(zero, Account::System).await;
+        if ctx.deferred() != zero {
+            ctx.cpu().spend(zero, Account::System).await;
+        }
         if inflight == 0 {
             break;
         }
