@@ -1111,6 +1111,88 @@ impl CpuCostModel {
     }
 }
 
+/// Whether two strings are equal, in a `const` context.
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The index of counter `name` in [`COUNTER_CHARGES`]; a name that is not there stops the
+/// build (the function is only evaluated in constants).
+const fn charge_index(name: &str) -> usize {
+    let mut i = 0;
+    while i < COUNTER_CHARGES.len() {
+        if const_str_eq(COUNTER_CHARGES[i].0, name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("not a counter of COUNTER_CHARGES")
+}
+
+/// The counters charged under the IOVA tree's lock, as indices into [`COUNTER_CHARGES`]
+/// in index order.
+const TREE_COUNTERS: [usize; 2] = [
+    charge_index("tree_nodes_visited"),
+    charge_index("tree_rotations"),
+];
+/// The counters charged under a flush queue's lock, in index order.
+const FLUSH_QUEUE_COUNTERS: [usize; 3] = [
+    charge_index("flush_queue_adds"),
+    charge_index("flush_queue_flushes"),
+    charge_index("flush_queue_frees"),
+];
+
+impl CpuCostModel {
+    /// [`CpuCostModel::cpu_ns`] of a record whose only non-zero counters are the IOVA
+    /// tree's of `w` (`tree_nodes_visited`, `tree_rotations`): the CPU time of the work done
+    /// under the tree's lock. The same value, bit for bit, without building that record.
+    #[inline]
+    pub fn tree_ns(&self, w: &WorkRecord) -> f64 {
+        self.sparse_cpu_ns(&[
+            (TREE_COUNTERS[0], w.tree_nodes_visited),
+            (TREE_COUNTERS[1], w.tree_rotations),
+        ])
+    }
+
+    /// [`CpuCostModel::cpu_ns`] of a record whose only non-zero counters are the flush
+    /// queue's of `w` (adds, flushes, frees): the work done under a flush queue's lock.
+    /// The same value, bit for bit, without building that record.
+    #[inline]
+    pub fn flush_queue_ns(&self, w: &WorkRecord) -> f64 {
+        self.sparse_cpu_ns(&[
+            (FLUSH_QUEUE_COUNTERS[0], w.flush_queue_adds),
+            (FLUSH_QUEUE_COUNTERS[1], w.flush_queue_flushes),
+            (FLUSH_QUEUE_COUNTERS[2], w.flush_queue_frees),
+        ])
+    }
+
+    /// The CPU dot product of the counters `parts` (index, value; in index order), every
+    /// other counter zero: [`dot`]'s lanes and order, so the result is [`CpuCostModel::cpu_ns`]'s
+    /// of that record exactly (a zero counter or weight adds nothing there either).
+    #[inline]
+    fn sparse_cpu_ns(&self, parts: &[(usize, u64)]) -> f64 {
+        let mut acc = [0.0f64; 4];
+        for &(i, c) in parts {
+            let w = self.cpu[i];
+            if c != 0 && w != 0.0 {
+                acc[i & 3] += c as f64 * w;
+            }
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+}
+
 /// The non-zero weights of a dense weight vector, as (counter index, weight) in index order.
 fn nonzero_terms(weights: &[f64; N_CHARGED]) -> Vec<(usize, f64)> {
     weights
@@ -1354,6 +1436,49 @@ mod tests {
             let dense = dense_dot(&counts, &weights);
             assert_eq!(sparse.to_bits(), dense.to_bits(), "{counts:?} {weights:?}");
         }
+    }
+
+    #[test]
+    fn the_critical_section_costs_equal_the_dense_costs_of_the_split_records() {
+        let models: Vec<CpuCostModel> = PlatformProfile::bundled_names()
+            .into_iter()
+            .map(|n| CpuCostModel::new(&PlatformProfile::bundled(n).expect("a bundled profile")))
+            .collect();
+        assert!(models.len() > 1);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..2000u64 {
+            let m = &models[round as usize % models.len()];
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let mut w = WorkRecord::new();
+            // Zero, small and large counts, in every combination over the rounds.
+            let pick = |k: u32| match (rng >> k) % 4 {
+                0 => 0,
+                1 => (rng >> (k + 2)) % 7,
+                2 => (rng >> (k + 2)) % 1000,
+                _ => round * 37 + 1,
+            };
+            w.tree_nodes_visited = pick(3);
+            w.tree_rotations = pick(11);
+            w.flush_queue_adds = pick(19);
+            w.flush_queue_flushes = pick(27);
+            w.flush_queue_frees = pick(35);
+            w.ptes_written = pick(43);
+            let mut t = WorkRecord::new();
+            t.tree_nodes_visited = w.tree_nodes_visited;
+            t.tree_rotations = w.tree_rotations;
+            let mut f = WorkRecord::new();
+            f.flush_queue_adds = w.flush_queue_adds;
+            f.flush_queue_flushes = w.flush_queue_flushes;
+            f.flush_queue_frees = w.flush_queue_frees;
+            assert_eq!(m.tree_ns(&w).to_bits(), m.cpu_ns(&t).to_bits(), "{w:?}");
+            assert_eq!(m.flush_queue_ns(&w).to_bits(), m.cpu_ns(&f).to_bits(), "{w:?}");
+        }
+        assert!(models[0].tree_ns(&WorkRecord::new()) == 0.0);
+        // The weights are not all zero, so the comparison above compares something.
+        let mut w = WorkRecord::new();
+        w.tree_nodes_visited = 10;
+        w.flush_queue_adds = 3;
+        assert!(models.iter().any(|m| m.tree_ns(&w) > 0.0 && m.flush_queue_ns(&w) > 0.0));
     }
 
     #[test]

@@ -256,18 +256,18 @@ impl Stack {
         if Self::engine_locks(w).is_none() {
             return (0.0, 0.0);
         }
-        let mut t = WorkRecord::new();
-        if w.lock_count(LockId::IovaTree) > 0 {
-            t.tree_nodes_visited = w.tree_nodes_visited;
-            t.tree_rotations = w.tree_rotations;
-        }
-        let mut f = WorkRecord::new();
-        if w.lock_count(LockId::FlushQueue) > 0 {
-            f.flush_queue_adds = w.flush_queue_adds;
-            f.flush_queue_frees = w.flush_queue_frees;
-            f.flush_queue_flushes = w.flush_queue_flushes;
-        }
-        (self.cost.cpu_ns(&t), self.cost.cpu_ns(&f))
+        // The costs of the records holding only those counters, computed in place.
+        let tree = if w.lock_count(LockId::IovaTree) > 0 {
+            self.cost.tree_ns(w)
+        } else {
+            0.0
+        };
+        let fq = if w.lock_count(LockId::FlushQueue) > 0 {
+            self.cost.flush_queue_ns(w)
+        } else {
+            0.0
+        };
+        (tree, fq)
     }
 
     /// Takes the IOVA-tree and flush-queue locks a work record took (`locks`, from
