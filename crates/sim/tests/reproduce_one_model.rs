@@ -112,3 +112,25 @@ fn the_reaim_layout_prints_the_published_row_above_the_labs_per_user_count() {
         assert!(report.report_text.find(&line) < report.report_text.find(&row("lab")));
     }
 }
+
+/// The bundled examples that say they are an experiment's cell are that cell: the same lab
+/// scenario (name and description aside), so `iolab run --example` gives the validated answer.
+#[test]
+fn examples_that_name_a_cell_are_that_cell() {
+    let exp = Experiment::parse(bundled::text("smmuv3-cmdq").unwrap(), "smmuv3-cmdq.toml").unwrap();
+    let cells = exp.cell_scenarios(1).unwrap();
+    let strip = |text: &str| {
+        let mut t: toml::Table = text.parse().unwrap();
+        t.remove("name");
+        t.remove("description");
+        t
+    };
+    for (example, cell) in [
+        ("fio-sas-spinlock", "d05_sas8.spinlock"),
+        ("fio-sas-lockfree", "d05_sas8.lockfree"),
+    ] {
+        let emitted = &cells.iter().find(|(c, _)| c == cell).unwrap().1;
+        let bundled = lab::examples::example(example).unwrap();
+        assert_eq!(strip(bundled), strip(emitted), "{example} is not {cell}");
+    }
+}

@@ -794,12 +794,13 @@ impl WindowHalves {
     }
 
     /// Whether the window looks like steady state: the halves' I/O counts differ by at most
-    /// [`Self::STEADY_PCT`] percent, or by at most the I/Os in flight (completions reaped in
-    /// batches can fall on either side of the midpoint, so a steady run with few I/Os per
-    /// half can differ by up to that many).
+    /// [`Self::STEADY_PCT`] percent, or by at most twice the I/Os in flight (a batch of up
+    /// to that many completions reaped together can fall on either side of the midpoint,
+    /// which moves it from one half to the other and changes the difference by twice its
+    /// size; so can one at the window's end).
     pub(crate) fn is_steady(&self) -> bool {
         let [a, b] = self.ios;
-        let allowed = (a as f64 * Self::STEADY_PCT / 100.0).max(self.inflight as f64);
+        let allowed = (a as f64 * Self::STEADY_PCT / 100.0).max(2.0 * self.inflight as f64);
         (b as f64 - a as f64).abs() <= allowed
     }
 

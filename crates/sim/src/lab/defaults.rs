@@ -54,8 +54,8 @@ pub const BLOCK_SUBMIT_NS: Sourced<u64> = (
 );
 /// `kernel.block_complete_ns`.
 pub const BLOCK_COMPLETE_NS: Sourced<u64> = (
-    6450,
-    "fitted in an earlier calibration of the smmuv3-cmdq experiment against its no-IOMMU SAS row (918K IOPS on D05; docs/model/smmuv3-cmdq.md, session 2), since superseded there by a fitted hisi_sas hba_command_ns, the experiment setting 3000 (scenarios/experiments/smmuv3-cmdq.toml); kept as the lab default until issue 16's re-fit: request completion, bio end, aio completion and wake-up of the fio thread",
+    3000,
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml, docs/model/smmuv3-cmdq.md finding 1): request completion, bio end, aio completion and wake-up of the fio thread, ~7200 cycles on Cortex-A72 at 2.4 GHz",
 );
 /// `kernel.irq_entry_ns`.
 pub const IRQ_ENTRY_NS: Sourced<u64> = (
