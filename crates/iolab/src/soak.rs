@@ -119,6 +119,22 @@ impl ProgressLog {
     }
 }
 
+/// A virtual time for people: `5 virtual h`, `60 virtual s`, `4 virtual ms`.
+fn virtual_time(ns: u64) -> String {
+    let trim = |x: f64| {
+        let t = format!("{x:.3}");
+        t.trim_end_matches('0').trim_end_matches('.').to_owned()
+    };
+    let ns = ns as f64;
+    if ns >= 3600e9 {
+        format!("{} virtual h", trim(ns / 3600e9))
+    } else if ns >= 1e9 {
+        format!("{} virtual s", trim(ns / 1e9))
+    } else {
+        format!("{} virtual ms", trim(ns / 1e6))
+    }
+}
+
 /// A wall-clock duration for people: `42s`, `17m`, `3h05m`.
 fn wall(secs: f64) -> String {
     let s = secs.round() as u64;
@@ -184,14 +200,18 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
     let checkpoints = duration_ns / interval_ns.max(1);
     let names: Vec<&str> = directions.iter().map(|d| d.name()).collect();
     // What is soaked, before the first checkpoint: a long soak must not start silently.
+    let named = if scenario.origin.contains(&scenario.scenario.name) {
+        String::new()
+    } else {
+        format!(" ({})", scenario.scenario.name)
+    };
     eprintln!(
-        "iolab soak: {} ({}), {}: {} for {} virtual h each, invariant checks every {} virtual s ({checkpoints} per direction)",
+        "iolab soak: {}{named}, {}: {} for {} each, invariant checks every {} ({checkpoints} per direction)",
         scenario.origin,
-        scenario.scenario.name,
         window_label(&scenario),
         names.join(" then "),
-        args.hours,
-        args.interval_s,
+        virtual_time(duration_ns),
+        virtual_time(interval_ns),
     );
     let total = checkpoints * directions.len() as u64;
     let bar = crate::progress::runs_bar(total, "checkpoints");

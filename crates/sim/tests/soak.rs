@@ -168,15 +168,14 @@ fn the_default_window_soak_passes_too() {
         .all(|i| i.live_mappings == i.mappings_checked && i.gbps > 0.0));
     assert_eq!(r.maps, r.unmaps);
     assert!(r.skbs > 0 && r.bytes > 0 && r.hypercalls > 0);
-    // The default window costs a hypercall per map and unmap: more than the DDW's.
+    // The default window's 4 KiB TCEs (a TCE per 4 KiB, pool locks, the hypervisor's table
+    // lock) carry less in the same time than the DDW's 64 KiB ones.
     let ddw = run_soak(&cell(false), &config(8, 4, Some(8))).unwrap();
     assert!(
-        r.hypercalls * ddw.messages > ddw.hypercalls * r.messages,
-        "default {} / {} vs DDW {} / {}",
-        r.hypercalls,
-        r.messages,
-        ddw.hypercalls,
-        ddw.messages
+        r.bytes * 10 < ddw.bytes * 9,
+        "default {} bytes vs DDW {}",
+        r.bytes,
+        ddw.bytes
     );
 }
 
