@@ -20,8 +20,8 @@ use super::spec::{Devices, LabScenario, Workload};
 
 /// What a netperf scenario's stream test runs on, built from the validated scenario: its
 /// platform profile, stack costs, wire, stream configuration and TCE serialisation, and a
-/// fresh partition IOMMU (in the scenario's window mode, [`super::iommu`]) with the NIC's
-/// DMA identity.
+/// fresh partition IOMMU (in the scenario's window mode, built as every lab run builds
+/// it) with the NIC's DMA identity.
 pub struct NetperfParts {
     /// The platform profile (with the scenario's `machine.costs` applied).
     pub profile: PlatformProfile,
