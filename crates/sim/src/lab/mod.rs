@@ -46,6 +46,7 @@ pub mod examples;
 mod iommu;
 mod map_bench;
 mod net;
+pub use net::{netperf_parts, NetperfParts};
 pub(crate) mod reaim;
 pub use reaim::{fit_task_scale, TaskScaleFit};
 mod scsi;
@@ -685,7 +686,7 @@ fn run_netperf(
     let mut measurements = Vec::new();
     for r in 0..runs {
         let seed = run_seed(base, r);
-        let (out, protection) = net::run_netperf(s, n, link, seed)?;
+        let (out, protection) = net::run_netperf(s, seed)?;
         let config = config_id(s, r, runs);
         let messages =
             (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);

@@ -86,7 +86,7 @@ fn cell_message(origin: &str, cell: &str, source: &LabError) -> String {
 
 /// A lab error about a cell's generated scenario: its line and column are the generated
 /// text's, which the user never sees, so they are dropped (the field's path names it).
-fn without_position(e: LabError) -> LabError {
+pub(crate) fn without_position(e: LabError) -> LabError {
     match e {
         LabError::Input(InputError::Field {
             origin,
