@@ -14,7 +14,6 @@
 //! A published experiment that runs from its experiment file only (`sba-vmerge`:
 //! scenarios/experiments/, [`crate::reproduce`]) keeps its name in [`NAMES`] and has no module.
 
-pub mod protection;
 pub mod pseries_ddw;
 
 use crate::cost::CostError;
@@ -85,9 +84,6 @@ pub const NAMES: [&str; 0] = [];
 /// scenarios/pseries-ddw.toml`, the soak) until those modules go (issue 16).
 pub const SCHEMA_NAMES: [&str; 1] = [pseries_ddw::NAME];
 
-/// Experiments of the lab's own (no published figures) that run only when named.
-pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
-
 /// The error for a name no module here runs: an experiment file's, or unknown.
 fn not_a_module(name: &str) -> ExperimentError {
     if crate::reproduce::bundled::text(name).is_some() {
@@ -116,10 +112,9 @@ pub(crate) fn expect_experiment(
     Ok(())
 }
 
-/// Whether `name` is an experiment a module here runs (published, with its own schema, or
-/// extra).
+/// Whether `name` is an experiment a module here runs (published, or with its own schema).
 pub fn is_known(name: &str) -> bool {
-    NAMES.contains(&name) || SCHEMA_NAMES.contains(&name) || EXTRA_NAMES.contains(&name)
+    NAMES.contains(&name) || SCHEMA_NAMES.contains(&name)
 }
 
 /// Every experiment name run by a module of its own, published first.
@@ -127,7 +122,6 @@ pub fn all_names() -> String {
     NAMES
         .iter()
         .chain(SCHEMA_NAMES.iter())
-        .chain(EXTRA_NAMES.iter())
         .copied()
         .collect::<Vec<_>>()
         .join(", ")
@@ -137,7 +131,6 @@ pub fn all_names() -> String {
 pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
     Ok(match name {
         pseries_ddw::NAME => pseries_ddw::BUNDLED_SCENARIO,
-        protection::NAME => protection::BUNDLED_SCENARIO,
         _ => return Err(not_a_module(name)),
     })
 }
@@ -160,7 +153,6 @@ pub fn run_scenario(
 ) -> Result<ExperimentReport, ExperimentError> {
     match name {
         pseries_ddw::NAME => pseries_ddw::run_scenario(text, origin, options),
-        protection::NAME => protection::run_scenario(text, origin, options),
         _ => Err(not_a_module(name)),
     }
 }
