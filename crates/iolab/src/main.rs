@@ -387,11 +387,10 @@ enum RunsCommand {
 /// `iolab reproduce NAMES`'s help: every name it accepts, from the experiment lists, so a
 /// new experiment appears in it without editing this text.
 fn reproduce_names_help() -> String {
-    use iolab_sim::experiments::EXTRA_NAMES;
     format!(
         "Experiments to run: {} (default: these published ones); also {} (the lab's own, run only when named), or the path of an experiment file (docs/EXPERIMENTS.md)",
         iolab_sim::reproduce::default_names().join(", "),
-        EXTRA_NAMES.join(", ")
+        iolab_sim::reproduce::extra_names().join(", ")
     )
 }
 

@@ -16,6 +16,8 @@ fn short(text: &str) -> String {
 #[test]
 fn every_emitted_cell_measures_what_reproduce_reports() {
     assert!(!bundled::names().is_empty());
+    // The lab's own experiments are bundled files too, and checked the same way.
+    assert!(bundled::names().contains(&"protection"));
     for name in bundled::names() {
         let text = short(bundled::text(name).unwrap());
         let exp = Experiment::parse(&text, "test.toml").unwrap();

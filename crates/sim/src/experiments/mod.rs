@@ -14,8 +14,6 @@
 //! A published experiment that runs from its experiment file only (`sba-vmerge`:
 //! scenarios/experiments/, [`crate::reproduce`]) keeps its name in [`NAMES`] and has no module.
 
-pub mod protection;
-
 use crate::cost::CostError;
 use crate::experiment::{ExperimentOptions, ExperimentReport};
 use crate::tomlfile::InputError;
@@ -80,9 +78,6 @@ impl ExperimentError {
 /// [`crate::reproduce::PUBLISHED_ORDER`]).
 pub const NAMES: [&str; 0] = [];
 
-/// Experiments of the lab's own (no published figures) that run only when named.
-pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
-
 /// The error for a name no module here runs: an experiment file's, or unknown.
 fn not_a_module(name: &str) -> ExperimentError {
     if crate::reproduce::bundled::text(name).is_some() {
@@ -96,28 +91,19 @@ fn not_a_module(name: &str) -> ExperimentError {
     }
 }
 
-/// Whether `name` is an experiment a module here runs (published, with its own schema, or
-/// extra).
+/// Whether `name` is an experiment a module here runs.
 pub fn is_known(name: &str) -> bool {
-    NAMES.contains(&name) || EXTRA_NAMES.contains(&name)
+    NAMES.contains(&name)
 }
 
 /// Every experiment name run by a module of its own, published first.
 pub fn all_names() -> String {
-    NAMES
-        .iter()
-        .chain(EXTRA_NAMES.iter())
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ")
+    NAMES.to_vec().join(", ")
 }
 
 /// The bundled scenario text of experiment `name`.
 pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
-    Ok(match name {
-        protection::NAME => protection::BUNDLED_SCENARIO,
-        _ => return Err(not_a_module(name)),
-    })
+    Err(not_a_module(name))
 }
 
 /// Runs a scenario file of experiment `name`.
@@ -127,10 +113,8 @@ pub fn run_scenario(
     origin: &str,
     options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
-    match name {
-        protection::NAME => protection::run_scenario(text, origin, options),
-        _ => Err(not_a_module(name)),
-    }
+    let _ = (text, origin, options);
+    Err(not_a_module(name))
 }
 
 /// Runs experiment `name` on its bundled scenario.

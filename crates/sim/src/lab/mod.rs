@@ -928,6 +928,21 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             }
         }
         m = with_protection(m, &out.protection);
+        // A hostile device (`[device.hostile]`): what it reached, and over SMMUv3 what its
+        // faults did to the event queue.
+        if let Some(e) = &out.exposure {
+            m = crate::metrics::protection::counts(m, &e.metrics());
+        }
+        if let Some(q) = &out.events {
+            m = crate::metrics::protection::counts(
+                m,
+                &[
+                    ("faults.event_queue_overflows", "count", q.overflows),
+                    ("faults.events_written", "count", q.written),
+                    ("faults.events_lost", "count", q.lost),
+                ],
+            );
+        }
         m = dma_metrics::cpu_shares(m, &out.cpu);
         if runs > 1 {
             let _ = writeln!(text, "[run {r}, seed {seed}]");
@@ -976,6 +991,22 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             "  protection   : {}",
             protection_line(&out.protection)
         );
+        if let Some(e) = &out.exposure {
+            let _ = writeln!(
+                text,
+                "  hostile      : stale reads={}/{}, stale writes={}/{}, neighbour bytes readable={}, writable={}{}",
+                e.stale_reads,
+                e.stale_read_attempts,
+                e.stale_writes,
+                e.stale_write_attempts,
+                e.neighbour_readable_bytes,
+                e.neighbour_writable_bytes,
+                out.events.map_or(String::new(), |q| format!(
+                    ", event records written={}, lost={}, overflows={}",
+                    q.written, q.lost, q.overflows
+                ))
+            );
+        }
         if !out.halves.is_steady() {
             let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job));
         }
