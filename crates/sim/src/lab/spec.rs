@@ -136,6 +136,10 @@ struct IommuSpec {
     caching_mode: Option<bool>,
     #[serde(default)]
     instances: Option<usize>,
+    #[serde(default)]
+    evtq_log2size: Option<u32>,
+    #[serde(default)]
+    evtq_drain_interval_us: Option<f64>,
 }
 
 #[derive(Default, Deserialize)]
@@ -229,6 +233,9 @@ struct NvmeSpec {
     coalesce_threshold: Option<u64>,
     #[serde(default)]
     coalesce_time_100us: Option<u64>,
+    /// `[device.hostile]`: the device probes what it should not reach (see `hostile`).
+    #[serde(default)]
+    hostile: Option<HostileSpec>,
 }
 
 #[derive(Deserialize)]
@@ -599,7 +606,7 @@ impl IommuModel {
             IommuModel::Smmuv3 => &["strict", "lazy", "passthrough", "off"],
             IommuModel::Ipmmu => &["strict", "off"],
             IommuModel::Sba => &["translated", "bypass", "off"],
-            IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct"],
+            IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct", "passthrough"],
             // Lazy first: Linux's default on x86 (IOMMU_DEFAULT_DMA_LAZY, X86.md §2.7).
             IommuModel::Vtd | IommuModel::AmdVi => &["lazy", "strict", "passthrough", "off"],
         }
@@ -743,6 +750,11 @@ pub struct IommuSetup {
     /// Per device (block workloads), the instance it sits behind: `device[i].iommu_instance`,
     /// by default `i mod instances`. Empty for workloads with one device and one instance.
     pub device_instance: Vec<usize>,
+    /// SMMUv3: the event queue's size, log2 of records (`iommu.evtq_log2size`).
+    pub evtq_log2size: u32,
+    /// SMMUv3: how often the driver's event thread drains the event queue, ns
+    /// (`iommu.evtq_drain_interval_us`; it runs while a hostile device can fault).
+    pub evtq_drain_ns: u64,
 }
 
 impl IommuSetup {
@@ -802,6 +814,9 @@ pub struct NvmeSetup {
     /// (every completion raises its vector's interrupt) unless the scenario sets
     /// `coalesce_threshold` and `coalesce_time_100us`.
     pub coalescing: crate::devices::nvme::InterruptCoalescing,
+    /// `[device.hostile]`: the device probes just-unmapped addresses and the neighbours of
+    /// live buffers (fio only); `None`, an honest device, unless the table is given.
+    pub hostile: Option<crate::devices::hostile::HostileParams>,
 }
 
 /// A validated SCSI/SAS HBA with its disk ([`crate::devices::scsi`]).
@@ -1363,7 +1378,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 .into());
         }
     }
-    match (wkind.as_str(), dkind.as_str()) {
+    let scenario = match (wkind.as_str(), dkind.as_str()) {
         ("fio", "nvme") => fio_on::<NvmeSpec>(&doc, base),
         ("fio", "sas") => fio_on::<SasSpec>(&doc, base),
         ("dma_map_benchmark", "nvme") => dma_map_benchmark_on::<NvmeSpec>(&doc, base),
@@ -1463,7 +1478,9 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 ),
             )
             .into()),
-    }
+    }?;
+    hostile_needs_fio(&doc, &scenario)?;
+    Ok(scenario)
 }
 
 /// A block device's `[[device]]` table (NVMe SSD or SAS HBA): what fio and bonnie share.
@@ -1968,7 +1985,15 @@ fn iommu(
         power,
         "iommu.model = \"pseries\"",
     )?;
-    let ddw_policy = if power {
+    // POWER passthrough is an identity domain: no window, so no DDW policy either.
+    let power_windows = power && mode != IommuMode::Passthrough;
+    only(
+        "ddw_policy",
+        s.ddw_policy.is_some(),
+        power_windows,
+        "iommu.model = \"pseries\" in a window mode (not passthrough)",
+    )?;
+    let ddw_policy = if power_windows {
         ddw_policy(doc, mode, s.ddw_policy.as_deref())?
     } else {
         DdwPolicy::Disabled
@@ -2159,6 +2184,27 @@ fn iommu(
                 .into())
         }
     };
+    // SMMUv3's event queue (faults): where records go and how often the driver drains it.
+    only("evtq_log2size", s.evtq_log2size.is_some(), uses_cmdq, smmu)?;
+    only(
+        "evtq_drain_interval_us",
+        s.evtq_drain_interval_us.is_some(),
+        uses_cmdq,
+        smmu,
+    )?;
+    let evtq_log2size = table.int(
+        "evtq_log2size",
+        s.evtq_log2size.unwrap_or(d::EVTQ_LOG2SIZE.0),
+        iolab_iommu::smmuv3::events::MIN_EVTQ_LOG2SIZE
+            ..=iolab_iommu::smmuv3::events::MAX_EVTQ_LOG2SIZE,
+        "(log2 of event records; the model's bounds)",
+    )?;
+    let evtq_drain_ns = table.us_as_ns(
+        "evtq_drain_interval_us",
+        s.evtq_drain_interval_us
+            .unwrap_or(d::EVTQ_DRAIN_INTERVAL_US.0),
+        0.1..=1e6,
+    )?;
     let needs = |what: Result<(), crate::cost::CostError>, group: &str| -> Result<(), InputError> {
         what.map_err(|e| {
             doc.field_error(
@@ -2207,6 +2253,8 @@ fn iommu(
         caching_mode,
         instances,
         device_instance: Vec::new(),
+        evtq_log2size,
+        evtq_drain_ns,
     })
 }
 
@@ -3215,7 +3263,75 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
             0.0..=1e6,
         )?,
     };
-    Ok(NvmeSetup { params, coalescing })
+    let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
+    Ok(NvmeSetup {
+        params,
+        coalescing,
+        hostile,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// `[device.hostile]`: a hostile NVMe device (devices::hostile), fio only
+// ---------------------------------------------------------------------------------------
+
+/// `[device.hostile]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostileSpec {
+    #[serde(default)]
+    probe_bytes: Option<u64>,
+    #[serde(default)]
+    neighbour_window_bytes: Option<u64>,
+    #[serde(default)]
+    neighbour_every: Option<u64>,
+}
+
+/// Validates device `i`'s `[device.hostile]` table (defaults: [`d::HOSTILE_PROBE_BYTES`],
+/// [`d::HOSTILE_NEIGHBOUR_WINDOW_BYTES`], [`d::HOSTILE_NEIGHBOUR_EVERY`]).
+fn hostile(
+    doc: &TomlDoc<'_>,
+    i: usize,
+    s: &HostileSpec,
+) -> Result<crate::devices::hostile::HostileParams, InputError> {
+    let t = Fields::new(doc, format!("device[{i}].hostile"));
+    Ok(crate::devices::hostile::HostileParams {
+        probe_bytes: t.int(
+            "probe_bytes",
+            s.probe_bytes.unwrap_or(d::HOSTILE_PROBE_BYTES.0),
+            1..=1 << 20,
+            "bytes",
+        )?,
+        neighbour_window: t.int(
+            "neighbour_window_bytes",
+            s.neighbour_window_bytes
+                .unwrap_or(d::HOSTILE_NEIGHBOUR_WINDOW_BYTES.0),
+            1..=16 << 20,
+            "bytes",
+        )?,
+        neighbour_every: t.int(
+            "neighbour_every",
+            s.neighbour_every.unwrap_or(d::HOSTILE_NEIGHBOUR_EVERY.0),
+            1..=1_000_000,
+            "(probe around every n-th buffer mapped)",
+        )?,
+    })
+}
+
+/// Refuses `[device.hostile]` outside fio: only fio's block path runs the probes.
+fn hostile_needs_fio(doc: &TomlDoc<'_>, s: &LabScenario) -> Result<(), InputError> {
+    if let (Devices::Nvme(devs), false) = (&s.devices, matches!(s.workload, Workload::Fio(_))) {
+        if let Some(i) = devs.iter().position(|d| d.hostile.is_some()) {
+            return Err(doc.field_error(
+                &format!("device[{i}].hostile"),
+                format!(
+                    "applies to fio workloads only (the probes run on fio's block path), not {}",
+                    s.workload.kind()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn sas(
