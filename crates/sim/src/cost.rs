@@ -1448,7 +1448,9 @@ mod tests {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         for round in 0..2000u64 {
             let m = &models[round as usize % models.len()];
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let mut w = WorkRecord::new();
             // Zero, small and large counts, in every combination over the rounds.
             let pick = |k: u32| match (rng >> k) % 4 {
@@ -1471,14 +1473,20 @@ mod tests {
             f.flush_queue_flushes = w.flush_queue_flushes;
             f.flush_queue_frees = w.flush_queue_frees;
             assert_eq!(m.tree_ns(&w).to_bits(), m.cpu_ns(&t).to_bits(), "{w:?}");
-            assert_eq!(m.flush_queue_ns(&w).to_bits(), m.cpu_ns(&f).to_bits(), "{w:?}");
+            assert_eq!(
+                m.flush_queue_ns(&w).to_bits(),
+                m.cpu_ns(&f).to_bits(),
+                "{w:?}"
+            );
         }
         assert!(models[0].tree_ns(&WorkRecord::new()) == 0.0);
         // The weights are not all zero, so the comparison above compares something.
         let mut w = WorkRecord::new();
         w.tree_nodes_visited = 10;
         w.flush_queue_adds = 3;
-        assert!(models.iter().any(|m| m.tree_ns(&w) > 0.0 && m.flush_queue_ns(&w) > 0.0));
+        assert!(models
+            .iter()
+            .any(|m| m.tree_ns(&w) > 0.0 && m.flush_queue_ns(&w) > 0.0));
     }
 
     #[test]
