@@ -1,0 +1,137 @@
+//! `[[device]]` of kind `nvme`: an NVMe SSD.
+
+use serde::Deserialize;
+
+use crate::lab::caps::*;
+use crate::lab::defaults as d;
+use crate::lab::spec::device::{BlockSpec, Devices};
+use crate::lab::spec::fields::Fields;
+use crate::tomlfile::{InputError, TomlDoc};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::lab::spec) struct NvmeSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    io_queues: Option<usize>,
+    #[serde(default)]
+    max_iops: Option<f64>,
+    #[serde(default)]
+    bandwidth_gb_per_s: Option<f64>,
+    #[serde(default)]
+    read_latency_us: Option<f64>,
+    #[serde(default)]
+    write_latency_us: Option<f64>,
+    #[serde(default)]
+    submit_ns: Option<u64>,
+    #[serde(default)]
+    complete_ns: Option<u64>,
+    #[serde(default)]
+    iommu_instance: Option<usize>,
+    #[serde(default)]
+    coalesce_threshold: Option<u64>,
+    #[serde(default)]
+    coalesce_time_100us: Option<u64>,
+}
+
+/// A validated NVMe SSD.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NvmeSetup {
+    /// The device class (queues, rated IOPS, bandwidth, media latencies).
+    pub params: crate::devices::nvme::NvmeParams,
+    /// Interrupt Coalescing (Set Features, Feature ID 08h) as the driver set it; off
+    /// (every completion raises its vector's interrupt) unless the scenario sets
+    /// `coalesce_threshold` and `coalesce_time_100us`.
+    pub coalescing: crate::devices::nvme::InterruptCoalescing,
+}
+
+impl BlockSpec for NvmeSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| nvme(doc, i, s, cpus))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Nvme(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+        )
+    }
+
+    fn iommu_instance(&self) -> Option<usize> {
+        self.iommu_instance
+    }
+}
+
+fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSetup, InputError> {
+    let dev = Fields::new(doc, format!("device[{i}]"));
+    let io_queues = dev.int(
+        "io_queues",
+        s.io_queues.unwrap_or(d::NVME_IO_QUEUES.0),
+        1..=MAX_DEVICE_QUEUES,
+        "(cap MAX_DEVICE_QUEUES)",
+    )?;
+    // Interrupt Coalescing (feature 08h): both fields or neither.
+    let coalescing = match (s.coalesce_threshold, s.coalesce_time_100us) {
+        (None, None) => crate::devices::nvme::InterruptCoalescing {
+            threshold: d::NVME_COALESCING.0 .0,
+            time_100us: d::NVME_COALESCING.0 .1,
+        },
+        (Some(t), Some(x)) => crate::devices::nvme::InterruptCoalescing {
+            threshold: dev.int(
+                "coalesce_threshold",
+                t,
+                0..=255,
+                "(the feature's 8-bit THR, 0's based)",
+            )? as u8,
+            time_100us: dev.int(
+                "coalesce_time_100us",
+                x,
+                0..=255,
+                "(the feature's 8-bit TIME, 100 us units)",
+            )? as u8,
+        },
+        (Some(_), None) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].coalesce_time_100us"),
+                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].coalesce_threshold"),
+                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+            ))
+        }
+    };
+    let params = crate::devices::nvme::NvmeParams {
+        // Linux creates one queue pair per CPU, up to the controller's count.
+        io_queues: io_queues.min(cpus),
+        max_iops: dev.real(
+            "max_iops",
+            s.max_iops.unwrap_or(d::NVME_MAX_IOPS.0),
+            1.0..=1e8,
+        )?,
+        bandwidth: dev.real(
+            "bandwidth_gb_per_s",
+            s.bandwidth_gb_per_s.unwrap_or(d::NVME_BANDWIDTH_GB_PER_S.0),
+            0.001..=1000.0,
+        )? * 1e9,
+        read_latency_ns: dev.us_as_ns(
+            "read_latency_us",
+            s.read_latency_us.unwrap_or(d::NVME_READ_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+        write_latency_ns: dev.us_as_ns(
+            "write_latency_us",
+            s.write_latency_us.unwrap_or(d::NVME_WRITE_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+    };
+    Ok(NvmeSetup { params, coalescing })
+}

@@ -1,0 +1,107 @@
+//! `[[device]]` of kind `sas`: a SAS HBA with its disks.
+
+use serde::Deserialize;
+
+use crate::lab::caps::*;
+use crate::lab::defaults as d;
+use crate::lab::spec::device::{BlockSpec, Devices};
+use crate::lab::spec::fields::Fields;
+use crate::tomlfile::{InputError, TomlDoc};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::lab::spec) struct SasSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    disks: Option<usize>,
+    #[serde(default)]
+    completion_queues: Option<usize>,
+    #[serde(default)]
+    hba_command_ns: Option<f64>,
+    #[serde(default)]
+    disk_read_latency_us: Option<f64>,
+    #[serde(default)]
+    disk_write_latency_us: Option<f64>,
+    #[serde(default)]
+    disk_max_iops: Option<f64>,
+    #[serde(default)]
+    link_gb_per_s: Option<f64>,
+    #[serde(default)]
+    submit_ns: Option<u64>,
+    #[serde(default)]
+    complete_ns: Option<u64>,
+    #[serde(default)]
+    iommu_instance: Option<usize>,
+}
+
+impl BlockSpec for SasSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], _cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| sas(doc, i, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Sas(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),
+        )
+    }
+
+    fn iommu_instance(&self) -> Option<usize> {
+        self.iommu_instance
+    }
+}
+
+fn sas(
+    doc: &TomlDoc<'_>,
+    i: usize,
+    s: &SasSpec,
+) -> Result<crate::devices::sas::SasParams, InputError> {
+    let dev = Fields::new(doc, format!("device[{i}]"));
+    Ok(crate::devices::sas::SasParams {
+        disks: dev.int(
+            "disks",
+            s.disks.unwrap_or(d::SAS_DISKS.0),
+            1..=MAX_DISKS,
+            "(cap MAX_DISKS)",
+        )?,
+        completion_queues: dev.int(
+            "completion_queues",
+            s.completion_queues.unwrap_or(d::SAS_COMPLETION_QUEUES.0),
+            1..=MAX_DEVICE_QUEUES,
+            "(cap MAX_DEVICE_QUEUES)",
+        )?,
+        hba_command_ns: dev.real(
+            "hba_command_ns",
+            s.hba_command_ns.unwrap_or(d::SAS_HBA_COMMAND_NS.0),
+            0.0..=1e6,
+        )?,
+        disk_read_latency_ns: dev.us_as_ns(
+            "disk_read_latency_us",
+            s.disk_read_latency_us
+                .unwrap_or(d::SAS_DISK_READ_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+        disk_write_latency_ns: dev.us_as_ns(
+            "disk_write_latency_us",
+            s.disk_write_latency_us
+                .unwrap_or(d::SAS_DISK_WRITE_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+        disk_max_iops: dev.real(
+            "disk_max_iops",
+            s.disk_max_iops.unwrap_or(d::SAS_DISK_MAX_IOPS.0),
+            1.0..=1e8,
+        )?,
+        link_bandwidth: dev.real(
+            "link_gb_per_s",
+            s.link_gb_per_s.unwrap_or(d::SAS_LINK_GB_PER_S.0),
+            0.001..=1000.0,
+        )? * 1e9,
+    })
+}
