@@ -4,7 +4,12 @@
 
 use std::ops::RangeInclusive;
 
+use crate::lab::defaults::Sourced;
 use crate::tomlfile::{InputError, TomlDoc};
+
+/// One row of a table of real fields ([`Fields::reals`]): the field's name, its value as the
+/// file gives it, its default and the bounds it must lie in.
+pub(super) type RealField<'n> = (&'n str, Option<f64>, Sourced<f64>, RangeInclusive<f64>);
 
 pub(super) fn one_of(names: &[&str]) -> String {
     let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
@@ -35,7 +40,7 @@ fn real(doc: &TomlDoc<'_>, path: &str, v: f64, lo: f64, hi: f64) -> Result<f64, 
 }
 
 /// Microseconds as whole nanoseconds.
-fn us_to_ns(us: f64) -> u64 {
+pub(super) fn us_to_ns(us: f64) -> u64 {
     (us * 1e3).round() as u64
 }
 
@@ -98,6 +103,20 @@ impl<'a, 'd> Fields<'a, 'd> {
     ) -> Result<f64, InputError> {
         let (lo, hi) = bounds.into_inner();
         real(self.doc, &self.path(field), v, lo, hi)
+    }
+
+    /// A table of real fields, one row each: `(field, value as written, default, bounds)`.
+    /// Each field's value (or its default) is checked as by [`Fields::real`], in the rows'
+    /// order, so the first bad field is the one reported.
+    pub(super) fn reals<const N: usize>(
+        &self,
+        rows: [RealField<'_>; N],
+    ) -> Result<[f64; N], InputError> {
+        let mut out = [0.0; N];
+        for (slot, (field, v, default, bounds)) in out.iter_mut().zip(rows) {
+            *slot = self.real(field, v.unwrap_or(default.0), bounds)?;
+        }
+        Ok(out)
     }
 
     /// A time field written in microseconds (checked as by [`Fields::real`]), as whole

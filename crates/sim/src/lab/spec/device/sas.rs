@@ -5,7 +5,7 @@ use serde::Deserialize;
 use crate::lab::caps::*;
 use crate::lab::defaults as d;
 use crate::lab::spec::device::{BlockSpec, Devices};
-use crate::lab::spec::fields::Fields;
+use crate::lab::spec::fields::{us_to_ns, Fields};
 use crate::tomlfile::{InputError, TomlDoc};
 
 #[derive(Deserialize)]
@@ -63,45 +63,33 @@ fn sas(
     s: &SasSpec,
 ) -> Result<crate::devices::sas::SasParams, InputError> {
     let dev = Fields::new(doc, format!("device[{i}]"));
+    let disks = dev.int(
+        "disks",
+        s.disks.unwrap_or(d::SAS_DISKS.0),
+        1..=MAX_DISKS,
+        "(cap MAX_DISKS)",
+    )?;
+    let completion_queues = dev.int(
+        "completion_queues",
+        s.completion_queues.unwrap_or(d::SAS_COMPLETION_QUEUES.0),
+        1..=MAX_DEVICE_QUEUES,
+        "(cap MAX_DEVICE_QUEUES)",
+    )?;
+    #[rustfmt::skip]
+    let [hba_command_ns, read_us, write_us, disk_max_iops, link_gb_per_s] = dev.reals([
+        ("hba_command_ns", s.hba_command_ns, d::SAS_HBA_COMMAND_NS, 0.0..=1e6),
+        ("disk_read_latency_us", s.disk_read_latency_us, d::SAS_DISK_READ_LATENCY_US, 0.0..=1e6),
+        ("disk_write_latency_us", s.disk_write_latency_us, d::SAS_DISK_WRITE_LATENCY_US, 0.0..=1e6),
+        ("disk_max_iops", s.disk_max_iops, d::SAS_DISK_MAX_IOPS, 1.0..=1e8),
+        ("link_gb_per_s", s.link_gb_per_s, d::SAS_LINK_GB_PER_S, 0.001..=1000.0),
+    ])?;
     Ok(crate::devices::sas::SasParams {
-        disks: dev.int(
-            "disks",
-            s.disks.unwrap_or(d::SAS_DISKS.0),
-            1..=MAX_DISKS,
-            "(cap MAX_DISKS)",
-        )?,
-        completion_queues: dev.int(
-            "completion_queues",
-            s.completion_queues.unwrap_or(d::SAS_COMPLETION_QUEUES.0),
-            1..=MAX_DEVICE_QUEUES,
-            "(cap MAX_DEVICE_QUEUES)",
-        )?,
-        hba_command_ns: dev.real(
-            "hba_command_ns",
-            s.hba_command_ns.unwrap_or(d::SAS_HBA_COMMAND_NS.0),
-            0.0..=1e6,
-        )?,
-        disk_read_latency_ns: dev.us_as_ns(
-            "disk_read_latency_us",
-            s.disk_read_latency_us
-                .unwrap_or(d::SAS_DISK_READ_LATENCY_US.0),
-            0.0..=1e6,
-        )?,
-        disk_write_latency_ns: dev.us_as_ns(
-            "disk_write_latency_us",
-            s.disk_write_latency_us
-                .unwrap_or(d::SAS_DISK_WRITE_LATENCY_US.0),
-            0.0..=1e6,
-        )?,
-        disk_max_iops: dev.real(
-            "disk_max_iops",
-            s.disk_max_iops.unwrap_or(d::SAS_DISK_MAX_IOPS.0),
-            1.0..=1e8,
-        )?,
-        link_bandwidth: dev.real(
-            "link_gb_per_s",
-            s.link_gb_per_s.unwrap_or(d::SAS_LINK_GB_PER_S.0),
-            0.001..=1000.0,
-        )? * 1e9,
+        disks,
+        completion_queues,
+        hba_command_ns,
+        disk_read_latency_ns: us_to_ns(read_us),
+        disk_write_latency_ns: us_to_ns(write_us),
+        disk_max_iops,
+        link_bandwidth: link_gb_per_s * 1e9,
     })
 }

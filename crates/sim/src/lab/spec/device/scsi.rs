@@ -100,57 +100,21 @@ pub(in crate::lab::spec) fn scsi(
 ) -> Result<ScsiSetup, InputError> {
     let dev = Fields::new(doc, "device[0]");
     let ghz = profile.cpu.clock_ghz;
-    let bus = dev.real(
-        "bus_mb_per_s",
-        s.bus_mb_per_s.unwrap_or(d::SCSI_BUS_MB_PER_S.0),
-        1.0..=1e6,
-    )?;
-    let per_cmd = dev.real(
-        "hba_command_us",
-        s.hba_command_us.unwrap_or(d::SCSI_HBA_COMMAND_US.0),
-        0.0..=1e6,
-    )?;
-    let hba_sge = dev.real(
-        "hba_per_sge_ns",
-        s.hba_per_sge_ns.unwrap_or(d::SCSI_HBA_PER_SGE_NS.0),
-        0.0..=1e6,
-    )?;
-    let submit = dev.real(
-        "submit_kcycles",
-        s.submit_kcycles.unwrap_or(d::SCSI_SUBMIT_KCYCLES.0),
-        0.0..=1e6,
-    )?;
-    let drv_sge = dev.real(
-        "per_sge_cycles",
-        s.per_sge_cycles.unwrap_or(d::SCSI_PER_SGE_CYCLES.0),
-        0.0..=1e6,
-    )?;
-    let complete = dev.real(
-        "complete_kcycles",
-        s.complete_kcycles.unwrap_or(d::SCSI_COMPLETE_KCYCLES.0),
-        0.0..=1e6,
-    )?;
-    let cap = dev.real(
-        "capacity_gb",
-        s.capacity_gb.unwrap_or(d::SCSI_CAPACITY_GB.0),
-        1.0..=1e6,
-    )?;
-    let rpm = dev.real("rpm", s.rpm.unwrap_or(d::SCSI_RPM.0), 1000.0..=30_000.0)?;
-    let seek_r = dev.real(
-        "seek_read_ms",
-        s.seek_read_ms.unwrap_or(d::SCSI_SEEK_READ_MS.0),
-        0.0..=100.0,
-    )?;
-    let seek_w = dev.real(
-        "seek_write_ms",
-        s.seek_write_ms.unwrap_or(d::SCSI_SEEK_WRITE_MS.0),
-        0.0..=100.0,
-    )?;
-    let media = dev.real(
-        "media_mb_per_s",
-        s.media_mb_per_s.unwrap_or(d::SCSI_MEDIA_MB_PER_S.0),
-        1.0..=1e5,
-    )?;
+    #[rustfmt::skip]
+    let [bus, per_cmd, hba_sge, submit, drv_sge, complete, cap, rpm, seek_r, seek_w, media] =
+        dev.reals([
+            ("bus_mb_per_s", s.bus_mb_per_s, d::SCSI_BUS_MB_PER_S, 1.0..=1e6),
+            ("hba_command_us", s.hba_command_us, d::SCSI_HBA_COMMAND_US, 0.0..=1e6),
+            ("hba_per_sge_ns", s.hba_per_sge_ns, d::SCSI_HBA_PER_SGE_NS, 0.0..=1e6),
+            ("submit_kcycles", s.submit_kcycles, d::SCSI_SUBMIT_KCYCLES, 0.0..=1e6),
+            ("per_sge_cycles", s.per_sge_cycles, d::SCSI_PER_SGE_CYCLES, 0.0..=1e6),
+            ("complete_kcycles", s.complete_kcycles, d::SCSI_COMPLETE_KCYCLES, 0.0..=1e6),
+            ("capacity_gb", s.capacity_gb, d::SCSI_CAPACITY_GB, 1.0..=1e6),
+            ("rpm", s.rpm, d::SCSI_RPM, 1000.0..=30_000.0),
+            ("seek_read_ms", s.seek_read_ms, d::SCSI_SEEK_READ_MS, 0.0..=100.0),
+            ("seek_write_ms", s.seek_write_ms, d::SCSI_SEEK_WRITE_MS, 0.0..=100.0),
+            ("media_mb_per_s", s.media_mb_per_s, d::SCSI_MEDIA_MB_PER_S, 1.0..=1e5),
+        ])?;
     let sg_tablesize = dev.int(
         "sg_tablesize",
         s.sg_tablesize.unwrap_or(d::SCSI_SG_TABLESIZE.0),

@@ -103,19 +103,17 @@ fn usb_link(
         8..=65536,
         "512-byte sectors per command",
     )?;
+    #[rustfmt::skip]
+    let [signal_bits_per_s, encoding, protocol_efficiency] = dev.reals([
+        ("signal_bits_per_s", s.signal_bits_per_s, l.signal_bits_per_s, 1e6..=1e11),
+        ("encoding", s.encoding, l.encoding, 0.1..=1.0),
+        ("protocol_efficiency", s.protocol_efficiency, l.protocol_efficiency, 0.01..=1.0),
+    ])?;
     Ok(crate::devices::usb::LinkSpeed {
         name: l.name.to_owned(),
-        signal_bits_per_s: dev.real(
-            "signal_bits_per_s",
-            s.signal_bits_per_s.unwrap_or(l.signal_bits_per_s.0),
-            1e6..=1e11,
-        )?,
-        encoding: dev.real("encoding", s.encoding.unwrap_or(l.encoding.0), 0.1..=1.0)?,
-        protocol_efficiency: dev.real(
-            "protocol_efficiency",
-            s.protocol_efficiency.unwrap_or(l.protocol_efficiency.0),
-            0.01..=1.0,
-        )?,
+        signal_bits_per_s,
+        encoding,
+        protocol_efficiency,
         phase_latency_ns: dev.int(
             "phase_latency_ns",
             s.phase_latency_ns.unwrap_or(l.phase_latency_ns.0),
