@@ -159,3 +159,94 @@ fn cpu(
         None => Ok(default % cpus),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "[device]\nrate = 3.5\n";
+
+    fn message(e: InputError) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn one_of_quotes_every_choice() {
+        assert_eq!(one_of(&["a", "b-c"]), "expected one of \"a\", \"b-c\"");
+    }
+
+    #[test]
+    fn int_checks_its_bounds_and_names_table_and_field() {
+        let doc = TomlDoc::parse(TEXT, "t.toml").unwrap();
+        let dev = Fields::new(&doc, "device");
+        assert_eq!(dev.path("rate"), "device.rate");
+        assert_eq!(dev.int("n", 4u32, 1..=4, "ns"), Ok(4));
+        let e = message(dev.int("n", 5u32, 1..=4, "ns (cap X)").unwrap_err());
+        assert!(
+            e.contains("field `device.n`: expected 1..=4 ns (cap X), got 5"),
+            "{e}"
+        );
+        let mut v = 7u64;
+        dev.set_int(&mut v, "n", None, 1..=4, "ns").unwrap();
+        assert_eq!(v, 7, "an absent field leaves the target");
+        dev.set_int(&mut v, "n", Some(3), 1..=4, "ns").unwrap();
+        assert_eq!(v, 3);
+        assert!(dev.set_int(&mut v, "n", Some(9), 1..=4, "ns").is_err());
+    }
+
+    #[test]
+    fn real_refuses_values_out_of_bounds_and_not_finite() {
+        let doc = TomlDoc::parse(TEXT, "t.toml").unwrap();
+        let dev = Fields::new(&doc, "device");
+        assert_eq!(dev.real("rate", 3.5, 0.0..=4.0), Ok(3.5));
+        let e = message(dev.real("rate", 4.5, 0.0..=4.0).unwrap_err());
+        assert!(e.contains("line 2"), "the field's line: {e}");
+        assert!(
+            e.contains("field `device.rate`: expected a number in 0..=4, got 4.5"),
+            "{e}"
+        );
+        for bad in [f64::NAN, f64::INFINITY] {
+            assert!(dev.real("rate", bad, 0.0..=f64::MAX).is_err());
+        }
+        assert_eq!(dev.us_as_ns("rate", 2.0004, 0.0..=4.0), Ok(2000));
+        assert_eq!(us_to_ns(0.0015), 2);
+    }
+
+    #[test]
+    fn reals_take_each_value_or_default_and_report_the_first_bad_row() {
+        let doc = TomlDoc::parse(TEXT, "t.toml").unwrap();
+        let dev = Fields::new(&doc, "device");
+        let got = dev.reals([
+            ("a", Some(1.0), (9.0, "s"), 0.0..=2.0),
+            ("b", None, (1.5, "s"), 0.0..=2.0),
+        ]);
+        assert_eq!(got, Ok([1.0, 1.5]));
+        let e = message(
+            dev.reals([
+                ("a", Some(1.0), (9.0, "s"), 0.0..=2.0),
+                ("b", Some(3.0), (1.0, "s"), 0.0..=2.0),
+                ("c", Some(4.0), (1.0, "s"), 0.0..=2.0),
+            ])
+            .unwrap_err(),
+        );
+        assert!(
+            e.contains("field `device.b`: expected a number in 0..=2, got 3"),
+            "{e}"
+        );
+        // A default is checked too (a profile or defaults table could be wrong).
+        assert!(dev.reals([("d", None, (5.0, "s"), 0.0..=2.0)]).is_err());
+    }
+
+    #[test]
+    fn cpu_fields_must_exist_and_defaults_wrap() {
+        let doc = TomlDoc::parse(TEXT, "t.toml").unwrap();
+        let dev = Fields::new(&doc, "device");
+        assert_eq!(dev.cpu("irq_cpu", Some(3), 0, 4), Ok(3));
+        assert_eq!(dev.cpu("irq_cpu", None, 6, 4), Ok(2));
+        let e = message(dev.cpu("irq_cpu", Some(4), 0, 4).unwrap_err());
+        assert!(
+            e.contains("field `device.irq_cpu`: expected a CPU in 0..4 (machine.cpus = 4), got 4"),
+            "{e}"
+        );
+    }
+}

@@ -723,3 +723,205 @@ pub(super) fn instances(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+
+    #[test]
+    fn iommu_defaults_follow_the_model_and_the_kernel_release() {
+        let s = ok(FIO_NVME);
+        let i = &s.iommu;
+        assert_eq!(
+            (i.model, i.mode, i.cmdq),
+            (IommuModel::Smmuv3, IommuMode::Strict, CmdqDesign::LockFree)
+        );
+        assert!(i.uses_cmdq() && !i.uses_x86_queue());
+        assert_eq!(
+            (i.cmdq_log2size, i.cmdq_batch_max),
+            (d::CMDQ_LOG2SIZE.0, d::CMDQ_BATCH_MAX.0)
+        );
+        assert_eq!((i.instances, i.instance_of(0)), (1, 0));
+        // Without a mode the model's first: strict for the SMMUv3.
+        let s = ok(&FIO_NVME.replace("mode = \"strict\"\n", ""));
+        assert_eq!(s.iommu.mode, IommuMode::Strict);
+        // A release before 5.4 has the spinlock queue.
+        let s = ok(&with(FIO_NVME, "kernel", "version = \"5.2\""));
+        assert_eq!(s.iommu.cmdq, CmdqDesign::Spinlock);
+        let s = ok(&with(
+            FIO_NVME,
+            "iommu",
+            "cmdq = \"spinlock\"\ncmdq_log2size = 10",
+        ));
+        assert_eq!(
+            (s.iommu.cmdq, s.iommu.cmdq_log2size),
+            (CmdqDesign::Spinlock, 10)
+        );
+        // `none` is an alias of `off`.
+        let s = ok(&FIO_SAS.replace("model = \"none\"", "model = \"none\"\nmode = \"none\""));
+        assert_eq!(
+            (s.iommu.model, s.iommu.mode),
+            (IommuModel::None, IommuMode::Off)
+        );
+    }
+
+    #[test]
+    fn iommu_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_NVME, "iommu", "cmdq_log2size = 2"),
+            "iommu.cmdq_log2size",
+            &format!("expected 4..={MAX_CMDQ_LOG2SIZE} (cap MAX_CMDQ_LOG2SIZE), got 2"),
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "cmdq_log2size = 4\ncmdq_batch_max = 16"),
+            "iommu.cmdq_batch_max",
+            "expected 2..=15 commands (fewer than the queue's slots), got 16",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "cmdq_log2size = \"x\""),
+            "iommu.cmdq_log2size",
+            "invalid type: string \"x\", expected a non-negative integer",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "cmdq = \"ticket\""),
+            "iommu.cmdq",
+            "unknown design \"ticket\": expected \"spinlock\" or \"lockfree\"",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "stage = 2"),
+            "iommu.stage",
+            "unknown field `stage`, expected one of `model`, `mode`, `cmdq`",
+        );
+        refused(
+            &FIO_NVME.replace("\"smmuv3\"", "\"dart\""),
+            "iommu.model",
+            "unknown model \"dart\": expected one of \"none\", \"smmuv3\", \"ipmmu\"",
+        );
+        refused(
+            &FIO_NVME.replace("\"strict\"", "\"ddw-direct\""),
+            "iommu.mode",
+            "mode \"ddw-direct\" does not apply to iommu.model = \"smmuv3\": expected one of \"strict\", \"lazy\", \"passthrough\", \"off\"",
+        );
+        refused(
+            &FIO_NVME.replace("\"strict\"", "\"eager\""),
+            "iommu.mode",
+            "unknown mode \"eager\": for iommu.model = \"smmuv3\" expected one of",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "version = \"4.19\"").replace("\"strict\"", "\"lazy\""),
+            "iommu.mode",
+            "Linux 4.19 has no lazy mode for SMMUv3",
+        );
+    }
+
+    #[test]
+    fn iommu_fields_that_do_not_apply_to_the_model_or_mode_are_refused() {
+        let passthrough = FIO_NVME.replace("\"strict\"", "\"passthrough\"");
+        refused(
+            &with(&passthrough, "iommu", "cmdq = \"lockfree\""),
+            "iommu.cmdq",
+            "applies to iommu.model = \"smmuv3\" in mode strict or lazy only",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "flush_queue_size = 64"),
+            "iommu.flush_queue_size",
+            "applies to mode = \"lazy\" only",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "caching_mode = true"),
+            "iommu.caching_mode",
+            "applies to iommu.model = \"vtd\" only",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "window_mib = 256"),
+            "iommu.window_mib",
+            "applies to iommu.model = \"sba\" in mode translated or bypass only",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "ddw_policy = \"disabled\""),
+            "iommu.ddw_policy",
+            "applies to iommu.model = \"pseries\" only",
+        );
+        refused(
+            &with(&passthrough, "iommu", "instances = 1"),
+            "iommu.instances",
+            "applies to iommu.model = \"smmuv3\", \"vtd\" or \"amd-vi\" in mode strict or lazy only",
+        );
+    }
+
+    #[test]
+    fn sba_and_pseries_fields_are_checked_against_their_hardware() {
+        let s = ok(&with(
+            BONNIE_SCSI,
+            "iommu",
+            "window_mib = 512\nwindow_base_mib = 1024",
+        ));
+        assert_eq!(s.iommu.sba_window, (1 << 30, 512 << 20));
+        assert_eq!(s.iommu.sba_page_size, d::SBA_PAGE_SIZE.0);
+        refused(
+            &with(BONNIE_SCSI, "iommu", "window_mib = 384"),
+            "iommu.window_mib",
+            "expected a power of two (the IOC decodes a naturally aligned window), got 384",
+        );
+        refused(
+            &with(BONNIE_SCSI, "iommu", "page_size = 8000"),
+            "iommu.page_size",
+            "expected a power of two in 4096..=65536 bytes, got 8000",
+        );
+        let s = ok(NETPERF_NIC);
+        assert_eq!(s.iommu.ddw_policy, DdwPolicy::Disabled);
+        assert_eq!(s.iommu.default_window_bytes, d::DEFAULT_WINDOW_MIB.0 << 20);
+        refused(
+            &with(NETPERF_NIC, "iommu", "ddw_policy = \"direct-or-dynamic\""),
+            "iommu.ddw_policy",
+            "\"direct-or-dynamic\" keeps a DDW too small for a direct map as a dynamic window",
+        );
+        refused(
+            &with(NETPERF_NIC, "iommu", "ddw_page_kib = 4"),
+            "iommu.ddw_page_kib",
+            "applies to the ddw-dynamic and ddw-direct modes",
+        );
+        let direct = NETPERF_NIC.replace("\"default-window\"", "\"ddw-direct\"");
+        let s = ok(&direct);
+        assert_eq!(s.iommu.ddw_window_bytes, 128 << 30);
+        refused(
+            &with(&direct, "iommu", "ddw_window_gib = 64"),
+            "iommu.ddw_window_gib",
+            "a direct DDW maps all memory: expected at least machine.memory_gib = 128",
+        );
+        refused(
+            &with(&direct, "iommu", "ddw_page_kib = 8"),
+            "iommu.ddw_page_kib",
+            "expected 4, 64, 2048 or 16384 (a TCE page size PowerVM offers), got 8",
+        );
+    }
+
+    #[test]
+    fn instances_spread_the_devices_or_follow_each_device() {
+        let two = format!(
+            "{}\n[[device]]\nkind = \"nvme\"\n",
+            with(FIO_NVME, "iommu", "instances = 2")
+        );
+        let s = ok(&two);
+        assert_eq!(s.iommu.device_instance, vec![0, 1]);
+        let s = ok(&two.replace(
+            "[[device]]\nkind = \"nvme\"\n",
+            "[[device]]\nkind = \"nvme\"\niommu_instance = 1\n",
+        ));
+        assert_eq!(s.iommu.device_instance, vec![1, 1]);
+        refused(
+            &two.replace(
+                "[[device]]\nkind = \"nvme\"\n",
+                "[[device]]\nkind = \"nvme\"\niommu_instance = 2\n",
+            ),
+            "device[0].iommu_instance",
+            "expected an instance in 0..2 (iommu.instances = 2), got 2",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "instances = 2"),
+            "iommu.instances",
+            "expected at most one instance per device (1 device), got 2",
+        );
+    }
+}

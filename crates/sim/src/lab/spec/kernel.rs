@@ -179,3 +179,95 @@ pub(super) fn kernel(
         driver_complete_ns: ns(&dev, "complete_ns", Some(driver_complete_ns), 0)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+
+    #[test]
+    fn block_kernel_costs_default_and_take_the_driver_s() {
+        let s = ok(FIO_NVME);
+        assert_eq!(
+            s.kernel,
+            BlockKernel {
+                block_submit_ns: d::BLOCK_SUBMIT_NS.0,
+                block_complete_ns: d::BLOCK_COMPLETE_NS.0,
+                irq_entry_ns: d::IRQ_ENTRY_NS.0,
+                driver_submit_ns: d::NVME_SUBMIT_NS.0,
+                driver_complete_ns: d::NVME_COMPLETE_NS.0,
+            }
+        );
+        let s = ok(&with(
+            &with(FIO_SAS, "kernel", "block_submit_ns = 111\nirq_entry_ns = 0"),
+            "device",
+            "complete_ns = 222",
+        ));
+        assert_eq!((s.kernel.block_submit_ns, s.kernel.irq_entry_ns), (111, 0));
+        assert_eq!(
+            (s.kernel.driver_submit_ns, s.kernel.driver_complete_ns),
+            (d::SAS_SUBMIT_NS.0, 222)
+        );
+        assert_eq!(s.iommu.kernel.kernel.to_string(), d::KERNEL_VERSION.0);
+    }
+
+    #[test]
+    fn kernel_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_NVME, "kernel", "block_submit_ns = 2000000"),
+            "kernel.block_submit_ns",
+            "expected 0..=1000000 ns, got 2000000",
+        );
+        refused(
+            &with(FIO_NVME, "device", "submit_ns = 2000000"),
+            "device[0].submit_ns",
+            "expected 0..=1000000 ns, got 2000000",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "irq_entry_ns = 1.5"),
+            "kernel.irq_entry_ns",
+            "invalid type: floating point `1.5`, expected a non-negative integer",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "hz = 250"),
+            "kernel.hz",
+            "unknown field `hz`, expected one of `version`, `block_submit_ns`",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "version = \"2.6\""),
+            "kernel.version",
+            "expected a Linux release from 4.19 to",
+        );
+    }
+
+    #[test]
+    fn kernel_fields_of_other_workloads_and_devices_are_refused() {
+        refused(
+            &with(FIO_NVME, "kernel", "page_size = 65536"),
+            "kernel.page_size",
+            "applies to reaim workloads only",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "virt_merge = false"),
+            "kernel.virt_merge",
+            "applies to scsi devices only",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "dirty_limit_mib = 8.0"),
+            "kernel.dirty_limit_mib",
+            "applies to bonnie's page cache and file system; a fio workload has none",
+        );
+        refused(
+            &with(BONNIE_SCSI, "kernel", "swiotlb_mib = 64"),
+            "kernel.swiotlb_mib",
+            "applies to bonnie on a usb device's DMA path, not to bonnie on scsi",
+        );
+        refused(
+            &with(FIO_NVME, "kernel", "sba_coalesce = true"),
+            "kernel.sba_coalesce",
+            "applies to iommu.model = \"sba\" in mode translated or bypass",
+        );
+        let s = ok(&with(BONNIE_SCSI, "kernel", "sba_coalesce = false"));
+        assert!(!s.iommu.sba_coalesce);
+    }
+}

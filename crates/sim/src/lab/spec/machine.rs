@@ -192,3 +192,146 @@ pub(super) fn memory_banks(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cost::PlatformProfile;
+    use crate::lab::caps::{MAX_CPUS, MAX_MEMORY_GIB};
+    use crate::lab::defaults as d;
+    use crate::lab::spec::testing::*;
+
+    #[test]
+    fn machine_sets_cpus_memory_and_the_profile() {
+        let s = ok(FIO_NVME);
+        assert_eq!((s.cpus, s.memory_bytes), (8, 16 << 30));
+        assert_eq!(s.profile.name, "hisilicon-d06");
+        // The profile describes this machine: its core count is the scenario's.
+        assert_eq!(s.profile.cpu.cores, 8);
+        let s = ok(&FIO_NVME.replace("cpus = 8\nmemory_gib = 16\n", ""));
+        let cores = PlatformProfile::bundled("hisilicon-d06").unwrap().cpu.cores as usize;
+        assert_eq!(s.cpus, cores.clamp(1, MAX_CPUS));
+        assert_eq!(s.memory_bytes, d::MEMORY_GIB.0 << 30);
+    }
+
+    #[test]
+    fn machine_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &FIO_NVME.replace("cpus = 8", "cpus = 0"),
+            "machine.cpus",
+            &format!("expected 1..={MAX_CPUS} (cap MAX_CPUS), got 0"),
+        );
+        refused(
+            &FIO_NVME.replace("memory_gib = 16", "memory_gib = 0"),
+            "machine.memory_gib",
+            &format!("expected 1..={MAX_MEMORY_GIB} GiB (cap MAX_MEMORY_GIB), got 0"),
+        );
+        refused(
+            &FIO_NVME.replace("memory_gib = 16", "memory_gib = \"x\""),
+            "machine.memory_gib",
+            "invalid type: string \"x\", expected a non-negative integer",
+        );
+        refused(
+            &with(FIO_NVME, "machine", "sockets = 2"),
+            "machine.sockets",
+            "unknown field `sockets`, expected one of `platform`, `cpus`, `memory_gib`",
+        );
+        refused(
+            &FIO_NVME.replace("hisilicon-d06", "pdp-11"),
+            "machine.platform",
+            "unknown platform \"pdp-11\": expected a bundled profile (",
+        );
+        refused(
+            &FIO_NVME.replace("hisilicon-d06", "profiles/none.toml"),
+            "machine.platform",
+            "no profile file at profiles/none.toml",
+        );
+    }
+
+    #[test]
+    fn a_cost_override_replaces_the_profile_cost_with_its_source() {
+        let line = "costs.\"cpu.pte_write\" = { value = 7.5, unit = \"ns\", source = \"assumption: a test\" }";
+        let s = ok(&with(FIO_NVME, "machine", line));
+        assert_eq!(s.profile.cpu.pte_write.value, 7.5);
+        assert_eq!(s.profile.cpu.pte_write.ns(), 7.5);
+        assert_eq!(s.profile.cpu.pte_write.source, "assumption: a test");
+        refused(
+            &with(
+                FIO_NVME,
+                "machine",
+                "costs.\"cpu.nope\" = { value = 1, source = \"x\" }",
+            ),
+            "machine.costs.\"cpu.nope\"",
+            "platform hisilicon-d06 has no cost \"cpu.nope\": expected one of cpu.pte_write",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "machine",
+                "costs.\"cpu.pte_write\" = { value = 1, source = \" \" }",
+            ),
+            "machine.costs.\"cpu.pte_write\".source",
+            "expected a citation or `assumption: ...`, found an empty source",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "machine",
+                "costs.\"cpu.pte_write\" = { value = 1 }",
+            ),
+            "machine.costs.cpu.pte_write.source",
+            "missing field `source`",
+        );
+    }
+
+    #[test]
+    fn memory_banks_are_bonnie_s_ascending_and_fit_in_memory() {
+        let banks = "memory_banks = [{ base = 0x40000000, mib = 1024 }, { base = 0x600000000, mib = 2048 }]";
+        let s = ok(&with(BONNIE_USB, "machine", banks));
+        let crate::lab::spec::Workload::Bonnie(b) = &s.workload else {
+            panic!("bonnie expected")
+        };
+        // The swiotlb pool was taken from the start of the first bank: the page cache has the
+        // rest.
+        let pool = d::SWIOTLB_MIB.0 << 20;
+        assert_eq!(
+            b.config.ram_banks,
+            vec![
+                (0x4000_0000 + pool, (1 << 30) - pool),
+                (0x6_0000_0000, 2 << 30)
+            ]
+        );
+        refused(
+            &with(BONNIE_USB, "machine", "memory_banks = [{ base = 0x40000000, mib = 1024 }, { base = 0x40001000, mib = 1 }]"),
+            "machine.memory_banks[1].base",
+            "expected a page-aligned address at or above the previous bank's end (0x80000000)",
+        );
+        refused(
+            &with(
+                BONNIE_USB,
+                "machine",
+                "memory_banks = [{ base = 0, mib = 9000 }]",
+            ),
+            "machine.memory_banks",
+            "the banks hold 9000 MiB, more than machine.memory_gib = 8",
+        );
+        refused(
+            &with(
+                BONNIE_USB,
+                "machine",
+                "memory_banks = [{ base = 0, mib = 0 }]",
+            ),
+            "machine.memory_banks[0].mib",
+            "MiB, got 0",
+        );
+        // A field that does not apply: only bonnie has a page cache to place.
+        refused(
+            &with(
+                FIO_NVME,
+                "machine",
+                "memory_banks = [{ base = 0, mib = 1024 }]",
+            ),
+            "machine.memory_banks",
+            "places bonnie's page cache; a fio workload has none",
+        );
+    }
+}

@@ -463,3 +463,162 @@ fn common<D, W>(
 /// the 32-bit windows of the SBA and POWER live (assumption of docs/model/sba-vmerge.md: no
 /// DMA buffers there), so a bypass reaches them.
 pub(crate) const BUFFER_BASE: u64 = 4 << 30;
+
+/// Scenarios and checks the sections' unit tests share: a minimal valid scenario per device
+/// and workload kind, a way to add one line to one table, and the assertion that an error
+/// names its field and says what was expected.
+#[cfg(test)]
+pub(super) mod testing {
+    use super::{validate, LabScenario};
+
+    /// fio on one NVMe SSD behind an SMMUv3 in strict mode.
+    pub const FIO_NVME: &str = "[machine]\nplatform = \"hisilicon-d06\"\ncpus = 8\nmemory_gib = 16\n\n[iommu]\nmodel = \"smmuv3\"\nmode = \"strict\"\n\n[[device]]\nkind = \"nvme\"\n\n[workload]\nkind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10\n";
+    /// fio on one SAS HBA without an IOMMU.
+    pub const FIO_SAS: &str = "[machine]\nplatform = \"hisilicon-d05\"\ncpus = 16\nmemory_gib = 16\n\n[iommu]\nmodel = \"none\"\n\n[[device]]\nkind = \"sas\"\n\n[workload]\nkind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10\n";
+    /// bonnie++ on a USB disk behind the R-Car IPMMU.
+    pub const BONNIE_USB: &str = "[machine]\nplatform = \"rcar-h3\"\ncpus = 4\nmemory_gib = 8\n\n[iommu]\nmodel = \"ipmmu\"\nmode = \"strict\"\n\n[[device]]\nkind = \"usb\"\n\n[workload]\nkind = \"bonnie\"\nfile_mib = 16\n";
+    /// bonnie++ on a SCSI disk behind the SBA.
+    pub const BONNIE_SCSI: &str = "[machine]\nplatform = \"hp-zx1\"\ncpus = 2\nmemory_gib = 8\n\n[iommu]\nmodel = \"sba\"\nmode = \"translated\"\n\n[[device]]\nkind = \"scsi\"\n\n[workload]\nkind = \"bonnie\"\nfile_mib = 16\n";
+    /// netperf on a NIC in a POWER partition, default window.
+    pub const NETPERF_NIC: &str = "[machine]\nplatform = \"power-lpar\"\ncpus = 16\nmemory_gib = 128\n\n[iommu]\nmodel = \"pseries\"\nmode = \"default-window\"\n\n[[device]]\nkind = \"nic\"\nqueues = 16\n\n[workload]\nkind = \"netperf\"\nrun_ms = 20\n";
+    /// re-aim on a SCSI disk behind the SBA.
+    pub const REAIM_SCSI: &str = "[machine]\nplatform = \"hp-zx1\"\ncpus = 2\nmemory_gib = 8\n\n[iommu]\nmodel = \"sba\"\nmode = \"translated\"\n\n[[device]]\nkind = \"scsi\"\n\n[workload]\nkind = \"reaim\"\nstart = 2\nend = 8\nincrement = 2\n";
+    /// The kernel's DMA-mapping benchmark on one NVMe SSD behind an SMMUv3 in strict mode.
+    pub const MAP_BENCH: &str = "[machine]\nplatform = \"hisilicon-d06\"\ncpus = 8\n\n[iommu]\nmodel = \"smmuv3\"\nmode = \"strict\"\n\n[[device]]\nkind = \"nvme\"\n\n[workload]\nkind = \"dma_map_benchmark\"\nruntime_ms = 20\n";
+
+    /// `text` with `line` added to its table `table` (`device` is the first `[[device]]`); a
+    /// table the text lacks is appended.
+    pub fn with(text: &str, table: &str, line: &str) -> String {
+        let header = if table == "device" {
+            "[[device]]".to_owned()
+        } else {
+            format!("[{table}]")
+        };
+        match text.find(&format!("{header}\n")) {
+            Some(at) => {
+                let after = at + header.len() + 1;
+                format!("{}{line}\n{}", &text[..after], &text[after..])
+            }
+            None => format!("{text}\n{header}\n{line}\n"),
+        }
+    }
+
+    /// The validated scenario; panics with the error when `text` is refused.
+    pub fn ok(text: &str) -> LabScenario {
+        validate(text, "t.toml", None).unwrap_or_else(|e| panic!("refused: {e}\n{text}"))
+    }
+
+    /// Asserts `text` is refused with an error that names `field` and contains `expected`.
+    pub fn refused(text: &str, field: &str, expected: &str) {
+        let e = match validate(text, "t.toml", None) {
+            Ok(_) => panic!("accepted, expected an error on {field}:\n{text}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains(&format!("field `{field}`: ")),
+            "names another field: {e}"
+        );
+        assert!(e.contains(expected), "does not say {expected:?}: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+
+    #[test]
+    fn every_minimal_scenario_validates_to_its_kinds() {
+        for (text, device, workload) in [
+            (FIO_NVME, "nvme", "fio"),
+            (FIO_SAS, "sas", "fio"),
+            (BONNIE_USB, "usb", "bonnie"),
+            (BONNIE_SCSI, "scsi", "bonnie"),
+            (NETPERF_NIC, "nic", "netperf"),
+            (REAIM_SCSI, "scsi", "reaim"),
+            (MAP_BENCH, "nvme", "dma_map_benchmark"),
+        ] {
+            let s = ok(text);
+            assert_eq!((s.devices.kind(), s.workload.kind()), (device, workload));
+            assert_eq!(s.devices.len(), 1);
+        }
+    }
+
+    #[test]
+    fn top_level_fields_default_and_are_checked() {
+        let s = ok(FIO_NVME);
+        assert_eq!(
+            (s.name.as_str(), s.seed, s.description),
+            ("lab", None, None)
+        );
+        let s = ok(&format!("name = \"mine\"\nseed = 7\n{FIO_NVME}"));
+        assert_eq!((s.name.as_str(), s.seed), ("mine", Some(7)));
+        refused(
+            &format!("name = \" \"\n{FIO_NVME}"),
+            "name",
+            "expected a non-empty label of at most 200 characters",
+        );
+        refused(
+            &format!("seed = \"one\"\n{FIO_NVME}"),
+            "seed",
+            "invalid type: string \"one\", expected a non-negative integer",
+        );
+        refused(
+            &format!("colour = 1\n{FIO_NVME}"),
+            "colour",
+            "unknown field `colour`, expected one of `name`",
+        );
+    }
+
+    #[test]
+    fn kinds_are_checked_before_the_tables() {
+        refused(
+            &FIO_NVME.replace("kind = \"fio\"", "kind = \"iozone\""),
+            "workload.kind",
+            "unknown kind \"iozone\": expected one of \"fio\", \"bonnie\"",
+        );
+        refused(
+            &FIO_NVME.replace("kind = \"nvme\"", "kind = 3"),
+            "device[0].kind",
+            "expected one of \"nvme\", \"sas\", \"usb\", \"nic\", \"scsi\"",
+        );
+        refused(
+            &format!("{FIO_NVME}\n[[device]]\nkind = \"sas\"\n"),
+            "device[1].kind",
+            "expected \"nvme\" like device[0]",
+        );
+        refused(
+            &FIO_NVME.replace("[[device]]\nkind = \"nvme\"\n", ""),
+            "device",
+            "missing: expected at least one [[device]] table",
+        );
+        refused(
+            &NETPERF_NIC.replace("kind = \"netperf\"", "kind = \"fio\"\nrw = \"read\""),
+            "workload.kind",
+            "a fio workload does not run on nic devices",
+        );
+    }
+
+    #[test]
+    fn a_field_of_another_kind_is_unknown_where_it_stands() {
+        // `disks` is a sas field: on an nvme device it is unknown, with nvme's fields listed.
+        refused(
+            &with(FIO_NVME, "device", "disks = 8"),
+            "device[0].disks",
+            "unknown field `disks`, expected one of `kind`, `io_queues`",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "file_mib = 8"),
+            "workload.file_mib",
+            "unknown field `file_mib`, expected one of `kind`, `rw`",
+        );
+    }
+
+    #[test]
+    fn workloads_that_drive_one_device_refuse_two() {
+        refused(
+            &format!("{BONNIE_SCSI}\n[[device]]\nkind = \"scsi\"\n"),
+            "device",
+            "a bonnie workload drives exactly one device, got 2",
+        );
+    }
+}

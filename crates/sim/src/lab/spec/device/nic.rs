@@ -148,3 +148,71 @@ pub(in crate::lab::spec) fn nic(
     }
     Ok((LinkConfig::from_mtu(gbps, mtu, headers, framing), stream))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::lab::defaults as d;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+
+    fn stream_of(text: &str) -> crate::workloads::netperf::StreamConfig {
+        match ok(text).workload {
+            Workload::Netperf(n) => n.stream,
+            other => panic!("netperf expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn nic_fields_set_the_rings_and_moderation_with_defaults() {
+        let s = stream_of(NETPERF_NIC);
+        assert_eq!(s.queues, 16);
+        assert_eq!(s.tx_ring_entries, d::NIC_TX_RING_ENTRIES.0);
+        assert_eq!(s.rx_coalescing.frames, d::NIC_RX_COALESCE_FRAMES.0);
+        assert_eq!(s.rx_stride_bytes, d::NIC_RX_STRIDE_BYTES.0);
+        let s = stream_of(&with(
+            NETPERF_NIC,
+            "device",
+            "tx_ring_entries = 256\ntx_coalesce_frames = 8\ntx_coalesce_usecs = 3\nrx_recycle_pct = 0",
+        ));
+        assert_eq!(s.tx_ring_entries, 256);
+        assert_eq!((s.tx_coalescing.frames, s.tx_coalescing.usecs), (8, 3));
+        assert_eq!(s.rx_recycle_pct, 0);
+    }
+
+    #[test]
+    fn nic_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(NETPERF_NIC, "device", "mtu = 100"),
+            "device[0].mtu",
+            "expected 576..=65535 bytes, got 100",
+        );
+        refused(
+            &with(NETPERF_NIC, "device", "rx_recycle_pct = 101"),
+            "device[0].rx_recycle_pct",
+            "expected 0..=100 percent, got 101",
+        );
+        refused(
+            &with(NETPERF_NIC, "device", "rx_stride_bytes = 32"),
+            "device[0].rx_stride_bytes",
+            "bytes (at most workload.page_bytes), got 32",
+        );
+        refused(
+            &with(NETPERF_NIC, "device", "link_gbps = \"fast\""),
+            "device[0].link_gbps",
+            "invalid type: string \"fast\", expected a number",
+        );
+        refused(
+            &with(NETPERF_NIC, "device", "disks = 1"),
+            "device[0].disks",
+            "unknown field `disks`, expected one of `kind`, `link_gbps`",
+        );
+        refused(
+            &NETPERF_NIC.replace(
+                "model = \"pseries\"\nmode = \"default-window\"",
+                "model = \"none\"",
+            ),
+            "iommu.model",
+            "the NIC model's DMA path is the POWER TCE path: expected \"pseries\"",
+        );
+    }
+}

@@ -135,3 +135,82 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
     };
     Ok(NvmeSetup { params, coalescing })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+
+    fn nvme_of(text: &str) -> Vec<NvmeSetup> {
+        match ok(text).devices {
+            Devices::Nvme(v) => v,
+            other => panic!("nvme expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn nvme_fields_set_the_device_with_defaults() {
+        let d0 = nvme_of(FIO_NVME)[0];
+        assert_eq!(d0.params.io_queues, d::NVME_IO_QUEUES.0.min(8));
+        assert_eq!(d0.params.max_iops, d::NVME_MAX_IOPS.0);
+        assert_eq!(d0.params.bandwidth, d::NVME_BANDWIDTH_GB_PER_S.0 * 1e9);
+        assert_eq!(d0.coalescing.threshold, d::NVME_COALESCING.0 .0);
+        let text = with(
+            FIO_NVME,
+            "device",
+            "io_queues = 64\nread_latency_us = 80.5\ncoalesce_threshold = 7\ncoalesce_time_100us = 2",
+        );
+        let d0 = nvme_of(&text)[0];
+        // Linux creates one queue pair per CPU, up to the controller's count.
+        assert_eq!(d0.params.io_queues, 8);
+        assert_eq!(d0.params.read_latency_ns, 80_500);
+        assert_eq!((d0.coalescing.threshold, d0.coalescing.time_100us), (7, 2));
+    }
+
+    #[test]
+    fn nvme_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_NVME, "device", "io_queues = 0"),
+            "device[0].io_queues",
+            &format!("expected 1..={MAX_DEVICE_QUEUES} (cap MAX_DEVICE_QUEUES), got 0"),
+        );
+        refused(
+            &with(FIO_NVME, "device", "max_iops = 0.5"),
+            "device[0].max_iops",
+            "expected a number in 1..=100000000, got 0.5",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "device",
+                "coalesce_threshold = 256\ncoalesce_time_100us = 1",
+            ),
+            "device[0].coalesce_threshold",
+            "expected 0..=255 (the feature's 8-bit THR, 0's based), got 256",
+        );
+        refused(
+            &with(FIO_NVME, "device", "max_iops = \"fast\""),
+            "device[0].max_iops",
+            "invalid type: string \"fast\", expected a number",
+        );
+        refused(
+            &with(FIO_NVME, "device", "namespaces = 2"),
+            "device[0].namespaces",
+            "unknown field `namespaces`, expected one of `kind`, `io_queues`",
+        );
+    }
+
+    #[test]
+    fn interrupt_coalescing_takes_both_fields() {
+        refused(
+            &with(FIO_NVME, "device", "coalesce_threshold = 7"),
+            "device[0].coalesce_time_100us",
+            "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+        );
+        refused(
+            &with(FIO_NVME, "device", "coalesce_time_100us = 1"),
+            "device[0].coalesce_threshold",
+            "missing: Interrupt Coalescing",
+        );
+    }
+}

@@ -93,3 +93,63 @@ fn sas(
         link_bandwidth: link_gb_per_s * 1e9,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+
+    fn sas_of(text: &str) -> crate::devices::sas::SasParams {
+        match ok(text).devices {
+            Devices::Sas(v) => v[0].clone(),
+            other => panic!("sas expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn sas_fields_set_the_hba_with_defaults() {
+        let p = sas_of(FIO_SAS);
+        assert_eq!(
+            (p.disks, p.completion_queues),
+            (d::SAS_DISKS.0, d::SAS_COMPLETION_QUEUES.0)
+        );
+        assert_eq!(p.hba_command_ns, d::SAS_HBA_COMMAND_NS.0);
+        assert_eq!(p.link_bandwidth, d::SAS_LINK_GB_PER_S.0 * 1e9);
+        let p = sas_of(&with(
+            FIO_SAS,
+            "device",
+            "disks = 4\ndisk_read_latency_us = 100\ndisk_write_latency_us = 0.25\nlink_gb_per_s = 2",
+        ));
+        assert_eq!(p.disks, 4);
+        assert_eq!(
+            (p.disk_read_latency_ns, p.disk_write_latency_ns),
+            (100_000, 250)
+        );
+        assert_eq!(p.link_bandwidth, 2e9);
+    }
+
+    #[test]
+    fn sas_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_SAS, "device", "disks = 0"),
+            "device[0].disks",
+            &format!("expected 1..={MAX_DISKS} (cap MAX_DISKS), got 0"),
+        );
+        // Two bad reals: the first in the table is the one reported.
+        refused(
+            &with(FIO_SAS, "device", "link_gb_per_s = 0\ndisk_max_iops = 0"),
+            "device[0].disk_max_iops",
+            "expected a number in 1..=100000000, got 0",
+        );
+        refused(
+            &with(FIO_SAS, "device", "hba_command_ns = \"x\""),
+            "device[0].hba_command_ns",
+            "invalid type: string \"x\", expected a number",
+        );
+        refused(
+            &with(FIO_SAS, "device", "io_queues = 4"),
+            "device[0].io_queues",
+            "unknown field `io_queues`, expected one of `kind`, `disks`",
+        );
+    }
+}

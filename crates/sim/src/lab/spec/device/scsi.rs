@@ -162,3 +162,81 @@ pub(in crate::lab::spec) fn scsi(
         dma_mask_bits,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Devices;
+
+    fn scsi_of(text: &str) -> ScsiSetup {
+        match ok(text).devices {
+            Devices::Scsi(s) => *s,
+            other => panic!("scsi expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn scsi_fields_set_the_hba_and_disk_with_defaults() {
+        let s = scsi_of(REAIM_SCSI);
+        assert_eq!(s.limits.max_segments, d::SCSI_SG_TABLESIZE.0);
+        assert_eq!(s.limits.max_transfer, d::SCSI_MAX_SECTORS.0 * 512);
+        assert_eq!(s.disk_bytes, (d::SCSI_CAPACITY_GB.0 * 1e9) as u64);
+        assert_eq!(s.dma_mask_bits, d::SCSI_DMA_MASK_BITS.0);
+        assert_eq!(s.limits.virt_merge_granule, None);
+        let s = scsi_of(&with(
+            REAIM_SCSI,
+            "device",
+            "rpm = 10000\nhba_command_us = 2.5\nseek_read_ms = 4\nbus_mb_per_s = 320",
+        ));
+        assert_eq!(s.params.revolution_ns, 6e6);
+        assert_eq!(s.params.hba_per_command_ns, 2500.0);
+        assert_eq!(s.params.seek_read_ns, 4e6);
+        assert_eq!(s.params.bus_bytes_per_s, 320e6);
+    }
+
+    #[test]
+    fn scsi_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(REAIM_SCSI, "device", "rpm = 100"),
+            "device[0].rpm",
+            "expected a number in 1000..=30000, got 100",
+        );
+        refused(
+            &with(REAIM_SCSI, "device", "sg_tablesize = 0"),
+            "device[0].sg_tablesize",
+            "expected 1..=4096 SG elements, got 0",
+        );
+        refused(
+            &with(REAIM_SCSI, "device", "sg_tablesize = \"x\""),
+            "device[0].sg_tablesize",
+            "invalid type: string \"x\", expected a non-negative integer",
+        );
+        refused(
+            &with(REAIM_SCSI, "device", "disks = 2"),
+            "device[0].disks",
+            "unknown field `disks`, expected one of `kind`, `bus_mb_per_s`",
+        );
+    }
+
+    #[test]
+    fn virt_merge_needs_an_iommu_that_coalesces() {
+        let s = scsi_of(&with(BONNIE_SCSI, "kernel", "virt_merge = true"));
+        assert_eq!(s.limits.virt_merge_granule, Some(d::SBA_PAGE_SIZE.0));
+        refused(
+            &with(
+                BONNIE_SCSI,
+                "kernel",
+                "virt_merge = true\nsba_coalesce = false",
+            ),
+            "kernel.virt_merge",
+            "needs kernel.sba_coalesce = true",
+        );
+        let off = BONNIE_SCSI.replace("model = \"sba\"\nmode = \"translated\"", "model = \"none\"");
+        refused(
+            &with(&off, "kernel", "virt_merge = true"),
+            "kernel.virt_merge",
+            "needs an IOMMU that coalesces what the block layer merged: iommu.model = \"sba\" in mode translated or bypass, got none in mode off",
+        );
+    }
+}

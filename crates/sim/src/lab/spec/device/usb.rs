@@ -284,3 +284,109 @@ fn swiotlb(
     })?;
     Ok(setup)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Devices;
+
+    fn usb_of(text: &str) -> UsbSetup {
+        match ok(text).devices {
+            Devices::Usb(u) => *u,
+            other => panic!("usb expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn usb_fields_set_the_link_the_device_and_the_swiotlb_pool() {
+        let u = usb_of(BONNIE_USB);
+        assert_eq!(u.config.link.name, d::USB_SUPERSPEED.name);
+        assert_eq!(u.config.link.encoding, d::USB_SUPERSPEED.encoding.0);
+        assert_eq!(u.max_segment_size, d::USB_MAX_SEGMENT_KIB.0 << 10);
+        let pool = d::SWIOTLB_MIB.0 << 20;
+        assert_eq!(
+            (u.swiotlb.base, u.swiotlb.bytes),
+            (d::SWIOTLB_END_WITHOUT_BANKS.0 - pool, pool)
+        );
+        let u = usb_of(&with(
+            BONNIE_USB,
+            "device",
+            "speed = \"highspeed\"\nencoding = 0.5\nmedia_flush_us = 1.5\nmax_segment_kib = 64\nirq_cpu = 3",
+        ));
+        assert_eq!(u.config.link.name, d::USB_HIGHSPEED.name);
+        assert_eq!(u.config.link.encoding, 0.5);
+        assert_eq!(u.config.media_flush_ns, 1500);
+        assert_eq!((u.max_segment_size, u.config.irq_cpu), (64 << 10, 3));
+        let u = usb_of(&with(
+            BONNIE_USB,
+            "kernel",
+            "swiotlb_mib = 8\nswiotlb_slot_bytes = 4096",
+        ));
+        assert_eq!((u.swiotlb.bytes, u.swiotlb.slot_bytes), (8 << 20, 4096));
+    }
+
+    #[test]
+    fn usb_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(BONNIE_USB, "device", "encoding = 2.0"),
+            "device[0].encoding",
+            "expected a number in 0.1..=1, got 2",
+        );
+        refused(
+            &with(BONNIE_USB, "device", "walk_reads_per_miss = 5"),
+            "device[0].walk_reads_per_miss",
+            "expected 0..=4 table reads (an LPAE walk has at most 4 levels), got 5",
+        );
+        refused(
+            &with(BONNIE_USB, "device", "storage_cpu = 4"),
+            "device[0].storage_cpu",
+            "expected a CPU in 0..4 (machine.cpus = 4), got 4",
+        );
+        refused(
+            &with(BONNIE_USB, "device", "speed = \"warp\""),
+            "device[0].speed",
+            "unknown speed \"warp\": expected \"superspeed\" or \"highspeed\"",
+        );
+        refused(
+            &with(BONNIE_USB, "device", "speed = 3"),
+            "device[0].speed",
+            "invalid type: integer `3`, expected a string",
+        );
+        refused(
+            &with(BONNIE_USB, "device", "io_queues = 2"),
+            "device[0].io_queues",
+            "unknown field `io_queues`, expected one of `kind`, `speed`",
+        );
+        refused(
+            &with(BONNIE_USB, "kernel", "swiotlb_slot_bytes = 3000"),
+            "kernel.swiotlb_slot_bytes",
+            "swiotlb: slot size 3000 is not a power of two",
+        );
+    }
+
+    #[test]
+    fn usb_runs_behind_the_ipmmu_or_none_and_bounces_below_its_mask() {
+        let none = BONNIE_USB.replace("model = \"ipmmu\"\nmode = \"strict\"", "model = \"none\"");
+        let s = ok(&none);
+        assert_eq!(s.iommu.mode, IommuMode::Off);
+        refused(
+            &with(&none, "kernel", "block_virt_merge = true"),
+            "kernel.block_virt_merge",
+            "true needs an IOMMU that merges page-aligned pieces",
+        );
+        refused(
+            &with(&none, "device", "dma_mask_bits = 24"),
+            "device[0].dma_mask_bits",
+            "beyond a 24-bit mask: declare machine.memory_banks",
+        );
+        refused(
+            &BONNIE_USB.replace(
+                "model = \"ipmmu\"\nmode = \"strict\"",
+                "model = \"sba\"\nmode = \"translated\"",
+            ),
+            "iommu.model",
+            "bonnie on usb is modelled behind the R-Car xHCI: expected \"none\" or \"ipmmu\"",
+        );
+    }
+}

@@ -383,3 +383,123 @@ fn csv_layout(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+    use crate::workloads::bonnie::CsvLayout;
+
+    fn bonnie_of(text: &str) -> BonnieSetup {
+        match ok(text).workload {
+            Workload::Bonnie(b) => *b,
+            other => panic!("bonnie expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn bonnie_fields_set_the_suite_with_defaults() {
+        let b = bonnie_of(BONNIE_USB);
+        assert_eq!(b.config.file_bytes, 16 << 20);
+        assert_eq!(b.size_mib, d::BONNIE_LOGICAL_FILE_MIB.0);
+        assert_eq!(
+            (b.config.chunk, b.config.seeks),
+            (d::BONNIE_CHUNK_BYTES.0, d::BONNIE_SEEKS.0)
+        );
+        assert_eq!(
+            b.config.ram_banks,
+            vec![(d::PAGE_CACHE_BASE.0, d::BONNIE_RAM_MIB.0 << 20)]
+        );
+        assert_eq!(b.csv, CsvLayout::default());
+        assert!(b.config.file_tests.is_some());
+        let b = bonnie_of(&with(
+            BONNIE_USB,
+            "workload",
+            "files = 0\nchunk_bytes = \"16k\"\nseeker_cpus = [1, 2]\ncsv = \"1.98\"\nram_mib = 1024",
+        ));
+        assert!(b.config.file_tests.is_none(), "files = 0: no file tests");
+        assert_eq!((b.config.chunk, b.config.seekers), (16384, 2));
+        assert_eq!(b.config.seeker_cpus, vec![1, 2]);
+        assert_eq!(Some(b.csv), CsvLayout::from_name("1.98"));
+        assert_eq!(b.config.ram_banks, vec![(d::PAGE_CACHE_BASE.0, 1 << 30)]);
+        // On a block device the page cache writes back through the device's queue limits.
+        let s = ok(&FIO_SAS.replace(
+            "kind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10",
+            "kind = \"bonnie\"\nfile_mib = 16",
+        ));
+        assert_eq!(s.workload.kind(), "bonnie");
+    }
+
+    #[test]
+    fn bonnie_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(BONNIE_USB, "workload", "seeks = 0"),
+            "workload.seeks",
+            "expected 1..=1000000 seeks, got 0",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "logical_file_mib = 8"),
+            "workload.logical_file_mib",
+            "MiB (at least file_mib), got 8",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "chunk_bytes = 1000"),
+            "workload.chunk_bytes",
+            "expected a non-zero multiple of 512 up to 1 MiB, got 1000",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "csv = 1"),
+            "workload.csv",
+            "expected one of \"1.03\", \"1.98\" (a quoted string), found a integer",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "csv = \"2.0\""),
+            "workload.csv",
+            "unknown bonnie++ CSV layout \"2.0\": expected one of \"1.03\", \"1.98\"",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "bonnie_cpu = \"x\""),
+            "workload.bonnie_cpu",
+            "invalid type: string \"x\", expected a non-negative integer",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "rw = \"read\""),
+            "workload.rw",
+            "unknown field `rw`, expected one of `kind`, `file_mib`",
+        );
+    }
+
+    #[test]
+    fn bonnie_page_cache_fields_are_checked_together() {
+        refused(
+            &with(BONNIE_USB, "kernel", "dirty_background_mib = 10.0\ndirty_limit_mib = 5.0"),
+            "kernel.dirty_limit_mib",
+            "the background threshold (10485760 bytes) must be below the dirty limit (5242880 bytes)",
+        );
+        refused(
+            &with(BONNIE_USB, "kernel", "fsync_commit_flushes = 3"),
+            "kernel.fsync_commit_flushes",
+            "expected 0..=2 cache flushes (before and after the commit block), got 3",
+        );
+        // With memory_banks the page cache is theirs: ram_mib does not apply.
+        refused(
+            &with(
+                &with(
+                    BONNIE_USB,
+                    "machine",
+                    "memory_banks = [{ base = 0x40000000, mib = 1024 }]",
+                ),
+                "workload",
+                "ram_mib = 512",
+            ),
+            "workload.ram_mib",
+            "the page cache is machine.memory_banks' RAM: set one of the two",
+        );
+        refused(
+            &with(BONNIE_USB, "workload", "ram_mib = 8192"),
+            "workload.ram_mib",
+            "the page cache (8192 MiB above the first 4 GiB) does not fit in machine.memory_gib = 8",
+        );
+    }
+}

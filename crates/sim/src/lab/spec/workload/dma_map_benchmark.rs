@@ -140,3 +140,81 @@ pub(in crate::lab::spec) fn dma_map_benchmark(
         dma_trans_ns,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+
+    fn bench_of(text: &str) -> DmaMapBenchmarkSetup {
+        match ok(text).workload {
+            Workload::DmaMapBenchmark(b) => b,
+            other => panic!("dma_map_benchmark expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn benchmark_fields_follow_the_tool_s_defaults() {
+        assert_eq!(
+            bench_of(MAP_BENCH),
+            DmaMapBenchmarkSetup {
+                threads: 1,
+                runtime_ns: 20_000_000,
+                granule: 1,
+                dir: MapDirection::Bidirectional,
+                dma_trans_ns: 0,
+            }
+        );
+        let b = bench_of(&with(
+            MAP_BENCH,
+            "workload",
+            "threads = 8\ngranule = 16\ndir = \"from_device\"\ndma_trans_ns = 100\nnode = -1",
+        ));
+        assert_eq!(
+            (b.threads, b.granule, b.dir, b.dma_trans_ns),
+            (8, 16, MapDirection::FromDevice, 100)
+        );
+        assert_eq!(b.dir.tool_name(), "FROM_DEVICE");
+    }
+
+    #[test]
+    fn benchmark_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(MAP_BENCH, "workload", "threads = 9"),
+            "workload.threads",
+            "expected 1..=8 (one thread per CPU, at most 1024 as the kernel module allows), got 9",
+        );
+        refused(
+            &with(MAP_BENCH, "workload", "granule = 1025"),
+            "workload.granule",
+            "expected 1..=1024 pages per mapping (the kernel module's range), got 1025",
+        );
+        refused(
+            &with(MAP_BENCH, "workload", "dir = \"sideways\""),
+            "workload.dir",
+            "unknown direction \"sideways\": expected one of \"bidirectional\", \"to_device\", \"from_device\"",
+        );
+        refused(
+            &with(MAP_BENCH, "workload", "dir = 2"),
+            "workload.dir",
+            "invalid type: integer `2`, expected a string",
+        );
+        refused(
+            &with(MAP_BENCH, "workload", "loops = 2"),
+            "workload.loops",
+            "unknown field `loops`, expected one of `kind`, `threads`",
+        );
+        // A NUMA node does not apply: the lab's machines have one.
+        refused(
+            &with(MAP_BENCH, "workload", "node = 0"),
+            "workload.node",
+            "0: the lab's machines have one memory node: expected -1 (NUMA_NO_NODE)",
+        );
+        refused(
+            &format!("{MAP_BENCH}\n[[device]]\nkind = \"nvme\"\n"),
+            "device",
+            "a dma_map_benchmark workload drives exactly one device, got 2",
+        );
+    }
+}

@@ -192,3 +192,113 @@ pub(in crate::lab::spec) fn fio(
         user_ns_per_io,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+
+    fn fio_of(text: &str) -> FioSetup {
+        match ok(text).workload {
+            Workload::Fio(f) => f,
+            other => panic!("fio expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn fio_fields_set_the_jobs_with_defaults() {
+        let f = fio_of(FIO_NVME);
+        assert_eq!(f.rw, RwPattern::RandRead);
+        assert_eq!(
+            (f.bs, f.iodepth, f.numjobs),
+            (d::FIO_BS.0, d::FIO_IODEPTH.0, 1)
+        );
+        assert_eq!(
+            (f.batch_submit, f.batch_complete_min, f.first_cpu),
+            (1, 1, 0)
+        );
+        assert_eq!(
+            (f.runtime_ns, f.ramp_ns),
+            (10_000_000, d::FIO_RAMP_MS.0 * 1_000_000)
+        );
+        assert_eq!(f.size, d::FIO_SIZE_GIB.0 << 30);
+        let f = fio_of(&with(
+            &FIO_NVME.replace("\"randread\"", "\"randrw\""),
+            "workload",
+            "rwmixread = 70\nbs = \"64k\"\niodepth = 8\nnumjobs = 4\nfirst_cpu = 2\niodepth_batch_submit = 8",
+        ));
+        assert_eq!((f.rw, f.rwmixread), (RwPattern::RandRw, 70));
+        assert_eq!(
+            (f.bs, f.iodepth, f.numjobs, f.first_cpu, f.batch_submit),
+            (65536, 8, 4, 2, 8)
+        );
+    }
+
+    #[test]
+    fn fio_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_NVME, "workload", "iodepth = 0"),
+            "workload.iodepth",
+            &format!("expected 1..={MAX_IODEPTH} (cap MAX_IODEPTH), got 0"),
+        );
+        refused(
+            &with(FIO_NVME, "workload", "bs = 1000"),
+            "workload.bs",
+            "expected a non-zero multiple of 512 bytes, got 1000",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "numjobs = 5\nfirst_cpu = 4"),
+            "workload.numjobs",
+            "expected 1..=4 (one job per CPU from first_cpu; cap MAX_THREADS), got 5",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "first_cpu = 8"),
+            "workload.first_cpu",
+            "expected 0..8 (machine.cpus = 8)",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "iodepth = \"deep\""),
+            "workload.iodepth",
+            "invalid type: string \"deep\", expected a non-negative integer",
+        );
+        refused(
+            &FIO_NVME.replace("\"randread\"", "\"sequential\""),
+            "workload.rw",
+            "unknown pattern \"sequential\": expected read, write, randread, randwrite or randrw",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "direct = 1"),
+            "workload.direct",
+            "unknown field `direct`, expected one of `kind`, `rw`",
+        );
+        refused(
+            &FIO_NVME.replace("runtime_ms = 10\n", ""),
+            "workload.runtime_ms",
+            "missing field `runtime_ms`",
+        );
+    }
+
+    #[test]
+    fn fio_fields_that_do_not_apply_or_do_not_fit_are_refused() {
+        refused(
+            &with(FIO_NVME, "workload", "rwmixread = 70"),
+            "workload.rwmixread",
+            "applies to rw = \"randrw\" only",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "workload",
+                "iodepth = 4\niodepth_batch_submit = 5",
+            ),
+            "workload.iodepth_batch_submit",
+            "expected 1..=4 (at most iodepth), got 5",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "iodepth = 2048\nnumjobs = 8\nbs = 1048576"),
+            "machine.memory_gib",
+            "the workload's I/O buffers (numjobs x iodepth x bs = 16384 MiB above the first 4 GiB) do not fit in 16 GiB",
+        );
+    }
+}

@@ -204,3 +204,85 @@ pub(in crate::lab::spec) fn netperf(
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+    use crate::workloads::netperf::StreamDirection;
+
+    fn netperf_of(text: &str) -> NetperfSetup {
+        match ok(text).workload {
+            Workload::Netperf(n) => *n,
+            other => panic!("netperf expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn netperf_fields_set_the_streams_with_defaults() {
+        let n = netperf_of(NETPERF_NIC);
+        assert_eq!(
+            (n.stream.threads, n.stream.direction),
+            (1, StreamDirection::Write)
+        );
+        assert_eq!(n.stream.message_bytes, d::NETPERF_MESSAGE_BYTES.0);
+        assert_eq!(
+            (n.stream.run_ns, n.stream.warmup_ns),
+            (20_000_000, d::NETPERF_WARMUP_MS.0 * 1_000_000)
+        );
+        assert_eq!(n.costs.jitter_pct, d::NETPERF_JITTER_PCT.0);
+        let n = netperf_of(&with(
+            NETPERF_NIC,
+            "workload",
+            "direction = \"read\"\nthreads = 8\nmessage_bytes = \"64k\"\nwarmup_ms = 5",
+        ));
+        assert_eq!(
+            (n.stream.threads, n.stream.direction),
+            (8, StreamDirection::Read)
+        );
+        assert_eq!(
+            (n.stream.message_bytes, n.stream.warmup_ns),
+            (65536, 5_000_000)
+        );
+    }
+
+    #[test]
+    fn netperf_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(NETPERF_NIC, "workload", "threads = 17"),
+            "workload.threads",
+            "expected 1..=16 (at most machine.cpus; cap MAX_THREADS), got 17",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "warmup_ms = 20"),
+            "workload.warmup_ms",
+            "expected less than run_ms = 20",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "page_bytes = 5000"),
+            "workload.page_bytes",
+            "expected a power of two, got 5000",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "direction = \"both\""),
+            "workload.direction",
+            "unknown direction \"both\": expected \"write\" (transmit) or \"read\" (receive)",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "direction = 1"),
+            "workload.direction",
+            "invalid type: integer `1`, expected a string",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "rw = \"read\""),
+            "workload.rw",
+            "unknown field `rw`, expected one of `kind`, `direction`",
+        );
+        refused(
+            &NETPERF_NIC.replace("memory_gib = 128", "memory_gib = 32"),
+            "machine.memory_gib",
+            "the NIC model places each queue's buffers in its own 4 GiB: 16 queues need at least 68 GiB",
+        );
+    }
+}

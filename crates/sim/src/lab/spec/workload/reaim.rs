@@ -260,3 +260,88 @@ pub(in crate::lab::spec) fn reaim(
         scale: (user_scale, sys_scale),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+
+    fn reaim_of(text: &str) -> ReaimSetup {
+        match ok(text).workload {
+            Workload::Reaim(r) => *r,
+            other => panic!("reaim expected, got {}", other.kind()),
+        }
+    }
+
+    #[test]
+    fn reaim_fields_set_the_ramp_and_workfile_with_defaults() {
+        let r = reaim_of(REAIM_SCSI);
+        assert_eq!(r.users, vec![2, 4, 6, 8]);
+        assert_eq!(r.workfile.name, "lab_mix");
+        assert!(!r.workfile.tasks.is_empty());
+        assert_eq!((r.page, r.fs_block), (d::REAIM_PAGE.0, d::REAIM_FS_BLOCK.0));
+        assert_eq!(r.scale, (d::REAIM_TASK_SCALE.0, d::REAIM_TASK_SCALE.0));
+        let own = format!(
+            "{}\n[[workload.task]]\nname = \"sync\"\nweight = 3\nsys_kcycles = 20\nsync_write_kib = 8\n",
+            with(REAIM_SCSI, "kernel", "page_size = 16384")
+        );
+        let r = reaim_of(&own);
+        assert_eq!(r.page, 16384);
+        assert_eq!(r.workfile.tasks.len(), 1);
+        let t = &r.workfile.tasks[0];
+        assert_eq!(
+            (t.name.as_str(), t.weight, t.user_ns, t.sync_write_bytes),
+            ("sync", 3, 0.0, 8192)
+        );
+    }
+
+    #[test]
+    fn reaim_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &REAIM_SCSI.replace("end = 8", "end = 1"),
+            "workload.end",
+            &format!("expected 2..={MAX_USERS} users, from workload.start (cap MAX_USERS), got 1"),
+        );
+        refused(
+            &REAIM_SCSI.replace("start = 2", "start = \"two\""),
+            "workload.start",
+            "invalid type: string \"two\", expected a non-negative integer",
+        );
+        refused(
+            &with(REAIM_SCSI, "workload", "jitter_pct = 95.0"),
+            "workload.jitter_pct",
+            "expected a number in 0..=90, got 95",
+        );
+        refused(
+            &with(REAIM_SCSI, "workload", "workfile = \"shared\""),
+            "workload.workfile",
+            "unknown workfile \"shared\": without [[workload.task]] tables expected one of",
+        );
+        refused(
+            &with(REAIM_SCSI, "workload", "users = 4"),
+            "workload.users",
+            "unknown field `users`, expected one of `kind`, `workfile`, `start`",
+        );
+        refused(
+            &format!("{REAIM_SCSI}\n[[workload.task]]\nname = \"t\"\nweight = 0\n"),
+            "workload.task[0].weight",
+            "expected 1..=10000 runs per job, got 0",
+        );
+        refused(
+            &with(REAIM_SCSI, "kernel", "page_size = 5000"),
+            "kernel.page_size",
+            "expected a power of two in 4096..=65536 bytes, got 5000",
+        );
+        refused(
+            &with(REAIM_SCSI, "workload", "fs_block = 8192"),
+            "workload.fs_block",
+            "expected a power of two from 512 to the page size 4096 (kernel.page_size), got 8192",
+        );
+        refused(
+            &REAIM_SCSI.replace("memory_gib = 8", "memory_gib = 4"),
+            "machine.memory_gib",
+            "expected at least 5 GiB: re-aim's page cache lives above the first 4 GiB",
+        );
+    }
+}
