@@ -471,6 +471,18 @@ pub(crate) const BUFFER_BASE: u64 = 4 << 30;
 pub(super) mod testing {
     use super::{validate, LabScenario};
 
+    /// The value inside variant `$variant` of `$value` (a `Workload` or `Devices`); panics
+    /// naming the kind it holds instead.
+    macro_rules! variant {
+        ($value:expr, $variant:path) => {
+            match $value {
+                $variant(v) => v,
+                other => panic!("expected {}, got {}", stringify!($variant), other.kind()),
+            }
+        };
+    }
+    pub(in crate::lab::spec) use variant;
+
     /// fio on one NVMe SSD behind an SMMUv3 in strict mode.
     pub const FIO_NVME: &str = "[machine]\nplatform = \"hisilicon-d06\"\ncpus = 8\nmemory_gib = 16\n\n[iommu]\nmodel = \"smmuv3\"\nmode = \"strict\"\n\n[[device]]\nkind = \"nvme\"\n\n[workload]\nkind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10\n";
     /// fio on one SAS HBA without an IOMMU.

@@ -156,10 +156,7 @@ mod tests {
     use crate::lab::spec::Workload;
 
     fn stream_of(text: &str) -> crate::workloads::netperf::StreamConfig {
-        match ok(text).workload {
-            Workload::Netperf(n) => n.stream,
-            other => panic!("netperf expected, got {}", other.kind()),
-        }
+        variant!(ok(text).workload, Workload::Netperf).stream
     }
 
     #[test]

@@ -142,10 +142,7 @@ mod tests {
     use crate::lab::spec::testing::*;
 
     fn nvme_of(text: &str) -> Vec<NvmeSetup> {
-        match ok(text).devices {
-            Devices::Nvme(v) => v,
-            other => panic!("nvme expected, got {}", other.kind()),
-        }
+        variant!(ok(text).devices, Devices::Nvme)
     }
 
     #[test]

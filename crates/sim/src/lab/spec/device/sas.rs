@@ -100,10 +100,7 @@ mod tests {
     use crate::lab::spec::testing::*;
 
     fn sas_of(text: &str) -> crate::devices::sas::SasParams {
-        match ok(text).devices {
-            Devices::Sas(v) => v[0].clone(),
-            other => panic!("sas expected, got {}", other.kind()),
-        }
+        variant!(ok(text).devices, Devices::Sas)[0]
     }
 
     #[test]

@@ -170,10 +170,7 @@ mod tests {
     use crate::lab::spec::Devices;
 
     fn scsi_of(text: &str) -> ScsiSetup {
-        match ok(text).devices {
-            Devices::Scsi(s) => *s,
-            other => panic!("scsi expected, got {}", other.kind()),
-        }
+        *variant!(ok(text).devices, Devices::Scsi)
     }
 
     #[test]

@@ -292,10 +292,7 @@ mod tests {
     use crate::lab::spec::Devices;
 
     fn usb_of(text: &str) -> UsbSetup {
-        match ok(text).devices {
-            Devices::Usb(u) => *u,
-            other => panic!("usb expected, got {}", other.kind()),
-        }
+        *variant!(ok(text).devices, Devices::Usb)
     }
 
     #[test]

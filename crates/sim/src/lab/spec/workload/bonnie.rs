@@ -392,10 +392,7 @@ mod tests {
     use crate::workloads::bonnie::CsvLayout;
 
     fn bonnie_of(text: &str) -> BonnieSetup {
-        match ok(text).workload {
-            Workload::Bonnie(b) => *b,
-            other => panic!("bonnie expected, got {}", other.kind()),
-        }
+        *variant!(ok(text).workload, Workload::Bonnie)
     }
 
     #[test]

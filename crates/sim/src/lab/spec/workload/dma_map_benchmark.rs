@@ -148,10 +148,7 @@ mod tests {
     use crate::lab::spec::Workload;
 
     fn bench_of(text: &str) -> DmaMapBenchmarkSetup {
-        match ok(text).workload {
-            Workload::DmaMapBenchmark(b) => b,
-            other => panic!("dma_map_benchmark expected, got {}", other.kind()),
-        }
+        variant!(ok(text).workload, Workload::DmaMapBenchmark)
     }
 
     #[test]

@@ -200,10 +200,7 @@ mod tests {
     use crate::lab::spec::Workload;
 
     fn fio_of(text: &str) -> FioSetup {
-        match ok(text).workload {
-            Workload::Fio(f) => f,
-            other => panic!("fio expected, got {}", other.kind()),
-        }
+        variant!(ok(text).workload, Workload::Fio)
     }
 
     #[test]

@@ -213,10 +213,7 @@ mod tests {
     use crate::workloads::netperf::StreamDirection;
 
     fn netperf_of(text: &str) -> NetperfSetup {
-        match ok(text).workload {
-            Workload::Netperf(n) => *n,
-            other => panic!("netperf expected, got {}", other.kind()),
-        }
+        *variant!(ok(text).workload, Workload::Netperf)
     }
 
     #[test]

@@ -171,16 +171,12 @@ pub(in crate::lab::spec) fn reaim(
             ),
         ));
     }
-    let slice_ms = wl.real(
-        "timeslice_ms",
-        s.timeslice_ms.unwrap_or(d::REAIM_TIMESLICE_MS.0),
-        0.01..=10_000.0,
-    )?;
-    let jitter = wl.real(
-        "jitter_pct",
-        s.jitter_pct.unwrap_or(d::REAIM_JITTER_PCT.0),
-        0.0..=90.0,
-    )? / 100.0;
+    #[rustfmt::skip]
+    let [slice_ms, jitter_pct] = wl.reals([
+        ("timeslice_ms", s.timeslice_ms, d::REAIM_TIMESLICE_MS, 0.01..=10_000.0),
+        ("jitter_pct", s.jitter_pct, d::REAIM_JITTER_PCT, 0.0..=90.0),
+    ])?;
+    let jitter = jitter_pct / 100.0;
     let page = k.page_size.unwrap_or(d::REAIM_PAGE.0);
     if !page.is_power_of_two() || !(4096..=65536).contains(&page) {
         return Err(doc.field_error(
@@ -197,16 +193,10 @@ pub(in crate::lab::spec) fn reaim(
             ),
         ));
     }
-    let user_scale = wl.real(
-        "user_scale",
-        s.user_scale.unwrap_or(d::REAIM_TASK_SCALE.0),
-        0.0..=1e4,
-    )?;
-    let sys_scale = wl.real(
-        "sys_scale",
-        s.sys_scale.unwrap_or(d::REAIM_TASK_SCALE.0),
-        0.0..=1e4,
-    )?;
+    let [user_scale, sys_scale] = wl.reals([
+        ("user_scale", s.user_scale, d::REAIM_TASK_SCALE, 0.0..=1e4),
+        ("sys_scale", s.sys_scale, d::REAIM_TASK_SCALE, 0.0..=1e4),
+    ])?;
     // A scaled cost is held to the cap of a written one (1e7 kcycles per run), which bounds
     // the time-slicer's events and so the host time.
     let max_ns = 1e7 * 1e3 / ghz;
@@ -268,10 +258,7 @@ mod tests {
     use crate::lab::spec::Workload;
 
     fn reaim_of(text: &str) -> ReaimSetup {
-        match ok(text).workload {
-            Workload::Reaim(r) => *r,
-            other => panic!("reaim expected, got {}", other.kind()),
-        }
+        *variant!(ok(text).workload, Workload::Reaim)
     }
 
     #[test]
