@@ -180,25 +180,39 @@ enum Command {
         label: Option<String>,
     },
     /// Soak the pSeries DMA path: long many-thread TCP write and read streams in virtual time
-    /// with invariant checks at intervals (SEEDS.md #4).
+    /// with invariant checks at intervals (SEEDS.md #4), on a lab netperf scenario.
     Soak {
-        /// A pseries-ddw scenario file (default: the bundled one).
-        #[arg(long)]
+        /// A lab scenario file with a netperf workload (docs/SCENARIOS.md; its direction,
+        /// run_ms and warmup_ms are the soak's). Default: cell 64t.write.ddw of the bundled
+        /// pseries-ddw experiment (the 64-thread DDW stream the published soak ran;
+        /// `iolab reproduce pseries-ddw --emit-scenarios DIR` writes it out).
+        #[arg(value_name = "SCENARIO")]
         scenario: Option<std::path::PathBuf>,
+        /// The same as SCENARIO (the former spelling).
+        #[arg(
+            long = "scenario",
+            value_name = "FILE",
+            hide = true,
+            conflicts_with = "scenario"
+        )]
+        scenario_flag: Option<std::path::PathBuf>,
         /// Virtual hours to run (the published soak ran 5).
         #[arg(long, default_value_t = 5.0)]
         hours: f64,
         /// Virtual seconds between invariant checks.
         #[arg(long, default_value_t = 60.0)]
         interval_s: f64,
-        /// Threads (default: the scenario's, 64 in the bundled one).
+        /// Threads, at most the scenario's workload.threads (default: that, 64 in the
+        /// default cell).
         #[arg(long)]
         threads: Option<usize>,
         /// Which stream to soak: write, read, or both one after the other (each for the
         /// whole duration), as the published soak did.
         #[arg(long, value_enum, default_value_t = soak::Directions::Both)]
         direction: soak::Directions,
-        /// Soak the default DMA window instead of the DDW dynamic window.
+        /// Soak the default DMA window instead of the scenario's DDW dynamic window: sets
+        /// iommu.mode = "default-window" and iommu.ddw_policy = "direct-only" (the
+        /// pseries-ddw experiment's `default` column: the pre-2020 kernel refuses the DDW).
         #[arg(long)]
         default_window: bool,
         /// Seed.
@@ -373,11 +387,10 @@ enum RunsCommand {
 /// `iolab reproduce NAMES`'s help: every name it accepts, from the experiment lists, so a
 /// new experiment appears in it without editing this text.
 fn reproduce_names_help() -> String {
-    use iolab_sim::experiments::EXTRA_NAMES;
     format!(
         "Experiments to run: {} (default: these published ones); also {} (the lab's own, run only when named), or the path of an experiment file (docs/EXPERIMENTS.md)",
         iolab_sim::reproduce::default_names().join(", "),
-        EXTRA_NAMES.join(", ")
+        iolab_sim::reproduce::extra_names().join(", ")
     )
 }
 
@@ -499,6 +512,7 @@ fn main() -> ExitCode {
         },
         Command::Soak {
             scenario,
+            scenario_flag,
             hours,
             interval_s,
             threads,
@@ -507,7 +521,7 @@ fn main() -> ExitCode {
             seed,
             format,
         } => soak::run(&soak::SoakArgs {
-            scenario: scenario.as_deref(),
+            scenario: scenario.as_deref().or(scenario_flag.as_deref()),
             hours,
             interval_s,
             threads,

@@ -18,6 +18,11 @@ pub fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::Relaxed);
 }
 
+/// Whether `--quiet` was given.
+pub fn is_quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
 /// Whether bars are drawn: standard error is a terminal and `--quiet` was not given.
 pub fn enabled() -> bool {
     !QUIET.load(Ordering::Relaxed) && std::io::stderr().is_terminal()

@@ -166,11 +166,7 @@ fn select_file(name: &str) -> Result<Selected, String> {
             text: text.to_owned(),
         });
     }
-    if let Some(&legacy) = experiments::NAMES
-        .iter()
-        .chain(experiments::EXTRA_NAMES.iter())
-        .find(|n| **n == name)
-    {
+    if let Some(&legacy) = experiments::NAMES.iter().find(|n| **n == name) {
         return Ok(Selected::Legacy(legacy));
     }
     let path = Path::new(name);

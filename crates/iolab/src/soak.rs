@@ -1,17 +1,20 @@
 //! `iolab soak`: the long pSeries TCP write and read soak of SEEDS.md #4 in virtual time,
-//! with invariant checks at intervals (see `iolab_sim::soak`). A progress bar with an ETA
-//! follows the checkpoints on a terminal ([`crate::progress`]). The result is stored in the
-//! results database as one run (experiment `soak`) with a measurement per direction
-//! (`soak.write`, `soak.read`).
+//! with invariant checks at intervals (see `iolab_sim::soak`), on a lab netperf scenario
+//! (default: cell 64t.write.ddw of the bundled pseries-ddw experiment). It says what it
+//! soaks when it starts; a progress bar with an ETA follows the checkpoints on a terminal
+//! ([`crate::progress`]), and off a terminal a progress line goes to standard error at most
+//! once a minute. The result is stored in the results database as one run (experiment
+//! `soak`) with a measurement per direction (`soak.write`, `soak.read`).
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
 use iolab_sim::experiment::ExperimentReport;
-use iolab_sim::experiments::pseries_ddw;
 use iolab_sim::metrics::{Measurement, Metric};
-use iolab_sim::soak::{run_soak_observed, SoakConfig, SoakDirection, SoakReport};
+use iolab_sim::soak::{
+    run_soak_observed, SoakConfig, SoakDirection, SoakError, SoakReport, SoakScenario,
+};
 
 use crate::db::{NewRun, ResultsDb};
 
@@ -38,7 +41,8 @@ impl Directions {
 
 /// Options of one soak, as the command line gives them.
 pub struct SoakArgs<'a> {
-    /// A `pseries-ddw` scenario file (default: the bundled one).
+    /// A lab scenario file with a netperf workload (default: cell 64t.write.ddw of the
+    /// bundled pseries-ddw experiment).
     pub scenario: Option<&'a Path>,
     /// Virtual hours to run.
     pub hours: f64,
@@ -48,7 +52,8 @@ pub struct SoakArgs<'a> {
     pub threads: Option<usize>,
     /// Which streams to soak.
     pub directions: Directions,
-    /// Soak the default window instead of the DDW.
+    /// Soak the default window instead of the scenario's DDW
+    /// ([`iolab_sim::soak::DEFAULT_WINDOW_PATCH`]).
     pub default_window: bool,
     /// Seed.
     pub seed: u64,
@@ -56,6 +61,88 @@ pub struct SoakArgs<'a> {
     pub json: bool,
     /// The results database to store the soak in (`None`: `--no-db`).
     pub db: Option<&'a Path>,
+}
+
+/// The exit code of a soak that failed: 2 for the user's input, 1 for a failed run.
+fn exit_code(e: &SoakError) -> u8 {
+    if e.is_bad_input() {
+        2
+    } else {
+        1
+    }
+}
+
+/// How the scenario's NIC maps: through the DDW kept as a dynamic window, or the default
+/// window.
+fn window_label(s: &SoakScenario) -> &'static str {
+    if s.scenario.iommu.mode == iolab_sim::lab::spec::IommuMode::DdwDynamic {
+        "DDW dynamic window"
+    } else {
+        "default window"
+    }
+}
+
+/// Progress lines for standard error when it is not a terminal: at most one a minute (wall
+/// time), with the checkpoints done and an estimate of the time left.
+struct ProgressLog {
+    started: Instant,
+    last: Instant,
+    total: u64,
+}
+
+impl ProgressLog {
+    /// Minimum wall time between two lines.
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+    fn new(started: Instant, total: u64) -> Self {
+        ProgressLog {
+            started,
+            last: Instant::now(),
+            total,
+        }
+    }
+
+    /// Checkpoint `done` of the whole soak passed at `at` (a description of where).
+    fn checkpoint(&mut self, done: u64, at: &str) {
+        if self.last.elapsed() < Self::EVERY || done >= self.total {
+            return;
+        }
+        self.last = Instant::now();
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let left = elapsed / done.max(1) as f64 * (self.total - done) as f64;
+        eprintln!(
+            "iolab soak: checkpoint {done} of {} ({at}), {} elapsed, about {} left",
+            self.total,
+            wall(elapsed),
+            wall(left)
+        );
+    }
+}
+
+/// A virtual time for people: `5 virtual h`, `60 virtual s`, `4 virtual ms`.
+fn virtual_time(ns: u64) -> String {
+    let trim = |x: f64| {
+        let t = format!("{x:.3}");
+        t.trim_end_matches('0').trim_end_matches('.').to_owned()
+    };
+    let ns = ns as f64;
+    if ns >= 3600e9 {
+        format!("{} virtual h", trim(ns / 3600e9))
+    } else if ns >= 1e9 {
+        format!("{} virtual s", trim(ns / 1e9))
+    } else {
+        format!("{} virtual ms", trim(ns / 1e6))
+    }
+}
+
+/// A wall-clock duration for people: `42s`, `17m`, `3h05m`.
+fn wall(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..=99 => format!("{s}s"),
+        100..=5999 => format!("{}m", (s + 30) / 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
 }
 
 /// Converts virtual seconds to nanoseconds, refusing what is not a positive finite time.
@@ -71,18 +158,27 @@ fn to_ns(what: &str, secs: f64) -> Result<u64, String> {
 
 /// Runs the soak and prints its report.
 pub fn run(args: &SoakArgs<'_>) -> ExitCode {
-    let (text, origin) = match args.scenario {
+    let prepared = match args.scenario {
         Some(p) => match std::fs::read_to_string(p) {
-            Ok(t) => (t, p.display().to_string()),
+            Ok(t) => SoakScenario::prepare(
+                &t,
+                &p.display().to_string(),
+                p.parent().filter(|d| d.is_dir()),
+                args.default_window,
+            ),
             Err(e) => {
                 eprintln!("iolab soak: cannot read {}: {e}", p.display());
                 return ExitCode::from(2);
             }
         },
-        None => (
-            pseries_ddw::BUNDLED_SCENARIO.to_owned(),
-            "scenarios/pseries-ddw.toml (bundled)".to_owned(),
-        ),
+        None => SoakScenario::default_cell(args.default_window),
+    };
+    let scenario = match prepared {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("iolab soak: {e}");
+            return ExitCode::from(exit_code(&e));
+        }
     };
     let duration = to_ns("hours", args.hours * 3600.0);
     let interval = to_ns("interval-s", args.interval_s);
@@ -102,32 +198,58 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
     };
     let directions = args.directions.list();
     let checkpoints = duration_ns / interval_ns.max(1);
-    let bar = crate::progress::runs_bar(checkpoints * directions.len() as u64, "checkpoints");
+    let names: Vec<&str> = directions.iter().map(|d| d.name()).collect();
+    // What is soaked, before the first checkpoint: a long soak must not start silently.
+    let named = if scenario.origin.contains(&scenario.scenario.name) {
+        String::new()
+    } else {
+        format!(" ({})", scenario.scenario.name)
+    };
+    eprintln!(
+        "iolab soak: {}{named}, {}: {} for {} each, invariant checks every {} ({checkpoints} per direction)",
+        scenario.origin,
+        window_label(&scenario),
+        names.join(" then "),
+        virtual_time(duration_ns),
+        virtual_time(interval_ns),
+    );
+    let total = checkpoints * directions.len() as u64;
+    let bar = crate::progress::runs_bar(total, "checkpoints");
     let started_at = SystemTime::now();
+    let soak_started = Instant::now();
     let mut reports = Vec::new();
     for (d, &direction) in directions.iter().enumerate() {
         let cfg = SoakConfig {
             duration_ns,
             interval_ns,
             threads: args.threads,
-            ddw: !args.default_window,
             direction,
             seed: args.seed,
         };
         let started = Instant::now();
         let (b, name) = (bar.clone(), direction.name());
         let done_before = d as u64 * checkpoints;
+        // Off a terminal (a log, a pipe) no bar is drawn: a line at most once a minute.
+        let log = std::cell::RefCell::new(
+            (!crate::progress::enabled() && !crate::progress::is_quiet())
+                .then(|| ProgressLog::new(soak_started, total)),
+        );
         let on_checkpoint = move |at_ns: u64| {
-            b.set_position(done_before + at_ns / interval_ns.max(1));
+            let done = done_before + at_ns / interval_ns.max(1);
+            b.set_position(done);
             // Whole seconds for a long soak, milliseconds for a short one.
             let digits = if duration_ns >= 100_000_000_000 { 0 } else { 3 };
-            b.set_message(format!(
+            let at = format!(
                 "{name}, {:.digits$} of {:.digits$} virtual s",
                 at_ns as f64 / 1e9,
                 duration_ns as f64 / 1e9
-            ));
+            );
+            if let Some(log) = log.borrow_mut().as_mut() {
+                log.checkpoint(done, &at);
+            }
+            b.set_message(at);
         };
-        match run_soak_observed(&text, &origin, &cfg, on_checkpoint) {
+        match run_soak_observed(&scenario, &cfg, on_checkpoint) {
             Ok(r) => {
                 let wall = started.elapsed().as_secs_f64();
                 // Wall time is about this machine, not the result: standard error only.
@@ -145,7 +267,7 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
             Err(e) => {
                 bar.finish_and_clear();
                 eprintln!("iolab soak ({}): {e}", direction.name());
-                return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+                return ExitCode::from(exit_code(&e));
             }
         }
     }
@@ -157,8 +279,8 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
             kind: "lab",
             group_id: None,
             label: None,
-            scenario_origin: Some(&origin),
-            scenario_text: Some(&text),
+            scenario_origin: Some(&scenario.origin),
+            scenario_text: Some(&scenario.text),
             seed: args.seed,
             started_at,
             finished_at: SystemTime::now(),
@@ -214,6 +336,7 @@ fn stored_report(
         .iter()
         .map(|r| {
             let mut m = Measurement::new(format!("soak.{}", r.direction.name()))
+                .attr("scenario", &r.scenario)
                 .attr("workload", "netperf")
                 .attr("direction", r.direction.name())
                 .attr("threads", r.threads)

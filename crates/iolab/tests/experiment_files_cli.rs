@@ -116,6 +116,55 @@ fn emitted_scenarios_run_with_iolab_run_and_measure_the_reproduced_cells() {
     assert_eq!(iops, reproduced);
 }
 
+/// The lab's own `protection` experiment: run only when named, its cells emitted as scenarios
+/// `iolab run` accepts, the hostile device's figures the same through both.
+#[test]
+fn protection_runs_when_named_and_its_emitted_cells_report_the_same_exposure() {
+    let out = iolab(&["--no-db", "reproduce", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = all["experiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"protection"), "{names:?}");
+    let dir = temp_dir("emit-protection");
+    let out = iolab(&[
+        "--no-db",
+        "reproduce",
+        "protection",
+        "--emit-scenarios",
+        s(&dir),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 8);
+    let out = iolab(&["--no-db", "reproduce", "protection", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lab = |id: &str| {
+        rep["experiments"][0]["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no figure {id}"))["lab"]
+            .as_f64()
+            .unwrap()
+    };
+    let file = dir.join("protection/d06.lazy.toml");
+    let out = iolab(&["--no-db", "run", s(&file)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stale = lab("d06.lazy.stale_reads");
+    assert!(stale > 0.0);
+    assert!(
+        text.contains(&format!("hostile      : stale reads={stale}/")),
+        "{text}"
+    );
+}
+
 #[test]
 fn bad_experiment_files_name_the_file_and_field_with_exit_code_2() {
     let dir = temp_dir("bad");

@@ -1,9 +1,159 @@
 //! `iolab soak` as a user runs it: both directions by default, one with `--direction`, the
-//! report's shape, and bad input with exit code 2.
+//! report's shape, a lab netperf scenario given by file, what it says while it runs, and bad
+//! input with exit code 2.
 
 mod common;
 
+use std::path::Path;
+
 use common::iolab;
+
+fn repo(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+        .to_str()
+        .expect("utf-8 path")
+        .to_owned()
+}
+
+/// The number after `label` in `text` (`label 123`), with any `,` or `.` it carries.
+fn number_after(text: &str, label: &str) -> f64 {
+    let at = text
+        .find(label)
+        .unwrap_or_else(|| panic!("`{label}` in {text}"));
+    let rest = text[at + label.len()..].trim_start();
+    let n: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    n.parse()
+        .unwrap_or_else(|_| panic!("a number after `{label}`: {rest}"))
+}
+
+/// A short soak of a lab scenario file (the bundled netperf example on the DDW, 8 threads),
+/// both directions: every check passes, and what it measured is not zero. Standard error
+/// says what is soaked before the first checkpoint, and how long the soak took.
+#[test]
+fn a_short_soak_of_a_lab_netperf_scenario_passes_its_checks_with_real_figures() {
+    let scenario = repo("scenarios/examples/netperf-pseries-ddw.toml");
+    let out = iolab(&[
+        "--no-db",
+        "soak",
+        &scenario,
+        "--hours",
+        "0.0000055556",
+        "--interval-s",
+        "0.004",
+    ]);
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for dir in ["write", "read"] {
+        let at = text
+            .find(&format!("== soak: 8 {dir} threads, DDW dynamic window"))
+            .unwrap_or_else(|| panic!("the {dir} report: {text}"));
+        let report = &text[at..];
+        assert!(
+            report.contains("invariants: held at all 5 checkpoints and after the drain"),
+            "{report}"
+        );
+        let mean = number_after(report, "throughput: mean");
+        assert!(
+            mean > 10.0 && mean < 100.0,
+            "{dir}: {mean} Gb/s on a 100 Gb/s link"
+        );
+        assert!(number_after(report, "DMA:") > 0.0, "{report}");
+        assert!(number_after(report, "unmaps,") > 0.0, "{report}");
+    }
+    assert!(!text.contains("mean 0.000"), "{text}");
+    // Off a terminal: a line before the first checkpoint naming the scenario and the plan,
+    // and one per direction when it is done.
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.starts_with("iolab soak: "), "{err}");
+    assert!(first.contains("netperf-pseries-ddw.toml"), "{first}");
+    assert!(first.contains("DDW dynamic window"), "{first}");
+    assert!(first.contains("write then read"), "{first}");
+    assert!(first.contains("5 per direction"), "{first}");
+    assert!(err.contains("write: simulated"), "{err}");
+    assert!(err.contains("read: simulated"), "{err}");
+}
+
+/// `--default-window` soaks the same scenario through the default window (the
+/// experiment's default column): the report says so, and it streams less.
+#[test]
+fn the_default_window_flag_switches_the_scenarios_window() {
+    let scenario = repo("scenarios/examples/netperf-pseries-ddw.toml");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--no-db",
+            "soak",
+            scenario.as_str(),
+            "--hours",
+            "0.0000022222",
+            "--interval-s",
+            "0.004",
+            "--direction",
+            "write",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let out = iolab(&args);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v[0].clone()
+    };
+    let (ddw, default) = (run(&[]), run(&["--default-window"]));
+    assert_eq!(
+        (ddw["ddw"].as_bool(), default["ddw"].as_bool()),
+        (Some(true), Some(false))
+    );
+    // The default window's 4 KiB TCEs carry less in the same time than the DDW's 64 KiB
+    // ones.
+    let bytes = |r: &serde_json::Value| r["bytes"].as_f64().unwrap();
+    assert!(bytes(&default) < 0.9 * bytes(&ddw), "{default} vs {ddw}");
+}
+
+/// A lab scenario without a netperf workload cannot be soaked: exit code 2, and the message
+/// names the file, the field and what the soak expects. A file that does not exist is
+/// refused the same way.
+#[test]
+fn a_scenario_that_is_not_a_netperf_stream_is_bad_input() {
+    let scenario = repo("scenarios/examples/fio-nvme-strict.toml");
+    let out = iolab(&["--no-db", "soak", &scenario, "--hours", "0.001"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert!(err.contains("fio-nvme-strict.toml"), "{err}");
+    assert!(err.contains("workload.kind"), "{err}");
+    assert!(err.contains("expected \"netperf\""), "{err}");
+    assert!(err.contains("found \"fio\""), "{err}");
+    assert!(out.stdout.is_empty());
+
+    let out = iolab(&["--no-db", "soak", "no-such-scenario.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        common::stderr(&out).contains("no-such-scenario.toml"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+/// The experiment's own scenario schema is gone (issue 16): its former file is an ordinary
+/// missing file, and the experiment runs from its data file.
+#[test]
+fn the_former_pseries_ddw_scenario_is_gone_and_the_experiment_still_reproduces() {
+    let former = repo("scenarios/pseries-ddw.toml");
+    let out = iolab(&["--no-db", "run", &former]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert!(err.contains(&former), "{err}");
+    assert!(err.contains("No such file"), "{err}");
+    let out = iolab(&["--no-db", "reproduce", "pseries-ddw"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("64 thread write throughput:"), "{text}");
+}
 
 /// 20 virtual ms (5.6e-6 h), a checkpoint every 5 ms, 8 threads.
 const SHORT: [&str; 8] = [

@@ -268,7 +268,13 @@ fn every_bundled_scenario_traces_with_its_dma_path_visible() {
             "dma unmap_sg",
             "scsi hba",
         ),
-        ("pseries-ddw.toml", "1", "spin phyp_tce_table", "nic tx q0"),
+        // pseries-ddw likewise: its 64-thread write through the default window.
+        (
+            "experiments/pseries-ddw/64t.write.default.toml",
+            "1",
+            "spin phyp_tce_table",
+            "nic tx q0",
+        ),
     ] {
         let out = dir.join(scenario.replace(".toml", ".json").replace('/', "_"));
         trace(scenario, &out, &["--sims", sims, "--max-events", "20000"]);

@@ -1,6 +1,6 @@
 //! The SMMUv3 command queue in virtual time: the timing model every SMMUv3 DMA path of the
-//! lab issues its invalidations through (the lab's block stack, on which the `smmuv3-cmdq` experiment
-//! runs, its protection paths, the hostile workload).
+//! lab issues its invalidations through (the lab's block stack, on which the `smmuv3-cmdq` and
+//! `protection` experiments run, hostile devices included).
 //!
 //! The functional queue of `iolab_iommu::smmuv3` builds the commands and counts the
 //! commands written and the PROD writes ([`QueueWork`]); `SimCmdq` gives them their
@@ -290,18 +290,10 @@ impl Future for MaybeSpend<'_> {
 }
 
 impl SimCmdq {
-    pub(crate) fn new(
-        h: &Handle,
-        mode: Mode,
-        p: &PlatformProfile,
-        batch_max: u32,
-    ) -> Result<Self, CmdqError> {
-        Self::new_tagged(h, mode, p, batch_max, "")
-    }
-
-    /// As [`SimCmdq::new`], with `tag` appended to the names of the queue's engine
-    /// resources (its lock and cache lines), so that the queues of several SMMU instances
-    /// are told apart in reports and traces ("" for the first, as with one queue).
+    /// A queue of design `mode` timed with `p`'s costs, gathering up to `batch_max`
+    /// commands, with `tag` appended to the names of the queue's engine resources (its lock
+    /// and cache lines), so that the queues of several SMMU instances are told apart in
+    /// reports and traces ("" for the first, as with one queue).
     pub(crate) fn new_tagged(
         h: &Handle,
         mode: Mode,

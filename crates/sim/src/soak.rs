@@ -1,7 +1,15 @@
 //! The soak of SEEDS.md #4: a long many-thread TCP stream, write (transmit) or read
-//! (receive), through the pSeries DMA path (the `pseries-ddw` scenario's partition, NIC,
-//! stack costs and DDW dynamic window), in virtual time, with invariant checks at intervals
-//! and the throughput of every interval.
+//! (receive), through the pSeries DMA path of a lab netperf scenario (by default
+//! [`DEFAULT_CELL`] of the bundled [`DEFAULT_EXPERIMENT`] experiment: its partition, NIC,
+//! stack costs, calibration and DDW dynamic window), in virtual time, with invariant checks
+//! at intervals and the throughput of every interval.
+//!
+//! The scenario is any lab scenario with a netperf workload ([`crate::lab`],
+//! docs/SCENARIOS.md): [`SoakScenario::prepare`] validates it with the lab's own validation
+//! and the soak builds its parts with [`crate::lab::netperf_parts`], the construction
+//! `iolab run` of the same file uses, so a soak streams through exactly the model a run
+//! measures. The scenario's `workload.run_ms` and `warmup_ms` are replaced by the soak's
+//! duration; its `workload.direction` by the soak's direction.
 //!
 //! The soak runs the stream workload's own transmit and receive loops
 //! ([`TxConnection::write_message`], [`RxConnection::read_message`] of
@@ -39,6 +47,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
 use std::rc::Rc;
 
 use iolab_iommu::addr::{Access, DmaAddr};
@@ -49,8 +58,10 @@ use iolab_iommu::work::WorkRecord;
 
 use crate::devices::nic::{Link, NicError, TceDma, TxEntry};
 use crate::engine::{Channel, Ctx, Sim, SimConfig, SimDuration, SimError, SimTime};
-use crate::experiments::pseries_ddw::{self, SoakParts};
-use crate::experiments::ExperimentError;
+use crate::lab::spec::{IommuMode, Workload};
+use crate::lab::{self, LabError, LabScenario, NetperfParts};
+use crate::reproduce::{self, Experiment, ReproduceError};
+use crate::tomlfile::{InputError, TomlDoc};
 use crate::workloads::netperf::{
     map_rx_rings, sender, RxConnection, StreamDirection, StreamHooks, StreamShared, TxConnection,
 };
@@ -89,11 +100,8 @@ pub struct SoakConfig {
     pub duration_ns: u64,
     /// Virtual time between invariant checks, nanoseconds.
     pub interval_ns: u64,
-    /// Threads (`None`: the scenario's many-thread count, 64 in the bundled one).
+    /// Threads (`None`: the scenario's `workload.threads`, 64 in the default cell).
     pub threads: Option<usize>,
-    /// Use the DDW as a dynamic window (`true`, the change under test) or the default
-    /// window only.
-    pub ddw: bool,
     /// Write or read.
     pub direction: SoakDirection,
     /// Seed of the run.
@@ -117,11 +125,14 @@ pub struct IntervalReport {
 /// The result of a soak that passed every check.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct SoakReport {
+    /// The scenario's name (`name`).
+    pub scenario: String,
     /// Write or read.
     pub direction: SoakDirection,
     /// Threads.
     pub threads: usize,
-    /// Whether the DDW was used as a dynamic window.
+    /// Whether the NIC mapped through the DDW kept as a dynamic window (`iommu.mode =
+    /// "ddw-dynamic"`) rather than the default window.
     pub ddw: bool,
     /// Virtual time run, nanoseconds (to the end of the threads' drain).
     pub virtual_ns: u64,
@@ -151,9 +162,9 @@ pub struct SoakReport {
 /// Why a soak stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum SoakError {
-    /// The scenario or its platform is invalid.
+    /// The scenario or its platform is invalid, or the lab could not build its parts.
     #[error(transparent)]
-    Scenario(#[from] ExperimentError),
+    Scenario(#[from] LabError),
     /// A soak parameter is out of range.
     #[error("Soak parameter {field}: expected {expected}, found {found}")]
     Param {
@@ -189,6 +200,145 @@ impl SoakError {
             _ => false,
         }
     }
+}
+
+/// The experiment whose cell the soak runs by default (SEEDS.md #4).
+pub const DEFAULT_EXPERIMENT: &str = "pseries-ddw";
+/// The cell of [`DEFAULT_EXPERIMENT`] the soak runs by default: SEEDS.md #4's soak ran the
+/// experiment's 64-thread write and read streams through the DDW dynamic window (the
+/// direction is the soak's own).
+pub const DEFAULT_CELL: &str = "64t.write.ddw";
+
+/// What `--default-window` sets: the experiment's `default` column (the pre-2020 kernel
+/// refuses a DDW too small to map all memory and maps through the default window only).
+pub const DEFAULT_WINDOW_PATCH: [(&str, &str); 2] =
+    [("mode", "default-window"), ("ddw_policy", "direct-only")];
+
+/// A validated lab scenario the soak can run: a netperf workload on a NIC whose DMA goes
+/// through a TCE window of the POWER IOMMU model.
+#[derive(Clone, Debug)]
+pub struct SoakScenario {
+    /// The validated scenario.
+    pub scenario: LabScenario,
+    /// The scenario text the soak runs (with `--default-window`'s fields set, if asked).
+    pub text: String,
+    /// Where it came from, for messages and the results database.
+    pub origin: String,
+}
+
+impl SoakScenario {
+    /// Validates `text` (named `origin`; relative profile paths resolve against `base`)
+    /// with the lab's own validation and checks the soak can run it: a netperf workload,
+    /// and a window with an allocator and TCEs to check (`default-window` or
+    /// `ddw-dynamic`, not a direct DDW). With `default_window`, a scenario in a DDW mode
+    /// is run through the default window instead ([`DEFAULT_WINDOW_PATCH`]).
+    pub fn prepare(
+        text: &str,
+        origin: &str,
+        base: Option<&Path>,
+        default_window: bool,
+    ) -> Result<Self, SoakError> {
+        let scenario = lab::validate(text, origin, base)?;
+        let field = |path: &str, problem: String| -> SoakError {
+            let e = match TomlDoc::parse(text, origin) {
+                Ok(doc) => doc.field_error(path, problem),
+                Err(e) => e,
+            };
+            SoakError::Scenario(LabError::Input(e))
+        };
+        if !matches!(scenario.workload, Workload::Netperf(_)) {
+            return Err(field(
+                "workload.kind",
+                format!(
+                    "expected \"netperf\": the soak streams TCP through the POWER TCE path (a netperf workload on a nic, iommu.model = \"pseries\"; e.g. scenarios/examples/netperf-pseries-ddw.toml), found \"{}\"",
+                    scenario.workload.kind()
+                ),
+            ));
+        }
+        if scenario.iommu.mode == IommuMode::DdwDirect {
+            return Err(field(
+                "iommu.mode",
+                "expected \"ddw-dynamic\" or \"default-window\": the soak checks a TCE window's allocator and table entries, and a direct DDW maps by offset with neither, found \"ddw-direct\"".to_owned(),
+            ));
+        }
+        if !default_window || scenario.iommu.mode == IommuMode::DefaultWindow {
+            return Ok(SoakScenario {
+                scenario,
+                text: text.to_owned(),
+                origin: origin.to_owned(),
+            });
+        }
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| field("iommu", e.to_string()))?;
+        let set: Vec<String> = DEFAULT_WINDOW_PATCH
+            .iter()
+            .map(|(k, v)| format!("iommu.{k} = \"{v}\""))
+            .collect();
+        if let Some(toml::Value::Table(iommu)) = table.get_mut("iommu") {
+            for (k, v) in DEFAULT_WINDOW_PATCH {
+                iommu.insert(k.to_owned(), toml::Value::String(v.to_owned()));
+            }
+        }
+        let patched = format!(
+            "# {origin} with --default-window: {}\n{}",
+            set.join(", "),
+            toml::to_string(&table).map_err(|e| field("iommu", e.to_string()))?
+        );
+        let origin = format!("{origin} (with --default-window: {})", set.join(", "));
+        // The patched text is generated: its lines are not the user's, so errors name the
+        // field only.
+        let scenario = lab::validate(&patched, &origin, base)
+            .map_err(|e| SoakError::Scenario(reproduce::without_position(e)))?;
+        Ok(SoakScenario {
+            scenario,
+            text: patched,
+            origin,
+        })
+    }
+
+    /// The soak's default scenario: [`DEFAULT_CELL`] of the bundled [`DEFAULT_EXPERIMENT`]
+    /// experiment (scenarios/experiments/pseries-ddw.toml), built as `iolab reproduce`
+    /// builds it (`iolab reproduce pseries-ddw --emit-scenarios DIR` writes the same
+    /// scenario as DIR/64t.write.ddw.toml).
+    pub fn default_cell(default_window: bool) -> Result<Self, SoakError> {
+        let (text, origin) = default_cell_text()?;
+        Self::prepare(&text, &origin, None, default_window)
+    }
+}
+
+/// The text and origin of the soak's default scenario (see [`SoakScenario::default_cell`]).
+pub fn default_cell_text() -> Result<(String, String), SoakError> {
+    let lab_err = |e: ReproduceError| match e {
+        ReproduceError::Input(e) => LabError::Input(e),
+        ReproduceError::Cell { source, .. } => *source,
+    };
+    let name = DEFAULT_EXPERIMENT;
+    let file_origin = reproduce::bundled::origin(name);
+    let text = reproduce::bundled::text(name)
+        .ok_or_else(|| LabError::Model(format!("the bundled experiment `{name}` is missing")))?;
+    let exp = Experiment::parse(text, &file_origin).map_err(lab_err)?;
+    let cell = exp
+        .file
+        .cells()
+        .into_iter()
+        .find(|c| c.id == DEFAULT_CELL)
+        .ok_or_else(|| {
+            LabError::Input(InputError::Field {
+                origin: file_origin.clone(),
+                line: None,
+                column: None,
+                field: "rows".to_owned(),
+                problem: format!("the soak's default cell `{DEFAULT_CELL}` is not a cell"),
+            })
+        })?;
+    let table = exp.cell_table(&cell, 1).map_err(lab_err)?;
+    let body = toml::to_string(&table).map_err(|e| LabError::Model(e.to_string()))?;
+    Ok((
+        format!(
+            "# Cell {DEFAULT_CELL} of experiment {name} ({file_origin}): the soak's default scenario.\n{body}"
+        ),
+        format!("{file_origin}, cell {DEFAULT_CELL}"),
+    ))
 }
 
 /// A mapping the soak holds: its buffer, and what the device did with it.
@@ -419,29 +569,29 @@ impl StreamHooks for Checks {
     }
 }
 
-/// Runs the soak on a `pseries-ddw` scenario (`text`, named `origin` in errors).
-pub fn run_soak(text: &str, origin: &str, soak: &SoakConfig) -> Result<SoakReport, SoakError> {
-    run_soak_observed(text, origin, soak, |_| {})
+/// Runs the soak on a prepared scenario.
+pub fn run_soak(s: &SoakScenario, soak: &SoakConfig) -> Result<SoakReport, SoakError> {
+    run_soak_observed(s, soak, |_| {})
 }
 
 /// [`run_soak`], calling `on_checkpoint(at_ns)` after each checkpoint passes (virtual time
 /// of the checkpoint): for progress reports. It sees nothing else and changes nothing.
 pub fn run_soak_observed(
-    text: &str,
-    origin: &str,
+    sc: &SoakScenario,
     soak: &SoakConfig,
     on_checkpoint: impl Fn(u64) + 'static,
 ) -> Result<SoakReport, SoakError> {
-    let SoakParts {
+    let NetperfParts {
         profile,
         costs,
         link,
         stream,
-        threads: scenario_threads,
         serialisation,
         iommu,
         dev,
-    } = pseries_ddw::soak_parts(text, origin, soak.ddw)?;
+        ..
+    } = lab::netperf_parts(&sc.scenario)?;
+    let scenario_threads = stream.threads;
     let threads = soak.threads.unwrap_or(scenario_threads);
     let param = |field, expected: String, found: u64| SoakError::Param {
         field,
@@ -451,7 +601,7 @@ pub fn run_soak_observed(
     if threads == 0 || threads > scenario_threads.max(1) {
         return Err(param(
             "threads",
-            format!("1..={scenario_threads} (the scenario's thread count)"),
+            format!("1..={scenario_threads} (the scenario's workload.threads)"),
             threads as u64,
         ));
     }
@@ -692,9 +842,10 @@ pub fn run_soak_observed(
     let steady: Vec<f64> = intervals_out.iter().skip(1).map(|i| i.gbps).collect();
     let (mean_gbps, cv_pct) = mean_cv(&steady);
     Ok(SoakReport {
+        scenario: sc.scenario.name.clone(),
         direction: soak.direction,
         threads,
-        ddw: soak.ddw,
+        ddw: sc.scenario.iommu.mode == IommuMode::DdwDynamic,
         virtual_ns: now.as_ns(),
         intervals: intervals_out,
         mean_gbps,

@@ -4,22 +4,11 @@
 use iolab_sim::cost::{
     PlatformProfile, MAX_BANDWIDTH_GB_PER_S, MAX_CLOCK_GHZ, MAX_CORES, MAX_COST_VALUE,
 };
-use iolab_sim::experiments;
 use iolab_sim::reproduce::{bundled, data::MAX_CELLS, Experiment};
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(text.matches(from).count(), 1, "`{from}` occurs once");
     text.replacen(from, to, 1)
-}
-
-#[test]
-fn the_schema_modules_bundled_scenarios_are_within_every_cap() {
-    // The experiments whose module still reads a schema of its own (pseries-ddw: the soak).
-    assert!(!experiments::SCHEMA_NAMES.is_empty());
-    for name in experiments::SCHEMA_NAMES {
-        let text = experiments::bundled_scenario(name).expect("a bundled scenario");
-        experiments::validate_scenario(name, text, "bundled").expect("bundled scenario is valid");
-    }
 }
 
 #[test]

@@ -16,6 +16,8 @@ fn short(text: &str) -> String {
 #[test]
 fn every_emitted_cell_measures_what_reproduce_reports() {
     assert!(!bundled::names().is_empty());
+    // The lab's own experiments are bundled files too, and checked the same way.
+    assert!(bundled::names().contains(&"protection"));
     for name in bundled::names() {
         let text = short(bundled::text(name).unwrap());
         let exp = Experiment::parse(&text, "test.toml").unwrap();
@@ -110,5 +112,27 @@ fn the_reaim_layout_prints_the_published_row_above_the_labs_per_user_count() {
         assert!(line.contains(&format!("{published:.2}")), "{line}");
         // The published row comes first (the novmerge cell's table comes first).
         assert!(report.report_text.find(&line) < report.report_text.find(&row("lab")));
+    }
+}
+
+/// The bundled examples that say they are an experiment's cell are that cell: the same lab
+/// scenario (name and description aside), so `iolab run --example` gives the validated answer.
+#[test]
+fn examples_that_name_a_cell_are_that_cell() {
+    let exp = Experiment::parse(bundled::text("smmuv3-cmdq").unwrap(), "smmuv3-cmdq.toml").unwrap();
+    let cells = exp.cell_scenarios(1).unwrap();
+    let strip = |text: &str| {
+        let mut t: toml::Table = text.parse().unwrap();
+        t.remove("name");
+        t.remove("description");
+        t
+    };
+    for (example, cell) in [
+        ("fio-sas-spinlock", "d05_sas8.spinlock"),
+        ("fio-sas-lockfree", "d05_sas8.lockfree"),
+    ] {
+        let emitted = &cells.iter().find(|(c, _)| c == cell).unwrap().1;
+        let bundled = lab::examples::example(example).unwrap();
+        assert_eq!(strip(bundled), strip(emitted), "{example} is not {cell}");
     }
 }

@@ -4,6 +4,7 @@
 //! SAS HBAs (the `smmuv3-cmdq` experiment's and the lab's): `BlockDev`, which times an I/O
 //! on either and names its completion vector, and `DeviceDma`, the device's DMA through
 //! the IOMMU.
+pub mod hostile;
 pub mod nic;
 pub mod nvme;
 pub mod sas;
@@ -112,6 +113,14 @@ pub(crate) struct DeviceDma<'a> {
 }
 
 impl DeviceDma<'_> {
+    /// Whether the device's access of `len` bytes at `dma` gets through (a hostile
+    /// device's probe, [`hostile`]): the same translation as [`DeviceDma::transfer`], its
+    /// work not charged (the device does it), a refusal a real fault.
+    pub(crate) fn reaches(&self, dma: u64, len: u64, access: Access) -> bool {
+        let mut w = WorkRecord::new();
+        self.transfer(DmaAddr(dma), len, access, &mut w).is_ok()
+    }
+
     /// The device moves `len` bytes at `dma` (`access` as the device sees it); `tw` counts
     /// the translation's work. A fault is the message a stack records.
     pub(crate) fn transfer(

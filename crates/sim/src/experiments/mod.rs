@@ -14,12 +14,9 @@
 //! A published experiment that runs from its experiment file only (`sba-vmerge`:
 //! scenarios/experiments/, [`crate::reproduce`]) keeps its name in [`NAMES`] and has no module.
 
-pub mod protection;
-pub mod pseries_ddw;
-
 use crate::cost::CostError;
 use crate::experiment::{ExperimentOptions, ExperimentReport};
-use crate::tomlfile::{InputError, TomlDoc};
+use crate::tomlfile::InputError;
 use crate::SimError;
 
 /// Why an experiment could not produce its report.
@@ -81,13 +78,6 @@ impl ExperimentError {
 /// [`crate::reproduce::PUBLISHED_ORDER`]).
 pub const NAMES: [&str; 0] = [];
 
-/// Experiments whose module still reads scenario files of its own schema (`iolab run
-/// scenarios/pseries-ddw.toml`, the soak) until those modules go (issue 16).
-pub const SCHEMA_NAMES: [&str; 1] = [pseries_ddw::NAME];
-
-/// Experiments of the lab's own (no published figures) that run only when named.
-pub const EXTRA_NAMES: [&str; 1] = [protection::NAME];
-
 /// The error for a name no module here runs: an experiment file's, or unknown.
 fn not_a_module(name: &str) -> ExperimentError {
     if crate::reproduce::bundled::text(name).is_some() {
@@ -101,54 +91,19 @@ fn not_a_module(name: &str) -> ExperimentError {
     }
 }
 
-/// Checks that a scenario's `experiment` key, `found`, names `name`.
-pub(crate) fn expect_experiment(
-    doc: &TomlDoc<'_>,
-    found: &str,
-    name: &str,
-) -> Result<(), InputError> {
-    if found != name {
-        return Err(doc.field_error(
-            "experiment",
-            format!("expected \"{name}\", found \"{found}\""),
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `name` is an experiment a module here runs (published, with its own schema, or
-/// extra).
+/// Whether `name` is an experiment a module here runs.
 pub fn is_known(name: &str) -> bool {
-    NAMES.contains(&name) || SCHEMA_NAMES.contains(&name) || EXTRA_NAMES.contains(&name)
+    NAMES.contains(&name)
 }
 
 /// Every experiment name run by a module of its own, published first.
 pub fn all_names() -> String {
-    NAMES
-        .iter()
-        .chain(SCHEMA_NAMES.iter())
-        .chain(EXTRA_NAMES.iter())
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ")
+    NAMES.to_vec().join(", ")
 }
 
 /// The bundled scenario text of experiment `name`.
 pub fn bundled_scenario(name: &str) -> Result<&'static str, ExperimentError> {
-    Ok(match name {
-        pseries_ddw::NAME => pseries_ddw::BUNDLED_SCENARIO,
-        protection::NAME => protection::BUNDLED_SCENARIO,
-        _ => return Err(not_a_module(name)),
-    })
-}
-
-/// Parses and validates a scenario file of experiment `name` without running it: the
-/// same checks `run_scenario` makes before its first run (used by the fuzz targets).
-pub fn validate_scenario(name: &str, text: &str, origin: &str) -> Result<(), ExperimentError> {
-    match name {
-        pseries_ddw::NAME => pseries_ddw::validate_scenario(text, origin),
-        _ => Err(not_a_module(name)),
-    }
+    Err(not_a_module(name))
 }
 
 /// Runs a scenario file of experiment `name`.
@@ -158,11 +113,8 @@ pub fn run_scenario(
     origin: &str,
     options: &ExperimentOptions,
 ) -> Result<ExperimentReport, ExperimentError> {
-    match name {
-        pseries_ddw::NAME => pseries_ddw::run_scenario(text, origin, options),
-        protection::NAME => protection::run_scenario(text, origin, options),
-        _ => Err(not_a_module(name)),
-    }
+    let _ = (text, origin, options);
+    Err(not_a_module(name))
 }
 
 /// Runs experiment `name` on its bundled scenario.

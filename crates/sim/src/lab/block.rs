@@ -20,8 +20,15 @@
 //! (`blk_rq_map_sg`) and maps the list with `dma_map_sg`; the device's DMA is translated
 //! segment by segment. A SAS HBA's disks hold the bonnie file striped in units of
 //! [`BONNIE_SAS_STRIPE`]; a command goes to the disk holding its first byte.
+//!
+//! An NVMe device with `[device.hostile]` ([`crate::devices::hostile`]) probes, through the
+//! same DMA route as its own transfers, the neighbours of fio's buffers as they are mapped
+//! and each buffer's address right after its unmap; over SMMUv3 its refused probes are
+//! event records the driver's event thread drains every `iommu.evtq_drain_interval_us`.
+//! In lazy mode over SMMUv3 the stack measures the window a freed page stays reachable:
+//! from its unmap to the completion of the `CMD_SYNC` of the first flush after it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -37,6 +44,7 @@ use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cmdq::SimCmdq;
 use crate::cost::CpuCostModel;
+use crate::devices::hostile::{ExposureReport, HostileDevice};
 use crate::devices::nvme::{Nvme, Post};
 use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
@@ -137,6 +145,64 @@ pub(super) struct Unit {
     fq_locks: Vec<SpinLock>,
     /// Where this instance's protection report is read.
     protection: ProtectionProbe,
+    /// SMMUv3 in lazy mode: the measured unmap-to-invalidation window.
+    lazy_window: Option<LazyWindow>,
+}
+
+/// Lazy mode over a timed SMMUv3 queue: the window a freed page stays reachable, measured
+/// from its unmap to the completion of the `CMD_SYNC` of the first flush issued after it
+/// (its IOTLB entry may be evicted sooner: the longest time the page *could* be reached).
+#[derive(Default)]
+struct LazyWindow {
+    /// The earliest unmap no flush has been issued for yet, ns.
+    pending_since: Cell<Option<u64>>,
+    /// The longest window measured, ns.
+    max_ns: Cell<u64>,
+}
+
+impl LazyWindow {
+    /// An unmap at `at` (`flushed`: its call ran a flush, which covers it): the start of
+    /// the window the flush closes, if one did.
+    fn on_unmap(&self, at: u64, flushed: bool) -> Option<u64> {
+        if flushed {
+            return Some(self.pending_since.take().unwrap_or(at));
+        }
+        if self.pending_since.get().is_none() {
+            self.pending_since.set(Some(at));
+        }
+        None
+    }
+
+    /// A map whose call ran a flush: the start of the window it closes, if any unmap waited.
+    fn on_map_flush(&self) -> Option<u64> {
+        self.pending_since.take()
+    }
+
+    /// The flush covering unmaps since `since` completed its sync at `now`.
+    fn closed(&self, since: u64, now: u64) {
+        self.max_ns
+            .set(self.max_ns.get().max(now.saturating_sub(since)));
+    }
+
+    /// The longest window, unmaps still waiting at `end_ns` counted up to it.
+    fn measured(&self, end_ns: u64) -> u64 {
+        let open = self
+            .pending_since
+            .get()
+            .map_or(0, |t| end_ns.saturating_sub(t));
+        self.max_ns.get().max(open)
+    }
+}
+
+/// The SMMUv3 event queues' record counts of a run (summed over the instances).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct EventCounts {
+    /// Records written.
+    pub written: u64,
+    /// Records lost because the queue was full.
+    pub lost: u64,
+    /// Overflow episodes (`SMMU_EVTQ_PROD.OVFLG` toggles).
+    pub overflows: u64,
 }
 
 /// The IOVA-tree lock's name on instance `k` (instance 0 keeps the one-instance name).
@@ -180,6 +246,8 @@ pub(super) struct Stack {
     pub(super) error: RefCell<Option<String>>,
     /// Whether the path translates device addresses.
     pub(super) translated: bool,
+    /// Per device, its hostile side (`[device.hostile]`), if it has one.
+    hostile: Vec<Option<HostileDevice>>,
     h: Handle,
 }
 
@@ -355,11 +423,16 @@ impl Stack {
         // The work record is scoped to this block so that it is not kept in the future
         // across the awaits below (a record is about 400 bytes: zeroing it in the task's
         // future, cold by then, costs more than on the stack).
-        let (mapping, io, devno, done, queue, critical, map_ns, locks) = {
+        let (mapping, io, devno, done, queue, critical, map_ns, locks, covered) = {
             let mut w = WorkRecord::new();
             let (mapping, IoShape { io, devno }, done) = match sub {
                 Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
+            };
+            // A lazy flush the map ran closes the window of the unmaps before it.
+            let covered = match &self.unit(devno).lazy_window {
+                Some(lw) if w.flush_queue_flushes > 0 => lw.on_map_flush(),
+                _ => None,
             };
             let ch = self.charge(&mut w);
             // A record that took neither lock has nothing to wait for or charge there.
@@ -372,6 +445,7 @@ impl Stack {
                 ch.critical,
                 ch.ns?,
                 ch.locks,
+                covered,
             )
         };
         let u = self.unit(devno);
@@ -396,16 +470,23 @@ impl Stack {
         if let Some((_, q)) = &u.cmdq {
             // A lazy flush run from the map path (its timer expired), if any.
             q.issue_work(ctx, &queue).await;
+            if let (Some(lw), Some(since)) = (&u.lazy_window, covered) {
+                lw.closed(since, ctx.now().as_ns());
+            }
         }
         if let Some((_, q)) = &u.x86 {
             // As above, and with VT-d Caching Mode the map's own invalidation.
             q.issue(ctx, &queue).await;
         }
+        let dma = self.device_dma(u);
+        // A hostile device probes the bytes after the buffer it was just given.
+        if let (Some(h), Mapping::Single(m)) = (&self.hostile[devno], &mapping) {
+            h.on_mapped(m.dma_addr().0, m.len(), |a, n, acc| dma.reaches(a, n, acc));
+        }
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
         // its bypass, segment by segment.
         let mut tw = WorkRecord::new();
         let access = io.access();
-        let dma = self.device_dma(u);
         let segments = match &mapping {
             Mapping::Single(m) => {
                 dma.transfer(m.dma_addr(), io.len, access, &mut tw)
@@ -624,13 +705,69 @@ impl Stack {
         Some(t)
     }
 
-    /// The run's protection report: every instance's, merged.
+    /// The run's protection report: every instance's, merged (over SMMUv3 in lazy mode,
+    /// the reachable window is the one the stack measured, [`LazyWindow`]).
     pub(super) fn protection(&self, run_ns: u64) -> LabProtection {
-        let mut p = self.units[0].protection.read(self.translated, run_ns);
+        let read = |u: &Unit| {
+            let mut p = u.protection.read(self.translated, run_ns);
+            if let Some(lw) = &u.lazy_window {
+                p.max_reachable_ns = lw.measured(run_ns);
+            }
+            p
+        };
+        let mut p = read(&self.units[0]);
         for u in &self.units[1..] {
-            p.merge(&u.protection.read(self.translated, run_ns));
+            p.merge(&read(u));
         }
         p
+    }
+
+    /// What the hostile devices reached, summed; `None` when no device is hostile.
+    pub(super) fn exposure(&self) -> Option<ExposureReport> {
+        let mut it = self.hostile.iter().flatten();
+        let mut r = it.next()?.report();
+        for h in it {
+            r.add(&h.report());
+        }
+        Some(r)
+    }
+
+    /// The SMMUv3 event queues' counts summed over the instances; `None` without an SMMUv3
+    /// in a translated mode.
+    pub(super) fn event_counts(&self) -> Option<EventCounts> {
+        let mut out: Option<EventCounts> = None;
+        for (p, _) in self.units.iter().filter_map(|u| u.cmdq.as_ref()) {
+            let f = p.smmu().fault_stats();
+            let e = out.get_or_insert_with(EventCounts::default);
+            e.written += f.events_written;
+            e.lost += f.events_lost;
+            e.overflows += f.event_queue_overflows;
+        }
+        out
+    }
+
+    /// Starts the SMMUv3 driver's event thread of every instance: it reads every record
+    /// and acknowledges an overflow each `every_ns` until `stop_ns`. Only a hostile device
+    /// faults in the lab, so it runs only when one is present.
+    fn start_event_threads(&self, every_ns: u64, stop_ns: u64) -> Result<(), LabError> {
+        if self.hostile.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        for (p, _) in self.units.iter().filter_map(|u| u.cmdq.as_ref()) {
+            let (p, every) = (p.clone(), every_ns.max(1));
+            self.h.spawn_agent(move |actx| async move {
+                let mut next = every;
+                while next <= stop_ns {
+                    actx.sleep_until(SimTime::from_ns(next)).await;
+                    p.smmu().with_events(|q| {
+                        q.drain();
+                        q.ack_overflow();
+                    });
+                    next += every;
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// The instance device `devno` sits behind.
@@ -671,8 +808,13 @@ impl Stack {
                     .await;
                 // The work record is scoped to this block, so it is not kept in the
                 // future across the awaits below (as in `submit`).
-                let (queue, critical, unmap_ns, locks) = {
+                let (queue, critical, unmap_ns, locks, covered) = {
                     let mut w = WorkRecord::new();
+                    let unmapped_at = ctx.now().as_ns();
+                    let probe = match (&self.hostile[dev], &f.mapping) {
+                        (Some(h), Mapping::Single(m)) => Some((h, m.dma_addr().0, m.len())),
+                        _ => None,
+                    };
                     let unmapped = match f.mapping {
                         Mapping::Single(m) => u
                             .path
@@ -686,6 +828,16 @@ impl Stack {
                     if let Err(e) = unmapped {
                         self.fail(format!("dma unmap failed: {e}"));
                     }
+                    // A hostile device strikes at once, before anything can map that
+                    // address again.
+                    if let Some((h, addr, len)) = probe {
+                        let dma = self.device_dma(u);
+                        h.probe_unmapped(addr, len, |a, n, acc| dma.reaches(a, n, acc));
+                    }
+                    let covered = u
+                        .lazy_window
+                        .as_ref()
+                        .and_then(|lw| lw.on_unmap(unmapped_at, w.flush_queue_flushes > 0));
                     // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
                     let ch = self.charge(&mut w);
                     let unmap_ns = ch.ns.unwrap_or(0.0);
@@ -694,7 +846,7 @@ impl Stack {
                     c.unmap_ns += unmap_ns;
                     c.inval_syncs += w.inval_syncs;
                     c.flush_queue_flushes += w.flush_queue_flushes;
-                    (ch.queue, ch.critical, unmap_ns, ch.locks)
+                    (ch.queue, ch.critical, unmap_ns, ch.locks, covered)
                 };
                 ctx.cpu()
                     .spend_labeled(
@@ -708,6 +860,9 @@ impl Stack {
                 }
                 if let Some((p, q)) = &u.cmdq {
                     q.issue_work(&ctx, &queue).await;
+                    if let (Some(lw), Some(since)) = (&u.lazy_window, covered) {
+                        lw.closed(since, ctx.now().as_ns());
+                    }
                     if p.invalidation_errors() > 0 {
                         self.fail("the SMMUv3 command queue refused a command".to_string());
                     }
@@ -768,6 +923,10 @@ pub(crate) struct FioRun {
     pub halves: WindowHalves,
     /// The protection report over the whole run.
     pub protection: LabProtection,
+    /// What the hostile devices reached (`[device.hostile]`), if any is.
+    pub exposure: Option<ExposureReport>,
+    /// The SMMUv3 event queues, when a hostile device probed through an SMMUv3.
+    pub events: Option<EventCounts>,
 }
 
 /// What the two halves of a fio run's measured window saw: a run still warming up (caches
@@ -794,12 +953,13 @@ impl WindowHalves {
     }
 
     /// Whether the window looks like steady state: the halves' I/O counts differ by at most
-    /// [`Self::STEADY_PCT`] percent, or by at most the I/Os in flight (completions reaped in
-    /// batches can fall on either side of the midpoint, so a steady run with few I/Os per
-    /// half can differ by up to that many).
+    /// [`Self::STEADY_PCT`] percent, or by at most twice the I/Os in flight (a batch of up
+    /// to that many completions reaped together can fall on either side of the midpoint,
+    /// which moves it from one half to the other and changes the difference by twice its
+    /// size; so can one at the window's end).
     pub(crate) fn is_steady(&self) -> bool {
         let [a, b] = self.ios;
-        let allowed = (a as f64 * Self::STEADY_PCT / 100.0).max(self.inflight as f64);
+        let allowed = (a as f64 * Self::STEADY_PCT / 100.0).max(2.0 * self.inflight as f64);
         (b as f64 - a as f64).abs() <= allowed
     }
 
@@ -887,7 +1047,10 @@ pub(super) fn start_stack(
         } else {
             format!("#{k}")
         };
+        let lazy_window = (b.cmdq.is_some() && s.iommu.mode == super::spec::IommuMode::Lazy)
+            .then(LazyWindow::default);
         units.push(Unit {
+            lazy_window,
             path: b.path,
             cmdq: b.cmdq,
             x86: b.x86,
@@ -922,6 +1085,13 @@ pub(super) fn start_stack(
         ranges: RefCell::new(Vec::new()),
         error: RefCell::new(None),
         translated,
+        hostile: match &s.devices {
+            Devices::Nvme(ps) => ps
+                .iter()
+                .map(|p| p.hostile.map(HostileDevice::new))
+                .collect(),
+            other => (0..other.len()).map(|_| None).collect(),
+        },
         h: h.clone(),
     });
     let mut irq_cpus: Vec<usize> = Vec::new();
@@ -947,7 +1117,9 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         &mut sim,
         inflight_cap,
         u64::from(f.iodepth),
-        f.bs.next_multiple_of(SZ_4K),
+        // fio carves each job's buffers `bs` apart from one area (`iomem_align` aligns the
+        // first only): sub-page buffers share pages, as they do under fio.
+        f.bs,
     )?;
     let spec = Rc::new(job.clone());
     let stats: SharedStats = Rc::new(RefCell::new(GroupStats::default()));
@@ -960,6 +1132,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let t0 = SimTime::ZERO + spec.ramp;
     let t1 = t0 + spec.runtime;
     let t_mid = t0 + SimDuration::ns(spec.runtime.as_ns() / 2);
+    stack.start_event_threads(s.iommu.evtq_drain_ns, t1.as_ns())?;
     let counted = |g: &GroupStats| (g.read.clat_ns.len() + g.write.clat_ns.len()) as u64;
     let before: RunReport = sim.run_until(t0)?;
     let mid: RunReport = sim.run_until(t_mid)?;
@@ -1010,6 +1183,8 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         queues,
         irq_cpus,
         protection: stack.protection(end),
+        exposure: stack.exposure(),
+        events: stack.exposure().and(stack.event_counts()),
     })
 }
 

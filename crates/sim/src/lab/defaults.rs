@@ -41,6 +41,16 @@ pub const FLUSH_QUEUE_SIZE: Sourced<usize> = (
     256,
     "Linux drivers/iommu/dma-iommu.c IOVA_FQ_SIZE = 256 slots per CPU",
 );
+/// `iommu.evtq_log2size` (SMMUv3): the event queue's size.
+pub const EVTQ_LOG2SIZE: Sourced<u32> = (
+    7,
+    "assumption: a 128-record event queue (the SMMUv3 model's default; the SMMU's IDR1.EVTQS bounds what Linux can ask for)",
+);
+/// `iommu.evtq_drain_interval_us` (SMMUv3): how often the driver's event thread drains it.
+pub const EVTQ_DRAIN_INTERVAL_US: Sourced<f64> = (
+    100.0,
+    "assumption: the driver's event-queue thread (arm_smmu_evtq_thread) reads the queue about every 100 us while faults arrive; its CPU time is not charged",
+);
 /// `iommu.flush_timeout_ms`.
 pub const FLUSH_TIMEOUT_MS: Sourced<u64> = (
     10,
@@ -54,8 +64,8 @@ pub const BLOCK_SUBMIT_NS: Sourced<u64> = (
 );
 /// `kernel.block_complete_ns`.
 pub const BLOCK_COMPLETE_NS: Sourced<u64> = (
-    6450,
-    "fitted in an earlier calibration of the smmuv3-cmdq experiment against its no-IOMMU SAS row (918K IOPS on D05; docs/model/smmuv3-cmdq.md, session 2), since superseded there by a fitted hisi_sas hba_command_ns, the experiment setting 3000 (scenarios/experiments/smmuv3-cmdq.toml); kept as the lab default until issue 16's re-fit: request completion, bio end, aio completion and wake-up of the fio thread",
+    3000,
+    "assumption (as scenarios/experiments/smmuv3-cmdq.toml, docs/model/smmuv3-cmdq.md finding 1): request completion, bio end, aio completion and wake-up of the fio thread, ~7200 cycles on Cortex-A72 at 2.4 GHz",
 );
 /// `kernel.irq_entry_ns`.
 pub const IRQ_ENTRY_NS: Sourced<u64> = (
@@ -102,6 +112,22 @@ pub const NVME_COMPLETE_NS: Sourced<u64> = (
 pub const NVME_COALESCING: Sourced<(u8, u8)> = (
     (0, 0),
     "NVMe 1.4 section 5.21.1.8: Interrupt Coalescing (feature 08h) resets to THR 0 and TIME 0, no coalescing; Linux nvme-pci never sets the feature",
+);
+
+/// `device.hostile.probe_bytes`: bytes per probe of a just-unmapped buffer.
+pub const HOSTILE_PROBE_BYTES: Sourced<u64> = (
+    64,
+    "assumption: the device tries one cache line at each just-unmapped address",
+);
+/// `device.hostile.neighbour_window_bytes`: bytes after a live buffer the device tries.
+pub const HOSTILE_NEIGHBOUR_WINDOW_BYTES: Sourced<u64> = (
+    65536,
+    "assumption: the device tries the 64 KiB after a live buffer (one 64 KiB TCE page)",
+);
+/// `device.hostile.neighbour_every`: the device probes around every n-th buffer mapped.
+pub const HOSTILE_NEIGHBOUR_EVERY: Sourced<u64> = (
+    16,
+    "assumption: the device probes the neighbours of every 16th buffer (keeps the probe count proportionate)",
 );
 
 /// SAS `device.disks`.

@@ -184,7 +184,7 @@ pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<Io
     };
     match (s.iommu.model, s.iommu.mode) {
         (_, IommuMode::Off) => Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?))),
-        (IommuModel::Smmuv3, IommuMode::Passthrough) => {
+        (IommuModel::Smmuv3 | IommuModel::Pseries, IommuMode::Passthrough) => {
             cfg.mode = DomainMode::Identity;
             Ok(direct(Arc::new(Domain::direct(cfg).map_err(model_err)?)))
         }
@@ -215,6 +215,7 @@ pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<Io
                 cmdq: CmdqConfig::with_log2size(s.iommu.cmdq_log2size),
                 producer: kind,
                 range_invalidation: false,
+                evtq_log2size: s.iommu.evtq_log2size,
                 ..Smmuv3Config::default()
             };
             let path = Smmuv3DevicePath::new(

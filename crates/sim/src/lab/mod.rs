@@ -40,11 +40,13 @@
 mod block;
 pub mod caps;
 pub mod defaults;
+mod dma_metrics;
 pub mod error;
 pub mod examples;
 mod iommu;
 mod map_bench;
 mod net;
+pub use net::{netperf_parts, NetperfParts};
 pub(crate) mod reaim;
 pub use reaim::{fit_task_scale, TaskScaleFit};
 mod scsi;
@@ -684,7 +686,7 @@ fn run_netperf(
     let mut measurements = Vec::new();
     for r in 0..runs {
         let seed = run_seed(base, r);
-        let (out, protection) = net::run_netperf(s, n, link, seed)?;
+        let (out, protection) = net::run_netperf(s, seed)?;
         let config = config_id(s, r, runs);
         let messages =
             (out.dma.device_bytes as f64 / n.stream.message_bytes.max(1) as f64).max(1.0);
@@ -814,35 +816,11 @@ fn run_map_benchmark(
             .attr("seed", seed)
             .attr("run", r)
             .cpu(out.cpu);
-        let mut m = map_bench::metrics(m, &out.sums)
-            .metric(Metric::new(
-                "dma.inval_syncs",
-                "count",
-                out.dma.inval_syncs as f64,
-            ))
-            .metric(Metric::new(
-                "dma.flush_queue_flushes",
-                "count",
-                out.dma.flush_queue_flushes as f64,
-            ))
-            .metric(Metric::new(
-                "lock.iova_tree.acquisitions",
-                "count",
-                out.tree_lock.0 as f64,
-            ))
-            .metric(Metric::new(
-                "lock.iova_tree.contended",
-                "count",
-                out.tree_lock.1 as f64,
-            ));
+        let m = map_bench::metrics(m, &out.sums);
+        let m = dma_metrics::invalidations(m, &out.dma);
+        let mut m = dma_metrics::iova_tree_lock(m, out.tree_lock);
         if let Some(q) = &out.cmdq {
-            m = m
-                .metric(Metric::new("cmdq.commands", "count", q.commands as f64))
-                .metric(Metric::new(
-                    "cmdq.sync_wait_ns",
-                    "ns",
-                    per(q.sync_wait_ns as f64, q.issues),
-                ));
+            m = dma_metrics::cmdq_core(m, "cmdq", q);
         }
         m = with_protection(m, &out.protection);
         if runs > 1 {
@@ -911,137 +889,29 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             .attr("seed", seed)
             .attr("run", r)
             .cpu(out.cpu);
-        m = m
-            .metric(Metric::new(
-                "dma.map_ns",
-                "ns",
-                per(out.dma.map_ns, out.dma.maps),
-            ))
-            .metric(Metric::new(
-                "dma.unmap_ns",
-                "ns",
-                per(out.dma.unmap_ns, out.dma.unmaps),
-            ))
-            .metric(Metric::new(
-                "dma.inval_syncs",
-                "count",
-                out.dma.inval_syncs as f64,
-            ))
-            .metric(Metric::new(
-                "dma.flush_queue_flushes",
-                "count",
-                out.dma.flush_queue_flushes as f64,
-            ))
-            .metric(Metric::new("dma.maps", "count", out.dma.maps as f64))
-            .metric(Metric::new(
-                "dma.translation_ns",
-                "ns",
-                out.dma.translation_ns,
-            ))
-            .metric(Metric::new(
-                "irq.interrupts",
-                "count",
-                out.dma.interrupts as f64,
-            ))
-            .metric(Metric::new(
-                "irq.handler_runs",
-                "count",
-                out.dma.irq_handler_runs as f64,
-            ))
-            .metric(Metric::new(
-                "irq.completions",
-                "count",
-                out.dma.completions as f64,
-            ))
-            .metric(Metric::new(
-                "irq.per_io",
-                "count",
-                per(out.dma.interrupts as f64, out.dma.completions),
-            ));
-        m = m
-            .metric(Metric::new(
-                "lock.iova_tree.acquisitions",
-                "count",
-                out.tree_lock.0 as f64,
-            ))
-            .metric(Metric::new(
-                "lock.iova_tree.contended",
-                "count",
-                out.tree_lock.1 as f64,
-            ))
-            .metric(Metric::new(
-                "window.iops_change_pct",
-                "%",
-                out.halves.iops_change_pct(),
-            ));
+        m = dma_metrics::map_path_and_irqs(m, &out.dma);
+        m = dma_metrics::iova_tree_lock(m, out.tree_lock);
+        m = m.metric(Metric::new(
+            "window.iops_change_pct",
+            "%",
+            out.halves.iops_change_pct(),
+        ));
         if out.iotlb {
-            let d = &out.dma;
-            let pages = d.iotlb_hits + d.iotlb_misses;
-            m = m
-                .metric(Metric::new(
-                    "iotlb.hit_pct",
-                    "%",
-                    if pages > 0 {
-                        d.iotlb_hits as f64 / pages as f64 * 100.0
-                    } else {
-                        0.0
-                    },
-                ))
-                .metric(Metric::new(
-                    "iotlb.walk_reads_per_io",
-                    "count",
-                    per(d.walk_reads as f64, d.translated_ios),
-                ))
-                .metric(Metric::new(
-                    "iotlb.stale_hits",
-                    "count",
-                    d.iotlb_stale_hits as f64,
-                ))
-                .metric(Metric::new("iotlb.hits", "count", d.iotlb_hits as f64))
-                .metric(Metric::new("iotlb.misses", "count", d.iotlb_misses as f64))
-                .metric(Metric::new(
-                    "iotlb.walk_reads",
-                    "count",
-                    d.walk_reads as f64,
-                ));
+            m = dma_metrics::iotlb(m, &out.dma);
         }
         if let Some(q) = &out.cmdq {
-            m = m
-                .metric(Metric::new("cmdq.commands", "count", q.commands as f64))
-                .metric(Metric::new(
-                    "cmdq.sync_wait_ns",
-                    "ns",
-                    per(q.sync_wait_ns as f64, q.issues),
-                ))
-                .metric(Metric::new("cmdq.issues", "count", q.issues as f64))
-                .metric(Metric::new("cmdq.consumed", "count", q.consumed as f64))
-                .metric(Metric::new("cmdq.syncs", "count", q.syncs as f64))
-                .metric(Metric::new(
-                    "cmdq.piggybacked",
-                    "count",
-                    q.piggybacked as f64,
-                ))
-                .metric(Metric::new("cmdq.batches", "count", q.batches as f64))
-                .metric(Metric::new("cmdq.gathered", "count", q.gathered as f64))
-                .metric(Metric::new(
-                    "cmdq.cas_attempts",
-                    "count",
-                    q.cas_attempts as f64,
-                ))
-                .metric(Metric::new("cmdq.cons_reads", "count", q.cons_reads as f64))
-                .metric(Metric::new(
-                    "cmdq.sync_wait_total_ns",
-                    "ns",
-                    q.sync_wait_ns as f64,
-                ));
+            m = dma_metrics::cmdq_detail(dma_metrics::cmdq_core(m, "cmdq", q), q);
             if !s.iommu.uses_x86_queue() {
                 let (acq, ctd, wait) = out.cmdq_lock;
-                m = m
-                    .metric(Metric::new("lock.cmdq.acquisitions", "count", acq as f64))
-                    .metric(Metric::new("lock.cmdq.contended", "count", ctd as f64))
-                    .metric(Metric::new("lock.cmdq.wait_ns", "ns", wait as f64));
-            }
-            if s.iommu.uses_x86_queue() {
+                m = dma_metrics::append(
+                    m,
+                    &[
+                        ("lock.cmdq.acquisitions", "count", acq as f64),
+                        ("lock.cmdq.contended", "count", ctd as f64),
+                        ("lock.cmdq.wait_ns", "ns", wait as f64),
+                    ],
+                );
+            } else {
                 // VT-d: FSTS reads while polling; AMD-Vi: udelay(1) steps.
                 m = m.metric(Metric::new(
                     "cmdq.wait_polls",
@@ -1054,37 +924,26 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             // Several IOMMU instances: each queue's own figures (the `cmdq.*` above are
             // their sums).
             for (k, q) in out.queues.iter().enumerate() {
-                m = m
-                    .metric(Metric::new(
-                        format!("cmdq.instance{k}.commands"),
-                        "count",
-                        q.commands as f64,
-                    ))
-                    .metric(Metric::new(
-                        format!("cmdq.instance{k}.sync_wait_ns"),
-                        "ns",
-                        per(q.sync_wait_ns as f64, q.issues),
-                    ));
+                m = dma_metrics::cmdq_core(m, &format!("cmdq.instance{k}"), q);
             }
         }
         m = with_protection(m, &out.protection);
-        let total = out.cpu.total_ns().max(1) as f64;
-        m = m
-            .metric(Metric::new(
-                "cpu.all.usr_pct",
-                "%",
-                out.cpu.user_ns as f64 / total * 100.0,
-            ))
-            .metric(Metric::new(
-                "cpu.all.sys_pct",
-                "%",
-                out.cpu.system_ns as f64 / total * 100.0,
-            ))
-            .metric(Metric::new(
-                "cpu.all.spin_pct",
-                "%",
-                out.cpu.spin_ns as f64 / total * 100.0,
-            ));
+        // A hostile device (`[device.hostile]`): what it reached, and over SMMUv3 what its
+        // faults did to the event queue.
+        if let Some(e) = &out.exposure {
+            m = crate::metrics::protection::counts(m, &e.metrics());
+        }
+        if let Some(q) = &out.events {
+            m = crate::metrics::protection::counts(
+                m,
+                &[
+                    ("faults.event_queue_overflows", "count", q.overflows),
+                    ("faults.events_written", "count", q.written),
+                    ("faults.events_lost", "count", q.lost),
+                ],
+            );
+        }
+        m = dma_metrics::cpu_shares(m, &out.cpu);
         if runs > 1 {
             let _ = writeln!(text, "[run {r}, seed {seed}]");
         }
@@ -1132,6 +991,22 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             "  protection   : {}",
             protection_line(&out.protection)
         );
+        if let Some(e) = &out.exposure {
+            let _ = writeln!(
+                text,
+                "  hostile      : stale reads={}/{}, stale writes={}/{}, neighbour bytes readable={}, writable={}{}",
+                e.stale_reads,
+                e.stale_read_attempts,
+                e.stale_writes,
+                e.stale_write_attempts,
+                e.neighbour_readable_bytes,
+                e.neighbour_writable_bytes,
+                out.events.map_or(String::new(), |q| format!(
+                    ", event records written={}, lost={}, overflows={}",
+                    q.written, q.lost, q.overflows
+                ))
+            );
+        }
         if !out.halves.is_steady() {
             let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job));
         }

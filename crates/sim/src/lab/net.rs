@@ -1,47 +1,98 @@
-//! netperf-like TCP streams on a NIC (an mlx5 SR-IOV VF) in a PowerVM partition: the same
-//! NIC, TCE path and stream models the `pseries-ddw` experiment runs, for one scenario.
+//! netperf-like TCP streams on a NIC (an mlx5 SR-IOV VF) in a PowerVM partition: the NIC,
+//! TCE path and stream models the `pseries-ddw` experiment's cells run, for one scenario.
+//! [`netperf_parts`] builds what a stream test runs on; the lab's run and the soak
+//! (`crate::soak`) both start from it.
+
+use std::sync::Arc;
 
 use iolab_iommu::dma::Device;
+use iolab_iommu::hw::PseriesIommu;
 
 use super::LabError;
-use crate::devices::nic::{LinkConfig, NicError};
+use crate::cost::PlatformProfile;
+use crate::devices::nic::{HvSerialisation, LinkConfig, NicError};
 use crate::engine::Sim;
 use crate::engine::SimConfig;
-use crate::workloads::netperf::{run_stream, StreamResult};
+use crate::workloads::netperf::{run_stream, StackCosts, StreamConfig, StreamResult};
 
-use super::iommu::{self, model_err, LabProtection};
-use super::spec::{LabScenario, NetperfSetup};
+use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
+use super::spec::{Devices, LabScenario, Workload};
+
+/// What a netperf scenario's stream test runs on, built from the validated scenario: its
+/// platform profile, stack costs, wire, stream configuration and TCE serialisation, and a
+/// fresh partition IOMMU (in the scenario's window mode, built as every lab run builds
+/// it) with the NIC's DMA identity.
+pub struct NetperfParts {
+    /// The platform profile (with the scenario's `machine.costs` applied).
+    pub profile: PlatformProfile,
+    /// The network stack's CPU costs.
+    pub costs: StackCosts,
+    /// The wire.
+    pub link: LinkConfig,
+    /// The stream workload as the scenario configures it (threads, direction, sizes, rings,
+    /// moderation, run length).
+    pub stream: StreamConfig,
+    /// How the hypervisor serialises TCE updates.
+    pub serialisation: HvSerialisation,
+    /// The partition's IOMMU, nothing mapped yet.
+    pub iommu: Arc<PseriesIommu>,
+    /// The NIC's DMA identity.
+    pub dev: Device,
+    /// Where the run's protection report is read from.
+    probe: ProtectionProbe,
+    /// Whether the window translates device addresses (not a direct DDW).
+    translated: bool,
+}
+
+/// Builds the [`NetperfParts`] of `s`: a netperf workload on a NIC, which validation has
+/// put on the POWER TCE model (any other scenario is a [`LabError::Model`]).
+pub fn netperf_parts(s: &LabScenario) -> Result<NetperfParts, LabError> {
+    let (Workload::Netperf(n), Devices::Nic(link)) = (&s.workload, &s.devices) else {
+        return Err(model_err(format!(
+            "a stream test needs a netperf workload on a nic device, not a {} workload on {} devices",
+            s.workload.kind(),
+            s.devices.kind()
+        )));
+    };
+    // The IOMMU model has no time of its own; a throw-away engine gives `build` a handle.
+    let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }))?;
+    let built = iommu::build(s, scratch.handle())?;
+    let iommu = built
+        .pseries
+        .ok_or_else(|| model_err("netperf's NIC path needs the POWER TCE model"))?;
+    Ok(NetperfParts {
+        profile: s.profile.clone(),
+        costs: n.costs,
+        link: *link,
+        stream: n.stream,
+        serialisation: n.serialisation,
+        iommu,
+        dev: Device::new(1, 64).map_err(model_err)?,
+        probe: built.protection,
+        translated: built.translated,
+    })
+}
 
 /// Runs the stream test of `s` once with `seed`; returns its result and the protection
 /// report of the partition IOMMU the NIC's DMA went through.
 pub(crate) fn run_netperf(
     s: &LabScenario,
-    n: &NetperfSetup,
-    link: LinkConfig,
     seed: u64,
 ) -> Result<(StreamResult, LabProtection), LabError> {
-    // The IOMMU model has no time of its own; a throw-away engine gives `build` a handle.
-    let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed }))?;
-    let built = iommu::build(s, scratch.handle())?;
-    let probe = built.protection.clone();
-    let translated = built.translated;
-    let iommu = built
-        .pseries
-        .ok_or_else(|| model_err("netperf's NIC path needs the POWER TCE model"))?;
-    let dev = Device::new(1, 64).map_err(model_err)?;
+    let p = netperf_parts(s)?;
     let result = run_stream(
-        &n.stream,
-        &n.costs,
-        link,
-        iommu,
-        dev,
-        &s.profile,
-        n.serialisation,
+        &p.stream,
+        &p.costs,
+        p.link,
+        p.iommu,
+        p.dev,
+        &p.profile,
+        p.serialisation,
         seed,
     )
     .map_err(|e| match e {
         NicError::Sim(s) => LabError::Sim(s),
         e => model_err(e),
     })?;
-    Ok((result, probe.read(translated, n.stream.run_ns)))
+    Ok((result, p.probe.read(p.translated, p.stream.run_ns)))
 }

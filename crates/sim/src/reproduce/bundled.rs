@@ -18,6 +18,11 @@ const BUNDLED: &[(&str, &str)] = &[
         "pseries-ddw",
         include_str!("../../../../scenarios/experiments/pseries-ddw.toml"),
     ),
+    // The lab's own (not published): run only when named (`super::extra_names`).
+    (
+        "protection",
+        include_str!("../../../../scenarios/experiments/protection.toml"),
+    ),
 ];
 
 /// The text of bundled experiment file `name`, if there is one.

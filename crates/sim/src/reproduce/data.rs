@@ -254,11 +254,17 @@ pub struct TableColumn {
     /// Decimals printed (default: as figures are printed).
     #[serde(default)]
     pub decimals: Option<usize>,
+    /// A column id: print the metric's percent change against the cell of the same row in
+    /// that column (`vs = "off"`: each row against its own no-IOMMU cell) instead of its
+    /// value.
+    #[serde(default)]
+    pub vs: Option<String>,
 }
 
 /// Layouts the report knows.
-pub const LAYOUTS: [&str; 5] = [
+pub const LAYOUTS: [&str; 6] = [
     "figures",
+    "tables",
     "pivot",
     "percent-list",
     "bonnie-csv",
@@ -636,6 +642,26 @@ impl ExperimentFile {
                 return Err(
                     doc.field_error("report.metric", "a pivot needs the metric its cells show")
                 );
+            }
+        }
+        if layout == "tables" && self.report.tables.is_empty() {
+            return Err(doc.field_error(
+                "report.layout",
+                "the tables layout prints [[report.tables]]: expected at least one",
+            ));
+        }
+        for (t, table) in self.report.tables.iter().enumerate() {
+            for (c, col) in table.columns.iter().enumerate() {
+                if let Some(vs) = &col.vs {
+                    if !self.columns.iter().any(|k| &k.id == vs) {
+                        return Err(doc.field_error(
+                            &format!("report.tables[{t}].columns[{c}].vs"),
+                            format!(
+                                "unknown column \"{vs}\": expected the id of one of [[columns]]"
+                            ),
+                        ));
+                    }
+                }
             }
         }
         for (i, n) in self.report.notes.iter().enumerate() {

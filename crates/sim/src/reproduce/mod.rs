@@ -40,20 +40,20 @@ pub fn default_names() -> Vec<&'static str> {
 }
 
 /// Every experiment name `iolab reproduce` knows: the published ones in order, then the
-/// lab's own ([`crate::experiments::EXTRA_NAMES`], run only when named), then any bundled
-/// experiment file not among them.
+/// lab's own ([`extra_names`], run only when named).
 pub fn all_names() -> Vec<&'static str> {
     let mut out = default_names();
-    for n in crate::experiments::EXTRA_NAMES
-        .iter()
-        .copied()
-        .chain(bundled::names())
-    {
-        if !out.contains(&n) {
-            out.push(n);
-        }
-    }
+    out.extend(extra_names());
     out
+}
+
+/// The bundled experiment files that are not published experiments (the lab's own, such as
+/// `protection`: every figure a prediction): `iolab reproduce` runs them only when named.
+pub fn extra_names() -> Vec<&'static str> {
+    bundled::names()
+        .into_iter()
+        .filter(|n| !PUBLISHED_ORDER.contains(n))
+        .collect()
 }
 
 /// Why an experiment file could not be read or run.
@@ -86,7 +86,7 @@ fn cell_message(origin: &str, cell: &str, source: &LabError) -> String {
 
 /// A lab error about a cell's generated scenario: its line and column are the generated
 /// text's, which the user never sees, so they are dropped (the field's path names it).
-fn without_position(e: LabError) -> LabError {
+pub(crate) fn without_position(e: LabError) -> LabError {
     match e {
         LabError::Input(InputError::Field {
             origin,
@@ -601,6 +601,9 @@ mod tests {
         }
         let all = all_names();
         assert!(all.starts_with(&names));
+        // The lab's own experiment is known by name but never runs by default.
         assert!(all.contains(&"protection"));
+        assert!(!names.contains(&"protection"));
+        assert_eq!(extra_names(), vec!["protection"]);
     }
 }

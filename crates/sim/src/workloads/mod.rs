@@ -1,6 +1,5 @@
 //! Workloads: fio-, bonnie++-, re-aim- and netperf-like drivers and their output formats.
 pub mod bonnie;
 pub mod fio;
-pub mod hostile;
 pub mod netperf;
 pub mod reaim;

@@ -52,6 +52,10 @@ pub(super) struct IommuSpec {
     caching_mode: Option<bool>,
     #[serde(default)]
     instances: Option<usize>,
+    #[serde(default)]
+    evtq_log2size: Option<u32>,
+    #[serde(default)]
+    evtq_drain_interval_us: Option<f64>,
 }
 
 /// The IOMMU hardware a scenario's devices sit behind.
@@ -98,7 +102,7 @@ impl IommuModel {
             IommuModel::Smmuv3 => &["strict", "lazy", "passthrough", "off"],
             IommuModel::Ipmmu => &["strict", "off"],
             IommuModel::Sba => &["translated", "bypass", "off"],
-            IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct"],
+            IommuModel::Pseries => &["default-window", "ddw-dynamic", "ddw-direct", "passthrough"],
             // Lazy first: Linux's default on x86 (IOMMU_DEFAULT_DMA_LAZY, X86.md §2.7).
             IommuModel::Vtd | IommuModel::AmdVi => &["lazy", "strict", "passthrough", "off"],
         }
@@ -242,6 +246,11 @@ pub struct IommuSetup {
     /// Per device (block workloads), the instance it sits behind: `device[i].iommu_instance`,
     /// by default `i mod instances`. Empty for workloads with one device and one instance.
     pub device_instance: Vec<usize>,
+    /// SMMUv3: the event queue's size, log2 of records (`iommu.evtq_log2size`).
+    pub evtq_log2size: u32,
+    /// SMMUv3: how often the driver's event thread drains the event queue, ns
+    /// (`iommu.evtq_drain_interval_us`; it runs while a hostile device can fault).
+    pub evtq_drain_ns: u64,
 }
 
 impl IommuSetup {
@@ -395,7 +404,15 @@ pub(super) fn iommu(
         power,
         "iommu.model = \"pseries\"",
     )?;
-    let ddw_policy = if power {
+    // POWER passthrough is an identity domain: no window, so no DDW policy either.
+    let power_windows = power && mode != IommuMode::Passthrough;
+    only(
+        "ddw_policy",
+        s.ddw_policy.is_some(),
+        power_windows,
+        "iommu.model = \"pseries\" in a window mode (not passthrough)",
+    )?;
+    let ddw_policy = if power_windows {
         ddw_policy(doc, mode, s.ddw_policy.as_deref())?
     } else {
         DdwPolicy::Disabled
@@ -586,6 +603,27 @@ pub(super) fn iommu(
                 .into())
         }
     };
+    // SMMUv3's event queue (faults): where records go and how often the driver drains it.
+    only("evtq_log2size", s.evtq_log2size.is_some(), uses_cmdq, smmu)?;
+    only(
+        "evtq_drain_interval_us",
+        s.evtq_drain_interval_us.is_some(),
+        uses_cmdq,
+        smmu,
+    )?;
+    let evtq_log2size = table.int(
+        "evtq_log2size",
+        s.evtq_log2size.unwrap_or(d::EVTQ_LOG2SIZE.0),
+        iolab_iommu::smmuv3::events::MIN_EVTQ_LOG2SIZE
+            ..=iolab_iommu::smmuv3::events::MAX_EVTQ_LOG2SIZE,
+        "(log2 of event records; the model's bounds)",
+    )?;
+    let evtq_drain_ns = table.us_as_ns(
+        "evtq_drain_interval_us",
+        s.evtq_drain_interval_us
+            .unwrap_or(d::EVTQ_DRAIN_INTERVAL_US.0),
+        0.1..=1e6,
+    )?;
     let needs = |what: Result<(), crate::cost::CostError>, group: &str| -> Result<(), InputError> {
         what.map_err(|e| {
             doc.field_error(
@@ -634,6 +672,8 @@ pub(super) fn iommu(
         caching_mode,
         instances,
         device_instance: Vec::new(),
+        evtq_log2size,
+        evtq_drain_ns,
     })
 }
 
@@ -743,6 +783,7 @@ mod tests {
             (d::CMDQ_LOG2SIZE.0, d::CMDQ_BATCH_MAX.0)
         );
         assert_eq!((i.instances, i.instance_of(0)), (1, 0));
+        assert_eq!(i.evtq_log2size, d::EVTQ_LOG2SIZE.0);
         // Without a mode the model's first: strict for the SMMUv3.
         let s = ok(&FIO_NVME.replace("mode = \"strict\"\n", ""));
         assert_eq!(s.iommu.mode, IommuMode::Strict);
@@ -842,6 +883,20 @@ mod tests {
             &with(FIO_NVME, "iommu", "ddw_policy = \"disabled\""),
             "iommu.ddw_policy",
             "applies to iommu.model = \"pseries\" only",
+        );
+        refused(
+            &with(&passthrough, "iommu", "evtq_log2size = 8"),
+            "iommu.evtq_log2size",
+            "applies to iommu.model = \"smmuv3\" in mode strict or lazy only",
+        );
+        refused(
+            &with(
+                &NETPERF_NIC.replace("\"default-window\"", "\"passthrough\""),
+                "iommu",
+                "ddw_policy = \"disabled\"",
+            ),
+            "iommu.ddw_policy",
+            "applies to iommu.model = \"pseries\" in a window mode (not passthrough) only",
         );
         refused(
             &with(&passthrough, "iommu", "instances = 1"),

@@ -33,7 +33,7 @@ use crate::lab::caps::*;
 use crate::lab::defaults as d;
 
 use device::nic::{nic, NicSpec};
-use device::nvme::NvmeSpec;
+use device::nvme::{hostile_needs_fio, NvmeSpec};
 use device::sas::SasSpec;
 use device::scsi::{scsi, virt_merge, ScsiSpec};
 use device::usb::{usb, UsbSpec};
@@ -214,7 +214,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 .into());
         }
     }
-    match (wkind.as_str(), dkind.as_str()) {
+    let scenario = match (wkind.as_str(), dkind.as_str()) {
         ("fio", "nvme") => fio_on::<NvmeSpec>(&doc, base),
         ("fio", "sas") => fio_on::<SasSpec>(&doc, base),
         ("dma_map_benchmark", "nvme") => dma_map_benchmark_on::<NvmeSpec>(&doc, base),
@@ -314,7 +314,9 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 ),
             )
             .into()),
-    }
+    }?;
+    hostile_needs_fio(&doc, &scenario)?;
+    Ok(scenario)
 }
 
 /// The parts of a block-device scenario every workload shares, validated in order: the

@@ -45,10 +45,14 @@ pub fn render(
         "percent-list" => percent_list::render(&mut out, exp, figures, effects),
         "bonnie-csv" => bonnie_csv::render(&mut out, exp, results, figures),
         "reaim-table" => reaim_table::render(&mut out, exp, results, figures),
+        // Only the metric tables below.
+        "tables" => {}
         _ => figure_list(&mut out, figures),
     }
-    for t in &f.report.tables {
-        out.push('\n');
+    for (k, t) in f.report.tables.iter().enumerate() {
+        if k > 0 || f.report.layout.as_deref() != Some("tables") {
+            out.push('\n');
+        }
         let width = results
             .iter()
             .map(|r| r.cell.id.len())
@@ -63,9 +67,10 @@ pub fn render(
         for r in results {
             let _ = write!(out, "{:<width$}", r.cell.id);
             for c in &t.columns {
-                let text = match r.metric(&c.metric) {
-                    None => "-".to_owned(),
-                    Some(v) => {
+                let text = match (r.metric(&c.metric), &c.vs) {
+                    (None, _) => "-".to_owned(),
+                    (Some(v), Some(vs)) => vs_text(exp, results, r, &c.metric, vs, v),
+                    (Some(v), None) => {
                         let v = v * c.scale.unwrap_or(1.0);
                         match c.decimals {
                             Some(d) => format!("{v:.d$}"),
@@ -86,6 +91,27 @@ pub fn render(
         }
     }
     out
+}
+
+/// The percent change of `metric` (`v` in `r`) against the cell of `r`'s row in column
+/// `vs`; `-` when the row does not run that column or its value is zero.
+fn vs_text(
+    exp: &Experiment,
+    results: &[CellResult],
+    r: &CellResult,
+    metric: &str,
+    vs: &str,
+    v: f64,
+) -> String {
+    let col = exp.file.columns.iter().position(|c| c.id == vs);
+    let base = results
+        .iter()
+        .find(|b| b.cell.row == r.cell.row && b.cell.column.is_some() && b.cell.column == col)
+        .and_then(|b| b.metric(metric));
+    match base {
+        Some(b) if b != 0.0 => format!("{:+.1}%", (v - b) / b * 100.0),
+        _ => "-".to_owned(),
+    }
 }
 
 /// A value for a table cell: millions and thousands with a suffix, smaller values as

@@ -6,6 +6,7 @@ use crate::lab::caps::*;
 use crate::lab::defaults as d;
 use crate::lab::spec::device::{BlockSpec, Devices};
 use crate::lab::spec::fields::Fields;
+use crate::lab::spec::{LabScenario, Workload};
 use crate::tomlfile::{InputError, TomlDoc};
 
 #[derive(Deserialize)]
@@ -33,6 +34,9 @@ pub(in crate::lab::spec) struct NvmeSpec {
     coalesce_threshold: Option<u64>,
     #[serde(default)]
     coalesce_time_100us: Option<u64>,
+    /// `[device.hostile]`: the device probes what it should not reach (see `hostile`).
+    #[serde(default)]
+    hostile: Option<HostileSpec>,
 }
 
 /// A validated NVMe SSD.
@@ -44,6 +48,9 @@ pub struct NvmeSetup {
     /// (every completion raises its vector's interrupt) unless the scenario sets
     /// `coalesce_threshold` and `coalesce_time_100us`.
     pub coalescing: crate::devices::nvme::InterruptCoalescing,
+    /// `[device.hostile]`: the device probes just-unmapped addresses and the neighbours of
+    /// live buffers (fio only); `None`, an honest device, unless the table is given.
+    pub hostile: Option<crate::devices::hostile::HostileParams>,
 }
 
 impl BlockSpec for NvmeSpec {
@@ -133,7 +140,76 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
             0.0..=1e6,
         )?,
     };
-    Ok(NvmeSetup { params, coalescing })
+    let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
+    Ok(NvmeSetup {
+        params,
+        coalescing,
+        hostile,
+    })
+}
+
+// `[device.hostile]`: a hostile NVMe device (devices::hostile), fio only.
+
+/// `[device.hostile]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostileSpec {
+    #[serde(default)]
+    probe_bytes: Option<u64>,
+    #[serde(default)]
+    neighbour_window_bytes: Option<u64>,
+    #[serde(default)]
+    neighbour_every: Option<u64>,
+}
+
+/// Validates device `i`'s `[device.hostile]` table (defaults: [`d::HOSTILE_PROBE_BYTES`],
+/// [`d::HOSTILE_NEIGHBOUR_WINDOW_BYTES`], [`d::HOSTILE_NEIGHBOUR_EVERY`]).
+fn hostile(
+    doc: &TomlDoc<'_>,
+    i: usize,
+    s: &HostileSpec,
+) -> Result<crate::devices::hostile::HostileParams, InputError> {
+    let t = Fields::new(doc, format!("device[{i}].hostile"));
+    Ok(crate::devices::hostile::HostileParams {
+        probe_bytes: t.int(
+            "probe_bytes",
+            s.probe_bytes.unwrap_or(d::HOSTILE_PROBE_BYTES.0),
+            1..=1 << 20,
+            "bytes",
+        )?,
+        neighbour_window: t.int(
+            "neighbour_window_bytes",
+            s.neighbour_window_bytes
+                .unwrap_or(d::HOSTILE_NEIGHBOUR_WINDOW_BYTES.0),
+            1..=16 << 20,
+            "bytes",
+        )?,
+        neighbour_every: t.int(
+            "neighbour_every",
+            s.neighbour_every.unwrap_or(d::HOSTILE_NEIGHBOUR_EVERY.0),
+            1..=1_000_000,
+            "(probe around every n-th buffer mapped)",
+        )?,
+    })
+}
+
+/// Refuses `[device.hostile]` outside fio: only fio's block path runs the probes.
+pub(in crate::lab::spec) fn hostile_needs_fio(
+    doc: &TomlDoc<'_>,
+    s: &LabScenario,
+) -> Result<(), InputError> {
+    if let (Devices::Nvme(devs), false) = (&s.devices, matches!(s.workload, Workload::Fio(_))) {
+        if let Some(i) = devs.iter().position(|d| d.hostile.is_some()) {
+            return Err(doc.field_error(
+                &format!("device[{i}].hostile"),
+                format!(
+                    "applies to fio workloads only (the probes run on fio's block path), not {}",
+                    s.workload.kind()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -194,6 +270,40 @@ mod tests {
             &with(FIO_NVME, "device", "namespaces = 2"),
             "device[0].namespaces",
             "unknown field `namespaces`, expected one of `kind`, `io_queues`",
+        );
+    }
+
+    #[test]
+    fn a_hostile_device_is_an_option_of_fio_s_nvme() {
+        assert_eq!(
+            nvme_of(FIO_NVME)[0].hostile,
+            None,
+            "an honest device by default"
+        );
+        let d0 = nvme_of(&with(FIO_NVME, "device", "hostile = { probe_bytes = 64 }"))[0];
+        let h = d0.hostile.expect("hostile");
+        assert_eq!(h.probe_bytes, 64);
+        assert_eq!(
+            (h.neighbour_window, h.neighbour_every),
+            (
+                d::HOSTILE_NEIGHBOUR_WINDOW_BYTES.0,
+                d::HOSTILE_NEIGHBOUR_EVERY.0
+            )
+        );
+        refused(
+            &with(FIO_NVME, "device", "hostile = { probe_bytes = 0 }"),
+            "device[0].hostile.probe_bytes",
+            "expected 1..=1048576 bytes, got 0",
+        );
+        refused(
+            &with(FIO_NVME, "device", "hostile = { probes = 1 }"),
+            "device[0].hostile.probes",
+            "unknown field `probes`, expected one of `probe_bytes`",
+        );
+        refused(
+            &with(MAP_BENCH, "device", "hostile = {}"),
+            "device[0].hostile",
+            "applies to fio workloads only (the probes run on fio's block path), not dma_map_benchmark",
         );
     }
 
