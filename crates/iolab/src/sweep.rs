@@ -215,27 +215,26 @@ impl Grid {
                 name = file.scenario
             )));
         }
-        let (base_origin, base_text) = if let Some(text) =
-            iolab_sim::lab::examples::example(&file.scenario)
-        {
-            // A bundled example workload scenario, as `iolab run --example NAME` takes it.
-            (
-                format!("scenarios/examples/{}.toml (bundled)", file.scenario),
-                text.to_owned(),
-            )
-        } else {
-            let p = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
-            let text = std::fs::read_to_string(&p).map_err(|e| SweepError::Base {
-                path: path.to_owned(),
-                origin: p.display().to_string(),
-                message: format!(
-                    "cannot read it ({e}); `scenario` is a path relative to the grid file \
+        let (base_origin, base_text) =
+            if let Some(text) = iolab_sim::lab::examples::example(&file.scenario) {
+                // A bundled example workload scenario, as `iolab run --example NAME` takes it.
+                (
+                    format!("scenarios/examples/{}.toml (bundled)", file.scenario),
+                    text.to_owned(),
+                )
+            } else {
+                let p = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
+                let text = std::fs::read_to_string(&p).map_err(|e| SweepError::Base {
+                    path: path.to_owned(),
+                    origin: p.display().to_string(),
+                    message: format!(
+                        "cannot read it ({e}); `scenario` is a path relative to the grid file \
                      or a bundled example ({})",
-                    iolab_sim::lab::examples::example_names().join(", ")
-                ),
-            })?;
-            (p.display().to_string(), text)
-        };
+                        iolab_sim::lab::examples::example_names().join(", ")
+                    ),
+                })?;
+                (p.display().to_string(), text)
+            };
         let mut base: toml::Table = toml::from_str(&base_text).map_err(|e| SweepError::Base {
             path: path.to_owned(),
             origin: base_origin.clone(),

@@ -196,7 +196,10 @@ fn a_scenario_with_an_unknown_experiment_key_is_bad_input_naming_what_runs() {
     let out = iolab(&["--no-db", "run", s(&bad)]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("exp.toml") && err.contains("field `experiment`"), "{err}");
+    assert!(
+        err.contains("exp.toml") && err.contains("field `experiment`"),
+        "{err}"
+    );
     // The names that do run, with the command that runs them.
     assert!(
         err.contains("iolab reproduce NAME") && err.contains("smmuv3-cmdq"),

@@ -113,7 +113,10 @@ mod tests {
     fn a_file_with_an_experiment_key_is_refused_as_a_workload_scenario_saying_what_runs() {
         // An experiment file: run it with reproduce, or write its cells out.
         let e = refused(text("smmuv3-cmdq").expect("bundled"));
-        assert!(e.contains("x.toml") && e.contains("field `experiment`"), "{e}");
+        assert!(
+            e.contains("x.toml") && e.contains("field `experiment`"),
+            "{e}"
+        );
         assert!(e.contains("iolab reproduce x.toml"), "{e}");
         assert!(e.contains("--emit-scenarios"), "{e}");
         // A published experiment's former schema: its experiment file now runs it.
