@@ -419,9 +419,18 @@ pub fn run_example(
     }
 }
 
+/// Validates a workload scenario completely, as `iolab run` and `iolab trace` take it: a
+/// file with a top-level `experiment` key is refused with what to run instead
+/// ([`reproduce::bundled::refuse_experiment_key`]); relative profile paths are resolved
+/// against the file's directory when `origin` is a path.
+pub(crate) fn validate_workload(text: &str, origin: &str) -> Result<lab::LabScenario, LabError> {
+    reproduce::bundled::refuse_experiment_key(text, origin)?;
+    let base = Path::new(origin).parent().filter(|p| p.is_dir());
+    lab::validate(text, origin, base)
+}
+
 /// Runs a workload scenario: validates it completely before opening the database, so a
-/// bad file stores nothing. A file with a top-level `experiment` key is refused with what
-/// to run instead ([`reproduce::bundled::refuse_experiment_key`]).
+/// bad file stores nothing.
 fn run_lab(
     text: &str,
     origin: &str,
@@ -430,11 +439,7 @@ fn run_lab(
     json: bool,
     db_path: Option<&Path>,
 ) -> ExitCode {
-    let base = Path::new(origin).parent().filter(|p| p.is_dir());
-    let validated = reproduce::bundled::refuse_experiment_key(text, origin)
-        .map_err(LabError::from)
-        .and_then(|()| lab::validate(text, origin, base));
-    let scenario = match validated {
+    let scenario = match validate_workload(text, origin) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("iolab run: {e}");

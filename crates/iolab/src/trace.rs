@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use iolab_sim::lab::{self, LabError, LabOptions};
+use iolab_sim::lab::{self, LabOptions};
 use iolab_sim::trace::{self, SimTrace, TraceEvent, TraceOptions, Track};
 
 /// What `iolab trace` was asked for.
@@ -89,11 +89,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
         to_ns: args.to_ns,
     };
     // Validated completely before anything runs, as `iolab run` does.
-    let base = Path::new(&origin).parent().filter(|p| p.is_dir());
-    let validated = iolab_sim::reproduce::bundled::refuse_experiment_key(&text, &origin)
-        .map_err(LabError::from)
-        .and_then(|()| lab::validate(&text, &origin, base));
-    let scenario = match validated {
+    let scenario = match crate::reproduce::validate_workload(&text, &origin) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("iolab trace: {e}");
