@@ -16,17 +16,6 @@ use std::fmt;
 
 use serde::Serialize;
 
-/// A physical parameter in a scenario file, with where its value comes from:
-/// `{ value = X, source = "citation, or assumption: why" }`.
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Sourced<T = f64> {
-    /// The value.
-    pub value: T,
-    /// A citation, or `assumption: ...` with the reasoning.
-    pub source: String,
-}
-
 /// Whether a published figure was used to fit a declared parameter, or predicted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
