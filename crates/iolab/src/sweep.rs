@@ -828,7 +828,7 @@ mod tests {
         write(
             &dir,
             "base.toml",
-            "experiment = \"x\"\n[a]\nn = 0\n[b]\nm = { value = 0, source = \"s\" }\n",
+            "[a]\nn = 0\n[b]\nm = { value = 0, source = \"s\" }\n",
         );
         let grid_text = "scenario = \"base.toml\"\nseeds = [5, 6]\n\
                          [[axis]]\nfield = \"a.n\"\nvalues = [1, 2, 3]\n\
