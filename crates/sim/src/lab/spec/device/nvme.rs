@@ -1,0 +1,323 @@
+//! `[[device]]` of kind `nvme`: an NVMe SSD.
+
+use serde::Deserialize;
+
+use crate::lab::caps::*;
+use crate::lab::defaults as d;
+use crate::lab::spec::device::{BlockSpec, Devices};
+use crate::lab::spec::fields::Fields;
+use crate::lab::spec::{LabScenario, Workload};
+use crate::tomlfile::{InputError, TomlDoc};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::lab::spec) struct NvmeSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    io_queues: Option<usize>,
+    #[serde(default)]
+    max_iops: Option<f64>,
+    #[serde(default)]
+    bandwidth_gb_per_s: Option<f64>,
+    #[serde(default)]
+    read_latency_us: Option<f64>,
+    #[serde(default)]
+    write_latency_us: Option<f64>,
+    #[serde(default)]
+    submit_ns: Option<u64>,
+    #[serde(default)]
+    complete_ns: Option<u64>,
+    #[serde(default)]
+    iommu_instance: Option<usize>,
+    #[serde(default)]
+    coalesce_threshold: Option<u64>,
+    #[serde(default)]
+    coalesce_time_100us: Option<u64>,
+    /// `[device.hostile]`: the device probes what it should not reach (see `hostile`).
+    #[serde(default)]
+    hostile: Option<HostileSpec>,
+}
+
+/// A validated NVMe SSD.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NvmeSetup {
+    /// The device class (queues, rated IOPS, bandwidth, media latencies).
+    pub params: crate::devices::nvme::NvmeParams,
+    /// Interrupt Coalescing (Set Features, Feature ID 08h) as the driver set it; off
+    /// (every completion raises its vector's interrupt) unless the scenario sets
+    /// `coalesce_threshold` and `coalesce_time_100us`.
+    pub coalescing: crate::devices::nvme::InterruptCoalescing,
+    /// `[device.hostile]`: the device probes just-unmapped addresses and the neighbours of
+    /// live buffers (fio only); `None`, an honest device, unless the table is given.
+    pub hostile: Option<crate::devices::hostile::HostileParams>,
+}
+
+impl BlockSpec for NvmeSpec {
+    fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError> {
+        let devs = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| nvme(doc, i, s, cpus))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Devices::Nvme(devs))
+    }
+
+    fn driver_ns(&self) -> (u64, u64) {
+        (
+            self.submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
+            self.complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+        )
+    }
+
+    fn iommu_instance(&self) -> Option<usize> {
+        self.iommu_instance
+    }
+}
+
+fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSetup, InputError> {
+    let dev = Fields::new(doc, format!("device[{i}]"));
+    let io_queues = dev.int(
+        "io_queues",
+        s.io_queues.unwrap_or(d::NVME_IO_QUEUES.0),
+        1..=MAX_DEVICE_QUEUES,
+        "(cap MAX_DEVICE_QUEUES)",
+    )?;
+    // Interrupt Coalescing (feature 08h): both fields or neither.
+    let coalescing = match (s.coalesce_threshold, s.coalesce_time_100us) {
+        (None, None) => crate::devices::nvme::InterruptCoalescing {
+            threshold: d::NVME_COALESCING.0 .0,
+            time_100us: d::NVME_COALESCING.0 .1,
+        },
+        (Some(t), Some(x)) => crate::devices::nvme::InterruptCoalescing {
+            threshold: dev.int(
+                "coalesce_threshold",
+                t,
+                0..=255,
+                "(the feature's 8-bit THR, 0's based)",
+            )? as u8,
+            time_100us: dev.int(
+                "coalesce_time_100us",
+                x,
+                0..=255,
+                "(the feature's 8-bit TIME, 100 us units)",
+            )? as u8,
+        },
+        (Some(_), None) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].coalesce_time_100us"),
+                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].coalesce_threshold"),
+                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+            ))
+        }
+    };
+    let params = crate::devices::nvme::NvmeParams {
+        // Linux creates one queue pair per CPU, up to the controller's count.
+        io_queues: io_queues.min(cpus),
+        max_iops: dev.real(
+            "max_iops",
+            s.max_iops.unwrap_or(d::NVME_MAX_IOPS.0),
+            1.0..=1e8,
+        )?,
+        bandwidth: dev.real(
+            "bandwidth_gb_per_s",
+            s.bandwidth_gb_per_s.unwrap_or(d::NVME_BANDWIDTH_GB_PER_S.0),
+            0.001..=1000.0,
+        )? * 1e9,
+        read_latency_ns: dev.us_as_ns(
+            "read_latency_us",
+            s.read_latency_us.unwrap_or(d::NVME_READ_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+        write_latency_ns: dev.us_as_ns(
+            "write_latency_us",
+            s.write_latency_us.unwrap_or(d::NVME_WRITE_LATENCY_US.0),
+            0.0..=1e6,
+        )?,
+    };
+    let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
+    Ok(NvmeSetup {
+        params,
+        coalescing,
+        hostile,
+    })
+}
+
+// `[device.hostile]`: a hostile NVMe device (devices::hostile), fio only.
+
+/// `[device.hostile]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostileSpec {
+    #[serde(default)]
+    probe_bytes: Option<u64>,
+    #[serde(default)]
+    neighbour_window_bytes: Option<u64>,
+    #[serde(default)]
+    neighbour_every: Option<u64>,
+}
+
+/// Validates device `i`'s `[device.hostile]` table (defaults: [`d::HOSTILE_PROBE_BYTES`],
+/// [`d::HOSTILE_NEIGHBOUR_WINDOW_BYTES`], [`d::HOSTILE_NEIGHBOUR_EVERY`]).
+fn hostile(
+    doc: &TomlDoc<'_>,
+    i: usize,
+    s: &HostileSpec,
+) -> Result<crate::devices::hostile::HostileParams, InputError> {
+    let t = Fields::new(doc, format!("device[{i}].hostile"));
+    Ok(crate::devices::hostile::HostileParams {
+        probe_bytes: t.int(
+            "probe_bytes",
+            s.probe_bytes.unwrap_or(d::HOSTILE_PROBE_BYTES.0),
+            1..=1 << 20,
+            "bytes",
+        )?,
+        neighbour_window: t.int(
+            "neighbour_window_bytes",
+            s.neighbour_window_bytes
+                .unwrap_or(d::HOSTILE_NEIGHBOUR_WINDOW_BYTES.0),
+            1..=16 << 20,
+            "bytes",
+        )?,
+        neighbour_every: t.int(
+            "neighbour_every",
+            s.neighbour_every.unwrap_or(d::HOSTILE_NEIGHBOUR_EVERY.0),
+            1..=1_000_000,
+            "(probe around every n-th buffer mapped)",
+        )?,
+    })
+}
+
+/// Refuses `[device.hostile]` outside fio: only fio's block path runs the probes.
+pub(in crate::lab::spec) fn hostile_needs_fio(
+    doc: &TomlDoc<'_>,
+    s: &LabScenario,
+) -> Result<(), InputError> {
+    if let (Devices::Nvme(devs), false) = (&s.devices, matches!(s.workload, Workload::Fio(_))) {
+        if let Some(i) = devs.iter().position(|d| d.hostile.is_some()) {
+            return Err(doc.field_error(
+                &format!("device[{i}].hostile"),
+                format!(
+                    "applies to fio workloads only (the probes run on fio's block path), not {}",
+                    s.workload.kind()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+
+    fn nvme_of(text: &str) -> Vec<NvmeSetup> {
+        variant!(ok(text).devices, Devices::Nvme)
+    }
+
+    #[test]
+    fn nvme_fields_set_the_device_with_defaults() {
+        let d0 = nvme_of(FIO_NVME)[0];
+        assert_eq!(d0.params.io_queues, d::NVME_IO_QUEUES.0.min(8));
+        assert_eq!(d0.params.max_iops, d::NVME_MAX_IOPS.0);
+        assert_eq!(d0.params.bandwidth, d::NVME_BANDWIDTH_GB_PER_S.0 * 1e9);
+        assert_eq!(d0.coalescing.threshold, d::NVME_COALESCING.0 .0);
+        let text = with(
+            FIO_NVME,
+            "device",
+            "io_queues = 64\nread_latency_us = 80.5\ncoalesce_threshold = 7\ncoalesce_time_100us = 2",
+        );
+        let d0 = nvme_of(&text)[0];
+        // Linux creates one queue pair per CPU, up to the controller's count.
+        assert_eq!(d0.params.io_queues, 8);
+        assert_eq!(d0.params.read_latency_ns, 80_500);
+        assert_eq!((d0.coalescing.threshold, d0.coalescing.time_100us), (7, 2));
+    }
+
+    #[test]
+    fn nvme_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_NVME, "device", "io_queues = 0"),
+            "device[0].io_queues",
+            &format!("expected 1..={MAX_DEVICE_QUEUES} (cap MAX_DEVICE_QUEUES), got 0"),
+        );
+        refused(
+            &with(FIO_NVME, "device", "max_iops = 0.5"),
+            "device[0].max_iops",
+            "expected a number in 1..=100000000, got 0.5",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "device",
+                "coalesce_threshold = 256\ncoalesce_time_100us = 1",
+            ),
+            "device[0].coalesce_threshold",
+            "expected 0..=255 (the feature's 8-bit THR, 0's based), got 256",
+        );
+        refused(
+            &with(FIO_NVME, "device", "max_iops = \"fast\""),
+            "device[0].max_iops",
+            "invalid type: string \"fast\", expected a number",
+        );
+        refused(
+            &with(FIO_NVME, "device", "namespaces = 2"),
+            "device[0].namespaces",
+            "unknown field `namespaces`, expected one of `kind`, `io_queues`",
+        );
+    }
+
+    #[test]
+    fn a_hostile_device_is_an_option_of_fio_s_nvme() {
+        assert_eq!(
+            nvme_of(FIO_NVME)[0].hostile,
+            None,
+            "an honest device by default"
+        );
+        let d0 = nvme_of(&with(FIO_NVME, "device", "hostile = { probe_bytes = 64 }"))[0];
+        let h = d0.hostile.expect("hostile");
+        assert_eq!(h.probe_bytes, 64);
+        assert_eq!(
+            (h.neighbour_window, h.neighbour_every),
+            (
+                d::HOSTILE_NEIGHBOUR_WINDOW_BYTES.0,
+                d::HOSTILE_NEIGHBOUR_EVERY.0
+            )
+        );
+        refused(
+            &with(FIO_NVME, "device", "hostile = { probe_bytes = 0 }"),
+            "device[0].hostile.probe_bytes",
+            "expected 1..=1048576 bytes, got 0",
+        );
+        refused(
+            &with(FIO_NVME, "device", "hostile = { probes = 1 }"),
+            "device[0].hostile.probes",
+            "unknown field `probes`, expected one of `probe_bytes`",
+        );
+        refused(
+            &with(MAP_BENCH, "device", "hostile = {}"),
+            "device[0].hostile",
+            "applies to fio workloads only (the probes run on fio's block path), not dma_map_benchmark",
+        );
+    }
+
+    #[test]
+    fn interrupt_coalescing_takes_both_fields() {
+        refused(
+            &with(FIO_NVME, "device", "coalesce_threshold = 7"),
+            "device[0].coalesce_time_100us",
+            "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
+        );
+        refused(
+            &with(FIO_NVME, "device", "coalesce_time_100us = 1"),
+            "device[0].coalesce_threshold",
+            "missing: Interrupt Coalescing",
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! `[workload]` of kind `fio`: jobs with I/Os in flight on block devices.
+
+use serde::Deserialize;
+
+use crate::lab::caps::*;
+use crate::lab::defaults as d;
+use crate::lab::spec::fields::Fields;
+use crate::lab::spec::{Common, BUFFER_BASE};
+use crate::tomlfile::{InputError, TomlDoc};
+use crate::workloads::fio::RwPattern;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::lab::spec) struct FioSpec {
+    #[allow(dead_code)]
+    kind: String,
+    rw: String,
+    #[serde(default)]
+    rwmixread: Option<u32>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    bs: Option<u64>,
+    #[serde(default)]
+    iodepth: Option<u32>,
+    #[serde(default)]
+    numjobs: Option<u32>,
+    #[serde(default)]
+    iodepth_batch_submit: Option<u32>,
+    #[serde(default)]
+    iodepth_batch_complete_min: Option<u32>,
+    #[serde(default)]
+    first_cpu: Option<usize>,
+    #[serde(default)]
+    size_gib: Option<u64>,
+    runtime_ms: u64,
+    #[serde(default)]
+    ramp_ms: Option<u64>,
+    #[serde(default)]
+    user_ns_per_io: Option<u64>,
+}
+
+/// A validated fio workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FioSetup {
+    /// Access pattern.
+    pub rw: RwPattern,
+    /// Percent reads for randrw.
+    pub rwmixread: u32,
+    /// Block size, bytes.
+    pub bs: u64,
+    /// I/Os in flight per job.
+    pub iodepth: u32,
+    /// Jobs.
+    pub numjobs: u32,
+    /// `iodepth_batch_submit`.
+    pub batch_submit: u32,
+    /// `iodepth_batch_complete_min`.
+    pub batch_complete_min: u32,
+    /// CPU of job 0 (job j runs on `first_cpu + j`).
+    pub first_cpu: usize,
+    /// Target size, bytes.
+    pub size: u64,
+    /// Measured time, ns.
+    pub runtime_ns: u64,
+    /// Ramp time, ns.
+    pub ramp_ns: u64,
+    /// fio's own user time per I/O, ns.
+    pub user_ns_per_io: u64,
+}
+
+pub(in crate::lab::spec) fn fio(
+    doc: &TomlDoc<'_>,
+    s: &FioSpec,
+    c: &Common,
+) -> Result<FioSetup, InputError> {
+    let wl = Fields::new(doc, "workload");
+    let rw = RwPattern::parse(&s.rw).ok_or_else(|| {
+        doc.field_error(
+            "workload.rw",
+            format!(
+                "unknown pattern \"{}\": expected read, write, randread, randwrite or randrw",
+                s.rw
+            ),
+        )
+    })?;
+    if s.rwmixread.is_some() && rw != RwPattern::RandRw {
+        return Err(doc.field_error("workload.rwmixread", "applies to rw = \"randrw\" only"));
+    }
+    let rwmixread = wl.int(
+        "rwmixread",
+        s.rwmixread.unwrap_or(50),
+        0..=100,
+        "percent reads",
+    )?;
+    let bs = s.bs.unwrap_or(d::FIO_BS.0);
+    if bs == 0 || bs % 512 != 0 {
+        return Err(doc.field_error(
+            "workload.bs",
+            format!("expected a non-zero multiple of 512 bytes, got {bs}"),
+        ));
+    }
+    let bs = wl.int("bs", bs, 512..=MAX_BLOCK_SIZE, "bytes (cap MAX_BLOCK_SIZE)")?;
+    let iodepth = wl.int(
+        "iodepth",
+        s.iodepth.unwrap_or(d::FIO_IODEPTH.0),
+        1..=MAX_IODEPTH,
+        "(cap MAX_IODEPTH)",
+    )?;
+    let first_cpu = s.first_cpu.unwrap_or(0);
+    if first_cpu >= c.cpus {
+        return Err(doc.field_error(
+            "workload.first_cpu",
+            format!("expected 0..{} (machine.cpus = {})", c.cpus, c.cpus),
+        ));
+    }
+    let max_jobs = (c.cpus - first_cpu).min(MAX_THREADS as usize) as u32;
+    let numjobs = wl.int(
+        "numjobs",
+        s.numjobs.unwrap_or(1),
+        1..=max_jobs,
+        "(one job per CPU from first_cpu; cap MAX_THREADS)",
+    )?;
+    let inflight = u64::from(numjobs) * u64::from(iodepth);
+    if inflight > MAX_INFLIGHT {
+        return Err(doc.field_error(
+            "workload.iodepth",
+            format!("numjobs x iodepth = {inflight} I/Os in flight exceeds the cap MAX_INFLIGHT = {MAX_INFLIGHT}"),
+        ));
+    }
+    let buffers = inflight * bs.next_multiple_of(4096);
+    if BUFFER_BASE + buffers > c.memory_bytes {
+        return Err(doc.field_error(
+            "machine.memory_gib",
+            format!(
+                "the workload's I/O buffers (numjobs x iodepth x bs = {} MiB above the first 4 GiB) do not fit in {} GiB",
+                buffers >> 20,
+                c.memory_bytes >> 30
+            ),
+        ));
+    }
+    let size_gib = wl.int(
+        "size_gib",
+        s.size_gib.unwrap_or(d::FIO_SIZE_GIB.0),
+        1..=MAX_TARGET_GIB,
+        "GiB (cap MAX_TARGET_GIB)",
+    )?;
+    let runtime_ms = wl.int(
+        "runtime_ms",
+        s.runtime_ms,
+        1..=MAX_RUN_MS,
+        "ms of virtual time (cap MAX_RUN_MS)",
+    )?;
+    let ramp_ms = s.ramp_ms.unwrap_or(d::FIO_RAMP_MS.0);
+    if runtime_ms + ramp_ms > MAX_RUN_MS {
+        return Err(doc.field_error(
+            "workload.ramp_ms",
+            format!(
+                "ramp_ms + runtime_ms = {} ms exceeds the cap MAX_RUN_MS = {MAX_RUN_MS} ms",
+                runtime_ms + ramp_ms
+            ),
+        ));
+    }
+    let batch_submit = wl.int(
+        "iodepth_batch_submit",
+        s.iodepth_batch_submit.unwrap_or(1),
+        1..=iodepth,
+        "(at most iodepth)",
+    )?;
+    let batch_complete_min = wl.int(
+        "iodepth_batch_complete_min",
+        s.iodepth_batch_complete_min.unwrap_or(1),
+        1..=iodepth,
+        "(at most iodepth)",
+    )?;
+    let user_ns_per_io = wl.int(
+        "user_ns_per_io",
+        s.user_ns_per_io.unwrap_or(d::FIO_USER_NS_PER_IO.0),
+        0..=1_000_000,
+        "ns",
+    )?;
+    Ok(FioSetup {
+        rw,
+        rwmixread,
+        bs,
+        iodepth,
+        numjobs,
+        batch_submit,
+        batch_complete_min,
+        first_cpu,
+        size: size_gib << 30,
+        runtime_ns: runtime_ms * 1_000_000,
+        ramp_ns: ramp_ms * 1_000_000,
+        user_ns_per_io,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+
+    fn fio_of(text: &str) -> FioSetup {
+        variant!(ok(text).workload, Workload::Fio)
+    }
+
+    #[test]
+    fn fio_fields_set_the_jobs_with_defaults() {
+        let f = fio_of(FIO_NVME);
+        assert_eq!(f.rw, RwPattern::RandRead);
+        assert_eq!(
+            (f.bs, f.iodepth, f.numjobs),
+            (d::FIO_BS.0, d::FIO_IODEPTH.0, 1)
+        );
+        assert_eq!(
+            (f.batch_submit, f.batch_complete_min, f.first_cpu),
+            (1, 1, 0)
+        );
+        assert_eq!(
+            (f.runtime_ns, f.ramp_ns),
+            (10_000_000, d::FIO_RAMP_MS.0 * 1_000_000)
+        );
+        assert_eq!(f.size, d::FIO_SIZE_GIB.0 << 30);
+        let f = fio_of(&with(
+            &FIO_NVME.replace("\"randread\"", "\"randrw\""),
+            "workload",
+            "rwmixread = 70\nbs = \"64k\"\niodepth = 8\nnumjobs = 4\nfirst_cpu = 2\niodepth_batch_submit = 8",
+        ));
+        assert_eq!((f.rw, f.rwmixread), (RwPattern::RandRw, 70));
+        assert_eq!(
+            (f.bs, f.iodepth, f.numjobs, f.first_cpu, f.batch_submit),
+            (65536, 8, 4, 2, 8)
+        );
+    }
+
+    #[test]
+    fn fio_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(FIO_NVME, "workload", "iodepth = 0"),
+            "workload.iodepth",
+            &format!("expected 1..={MAX_IODEPTH} (cap MAX_IODEPTH), got 0"),
+        );
+        refused(
+            &with(FIO_NVME, "workload", "bs = 1000"),
+            "workload.bs",
+            "expected a non-zero multiple of 512 bytes, got 1000",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "numjobs = 5\nfirst_cpu = 4"),
+            "workload.numjobs",
+            "expected 1..=4 (one job per CPU from first_cpu; cap MAX_THREADS), got 5",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "first_cpu = 8"),
+            "workload.first_cpu",
+            "expected 0..8 (machine.cpus = 8)",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "iodepth = \"deep\""),
+            "workload.iodepth",
+            "invalid type: string \"deep\", expected a non-negative integer",
+        );
+        refused(
+            &FIO_NVME.replace("\"randread\"", "\"sequential\""),
+            "workload.rw",
+            "unknown pattern \"sequential\": expected read, write, randread, randwrite or randrw",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "direct = 1"),
+            "workload.direct",
+            "unknown field `direct`, expected one of `kind`, `rw`",
+        );
+        refused(
+            &FIO_NVME.replace("runtime_ms = 10\n", ""),
+            "workload.runtime_ms",
+            "missing field `runtime_ms`",
+        );
+    }
+
+    #[test]
+    fn fio_fields_that_do_not_apply_or_do_not_fit_are_refused() {
+        refused(
+            &with(FIO_NVME, "workload", "rwmixread = 70"),
+            "workload.rwmixread",
+            "applies to rw = \"randrw\" only",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "workload",
+                "iodepth = 4\niodepth_batch_submit = 5",
+            ),
+            "workload.iodepth_batch_submit",
+            "expected 1..=4 (at most iodepth), got 5",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "iodepth = 2048\nnumjobs = 8\nbs = 1048576"),
+            "machine.memory_gib",
+            "the workload's I/O buffers (numjobs x iodepth x bs = 16384 MiB above the first 4 GiB) do not fit in 16 GiB",
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! `[workload]` of kind `netperf`: TCP streams on a NIC.
+
+use serde::Deserialize;
+
+use crate::lab::caps::*;
+use crate::lab::defaults as d;
+use crate::lab::spec::fields::{range, Fields};
+use crate::lab::spec::Common;
+use crate::tomlfile::{InputError, TomlDoc};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::lab::spec) struct NetperfSpec {
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    direction: Option<String>,
+    #[serde(default)]
+    threads: Option<usize>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    message_bytes: Option<u64>,
+    run_ms: u64,
+    #[serde(default)]
+    warmup_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    tso_max_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    page_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    linear_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    tx_inflight_bytes: Option<u64>,
+    #[serde(default)]
+    rx_window_messages: Option<usize>,
+    #[serde(default)]
+    tx_per_skb_ns: Option<f64>,
+    #[serde(default)]
+    tx_completion_ns: Option<f64>,
+    #[serde(default)]
+    irq_ns: Option<f64>,
+    #[serde(default)]
+    rx_per_packet_ns: Option<f64>,
+    #[serde(default)]
+    rx_per_skb_ns: Option<f64>,
+    #[serde(default)]
+    jitter_pct: Option<u32>,
+}
+
+/// A validated netperf-like stream workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetperfSetup {
+    /// Threads, direction, message size, rings, run length.
+    pub stream: crate::workloads::netperf::StreamConfig,
+    /// Network-stack CPU costs.
+    pub costs: crate::workloads::netperf::StackCosts,
+    /// Whether the hypervisor serialises TCE updates per table.
+    pub serialisation: crate::devices::nic::HvSerialisation,
+}
+
+/// The netperf `[workload]` table: threads, direction, message and skb sizes, the TCP byte
+/// bounds, the stack's CPU costs (defaults: the `NETPERF_*` constants of [`d`]).
+pub(in crate::lab::spec) fn netperf(
+    doc: &TomlDoc<'_>,
+    s: &NetperfSpec,
+    c: &Common,
+    mut stream: crate::workloads::netperf::StreamConfig,
+) -> Result<NetperfSetup, InputError> {
+    let wl = Fields::new(doc, "workload");
+    use crate::devices::nic::HvSerialisation;
+    use crate::workloads::netperf::{StackCosts, StreamDirection};
+    stream.direction = match s.direction.as_deref().unwrap_or("write") {
+        "write" => StreamDirection::Write,
+        "read" => StreamDirection::Read,
+        other => {
+            return Err(doc.field_error(
+                "workload.direction",
+                format!(
+                    "unknown direction \"{other}\": expected \"write\" (transmit) or \"read\" (receive)"
+                ),
+            ))
+        }
+    };
+    let max_threads = c.cpus.min(MAX_THREADS as usize);
+    stream.threads = wl.int(
+        "threads",
+        s.threads.unwrap_or(1),
+        1..=max_threads,
+        "(at most machine.cpus; cap MAX_THREADS)",
+    )?;
+    wl.set_int(
+        &mut stream.message_bytes,
+        "message_bytes",
+        s.message_bytes,
+        1..=16 << 20,
+        "bytes",
+    )?;
+    let page_bytes = wl.int(
+        "page_bytes",
+        s.page_bytes.unwrap_or(d::NETPERF_PAGE_BYTES.0),
+        4096..=1 << 16,
+        "bytes (a kernel page size)",
+    )?;
+    if !page_bytes.is_power_of_two() {
+        return Err(doc.field_error(
+            "workload.page_bytes",
+            format!("expected a power of two, got {page_bytes}"),
+        ));
+    }
+    stream.page_bytes = page_bytes;
+    range(
+        doc,
+        "device[0].rx_stride_bytes",
+        stream.rx_stride_bytes,
+        64,
+        page_bytes,
+        "bytes (at most workload.page_bytes)",
+    )?;
+    stream.tso_max_bytes = wl.int(
+        "tso_max_bytes",
+        s.tso_max_bytes.unwrap_or(d::NETPERF_TSO_MAX_BYTES.0),
+        1..=1 << 18,
+        "bytes",
+    )?;
+    stream.linear_bytes = wl.int(
+        "linear_bytes",
+        s.linear_bytes.unwrap_or(d::NETPERF_LINEAR_BYTES.0),
+        0..=4096 - 64,
+        "bytes (headers in the skb's linear part)",
+    )?;
+    stream.tx_inflight_bytes = wl.int(
+        "tx_inflight_bytes",
+        s.tx_inflight_bytes
+            .unwrap_or(d::NETPERF_TX_INFLIGHT_BYTES.0),
+        1..=1 << 30,
+        "bytes",
+    )?;
+    stream.rx_window_messages = wl.int(
+        "rx_window_messages",
+        s.rx_window_messages
+            .unwrap_or(d::NETPERF_RX_WINDOW_MESSAGES.0),
+        1..=1 << 16,
+        "messages",
+    )?;
+    let run_ms = wl.int(
+        "run_ms",
+        s.run_ms,
+        1..=MAX_RUN_MS,
+        "ms of virtual time (cap MAX_RUN_MS)",
+    )?;
+    let warmup_ms = s.warmup_ms.unwrap_or(d::NETPERF_WARMUP_MS.0);
+    if warmup_ms >= run_ms {
+        return Err(doc.field_error(
+            "workload.warmup_ms",
+            format!("expected less than run_ms = {run_ms}"),
+        ));
+    }
+    stream.run_ns = run_ms * 1_000_000;
+    stream.warmup_ns = warmup_ms * 1_000_000;
+    // Each queue's buffers live in their own 4 GiB of physical memory (workloads::netperf).
+    let queues = stream.queues.max(stream.threads) as u64;
+    let needed_gib = 4 * (queues + 1);
+    if c.memory_bytes >> 30 < needed_gib {
+        return Err(doc.field_error(
+            "machine.memory_gib",
+            format!(
+                "the NIC model places each queue's buffers in its own 4 GiB: {queues} queues need at least {needed_gib} GiB"
+            ),
+        ));
+    }
+    let ns =
+        |field: &str, v: Option<f64>, default: f64| wl.real(field, v.unwrap_or(default), 0.0..=1e9);
+    let costs = StackCosts {
+        syscall_ns: 0.0,
+        copy_bytes_per_ns: 0.0,
+        tx_per_skb_ns: ns("tx_per_skb_ns", s.tx_per_skb_ns, d::NETPERF_TX_PER_SKB_NS.0)?,
+        tx_completion_ns: ns(
+            "tx_completion_ns",
+            s.tx_completion_ns,
+            d::NETPERF_TX_COMPLETION_NS.0,
+        )?,
+        irq_ns: ns("irq_ns", s.irq_ns, d::NETPERF_IRQ_NS.0)?,
+        rx_per_packet_ns: ns(
+            "rx_per_packet_ns",
+            s.rx_per_packet_ns,
+            d::NETPERF_RX_PER_PACKET_NS.0,
+        )?,
+        rx_per_skb_ns: ns("rx_per_skb_ns", s.rx_per_skb_ns, d::NETPERF_RX_PER_SKB_NS.0)?,
+        doorbell_ns: 0.0,
+        jitter_pct: wl.int(
+            "jitter_pct",
+            s.jitter_pct.unwrap_or(d::NETPERF_JITTER_PCT.0),
+            0..=50,
+            "percent",
+        )?,
+    }
+    .with_profile(&c.profile);
+    Ok(NetperfSetup {
+        stream,
+        costs,
+        serialisation: if c.iommu.serialise_tce_updates {
+            HvSerialisation::PerTable
+        } else {
+            HvSerialisation::None
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::spec::testing::*;
+    use crate::lab::spec::Workload;
+    use crate::workloads::netperf::StreamDirection;
+
+    fn netperf_of(text: &str) -> NetperfSetup {
+        *variant!(ok(text).workload, Workload::Netperf)
+    }
+
+    #[test]
+    fn netperf_fields_set_the_streams_with_defaults() {
+        let n = netperf_of(NETPERF_NIC);
+        assert_eq!(
+            (n.stream.threads, n.stream.direction),
+            (1, StreamDirection::Write)
+        );
+        assert_eq!(n.stream.message_bytes, d::NETPERF_MESSAGE_BYTES.0);
+        assert_eq!(
+            (n.stream.run_ns, n.stream.warmup_ns),
+            (20_000_000, d::NETPERF_WARMUP_MS.0 * 1_000_000)
+        );
+        assert_eq!(n.costs.jitter_pct, d::NETPERF_JITTER_PCT.0);
+        let n = netperf_of(&with(
+            NETPERF_NIC,
+            "workload",
+            "direction = \"read\"\nthreads = 8\nmessage_bytes = \"64k\"\nwarmup_ms = 5",
+        ));
+        assert_eq!(
+            (n.stream.threads, n.stream.direction),
+            (8, StreamDirection::Read)
+        );
+        assert_eq!(
+            (n.stream.message_bytes, n.stream.warmup_ns),
+            (65536, 5_000_000)
+        );
+    }
+
+    #[test]
+    fn netperf_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
+        refused(
+            &with(NETPERF_NIC, "workload", "threads = 17"),
+            "workload.threads",
+            "expected 1..=16 (at most machine.cpus; cap MAX_THREADS), got 17",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "warmup_ms = 20"),
+            "workload.warmup_ms",
+            "expected less than run_ms = 20",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "page_bytes = 5000"),
+            "workload.page_bytes",
+            "expected a power of two, got 5000",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "direction = \"both\""),
+            "workload.direction",
+            "unknown direction \"both\": expected \"write\" (transmit) or \"read\" (receive)",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "direction = 1"),
+            "workload.direction",
+            "invalid type: integer `1`, expected a string",
+        );
+        refused(
+            &with(NETPERF_NIC, "workload", "rw = \"read\""),
+            "workload.rw",
+            "unknown field `rw`, expected one of `kind`, `direction`",
+        );
+        refused(
+            &NETPERF_NIC.replace("memory_gib = 128", "memory_gib = 32"),
+            "machine.memory_gib",
+            "the NIC model places each queue's buffers in its own 4 GiB: 16 queues need at least 68 GiB",
+        );
+    }
+}
