@@ -83,7 +83,7 @@ enum Command {
         emit_scenarios: Option<std::path::PathBuf>,
     },
     /// Run one scenario file: a workload scenario (see docs/SCENARIOS.md and
-    /// scenarios/examples/) or a published experiment's (a copy of one in scenarios/).
+    /// scenarios/examples/), or an experiment file as `iolab reproduce FILE` runs it.
     Run {
         /// The scenario file (TOML).
         #[arg(required_unless_present = "example")]
@@ -257,7 +257,7 @@ enum Command {
     /// slices kept within it. Open the file in ui.perfetto.dev or chrome://tracing. Nothing
     /// is stored in the results database.
     Trace {
-        /// The scenario file (TOML): a workload scenario or a published experiment's.
+        /// The workload scenario file (TOML; docs/SCENARIOS.md).
         #[arg(required_unless_present = "example")]
         scenario: Option<std::path::PathBuf>,
         /// Trace a bundled example workload scenario instead of a file (the names of
@@ -294,9 +294,9 @@ enum Command {
     // ---- sweeps, shard merging, host inspection ----
     /// Run a parameter grid over a scenario in parallel, storing every point.
     ///
-    /// GRID.toml names a base scenario (`scenario = "fio-nvme-strict"`, a bundled example,
-    /// a bundled experiment scenario such as `ipmmu-usb`, or a path relative to the grid
-    /// file, e.g. a cell written by `iolab reproduce NAME --emit-scenarios DIR`),
+    /// GRID.toml names a base workload scenario (`scenario = "fio-nvme-strict"`, a bundled
+    /// example, or a path relative to the grid file, e.g. a cell written by
+    /// `iolab reproduce NAME --emit-scenarios DIR`),
     /// optionally `name`, `seed`, `runs` and a seed axis
     /// `seeds = [..]`, and axes: `[[axis]]` tables with a `field` (a dotted path of TOML keys
     /// and array indices into the scenario, e.g. `workload.iodepth`) and its `values`.

@@ -9,8 +9,7 @@ use iolab_sim::experiment::{
     render_effects, render_fidelity_summary, render_figure_goals, ExperimentOptions,
     ExperimentReport,
 };
-use iolab_sim::experiments::{self, ExperimentError};
-use iolab_sim::lab::{self, LabOptions};
+use iolab_sim::lab::{self, LabError, LabOptions};
 use iolab_sim::reproduce;
 use serde::Serialize;
 
@@ -30,8 +29,6 @@ fn runs_progress(count: u64, what: &str) -> indicatif::ProgressBar {
 #[derive(Serialize)]
 struct JsonOutput<'a> {
     experiments: Vec<&'a ExperimentReport>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    not_implemented: Vec<&'static str>,
 }
 
 /// Opens the results database, if storing; on failure prints the error and gives the exit code.
@@ -68,34 +65,29 @@ fn store(
     }
 }
 
-/// What one name on `iolab reproduce`'s command line is.
-enum Selected {
-    /// An experiment file (docs/EXPERIMENTS.md): bundled or the user's own.
-    Data {
-        experiment: Box<reproduce::Experiment>,
-        text: String,
-    },
-    /// A published experiment still run by its own module (crates/sim/src/experiments/).
-    Legacy(&'static str),
+/// What one name on `iolab reproduce`'s command line is: an experiment file
+/// (docs/EXPERIMENTS.md), bundled or the user's own, with its text.
+struct Selected {
+    experiment: reproduce::Experiment,
+    text: String,
 }
 
-/// Resolves one name: a bundled experiment file, a legacy experiment, or a path to an
-/// experiment file. The error is the message to print (exit code 2).
+/// Resolves one name: a bundled experiment file or a path to an experiment file. The error
+/// is the message to print (exit code 2).
 fn select(name: &str, db_path: Option<&Path>) -> Result<Selected, String> {
     let mut selected = select_file(name)?;
-    if let Selected::Data { experiment, .. } = &mut selected {
-        if experiment.needs_stored_runs() {
-            let Some(path) = db_path else {
-                return Err(format!(
-                    "{}: figures take published values from stored runs (published_from), which needs the results database: drop --no-db",
-                    experiment.origin()
-                ));
-            };
-            let db = ResultsDb::open_existing(path).map_err(|e| e.to_string())?;
-            experiment
-                .resolve_published(&mut |from, metric| stored_value(&db, from, metric))
-                .map_err(|e| e.to_string())?;
-        }
+    let experiment = &mut selected.experiment;
+    if experiment.needs_stored_runs() {
+        let Some(path) = db_path else {
+            return Err(format!(
+                "{}: figures take published values from stored runs (published_from), which needs the results database: drop --no-db",
+                experiment.origin()
+            ));
+        };
+        let db = ResultsDb::open_existing(path).map_err(|e| e.to_string())?;
+        experiment
+            .resolve_published(&mut |from, metric| stored_value(&db, from, metric))
+            .map_err(|e| e.to_string())?;
     }
     Ok(selected)
 }
@@ -161,13 +153,10 @@ fn select_file(name: &str) -> Result<Selected, String> {
     if let Some(text) = reproduce::bundled::text(name) {
         let experiment = reproduce::Experiment::parse(text, &reproduce::bundled::origin(name))
             .map_err(|e| e.to_string())?;
-        return Ok(Selected::Data {
-            experiment: Box::new(experiment),
+        return Ok(Selected {
+            experiment,
             text: text.to_owned(),
         });
-    }
-    if let Some(&legacy) = experiments::NAMES.iter().find(|n| **n == name) {
-        return Ok(Selected::Legacy(legacy));
     }
     let path = Path::new(name);
     if name.ends_with(".toml") || path.is_file() {
@@ -179,10 +168,7 @@ fn select_file(name: &str) -> Result<Selected, String> {
             ));
         }
         let experiment = reproduce::Experiment::parse(&text, name).map_err(|e| e.to_string())?;
-        return Ok(Selected::Data {
-            experiment: Box::new(experiment),
-            text,
-        });
+        return Ok(Selected { experiment, text });
     }
     Err(format!(
         "unknown experiment '{name}': expected one of {} or a path to an experiment file",
@@ -193,10 +179,7 @@ fn select_file(name: &str) -> Result<Selected, String> {
 /// Writes every cell of the selected experiment files as a workload scenario file
 /// `DIR/EXPERIMENT/CELL.toml`, which `iolab run` accepts, and prints the paths.
 fn emit_scenarios(selected: &[Selected], dir: &Path, seed: u64) -> ExitCode {
-    for s in selected {
-        let Selected::Data { experiment, .. } = s else {
-            continue;
-        };
+    for Selected { experiment, .. } in selected {
         let cells = match experiment.cell_scenarios(seed) {
             Ok(c) => c,
             Err(e) => {
@@ -250,15 +233,6 @@ pub fn reproduce(
         }
     }
     if let Some(dir) = emit {
-        if let Some(Selected::Legacy(name)) =
-            selected.iter().find(|s| matches!(s, Selected::Legacy(_)))
-        {
-            eprintln!(
-                "iolab reproduce: --emit-scenarios: {name} still runs its own model (crates/sim/src/experiments/), not yet an experiment file; experiment files: {}",
-                reproduce::bundled::names().join(", ")
-            );
-            return ExitCode::from(2);
-        }
         return emit_scenarios(&selected, dir, options.seed);
     }
     let mut db = match open_db("reproduce", db_path) {
@@ -266,44 +240,13 @@ pub fn reproduce(
         Err(code) => return code,
     };
     let mut reports = Vec::new();
-    let mut not_implemented = Vec::new();
     let bar = runs_progress(selected.len() as u64, "experiments");
-    for s in &selected {
+    for Selected { experiment, text } in &selected {
         let started_at = SystemTime::now();
-        let (name, origin, text, result) = match s {
-            Selected::Data { experiment, text } => {
-                bar.set_message(experiment.name().to_owned());
-                let r = experiment.run(&options).map_err(|e| {
-                    let bad = e.is_bad_input();
-                    (e.to_string(), bad)
-                });
-                (
-                    experiment.name().to_owned(),
-                    experiment.origin().to_owned(),
-                    text.as_str(),
-                    r,
-                )
-            }
-            Selected::Legacy(name) => {
-                bar.set_message((*name).to_owned());
-                match experiments::run_bundled(name, &options) {
-                    Err(ExperimentError::NotImplemented { name }) => {
-                        not_implemented.push(name);
-                        bar.inc(1);
-                        continue;
-                    }
-                    r => (
-                        (*name).to_owned(),
-                        format!("scenarios/{name}.toml (bundled)"),
-                        experiments::bundled_scenario(name).unwrap_or_default(),
-                        r.map_err(|e| {
-                            let bad = e.is_bad_input();
-                            (e.to_string(), bad)
-                        }),
-                    ),
-                }
-            }
-        };
+        let name = experiment.name();
+        let origin = experiment.origin();
+        bar.set_message(name.to_owned());
+        let result = experiment.run(&options);
         bar.inc(1);
         match result {
             Ok(r) => {
@@ -311,7 +254,7 @@ pub fn reproduce(
                     kind: "lab",
                     group_id: None,
                     label: None,
-                    scenario_origin: Some(&origin),
+                    scenario_origin: Some(origin),
                     scenario_text: Some(text),
                     seed: options.seed,
                     started_at,
@@ -324,21 +267,21 @@ pub fn reproduce(
                 }
                 reports.push(r);
             }
-            Err((message, bad_input)) => {
+            Err(e) => {
                 bar.finish_and_clear();
-                eprintln!("iolab reproduce: {name}: {message}");
-                return ExitCode::from(if bad_input { 2 } else { 1 });
+                eprintln!("iolab reproduce: {name}: {e}");
+                return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
             }
         }
     }
     bar.finish_and_clear();
     let summary = reports.len() > 1;
-    print_reports(&reports, &not_implemented, json, summary)
+    print_reports(&reports, json, summary)
 }
 
-/// Runs one scenario file: a published-experiment scenario (a top-level `experiment` key)
-/// through its experiment, any other file as a workload scenario ([`iolab_sim::lab`]). The
-/// report is stored in the results database at `db_path` when given.
+/// Runs one scenario file: an experiment file (docs/EXPERIMENTS.md) as `iolab reproduce
+/// FILE` does, any other file as a workload scenario ([`iolab_sim::lab`]). The report is
+/// stored in the results database at `db_path` when given.
 pub fn run_file(
     path: &Path,
     runs: u32,
@@ -366,42 +309,13 @@ pub fn run_file(
             None,
         );
     }
-    if !lab::is_experiment_scenario(&text) {
-        return run_lab(&text, &origin, runs, seed, json, db_path);
-    }
-    let options = ExperimentOptions {
-        runs,
-        seed: seed.unwrap_or(1),
-    };
-    let name = match experiment_of(&text, &origin) {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("iolab run: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut db = match open_db("run", db_path) {
-        Ok(db) => db,
-        Err(code) => return code,
-    };
-    let run_one = |o: &ExperimentOptions| experiments::run_scenario(&name, &text, &origin, o);
-    match run_repetitions("run", db.as_mut(), options, &origin, &text, run_one) {
-        Ok(reports) => print_reports(&reports, &[], json, false),
-        Err(Stopped::Store(code)) => code,
-        Err(Stopped::Experiment(ExperimentError::NotImplemented { name })) => {
-            print_reports(&[], &[name], json, false)
-        }
-        Err(Stopped::Experiment(e)) => {
-            eprintln!("iolab run: {e}");
-            ExitCode::from(if e.is_bad_input() { 2 } else { 1 })
-        }
-    }
+    run_lab(&text, &origin, runs, seed, json, db_path)
 }
 
 /// Why [`run_repetitions`] stopped early.
 enum Stopped {
     /// A repetition failed.
-    Experiment(ExperimentError),
+    Run(LabError),
     /// Storing failed (the message is printed); the exit code.
     Store(ExitCode),
 }
@@ -416,7 +330,7 @@ fn run_repetitions(
     options: ExperimentOptions,
     origin: &str,
     text: &str,
-    mut run_one: impl FnMut(&ExperimentOptions) -> Result<ExperimentReport, ExperimentError>,
+    mut run_one: impl FnMut(&ExperimentOptions) -> Result<ExperimentReport, LabError>,
 ) -> Result<Vec<ExperimentReport>, Stopped> {
     let repetitions = options.runs.max(1);
     let mut reports = Vec::with_capacity(repetitions as usize);
@@ -435,7 +349,7 @@ fn run_repetitions(
             Ok(r) => r,
             Err(e) => {
                 bar.finish_and_clear();
-                return Err(Stopped::Experiment(e));
+                return Err(Stopped::Run(e));
             }
         };
         if let Some(db) = db.as_deref_mut() {
@@ -505,6 +419,16 @@ pub fn run_example(
     }
 }
 
+/// Validates a workload scenario completely, as `iolab run` and `iolab trace` take it: a
+/// file with a top-level `experiment` key is refused with what to run instead
+/// ([`reproduce::bundled::refuse_experiment_key`]); relative profile paths are resolved
+/// against the file's directory when `origin` is a path.
+pub(crate) fn validate_workload(text: &str, origin: &str) -> Result<lab::LabScenario, LabError> {
+    reproduce::bundled::refuse_experiment_key(text, origin)?;
+    let base = Path::new(origin).parent().filter(|p| p.is_dir());
+    lab::validate(text, origin, base)
+}
+
 /// Runs a workload scenario: validates it completely before opening the database, so a
 /// bad file stores nothing.
 fn run_lab(
@@ -515,8 +439,7 @@ fn run_lab(
     json: bool,
     db_path: Option<&Path>,
 ) -> ExitCode {
-    let base = Path::new(origin).parent().filter(|p| p.is_dir());
-    let scenario = match lab::validate(text, origin, base) {
+    let scenario = match validate_workload(text, origin) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("iolab run: {e}");
@@ -548,7 +471,7 @@ fn run_lab(
     match run_repetitions("run", db.as_mut(), options, origin, text, run_one) {
         Ok(_) => {}
         Err(Stopped::Store(code)) => return code,
-        Err(Stopped::Experiment(e)) => {
+        Err(Stopped::Run(e)) => {
             eprintln!("iolab run: {origin}: {e}");
             return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
         }
@@ -640,76 +563,13 @@ fn run_lab(
     ExitCode::SUCCESS
 }
 
-/// Why a scenario of experiment `name`'s former schema no longer runs, and what to run.
-pub(crate) fn moved_to_experiment_file(name: &str) -> String {
-    format!(
-        "\"{name}\" has no scenario schema of its own any more: it runs from its experiment \
-         file (`iolab reproduce {name}`; a modified copy of scenarios/experiments/{name}.toml \
-         runs with `iolab reproduce FILE`, docs/EXPERIMENTS.md), and \
-         `iolab reproduce {name} --emit-scenarios DIR` writes its cells as scenarios"
-    )
-}
-
-/// Reads the `experiment` key of a scenario, with a clear error naming the file.
-pub(crate) fn experiment_of(text: &str, origin: &str) -> Result<String, String> {
-    let doc = iolab_sim::tomlfile::TomlDoc::parse(text, origin).map_err(|e| e.to_string())?;
-    let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
-    if reproduce::bundled::is_experiment_file(text) {
-        return Err(format!(
-            "{origin} is an experiment file (docs/EXPERIMENTS.md): run it with `iolab reproduce {origin}`; `iolab reproduce {origin} --emit-scenarios DIR` writes its cells as workload scenarios for `iolab run`"
-        ));
-    }
-    match table.get("experiment") {
-        Some(toml::Value::String(s)) if experiments::bundled_scenario(s).is_err() => {
-            match reproduce::bundled::text(s) {
-                // A published experiment whose own schema is gone: it runs from its file.
-                Some(_) => Err(doc
-                    .field_error("experiment", moved_to_experiment_file(s))
-                    .to_string()),
-                None => Err(doc
-                    .field_error(
-                        "experiment",
-                        format!("expected one of {}", experiments::all_names()),
-                    )
-                    .to_string()),
-            }
-        }
-        Some(toml::Value::String(s)) if experiments::is_known(s) => Ok(s.clone()),
-        Some(toml::Value::String(s)) if reproduce::bundled::text(s).is_some() => Err(doc
-            .field_error(
-                "experiment",
-                format!(
-                    "\"{s}\" is now an experiment file ({}, docs/EXPERIMENTS.md) whose cells are lab scenarios: run it with `iolab reproduce {s}`, or write its cells out for `iolab run` with `iolab reproduce {s} --emit-scenarios DIR`",
-                    reproduce::bundled::origin(s)
-                ),
-            )
-            .to_string()),
-        Some(_) => Err(doc
-            .field_error(
-                "experiment",
-                format!("expected one of {}", experiments::all_names()),
-            )
-            .to_string()),
-        None => Err(format!(
-            "Invalid {origin}: field `experiment`: missing; expected one of {}",
-            experiments::all_names()
-        )),
-    }
-}
-
 /// Prints experiment reports: one JSON document, or each report's text with its effects and
 /// predicted-figure goals, then (with `summary`, for a text run over several experiments)
 /// one line per experiment with its counts against both fidelity goals.
-fn print_reports(
-    reports: &[ExperimentReport],
-    not_implemented: &[&'static str],
-    json: bool,
-    summary: bool,
-) -> ExitCode {
+fn print_reports(reports: &[ExperimentReport], json: bool, summary: bool) -> ExitCode {
     if json {
         let out = JsonOutput {
             experiments: reports.iter().collect(),
-            not_implemented: not_implemented.to_vec(),
         };
         match serde_json::to_string_pretty(&out) {
             Ok(s) => println!("{s}"),
@@ -743,9 +603,6 @@ fn print_reports(
             println!("note: {n}");
         }
         println!();
-    }
-    for name in not_implemented {
-        println!("== {name}: not implemented yet (the lab cannot run this experiment so far)");
     }
     if summary {
         print!("{}", render_fidelity_summary(reports));

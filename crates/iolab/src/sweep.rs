@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! name = "cmdq-depth"             # optional; default: the grid file's stem
-//! scenario = "fio-nvme-strict"    # a bundled example or experiment scenario, or a path relative to this file
+//! scenario = "fio-nvme-strict"    # a bundled example, or a path relative to this file
 //! seed = 1                        # optional base seed (default 1)
 //! runs = 1                        # optional runs per configuration (default 1)
 //! seeds = [1, 2, 3]               # optional: a seed axis (the innermost one)
@@ -24,8 +24,10 @@
 //! and keeps the source. A path the base scenario does not have is an error naming the grid
 //! file, the axis and the path, found before anything runs.
 //!
-//! The base may also be a bundled example workload scenario (`scenario = "fio-nvme-strict"`).
-//! On a workload scenario, which refuses unknown fields itself, an axis or `[set]` field may
+//! The base is a workload scenario (docs/SCENARIOS.md): a file, or a bundled example
+//! (`scenario = "fio-nvme-strict"`). An experiment file is a table of scenarios, not a base
+//! (sweep one of its cells, written out by `iolab reproduce NAME --emit-scenarios DIR`).
+//! A workload scenario refuses unknown fields itself, so an axis or `[set]` field may
 //! be an optional field the base leaves out (the scenario judges it when the grid loads);
 //! and a field of the base that does not apply to a point ("applies to ... only", say
 //! `iommu.cmdq` at `iommu.mode = "passthrough"`) is dropped from that point, once said on
@@ -50,7 +52,7 @@ use std::sync::mpsc;
 use std::time::SystemTime;
 
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
-use iolab_sim::experiments::{self, ExperimentError, NAMES};
+use iolab_sim::lab::LabError;
 use iolab_sim::metrics::Measurement;
 use iolab_sim::tomlpatch::{parse_path, remove_field, set_field, Step};
 use serde::Deserialize;
@@ -143,8 +145,6 @@ pub struct Grid {
     axes: Vec<(String, Vec<Step>, Vec<toml::Value>)>,
     seeds: Vec<u64>,
     runs: u32,
-    /// Whether the base is a workload scenario (docs/SCENARIOS.md).
-    workload: bool,
     /// The directory the base scenario's relative paths are resolved against.
     base_dir: Option<PathBuf>,
     /// The fields the grid sets: `[set]` keys and axes (never dropped from a point).
@@ -215,63 +215,54 @@ impl Grid {
                 name = file.scenario
             )));
         }
-        let (base_origin, base_text) = if NAMES.contains(&file.scenario.as_str()) {
-            let text = experiments::bundled_scenario(&file.scenario).map_err(|e| {
-                if iolab_sim::reproduce::bundled::text(&file.scenario).is_some() {
-                    grid_err(format!(
-                        "`scenario`: {}",
-                        crate::reproduce::moved_to_experiment_file(&file.scenario)
-                    ))
-                } else {
-                    grid_err(e.to_string())
-                }
-            })?;
-            (
-                format!("scenarios/{}.toml (bundled)", file.scenario),
-                text.to_owned(),
-            )
-        } else if let Some(text) = iolab_sim::lab::examples::example(&file.scenario) {
-            // A bundled example workload scenario, as `iolab run --example NAME` takes it.
-            (
-                format!("scenarios/examples/{}.toml (bundled)", file.scenario),
-                text.to_owned(),
-            )
-        } else {
-            let p = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
-            let text = std::fs::read_to_string(&p).map_err(|e| SweepError::Base {
-                path: path.to_owned(),
-                origin: p.display().to_string(),
-                message: format!(
-                    "cannot read it ({e}); `scenario` is a path relative to the grid file, \
-                     a bundled experiment ({}) or a bundled example ({})",
-                    NAMES.join(", "),
-                    iolab_sim::lab::examples::example_names().join(", ")
-                ),
-            })?;
-            (p.display().to_string(), text)
-        };
+        let (base_origin, base_text) =
+            if let Some(text) = iolab_sim::lab::examples::example(&file.scenario) {
+                // A bundled example workload scenario, as `iolab run --example NAME` takes it.
+                (
+                    format!("scenarios/examples/{}.toml (bundled)", file.scenario),
+                    text.to_owned(),
+                )
+            } else {
+                let p = path.parent().unwrap_or(Path::new(".")).join(&file.scenario);
+                let text = std::fs::read_to_string(&p).map_err(|e| SweepError::Base {
+                    path: path.to_owned(),
+                    origin: p.display().to_string(),
+                    message: format!(
+                        "cannot read it ({e}); `scenario` is a path relative to the grid file \
+                     or a bundled example ({})",
+                        iolab_sim::lab::examples::example_names().join(", ")
+                    ),
+                })?;
+                (p.display().to_string(), text)
+            };
         let mut base: toml::Table = toml::from_str(&base_text).map_err(|e| SweepError::Base {
             path: path.to_owned(),
             origin: base_origin.clone(),
             message: e.to_string(),
         })?;
-        // A workload scenario refuses unknown fields itself, so its optional fields may be
-        // set or swept even where the base leaves them out; an experiment's scenario may not.
-        let workload = !iolab_sim::lab::is_experiment_scenario(&base_text);
-        let base_dir = if NAMES.contains(&file.scenario.as_str())
-            || iolab_sim::lab::examples::example(&file.scenario).is_some()
-        {
+        // An experiment file, or a scenario of a published experiment's former schema, is
+        // no workload scenario: refused before anything runs, saying what to run instead.
+        iolab_sim::reproduce::bundled::refuse_experiment_key(&base_text, &base_origin).map_err(
+            |e| SweepError::Base {
+                path: path.to_owned(),
+                origin: base_origin.clone(),
+                message: e.to_string(),
+            },
+        )?;
+        let base_dir = if iolab_sim::lab::examples::example(&file.scenario).is_some() {
             None
         } else {
             Path::new(&base_origin).parent().map(Path::to_path_buf)
         };
+        // A workload scenario refuses unknown fields itself, so its optional fields may be
+        // set or swept even where the base leaves them out.
         for (field, value) in &file.set {
             let bad = |problem: String| SweepError::Grid {
                 path: path.to_owned(),
                 problem: format!("[set] field `{field}`: {problem} (base scenario {base_origin})"),
             };
             let steps = parse_path(field).map_err(bad)?;
-            set_field(&mut base, &steps, value.clone(), workload).map_err(bad)?;
+            set_field(&mut base, &steps, value.clone(), true).map_err(bad)?;
         }
         let mut axes = Vec::new();
         for (i, a) in file.axis.iter().enumerate() {
@@ -291,7 +282,7 @@ impl Grid {
             // Check the path once on a copy, so a wrong path is reported before any run.
             let mut probe = base.clone();
             let absent = set_field(&mut probe.clone(), &steps, a.values[0].clone(), false).is_err();
-            set_field(&mut probe, &steps, a.values[0].clone(), workload)
+            set_field(&mut probe, &steps, a.values[0].clone(), true)
                 .map_err(|p| bad(format!("{p} (base scenario {base_origin})")))?;
             if absent {
                 // A field the base leaves out: the scenario itself says whether it has one.
@@ -343,7 +334,6 @@ impl Grid {
             axes,
             seeds,
             runs,
-            workload,
             base_dir,
             user_fields,
         })
@@ -372,7 +362,7 @@ impl Grid {
         let mut values = Vec::new();
         for (i, (field, steps, vals)) in self.axes.iter().enumerate() {
             let v = vals[picks[i]].clone();
-            set_field(&mut table, steps, v.clone(), self.workload).map_err(|problem| {
+            set_field(&mut table, steps, v.clone(), true).map_err(|problem| {
                 SweepError::UnknownField {
                     path: self.path.clone(),
                     axis: i + 1,
@@ -395,11 +385,7 @@ impl Grid {
         let mut dropped = Vec::new();
         // A field of the base that does not apply to this point (the scenario says
         // "applies to ... only") is dropped from it, unless the grid set it.
-        while let Some((field, problem)) = self
-            .workload
-            .then(|| self.inapplicable_field(&text))
-            .flatten()
-        {
+        while let Some((field, problem)) = self.inapplicable_field(&text) {
             if self.user_fields.contains(&field)
                 || dropped.iter().any(|(f, _)| *f == field)
                 || !remove_field(&mut table, &field)
@@ -484,63 +470,23 @@ impl Shard {
     }
 }
 
-/// Runs one scenario text. The one place a sweep calls the lab, so the entry point can change
-/// in one line: whatever `iolab run` accepts, a sweep point can be.
+/// Runs one point's workload scenario (docs/SCENARIOS.md): validated whole, then run. The
+/// one place a sweep calls the lab, so the entry point can change in one line.
 fn run_scenario_text(
     text: &str,
     origin: &str,
     options: &ExperimentOptions,
-) -> Result<ExperimentReport, ExperimentError> {
-    if !iolab_sim::lab::is_experiment_scenario(text) {
-        // A workload scenario (docs/SCENARIOS.md): validated whole, then run.
-        let base = std::path::Path::new(origin).parent().filter(|p| p.is_dir());
-        let scenario = iolab_sim::lab::validate(text, origin, base)?;
-        let out = iolab_sim::lab::run(
-            &scenario,
-            &iolab_sim::lab::LabOptions {
-                runs: options.runs,
-                seed: Some(options.seed),
-            },
-        )?;
-        return Ok(out.report);
-    }
-    let table: toml::Table = toml::from_str(text).map_err(|e| {
-        ExperimentError::Input(iolab_sim::tomlfile::InputError::Read {
-            origin: origin.to_owned(),
-            message: e.to_string(),
-        })
-    })?;
-    let name = match table.get("experiment") {
-        Some(toml::Value::String(s)) => s.clone(),
-        _ => {
-            return Err(ExperimentError::Input(
-                iolab_sim::tomlfile::InputError::Field {
-                    origin: origin.to_owned(),
-                    line: None,
-                    column: None,
-                    field: "experiment".to_owned(),
-                    problem: format!(
-                        "missing or not a string; expected one of {}",
-                        NAMES.join(", ")
-                    ),
-                },
-            ))
-        }
-    };
-    if experiments::bundled_scenario(&name).is_err()
-        && iolab_sim::reproduce::bundled::text(&name).is_some()
-    {
-        return Err(ExperimentError::Input(
-            iolab_sim::tomlfile::InputError::Field {
-                origin: origin.to_owned(),
-                line: None,
-                column: None,
-                field: "experiment".to_owned(),
-                problem: crate::reproduce::moved_to_experiment_file(&name),
-            },
-        ));
-    }
-    experiments::run_scenario(&name, text, origin, options)
+) -> Result<ExperimentReport, LabError> {
+    let base = std::path::Path::new(origin).parent().filter(|p| p.is_dir());
+    let scenario = iolab_sim::lab::validate(text, origin, base)?;
+    let out = iolab_sim::lab::run(
+        &scenario,
+        &iolab_sim::lab::LabOptions {
+            runs: options.runs,
+            seed: Some(options.seed),
+        },
+    )?;
+    Ok(out.report)
 }
 
 /// One finished point, sent from a worker to the storing thread.
@@ -548,7 +494,7 @@ struct Finished {
     point: Point,
     started_at: SystemTime,
     finished_at: SystemTime,
-    result: Result<ExperimentReport, ExperimentError>,
+    result: Result<ExperimentReport, LabError>,
 }
 
 /// What a sweep did.
@@ -882,7 +828,7 @@ mod tests {
         write(
             &dir,
             "base.toml",
-            "experiment = \"x\"\n[a]\nn = 0\n[b]\nm = { value = 0, source = \"s\" }\n",
+            "[a]\nn = 0\n[b]\nm = { value = 0, source = \"s\" }\n",
         );
         let grid_text = "scenario = \"base.toml\"\nseeds = [5, 6]\n\
                          [[axis]]\nfield = \"a.n\"\nvalues = [1, 2, 3]\n\

@@ -1,5 +1,5 @@
-//! `iolab trace`: runs a scenario file (an experiment's or a workload scenario, or a bundled
-//! example) the way `iolab run` does, with the engine's timeline
+//! `iolab trace`: runs a workload scenario (a file or a bundled example) the way `iolab run`
+//! does, with the engine's timeline
 //! recorder on for the first simulations it creates, and writes the slices as Chrome /
 //! Perfetto trace-event JSON (`{"traceEvents": [...], "displayTimeUnit": "ns"}`), loadable in
 //! ui.perfetto.dev or chrome://tracing.
@@ -17,8 +17,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use iolab_sim::experiment::ExperimentOptions;
-use iolab_sim::experiments::{self, ExperimentError};
 use iolab_sim::lab::{self, LabOptions};
 use iolab_sim::trace::{self, SimTrace, TraceEvent, TraceOptions, Track};
 
@@ -43,14 +41,8 @@ pub struct TraceArgs {
     pub sims: usize,
 }
 
-/// What ran under the recorder: its name for the summary line.
-enum Ran {
-    Experiment(String),
-    Workload(String),
-}
-
-/// Runs `iolab trace`: the same dispatch as `iolab run` (a file with a top-level `experiment`
-/// key through its experiment, any other file, or `--example NAME`, as a workload scenario),
+/// Runs `iolab trace`: a workload scenario file or `--example NAME`, validated as `iolab run`
+/// validates it (a file with a top-level `experiment` key is refused, saying what to run),
 /// one repetition, with the recorder on.
 pub fn run(args: &TraceArgs) -> ExitCode {
     let (text, origin) = match (&args.scenario, &args.example) {
@@ -96,55 +88,24 @@ pub fn run(args: &TraceArgs) -> ExitCode {
         from_ns: args.from_ns,
         to_ns: args.to_ns,
     };
-    let (result, traces) = if lab::is_experiment_scenario(&text) {
-        let name = match crate::reproduce::experiment_of(&text, &origin) {
-            Ok(n) => n,
-            Err(e) => {
-                eprintln!("iolab trace: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        let options = ExperimentOptions {
-            runs: 1,
-            seed: args.seed.unwrap_or(1),
-        };
-        let (r, traces) = trace::capture(trace_options, || {
-            experiments::run_scenario(&name, &text, &origin, &options)
-        });
-        (r.map(|_| Ran::Experiment(name)), traces)
-    } else {
-        // Validated completely before anything runs, as `iolab run` does.
-        let base = Path::new(&origin).parent().filter(|p| p.is_dir());
-        let scenario = match lab::validate(&text, &origin, base) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("iolab trace: {e}");
-                return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
-            }
-        };
-        let options = LabOptions {
-            runs: 1,
-            seed: args.seed,
-        };
-        let (r, traces) = trace::capture(trace_options, || lab::run(&scenario, &options));
-        (
-            r.map(|_| Ran::Workload(scenario.name.clone()))
-                .map_err(ExperimentError::from),
-            traces,
-        )
-    };
-    let what = match result {
-        Ok(Ran::Experiment(name)) => name,
-        Ok(Ran::Workload(name)) => format!("workload scenario {name}"),
-        Err(ExperimentError::NotImplemented { name }) => {
-            eprintln!("iolab trace: experiment {name} is not implemented yet: nothing to trace");
-            return ExitCode::from(1);
-        }
+    // Validated completely before anything runs, as `iolab run` does.
+    let scenario = match crate::reproduce::validate_workload(&text, &origin) {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("iolab trace: {origin}: {e}");
+            eprintln!("iolab trace: {e}");
             return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
         }
     };
+    let options = LabOptions {
+        runs: 1,
+        seed: args.seed,
+    };
+    let (result, traces) = trace::capture(trace_options, || lab::run(&scenario, &options));
+    if let Err(e) = result {
+        eprintln!("iolab trace: {origin}: {e}");
+        return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+    }
+    let what = format!("workload scenario {}", scenario.name);
     let json = to_json(&traces);
     if let Err(e) = write_file(&args.output, &json) {
         eprintln!("iolab trace: cannot write {}: {e}", args.output.display());

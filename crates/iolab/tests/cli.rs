@@ -317,11 +317,9 @@ fn reproduce_help_lists_every_experiment_it_accepts() {
     let help = String::from_utf8_lossy(&out.stdout);
     for name in iolab_sim::reproduce::all_names() {
         assert!(help.contains(name), "{name} missing from:\n{help}");
-        // ... and reproduce accepts it: a module's experiment or a bundled experiment file
-        // (refused names exit before running anything).
+        // ... and reproduce accepts it: every name is a bundled experiment file.
         assert!(
-            iolab_sim::experiments::is_known(name)
-                || iolab_sim::reproduce::bundled::text(name).is_some(),
+            iolab_sim::reproduce::bundled::text(name).is_some(),
             "{name}"
         );
     }
@@ -354,5 +352,26 @@ fn a_scenario_of_a_removed_experiment_schema_says_to_use_the_experiment_file() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("iolab reproduce ipmmu-usb"), "{err}");
+
+    // The old file as a sweep's base, and traced: refused the same way, before any run.
+    let grid = dir.join("grid-file.toml");
+    std::fs::write(&grid, "scenario = \"ipmmu-usb.toml\"\nseeds = [1, 2]\n").unwrap();
+    let trace_out = dir.join("t.json");
+    for args in [
+        vec!["--no-db", "sweep", grid.to_str().unwrap()],
+        vec![
+            "trace",
+            old.to_str().unwrap(),
+            "-o",
+            trace_out.to_str().unwrap(),
+        ],
+    ] {
+        let out = iolab(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("field `experiment`"), "{args:?}: {err}");
+        assert!(err.contains("iolab reproduce ipmmu-usb"), "{args:?}: {err}");
+        assert!(!trace_out.exists());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -189,16 +189,21 @@ fn a_lab_run_is_stored_with_its_scenario_and_seed() {
 }
 
 #[test]
-fn experiment_scenarios_still_run_through_their_experiment() {
+fn a_scenario_with_an_unknown_experiment_key_is_bad_input_naming_what_runs() {
     let dir = temp_dir("exp");
     let bad = dir.join("exp.toml");
     std::fs::write(&bad, "experiment = \"no-such\"\n").unwrap();
     let out = iolab(&["--no-db", "run", s(&bad)]);
     assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("field `experiment`"),
-        "{}",
-        stderr(&out)
+        err.contains("exp.toml") && err.contains("field `experiment`"),
+        "{err}"
+    );
+    // The names that do run, with the command that runs them.
+    assert!(
+        err.contains("iolab reproduce NAME") && err.contains("smmuv3-cmdq"),
+        "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

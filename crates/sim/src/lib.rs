@@ -52,7 +52,6 @@ pub mod cost;
 pub mod devices;
 pub mod engine;
 pub mod experiment;
-pub mod experiments;
 pub mod lab;
 pub mod metrics;
 pub mod reproduce;

@@ -245,10 +245,12 @@ fn syntax_errors_give_the_line() {
 
 #[test]
 fn experiment_files_are_told_apart() {
-    assert!(lab::is_experiment_scenario(
-        iolab_sim::reproduce::bundled::text("smmuv3-cmdq").expect("bundled")
-    ));
-    assert!(!lab::is_experiment_scenario(&base()));
+    use iolab_sim::reproduce::bundled;
+    let file = bundled::text("smmuv3-cmdq").expect("bundled");
+    assert!(bundled::is_experiment_file(file));
+    assert!(bundled::refuse_experiment_key(file, "e.toml").is_err());
+    assert!(!bundled::is_experiment_file(&base()));
+    assert!(bundled::refuse_experiment_key(&base(), "s.toml").is_ok());
 }
 
 // ---------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 use crate::cmdq::CmdqError;
 use crate::cost::CostError;
 use crate::engine::SimError;
-use crate::experiments::ExperimentError;
 use crate::tomlfile::InputError;
 
 /// Why a workload scenario could not be validated or run.
@@ -38,19 +37,6 @@ impl From<CmdqError> for LabError {
         match e {
             CmdqError::Cost(e) => Self::Cost(e),
             CmdqError::Sim(e) => Self::Sim(e),
-        }
-    }
-}
-
-/// Experiments run rows through the lab (re-aim's children, the lab's block stack): its
-/// errors keep their kind.
-impl From<LabError> for ExperimentError {
-    fn from(e: LabError) -> Self {
-        match e {
-            LabError::Input(e) => Self::Input(e),
-            LabError::Cost(e) => Self::Cost(e),
-            LabError::Sim(e) => Self::Sim(e),
-            LabError::Model(m) => Self::Model(m),
         }
     }
 }

@@ -1,10 +1,10 @@
 //! Workload scenarios: one machine, one IOMMU configuration, devices and one workload,
 //! described in a TOML file and run on their own (`iolab run FILE`).
 //!
-//! Where the four published experiments ([`crate::experiments`]) each own a schema and a
-//! report beside published figures, a workload scenario is the general form: a platform
-//! profile, CPUs and memory, an IOMMU model and mode, devices and a workload with its
-//! parameters. Its report is the workload's own output (fio's summary) and one
+//! A workload scenario is the one form every run takes: a platform profile, CPUs and
+//! memory, an IOMMU model and mode, devices and a workload with its parameters. The
+//! published experiments are experiment files ([`crate::reproduce`]) whose every cell is
+//! one. Its report is the workload's own output (fio's summary) and one
 //! [`Measurement`] per run for the results database, `iolab compare` and sweeps.
 //!
 //! ```
@@ -128,14 +128,6 @@ impl LabRun {
             },
         }
     }
-}
-
-/// Whether `text` is a published-experiment scenario (it has a top-level `experiment` key)
-/// rather than a workload scenario. Text that is not TOML is neither: `false`.
-pub fn is_experiment_scenario(text: &str) -> bool {
-    text.parse::<toml::Table>()
-        .map(|t| t.contains_key("experiment"))
-        .unwrap_or(false)
 }
 
 /// The seed of repetition `r` of a run with base seed `base`: the base itself for the

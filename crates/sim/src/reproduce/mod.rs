@@ -22,20 +22,17 @@ use crate::tomlpatch;
 pub use data::{CellRef, ExperimentFile, PublishedFrom};
 
 /// The published experiments (SEEDS.md), in the order `iolab reproduce` runs them when no
-/// name is given: each is either an experiment file ([`bundled::names`]) or still a module
-/// of its own ([`crate::experiments::NAMES`]). Moving an experiment from one kind to the
-/// other leaves this order alone.
+/// name is given. Each is a bundled experiment file ([`bundled::names`]).
 pub const PUBLISHED_ORDER: [&str; 4] = ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"];
 
 /// The published experiments `iolab reproduce` runs when no name is given, in
-/// [`PUBLISHED_ORDER`]: the bundled experiment files and the experiments still run by
-/// their own modules.
+/// [`PUBLISHED_ORDER`]: the bundled experiment files that are published experiments.
 pub fn default_names() -> Vec<&'static str> {
     let bundled = bundled::names();
     PUBLISHED_ORDER
         .iter()
         .copied()
-        .filter(|n| bundled.contains(n) || crate::experiments::NAMES.contains(n))
+        .filter(|n| bundled.contains(n))
         .collect()
 }
 
@@ -585,20 +582,8 @@ mod tests {
     #[test]
     fn every_published_experiment_runs_by_default_once_in_order() {
         let names = default_names();
-        // Every published experiment is either a data file or a module, never both, and
-        // nothing is lost between the two lists.
+        // Every published experiment is a bundled experiment file: none is lost.
         assert_eq!(names, PUBLISHED_ORDER.to_vec());
-        for n in PUBLISHED_ORDER {
-            let file = bundled::names().contains(&n);
-            let module = crate::experiments::NAMES.contains(&n);
-            assert!(file != module, "{n}: file {file}, module {module}");
-        }
-        for n in crate::experiments::NAMES {
-            assert!(
-                PUBLISHED_ORDER.contains(&n),
-                "{n} has no place in the order"
-            );
-        }
         let all = all_names();
         assert!(all.starts_with(&names));
         // The lab's own experiment is known by name but never runs by default.

@@ -152,7 +152,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
         return Err(doc
             .field_error(
                 "device",
-                "missing: expected at least one [[device]] table (or a top-level `experiment` key for the published experiments)",
+                "missing: expected at least one [[device]] table (docs/SCENARIOS.md)",
             )
             .into());
     };
