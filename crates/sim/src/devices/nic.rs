@@ -34,6 +34,9 @@ use crate::engine::{Ctx, Handle, SimDuration, SimError, SimTime};
 use crate::resources::{SpinLock, SpinParams};
 use crate::Account;
 
+/// The name of the hypervisor's per-table TCE lock (`HvSerialisation::PerTable`).
+pub const HV_TABLE_LOCK: &str = "phyp_tce_table";
+
 /// Why the NIC's DMA path failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum NicError {
@@ -311,11 +314,7 @@ impl TceDma {
         }
         let hv_lock = match serialisation {
             HvSerialisation::None => None,
-            HvSerialisation::PerTable => Some(SpinLock::new(
-                h,
-                crate::workloads::netperf::HV_TABLE_LOCK,
-                params,
-            )?),
+            HvSerialisation::PerTable => Some(SpinLock::new(h, HV_TABLE_LOCK, params)?),
         };
         let scan_ns = model.cpu_weight("bitmap_words_scanned").unwrap_or(0.0);
         let last_holder = RefCell::new(vec![usize::MAX; pools.len()]);

@@ -147,8 +147,8 @@ pub struct StreamResult {
 }
 
 /// The name of the hypervisor's per-table TCE lock in [`StreamResult::locks`] (every other
-/// lock there is one of the guest's TCE pool locks).
-pub const HV_TABLE_LOCK: &str = "phyp_tce_table";
+/// lock there is one of the guest's TCE pool locks); the NIC's TCE path names it.
+pub use crate::devices::nic::HV_TABLE_LOCK;
 
 /// The TCE path's figures of one stream run: what the pseries-ddw experiment reports and
 /// the lab's netperf measurement carries, computed in one place.
