@@ -5,7 +5,7 @@ use serde::Deserialize;
 use crate::lab::caps::*;
 use crate::lab::defaults as d;
 use crate::lab::spec::device::{BlockSpec, Devices};
-use crate::lab::spec::fields::Fields;
+use crate::lab::spec::fields::{us_to_ns, Fields};
 use crate::lab::spec::{LabScenario, Workload};
 use crate::tomlfile::{InputError, TomlDoc};
 
@@ -103,42 +103,47 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
                 "(the feature's 8-bit TIME, 100 us units)",
             )? as u8,
         },
-        (Some(_), None) => {
+        (t, _) => {
+            // One of the two is missing: name it.
+            let missing = if t.is_some() {
+                "coalesce_time_100us"
+            } else {
+                "coalesce_threshold"
+            };
             return Err(doc.field_error(
-                &format!("device[{i}].coalesce_time_100us"),
+                &format!("device[{i}].{missing}"),
                 "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(doc.field_error(
-                &format!("device[{i}].coalesce_threshold"),
-                "missing: Interrupt Coalescing (feature 08h) takes coalesce_threshold and coalesce_time_100us together",
-            ))
+            ));
         }
     };
+    let [max_iops, bandwidth_gb_per_s, read_latency_us, write_latency_us] = dev.reals([
+        ("max_iops", s.max_iops, d::NVME_MAX_IOPS, 1.0..=1e8),
+        (
+            "bandwidth_gb_per_s",
+            s.bandwidth_gb_per_s,
+            d::NVME_BANDWIDTH_GB_PER_S,
+            0.001..=1000.0,
+        ),
+        (
+            "read_latency_us",
+            s.read_latency_us,
+            d::NVME_READ_LATENCY_US,
+            0.0..=1e6,
+        ),
+        (
+            "write_latency_us",
+            s.write_latency_us,
+            d::NVME_WRITE_LATENCY_US,
+            0.0..=1e6,
+        ),
+    ])?;
     let params = crate::devices::nvme::NvmeParams {
         // Linux creates one queue pair per CPU, up to the controller's count.
         io_queues: io_queues.min(cpus),
-        max_iops: dev.real(
-            "max_iops",
-            s.max_iops.unwrap_or(d::NVME_MAX_IOPS.0),
-            1.0..=1e8,
-        )?,
-        bandwidth: dev.real(
-            "bandwidth_gb_per_s",
-            s.bandwidth_gb_per_s.unwrap_or(d::NVME_BANDWIDTH_GB_PER_S.0),
-            0.001..=1000.0,
-        )? * 1e9,
-        read_latency_ns: dev.us_as_ns(
-            "read_latency_us",
-            s.read_latency_us.unwrap_or(d::NVME_READ_LATENCY_US.0),
-            0.0..=1e6,
-        )?,
-        write_latency_ns: dev.us_as_ns(
-            "write_latency_us",
-            s.write_latency_us.unwrap_or(d::NVME_WRITE_LATENCY_US.0),
-            0.0..=1e6,
-        )?,
+        max_iops,
+        bandwidth: bandwidth_gb_per_s * 1e9,
+        read_latency_ns: us_to_ns(read_latency_us),
+        write_latency_ns: us_to_ns(write_latency_us),
     };
     let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
     Ok(NvmeSetup {
