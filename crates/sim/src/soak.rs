@@ -62,6 +62,7 @@ use crate::lab::spec::{IommuMode, Workload};
 use crate::lab::{self, LabError, LabScenario, NetperfParts};
 use crate::reproduce::{self, Experiment, ReproduceError};
 use crate::tomlfile::{InputError, TomlDoc};
+use crate::tomlpatch;
 use crate::workloads::netperf::{
     map_rx_rings, sender, RxConnection, StreamDirection, StreamHooks, StreamShared, TxConnection,
 };
@@ -274,10 +275,11 @@ impl SoakScenario {
             .iter()
             .map(|(k, v)| format!("iommu.{k} = \"{v}\""))
             .collect();
-        if let Some(toml::Value::Table(iommu)) = table.get_mut("iommu") {
-            for (k, v) in DEFAULT_WINDOW_PATCH {
-                iommu.insert(k.to_owned(), toml::Value::String(v.to_owned()));
-            }
+        for (k, v) in DEFAULT_WINDOW_PATCH {
+            let path = format!("iommu.{k}");
+            let steps = tomlpatch::parse_path(&path).map_err(|e| field(&path, e))?;
+            tomlpatch::set_field(&mut table, &steps, toml::Value::String(v.to_owned()), true)
+                .map_err(|e| field(&path, e))?;
         }
         let patched = format!(
             "# {origin} with --default-window: {}\n{}",
