@@ -499,6 +499,10 @@ const BUNDLED: &[(&str, &str)] = &[
         "amd-epyc-genoa-2s",
         include_str!("../../../scenarios/platforms/amd-epyc-genoa-2s.toml"),
     ),
+    (
+        "intel-cascadelake-4s",
+        include_str!("../../../scenarios/platforms/intel-cascadelake-4s.toml"),
+    ),
 ];
 
 impl PlatformProfile {

@@ -310,10 +310,31 @@ pub const NIC_RX_RECYCLE_PCT: Sourced<u32> = (
     "assumption: mlx5e's RX page cache (mlx5e_rx_cache) gets most pages back once the copy to user has dropped their last reference; 10% are released and replaced by freshly mapped pages",
 );
 
+/// nic `device.dma_ns_per_4k` (the direct-DMA receive path: x86 IOMMUs or none).
+pub const NIC_DMA_NS_PER_4K: Sourced<f64> = (
+    256.0,
+    "assumption: PCIe 3.0 x16 (128 Gb/s, the F&S server's slot, X86.md §6) moves 4 KiB in 4096 x 8 / 128 = 256 ns; TLP headers and the DMA engine's own parallelism are not modelled (Rubin et al., SOSP'24 §2.2, fit 65 ns per 4 KiB for their whole pipeline: an experiment declares that as a calibration)",
+);
+/// nic `device.rx_fifo_bytes` (the direct-DMA receive path).
+pub const NIC_RX_FIFO_BYTES: Sourced<u64> = (
+    256 << 10,
+    "assumption: the NIC's receive buffer per port is not published for ConnectX-5; 256 KiB (about 64 packets of 4 KiB), the order of the on-NIC packet buffers of 100 GbE adapters",
+);
+
 // ---------------------------------------------------------------------------------------
 // netperf workload: the TCP stream and the network stack's CPU costs on POWER9
 // ---------------------------------------------------------------------------------------
 
+/// netperf `workload.sender_burst_packets` (the direct-DMA receive path).
+pub const NETPERF_SENDER_BURST_PACKETS: Sourced<u64> = (
+    1,
+    "assumption: the sending host's NIC interleaves its send queues (one per flow) packet by packet, so the receiver sees the flows' packets in turn; ConnectX's transmit arbitration granularity is not published",
+);
+/// netperf `workload.ack_ns` (the direct-DMA receive path).
+pub const NETPERF_ACK_NS: Sourced<f64> = (
+    500.0,
+    "assumption: building and posting one TCP ACK (skb allocation, TCP/IP output, driver WQE and doorbell) ~0.5 us on a 3 GHz x86 core; its DMA mapping is priced separately",
+);
 /// netperf `workload.message_bytes`.
 pub const NETPERF_MESSAGE_BYTES: Sourced<u64> = (
     65536,

@@ -648,6 +648,116 @@ fn run_reaim(
     })
 }
 
+/// The direct-DMA receive test (x86 IOMMUs or none) `runs` times from seed `base`: an
+/// iperf-like table, and per run the throughput, the IOTLB misses and page-table reads per
+/// 4 KiB received, the DMA engine's and CPUs' busy shares.
+fn run_direct_rx(
+    s: &LabScenario,
+    d: &spec::DirectRx,
+    link: crate::devices::nic::LinkConfig,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, LabError> {
+    let c = &d.config;
+    let secs = (c.run_ns - c.warmup_ns) as f64 / 1e9;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "TCP RECEIVE TEST (lab, iperf-like): {} flows, {:.0} Gb/s link, MTU {} B, {} receive buffers per flow, {}",
+        c.flows,
+        link.gbps,
+        c.frame_bytes - crate::workloads::rx_stream::ETH_HEADER_BYTES,
+        c.ring_pages,
+        iommu_label(s)
+    );
+    let _ = writeln!(
+        text,
+        "Elapsed  Throughput  IOTLB misses  walk reads  DMA busy  CPU busy  drops"
+    );
+    let _ = writeln!(
+        text,
+        "secs.    Gb/s        per 4 KiB     per 4 KiB   %         %         packets"
+    );
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let (out, protection) = net::run_direct_rx(s, d, link)?;
+        let config = config_id(s, r, runs);
+        let t = &out.translation;
+        let lookups = t.iotlb_hits + t.iotlb_misses;
+        let m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "netperf")
+            .attr("direction", "read")
+            .attr("flows", c.flows)
+            .attr("seed", seed)
+            .attr("run", r)
+            .metric(Metric::new(
+                "net.throughput_gbps",
+                "Gb/s",
+                out.throughput_gbps,
+            ))
+            .metric(Metric::new("net.packets", "count", out.packets as f64))
+            .metric(Metric::new("net.drops", "count", out.drops as f64))
+            .metric(Metric::new(
+                "net.acks_per_4k",
+                "count",
+                per(out.acks as f64 * 4096.0, out.rx_bytes),
+            ))
+            .metric(Metric::new("cpu.busy_pct", "%", out.cpu_busy_pct))
+            .metric(Metric::new("link.busy_pct", "%", out.link_busy_pct))
+            .metric(Metric::new("dma.engine_busy_pct", "%", out.dma_busy_pct))
+            .metric(Metric::new(
+                "dma.inval_syncs",
+                "count",
+                out.dma_work.inval_syncs as f64,
+            ))
+            .metric(Metric::new(
+                "iotlb.misses_per_4k",
+                "count",
+                out.iotlb_misses_per_4k(),
+            ))
+            .metric(Metric::new(
+                "iotlb.walk_reads_per_4k",
+                "count",
+                out.walk_reads_per_4k(),
+            ))
+            .metric(Metric::new(
+                "iotlb.hit_pct",
+                "%",
+                per(t.iotlb_hits as f64 * 100.0, lookups),
+            ))
+            .metric(Metric::new("iotlb.misses", "count", t.iotlb_misses as f64))
+            .metric(Metric::new(
+                "iotlb.walk_reads",
+                "count",
+                t.walk_reads as f64,
+            ));
+        let m = with_protection(m, &protection);
+        let _ = writeln!(
+            text,
+            "{:<8.3} {:<11.2} {:<13.2} {:<11.2} {:<9.1} {:<9.1} {}",
+            secs,
+            out.throughput_gbps,
+            out.iotlb_misses_per_4k(),
+            out.walk_reads_per_4k(),
+            out.dma_busy_pct,
+            out.cpu_busy_pct,
+            out.drops
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "iperf-like TCP receive, {} flows on a {:.0} Gb/s NIC (direct DMA), {} ({} CPUs)",
+        c.flows, link.gbps, s.profile.name, s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+        dma_maps: None,
+    })
+}
+
 fn run_netperf(
     s: &LabScenario,
     n: &spec::NetperfSetup,
@@ -656,6 +766,9 @@ fn run_netperf(
     runs: u32,
 ) -> Result<LabRun, LabError> {
     use crate::workloads::netperf::StreamDirection;
+    if let Some(d) = &n.direct {
+        return run_direct_rx(s, d, link, base, runs);
+    }
     let dir = match n.stream.direction {
         StreamDirection::Write => "write",
         StreamDirection::Read => "read",

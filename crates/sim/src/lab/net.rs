@@ -1,8 +1,10 @@
 //! netperf-like TCP streams on a NIC (an mlx5 SR-IOV VF) in a PowerVM partition: the NIC,
 //! TCE path and stream models the `pseries-ddw` experiment's cells run, for one scenario.
-//! [`netperf_parts`] builds what a stream test runs on; the lab's run and the soak
+//! On x86 IOMMUs (or none) a netperf scenario runs the direct-DMA receive test instead
+//! ([`run_direct_rx`], the `fands-iotlb` experiment's cells). [`netperf_parts`] builds what a stream test runs on; the lab's run and the soak
 //! (`crate::soak`) both start from it.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use iolab_iommu::dma::Device;
@@ -11,9 +13,11 @@ use iolab_iommu::hw::PseriesIommu;
 use super::LabError;
 use crate::cost::PlatformProfile;
 use crate::devices::nic::{HvSerialisation, LinkConfig, NicError};
+use crate::devices::DeviceDma;
 use crate::engine::Sim;
 use crate::engine::SimConfig;
 use crate::workloads::netperf::{run_stream, StackCosts, StreamConfig, StreamResult};
+use crate::workloads::rx_stream::{run_rx_stream, RxPricing, RxStreamResult};
 
 use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
 use super::spec::{Devices, LabScenario, Workload};
@@ -95,4 +99,39 @@ pub(crate) fn run_netperf(
         e => model_err(e),
     })?;
     Ok((result, p.probe.read(p.translated, p.stream.run_ns)))
+}
+
+/// Runs the direct-DMA receive test of `s` (a netperf scenario on an x86 IOMMU or none,
+/// [`crate::workloads::rx_stream`]) once: the NIC's DMA through the unit the lab's IOMMU
+/// builder makes for `s` (its IOTLB and paging-structure caches), the driver's maps and
+/// unmaps priced by the profile. Returns the result and the unit's protection report.
+pub(crate) fn run_direct_rx(
+    s: &LabScenario,
+    d: &crate::lab::spec::DirectRx,
+    link: LinkConfig,
+) -> Result<(RxStreamResult, LabProtection), LabError> {
+    // The IOMMU model has no time of its own; a throw-away engine gives `build` a handle.
+    let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }))?;
+    let built = iommu::build(s, scratch.handle())?;
+    let dev = iommu::lab_device(64)?;
+    let ranges = RefCell::new(Vec::new());
+    let dma = DeviceDma {
+        smmu: None,
+        x86: built.x86.as_ref().map(|(p, _)| &**p),
+        path: &*built.path,
+        device: &dev,
+        ranges: &ranges,
+    };
+    let cost = s.profile.cpu_cost_model();
+    let wait = iommu::hardware_wait(s, built.poll_interval_ns);
+    let pricing = RxPricing {
+        cost: &cost,
+        hardware_wait: &*wait,
+    };
+    let out = run_rx_stream(&d.config, link, d.costs, pricing, &*built.path, dma, &dev)
+        .map_err(model_err)?;
+    Ok((
+        out,
+        built.protection.read(built.translated, d.config.run_ns),
+    ))
 }

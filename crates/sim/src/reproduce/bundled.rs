@@ -22,6 +22,10 @@ const BUNDLED: &[(&str, &str)] = &[
         "pseries-ddw",
         include_str!("../../../../scenarios/experiments/pseries-ddw.toml"),
     ),
+    (
+        "fands-iotlb",
+        include_str!("../../../../scenarios/experiments/fands-iotlb.toml"),
+    ),
     // The lab's own (not published): run only when named (`super::extra_names`).
     (
         "protection",

@@ -3,3 +3,4 @@ pub mod bonnie;
 pub mod fio;
 pub mod netperf;
 pub mod reaim;
+pub mod rx_stream;

@@ -52,7 +52,8 @@ pub use device::{Devices, NvmeSetup, ScsiSetup, SwiotlbSetup, UsbSetup};
 pub use iommu::{CmdqDesign, IommuMode, IommuModel, IommuSetup};
 pub use kernel::BlockKernel;
 pub use workload::{
-    BonnieSetup, DmaMapBenchmarkSetup, FioSetup, MapDirection, NetperfSetup, ReaimSetup, Workload,
+    BonnieSetup, DirectRx, DmaMapBenchmarkSetup, FioSetup, MapDirection, NetperfSetup, ReaimSetup,
+    Workload,
 };
 
 #[derive(Deserialize)]
@@ -277,21 +278,38 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let common = common(&doc, &f, base)?;
             one_device(&doc, f.device.len(), "netperf")?;
             instances(&doc, &common.iommu, &[None])?;
-            match common.iommu.mode {
+            let (link, nic, direct) = nic(&doc, &f.device[0])?;
+            let direct = match (common.iommu.model, common.iommu.mode) {
                 // A direct DDW is a static map: the NIC path maps by offset, with no pools
                 // and no per-I/O hypercalls (devices::nic::TceDma).
-                IommuMode::DefaultWindow | IommuMode::DdwDynamic | IommuMode::DdwDirect => {}
+                (_, IommuMode::DefaultWindow | IommuMode::DdwDynamic | IommuMode::DdwDirect) => {
+                    if let Some(field) = direct.given {
+                        return Err(doc
+                            .field_error(
+                                &format!("device[0].{field}"),
+                                "applies to the direct-DMA receive path (iommu.model = \"vtd\", \"amd-vi\" or \"none\"), not to the POWER TCE path",
+                            )
+                            .into());
+                    }
+                    None
+                }
+                // The direct-DMA receive path: the NIC's DMA through an x86 unit's caches,
+                // or untranslated (workloads::rx_stream).
+                (IommuModel::None, IommuMode::Off)
+                | (
+                    IommuModel::Vtd | IommuModel::AmdVi,
+                    IommuMode::Strict | IommuMode::Lazy | IommuMode::Passthrough,
+                ) => Some(direct),
                 _ => {
                     return Err(doc
                         .field_error(
                             "iommu.model",
-                            "the NIC model's DMA path is the POWER TCE path: expected \"pseries\"",
+                            "the NIC model's DMA paths are the POWER TCE path (\"pseries\") and the direct-DMA receive path (\"vtd\", \"amd-vi\" or \"none\")",
                         )
                         .into())
                 }
-            }
-            let (link, nic) = nic(&doc, &f.device[0])?;
-            let netperf = netperf(&doc, &f.workload, &common, nic)?;
+            };
+            let netperf = netperf(&doc, &f.workload, &common, nic, direct)?;
             let kernel = kernel(&doc, &f.kernel, 0, 0)?;
             Ok(common.finish(kernel, Devices::Nic(link), Workload::Netperf(Box::new(netperf))))
         }

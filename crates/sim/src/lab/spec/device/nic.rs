@@ -38,6 +38,23 @@ pub(in crate::lab::spec) struct NicSpec {
     rx_stride_bytes: Option<u64>,
     #[serde(default)]
     rx_recycle_pct: Option<u32>,
+    #[serde(default)]
+    dma_ns_per_4k: Option<f64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    rx_fifo_bytes: Option<u64>,
+}
+
+/// The NIC fields only the direct-DMA receive path (x86 IOMMUs or none) reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::lab::spec) struct NicDirect {
+    /// The IP MTU, bytes.
+    pub mtu: u64,
+    /// DMA engine time per 4 KiB, ns.
+    pub dma_ns_per_4k: f64,
+    /// Receive FIFO, bytes.
+    pub rx_fifo_bytes: u64,
+    /// The first of those fields the file gives (the POWER TCE path refuses them).
+    pub given: Option<&'static str>,
 }
 
 /// The NIC's `[[device]]` table: the port, its framing, rings, moderation and receive
@@ -50,6 +67,7 @@ pub(in crate::lab::spec) fn nic(
     (
         crate::devices::nic::LinkConfig,
         crate::workloads::netperf::StreamConfig,
+        NicDirect,
     ),
     InputError,
 > {
@@ -146,7 +164,32 @@ pub(in crate::lab::spec) fn nic(
             format!("expected less than mtu = {mtu} (MSS = MTU - TCP/IP headers), got {headers}"),
         ));
     }
-    Ok((LinkConfig::from_mtu(gbps, mtu, headers, framing), stream))
+    let direct = NicDirect {
+        mtu,
+        dma_ns_per_4k: dev.real(
+            "dma_ns_per_4k",
+            s.dma_ns_per_4k.unwrap_or(d::NIC_DMA_NS_PER_4K.0),
+            0.0..=1e6,
+        )?,
+        rx_fifo_bytes: dev.int(
+            "rx_fifo_bytes",
+            s.rx_fifo_bytes.unwrap_or(d::NIC_RX_FIFO_BYTES.0),
+            4096..=1 << 30,
+            "bytes",
+        )?,
+        given: if s.dma_ns_per_4k.is_some() {
+            Some("dma_ns_per_4k")
+        } else if s.rx_fifo_bytes.is_some() {
+            Some("rx_fifo_bytes")
+        } else {
+            None
+        },
+    };
+    Ok((
+        LinkConfig::from_mtu(gbps, mtu, headers, framing),
+        stream,
+        direct,
+    ))
 }
 
 #[cfg(test)]

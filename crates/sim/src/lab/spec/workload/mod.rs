@@ -9,7 +9,7 @@ pub(super) mod reaim;
 pub use bonnie::BonnieSetup;
 pub use dma_map_benchmark::{DmaMapBenchmarkSetup, MapDirection};
 pub use fio::FioSetup;
-pub use netperf::NetperfSetup;
+pub use netperf::{DirectRx, NetperfSetup};
 pub use reaim::ReaimSetup;
 
 /// The workload of a scenario.

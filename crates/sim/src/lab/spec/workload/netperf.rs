@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 use crate::lab::caps::*;
 use crate::lab::defaults as d;
+use crate::lab::spec::device::nic::NicDirect;
 use crate::lab::spec::fields::{range, Fields};
 use crate::lab::spec::Common;
 use crate::tomlfile::{InputError, TomlDoc};
@@ -44,6 +45,10 @@ pub(in crate::lab::spec) struct NetperfSpec {
     rx_per_skb_ns: Option<f64>,
     #[serde(default)]
     jitter_pct: Option<u32>,
+    #[serde(default)]
+    sender_burst_packets: Option<u64>,
+    #[serde(default)]
+    ack_ns: Option<f64>,
 }
 
 /// A validated netperf-like stream workload.
@@ -55,6 +60,17 @@ pub struct NetperfSetup {
     pub costs: crate::workloads::netperf::StackCosts,
     /// Whether the hypervisor serialises TCE updates per table.
     pub serialisation: crate::devices::nic::HvSerialisation,
+    /// The direct-DMA receive test (x86 IOMMUs or none), when the scenario runs it.
+    pub direct: Option<DirectRx>,
+}
+
+/// A receive test on the direct-DMA NIC path ([`crate::workloads::rx_stream`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DirectRx {
+    /// The test's configuration.
+    pub config: crate::workloads::rx_stream::RxStreamConfig,
+    /// The receiving stack's CPU costs.
+    pub costs: crate::workloads::rx_stream::RxCosts,
 }
 
 /// The netperf `[workload]` table: threads, direction, message and skb sizes, the TCP byte
@@ -64,6 +80,7 @@ pub(in crate::lab::spec) fn netperf(
     s: &NetperfSpec,
     c: &Common,
     mut stream: crate::workloads::netperf::StreamConfig,
+    direct: Option<NicDirect>,
 ) -> Result<NetperfSetup, InputError> {
     let wl = Fields::new(doc, "workload");
     use crate::devices::nic::HvSerialisation;
@@ -80,13 +97,22 @@ pub(in crate::lab::spec) fn netperf(
             ))
         }
     };
-    let max_threads = c.cpus.min(MAX_THREADS as usize);
-    stream.threads = wl.int(
-        "threads",
-        s.threads.unwrap_or(1),
-        1..=max_threads,
-        "(at most machine.cpus; cap MAX_THREADS)",
-    )?;
+    stream.threads = if direct.is_some() {
+        wl.int(
+            "threads",
+            s.threads.unwrap_or(1),
+            1..=MAX_THREADS as usize,
+            "flows (cap MAX_THREADS; flow i runs on CPU i mod machine.cpus)",
+        )?
+    } else {
+        let max_threads = c.cpus.min(MAX_THREADS as usize);
+        wl.int(
+            "threads",
+            s.threads.unwrap_or(1),
+            1..=max_threads,
+            "(at most machine.cpus; cap MAX_THREADS)",
+        )?
+    };
     wl.set_int(
         &mut stream.message_bytes,
         "message_bytes",
@@ -194,6 +220,23 @@ pub(in crate::lab::spec) fn netperf(
         )?,
     }
     .with_profile(&c.profile);
+    let direct = match direct {
+        Some(n) => Some(direct_rx(doc, s, &stream, &costs, c, n)?),
+        None => {
+            for (field, given) in [
+                ("sender_burst_packets", s.sender_burst_packets.is_some()),
+                ("ack_ns", s.ack_ns.is_some()),
+            ] {
+                if given {
+                    return Err(doc.field_error(
+                        &format!("workload.{field}"),
+                        "applies to the direct-DMA receive path (iommu.model = \"vtd\", \"amd-vi\" or \"none\"), not to the POWER TCE path",
+                    ));
+                }
+            }
+            None
+        }
+    };
     Ok(NetperfSetup {
         stream,
         costs,
@@ -202,7 +245,72 @@ pub(in crate::lab::spec) fn netperf(
         } else {
             HvSerialisation::None
         },
+        direct,
     })
+}
+
+/// The direct-DMA receive test of a netperf scenario on an x86 IOMMU (or none): receive
+/// direction only, one packet per receive buffer.
+fn direct_rx(
+    doc: &TomlDoc<'_>,
+    s: &NetperfSpec,
+    stream: &crate::workloads::netperf::StreamConfig,
+    costs: &crate::workloads::netperf::StackCosts,
+    c: &Common,
+    n: NicDirect,
+) -> Result<DirectRx, InputError> {
+    use crate::workloads::netperf::StreamDirection;
+    use crate::workloads::rx_stream::{RxCosts, RxStreamConfig, ETH_HEADER_BYTES};
+    let wl = Fields::new(doc, "workload");
+    if stream.direction != StreamDirection::Read {
+        return Err(doc.field_error(
+            "workload.direction",
+            "the direct-DMA NIC path (x86 IOMMUs or none) models the receive side only: expected \"read\"",
+        ));
+    }
+    let frame = n.mtu + ETH_HEADER_BYTES;
+    if frame > stream.page_bytes {
+        return Err(doc.field_error(
+            "device[0].mtu",
+            format!(
+                "the direct-DMA NIC path puts one packet in one receive buffer of workload.page_bytes = {}: expected at most {}, got {}",
+                stream.page_bytes,
+                stream.page_bytes - ETH_HEADER_BYTES,
+                n.mtu
+            ),
+        ));
+    }
+    let config = RxStreamConfig {
+        flows: stream.threads,
+        cpus: c.cpus,
+        ring_pages: stream.rx_ring_pages,
+        tx_ring_entries: stream.tx_ring_entries,
+        page_bytes: stream.page_bytes,
+        frame_bytes: frame,
+        burst_packets: wl.int(
+            "sender_burst_packets",
+            s.sender_burst_packets
+                .unwrap_or(d::NETPERF_SENDER_BURST_PACKETS.0),
+            1..=1 << 16,
+            "packets",
+        )?,
+        fifo_bytes: n.rx_fifo_bytes,
+        dma_ns_per_4k: n.dma_ns_per_4k,
+        coalesce_frames: stream.rx_coalescing.frames,
+        coalesce_ns: stream.rx_coalescing.usecs * 1000,
+        gro_bytes: stream.tso_max_bytes,
+        recycle_pct: stream.rx_recycle_pct,
+        run_ns: stream.run_ns,
+        warmup_ns: stream.warmup_ns,
+    };
+    let costs = RxCosts {
+        irq_ns: costs.irq_ns,
+        per_packet_ns: costs.rx_per_packet_ns,
+        per_skb_ns: costs.rx_per_skb_ns,
+        ack_ns: wl.real("ack_ns", s.ack_ns.unwrap_or(d::NETPERF_ACK_NS.0), 0.0..=1e9)?,
+        copy_bytes_per_ns: costs.copy_bytes_per_ns,
+    };
+    Ok(DirectRx { config, costs })
 }
 
 #[cfg(test)]

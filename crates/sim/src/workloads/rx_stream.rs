@@ -1,0 +1,567 @@
+//! An iperf-like receive test on a NIC that DMAs through an x86 IOMMU (VT-d or AMD-Vi) or
+//! none: N flows, one receive queue each, a remote sender filling the wire, the NIC writing
+//! every packet into a mapped 4 KiB receive buffer through the IOMMU's IOTLB and
+//! paging-structure caches, and the receiving CPUs unmapping used buffers, mapping fresh
+//! ones and answering with TCP ACKs that the NIC reads through the same IOMMU.
+//!
+//! The pieces, each a stated model (docs/model/fands-iotlb.md):
+//!
+//! - **Wire**: the sender paces packets at line rate, `burst_packets` of one flow at a time,
+//!   flows in turn. Packets wait in the NIC's receive FIFO (`fifo_bytes`); when it is full
+//!   the sender waits (a lossless stand-in for TCP's congestion control: throughput is what
+//!   the bottleneck passes, no drops or retransmissions are modelled).
+//! - **DMA engine**: one server in FIFO order, as Rubin et al.'s model (SOSP'24 §2.2) puts
+//!   it: each packet costs `dma_ns_per_4k` per 4 KiB moved plus the time of every IOMMU
+//!   translation the packet needs (the profile's `iommu.iotlb_lookup`,
+//!   `iommu.walk_cache_lookup` and `iommu.walk_read` per IOTLB lookup, miss and table
+//!   read). Per received packet the NIC reads its receive descriptor (one 64-byte line of
+//!   four 16-byte WQEs every fourth packet), writes the frame into the descriptor's buffer
+//!   and writes a 64-byte completion (CQE); per ACK it reads the send descriptor and the
+//!   ACK's header buffer and writes a send completion. Every one of those DMAs translates
+//!   through the unit ([`DeviceDma`]): the misses and walk reads are the unit's own.
+//! - **Receive processing**: per flow, completions raise an interrupt after
+//!   `coalesce_usecs` or `coalesce_frames`, whichever first (NAPI then polls until the
+//!   queue is empty). A poll on the flow's CPU processes its completed packets: GRO merges
+//!   consecutive packets of the flow up to `gro_bytes`; per packet the buffer is unmapped
+//!   (strict: a page-selective invalidation and a wait) unless the page cache recycles it
+//!   (`recycle_pct`), and a fresh page mapped and posted; TCP acknowledges every second
+//!   full segment, once per GRO skb at most (an ACK is one mapped header buffer, unmapped
+//!   when its send completion is processed in the flow's next poll). CPU time is the stack
+//!   costs plus the map and unmap work as the profile prices it (hardware waits
+//!   uncontended).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use iolab_iommu::addr::{Access, DmaAddr, PhysAddr};
+use iolab_iommu::dma::{Device, Direction};
+use iolab_iommu::hw::{DmaPath, MappedBuffer};
+use iolab_iommu::work::WorkRecord;
+
+use crate::cost::CpuCostModel;
+use crate::devices::nic::LinkConfig;
+use crate::devices::DeviceDma;
+
+/// Bytes of one receive or send completion entry (mlx5 CQE).
+const CQE_BYTES: u64 = 64;
+/// Bytes of one receive descriptor (mlx5 WQE with one data segment).
+const RX_WQE_BYTES: u64 = 16;
+/// Bytes of one send descriptor (mlx5 WQE: control, Ethernet and data segments).
+const TX_WQE_BYTES: u64 = 64;
+/// Bytes of a TCP ACK frame the NIC reads (Ethernet 14 + IP 20 + TCP 20 + timestamps 12).
+const ACK_BYTES: u64 = 66;
+/// Ethernet header bytes the NIC writes ahead of the IP packet.
+pub const ETH_HEADER_BYTES: u64 = 14;
+
+/// One receive test's configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RxStreamConfig {
+    /// Flows, one receive queue and one send queue each.
+    pub flows: usize,
+    /// CPUs; flow `i` is processed on CPU `i % cpus`.
+    pub cpus: usize,
+    /// Receive buffers posted per queue (descriptors of one page each).
+    pub ring_pages: usize,
+    /// Send descriptors per queue (the send ring the ACKs use).
+    pub tx_ring_entries: usize,
+    /// Receive buffer size (the kernel's page size).
+    pub page_bytes: u64,
+    /// Bytes the NIC writes per packet (the IP MTU plus the Ethernet header), at most
+    /// `page_bytes`.
+    pub frame_bytes: u64,
+    /// Packets of one flow the sender puts on the wire back to back.
+    pub burst_packets: u64,
+    /// The NIC's receive FIFO, bytes.
+    pub fifo_bytes: u64,
+    /// DMA engine time per 4 KiB moved, ns (without translation).
+    pub dma_ns_per_4k: f64,
+    /// Interrupt moderation: completions per interrupt.
+    pub coalesce_frames: u64,
+    /// Interrupt moderation: longest hold of a completion, ns.
+    pub coalesce_ns: u64,
+    /// Largest GRO skb, bytes of payload.
+    pub gro_bytes: u64,
+    /// Percent of used receive pages the page cache recycles (still mapped).
+    pub recycle_pct: u32,
+    /// Virtual run length, ns.
+    pub run_ns: u64,
+    /// Start of the measured window, ns.
+    pub warmup_ns: u64,
+}
+
+/// The network stack's CPU costs on the receiving host, ns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RxCosts {
+    /// One interrupt and NAPI poll start.
+    pub irq_ns: f64,
+    /// Driver work per received packet.
+    pub per_packet_ns: f64,
+    /// TCP receive work per GRO skb.
+    pub per_skb_ns: f64,
+    /// Building and sending one ACK (TCP output, driver, doorbell).
+    pub ack_ns: f64,
+    /// Copy bandwidth to the user buffer, bytes per ns.
+    pub copy_bytes_per_ns: f64,
+}
+
+/// What one receive test measured (the window after the warm-up).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RxStreamResult {
+    /// Payload delivered, Gb/s.
+    pub throughput_gbps: f64,
+    /// Frame bytes the NIC wrote into receive buffers.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub packets: u64,
+    /// Packets that found no posted buffer (dropped by the NIC).
+    pub drops: u64,
+    /// ACKs sent.
+    pub acks: u64,
+    /// The device's translations (IOTLB hits and misses, walk reads) over every DMA.
+    pub translation: WorkRecord,
+    /// Map and unmap work of the driver.
+    pub dma_work: WorkRecord,
+    /// DMA engine busy share, percent.
+    pub dma_busy_pct: f64,
+    /// Wire busy share, percent.
+    pub link_busy_pct: f64,
+    /// Mean busy share of the CPUs running flows, percent.
+    pub cpu_busy_pct: f64,
+}
+
+impl RxStreamResult {
+    /// 4 KiB units of received frame data.
+    fn pages_of_data(&self) -> f64 {
+        (self.rx_bytes as f64 / 4096.0).max(f64::MIN_POSITIVE)
+    }
+
+    /// IOTLB misses per 4 KiB of received data.
+    pub fn iotlb_misses_per_4k(&self) -> f64 {
+        self.translation.iotlb_misses as f64 / self.pages_of_data()
+    }
+
+    /// Page-table memory reads per 4 KiB of received data.
+    pub fn walk_reads_per_4k(&self) -> f64 {
+        self.translation.walk_reads as f64 / self.pages_of_data()
+    }
+}
+
+/// Why a receive test failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RxStreamError {
+    /// A map or unmap was refused, or a device access faulted.
+    #[error("{0}")]
+    Dma(String),
+}
+
+/// How the test prices the driver's map and unmap work.
+pub struct RxPricing<'a> {
+    /// The profile's CPU costs (counted steps, locks, translations).
+    pub cost: &'a CpuCostModel,
+    /// The hardware waits of a map or unmap (invalidation queue), ns.
+    pub hardware_wait: &'a dyn Fn(&WorkRecord) -> f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// The DMA engine takes the next packet off the FIFO.
+    Rx,
+    /// A flow's interrupt or NAPI repoll (generation).
+    Poll(usize, u64),
+}
+
+struct Flow {
+    rx_ring: VecDeque<MappedBuffer>,
+    /// DMA'd packets not yet processed: (buffer, completion time, frame bytes).
+    done: VecDeque<(MappedBuffer, u64, u64)>,
+    rq: MappedBuffer,
+    cq: MappedBuffer,
+    sq: MappedBuffer,
+    txcq: MappedBuffer,
+    rx_index: u64,
+    tx_index: u64,
+    /// ACK buffers whose send completion the next poll processes.
+    acks_out: Vec<MappedBuffer>,
+    /// Whether an interrupt (or repoll) is pending, and its generation.
+    armed: bool,
+    gen: u64,
+    /// Full segments received since the last ACK.
+    unacked: u64,
+    recycle_acc: u32,
+}
+
+struct State<'a> {
+    cfg: RxStreamConfig,
+    link: LinkConfig,
+    costs: RxCosts,
+    pricing: RxPricing<'a>,
+    path: &'a dyn DmaPath,
+    dma: DeviceDma<'a>,
+    dev: &'a Device,
+    flows: Vec<Flow>,
+    core_free: Vec<u64>,
+    cpu_busy: Vec<f64>,
+    dma_free: f64,
+    dma_busy: f64,
+    next_pa: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    /// Departure times of the packets still counted in the FIFO window.
+    departures: VecDeque<u64>,
+    fifo_packets: usize,
+    last_arrival: f64,
+    wire_busy: f64,
+    packet: u64,
+    out: RxStreamResult,
+}
+
+fn dma_err(e: impl std::fmt::Display) -> RxStreamError {
+    RxStreamError::Dma(e.to_string())
+}
+
+impl State<'_> {
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn in_window(&self, t: u64) -> bool {
+        t >= self.cfg.warmup_ns && t < self.cfg.run_ns
+    }
+
+    fn fresh_pa(&mut self) -> PhysAddr {
+        let pa = PhysAddr::new(self.next_pa);
+        self.next_pa += self.cfg.page_bytes;
+        pa
+    }
+
+    fn map(
+        &mut self,
+        len: u64,
+        dir: Direction,
+        cpu: usize,
+        w: &mut WorkRecord,
+    ) -> Result<MappedBuffer, RxStreamError> {
+        let pa = self.fresh_pa();
+        self.path
+            .map_single(self.dev, pa, len, dir, cpu, w)
+            .map_err(dma_err)
+    }
+
+    fn unmap(
+        &mut self,
+        buf: MappedBuffer,
+        cpu: usize,
+        now: u64,
+        w: &mut WorkRecord,
+    ) -> Result<(), RxStreamError> {
+        self.path
+            .unmap_single(buf, cpu, now, w)
+            .map_err(|r| dma_err(r.error))
+    }
+
+    /// The device moves `len` bytes at `dma`; returns the translation time, ns.
+    fn device(
+        &mut self,
+        dma: u64,
+        len: u64,
+        access: Access,
+        now: u64,
+    ) -> Result<f64, RxStreamError> {
+        let mut tw = WorkRecord::new();
+        self.dma
+            .transfer(DmaAddr(dma), len, access, &mut tw)
+            .map_err(RxStreamError::Dma)?;
+        if self.in_window(now) {
+            self.out.translation += &tw;
+        }
+        Ok(self.pricing.cost.translation_ns(&tw))
+    }
+
+    /// CPU time of the driver's map and unmap work `w`, ns.
+    fn work_ns(&mut self, w: &WorkRecord, now: u64) -> f64 {
+        if self.in_window(now) {
+            self.out.dma_work += w;
+        }
+        self.pricing.cost.cpu_ns(w)
+            + self.pricing.cost.locks_uncontended_ns(w)
+            + (self.pricing.hardware_wait)(w)
+    }
+
+    fn flow_of(&self, packet: u64) -> usize {
+        ((packet / self.cfg.burst_packets.max(1)) % self.cfg.flows as u64) as usize
+    }
+
+    /// The DMA engine takes packet `self.packet` at `now`.
+    fn rx(&mut self, now: u64) -> Result<(), RxStreamError> {
+        let f = self.flow_of(self.packet);
+        let frame = self.cfg.frame_bytes;
+        let mut ns = 0.0;
+        let start = self.dma_free.max(now as f64);
+        let delivered = match self.flows[f].rx_ring.pop_front() {
+            None => {
+                if self.in_window(now) {
+                    self.out.drops += 1;
+                }
+                false
+            }
+            Some(buf) => {
+                let idx = self.flows[f].rx_index;
+                self.flows[f].rx_index += 1;
+                let ring = self.cfg.ring_pages as u64;
+                if idx % 4 == 0 {
+                    let at = self.flows[f].rq.dma_addr().0 + (idx % ring) * RX_WQE_BYTES;
+                    ns += self.device(at, 64.min(RX_WQE_BYTES * 4), Access::Read, now)?;
+                }
+                ns += self.device(buf.dma_addr().0, frame, Access::Write, now)?;
+                let at = self.flows[f].cq.dma_addr().0 + (idx % ring) * CQE_BYTES;
+                ns += self.device(at, CQE_BYTES, Access::Write, now)?;
+                ns += self.cfg.dma_ns_per_4k * frame as f64 / 4096.0;
+                let done = (start + ns).ceil() as u64;
+                self.flows[f].done.push_back((buf, done, frame));
+                self.completion(f, done);
+                true
+            }
+        };
+        self.dma_free = start + ns;
+        if self.in_window(now) {
+            self.dma_busy += ns;
+            if delivered {
+                self.out.packets += 1;
+                self.out.rx_bytes += frame;
+            }
+        }
+        // The next packet: on the wire after this one, and into the FIFO once a packet
+        // has left it when it is full.
+        let end = self.dma_free.ceil() as u64;
+        self.departures.push_back(end);
+        let wire = self.link.wire_ns(self.link.mss);
+        let mut arrival = self.last_arrival + wire;
+        if self.departures.len() >= self.fifo_packets {
+            let freed = self.departures.pop_front().unwrap_or(0) as f64;
+            arrival = arrival.max(freed);
+        }
+        if self.in_window(arrival as u64) {
+            self.wire_busy += wire;
+        }
+        self.last_arrival = arrival;
+        self.packet += 1;
+        let next = arrival.max(self.dma_free).ceil() as u64;
+        self.push(next, Ev::Rx);
+        Ok(())
+    }
+
+    /// Flow `f` has a completion at `done`: arm its interrupt.
+    fn completion(&mut self, f: usize, done: u64) {
+        let fl = &mut self.flows[f];
+        if fl.armed {
+            // Enough frames: the moderation fires now.
+            if fl.done.len() as u64 == self.cfg.coalesce_frames {
+                fl.gen += 1;
+                let g = fl.gen;
+                self.push(done, Ev::Poll(f, g));
+            }
+            return;
+        }
+        fl.armed = true;
+        fl.gen += 1;
+        let g = fl.gen;
+        let at = if self.cfg.coalesce_frames <= 1 {
+            done
+        } else {
+            done + self.cfg.coalesce_ns
+        };
+        self.push(at, Ev::Poll(f, g));
+    }
+
+    /// NAPI poll of flow `f` at `now`.
+    fn poll(&mut self, f: usize, now: u64) -> Result<(), RxStreamError> {
+        let cpu = f % self.cfg.cpus.max(1);
+        if self.core_free[cpu] > now {
+            let g = self.flows[f].gen;
+            let at = self.core_free[cpu];
+            self.push(at, Ev::Poll(f, g));
+            return Ok(());
+        }
+        let mut ns = self.costs.irq_ns;
+        // Send completions: the ACK buffers go.
+        let acks = std::mem::take(&mut self.flows[f].acks_out);
+        for b in acks {
+            let mut w = WorkRecord::new();
+            self.unmap(b, cpu, now, &mut w)?;
+            ns += self.work_ns(&w, now);
+        }
+        let mut skb_bytes = 0u64;
+        let mut skb_segs = 0u64;
+        while let Some(&(_, done, _)) = self.flows[f].done.front() {
+            if done > now {
+                break;
+            }
+            let Some((buf, _, _)) = self.flows[f].done.pop_front() else {
+                break;
+            };
+            let payload = self.link.mss;
+            ns +=
+                self.costs.per_packet_ns + payload as f64 / self.costs.copy_bytes_per_ns.max(1e-9);
+            let mut w = WorkRecord::new();
+            let fl = &mut self.flows[f];
+            fl.recycle_acc += self.cfg.recycle_pct;
+            if fl.recycle_acc >= 100 {
+                fl.recycle_acc -= 100;
+                fl.rx_ring.push_back(buf);
+            } else {
+                self.unmap(buf, cpu, now, &mut w)?;
+                let fresh = self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?;
+                self.flows[f].rx_ring.push_back(fresh);
+            }
+            ns += self.work_ns(&w, now);
+            if skb_bytes + payload > self.cfg.gro_bytes && skb_segs > 0 {
+                ns += self.skb(f, cpu, skb_segs, now)?;
+                skb_bytes = 0;
+                skb_segs = 0;
+            }
+            skb_bytes += payload;
+            skb_segs += 1;
+        }
+        if skb_segs > 0 {
+            ns += self.skb(f, cpu, skb_segs, now)?;
+        }
+        let end = now + ns.ceil() as u64;
+        self.core_free[cpu] = end;
+        if self.in_window(now) {
+            self.cpu_busy[cpu] += ns;
+        }
+        let fl = &mut self.flows[f];
+        match fl.done.front() {
+            // NAPI polls again while the queue has work (a completion still in flight is
+            // picked up when it lands).
+            Some(&(_, done, _)) => {
+                fl.gen += 1;
+                let g = fl.gen;
+                self.push(done.max(end), Ev::Poll(f, g));
+            }
+            None => fl.armed = false,
+        }
+        Ok(())
+    }
+
+    /// One GRO skb of `segs` segments handed to TCP on flow `f`: its cost, and an ACK when
+    /// two full segments await one.
+    fn skb(&mut self, f: usize, cpu: usize, segs: u64, now: u64) -> Result<f64, RxStreamError> {
+        let mut ns = self.costs.per_skb_ns;
+        self.flows[f].unacked += segs;
+        if self.flows[f].unacked < 2 {
+            return Ok(ns);
+        }
+        self.flows[f].unacked = 0;
+        ns += self.costs.ack_ns;
+        let mut w = WorkRecord::new();
+        let buf = self.map(ACK_BYTES, Direction::ToDevice, cpu, &mut w)?;
+        ns += self.work_ns(&w, now);
+        // The NIC reads the send descriptor and the frame and writes the completion.
+        let idx = self.flows[f].tx_index;
+        self.flows[f].tx_index += 1;
+        let ring = self.cfg.tx_ring_entries as u64;
+        let sq = self.flows[f].sq.dma_addr().0 + (idx % ring) * TX_WQE_BYTES;
+        let cq = self.flows[f].txcq.dma_addr().0 + (idx % ring) * CQE_BYTES;
+        let mut dns = self.device(sq, TX_WQE_BYTES, Access::Read, now)?;
+        dns += self.device(buf.dma_addr().0, ACK_BYTES, Access::Read, now)?;
+        dns += self.device(cq, CQE_BYTES, Access::Write, now)?;
+        dns += self.cfg.dma_ns_per_4k * ACK_BYTES as f64 / 4096.0;
+        self.dma_free = self.dma_free.max(now as f64) + dns;
+        if self.in_window(now) {
+            self.dma_busy += dns;
+            self.out.acks += 1;
+        }
+        self.flows[f].acks_out.push(buf);
+        Ok(ns)
+    }
+}
+
+/// Runs the receive test: `path` is what the driver maps through, `dma` how the device's
+/// accesses reach memory (both from the lab's IOMMU builder).
+pub(crate) fn run_rx_stream(
+    cfg: &RxStreamConfig,
+    link: LinkConfig,
+    costs: RxCosts,
+    pricing: RxPricing<'_>,
+    path: &dyn DmaPath,
+    dma: DeviceDma<'_>,
+    dev: &Device,
+) -> Result<RxStreamResult, RxStreamError> {
+    let frame = cfg.frame_bytes;
+    let mut st = State {
+        cfg: *cfg,
+        link,
+        costs,
+        pricing,
+        path,
+        dma,
+        dev,
+        flows: Vec::new(),
+        core_free: vec![0; cfg.cpus.max(1)],
+        cpu_busy: vec![0.0; cfg.cpus.max(1)],
+        dma_free: 0.0,
+        dma_busy: 0.0,
+        next_pa: 1 << 32,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        departures: VecDeque::new(),
+        fifo_packets: (cfg.fifo_bytes / frame.max(1)).max(1) as usize,
+        last_arrival: 0.0,
+        wire_busy: 0.0,
+        packet: 0,
+        out: RxStreamResult::default(),
+    };
+    // Set-up: each queue's rings (coherent, mapped once) and posted buffers, mapped on
+    // the flow's CPU.
+    for f in 0..cfg.flows {
+        let cpu = f % cfg.cpus.max(1);
+        let mut w = WorkRecord::new();
+        let ring = cfg.ring_pages as u64;
+        let tx = cfg.tx_ring_entries as u64;
+        let rq = st.map(ring * RX_WQE_BYTES, Direction::Bidirectional, cpu, &mut w)?;
+        let cq = st.map(ring * CQE_BYTES, Direction::Bidirectional, cpu, &mut w)?;
+        let sq = st.map(tx * TX_WQE_BYTES, Direction::Bidirectional, cpu, &mut w)?;
+        let txcq = st.map(tx * CQE_BYTES, Direction::Bidirectional, cpu, &mut w)?;
+        st.next_pa += 64 << 10;
+        let mut rx_ring = VecDeque::with_capacity(cfg.ring_pages);
+        for _ in 0..cfg.ring_pages {
+            rx_ring.push_back(st.map(cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?);
+        }
+        st.flows.push(Flow {
+            rx_ring,
+            done: VecDeque::new(),
+            rq,
+            cq,
+            sq,
+            txcq,
+            rx_index: 0,
+            tx_index: 0,
+            acks_out: Vec::new(),
+            armed: false,
+            gen: 0,
+            unacked: 0,
+            recycle_acc: 0,
+        });
+    }
+    st.push(0, Ev::Rx);
+    while let Some(Reverse((t, _, ev))) = st.heap.pop() {
+        if t >= cfg.run_ns {
+            break;
+        }
+        match ev {
+            Ev::Rx => st.rx(t)?,
+            Ev::Poll(f, g) if st.flows[f].gen == g => st.poll(f, t)?,
+            Ev::Poll(..) => {}
+        }
+    }
+    let window = (cfg.run_ns - cfg.warmup_ns).max(1) as f64;
+    let mut out = st.out;
+    out.throughput_gbps = out.packets as f64 * link.mss as f64 * 8.0 / window;
+    out.dma_busy_pct = (st.dma_busy / window * 100.0).min(100.0);
+    out.link_busy_pct = (st.wire_busy / window * 100.0).min(100.0);
+    let used = cfg.cpus.min(cfg.flows).max(1);
+    out.cpu_busy_pct = st.cpu_busy.iter().sum::<f64>() / (used as f64 * window) * 100.0;
+    Ok(out)
+}
