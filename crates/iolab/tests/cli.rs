@@ -230,7 +230,13 @@ fn reproduce_reports_both_fidelity_goals_consistently_in_json_and_text() {
         .collect();
     assert_eq!(
         names,
-        ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"]
+        [
+            "ipmmu-usb",
+            "smmuv3-cmdq",
+            "sba-vmerge",
+            "pseries-ddw",
+            "fands-iotlb"
+        ]
     );
     let out = iolab(&["--no-db", "reproduce"]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -23,7 +23,13 @@ pub use data::{CellRef, ExperimentFile, PublishedFrom};
 
 /// The published experiments (SEEDS.md), in the order `iolab reproduce` runs them when no
 /// name is given. Each is a bundled experiment file ([`bundled::names`]).
-pub const PUBLISHED_ORDER: [&str; 4] = ["ipmmu-usb", "smmuv3-cmdq", "sba-vmerge", "pseries-ddw"];
+pub const PUBLISHED_ORDER: [&str; 5] = [
+    "ipmmu-usb",
+    "smmuv3-cmdq",
+    "sba-vmerge",
+    "pseries-ddw",
+    "fands-iotlb",
+];
 
 /// The published experiments `iolab reproduce` runs when no name is given, in
 /// [`PUBLISHED_ORDER`]: the bundled experiment files that are published experiments.
