@@ -18,7 +18,7 @@
 //!   four 16-byte WQEs every fourth packet), writes the frame into the descriptor's buffer
 //!   and writes a 64-byte completion (CQE); per ACK it reads the send descriptor and the
 //!   ACK's header buffer and writes a send completion. Every one of those DMAs translates
-//!   through the unit ([`DeviceDma`]): the misses and walk reads are the unit's own.
+//!   through the unit (the devices module's `DeviceDma`): the misses and walk reads are the unit's own.
 //! - **Receive processing**: per flow, completions raise an interrupt after
 //!   `coalesce_usecs` or `coalesce_frames`, whichever first (NAPI then polls until the
 //!   queue is empty). A poll on the flow's CPU processes its completed packets: GRO merges
