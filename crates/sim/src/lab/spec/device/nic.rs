@@ -251,8 +251,8 @@ mod tests {
                 "model = \"pseries\"\nmode = \"default-window\"",
                 "model = \"none\"",
             ),
-            "iommu.model",
-            "the NIC model's DMA path is the POWER TCE path: expected \"pseries\"",
+            "workload.direction",
+            "the direct-DMA NIC path (x86 IOMMUs or none) models the receive side only: expected \"read\"",
         );
     }
 }
