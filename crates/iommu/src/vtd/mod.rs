@@ -74,12 +74,16 @@
 //! ```
 
 pub mod device;
+pub mod devtlb;
 pub mod invalidator;
 pub mod pgtable;
+pub mod scalable;
 pub mod spec;
 
 pub use device::{
     qi_status, Dmar, DmarConfig, DmarDomain, DmarError, DmarFault, DmarStats, DmarTranslation,
 };
+pub use devtlb::{AtcEntry, AtcSelect, DevTlb};
 pub use invalidator::{iotlb_flush_desc, psi_mask, QiError, VtdInvalidator};
 pub use pgtable::{VtdPageTable, VtdStage, VtdTableConfig, VtdTableError};
+pub use scalable::{VtdRequest, VtdTranslation};
