@@ -1923,6 +1923,105 @@ mod tests {
     }
 
     #[test]
+    fn pasid_cache_and_pasid_devtlb_descriptors() {
+        // Type 7, G = 1 (PASID-selective): 7 | 1 << 4 | DID 9 << 16 | PASID 0x12 << 32.
+        let pc = InvDesc::PasidCache {
+            did: 9,
+            granularity: PcGranularity::Pasid { pasid: 0x12 },
+        };
+        assert_eq!(pc.encode().unwrap(), [0x12_0009_0017, 0]);
+        let all = InvDesc::PasidCache {
+            did: 9,
+            granularity: PcGranularity::Domain,
+        };
+        assert_eq!(all.encode().unwrap(), [0x9_0007, 0]);
+        let glob = InvDesc::PasidCache {
+            did: 0,
+            granularity: PcGranularity::Global,
+        };
+        assert_eq!(glob.encode().unwrap(), [0x37, 0]);
+        // G = 2 is reserved; word 1 must be zero.
+        assert_eq!(
+            InvDesc::decode([0x27, 0]),
+            Err(DescDecodeError::BadGranularity { ty: 7, g: 2 })
+        );
+        assert!(matches!(
+            InvDesc::decode([0x17, 1]),
+            Err(DescDecodeError::Reserved { ty: 7, word: 1, .. })
+        ));
+
+        // Type 8: QDEP 3 << 4, PFSID 0x1234 (4 at 15:12, 0x123 at 63:52), SID 0x0300 << 16,
+        // PASID 5 << 32; word 1: ADDR | S << 11 | G.
+        let d = InvDesc::PasidDeviceTlb {
+            sid: 0x0300,
+            pfsid: 0x1234,
+            qdep: 3,
+            pasid: 5,
+            global: false,
+            addr: 0x1_1000,
+            size: true,
+        };
+        assert_eq!(d.encode().unwrap(), [0x1230_0005_0300_4038, 0x1_1800]);
+        let g = InvDesc::PasidDeviceTlb {
+            sid: 0x0300,
+            pfsid: 0x1234,
+            qdep: 3,
+            pasid: 5,
+            global: true,
+            addr: 0x1_1000,
+            size: false,
+        };
+        assert_eq!(g.encode().unwrap()[1], 0x1_1001);
+        for x in [pc, all, glob, d, g] {
+            assert_eq!(InvDesc::decode(x.encode().unwrap()), Ok(x));
+        }
+        // Bits 10:1 of word 1 are reserved.
+        assert!(matches!(
+            InvDesc::decode([0x8, 0x1_1002]),
+            Err(DescDecodeError::Reserved { ty: 8, word: 1, bits: 2 })
+        ));
+    }
+
+    #[test]
+    fn devtlb_size_encoding_by_hand() {
+        // One page: S = 0, the address as is.
+        assert_eq!(devtlb_addr(0x1_2000, 0), (0x1_2000, false));
+        // 2 pages from 0x1_2000: page number 0x12 has bit 0 (address bit 12) = 0 → 8 KiB.
+        assert_eq!(devtlb_addr(0x1_2000, 1), (0x1_2000, true));
+        assert_eq!(devtlb_range(0x1_2000, true), (0x1_2000, 0x2000));
+        // 4 pages from 0x1_0000: bit 12 set, bit 13 clear → page number 0x11, 16 KiB.
+        assert_eq!(devtlb_addr(0x1_0000, 2), (0x1_1000, true));
+        // Not aligned: 0x1_3000 with 4 pages is aligned down to 0x1_0000 first.
+        assert_eq!(devtlb_addr(0x1_3000, 2), (0x1_1000, true));
+        // 512 pages (2 MiB) at 0x20_0000: bits 12..19 set, bit 20 clear → 0x2F_F000.
+        assert_eq!(devtlb_addr(0x20_0000, 9), (0x2F_F000, true));
+        assert_eq!(devtlb_range(0x2F_F000, true), (0x20_0000, 0x20_0000));
+        // Linux's full flush (mask 52) sets bits 62:12: the whole space.
+        let (all, s) = devtlb_addr(0, 52);
+        assert_eq!((all, s), (0x7FFF_FFFF_FFFF_F000, true));
+        assert_eq!(devtlb_range(all, s), (0, 0));
+        // Round trip for every mask and a sample of addresses.
+        for mask in 1..40 {
+            for addr in [0u64, 0x1234_5000, 0xFFFF_F000, 0x7_6543_2100_0000] {
+                let (a, s) = devtlb_addr(addr, mask);
+                let size = 1u64 << (12 + mask);
+                assert_eq!(devtlb_range(a, s), (addr & !(size - 1), size), "{addr:#x} {mask}");
+            }
+        }
+    }
+
+    #[test]
+    fn rtaddr_ttm_and_sm_reason_codes() {
+        assert_eq!(rtaddr_encode(0x1234_5000, false), 0x1234_5000);
+        assert_eq!(rtaddr_encode(0x1234_5000, true), 0x1234_5400);
+        // Codes are 0x30 + the index in Linux's dma_remap_sm_fault_reasons table.
+        assert_eq!(reason::SM_ROOT_NOT_PRESENT, 0x30 + 9);
+        assert_eq!(reason::SM_PASID_NOT_PRESENT, 0x30 + 0x29);
+        assert_eq!(reason::SM_US_CLEAR, 129);
+        assert_eq!(reason::SM_NO_WRITE, 0x30 + 0x55);
+    }
+
+    #[test]
     fn queue_registers() {
         assert_eq!(iqa_encode(0x8000_0000, false, 0), 0x8000_0000);
         assert_eq!(iqa_encode(0x8000_0000, true, 1), 0x8000_0801);
