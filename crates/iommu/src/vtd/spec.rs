@@ -1978,7 +1978,11 @@ mod tests {
         // Bits 10:1 of word 1 are reserved.
         assert!(matches!(
             InvDesc::decode([0x8, 0x1_1002]),
-            Err(DescDecodeError::Reserved { ty: 8, word: 1, bits: 2 })
+            Err(DescDecodeError::Reserved {
+                ty: 8,
+                word: 1,
+                bits: 2
+            })
         ));
     }
 
@@ -2005,7 +2009,11 @@ mod tests {
             for addr in [0u64, 0x1234_5000, 0xFFFF_F000, 0x7_6543_2100_0000] {
                 let (a, s) = devtlb_addr(addr, mask);
                 let size = 1u64 << (12 + mask);
-                assert_eq!(devtlb_range(a, s), (addr & !(size - 1), size), "{addr:#x} {mask}");
+                assert_eq!(
+                    devtlb_range(a, s),
+                    (addr & !(size - 1), size),
+                    "{addr:#x} {mask}"
+                );
             }
         }
     }
