@@ -48,9 +48,11 @@
 //! - IOTLB: global, domain-selective (IOTLB and paging-structure caches of the DID), or
 //!   page-selective: the 2^AM pages containing ADDR, aligned (address bits below the mask
 //!   ignored), from the IOTLB, and from the paging-structure caches unless IH is set;
-//! - PASID-based IOTLB: as the DID's page-selective or domain-selective invalidation (the
-//!   model tags caches by DID only, every request using the context's RID_PASID);
-//! - device-TLB: counted (no device-TLB is modelled);
+//! - PASID-based IOTLB: in legacy mode as the DID's page-selective or domain-selective
+//!   invalidation; in scalable mode on the (DID, PASID) first-stage tags ([`super::scalable`]);
+//! - PASID-cache: by DID, by DID and PASID, or all;
+//! - device-TLB and PASID-based device-TLB: the ATS device's ATC entries in the range
+//!   ([`super::devtlb`]);
 //! - wait: with SW, writes STDATA to STADDR; with IF, sets ICS.IWC.
 //!
 //! A descriptor that does not decode (unknown type, reserved bits, reserved granularity)
@@ -769,7 +771,7 @@ impl Dmar {
     /// context entry is never cached).
     ///
     /// In scalable mode the entry is a scalable-mode context entry pointing at a PASID
-    /// directory with the domain's PASID-table entry at RID_PASID 0 ([`Dmar::attach_sm`]).
+    /// directory with the domain's PASID-table entry at RID_PASID 0 (see [`super::scalable`]).
     pub fn attach(
         &self,
         sid: u16,
