@@ -1019,3 +1019,83 @@ mod vtd_sm {
         }
     }
 }
+
+/// The lab's units (`hw::x86_path`): the same strict map / DMA / unmap loop on a legacy, a
+/// scalable second-stage and a scalable first-stage unit.
+mod vtd_sm_lab_units {
+    use std::sync::Arc;
+
+    use iolab_iommu::addr::{Access, Iova, PhysAddr, SZ_4G, SZ_4K};
+    use iolab_iommu::dma::{Device, Direction, DomainConfig, DomainId, DomainMode};
+    use iolab_iommu::hw::x86_path::{X86DevicePath, X86Unit};
+    use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+    use iolab_iommu::mem::{PhysAllocator, PhysMemory};
+    use iolab_iommu::vtd::{Dmar, VtdTranslation};
+    use iolab_iommu::work::WorkRecord;
+
+    /// Walk reads and descriptors of 2,000 DMAs, 32 mappings live.
+    fn walk_reads(t: VtdTranslation) -> (u64, [u64; 7]) {
+        let X86Unit::Vtd(cfg) = X86DevicePath::vtd_unit_in(false, t) else {
+            unreachable!("a VT-d unit")
+        };
+        let mem = Arc::new(PhysMemory::new(256 << 20).unwrap());
+        let a = PhysAllocator::new(mem, PhysAddr::new(128 << 20), PhysAddr::new(256 << 20));
+        let d = Dmar::new(cfg, Arc::new(a.unwrap())).unwrap();
+        let iovas = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G)));
+        let dom = d
+            .new_domain(
+                2,
+                DomainConfig::new(DomainId(1), DomainMode::Strict),
+                Arc::new(iovas.unwrap()),
+            )
+            .unwrap();
+        d.attach(0x100, &dom, &mut WorkRecord::new()).unwrap();
+        let dev = Device::new(1, 64).unwrap();
+        let mut w = WorkRecord::new();
+        let mut live = std::collections::VecDeque::new();
+        for i in 0..2000u64 {
+            let pa = PhysAddr::new(0x10_0000 + (i % 64) * SZ_4K);
+            let m = dom
+                .domain()
+                .map_page(
+                    &dev,
+                    pa,
+                    SZ_4K,
+                    Direction::FromDevice,
+                    0,
+                    &mut WorkRecord::new(),
+                )
+                .unwrap();
+            let t = d
+                .translate(0x100, Iova::new(m.dma_addr().0), Access::Write, &mut w)
+                .unwrap();
+            assert_eq!(t.pa, pa);
+            live.push_back(m);
+            if live.len() > 32 {
+                let old = live.pop_front().unwrap();
+                dom.domain()
+                    .unmap_page(old, 0, 0, &mut WorkRecord::new())
+                    .unwrap();
+            }
+        }
+        (w.walk_reads, d.stats().descriptors)
+    }
+
+    #[test]
+    fn vtd_walk_costs_follow_the_tables_in_each_translation_mode() {
+        let (legacy, ld) = walk_reads(VtdTranslation::Legacy);
+        let (ss, sd) = walk_reads(VtdTranslation::ScalableSecondStage);
+        let (fs, fd) = walk_reads(VtdTranslation::ScalableFirstStage);
+        // Same 4-level table and descriptors: scalable second stage reads the PASID
+        // directory and table entries once (one context / PASID-cache miss) on top.
+        assert_eq!(ss, legacy + 2);
+        assert_eq!(sd, ld);
+        // Each PSI (IH masked) drops the paging-structure caches: 4 reads per DMA, less
+        // the first 32 (their caches still warm).
+        assert!(legacy > 3 * 2000, "{legacy}");
+        // First stage: the same unmaps as PASID-based descriptors (type 6) with IH = 1,
+        // so the caches survive and a DMA reads about one entry.
+        assert_eq!((fd[1], fd[4]), (0, ld[1]));
+        assert!(fs < 2000 + 2000 / 4, "{fs}");
+    }
+}
