@@ -331,8 +331,10 @@ fn protection_line(p: &iommu::LabProtection) -> String {
     }
     let _ = write!(
         t,
-        "max reachable after unmap={}ns, sub-page exposed={}B (max {}B), ",
-        p.max_reachable_ns, st.subpage_exposed_bytes, st.max_subpage_exposed_bytes
+        "max reachable after unmap={}, sub-page exposed={}B (max {}B), ",
+        crate::time::human_ns(p.max_reachable_ns),
+        st.subpage_exposed_bytes,
+        st.max_subpage_exposed_bytes
     );
     let _ = write!(
         t,
