@@ -5,6 +5,9 @@
 //! (a PASID-based IOTLB descriptor for first-stage domains, whose IH keeps the
 //! paging-structure caches).
 
+mod common;
+
+use common::{metric, run};
 use iolab_sim::lab::{self, LabOptions, LabRun};
 
 fn fio(mode: &str, extra: &str) -> String {
@@ -32,17 +35,6 @@ runtime_ms = 2
 ramp_ms = 1
 "#
     )
-}
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "vtd.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 fn attr(r: &LabRun, name: &str) -> Option<String> {
