@@ -13,6 +13,7 @@ mod compare;
 mod db;
 mod ids;
 mod progress;
+mod repeat;
 mod report;
 mod reproduce;
 mod runs;
@@ -68,10 +69,13 @@ enum Command {
         // The help text is built from the experiment lists (`reproduce_names_help`).
         #[arg(value_name = "NAMES", help = reproduce_names_help())]
         names: Vec<String>,
-        /// Runs per configuration (seeds derived from --seed).
+        /// Repetitions, as `iolab run --runs`: each experiment runs N times with seeds
+        /// --seed, --seed + 1, ..., each repetition stored as a run of its own, together a
+        /// group (`iolab compare gID ...`); figures and effects print as means with their
+        /// spread (mean ± sd, min, max).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
-        /// Base seed.
+        /// Seed of the first repetition.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Output format.
