@@ -99,11 +99,7 @@ pub fn render_spread(reports: &[ExperimentReport], seed: u64) -> String {
     let rows: Vec<[String; 5]> = std::iter::once(header).chain(rows).collect();
     table(&mut out, &rows, 1);
     if n > 1 && identical(reports) {
-        let _ = writeln!(
-            out,
-            "note: the {n} repetitions gave identical figures: nothing these cells measure \
-             depends on the seed's draws, so their spread is zero"
-        );
+        let _ = writeln!(out, "{}", identical_note(n));
     }
     out
 }
@@ -112,18 +108,26 @@ pub fn render_spread(reports: &[ExperimentReport], seed: u64) -> String {
 /// metrics (`dma.*`, `cmdq.*`, `iotlb.*` ...) are shown when they vary.
 const HEADLINE: [&str; 7] = ["read.", "write.", "cpu.", "net.", "bonnie.", "reaim.", "netperf."];
 
-/// The table of configurations' metrics over repetitions (`runs[i]` the measurements of
-/// repetition i, first seed `seed`): `mean ± sd`, min and max of the workload's own figures
-/// ([`HEADLINE`]) and of any other metric that varies, and a line saying when the
-/// repetitions were identical.
-pub fn render_metric_spread(runs: &[&[Measurement]], seed: u64) -> String {
+/// What [`metric_spread`] found.
+pub struct MetricSpread {
+    /// `[configuration, metric, "mean ± sd", min, max]`, the values with their units.
+    pub rows: Vec<[String; 5]>,
+    /// Metrics left out: not headline figures and the same in every repetition.
+    pub hidden: usize,
+    /// Whether every repetition gave exactly the same metrics.
+    pub identical: bool,
+}
+
+/// Configurations' metrics over repetitions (`runs[i]` the measurements of repetition i):
+/// `mean ± sd`, min and max of the workload's own figures ([`HEADLINE`]) and of any other
+/// metric that varies.
+pub fn metric_spread(runs: &[&[Measurement]]) -> MetricSpread {
     let n = runs.len();
-    let last = seed.wrapping_add(n as u64 - 1);
-    let mut out = format!("over {n} repetitions (seeds {seed}..={last}): mean ± sd\n");
-    let header = ["configuration", "metric", "lab mean ± sd", "min", "max"].map(str::to_owned);
-    let mut rows = vec![header];
-    let mut all_same = true;
-    let mut hidden = 0;
+    let mut out = MetricSpread {
+        rows: Vec::new(),
+        hidden: 0,
+        identical: true,
+    };
     for m in runs[0] {
         for x in &m.metrics {
             let values: Vec<f64> = runs
@@ -132,17 +136,18 @@ pub fn render_metric_spread(runs: &[&[Measurement]], seed: u64) -> String {
                 .filter_map(|o| o.metrics.iter().find(|y| y.name == x.name))
                 .map(|y| y.value)
                 .collect();
-            let same = values.len() == n && values.iter().all(|v| v.to_bits() == x.value.to_bits());
-            all_same &= same;
+            let same =
+                values.len() == n && values.iter().all(|v| v.to_bits() == x.value.to_bits());
+            out.identical &= same;
             if same && !HEADLINE.iter().any(|h| x.name.starts_with(h)) {
-                hidden += 1;
+                out.hidden += 1;
                 continue;
             }
             let s = Summary::of(&values);
             let sd = s.sd.filter(|&sd| sd > 1e-12 * s.mean.abs()).unwrap_or(0.0);
             let min = values.iter().copied().fold(f64::INFINITY, f64::min);
             let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            rows.push([
+            out.rows.push([
                 m.config.clone(),
                 x.name.clone(),
                 format!("{} ± {}", num(s.mean, &x.unit), num(sd, &x.unit)),
@@ -151,20 +156,38 @@ pub fn render_metric_spread(runs: &[&[Measurement]], seed: u64) -> String {
             ]);
         }
     }
+    out
+}
+
+/// The note for `n` repetitions that gave identical figures.
+pub fn identical_note(n: usize) -> String {
+    format!(
+        "note: the {n} runs gave identical figures: the seed drives the lab's random draws \
+         (offsets, jitter, service times), and nothing this configuration measures depends on \
+         them, so it is deterministic and its repetitions show no run-to-run variance"
+    )
+}
+
+/// The table of [`metric_spread`] over repetitions from seed `seed`, and a line saying when
+/// the repetitions were identical.
+pub fn render_metric_spread(runs: &[&[Measurement]], seed: u64) -> String {
+    let n = runs.len();
+    let last = seed.wrapping_add(n as u64 - 1);
+    let mut out = format!("over {n} repetitions (seeds {seed}..={last}): mean ± sd\n");
+    let spread = metric_spread(runs);
+    let header = ["configuration", "metric", "lab mean ± sd", "min", "max"].map(str::to_owned);
+    let rows: Vec<[String; 5]> = std::iter::once(header).chain(spread.rows).collect();
     table(&mut out, &rows, 2);
-    if hidden > 0 {
+    if spread.hidden > 0 {
         let _ = writeln!(
             out,
-            "({hidden} other metrics were the same in every repetition; \
-             `iolab compare gID ...` shows them all)"
+            "({} other metrics were the same in every repetition; \
+             `iolab compare gID ...` shows them all)",
+            spread.hidden
         );
     }
-    if n > 1 && all_same {
-        let _ = writeln!(
-            out,
-            "note: the {n} repetitions gave identical figures: nothing this configuration \
-             measures depends on the seed's draws, so their spread is zero"
-        );
+    if n > 1 && spread.identical {
+        let _ = writeln!(out, "{}", identical_note(n));
     }
     out
 }
@@ -250,7 +273,7 @@ mod tests {
         assert!(!text.contains("identical"), "{text}");
         let same = render_metric_spread(&[&a, &c], 3);
         assert!(same.contains("100 ± 0"), "{same}");
-        assert!(same.contains("identical figures"), "{same}");
+        assert!(same.contains("runs gave identical figures"), "{same}");
     }
 
     #[test]
