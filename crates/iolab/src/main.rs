@@ -182,6 +182,12 @@ enum Command {
         /// Label of the stored run(s) (default: the file name).
         #[arg(long)]
         label: Option<String>,
+        /// An attribute of every imported configuration, saying what the real machine and
+        /// run were (`--attr iommu_mode=off --attr virt_merge=false`; repeat for several).
+        /// `iolab compare` breaks a tie between lab configurations of the same job by the
+        /// attributes both sides carry (docs/VOCABULARY.md, Pairing).
+        #[arg(long = "attr", value_name = "KEY=VALUE")]
+        attrs: Vec<String>,
     },
     /// Soak the pSeries DMA path: long many-thread TCP write and read streams in virtual time
     /// with invariant checks at intervals (SEEDS.md #4), on a lab netperf scenario.
@@ -507,8 +513,13 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Import { tool, file, label } => match db_path {
-            Some(path) => runs::import(path, tool, &file, label.as_deref()),
+        Command::Import {
+            tool,
+            file,
+            label,
+            attrs,
+        } => match db_path {
+            Some(path) => runs::import(path, tool, &file, label.as_deref(), &attrs),
             None => {
                 eprintln!("iolab import: --no-db leaves no results database to store into");
                 ExitCode::from(2)

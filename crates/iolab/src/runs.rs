@@ -35,11 +35,43 @@ impl ImportTool {
     }
 }
 
+/// One `--attr KEY=VALUE`: a key of lowercase letters, digits, `_` and `.`, and a value.
+fn parse_attr(text: &str) -> Result<(String, String), String> {
+    let (k, v) = text
+        .split_once('=')
+        .ok_or_else(|| format!("--attr `{text}`: expected KEY=VALUE (e.g. iommu_mode=off)"))?;
+    let k = k.trim();
+    let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.';
+    if k.is_empty() || !k.chars().all(ok) {
+        return Err(format!(
+            "--attr `{text}`: expected a key of lowercase letters, digits, `_` and `.`, found `{k}`"
+        ));
+    }
+    if v.trim().is_empty() {
+        return Err(format!("--attr `{text}`: expected a value after `=`"));
+    }
+    Ok((k.to_owned(), v.trim().to_owned()))
+}
+
 /// `iolab import TOOL FILE`: parses the whole file first, then stores it in one
-/// transaction; a bad file stores nothing (exit code 2).
-pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>) -> ExitCode {
+/// transaction; a bad file stores nothing (exit code 2). `attrs` (`KEY=VALUE`) are added
+/// to every imported configuration.
+pub fn import(
+    db_path: &Path,
+    tool: ImportTool,
+    file: &Path,
+    label: Option<&str>,
+    attrs: &[String],
+) -> ExitCode {
     let name = tool.name();
     let shown = file.display().to_string();
+    let extra = match attrs.iter().map(|a| parse_attr(a)).collect::<Result<Vec<_>, _>>() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("iolab import {name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => {
@@ -53,7 +85,14 @@ pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>
         _ => import::reaim::parse(&text),
     };
     let measurements = match parsed {
-        Ok(m) => m,
+        Ok(mut m) => {
+            for x in &mut m {
+                for (k, v) in &extra {
+                    x.attrs.insert(k.clone(), v.clone());
+                }
+            }
+            m
+        }
         Err(e) => {
             eprintln!("iolab import {name}: Invalid {shown}: {e}; nothing stored");
             return ExitCode::from(2);

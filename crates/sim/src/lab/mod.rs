@@ -429,6 +429,7 @@ fn run_bonnie(
             m = m.attr(*k, val);
         }
         let mut m = m
+            .attr("size", b.size_mib << 20)
             .attr("file_mib", b.config.file_bytes >> 20)
             .attr("threads", b.config.seekers)
             .attr("seed", seed)
@@ -581,6 +582,7 @@ fn run_reaim(
         let mut m = base_attrs(s, Measurement::new(&config))
             .attr("workload", "reaim")
             .attr("workfile", &r.workfile.name)
+            .attr("virt_merge", d.limits.virt_merge_granule.is_some())
             .attr(
                 "users",
                 format!(
