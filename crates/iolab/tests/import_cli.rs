@@ -207,7 +207,7 @@ fn reaim_table_rows_become_measurements() {
         .collect();
     assert_eq!(jpm, [5684.17, 5679.16, 5678.81, 5684.46, 5672.92]);
     assert_eq!(ms[2]["config"], "users_300");
-    assert_eq!(ms[2]["attrs"]["users"], "300");
+    assert_eq!(ms[2]["attrs"]["users"], 300, "typed, as stored");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
