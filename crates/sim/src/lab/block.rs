@@ -997,12 +997,17 @@ pub(crate) fn fio_job(s: &LabScenario, f: &FioSetup) -> FioJob {
     }
 }
 
+/// The label [`derive_seed`](crate::engine::rng::derive_seed) takes, plus the device's
+/// index, for an NVMe drive's media-latency stream.
+const NVME_MEDIA_STREAM: u64 = 0x6e76_6d65_0000_0000;
+
 /// The block stack of `s` on `sim` with its interrupt handlers started: vectors hold up to
 /// `inflight_cap` completions; fio's buffers are `slot_bytes` each, `iodepth` per job.
 /// Returns the stack and how many CPUs take its interrupts.
 pub(super) fn start_stack(
     s: &LabScenario,
     sim: &mut Sim,
+    seed: u64,
     inflight_cap: usize,
     iodepth: u64,
     slot_bytes: u64,
@@ -1022,9 +1027,17 @@ pub(super) fn start_stack(
     let (devs, vector_cpus): (Vec<BlockDev>, Vec<Vec<usize>>) = match &s.devices {
         Devices::Nvme(ps) => ps
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(k, p)| {
+                // Each drive's media latencies come from a stream of its own, derived from
+                // the run's seed, so they move no other random draw.
+                let stream = crate::engine::rng::derive_seed(seed, NVME_MEDIA_STREAM + k as u64);
                 (
-                    BlockDev::Nvme(Nvme::new(p.params).with_coalescing(p.coalescing)),
+                    BlockDev::Nvme(
+                        Nvme::new(p.params)
+                            .with_coalescing(p.coalescing)
+                            .with_seed(stream),
+                    ),
                     (0..p.params.io_queues).map(|q| q % s.cpus).collect(),
                 )
             })
@@ -1121,6 +1134,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let (stack, irq_cpus) = start_stack(
         s,
         &mut sim,
+        seed,
         inflight_cap,
         u64::from(f.iodepth),
         // fio carves each job's buffers `bs` apart from one area (`iomem_align` aligns the
@@ -1277,7 +1291,7 @@ pub(crate) fn run_bonnie(
     seed: u64,
 ) -> Result<BonnieBlockRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
-    let (stack, irq_cpus) = start_stack(s, &mut sim, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
+    let (stack, irq_cpus) = start_stack(s, &mut sim, seed, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
     let bytes = Rc::new(std::cell::Cell::new((0, 0)));
     let target = Counting {
         inner: CommandTarget(stack.clone()),

@@ -25,6 +25,8 @@ pub(in crate::lab::spec) struct NvmeSpec {
     #[serde(default)]
     write_latency_us: Option<f64>,
     #[serde(default)]
+    latency_distribution: Option<String>,
+    #[serde(default)]
     submit_ns: Option<u64>,
     #[serde(default)]
     complete_ns: Option<u64>,
@@ -137,6 +139,20 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
             0.0..=1e6,
         ),
     ])?;
+    // Media latency per command: drawn about its mean (the default), or fixed.
+    let media_spread_pct = match s.latency_distribution.as_deref() {
+        None | Some("uniform") => d::NVME_MEDIA_SPREAD_PCT.0,
+        Some("fixed") => 0,
+        Some(other) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].latency_distribution"),
+                format!(
+                    "expected \"uniform\" (each command's media latency drawn from the mean +-{}%) or \"fixed\", got \"{other}\"",
+                    d::NVME_MEDIA_SPREAD_PCT.0
+                ),
+            ))
+        }
+    };
     let params = crate::devices::nvme::NvmeParams {
         // Linux creates one queue pair per CPU, up to the controller's count.
         io_queues: io_queues.min(cpus),
@@ -144,6 +160,7 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
         bandwidth: bandwidth_gb_per_s * 1e9,
         read_latency_ns: us_to_ns(read_latency_us),
         write_latency_ns: us_to_ns(write_latency_us),
+        media_spread_pct,
     };
     let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
     Ok(NvmeSetup {
