@@ -73,7 +73,7 @@ fn strict_examples_leave_nothing_reachable_after_unmap() {
     }
     let text = example("fio-nvme-strict").report.report_text;
     assert!(
-        text.contains("protection   : stale hits=0, max reachable after unmap=0ns"),
+        text.contains("protection   : stale hits=0, max reachable after unmap=0 ns"),
         "{text}"
     );
 }

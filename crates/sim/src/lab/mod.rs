@@ -312,8 +312,10 @@ fn protection_line(p: &iommu::LabProtection) -> String {
     }
     let _ = write!(
         t,
-        "max reachable after unmap={}ns, sub-page exposed={}B (max {}B), ",
-        p.max_reachable_ns, st.subpage_exposed_bytes, st.max_subpage_exposed_bytes
+        "max reachable after unmap={}, sub-page exposed={}B (max {}B), ",
+        crate::time::human_ns(p.max_reachable_ns),
+        st.subpage_exposed_bytes,
+        st.max_subpage_exposed_bytes
     );
     let _ = write!(
         t,
@@ -897,14 +899,11 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             m = dma_metrics::cmdq_detail(dma_metrics::cmdq_core(m, "cmdq", q), q);
             if !s.iommu.uses_x86_queue() {
                 let (acq, ctd, wait) = out.cmdq_lock;
-                m = dma_metrics::append(
-                    m,
-                    &[
-                        ("lock.cmdq.acquisitions", "count", acq as f64),
-                        ("lock.cmdq.contended", "count", ctd as f64),
-                        ("lock.cmdq.wait_ns", "ns", wait as f64),
-                    ],
-                );
+                m = m.metrics(&[
+                    ("lock.cmdq.acquisitions", "count", acq as f64),
+                    ("lock.cmdq.contended", "count", ctd as f64),
+                    ("lock.cmdq.wait_ns", "ns", wait as f64),
+                ]);
             } else {
                 // VT-d: FSTS reads while polling; AMD-Vi: udelay(1) steps.
                 m = m.metric(Metric::new(
