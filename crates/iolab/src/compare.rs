@@ -297,7 +297,12 @@ impl Samples {
             };
             let row = format!("{config}.users{users}");
             let (unit, values) = &self.values[&(config.clone(), metric.clone())];
-            added.push((row.clone(), format!("reaim.{name}"), unit.clone(), values.clone()));
+            added.push((
+                row.clone(),
+                format!("reaim.{name}"),
+                unit.clone(),
+                values.clone(),
+            ));
             let mut a = attrs.clone();
             a.insert("users".to_owned(), users.to_owned());
             new_attrs.push((row, a));
@@ -363,7 +368,10 @@ fn pair_by_attributes(sa: &Samples, sb: &Samples) -> (Vec<AttrPair>, Option<Stri
                         .filter(|a| iolab::vocab::agree(&attrs(sa, a), &ab))
                         .count();
                     let tie = iolab::vocab::shared_text(&aa, &ab, key);
-                    text.push_str(&format!(", of {} on its side told apart by {tie}", same_b.len()));
+                    text.push_str(&format!(
+                        ", of {} on its side told apart by {tie}",
+                        same_b.len()
+                    ));
                     (fits_a == 1).then_some(b)
                 }
                 _ => {

@@ -182,7 +182,9 @@ fn move_attrs_to_typed_table(tx: &rusqlite::Transaction<'_>) -> Result<(), Strin
         })
         .map_err(|e| e.to_string())?;
     let mut insert = tx
-        .prepare("INSERT INTO attrs (run_id, position, key, kind, value) VALUES (?1, ?2, ?3, ?4, ?5)")
+        .prepare(
+            "INSERT INTO attrs (run_id, position, key, kind, value) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
         .map_err(|e| e.to_string())?;
     for (run_id, position, json) in rows {
         let attrs: std::collections::BTreeMap<String, String> = serde_json::from_str(&json)
@@ -1272,7 +1274,10 @@ mod tests {
         assert_eq!(typed_attr("bs", "4k"), ("integer", Sql::Integer(4096)));
         assert_eq!(typed_attr("virt_merge", "true"), ("bool", Sql::Integer(1)));
         assert_eq!(typed_attr("x", "2.5"), ("real", Sql::Real(2.5)));
-        assert_eq!(typed_attr("iommu_mode", "none"), ("text", Sql::Text("off".into())));
+        assert_eq!(
+            typed_attr("iommu_mode", "none"),
+            ("text", Sql::Text("off".into()))
+        );
         // A seed beyond i64 stays exact, as text.
         let big = u64::MAX.to_string();
         assert_eq!(typed_attr("seed", &big), ("text", Sql::Text(big.clone())));

@@ -71,7 +71,12 @@ pub fn spreads(reports: &[ExperimentReport]) -> Vec<Spread> {
 
 /// Whether every repetition gave exactly the figures of the first.
 pub fn identical(reports: &[ExperimentReport]) -> bool {
-    let bits = |r: &ExperimentReport| r.figures.iter().map(|f| f.lab.to_bits()).collect::<Vec<_>>();
+    let bits = |r: &ExperimentReport| {
+        r.figures
+            .iter()
+            .map(|f| f.lab.to_bits())
+            .collect::<Vec<_>>()
+    };
     let first = bits(&reports[0]);
     reports[1..].iter().all(|r| bits(r) == first)
 }
@@ -106,7 +111,9 @@ pub fn render_spread(reports: &[ExperimentReport], seed: u64) -> String {
 
 /// The workloads' own figures, always shown in [`render_metric_spread`]; the lab's other
 /// metrics (`dma.*`, `cmdq.*`, `iotlb.*` ...) are shown when they vary.
-const HEADLINE: [&str; 7] = ["read.", "write.", "cpu.", "net.", "bonnie.", "reaim.", "netperf."];
+const HEADLINE: [&str; 7] = [
+    "read.", "write.", "cpu.", "net.", "bonnie.", "reaim.", "netperf.",
+];
 
 /// What [`metric_spread`] found.
 pub struct MetricSpread {
@@ -136,8 +143,7 @@ pub fn metric_spread(runs: &[&[Measurement]]) -> MetricSpread {
                 .filter_map(|o| o.metrics.iter().find(|y| y.name == x.name))
                 .map(|y| y.value)
                 .collect();
-            let same =
-                values.len() == n && values.iter().all(|v| v.to_bits() == x.value.to_bits());
+            let same = values.len() == n && values.iter().all(|v| v.to_bits() == x.value.to_bits());
             out.identical &= same;
             if same && !HEADLINE.iter().any(|h| x.name.starts_with(h)) {
                 out.hidden += 1;

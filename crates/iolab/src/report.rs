@@ -1109,7 +1109,10 @@ fn group_sections(h: &mut String, runs: &[StoredRun]) {
         let first = members[0];
         let same_figures = members.iter().all(|r| {
             r.figures.len() == first.figures.len()
-                && r.figures.iter().zip(&first.figures).all(|(a, b)| a.id == b.id)
+                && r.figures
+                    .iter()
+                    .zip(&first.figures)
+                    .all(|(a, b)| a.id == b.id)
         });
         if !first.figures.is_empty() && same_figures {
             h.push_str("<table>\n<tr><th>figure</th><th>published</th><th>lab mean ± sd</th><th>min</th><th>max</th></tr>\n");

@@ -553,10 +553,7 @@ fn run_lab(
         // Several repetitions: every metric's mean ± sd over them, and whether they were
         // identical.
         if outputs.len() > 1 {
-            let runs: Vec<&[_]> = outputs
-                .iter()
-                .map(|o| &o.report.measurements[..])
-                .collect();
+            let runs: Vec<&[_]> = outputs.iter().map(|o| &o.report.measurements[..]).collect();
             println!();
             print!(
                 "{}",

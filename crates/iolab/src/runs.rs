@@ -65,7 +65,11 @@ pub fn import(
 ) -> ExitCode {
     let name = tool.name();
     let shown = file.display().to_string();
-    let extra = match attrs.iter().map(|a| parse_attr(a)).collect::<Result<Vec<_>, _>>() {
+    let extra = match attrs
+        .iter()
+        .map(|a| parse_attr(a))
+        .collect::<Result<Vec<_>, _>>()
+    {
         Ok(a) => a,
         Err(e) => {
             eprintln!("iolab import {name}: {e}");

@@ -17,7 +17,9 @@ fn data(name: &str) -> PathBuf {
 }
 
 fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
 }
 
 fn ok(out: &std::process::Output) {
@@ -79,7 +81,13 @@ fn a_real_bonnie_csv_pairs_with_the_lab_run_of_the_same_file_size() {
             .replace("csv = \"1.98\"", "csv = \"1.98\"\nlogical_file_mib = 512"),
     )
     .unwrap();
-    ok(&iolab(&["--db", s(&db), "import", "bonnie", s(&data("bonnie-2.00a.csv"))]));
+    ok(&iolab(&[
+        "--db",
+        s(&db),
+        "import",
+        "bonnie",
+        s(&data("bonnie-2.00a.csv")),
+    ]));
     ok(&iolab(&["--db", s(&db), "run", s(&scenario)]));
     let c = compare(&db, "1", "2");
     assert_eq!(pairs(&c), [("vm".to_owned(), "lab-bonnie".to_owned())]);
@@ -96,8 +104,11 @@ fn a_real_bonnie_csv_pairs_with_the_lab_run_of_the_same_file_size() {
     assert!(r["b"]["mean"].as_f64().unwrap() > 0.0);
     // A lab file of another size is another job: nothing pairs.
     let other = dir.join("other.toml");
-    std::fs::write(&other, example.replace("name = \"bonnie-nvme", "name = \"x-bonnie-nvme"))
-        .unwrap();
+    std::fs::write(
+        &other,
+        example.replace("name = \"bonnie-nvme", "name = \"x-bonnie-nvme"),
+    )
+    .unwrap();
     ok(&iolab(&["--db", s(&db), "run", s(&other)]));
     let out = iolab(&["--db", s(&db), "compare", "1", "3"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -126,7 +137,12 @@ fn a_reaim_table_pairs_row_by_row_with_the_lab_run_of_the_same_user_counts() {
     ]));
     let c = compare(&db, "1", "2");
     let want: Vec<(String, String)> = (1..=5)
-        .map(|k| (format!("users_{}", k * 100), format!("novmerge.users{}", k * 100)))
+        .map(|k| {
+            (
+                format!("users_{}", k * 100),
+                format!("novmerge.users{}", k * 100),
+            )
+        })
         .collect();
     assert_eq!(pairs(&c), want);
     let r = row(&c, "users_100", "reaim.jobs_per_min");
@@ -143,12 +159,23 @@ fn a_reaim_table_pairs_row_by_row_with_the_lab_run_of_the_same_user_counts() {
 fn published_tables_pair_with_reproduce_cells_by_the_attributes_the_import_declares() {
     let dir = temp_dir("published");
     let db = dir.join("p.db");
-    ok(&iolab(&["--db", s(&db), "reproduce", "sba-vmerge", "ipmmu-usb"]));
+    ok(&iolab(&[
+        "--db",
+        s(&db),
+        "reproduce",
+        "sba-vmerge",
+        "ipmmu-usb",
+    ]));
     // 1: sba-vmerge, 2: ipmmu-usb.
     let table = data("reaim-sba-vmerge-vmerge.txt");
     ok(&iolab(&["--db", s(&db), "import", "reaim", s(&table)]));
     let out = iolab(&["--db", s(&db), "compare", "3", "1"]);
-    assert_eq!(out.status.code(), Some(2), "two cells per user count: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "two cells per user count: {}",
+        stderr(&out)
+    );
     assert!(
         stderr(&out).contains("A's users_100 has the key workload=reaim users=100 of B's novmerge.users100, vmerge.users100"),
         "{}",
@@ -166,7 +193,10 @@ fn published_tables_pair_with_reproduce_cells_by_the_attributes_the_import_decla
     let c = compare(&db, "4", "1");
     let got = pairs(&c);
     assert_eq!(got.len(), 5, "{got:?}");
-    assert!(got.iter().all(|(_, b)| b.starts_with("vmerge.users")), "{got:?}");
+    assert!(
+        got.iter().all(|(_, b)| b.starts_with("vmerge.users")),
+        "{got:?}"
+    );
     let key = c["paired_by_attributes"][0]["key"].as_str().unwrap();
     assert!(key.contains("told apart by virt_merge=true"), "{key}");
     // A published bonnie row: IOMMU on, SuperSpeed.
@@ -186,7 +216,10 @@ fn published_tables_pair_with_reproduce_cells_by_the_attributes_the_import_decla
         pairs(&c),
         [("superspeed".to_owned(), "superspeed.iommu".to_owned())]
     );
-    assert_eq!(row(&c, "superspeed", "bonnie.out_block_kps")["a"]["mean"], 276686.0);
+    assert_eq!(
+        row(&c, "superspeed", "bonnie.out_block_kps")["a"]["mean"],
+        276686.0
+    );
 }
 
 /// A bad `--attr` is bad input naming it, and stores nothing.

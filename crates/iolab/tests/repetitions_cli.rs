@@ -74,7 +74,13 @@ fn reproduce_runs_n_stores_a_group_of_n_repetitions_each_equal_to_its_seed_alone
     };
     let (five, six) = (alone("5"), alone("6"));
     let stored = json(&iolab(&[
-        "--db", s(&db), "runs", "show", "2", "--format", "json",
+        "--db",
+        s(&db),
+        "runs",
+        "show",
+        "2",
+        "--format",
+        "json",
     ]));
     assert_eq!(figures(&stored), six);
     let mean = json(&iolab(&[
@@ -92,7 +98,10 @@ fn reproduce_runs_n_stores_a_group_of_n_repetitions_each_equal_to_its_seed_alone
     assert_eq!(e["runs"], 2);
     assert_eq!(e["repetitions"]["seeds"], serde_json::json!([5, 6]));
     for ((m, a), b) in figures(e).iter().zip(&five).zip(&six) {
-        assert!((m - (a + b) / 2.0).abs() <= 1e-9 * m.abs().max(1.0), "{m} {a} {b}");
+        assert!(
+            (m - (a + b) / 2.0).abs() <= 1e-9 * m.abs().max(1.0),
+            "{m} {a} {b}"
+        );
     }
     // A figure that differs between the seeds has a spread above zero in the JSON.
     let spread = e["repetitions"]["figures"].as_array().unwrap();
@@ -135,7 +144,10 @@ fn run_runs_n_prints_the_spread_of_the_metrics() {
         .find(|l| l.starts_with("fio-sas-lockfree") && l.contains(" read.iops "))
         .expect("a read.iops row");
     assert!(iops.contains(" ± "), "{iops}");
-    assert!(!iops.contains(" ± 0 "), "the SAS disks vary with the seed: {iops}");
+    assert!(
+        !iops.contains(" ± 0 "),
+        "the SAS disks vary with the seed: {iops}"
+    );
 }
 
 /// A sweep's `runs = N` is the seed axis seed..seed+N-1, each repetition a point of its

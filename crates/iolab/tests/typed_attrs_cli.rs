@@ -51,9 +51,18 @@ fn an_old_schema_file_is_migrated_to_typed_attributes_and_reads_as_before() {
     assert_eq!(attrs["bs"], 4096, "{attrs}");
     assert_eq!(attrs["iodepth"], 8);
     assert_eq!(attrs["rw"], "randread");
-    assert_eq!(stored(&db, 1, "iodepth"), ("integer".into(), "integer".into(), "8".into()));
-    assert_eq!(stored(&db, 1, "bs"), ("integer".into(), "integer".into(), "4096".into()));
-    assert_eq!(stored(&db, 1, "workload"), ("text".into(), "text".into(), "fio".into()));
+    assert_eq!(
+        stored(&db, 1, "iodepth"),
+        ("integer".into(), "integer".into(), "8".into())
+    );
+    assert_eq!(
+        stored(&db, 1, "bs"),
+        ("integer".into(), "integer".into(), "4096".into())
+    );
+    assert_eq!(
+        stored(&db, 1, "workload"),
+        ("text".into(), "text".into(), "fio".into())
+    );
     assert_eq!(
         stored(&db, 2, "users"),
         ("text".into(), "text".into(), "2..=8 step 2".into())
@@ -70,7 +79,13 @@ fn an_old_schema_file_is_migrated_to_typed_attributes_and_reads_as_before() {
     assert!(!cols.contains(&"attrs".to_owned()), "{cols:?}");
     let reaim = show(&db, "2");
     assert_eq!(reaim["measurements"][0]["attrs"]["workload"], "reaim");
-    assert!(reaim["measurements"][0]["metrics"].as_array().unwrap().len() > 10);
+    assert!(
+        reaim["measurements"][0]["metrics"]
+            .as_array()
+            .unwrap()
+            .len()
+            > 10
+    );
     // The migrated import still pairs with a lab run by its typed attributes.
     let scenario = dir.join("lab.toml");
     let example = std::fs::read_to_string(
@@ -78,7 +93,12 @@ fn an_old_schema_file_is_migrated_to_typed_attributes_and_reads_as_before() {
     )
     .unwrap();
     let mut text = example.clone();
-    for (field, value) in [("rw", "\"randread\""), ("bs", "\"4k\""), ("iodepth", "8"), ("numjobs", "2")] {
+    for (field, value) in [
+        ("rw", "\"randread\""),
+        ("bs", "\"4k\""),
+        ("iodepth", "8"),
+        ("numjobs", "2"),
+    ] {
         let line = text
             .lines()
             .find(|l| l.trim_start().starts_with(&format!("{field} =")))
@@ -94,7 +114,8 @@ fn an_old_schema_file_is_migrated_to_typed_attributes_and_reads_as_before() {
     let out = iolab(&["--db", s(&db), "compare", "1", "3"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("paired by attributes: configuration randread (A)"),
+        String::from_utf8_lossy(&out.stdout)
+            .contains("paired by attributes: configuration randread (A)"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
@@ -106,10 +127,16 @@ fn new_runs_store_integers_booleans_and_text_typed() {
     let db = dir.join("new.db");
     let out = iolab(&["--db", s(&db), "run", "--example", "reaim-scsi-sba"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stored(&db, 1, "cpus"), ("integer".into(), "integer".into(), "2".into()));
+    assert_eq!(
+        stored(&db, 1, "cpus"),
+        ("integer".into(), "integer".into(), "2".into())
+    );
     assert_eq!(stored(&db, 1, "virt_merge").0, "bool");
     assert_eq!(stored(&db, 1, "virt_merge").1, "integer");
-    assert_eq!(stored(&db, 1, "iommu_model"), ("text".into(), "text".into(), "sba".into()));
+    assert_eq!(
+        stored(&db, 1, "iommu_model"),
+        ("text".into(), "text".into(), "sba".into())
+    );
     let run = show(&db, "1");
     let attrs = &run["measurements"][0]["attrs"];
     assert!(attrs["virt_merge"].is_boolean(), "{attrs}");
@@ -117,5 +144,8 @@ fn new_runs_store_integers_booleans_and_text_typed() {
     // The text view keeps the value as written.
     let out = iolab(&["--db", s(&db), "runs", "show", "1"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("virt_merge=") && text.contains("cpus=2"), "{text}");
+    assert!(
+        text.contains("virt_merge=") && text.contains("cpus=2"),
+        "{text}"
+    );
 }
