@@ -423,39 +423,47 @@ fn render_measurement(out: &mut String, m: &Measurement) {
     if !m.metrics.is_empty() {
         let _ = writeln!(
             out,
-            "  {:<name_w$}  {:<unit_w$}  {:>16}",
+            "  {:<name_w$}  {:<unit_w$}  {:>14}",
             "metric", "unit", "value"
         );
         for x in &m.metrics {
             let _ = writeln!(
                 out,
-                "  {:<name_w$}  {:<unit_w$}  {:>16.3}",
-                x.name, x.unit, x.value
+                "  {:<name_w$}  {:<unit_w$}  {:>14}",
+                x.name,
+                x.unit,
+                crate::compare::num(x.value, &x.unit)
             );
         }
     }
     if let Some(h) = &m.latency {
+        // The histogram's percentiles are its buckets' upper bounds (at most 1/16 above the
+        // exact value); the metrics above (`*.clat_p50_ns`, ...) are the exact ones.
+        let t = |ns: u64| crate::compare::num(ns as f64, "ns");
         let _ = writeln!(
             out,
-            "  latency: {} samples, p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
+            "  latency histogram ({} samples; bucket upper bounds, within 6.25% above the exact \
+             percentiles in the metrics): p50 {}, p99 {}, p99.9 {}, max {}",
             h.count(),
-            h.percentile(50.0),
-            h.percentile(99.0),
-            h.percentile(99.9),
-            h.percentile(100.0)
+            t(h.percentile(50.0)),
+            t(h.percentile(99.0)),
+            t(h.percentile(99.9)),
+            t(h.percentile(100.0))
         );
     }
     if let Some(c) = &m.cpu {
         let total = c.total_ns().max(1) as f64;
         let share = |v: u64| v as f64 / total * 100.0;
+        // fio's `cpu.usr_pct`/`cpu.sys_pct` count the jobs' CPUs; this line every CPU.
         let _ = writeln!(
             out,
-            "  cpu: user {:.1}%, system {:.1}%, spin {:.1}%, idle {:.1}% of {} ns",
+            "  cpu, all of the machine's CPUs (fio's cpu.usr_pct/sys_pct count the jobs' CPUs \
+             only): user {:.1}%, system {:.1}%, spin {:.1}%, idle {:.1}% of {} CPU time",
             share(c.user_ns),
             share(c.system_ns),
             share(c.spin_ns),
             share(c.idle_ns),
-            c.total_ns()
+            crate::compare::num(c.total_ns() as f64, "ns")
         );
     }
 }
