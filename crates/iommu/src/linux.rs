@@ -34,6 +34,7 @@ use std::str::FromStr;
 
 use crate::dma::flush_queue::{FlushQueueConfig, FlushQueueShape, FlushQueueVariant, TimerFreeCpu};
 use crate::dma::DomainMode;
+use crate::iova::linux::LinuxTreeVariant;
 use crate::iova::magazine::{DepotKind, ExhaustionFlush, MagazineConfig};
 use crate::smmuv3::cmdq::ProducerKind;
 
@@ -190,10 +191,10 @@ pub struct DmaPathVariants {
     /// The PCI 32-bit-first allocation.
     pub pci_32bit_first: Pci32BitFirst,
     /// Whether the IOVA tree's first-fit, failing from its cached cursor, retries from the
-    /// limit (5.11 and later; the current `iova::linux` allocator always does).
+    /// limit (5.11 and later; [`DmaPathVariants::iova_tree_variant`]).
     pub iova_retry_from_limit: bool,
     /// Whether a failed 32-bit request makes later ones of its size fail at once
-    /// (`max32_alloc_size`; after 4.19; the current `iova::linux` allocator always does).
+    /// (`max32_alloc_size`; after 4.19; [`DmaPathVariants::iova_tree_variant`]).
     pub iova_32bit_fast_fail: bool,
     /// The SMMUv3 command-queue producer.
     pub cmdq: ProducerKind,
@@ -273,6 +274,14 @@ impl DmaPathVariants {
             depot: self.depot,
             exhaustion_flush: self.exhaustion_flush,
             ..MagazineConfig::new(ncpus)
+        }
+    }
+
+    /// The IOVA tree's first fit in this release (`iova::linux::LinuxIovaAllocator::with_variant`).
+    pub fn iova_tree_variant(&self) -> LinuxTreeVariant {
+        LinuxTreeVariant {
+            retry_from_limit: self.iova_retry_from_limit,
+            fast_fail_32bit: self.iova_32bit_fast_fail,
         }
     }
 

@@ -981,6 +981,15 @@ counter_charges! {
     walk_reads => Charge::Translation("iommu.walk_read"),
     mmio_writes => Charge::Cpu("mmio.write"),
     mmio_reads => Charge::Cpu("mmio.read"),
+    iova_tree_retries => Charge::NotCharged(
+        "the retry's steps are counted in tree_nodes_visited"
+    ),
+    iova_32bit_failures => Charge::NotCharged(
+        "the failed try's steps are counted in alloc_failures and tree_nodes_visited"
+    ),
+    iova_full_range_allocs => Charge::NotCharged(
+        "the allocation's steps are counted in the allocator's own counters"
+    ),
 }
 
 /// Nanoseconds of a `+`-separated list of cost paths in `profile` (0 for absent groups).
