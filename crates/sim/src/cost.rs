@@ -285,6 +285,10 @@ cost_group! {
             /// (`0`). Optional: absent, the command-queue model's default (MSI) applies.
             #[serde(default)]
             sync_msi: Option<Flag>,
+            /// Whether the SMMU implements SMMUv3.2 range invalidation (`1`; SMMU_IDR3.RIL):
+            /// the lab's default for `iommu.range_invalidation`. Optional: absent, `0`.
+            #[serde(default)]
+            range_invalidation: Option<Flag>,
         }
         costs {
             /// Time the IOMMU takes to fetch and execute one command.
@@ -739,6 +743,23 @@ impl PlatformProfile {
             }
             non_empty("iommu.cmdq.sync_msi.source", &f.source)?;
         }
+        if let Some(f) = self
+            .iommu
+            .cmdq
+            .as_ref()
+            .and_then(|q| q.range_invalidation.as_ref())
+        {
+            if f.value > 1 {
+                return Err((
+                    "iommu.cmdq.range_invalidation.value".into(),
+                    format!(
+                        "expected 0 (no IDR3.RIL) or 1 (SMMUv3.2 range invalidation), found {}",
+                        f.value
+                    ),
+                ));
+            }
+            non_empty("iommu.cmdq.range_invalidation.source", &f.source)?;
+        }
         for (path, cost) in self.costs() {
             if !(cost.value.is_finite() && (0.0..=MAX_COST_VALUE).contains(&cost.value)) {
                 return Err((
@@ -826,6 +847,19 @@ impl PlatformProfile {
             let _ = writeln!(
                 s,
                 "| iommu.cmdq.sync_msi | {} | | | {} |",
+                f.value,
+                md_cell(&f.source)
+            );
+        }
+        if let Some(f) = self
+            .iommu
+            .cmdq
+            .as_ref()
+            .and_then(|q| q.range_invalidation.as_ref())
+        {
+            let _ = writeln!(
+                s,
+                "| iommu.cmdq.range_invalidation | {} | | | {} |",
                 f.value,
                 md_cell(&f.source)
             );

@@ -6,7 +6,8 @@ use iolab_sim::lab::{self, LabOptions, LabRun};
 
 /// fio 1 MiB random reads, 64 jobs at iodepth 128 on two NVMe drives of a D06, strict.
 fn fill(kernel: &str, mask_bits: u32) -> String {
-    let drive = format!("[[device]]\nkind = \"nvme\"\nio_queues = 64\ndma_mask_bits = {mask_bits}\n");
+    let drive =
+        format!("[[device]]\nkind = \"nvme\"\nio_queues = 64\ndma_mask_bits = {mask_bits}\n");
     format!(
         r#"
 name = "fill"

@@ -224,14 +224,16 @@ pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<Io
             // dma-iommu gives PCI devices a 32-bit IOVA first (the release's variant).
             cfg.pci_32bit_first = Some(s.iommu.kernel.pci_32bit_first);
             let alloc = iova_allocator(s, Iova::new(1 << 48))?;
-            // As the smmuv3-cmdq experiment's SMMU: SMMUv3.0/3.1 without range invalidation
-            // (one CMD_TLBI_NH_VA per page), IOTLB and walk cache of gem5's SMMUv3 model
-            // (docs/model/smmuv3-cmdq.md).
+            // Range invalidation when the SMMU has it (`iommu.range_invalidation`, by default
+            // the profile's: SMMUv3.2 `IDR3.RIL`) and the release's driver uses it (5.7+);
+            // otherwise one CMD_TLBI_NH_VA per page. IOTLB and walk cache of gem5's SMMUv3
+            // model (docs/model/smmuv3-cmdq.md).
             let smmu = Smmuv3Config {
                 streams: LAB_DEVICE_ID + 1,
                 cmdq: CmdqConfig::with_log2size(s.iommu.cmdq_log2size),
                 producer: kind,
-                range_invalidation: false,
+                range_invalidation: s.iommu.range_invalidation,
+                driver_range_invalidation: s.iommu.kernel.range_invalidation,
                 evtq_log2size: s.iommu.evtq_log2size,
                 ..Smmuv3Config::default()
             };
