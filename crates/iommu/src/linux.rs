@@ -246,6 +246,18 @@ impl DmaPathVariants {
         Ok(v)
     }
 
+    /// A record of `kernel` for a DMA path that has no release variants in the model (the
+    /// SBA IOMMU's and POWER's TCE code, not dma-iommu): any release, older ones included
+    /// (Linux 2.6.0's ia64 `sba_iommu`). Its variants are the 4.19 baseline's; only the
+    /// paths that consult none of them may use it. [`DmaPathVariants::for_kernel`] is the
+    /// constructor for every other path.
+    pub fn without_variants(kernel: KernelVersion) -> Self {
+        Self {
+            kernel,
+            ..Self::baseline()
+        }
+    }
+
     /// The entries of [`KERNEL_CHANGES`] this release includes, oldest first.
     pub fn changes(&self) -> impl Iterator<Item = &'static KernelChange> + '_ {
         KERNEL_CHANGES
@@ -459,6 +471,14 @@ mod tests {
             );
         }
         assert!(KernelVersion::LTS.iter().all(|v| v.is_supported()));
+    }
+
+    #[test]
+    fn a_release_without_variants_keeps_its_name_and_no_changes() {
+        let v = DmaPathVariants::without_variants(kv("2.6.0"));
+        assert_eq!(v.kernel.to_string(), "2.6");
+        assert_eq!(v.changes().count(), 0);
+        assert!(DmaPathVariants::for_kernel(kv("2.6")).is_err());
     }
 
     #[test]

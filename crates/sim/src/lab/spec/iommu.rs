@@ -17,7 +17,7 @@ use crate::tomlfile::{InputError, TomlDoc};
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct IommuSpec {
-    model: String,
+    pub(super) model: String,
     #[serde(default)]
     mode: Option<String>,
     #[serde(default)]
