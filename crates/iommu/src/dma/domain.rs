@@ -66,6 +66,22 @@ pub struct DomainConfig {
     /// 4 GiB without flushing the IOVA caches, then the whole limit. `None` (default):
     /// allocate below the device's limit at once, as `iommu.forcedac=1` does.
     pub pci_32bit_first: Option<Pci32BitFirst>,
+    /// Lazy mode: when a flushed page's stale window closes (default: when the flush runs).
+    pub window_close: WindowClose,
+}
+
+/// Lazy mode: when a page the flush queue held stops being reachable, for the protection
+/// report's window ([`ProtectionStats::max_reachable_after_unmap_ns`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowClose {
+    /// When the flush runs, on the caller's clock: the invalidator completes synchronously
+    /// (the functional command queues do).
+    #[default]
+    AtFlush,
+    /// When the caller reports the flush's invalidation complete with
+    /// [`Domain::invalidations_completed`]: for a caller that times the command queue, whose
+    /// sync completes later than the flush was issued (the lab's timed queues).
+    Reported,
 }
 
 impl DomainConfig {
@@ -85,6 +101,7 @@ impl DomainConfig {
             flush_queue: FlushQueueConfig::default(),
             flush_queue_variant: FlushQueueVariant::default(),
             pci_32bit_first: None,
+            window_close: WindowClose::AtFlush,
         }
     }
 }
@@ -538,6 +555,8 @@ pub(super) struct Translated {
     /// Devices that stopped trying below 4 GiB after a failure
     /// ([`Pci32BitFirst::UntilFirstFailure`]; Linux clears `pci_32bit_workaround`).
     full_range_devices: Mutex<Vec<u32>>,
+    /// When a flushed page's stale window closes.
+    window_close: WindowClose,
 }
 
 /// The two kinds of domain.
@@ -720,7 +739,9 @@ impl Translated {
                 protection.record_deferred_unmap();
                 let mut st = self.state.lock();
                 st.stale.stamp_pending(stamp);
-                st.stale.retire(fq.flush_counts().1, now_ns, protection);
+                if self.window_close == WindowClose::AtFlush {
+                    st.stale.retire(fq.flush_counts().1, now_ns, protection);
+                }
                 Ok(())
             }
         }
@@ -808,6 +829,7 @@ impl Domain {
             aperture,
             pci_32bit_first: config.pci_32bit_first,
             full_range_devices: Mutex::new(Vec::new()),
+            window_close: config.window_close,
         };
         Ok(Self::assemble(config, Backend::Translated(t)))
     }
@@ -929,7 +951,7 @@ impl Domain {
             Some(cpu) => fq.poll_timeout_on(now_ns, cpu, work),
             None => fq.poll_timeout(now_ns, work),
         });
-        if fired {
+        if fired && self.closes_windows_at_flush() {
             self.retire_stale(now_ns);
         }
         fired
@@ -941,6 +963,32 @@ impl Domain {
         if let Some(fq) = self.flush_queue() {
             fq.flush_all(work);
             self.retire_stale(self.protection.latest_now_ns());
+        }
+    }
+
+    /// Whether a flush closes its pages' stale windows when it runs ([`WindowClose::AtFlush`];
+    /// `true` outside lazy mode, where nothing is held).
+    fn closes_windows_at_flush(&self) -> bool {
+        match &self.backend {
+            Backend::Translated(t) => t.window_close == WindowClose::AtFlush,
+            Backend::Direct(_) => true,
+        }
+    }
+
+    /// Lazy mode with [`WindowClose::Reported`]: the invalidations of every flush counted in
+    /// `finished` (a [`FlushQueue::flush_counts`] finish count the caller read after the
+    /// flushes ran) completed at `now_ns`; the pages they held stop being reachable then.
+    /// A count at or below one already reported changes nothing (a sync completes every
+    /// command before it, so a later report covers an earlier one). No-op in other modes.
+    pub fn invalidations_completed(&self, finished: u64, now_ns: u64) {
+        self.protection.observe_now(now_ns);
+        if let Backend::Translated(t) = &self.backend {
+            if t.fq.is_some() {
+                t.state
+                    .lock()
+                    .stale
+                    .retire(finished, now_ns, &self.protection);
+            }
         }
     }
 
@@ -1776,6 +1824,55 @@ mod tests {
         assert_eq!(fx.alloc.live_blocks(), 2);
         assert_eq!(fx.domain.mapped_bytes(), SZ_4K);
         fx.domain.unmap_page(pin, 0, 400, &mut w).unwrap();
+    }
+
+    #[test]
+    fn a_reported_window_closes_at_the_reported_sync_not_at_the_flush() {
+        // Two domains fed the same calls: one closes windows when the flush runs, the other
+        // when the caller reports the flush's sync complete.
+        let at_flush = lazy();
+        let reported = lpae_domain(DomainMode::Lazy, |c| c.window_close = WindowClose::Reported);
+        for fx in [&at_flush, &reported] {
+            let mut w = WorkRecord::new();
+            let m = fx
+                .domain
+                .map_page(&dev64(), pa(0), SZ_4K, TO, 1, &mut w)
+                .unwrap();
+            fx.domain.unmap_page(m, 1, 1_000, &mut w).unwrap();
+            assert!(
+                fx.domain.poll_timeout(10_001_000, &mut w),
+                "the timer flushes"
+            );
+        }
+        let finished = reported.domain.flush_queue().unwrap().flush_counts().1;
+        assert_eq!(finished, 1);
+        // Closed at the flush: the window ran from the unmap (1 us) to the timer (10.001 ms).
+        assert_eq!(
+            at_flush.domain.protection().max_reachable_after_unmap_ns,
+            10_000_000
+        );
+        // Still open until the sync is reported; a report of nothing finished closes nothing.
+        reported.domain.invalidations_completed(0, 10_500_000);
+        assert_eq!(
+            reported.domain.protection().max_reachable_after_unmap_ns,
+            10_499_000,
+            "an open window counts up to the latest clock seen"
+        );
+        reported
+            .domain
+            .invalidations_completed(finished, 12_001_000);
+        assert_eq!(
+            reported.domain.protection().max_reachable_after_unmap_ns,
+            12_000_000
+        );
+        // Closed: a later clock no longer lengthens it, and a repeated report is a no-op.
+        reported
+            .domain
+            .invalidations_completed(finished, 20_000_000);
+        assert_eq!(
+            reported.domain.protection().max_reachable_after_unmap_ns,
+            12_000_000
+        );
     }
 
     #[test]

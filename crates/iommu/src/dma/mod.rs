@@ -44,7 +44,7 @@ use crate::mem::MemError;
 use crate::pgtable::PgTableError;
 
 pub use device::{DmaFault, FaultReason, PhysRange};
-pub use domain::{CoherentBuffer, DmaMapping, DmaSgMapping, Domain, DomainConfig};
+pub use domain::{CoherentBuffer, DmaMapping, DmaSgMapping, Domain, DomainConfig, WindowClose};
 pub use flush_queue::{
     FlushQueue, FlushQueueConfig, FlushQueueShape, FlushQueueVariant, TimerFreeCpu,
 };

@@ -28,12 +28,12 @@
 //! In lazy mode over SMMUv3 the stack measures the window a freed page stays reachable:
 //! from its unmap to the completion of the `CMD_SYNC` of the first flush after it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use iolab_iommu::addr::{PhysAddr, SZ_4K};
-use iolab_iommu::dma::{Device, Direction, PhysRange};
+use iolab_iommu::dma::{Device, Direction, Domain, PhysRange};
 use iolab_iommu::hw::{
     split_queue_work, DmaPath, MappedBuffer, MappedSg, QueueWork, Smmuv3DevicePath, X86DevicePath,
 };
@@ -152,52 +152,33 @@ pub(super) struct Unit {
     fq_locks: Vec<SpinLock>,
     /// Where this instance's protection report is read.
     protection: ProtectionProbe,
-    /// SMMUv3 in lazy mode: the measured unmap-to-invalidation window.
-    lazy_window: Option<LazyWindow>,
+    /// Lazy mode over a timed queue: what closes the domain's stale windows.
+    window_closer: Option<WindowCloser>,
 }
 
-/// Lazy mode over a timed SMMUv3 queue: the window a freed page stays reachable, measured
-/// from its unmap to the completion of the `CMD_SYNC` of the first flush issued after it
-/// (its IOTLB entry may be evicted sooner: the longest time the page *could* be reached).
-#[derive(Default)]
-struct LazyWindow {
-    /// The earliest unmap no flush has been issued for yet, ns.
-    pending_since: Cell<Option<u64>>,
-    /// The longest window measured, ns.
-    max_ns: Cell<u64>,
+/// Lazy mode over a timed queue: the domain whose stale windows the queue's syncs close.
+/// The functional flush runs at once; the timed queue says when its sync completes, and
+/// [`Domain::invalidations_completed`] closes the windows of the pages it covered then (a
+/// page freed lazily stays reachable until that sync, not until the flush was issued).
+struct WindowCloser {
+    domain: Arc<Domain>,
 }
 
-impl LazyWindow {
-    /// An unmap at `at` (`flushed`: its call ran a flush, which covers it): the start of
-    /// the window the flush closes, if one did.
-    fn on_unmap(&self, at: u64, flushed: bool) -> Option<u64> {
-        if flushed {
-            return Some(self.pending_since.take().unwrap_or(at));
+impl WindowCloser {
+    /// The flush count to report once the work of a record that ran `flushes` flushes has
+    /// completed on the timed queue (`None`: nothing to close).
+    fn finished_after(&self, flushes: u64) -> Option<u64> {
+        if flushes == 0 {
+            return None;
         }
-        if self.pending_since.get().is_none() {
-            self.pending_since.set(Some(at));
+        self.domain.flush_queue().map(|fq| fq.flush_counts().1)
+    }
+
+    /// The sync covering flushes up to `finished` completed at `now_ns`.
+    fn closed(&self, finished: Option<u64>, now_ns: u64) {
+        if let Some(f) = finished {
+            self.domain.invalidations_completed(f, now_ns);
         }
-        None
-    }
-
-    /// A map whose call ran a flush: the start of the window it closes, if any unmap waited.
-    fn on_map_flush(&self) -> Option<u64> {
-        self.pending_since.take()
-    }
-
-    /// The flush covering unmaps since `since` completed its sync at `now`.
-    fn closed(&self, since: u64, now: u64) {
-        self.max_ns
-            .set(self.max_ns.get().max(now.saturating_sub(since)));
-    }
-
-    /// The longest window, unmaps still waiting at `end_ns` counted up to it.
-    fn measured(&self, end_ns: u64) -> u64 {
-        let open = self
-            .pending_since
-            .get()
-            .map_or(0, |t| end_ns.saturating_sub(t));
-        self.max_ns.get().max(open)
     }
 }
 
@@ -443,10 +424,11 @@ impl Stack {
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
             };
             // A lazy flush the map ran closes the window of the unmaps before it.
-            let covered = match &self.unit(devno).lazy_window {
-                Some(lw) if w.flush_queue_flushes > 0 => lw.on_map_flush(),
-                _ => None,
-            };
+            let covered = self
+                .unit(devno)
+                .window_closer
+                .as_ref()
+                .and_then(|c| c.finished_after(w.flush_queue_flushes));
             let ch = self.charge(&mut w);
             // A record that took neither lock has nothing to wait for or charge there.
             (
@@ -483,13 +465,13 @@ impl Stack {
         if let Some((_, q)) = &u.cmdq {
             // A lazy flush run from the map path (its timer expired), if any.
             q.issue_work(ctx, &queue).await;
-            if let (Some(lw), Some(since)) = (&u.lazy_window, covered) {
-                lw.closed(since, ctx.now().as_ns());
-            }
         }
         if let Some((_, q)) = &u.x86 {
             // As above, and with VT-d Caching Mode the map's own invalidation.
             q.issue(ctx, &queue).await;
+        }
+        if let Some(c) = &u.window_closer {
+            c.closed(covered, ctx.now().as_ns());
         }
         let dma = self.device_dma(u);
         // A hostile device probes the bytes after the buffer it was just given.
@@ -608,14 +590,18 @@ impl Stack {
         dir: Direction,
     ) -> Result<MappedBuffer, String> {
         let cpu = ctx.cpu().id();
-        let (mapped, queue, critical, map_ns, locks) = {
+        let (mapped, queue, critical, map_ns, locks, covered) = {
             let mut w = WorkRecord::new();
             let mapped = self.units[0]
                 .path
                 .map_single(&self.device, PhysAddr::new(pa), len, dir, cpu, &mut w)
                 .map_err(|e| self.fail(format!("dma map failed: {e}")))?;
+            let covered = self.units[0]
+                .window_closer
+                .as_ref()
+                .and_then(|c| c.finished_after(w.flush_queue_flushes));
             let ch = self.charge(&mut w);
-            (mapped, ch.queue, ch.critical, ch.ns?, ch.locks)
+            (mapped, ch.queue, ch.critical, ch.ns?, ch.locks, covered)
         };
         let u = &self.units[0];
         if let Some(locks) = locks {
@@ -639,6 +625,9 @@ impl Stack {
         if let Some((_, q)) = &u.x86 {
             q.issue(ctx, &queue).await;
         }
+        if let Some(c) = &u.window_closer {
+            c.closed(covered, ctx.now().as_ns());
+        }
         Ok(mapped)
     }
 
@@ -651,12 +640,16 @@ impl Stack {
         buf: MappedBuffer,
     ) -> Result<(), String> {
         let cpu = ctx.cpu().id();
-        let (queue, critical, unmap_ns, locks) = {
+        let (queue, critical, unmap_ns, locks, covered) = {
             let mut w = WorkRecord::new();
             self.units[0]
                 .path
                 .unmap_single(buf, cpu, ctx.now().as_ns(), &mut w)
                 .map_err(|e| self.fail(format!("dma unmap failed: {}", e.error)))?;
+            let covered = self.units[0]
+                .window_closer
+                .as_ref()
+                .and_then(|c| c.finished_after(w.flush_queue_flushes));
             let ch = self.charge(&mut w);
             let unmap_ns = ch.ns?;
             let mut c = self.counters.borrow_mut();
@@ -664,7 +657,7 @@ impl Stack {
             c.unmap_ns += unmap_ns;
             c.inval_syncs += w.inval_syncs;
             c.flush_queue_flushes += w.flush_queue_flushes;
-            (ch.queue, ch.critical, unmap_ns, ch.locks)
+            (ch.queue, ch.critical, unmap_ns, ch.locks, covered)
         };
         ctx.cpu()
             .spend_labeled(
@@ -692,6 +685,9 @@ impl Stack {
                 )));
             }
         }
+        if let Some(c) = &u.window_closer {
+            c.closed(covered, ctx.now().as_ns());
+        }
         Ok(())
     }
 
@@ -718,16 +714,9 @@ impl Stack {
         Some(t)
     }
 
-    /// The run's protection report: every instance's, merged (over SMMUv3 in lazy mode,
-    /// the reachable window is the one the stack measured, [`LazyWindow`]).
+    /// The run's protection report: every instance's, merged.
     pub(super) fn protection(&self, run_ns: u64) -> LabProtection {
-        let read = |u: &Unit| {
-            let mut p = u.protection.read(self.translated, run_ns);
-            if let Some(lw) = &u.lazy_window {
-                p.max_reachable_ns = lw.measured(run_ns);
-            }
-            p
-        };
+        let read = |u: &Unit| u.protection.read(self.translated, run_ns);
         let mut p = read(&self.units[0]);
         for u in &self.units[1..] {
             p.merge(&read(u));
@@ -824,7 +813,6 @@ impl Stack {
                 // future across the awaits below (as in `submit`).
                 let (queue, critical, unmap_ns, locks, covered) = {
                     let mut w = WorkRecord::new();
-                    let unmapped_at = ctx.now().as_ns();
                     let probe = match (&self.hostile[dev], &f.mapping) {
                         (Some(h), Mapping::Single(m)) => Some((h, m.dma_addr().0, m.len())),
                         _ => None,
@@ -849,9 +837,9 @@ impl Stack {
                         h.probe_unmapped(addr, len, |a, n, acc| dma.reaches(a, n, acc));
                     }
                     let covered = u
-                        .lazy_window
+                        .window_closer
                         .as_ref()
-                        .and_then(|lw| lw.on_unmap(unmapped_at, w.flush_queue_flushes > 0));
+                        .and_then(|c| c.finished_after(w.flush_queue_flushes));
                     // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
                     let ch = self.charge(&mut w);
                     let unmap_ns = ch.ns.unwrap_or(0.0);
@@ -874,9 +862,6 @@ impl Stack {
                 }
                 if let Some((p, q)) = &u.cmdq {
                     q.issue_work(&ctx, &queue).await;
-                    if let (Some(lw), Some(since)) = (&u.lazy_window, covered) {
-                        lw.closed(since, ctx.now().as_ns());
-                    }
                     if p.invalidation_errors() > 0 {
                         self.fail("the SMMUv3 command queue refused a command".to_string());
                     }
@@ -889,6 +874,9 @@ impl Stack {
                             p.model()
                         ));
                     }
+                }
+                if let Some(c) = &u.window_closer {
+                    c.closed(covered, ctx.now().as_ns());
                 }
                 ctx.cpu()
                     .spend(SimDuration::ns(self.k.block_complete_ns), Account::System)
@@ -1025,7 +1013,12 @@ pub(super) fn start_stack(
     // own SMMU or DMAR unit, domain, IOVA tree and magazines, timed queue), in order.
     let mut built = Vec::with_capacity(s.iommu.instances);
     for k in 0..s.iommu.instances.max(1) {
-        built.push(iommu::build_instance(s, &h, k)?);
+        built.push(iommu::build_instance(
+            s,
+            &h,
+            k,
+            iolab_iommu::dma::WindowClose::Reported,
+        )?);
     }
     // The NVMe controllers' DMA mask (`device[i].dma_mask_bits`, one for all); the SAS HBA's
     // is 64 bits.
@@ -1072,10 +1065,17 @@ pub(super) fn start_stack(
         } else {
             format!("#{k}")
         };
-        let lazy_window = (b.cmdq.is_some() && s.iommu.mode == super::spec::IommuMode::Lazy)
-            .then(LazyWindow::default);
+        // Lazy mode over a timed queue: its syncs close the domain's stale windows.
+        let timed_domain = match (&b.cmdq, &b.x86) {
+            (Some((p, _)), _) => Some(p.domain().clone()),
+            (_, Some((p, _))) => Some(p.domain().clone()),
+            _ => None,
+        };
+        let window_closer = timed_domain
+            .filter(|d| d.flush_queue().is_some())
+            .map(|domain| WindowCloser { domain });
         units.push(Unit {
-            lazy_window,
+            window_closer,
             path: b.path,
             cmdq: b.cmdq,
             x86: b.x86,

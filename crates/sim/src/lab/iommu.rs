@@ -9,7 +9,7 @@ use std::sync::Arc;
 use iolab_iommu::addr::{Iova, SZ_4K};
 use iolab_iommu::dma::flush_queue::FlushQueueConfig;
 use iolab_iommu::dma::protection::ProtectionStats;
-use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode};
+use iolab_iommu::dma::{Device, Domain, DomainConfig, DomainId, DomainMode, WindowClose};
 use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, WindowConfig};
 use iolab_iommu::hw::{
@@ -176,13 +176,20 @@ pub(crate) fn sync_wait(profile: &PlatformProfile) -> SyncWait {
 
 /// Builds the path of `s` on the simulation of `h`.
 pub(crate) fn build(s: &LabScenario, h: &Handle) -> Result<IommuPath, LabError> {
-    build_instance(s, h, 0)
+    build_instance(s, h, 0, WindowClose::AtFlush)
 }
 
 /// Builds IOMMU instance `k` of `s` (`iommu.instances`) on the simulation of `h`: a path of
 /// its own (unit, domain, IOVA allocator, timed queue), the queue's engine resources named
 /// with `#k` after the first (instance 0 is the one-instance path exactly).
-pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<IommuPath, LabError> {
+/// `window_close`: [`WindowClose::Reported`] where the caller reports each timed sync's
+/// completion to the lazy domain (the block stack), so a freed page's window ends there.
+pub(crate) fn build_instance(
+    s: &LabScenario,
+    h: &Handle,
+    k: usize,
+    window_close: WindowClose,
+) -> Result<IommuPath, LabError> {
     let tag = if k == 0 {
         String::new()
     } else {
@@ -191,6 +198,7 @@ pub(crate) fn build_instance(s: &LabScenario, h: &Handle, k: usize) -> Result<Io
     let id = DomainId(1);
     let mut cfg = DomainConfig::new(id, DomainMode::NoIommu);
     cfg.cpus = s.cpus;
+    cfg.window_close = window_close;
     let direct = |d: Arc<Domain>| IommuPath {
         path: d.clone(),
         cmdq: None,

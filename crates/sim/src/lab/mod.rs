@@ -896,14 +896,11 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             m = dma_metrics::cmdq_detail(dma_metrics::cmdq_core(m, "cmdq", q), q);
             if !s.iommu.uses_x86_queue() {
                 let (acq, ctd, wait) = out.cmdq_lock;
-                m = dma_metrics::append(
-                    m,
-                    &[
-                        ("lock.cmdq.acquisitions", "count", acq as f64),
-                        ("lock.cmdq.contended", "count", ctd as f64),
-                        ("lock.cmdq.wait_ns", "ns", wait as f64),
-                    ],
-                );
+                m = m.metrics(&[
+                    ("lock.cmdq.acquisitions", "count", acq as f64),
+                    ("lock.cmdq.contended", "count", ctd as f64),
+                    ("lock.cmdq.wait_ns", "ns", wait as f64),
+                ]);
             } else {
                 // VT-d: FSTS reads while polling; AMD-Vi: udelay(1) steps.
                 m = m.metric(Metric::new(

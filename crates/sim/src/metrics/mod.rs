@@ -247,6 +247,13 @@ impl Measurement {
         self
     }
 
+    /// Adds a metric per `(name, unit, value)`, in order.
+    pub fn metrics(self, list: &[(&str, &str, f64)]) -> Self {
+        list.iter().fold(self, |m, &(name, unit, v)| {
+            m.metric(Metric::new(name, unit, v))
+        })
+    }
+
     /// Sets the latency histogram.
     pub fn latency(mut self, h: LatencyHistogram) -> Self {
         self.latency = Some(h);

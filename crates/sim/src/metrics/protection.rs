@@ -4,7 +4,7 @@
 
 use iolab_iommu::dma::ProtectionStats;
 
-use super::{Measurement, Metric};
+use super::Measurement;
 
 /// Adds the protection report's metrics (`protection.*`, `faults.*`) to `m`.
 /// `max_reachable_ns` is the stack's figure, or the run length where nothing translates.
@@ -19,9 +19,8 @@ pub fn protection_metrics(
 
 /// `m` with a metric per `(name, unit, count)`, in order.
 pub(crate) fn counts(m: Measurement, list: &[(&str, &str, u64)]) -> Measurement {
-    list.iter().fold(m, |m, &(name, unit, v)| {
-        m.metric(Metric::new(name, unit, v as f64))
-    })
+    let values: Vec<(&str, &str, f64)> = list.iter().map(|&(n, u, v)| (n, u, v as f64)).collect();
+    m.metrics(&values)
 }
 
 /// The protection report's metrics but the stale-hit count, for a model with no device-side
