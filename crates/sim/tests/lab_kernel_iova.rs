@@ -90,9 +90,7 @@ fn a_32_bit_controller_makes_no_32_bit_first_tries() {
 #[test]
 fn nvme_devices_must_share_one_mask() {
     let text = fill("6.12", 64).replacen("dma_mask_bits = 64", "dma_mask_bits = 40", 1);
-    let e = lab::run_scenario(&text, "fill.toml", &LabOptions::default())
-        .err()
-        .expect("refused");
+    let e = lab::run_scenario(&text, "fill.toml", &LabOptions::default()).expect_err("refused");
     let msg = e.to_string();
     assert!(e.is_bad_input(), "{msg}");
     assert!(msg.contains("device[1].dma_mask_bits"), "{msg}");

@@ -68,9 +68,7 @@ fn range_invalidation_applies_to_smmuv3_only() {
         "mode = \"strict\"\ncmdq = \"lockfree\"\n",
         "mode = \"passthrough\"\nrange_invalidation = true\n",
     );
-    let e = lab::run_scenario(&text, "ril.toml", &LabOptions::default())
-        .err()
-        .expect("refused");
+    let e = lab::run_scenario(&text, "ril.toml", &LabOptions::default()).expect_err("refused");
     let msg = e.to_string();
     assert!(e.is_bad_input(), "{msg}");
     assert!(msg.contains("iommu.range_invalidation"), "{msg}");

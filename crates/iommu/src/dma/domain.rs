@@ -554,7 +554,7 @@ pub(super) struct Translated {
     pci_32bit_first: Option<Pci32BitFirst>,
     /// Devices that stopped trying below 4 GiB after a failure
     /// ([`Pci32BitFirst::UntilFirstFailure`]; Linux clears `pci_32bit_workaround`).
-    full_range_devices: Mutex<Vec<u32>>,
+    full_range_devices: Box<Mutex<Vec<u32>>>,
     /// When a flushed page's stale window closes.
     window_close: WindowClose,
 }
@@ -828,7 +828,7 @@ impl Domain {
             fq,
             aperture,
             pci_32bit_first: config.pci_32bit_first,
-            full_range_devices: Mutex::new(Vec::new()),
+            full_range_devices: Box::default(),
             window_close: config.window_close,
         };
         Ok(Self::assemble(config, Backend::Translated(t)))
