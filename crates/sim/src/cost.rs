@@ -1541,9 +1541,11 @@ mod tests {
             assert_eq!(*v, 0, "counter {i} starts at zero");
         }
         w.ptes_written = 1;
-        w.mmio_reads = 7;
+        w.mmio_reads = 5;
+        w.iova_full_range_allocs = 7;
         let vals = counter_values(&w);
         assert_eq!(vals[0], 1);
+        assert_eq!(vals[n - 4], 5);
         assert_eq!(vals[n - 1], 7);
         let by_name: Vec<u64> = w.counters().iter().map(|(_, v)| *v).collect();
         assert_eq!(vals.to_vec(), by_name);
