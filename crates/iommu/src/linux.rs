@@ -14,7 +14,9 @@
 //! sources and what each variant does in the model.
 //!
 //! The variants are opt-in: every type's [`Default`] is iolab's behaviour so far, which is
-//! Linux 6.12's for everything but the timer path ([`TimerFreeCpu`]).
+//! Linux 6.12's for everything but the timer path ([`TimerFreeCpu`]) and the PCI 32-bit-first
+//! allocation (`dma::DomainConfig::pci_32bit_first` is `None` unless asked for, as
+//! `iommu.forcedac=1`; [`DmaPathVariants::pci_32bit_first`] gives the release's).
 //!
 //! ```
 //! use iolab_iommu::iova::magazine::DepotKind;
