@@ -136,6 +136,28 @@ fn the_text_is_fio_s_summary_and_the_same_seed_gives_the_same_bytes() {
     assert!(text.contains("(groupid=0, jobs=16)"), "{text}");
     assert!(text.contains("read: IOPS="), "{text}");
     assert!(text.contains("smmuv3 lazy"), "{text}");
+    // Bandwidth as fio writes it: binary units, then SI ones, then the I/O size
+    // (`BW=3008MiB/s (3154MB/s)(60.0MiB/20msec)`), never fio-foreign kB/s in full.
+    let bw = text
+        .lines()
+        .find(|l| l.contains("read: IOPS="))
+        .and_then(|l| l.split("BW=").nth(1))
+        .unwrap_or_default();
+    assert!(
+        bw.contains("MiB/s (") && bw.contains("MB/s)(") && bw.contains("MiB/"),
+        "{bw}"
+    );
+    assert!(!bw.contains("kB/s"), "{bw}");
+    // The reachable window in a unit that suits it, not raw nanoseconds.
+    let window = text
+        .split("max reachable after unmap=")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .unwrap_or_default();
+    assert!(
+        window.ends_with(" ms") || window.ends_with(" us"),
+        "{window}"
+    );
 }
 
 #[test]

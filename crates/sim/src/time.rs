@@ -131,6 +131,30 @@ impl Sub for SimDuration {
     }
 }
 
+/// A duration for reading: whole nanoseconds below a microsecond (`954 ns`), else four
+/// significant digits in the unit that suits it (`2.657 ms`, `16.90 us`, `1.500 s`).
+pub fn human_ns(ns: u64) -> String {
+    let (div, unit) = match ns {
+        0..=999 => return format!("{ns} ns"),
+        1_000..=999_999 => (1e3, "us"),
+        1_000_000..=999_999_999 => (1e6, "ms"),
+        _ => (1e9, "s"),
+    };
+    let v = ns as f64 / div;
+    // Rounded up to 1000 of a unit (999,999 ns): shown as 1.000 of the next one.
+    if (v * 10.0).round() >= 10_000.0 && unit != "s" {
+        return format!("{:.3} {}", v / 1e3, if unit == "us" { "ms" } else { "s" });
+    }
+    let decimals = if v < 10.0 {
+        3
+    } else if v < 100.0 {
+        2
+    } else {
+        1
+    };
+    format!("{v:.decimals$} {unit}")
+}
+
 fn fmt_ns(ns: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     if ns >= 1_000_000_000 && ns % 1_000_000 == 0 {
         write!(f, "{}ms", ns / 1_000_000)
@@ -168,6 +192,19 @@ impl fmt::Display for SimDuration {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_read_with_four_significant_digits() {
+        use super::human_ns;
+        assert_eq!(human_ns(0), "0 ns");
+        assert_eq!(human_ns(954), "954 ns");
+        assert_eq!(human_ns(16_904), "16.90 us");
+        assert_eq!(human_ns(2_656_792), "2.657 ms");
+        assert_eq!(human_ns(5_299_671), "5.300 ms");
+        assert_eq!(human_ns(999_999), "1.000 ms");
+        assert_eq!(human_ns(999_999_999), "1.000 s");
+        assert_eq!(human_ns(123_456_789_000), "123.5 s");
+    }
+
     use super::*;
 
     #[test]

@@ -8,6 +8,9 @@
 //! two of its cells as lab scenarios (`Experiment::cell_scenarios`, `lab::run_scenario`):
 //! exactly what `iolab reproduce` measures for those cells (tests/reproduce_one_model.rs).
 
+mod common;
+use common::value;
+
 use std::sync::OnceLock;
 
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport, Role};
@@ -108,12 +111,6 @@ fn measure(text: &str, id: &str) -> Measurement {
         .into_iter()
         .next()
         .expect("a measurement")
-}
-
-fn value(m: &Measurement, name: &str) -> f64 {
-    m.get(name)
-        .unwrap_or_else(|| panic!("{}: no metric {name}", m.config))
-        .value
 }
 
 fn cell<'a>(r: &'a ExperimentReport, id: &str) -> &'a Measurement {

@@ -3,6 +3,9 @@
 //! the report, determinism and the mechanism claims, on shortened copies of the bundled file
 //! (3 ms measured after a 1 ms ramp) and on its cells as lab scenarios.
 
+mod common;
+use common::value as v;
+
 use iolab_sim::cost::PlatformProfile;
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport, Role};
 use iolab_sim::lab::{self, LabOptions};
@@ -47,13 +50,6 @@ fn cell<'a>(r: &'a ExperimentReport, id: &str) -> &'a Measurement {
         .iter()
         .find(|m| m.config == id)
         .unwrap_or_else(|| panic!("no cell {id}"))
-}
-
-/// Metric `name` of `m`.
-fn v(m: &Measurement, name: &str) -> f64 {
-    m.get(name)
-        .unwrap_or_else(|| panic!("{}: no {name}", m.config))
-        .value
 }
 
 const CELLS: [&str; 7] = [

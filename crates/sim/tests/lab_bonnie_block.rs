@@ -3,20 +3,12 @@
 //! the page cache writes reaches the device once, an IOMMU costs CPU, runs are
 //! deterministic, and validation still refuses what bonnie cannot drive.
 
+mod common;
+use common::{metric, run};
+
 use iolab_sim::lab::LabError;
 use iolab_sim::lab::{self, examples, LabOptions, LabRun};
 use iolab_sim::workloads::bonnie::{CSV_COLUMNS, FILE_PHASES};
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "test.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
-}
 
 const BLOCK_EXAMPLES: [&str; 3] = [
     "bonnie-sas-smmuv3-strict",

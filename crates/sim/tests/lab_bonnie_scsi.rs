@@ -3,24 +3,11 @@
 //! the disk once and every mapping is undone, the SBA costs CPU per request that dma-direct
 //! does not, and runs are deterministic.
 
-use iolab_sim::lab::{self, examples, LabOptions, LabRun};
+mod common;
+use common::{example, metric};
+
+use iolab_sim::lab::LabRun;
 use iolab_sim::workloads::bonnie::CSV_COLUMNS;
-
-fn example(name: &str) -> LabRun {
-    lab::run_scenario(
-        examples::example(name).unwrap(),
-        "test.toml",
-        &LabOptions::default(),
-    )
-    .expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
-}
 
 #[test]
 fn scsi_examples_print_rows_in_bonnies_column_order() {

@@ -5,6 +5,9 @@
 //! The published Grace figure (RESEARCH.md [mail]: passthrough 16.5M, lazy 16.4M, strict
 //! 2.8M IOPS) is a yardstick: this test checks the ordering only, never the values.
 
+mod common;
+use common::metric;
+
 use iolab_sim::cost::PlatformProfile;
 use iolab_sim::lab::{self, LabOptions, LabRun};
 
@@ -40,13 +43,6 @@ fn grace_profile_loads_with_a_source_for_every_value() {
 
 fn run(text: &str, name: &str) -> LabRun {
     lab::run_scenario(text, name, &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! queue, so devices on different instances stop contending on one queue; bad values are
 //! refused naming the field.
 
-use iolab_sim::lab::{self, LabOptions, LabRun};
+mod common;
+use common::{metric, run};
+
+use iolab_sim::lab::{self, LabRun};
 
 /// fio 4 KiB random reads, 64 jobs at iodepth 32 on 64 CPUs of a D06 with 8 NVMe drives
 /// (5 ms ramp, 20 ms measured: past the one-queue run's warm-up), SMMUv3 strict with the lock-free command queue; `iommu_extra` and `device_extra` (added
@@ -34,17 +37,6 @@ runtime_ms = 20
 ramp_ms = 5
 "#
     )
-}
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "d06-64.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 #[test]

@@ -9,6 +9,9 @@
 //! Run with `--release` (each cell moves 64 MiB through the page cache and runs bonnie's
 //! 8000 seeks and 4 x 1024 file operations).
 
+mod common;
+use common::value;
+
 use std::path::PathBuf;
 
 use iolab_sim::engine::rng::derive_seed;
@@ -70,12 +73,6 @@ fn lab_metric(figure_suffix: &str) -> String {
     } else {
         format!("bonnie.{figure_suffix}_per_s")
     }
-}
-
-fn value(m: &Measurement, name: &str) -> f64 {
-    m.get(name)
-        .unwrap_or_else(|| panic!("{}: no metric {name}", m.config))
-        .value
 }
 
 #[test]

@@ -1,7 +1,10 @@
 //! The kernel's DMA-mapping benchmark as a lab workload (issue 17, item 4): its output
 //! format, what it measures across modes and thread counts, and its input checks.
 
-use iolab_sim::lab::{self, LabError, LabOptions, LabRun};
+mod common;
+use common::{metric, run};
+
+use iolab_sim::lab::{self, LabError, LabOptions};
 use iolab_sim::tomlfile::InputError;
 
 fn scenario(mode: &str, workload: &str) -> String {
@@ -23,17 +26,6 @@ runtime_ms = 5
 {workload}
 "#
     )
-}
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "map-bench.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 #[test]

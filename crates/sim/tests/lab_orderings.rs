@@ -16,7 +16,10 @@
 //! job reaps its completions in batches (up to `iodepth` at once), so a window counts whole
 //! batches and two modes with the same cost (passthrough and off, say) can differ by one.
 
-use iolab_sim::lab::{self, LabOptions, LabRun};
+mod common;
+use common::{metric, run};
+
+use iolab_sim::lab::LabRun;
 use proptest::prelude::*;
 
 /// The rated IOPS and bandwidth of the lab's default NVMe drive (docs/SCENARIOS.md).
@@ -73,17 +76,6 @@ ramp_ms = {ramp_ms}
 /// The measured window: longer for deep queues, whose jobs reap in big batches.
 fn runtime_ms(p: Point) -> u32 {
     6 + p.iodepth / 8
-}
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "grid.toml", &LabOptions::default()).expect("grid point runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 /// CPU time (user + system + spin, all CPUs, ns) per completed I/O over the window.

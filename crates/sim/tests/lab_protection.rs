@@ -4,22 +4,10 @@
 //! bypasses translation on every device access, and a sub-page buffer exposes the rest of
 //! its IOMMU page.
 
-use iolab_sim::lab::{self, examples, LabOptions, LabRun};
+mod common;
+use common::{example, metric, run};
 
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "test.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn example(name: &str) -> LabRun {
-    run(examples::example(name).unwrap_or_else(|| panic!("no example {name}")))
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("{}: metric {name} missing", r.report.name))
-        .value
-}
+use iolab_sim::lab::examples;
 
 /// The metrics every run carries, whatever the model.
 const ALWAYS: [&str; 6] = [
@@ -73,7 +61,7 @@ fn strict_examples_leave_nothing_reachable_after_unmap() {
     }
     let text = example("fio-nvme-strict").report.report_text;
     assert!(
-        text.contains("protection   : stale hits=0, max reachable after unmap=0ns"),
+        text.contains("protection   : stale hits=0, max reachable after unmap=0 ns"),
         "{text}"
     );
 }

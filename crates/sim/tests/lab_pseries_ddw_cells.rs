@@ -9,6 +9,9 @@
 //! two equal figure for figure; docs/model/pseries-ddw.md.)
 //! Run with `--release` (eight 100 ms configurations, about a second).
 
+mod common;
+use common::value;
+
 use std::path::{Path, PathBuf};
 
 use iolab_sim::cost::PlatformProfile;
@@ -63,12 +66,6 @@ fn exp_measurement<'a>(r: &'a ExperimentReport, id: &str) -> &'a Measurement {
         .iter()
         .find(|m| m.config == id)
         .unwrap_or_else(|| panic!("the experiment has no measurement {id}"))
-}
-
-fn value(m: &Measurement, name: &str) -> f64 {
-    m.get(name)
-        .unwrap_or_else(|| panic!("{}: metric {name} missing", m.config))
-        .value
 }
 
 fn figure(r: &ExperimentReport, id: &str) -> f64 {

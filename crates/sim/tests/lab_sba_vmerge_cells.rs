@@ -7,6 +7,9 @@
 //! is held to recorded values: those the retired module (experiments/sba_vmerge.rs) measured
 //! and this file checked the lab against until the module went (docs/model/sba-vmerge.md).
 
+mod common;
+use common::value as metric;
+
 use std::path::PathBuf;
 
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport, Role};
@@ -66,12 +69,6 @@ fn run_data(text: &str) -> ExperimentReport {
 /// `iolab reproduce sba-vmerge`'s report.
 fn experiment() -> ExperimentReport {
     run_data(data_text())
-}
-
-fn metric(m: &Measurement, name: &str) -> f64 {
-    m.get(name)
-        .unwrap_or_else(|| panic!("{}: no metric {name}", m.config))
-        .value
 }
 
 /// The lab metric that carries an experiment figure of `cell`: `{cell}.users{u}[.suffix]`

@@ -2,7 +2,10 @@
 //! IOMMU modes order as published measurements on large SMMUv3 systems do once the DMA
 //! path is warm, and a measured window inside the lazy pipeline's warm-up says so.
 
-use iolab_sim::lab::{self, LabOptions, LabRun};
+mod common;
+use common::{metric, run};
+
+use iolab_sim::lab::LabRun;
 
 /// fio 4 KiB random reads, 128 jobs at iodepth 32 on 128 CPUs of a D06 with 8 NVMe drives.
 fn d06_128(mode: &str, ramp_ms: u32, runtime_ms: u32) -> String {
@@ -35,17 +38,6 @@ runtime_ms = {runtime_ms}
 ramp_ms = {ramp_ms}
 "#
     )
-}
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "d06-128.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 #[test]

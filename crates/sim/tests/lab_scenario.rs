@@ -1,6 +1,9 @@
 //! Workload scenarios (`iolab_sim::lab`): validation names the field and line, caps are
 //! enforced, runs are deterministic, and the IOMMU modes order as their mechanisms say.
 
+mod common;
+use common::{metric, run};
+
 use iolab_sim::lab::LabError;
 use iolab_sim::lab::{self, caps, examples, LabOptions, LabRun};
 use iolab_sim::tomlfile::InputError;
@@ -35,10 +38,6 @@ ramp_ms = 2
     )
 }
 
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "test.toml", &LabOptions::default()).expect("scenario runs")
-}
-
 fn run_seed(text: &str, seed: u64) -> LabRun {
     lab::run_scenario(
         text,
@@ -49,13 +48,6 @@ fn run_seed(text: &str, seed: u64) -> LabRun {
         },
     )
     .expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 /// The input error of a scenario that must be refused: (field, line, message).

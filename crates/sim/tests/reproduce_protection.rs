@@ -3,6 +3,9 @@
 //! strict shows no stale hit, lazy a bounded window, a fault storm overflows the SMMUv3
 //! event queue, the run is deterministic, and bad input names its field.
 
+mod common;
+use common::value as v;
+
 use iolab_sim::experiment::ExperimentOptions;
 use iolab_sim::lab::{self, LabError, LabOptions};
 use iolab_sim::metrics::Measurement;
@@ -23,12 +26,6 @@ fn cell<'a>(ms: &'a [Measurement], id: &str) -> &'a Measurement {
     ms.iter()
         .find(|m| m.config == id)
         .unwrap_or_else(|| panic!("no cell {id}"))
-}
-
-fn v(m: &Measurement, name: &str) -> f64 {
-    m.get(name)
-        .unwrap_or_else(|| panic!("{}: no metric {name}", m.config))
-        .value
 }
 
 #[test]

@@ -37,7 +37,8 @@ use crate::dma::{
 use crate::dma::{Domain, DomainMode};
 use crate::iova::IovaAllocator;
 use crate::mem::{PhysAllocator, PhysMemory};
-use crate::vtd::{Dmar, DmarConfig, DmarDomain, DmarError};
+use crate::vtd::spec::Ecap;
+use crate::vtd::{Dmar, DmarConfig, DmarDomain, DmarError, VtdTranslation};
 use crate::work::WorkRecord;
 
 /// Why an x86 device path could not be built.
@@ -101,6 +102,10 @@ impl std::fmt::Debug for X86DevicePath {
 /// §1.3; the AMD-Vi DomainID uses the same value).
 pub const X86_PATH_DID: u16 = 2;
 
+/// ECAP bits of a scalable-mode unit: PSS = 19 (20-bit PASIDs), PASID b40, SMTS b43,
+/// SLTS b46, FLTS b47 (X86.md §1.2).
+const SCALABLE_ECAP_BITS: u64 = 19 << 35 | 1 << 40 | 1 << 43 | 1 << 46 | 1 << 47;
+
 /// Input bits of the lab's AMD-Vi domain: 3 levels, Linux's starting depth.
 const AMD_IAS: u32 = 39;
 
@@ -163,7 +168,19 @@ impl X86DevicePath {
     /// A VT-d unit as the lab's default: the Cascade-Lake-class registers of X86.md §1.2
     /// (4-level second-stage tables, PSI with MAMV 18), with Caching Mode if `caching_mode`.
     pub fn vtd_unit(caching_mode: bool) -> X86Unit {
-        let cfg = DmarConfig::cascade_lake();
+        Self::vtd_unit_in(caching_mode, VtdTranslation::Legacy)
+    }
+
+    /// [`X86DevicePath::vtd_unit`] in `translation` mode. For the scalable modes the ECAP
+    /// also reports SMTS, SLTS, FLTS and PASID (20 bits) (assumption: a Sapphire-Rapids-class
+    /// unit, which runs scalable mode (X86.md §1.2), with the Cascade Lake unit's other
+    /// fields; its CAP has FL1GP clear, so first-stage tables use 4 KiB and 2 MiB pages).
+    pub fn vtd_unit_in(caching_mode: bool, translation: VtdTranslation) -> X86Unit {
+        let mut cfg = DmarConfig::cascade_lake();
+        if translation.is_scalable() {
+            cfg.ecap = Ecap(cfg.ecap.0 | SCALABLE_ECAP_BITS);
+            cfg = cfg.with_translation(translation);
+        }
         X86Unit::Vtd(if caching_mode {
             cfg.caching_mode()
         } else {
@@ -184,6 +201,10 @@ impl X86DevicePath {
     /// hand out addresses beyond it (4 GiB is always inside).
     pub fn iova_limit(unit: &X86Unit) -> Iova {
         match unit {
+            // First-stage IOVAs are canonical: Linux's aperture is the lower half.
+            X86Unit::Vtd(c) if c.translation == VtdTranslation::ScalableFirstStage => {
+                Iova::new(1 << 47)
+            }
             X86Unit::Vtd(_) => Iova::new(1 << 48),
             X86Unit::AmdVi(_, t) => Iova::new(1 << t.ias),
         }

@@ -48,9 +48,11 @@
 //! - IOTLB: global, domain-selective (IOTLB and paging-structure caches of the DID), or
 //!   page-selective: the 2^AM pages containing ADDR, aligned (address bits below the mask
 //!   ignored), from the IOTLB, and from the paging-structure caches unless IH is set;
-//! - PASID-based IOTLB: as the DID's page-selective or domain-selective invalidation (the
-//!   model tags caches by DID only, every request using the context's RID_PASID);
-//! - device-TLB: counted (no device-TLB is modelled);
+//! - PASID-based IOTLB: in legacy mode as the DID's page-selective or domain-selective
+//!   invalidation; in scalable mode on the (DID, PASID) first-stage tags ([`super::scalable`]);
+//! - PASID-cache: by DID, by DID and PASID, or all;
+//! - device-TLB and PASID-based device-TLB: the ATS device's ATC entries in the range
+//!   ([`super::devtlb`]);
 //! - wait: with SW, writes STDATA to STADDR; with IF, sets ICS.IWC.
 //!
 //! A descriptor that does not decode (unknown type, reserved bits, reserved granularity)
@@ -63,16 +65,19 @@
 //! the time the hardware takes, so a single-threaded submission always finds its wait
 //! pending at the first poll and done at the second.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::devtlb::{AtcSelect, DevTlb};
 use super::invalidator::{Qi, QiError, VtdInvalidator};
-use super::pgtable::{read_u64, VtdPageTable, VtdTableConfig, VtdTableError};
+use super::pgtable::{read_u64, VtdPageTable, VtdStage, VtdTableConfig, VtdTableError};
+use super::scalable::{SmCaches, VtdRequest, VtdTranslation};
 use super::spec::{
     self, fsts, iqei, psi_range, reason, Cap, CcGranularity, ContextEntry, Ecap, FaultRecord,
-    InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SlPte, TranslationType,
+    InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SlPte, SmContextEntry,
+    TranslationType,
 };
 use crate::addr::{Access, Iova, PhysAddr, Prot, SZ_4K};
 use crate::dma::{DmaError, Domain, DomainConfig, DomainId, DomainMode};
@@ -102,6 +107,10 @@ pub struct DmarConfig {
     pub context_cache: usize,
     /// Invalidation-queue entries (Linux `QI_LENGTH`, 256).
     pub qi_entries: usize,
+    /// Legacy or scalable mode, and the stage scalable-mode domains use.
+    pub translation: VtdTranslation,
+    /// PASID-cache entries (scalable mode; not published, default 64).
+    pub pasid_cache: usize,
 }
 
 impl DmarConfig {
@@ -122,7 +131,16 @@ impl DmarConfig {
             pscache,
             context_cache: 64,
             qi_entries: 256,
+            translation: VtdTranslation::Legacy,
+            pasid_cache: 64,
         }
+    }
+
+    /// The same unit in scalable mode with domains of the given stage (RTADDR.TTM = 1).
+    /// [`Dmar::new`] checks ECAP.SMTS and ECAP.FLTS / SLTS.
+    pub fn with_translation(mut self, translation: VtdTranslation) -> Self {
+        self.translation = translation;
+        self
     }
 
     /// The Skylake/Cascade-Lake-class profile of X86.md §1.2 (4-level, CM = 0, MAMV 18).
@@ -230,6 +248,14 @@ pub enum DmarError {
     /// An invalidation the attach issued failed.
     #[error("Invalidation failed")]
     Qi(#[from] QiError),
+    /// Scalable mode asked of a unit whose ECAP lacks a bit it needs.
+    #[error("{translation:?} needs ECAP.{missing}, which this unit does not report")]
+    NoScalableMode {
+        /// The translation asked for.
+        translation: VtdTranslation,
+        /// The missing ECAP field.
+        missing: &'static str,
+    },
 }
 
 /// A translation fault: what the unit records (if not suppressed by FPD).
@@ -248,6 +274,8 @@ pub struct DmarFault {
     pub access: Access,
     /// Whether it went into a fault recording register (not FPD, not dropped on overflow).
     pub recorded: bool,
+    /// The request's PASID, if it carried one.
+    pub pasid: Option<u32>,
 }
 
 /// A successful translation.
@@ -261,6 +289,8 @@ pub struct DmarTranslation {
     pub iotlb_hit: bool,
     /// Whether that IOTLB entry's mapping was already removed (stale).
     pub stale: bool,
+    /// The permissions the translation grants (what an ATS completion reports).
+    pub prot: Prot,
 }
 
 /// Counts kept by the unit's hardware side.
@@ -276,8 +306,9 @@ pub struct DmarStats {
     pub faults: u64,
     /// Faults dropped because every fault recording register was full (PFO).
     pub faults_dropped: u64,
-    /// Descriptors processed, by type: context-cache, IOTLB, device-TLB, wait, PASID-IOTLB.
-    pub descriptors: [u64; 5],
+    /// Descriptors processed, by type: context-cache, IOTLB, device-TLB, wait, PASID-IOTLB,
+    /// PASID-cache, PASID-based device-TLB.
+    pub descriptors: [u64; 7],
     /// Page-selective IOTLB invalidations (type 2 with G = 3, and type 6 with G = 3).
     pub psi: u64,
     /// Domain-selective IOTLB invalidations.
@@ -290,31 +321,60 @@ pub struct DmarStats {
     pub pscache_removed: u64,
     /// Invalidation-queue errors raised.
     pub queue_errors: u64,
+    /// PASID-cache hits (scalable mode).
+    pub pasid_hits: u64,
+    /// PASID-cache misses (PASID directory and table entries read).
+    pub pasid_misses: u64,
+    /// PASID-cache entries removed by invalidations.
+    pub pasid_removed: u64,
+    /// Device-TLB (ATC) hits.
+    pub devtlb_hits: u64,
+    /// Device-TLB misses (translation requests to the unit).
+    pub devtlb_misses: u64,
+    /// Device-TLB entries removed by invalidations.
+    pub devtlb_removed: u64,
 }
 
 /// A context-cache entry: what a present context entry said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CachedContext {
-    sid: u16,
-    did: u16,
-    fpd: bool,
-    tt: TranslationType,
-    root: u64,
-    levels: u32,
+pub(super) struct CachedContext {
+    pub(super) sid: u16,
+    pub(super) did: u16,
+    pub(super) fpd: bool,
+    pub(super) tt: TranslationType,
+    pub(super) root: u64,
+    pub(super) levels: u32,
+    /// The scalable-mode context entry (then `did`, `tt`, `root`, `levels` are unused).
+    pub(super) sm: Option<SmContextEntry>,
 }
 
 /// The unit's caches.
-struct Caches {
-    iotlb: Iotlb,
-    walk: crate::iotlb::WalkCache,
+pub(super) struct Caches {
+    pub(super) iotlb: Iotlb,
+    pub(super) walk: crate::iotlb::WalkCache,
     /// Fully associative, FIFO replacement.
-    context: VecDeque<CachedContext>,
-    context_capacity: usize,
+    pub(super) context: VecDeque<CachedContext>,
+    pub(super) context_capacity: usize,
+    /// Scalable mode: the PASID cache and the (DID, PASID, stage) tags of the IOTLB.
+    pub(super) sm: SmCaches,
+}
+
+impl Caches {
+    /// The IOTLB / paging-structure-cache tags of domain `did` (every PASID and stage in
+    /// scalable mode).
+    pub(super) fn tags_of(&self, did: u16, scalable: bool) -> Vec<Asid> {
+        if scalable {
+            self.sm.tags_where(|t| t.did == did)
+        } else {
+            vec![Asid(u32::from(did))]
+        }
+    }
 }
 
 /// The registers the model keeps.
 #[derive(Debug)]
-struct Regs {
+pub(super) struct Regs {
+    /// RTADDR: the root table and TTM.
     rtaddr: u64,
     iqa_base: u64,
     iqh: u64,
@@ -328,14 +388,16 @@ struct Regs {
 
 /// One VT-d remapping unit. See the module docs.
 pub struct Dmar {
-    config: DmarConfig,
-    levels: u32,
-    alloc: Arc<PhysAllocator>,
-    regs: Mutex<Regs>,
-    caches: Arc<Mutex<Caches>>,
-    stats: Mutex<DmarStats>,
+    pub(super) config: DmarConfig,
+    pub(super) levels: u32,
+    pub(super) alloc: Arc<PhysAllocator>,
+    pub(super) regs: Mutex<Regs>,
+    pub(super) caches: Arc<Mutex<Caches>>,
+    pub(super) stats: Mutex<DmarStats>,
     qi: Qi,
     dids: Mutex<Vec<u16>>,
+    /// Device-TLBs (ATCs) of the source ids attached with ATS, by source id.
+    pub(super) devtlbs: Mutex<BTreeMap<u16, DevTlb>>,
 }
 
 impl std::fmt::Debug for Dmar {
@@ -371,6 +433,7 @@ impl Dmar {
         if !config.ecap.qi() {
             return Err(DmarError::NoQueuedInvalidation);
         }
+        config.translation.check(config.ecap)?;
         let n = config.qi_entries;
         if !n.is_power_of_two() || !(2..=1 << 15).contains(&n) {
             return Err(DmarError::BadQueue { entries: n });
@@ -388,7 +451,7 @@ impl Dmar {
         Ok(Arc::new(Self {
             levels,
             regs: Mutex::new(Regs {
-                rtaddr: root.get(),
+                rtaddr: spec::rtaddr_encode(root.get(), config.translation.is_scalable()),
                 iqa_base: queue.get(),
                 iqh: 0,
                 iqt: 0,
@@ -403,10 +466,12 @@ impl Dmar {
                 walk,
                 context: VecDeque::with_capacity(config.context_cache),
                 context_capacity: config.context_cache,
+                sm: SmCaches::new(config.pasid_cache),
             })),
             stats: Mutex::new(DmarStats::default()),
             qi: Qi::new(n, queue.get(), status.get()),
             dids: Mutex::new(Vec::new()),
+            devtlbs: Mutex::new(BTreeMap::new()),
             alloc,
             config,
         }))
@@ -446,9 +511,19 @@ impl Dmar {
     // Registers.
     // -----------------------------------------------------------------------------------
 
-    /// RTADDR: the root table.
+    /// The root table (RTADDR bits 63:12).
     pub fn root_table(&self) -> PhysAddr {
-        PhysAddr::new(self.regs.lock().rtaddr)
+        PhysAddr::new(self.regs.lock().rtaddr & spec::ADDR_MASK_63_12)
+    }
+
+    /// RTADDR as software reads it: the root table and TTM (bit 10 set in scalable mode).
+    pub fn rtaddr(&self) -> u64 {
+        self.regs.lock().rtaddr
+    }
+
+    /// Whether RTADDR.TTM selects scalable mode.
+    pub fn is_scalable(&self) -> bool {
+        self.config.translation.is_scalable()
     }
 
     /// The invalidation queue's base (IQA bits 63:12).
@@ -551,7 +626,7 @@ impl Dmar {
     // Driver side: context entries and domains.
     // -----------------------------------------------------------------------------------
 
-    fn write_u64s(&self, pa: u64, words: &[u64]) {
+    pub(super) fn write_u64s(&self, pa: u64, words: &[u64]) {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let ok = self.memory().write(PhysAddr::new(pa), &bytes);
         debug_assert!(ok.is_ok(), "unit structures lie inside memory");
@@ -604,15 +679,26 @@ impl Dmar {
 
     /// Builds a translated domain with domain id `did`: a second-stage table of this unit's
     /// levels (superpages per CAP.SLLPS) in the unit's memory, and the Linux strict-path
-    /// invalidator ([`VtdInvalidator`]). Attach source ids with [`Dmar::attach`].
+    /// invalidator ([`VtdInvalidator`]). Attach source ids with [`Dmar::attach`]. A unit in
+    /// scalable mode with first-stage domains builds a first-stage table instead: 5 levels
+    /// if the unit's are 5 and CAP.FL5LP, else 4; 1 GiB pages if CAP.FL1GP.
     pub fn new_domain(
         self: &Arc<Self>,
         did: u16,
         config: DomainConfig,
         allocator: Arc<dyn IovaAllocator>,
     ) -> Result<DmarDomain, DmarError> {
-        let table =
-            VtdTableConfig::second_stage(self.levels).with_large_pages(self.config.cap.sllps());
+        let cap = self.config.cap;
+        let table = if self.config.translation == VtdTranslation::ScalableFirstStage {
+            let levels = if self.levels == 5 && cap.fl5lp() {
+                5
+            } else {
+                4
+            };
+            VtdTableConfig::first_stage(levels, cap.fl1gp())
+        } else {
+            VtdTableConfig::second_stage(self.levels).with_large_pages(cap.sllps())
+        };
         self.new_domain_with(did, config, table, allocator)
     }
 
@@ -629,7 +715,12 @@ impl Dmar {
             return Err(DmarError::NotTranslated { mode: config.mode });
         }
         let sagaw = self.config.cap.sagaw();
-        if sagaw & (1 << spec::agaw_of_levels(table.levels)) == 0 {
+        let levels_ok = match table.stage {
+            VtdStage::Second => sagaw & (1 << spec::agaw_of_levels(table.levels)) != 0,
+            // First stage: FLPM offers 4 levels, and 5 with CAP.FL5LP.
+            VtdStage::First => table.levels == 4 || (table.levels == 5 && self.config.cap.fl5lp()),
+        };
+        if !levels_ok {
             return Err(DmarError::LevelsNotSupported {
                 levels: table.levels,
                 sagaw,
@@ -647,8 +738,14 @@ impl Dmar {
             table: t,
             caches: self.caches.clone(),
             did,
+            scalable: self.is_scalable(),
         };
-        let invalidator = Arc::new(VtdInvalidator::new(self.clone(), did));
+        let mut inv = VtdInvalidator::new(self.clone(), did);
+        if table.stage == VtdStage::First {
+            // Linux flushes first-stage domains with PASID-based descriptors.
+            inv = inv.with_pasid(spec::RID_PASID_LINUX);
+        }
+        let invalidator = Arc::new(inv);
         let domain = Domain::translated(config, Box::new(wrapper), allocator, invalidator.clone())?;
         let mut dids = self.dids.lock();
         if dids.contains(&did) {
@@ -660,6 +757,8 @@ impl Dmar {
             did,
             root,
             agaw,
+            stage: table.stage,
+            levels: table.levels,
             invalidator,
             unit: Arc::as_ptr(self) as usize,
         })
@@ -670,6 +769,9 @@ impl Dmar {
     /// device-selective context-cache invalidation (DID 0) and a domain-selective IOTLB
     /// invalidation follow, with one wait; without it nothing is needed (a not-present
     /// context entry is never cached).
+    ///
+    /// In scalable mode the entry is a scalable-mode context entry pointing at a PASID
+    /// directory with the domain's PASID-table entry at RID_PASID 0 (see [`super::scalable`]).
     pub fn attach(
         &self,
         sid: u16,
@@ -679,13 +781,27 @@ impl Dmar {
         if domain.unit != self as *const Self as usize {
             return Err(DmarError::ForeignDomain { did: domain.did });
         }
+        if self.is_scalable() {
+            return self.attach_sm(sid, domain, false, work);
+        }
+        self.attach_legacy(sid, domain, TranslationType::MultiLevel, work)
+    }
+
+    /// The legacy-mode attach with translation type `tt`.
+    pub(super) fn attach_legacy(
+        &self,
+        sid: u16,
+        domain: &DmarDomain,
+        tt: TranslationType,
+        work: &mut WorkRecord,
+    ) -> Result<(), DmarError> {
         if self.read_context(sid).is_some_and(|c| c.present) {
             return Err(DmarError::AlreadyAttached { sid });
         }
         let entry = ContextEntry {
             present: true,
             fpd: false,
-            tt: TranslationType::MultiLevel,
+            tt,
             slptptr: domain.root.get(),
             aw: domain.agaw,
             did: domain.did,
@@ -708,6 +824,10 @@ impl Dmar {
     /// Clears `sid`'s context entry and invalidates it: device-selective context-cache and
     /// domain-selective IOTLB invalidation, one wait (Linux `domain_context_clear_one`).
     pub fn detach(&self, sid: u16, work: &mut WorkRecord) -> Result<(), DmarError> {
+        self.devtlbs.lock().remove(&sid);
+        if self.is_scalable() {
+            return self.detach_sm(sid, work);
+        }
         let Some(old) = self.read_context(sid).filter(|c| c.present) else {
             return Ok(());
         };
@@ -732,7 +852,7 @@ impl Dmar {
     // Hardware side: translation.
     // -----------------------------------------------------------------------------------
 
-    /// Looks up (or reads and caches) the context of `sid`.
+    /// Looks up (or reads and caches) the legacy context of `sid`.
     fn context(&self, sid: u16, work: &mut WorkRecord) -> Result<CachedContext, (u8, bool)> {
         {
             let c = self.caches.lock();
@@ -778,6 +898,7 @@ impl Dmar {
             tt: ce.tt,
             root: ce.slptptr,
             levels,
+            sm: None,
         };
         let mut c = self.caches.lock();
         if c.context_capacity > 0 {
@@ -789,8 +910,21 @@ impl Dmar {
         Ok(ctx)
     }
 
-    /// Records a fault (unless suppressed) and builds its error.
+    /// Records a fault of a request without PASID (unless suppressed) and builds its error.
     fn fault(&self, reason: u8, sid: u16, addr: u64, access: Access, fpd: bool) -> DmarFault {
+        self.fault_pasid(reason, sid, None, addr, access, fpd)
+    }
+
+    /// Records a fault (unless suppressed) and builds its error.
+    pub(super) fn fault_pasid(
+        &self,
+        reason: u8,
+        sid: u16,
+        pasid: Option<u32>,
+        addr: u64,
+        access: Access,
+        fpd: bool,
+    ) -> DmarFault {
         let mut recorded = false;
         let mut dropped = false;
         if !fpd {
@@ -804,7 +938,7 @@ impl Dmar {
                     addr,
                     sid,
                     reason,
-                    pasid: None,
+                    pasid,
                     read: access == Access::Read,
                 });
                 r.next_record = (i + 1) % r.records.len();
@@ -820,12 +954,18 @@ impl Dmar {
             addr,
             access,
             recorded,
+            pasid,
         }
     }
 
-    /// The unit translates a request from `sid` for `iova` (see the module docs). Counts
-    /// `translations`, `iotlb_hits` / `iotlb_misses` / `iotlb_stale_hits` and `walk_reads`
-    /// (context reads included).
+    /// The unit translates a request without PASID from `sid` for `iova` (see the module
+    /// docs). Counts `translations`, `iotlb_hits` / `iotlb_misses` / `iotlb_stale_hits` and
+    /// `walk_reads` (context reads included). In scalable mode this is
+    /// [`Dmar::translate_request`] with the context's RID_PASID.
+    ///
+    /// # Errors
+    ///
+    /// The fault the unit raises (and records unless FPD or overflow).
     pub fn translate(
         &self,
         sid: u16,
@@ -833,6 +973,9 @@ impl Dmar {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<DmarTranslation, DmarFault> {
+        if self.is_scalable() {
+            return self.translate_request(&VtdRequest::new(sid, iova, access), work);
+        }
         work.translations += 1;
         let addr = iova.get();
         let ctx = self
@@ -844,6 +987,7 @@ impl Dmar {
                 page_size: SZ_4K,
                 iotlb_hit: false,
                 stale: false,
+                prot: Prot::READ_WRITE,
             });
         }
         let fail = |r| Err(self.fault(r, sid, addr, access, ctx.fpd));
@@ -866,6 +1010,7 @@ impl Dmar {
                 page_size: hit.page_size,
                 iotlb_hit: true,
                 stale: hit.stale,
+                prot: hit.prot,
             });
         }
         // The walk, from the deepest paging-structure-cache hit.
@@ -928,16 +1073,21 @@ impl Dmar {
                         page_size: size,
                         iotlb_hit: false,
                         stale: false,
+                        prot,
                     });
                 }
             }
         }
     }
 
-    /// Whether the IOTLB holds an entry of `did` covering `iova` (stale or not, negative
-    /// or not), without counting or touching replacement state.
+    /// Whether the IOTLB holds an entry of `did` (any PASID in scalable mode) covering
+    /// `iova` (stale or not, negative or not), without counting or touching replacement
+    /// state.
     pub fn iotlb_probe(&self, did: u16, iova: Iova) -> Option<crate::iotlb::IotlbHit> {
-        self.caches.lock().iotlb.probe(Asid(u32::from(did)), iova)
+        let c = self.caches.lock();
+        c.tags_of(did, self.is_scalable())
+            .into_iter()
+            .find_map(|t| c.iotlb.probe(t, iova))
     }
 
     /// IOTLB entries marked stale (mapping removed, not yet invalidated).
@@ -945,14 +1095,22 @@ impl Dmar {
         self.caches.lock().iotlb.count_stale()
     }
 
-    /// IOTLB entries of `did`.
+    /// IOTLB entries of `did` (every PASID in scalable mode).
     pub fn iotlb_count(&self, did: u16) -> usize {
-        self.caches.lock().iotlb.count_asid(Asid(u32::from(did)))
+        let c = self.caches.lock();
+        c.tags_of(did, self.is_scalable())
+            .into_iter()
+            .map(|t| c.iotlb.count_asid(t))
+            .sum()
     }
 
-    /// Paging-structure-cache entries of `did`.
+    /// Paging-structure-cache entries of `did` (every PASID in scalable mode).
     pub fn pscache_count(&self, did: u16) -> usize {
-        self.caches.lock().walk.count_asid(Asid(u32::from(did)))
+        let c = self.caches.lock();
+        c.tags_of(did, self.is_scalable())
+            .into_iter()
+            .map(|t| c.walk.count_asid(t))
+            .sum()
     }
 
     /// Context-cache entries.
@@ -990,34 +1148,62 @@ impl Dmar {
         done
     }
 
-    /// Carries out one descriptor.
+    /// Carries out one descriptor. In scalable mode the IOTLB and paging-structure caches
+    /// are tagged by (DID, PASID, stage): IOTLB descriptors (type 2) reach the
+    /// second-stage and pass-through tags of their DID, PASID-based ones (type 6) the
+    /// first-stage and nested tags of their DID and PASID.
     fn apply(&self, desc: &InvDesc, r: &mut Regs) {
         let mut stats = self.stats.lock();
         let mut c = self.caches.lock();
         let c = &mut *c;
-        let tag = |did: u16| Asid(u32::from(did));
-        let page =
-            |c: &mut Caches, stats: &mut DmarStats, did: u16, addr: u64, am: u8, ih: bool| {
-                let (start, size) = psi_range(addr, am);
-                stats.psi += 1;
-                stats.iotlb_removed +=
-                    c.iotlb.invalidate_range(tag(did), Iova::new(start), size) as u64;
+        let scalable = self.is_scalable();
+        // The tags a type-2 descriptor of `did` reaches.
+        let ss_tags = |c: &Caches, did: u16| -> Vec<Asid> {
+            if scalable {
+                c.sm.tags_where(|t| t.did == did && !t.first_stage)
+            } else {
+                vec![Asid(u32::from(did))]
+            }
+        };
+        // The tags a type-6 descriptor of `did` and `pasid` reaches.
+        let fs_tags = |c: &Caches, did: u16, pasid: u32| -> Vec<Asid> {
+            if scalable {
+                c.sm.tags_where(|t| t.did == did && t.pasid == pasid && t.first_stage)
+            } else {
+                vec![Asid(u32::from(did))]
+            }
+        };
+        let page = |c: &mut Caches,
+                    stats: &mut DmarStats,
+                    tags: Vec<Asid>,
+                    (addr, am, ih): (u64, u8, bool)| {
+            let (start, size) = psi_range(addr, am);
+            stats.psi += 1;
+            for t in tags {
+                stats.iotlb_removed += c.iotlb.invalidate_range(t, Iova::new(start), size) as u64;
                 if !ih {
                     stats.pscache_removed +=
-                        c.walk.invalidate_range(tag(did), Iova::new(start), size) as u64;
+                        c.walk.invalidate_range(t, Iova::new(start), size) as u64;
                 }
-            };
-        let domain = |c: &mut Caches, stats: &mut DmarStats, did| {
+            }
+        };
+        let domain = |c: &mut Caches, stats: &mut DmarStats, tags: Vec<Asid>| {
             stats.dsi += 1;
-            stats.iotlb_removed += c.iotlb.invalidate_asid(tag(did)) as u64;
-            stats.pscache_removed += c.walk.invalidate_asid(tag(did)) as u64;
+            for t in tags {
+                stats.iotlb_removed += c.iotlb.invalidate_asid(t) as u64;
+                stats.pscache_removed += c.walk.invalidate_asid(t) as u64;
+            }
         };
         match *desc {
             InvDesc::ContextCache(g) => {
                 stats.descriptors[0] += 1;
                 match g {
                     CcGranularity::Global => c.context.clear(),
-                    CcGranularity::Domain { did } => c.context.retain(|e| e.did != did),
+                    // Scalable-mode context entries carry no DID: a domain-selective
+                    // invalidation drops them all.
+                    CcGranularity::Domain { did } => {
+                        c.context.retain(|e| e.sm.is_none() && e.did != did)
+                    }
                     CcGranularity::Device { sid, fm, .. } => {
                         // FM masks the top 0..3 bits of the function number (from
                         // memory, unverified).
@@ -1034,13 +1220,25 @@ impl Dmar {
                         stats.iotlb_removed += c.iotlb.invalidate_all() as u64;
                         stats.pscache_removed += c.walk.invalidate_all() as u64;
                     }
-                    IotlbGranularity::Domain { did } => domain(c, &mut stats, did),
+                    IotlbGranularity::Domain { did } => {
+                        let tags = ss_tags(c, did);
+                        domain(c, &mut stats, tags)
+                    }
                     IotlbGranularity::Page { did, addr, am, ih } => {
-                        page(c, &mut stats, did, addr, am, ih)
+                        let tags = ss_tags(c, did);
+                        page(c, &mut stats, tags, (addr, am, ih))
                     }
                 }
             }
-            InvDesc::DeviceTlb { .. } => stats.descriptors[2] += 1,
+            InvDesc::DeviceTlb {
+                sid, addr, size, ..
+            } => {
+                stats.descriptors[2] += 1;
+                let (start, len) = spec::devtlb_range(addr, size);
+                if let Some(atc) = self.devtlbs.lock().get_mut(&sid) {
+                    stats.devtlb_removed += atc.invalidate(AtcSelect::NoPasid, start, len) as u64;
+                }
+            }
             InvDesc::Wait {
                 interrupt,
                 status_write,
@@ -1060,14 +1258,40 @@ impl Dmar {
                 }
             }
             InvDesc::PasidIotlb {
-                did, granularity, ..
+                did,
+                pasid,
+                granularity,
             } => {
                 stats.descriptors[4] += 1;
+                let tags = fs_tags(c, did, pasid);
                 match granularity {
-                    PasidIotlbGranularity::AllOfPasid => domain(c, &mut stats, did),
+                    PasidIotlbGranularity::AllOfPasid => domain(c, &mut stats, tags),
                     PasidIotlbGranularity::Page { addr, am, ih } => {
-                        page(c, &mut stats, did, addr, am, ih)
+                        page(c, &mut stats, tags, (addr, am, ih))
                     }
+                }
+            }
+            InvDesc::PasidCache { did, granularity } => {
+                stats.descriptors[5] += 1;
+                stats.pasid_removed += c.sm.invalidate_pasid_cache(did, granularity) as u64;
+            }
+            InvDesc::PasidDeviceTlb {
+                sid,
+                pasid,
+                global,
+                addr,
+                size,
+                ..
+            } => {
+                stats.descriptors[6] += 1;
+                let (start, len) = spec::devtlb_range(addr, size);
+                if let Some(atc) = self.devtlbs.lock().get_mut(&sid) {
+                    let which = if global {
+                        AtcSelect::AnyPasid
+                    } else {
+                        AtcSelect::Pasid(pasid)
+                    };
+                    stats.devtlb_removed += atc.invalidate(which, start, len) as u64;
                 }
             }
         }
@@ -1078,11 +1302,13 @@ impl Dmar {
 /// invalidator.
 pub struct DmarDomain {
     domain: Arc<Domain>,
-    did: u16,
-    root: PhysAddr,
-    agaw: u8,
-    invalidator: Arc<VtdInvalidator>,
-    unit: usize,
+    pub(super) did: u16,
+    pub(super) root: PhysAddr,
+    pub(super) agaw: u8,
+    pub(super) stage: VtdStage,
+    pub(super) levels: u32,
+    pub(super) invalidator: Arc<VtdInvalidator>,
+    pub(super) unit: usize,
 }
 
 impl std::fmt::Debug for DmarDomain {
@@ -1110,9 +1336,19 @@ impl DmarDomain {
         self.domain.id()
     }
 
-    /// The second-stage table's root.
+    /// The table's root (second-stage, or first-stage for a first-stage domain).
     pub fn root(&self) -> PhysAddr {
         self.root
+    }
+
+    /// The table's format.
+    pub fn stage(&self) -> VtdStage {
+        self.stage
+    }
+
+    /// The table's levels.
+    pub fn levels(&self) -> u32 {
+        self.levels
     }
 
     /// The invalidator.
@@ -1134,6 +1370,7 @@ struct DmarPageTable {
     table: VtdPageTable,
     caches: Arc<Mutex<Caches>>,
     did: u16,
+    scalable: bool,
 }
 
 impl IoPageTable for DmarPageTable {
@@ -1168,10 +1405,10 @@ impl IoPageTable for DmarPageTable {
         work: &mut WorkRecord,
     ) -> Result<(), PgTableError> {
         self.table.unmap(iova, size, gather, work)?;
-        self.caches
-            .lock()
-            .iotlb
-            .mark_stale_range(Asid(u32::from(self.did)), iova, size);
+        let mut c = self.caches.lock();
+        for t in c.tags_of(self.did, self.scalable) {
+            c.iotlb.mark_stale_range(t, iova, size);
+        }
         Ok(())
     }
 

@@ -50,7 +50,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::device::{qi_status, Dmar};
-use super::spec::{fsts, Cap, DescEncodeError, InvDesc, IotlbGranularity};
+use super::scalable::flush_all_desc;
+use super::spec::{
+    devtlb_addr, fsts, Cap, DescEncodeError, InvDesc, IotlbGranularity, PasidIotlbGranularity,
+};
 use crate::addr::{Iova, PhysAddr};
 use crate::dma::{DomainId, Invalidator};
 use crate::pgtable::{FreedTable, GatherRange};
@@ -327,6 +330,10 @@ pub struct VtdInvalidator {
     id: u64,
     dmar: Arc<Dmar>,
     did: u16,
+    /// First-stage domains: the PASID their PASID-based descriptors name.
+    pasid: Option<u32>,
+    /// Source ids attached with ATS: each flush also invalidates their device-TLBs.
+    ats: Mutex<Vec<u16>>,
     honour_ih: AtomicBool,
     errors: AtomicU64,
 }
@@ -346,8 +353,73 @@ impl VtdInvalidator {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             dmar,
             did,
+            pasid: None,
+            ats: Mutex::new(Vec::new()),
             honour_ih: AtomicBool::new(false),
             errors: AtomicU64::new(0),
+        }
+    }
+
+    /// The same for a first-stage domain in scalable mode: flushes are PASID-based IOTLB
+    /// invalidations of `pasid` (type 6: page-selective with [`psi_mask`]'s mask, no MAMV
+    /// limit, IH = 1 when the span freed no table; all of the PASID for a domain flush),
+    /// as Linux's `qi_batch_add_piotlb` (X86.md §2.4). Caching Mode adds no flush after a
+    /// map (first-stage updates need none).
+    pub fn with_pasid(mut self, pasid: u32) -> Self {
+        self.pasid = Some(pasid);
+        self
+    }
+
+    /// Adds a source id attached with ATS: every flush then carries a device-TLB
+    /// invalidation (type 3, PFSID = SID, QDEP 0) of the same range, encoded with the S bit
+    /// ([`devtlb_addr`]), before the wait (Linux v6.12+ batching, X86.md §2.4).
+    pub fn add_ats_device(&self, sid: u16) {
+        let mut ats = self.ats.lock();
+        if !ats.contains(&sid) {
+            ats.push(sid);
+        }
+    }
+
+    /// The IOTLB descriptor for `start..=end` (or the whole domain with `None`).
+    fn iotlb_desc(&self, cap: Cap, span: Option<(u64, u64)>, ih: bool) -> InvDesc {
+        match (self.pasid, span) {
+            (Some(pasid), Some((start, end))) => {
+                let (addr, am) = psi_mask(start, end);
+                InvDesc::PasidIotlb {
+                    did: self.did,
+                    pasid,
+                    granularity: PasidIotlbGranularity::Page {
+                        addr,
+                        am: am as u8,
+                        ih,
+                    },
+                }
+            }
+            (Some(pasid), None) => flush_all_desc(self.did, pasid, true),
+            (None, Some((start, end))) => iotlb_flush_desc(cap, self.did, start, end, ih),
+            (None, None) => InvDesc::Iotlb {
+                granularity: IotlbGranularity::Domain { did: self.did },
+                drain_reads: cap.drd(),
+                drain_writes: cap.dwd(),
+            },
+        }
+    }
+
+    /// The device-TLB descriptors for `start..=end` (or everything with `None`).
+    fn devtlb_descs(&self, span: Option<(u64, u64)>, out: &mut Vec<InvDesc>) {
+        let (addr, mask) = match span {
+            Some((start, end)) => psi_mask(start, end),
+            None => (0, MAX_AGAW_PFN_WIDTH),
+        };
+        let (addr, size) = devtlb_addr(addr, mask);
+        for &sid in self.ats.lock().iter() {
+            out.push(InvDesc::DeviceTlb {
+                sid,
+                pfsid: sid,
+                qdep: 0,
+                addr,
+                size,
+            });
         }
     }
 
@@ -407,7 +479,7 @@ impl VtdInvalidator {
     /// (the unit may have cached the not-present entries); nothing without it.
     pub fn sync_map(&self, iova: Iova, size: u64, work: &mut WorkRecord) -> Result<(), QiError> {
         let cap = self.dmar.config().cap;
-        if !cap.cm() || size == 0 {
+        if !cap.cm() || size == 0 || self.pasid.is_some() {
             return Ok(());
         }
         work.inval_ranges += 1;
@@ -448,18 +520,19 @@ impl Invalidator for VtdInvalidator {
             return;
         }
         let cap = self.dmar.config().cap;
-        let ih_ok = self.honour_ih.load(Ordering::Relaxed);
-        let descs: Vec<InvDesc> = if mine.iter().any(|s| s.all) {
-            vec![InvDesc::Iotlb {
-                granularity: IotlbGranularity::Domain { did: self.did },
-                drain_reads: cap.drd(),
-                drain_writes: cap.dwd(),
-            }]
+        // Linux carries IH on PASID-based descriptors; second-stage ones lose it.
+        let ih_ok = self.pasid.is_some() || self.honour_ih.load(Ordering::Relaxed);
+        let mut descs = Vec::with_capacity(2 * mine.len());
+        if mine.iter().any(|s| s.all) {
+            descs.push(self.iotlb_desc(cap, None, false));
+            self.devtlb_descs(None, &mut descs);
         } else {
-            mine.iter()
-                .map(|s| iotlb_flush_desc(cap, self.did, s.start, s.end - 1, ih_ok && !s.freed))
-                .collect()
-        };
+            for s in &mine {
+                let span = Some((s.start, s.end - 1));
+                descs.push(self.iotlb_desc(cap, span, ih_ok && !s.freed));
+                self.devtlb_descs(span, &mut descs);
+            }
+        }
         let r = self.submit(&descs, work);
         debug_assert!(r.is_ok(), "VT-d invalidation failed: {r:?}");
     }

@@ -13,21 +13,30 @@
 //!   recording registers with overflow, the invalidation queue as a ring consumed in order
 //!   (IQH/IQT/IQA, IQE with IQERCD), and Caching Mode (not-present entries cached, so the
 //!   driver must invalidate after a map).
+//! - [`scalable`]: scalable mode (RTADDR.TTM = 1, [`VtdTranslation`]): scalable root and
+//!   context entries, the PASID directory and table behind a PASID cache, first-stage
+//!   (4/5-level x86-64), second-stage, nested and pass-through walks with the scalable-mode
+//!   fault reasons, requests with and without PASID ([`VtdRequest`]), the IOTLB tagged by
+//!   (DID, PASID, stage), PASID-cache and PASID-based invalidation.
+//! - [`devtlb`]: the device-TLB (ATS ATC) of a device attached with
+//!   [`Dmar::attach_ats`], which only device-TLB invalidations (types 3 and 8) empty.
 //! - [`VtdInvalidator`] ([`invalidator`]): Linux's `qi_submit_sync` and strict unmap path
 //!   (page-selective invalidation with the smallest aligned mask, domain-selective beyond
-//!   CAP.MAMV, one wait), as the [`Invalidator`](crate::dma::Invalidator) of a
+//!   CAP.MAMV, one wait; PASID-based descriptors for first-stage domains; a device-TLB
+//!   invalidation per ATS device), as the [`Invalidator`](crate::dma::Invalidator) of a
 //!   [`DmarDomain`].
 //!
-//! Modelled: legacy-mode translation (scalable-mode structures are encoded, not walked),
-//! second-stage walks, queued invalidation. Not modelled: register-based invalidation,
-//! device-TLBs (their descriptors are accepted and counted), interrupt remapping, page
-//! requests, 256-bit descriptors.
+//! Modelled: legacy- and scalable-mode translation, second- and first-stage walks, queued
+//! invalidation, device-TLBs. Not modelled: register-based invalidation, interrupt
+//! remapping, page requests, 256-bit descriptors (the queue stays 128-bit in scalable mode),
+//! A/D-bit updates. docs/model/vtd.md summarises the model.
 //!
 //! # Work records
 //!
 //! | operation | counters |
 //! |---|---|
 //! | [`Dmar::translate`] | `translations`, `iotlb_hits` / `iotlb_misses` / `iotlb_stale_hits`, `walk_reads` (context-cache misses read 2 entries, then one per table level not cached) |
+//! | [`Dmar::translate_request`] (scalable) | as above, plus 2 `walk_reads` per PASID-cache miss (directory and PASID-table entries); nested walks add a second-stage walk per first-stage pointer |
 //! | [`Dmar::qi_submit_sync`] | `commands_written` (descriptors + wait), `mmio_writes` (one IQT write), `polls` and `mmio_reads` (FSTS) per look at an unfinished wait, `locks[CmdqLock]` (the unit's `q_lock`, taken once and again after each poll), `inval_syncs` |
 //! | [`VtdInvalidator`] sync | the above plus `locks[Other]` (the domain's `cache_lock`) |
 //! | [`VtdPageTable`] | `pte_reads`, `ptes_written`, `ptes_cleared`, `tables_allocated`, `tables_freed` |
@@ -74,12 +83,16 @@
 //! ```
 
 pub mod device;
+pub mod devtlb;
 pub mod invalidator;
 pub mod pgtable;
+pub mod scalable;
 pub mod spec;
 
 pub use device::{
     qi_status, Dmar, DmarConfig, DmarDomain, DmarError, DmarFault, DmarStats, DmarTranslation,
 };
+pub use devtlb::{AtcEntry, AtcSelect, DevTlb};
 pub use invalidator::{iotlb_flush_desc, psi_mask, QiError, VtdInvalidator};
 pub use pgtable::{VtdPageTable, VtdStage, VtdTableConfig, VtdTableError};
+pub use scalable::{VtdRequest, VtdTranslation};

@@ -276,6 +276,15 @@ pub const fn width_of_levels(levels: u32) -> u32 {
     12 + 9 * levels
 }
 
+/// RTADDR's translation-table mode, bits 11:10: 0 = legacy root table, 1 = scalable-mode
+/// root table (X86.md §1.1, §1.3; Linux `DMA_RTADDR_SMT`, bit 10).
+pub const RTADDR_TTM_SHIFT: u32 = 10;
+
+/// RTADDR as software writes it: the root table (4 KiB aligned) and TTM (scalable or not).
+pub const fn rtaddr_encode(root: u64, scalable: bool) -> u64 {
+    (root & ADDR_MASK_63_12) | ((scalable as u64) << RTADDR_TTM_SHIFT)
+}
+
 // ---------------------------------------------------------------------------------------
 // Legacy-mode root and context entries (X86.md §1.3).
 // ---------------------------------------------------------------------------------------
@@ -510,6 +519,10 @@ impl SmContextEntry {
         1 << (self.pdts as u32 + 7)
     }
 }
+
+/// The PASID Linux puts in RID_PASID (`IOMMU_NO_PASID`, 0): requests without PASID use
+/// the PASID-table entry of PASID 0 (X86.md §1.3).
+pub const RID_PASID_LINUX: u32 = 0;
 
 /// A PASID directory entry (64 bits): P b0, FPD b1, PASID-table pointer b63:12. Linux
 /// indexes the directory with `pasid >> 6`.
@@ -846,6 +859,53 @@ pub mod reason {
     pub const CONTEXT_RESERVED: u8 = 0xB;
     /// 0xC: non-zero reserved fields in a PTE.
     pub const PTE_RESERVED: u8 = 0xC;
+
+    // Scalable-mode reasons: the index of each string in Linux `dmar.c`'s
+    // `dma_remap_sm_fault_reasons` (which starts at 0x30) gives its code.
+
+    /// 0x31: SM: TTM 0 (legacy mode) for a request with PASID.
+    pub const SM_TTM0_WITH_PASID: u8 = 0x31;
+    /// 0x39: SM: present bit in root entry is clear (the half for the devfn).
+    pub const SM_ROOT_NOT_PRESENT: u8 = 0x39;
+    /// 0x3A: SM: non-zero reserved field set in root entry.
+    pub const SM_ROOT_RESERVED: u8 = 0x3A;
+    /// 0x41: SM: present bit in context entry is clear.
+    pub const SM_CONTEXT_NOT_PRESENT: u8 = 0x41;
+    /// 0x42: SM: non-zero reserved field set in the context entry.
+    pub const SM_CONTEXT_RESERVED: u8 = 0x42;
+    /// 0x45: SM: PASID Enable field in context entry is clear (a request with PASID).
+    pub const SM_PASIDE_CLEAR: u8 = 0x45;
+    /// 0x46: SM: PASID is larger than the max in context entry (beyond PDTS).
+    pub const SM_PASID_TOO_LARGE: u8 = 0x46;
+    /// 0x51: SM: present bit in PASID directory entry is clear.
+    pub const SM_DIR_NOT_PRESENT: u8 = 0x51;
+    /// 0x52: SM: non-zero reserved field set in PASID directory entry.
+    pub const SM_DIR_RESERVED: u8 = 0x52;
+    /// 0x59: SM: present bit in PASID table entry is clear.
+    pub const SM_PASID_NOT_PRESENT: u8 = 0x59;
+    /// 0x5A: SM: non-zero reserved field set in PASID table entry.
+    pub const SM_PASID_RESERVED: u8 = 0x5A;
+    /// 0x5B: SM: invalid scalable-mode PASID table entry (a PGTT, AW or FLPM the unit
+    /// does not support).
+    pub const SM_PASID_INVALID: u8 = 0x5B;
+    /// 0x5D: SM: SRE field is clear in PASID table entry (a supervisor request).
+    pub const SM_SRE_CLEAR: u8 = 0x5D;
+    /// 0x71: SM: present bit in first-level paging entry is clear.
+    pub const SM_FL_NOT_PRESENT: u8 = 0x71;
+    /// 0x79: SM: read/write permission error in second-level paging entry (the model
+    /// raises it for a second-stage entry with R and W both clear).
+    pub const SM_SL_NOT_PRESENT: u8 = 0x79;
+    /// 0x80: SM: address in first-level translation is not canonical.
+    pub const SM_NOT_CANONICAL: u8 = 0x80;
+    /// 0x81: SM: U/S clear for a first-level translation with user privilege (Linux
+    /// commit 16ecf10e815d quotes this reason, code 129).
+    pub const SM_US_CLEAR: u8 = 0x81;
+    /// 0x83: SM: address beyond the DMA hardware max (the second-stage table's width).
+    pub const SM_BEYOND_MAX: u8 = 0x83;
+    /// 0x85: SM: no write permission for a write request.
+    pub const SM_NO_WRITE: u8 = 0x85;
+    /// 0x86: SM: no read permission for a read request.
+    pub const SM_NO_READ: u8 = 0x86;
 }
 
 /// A primary fault record (128 bits): FI b63:12, SID b79:64, FR b103:96, PV b123:104,
@@ -917,6 +977,25 @@ pub mod desc_type {
     pub const WAIT: u64 = 5;
     /// PASID-based IOTLB invalidation.
     pub const PASID_IOTLB: u64 = 6;
+    /// PASID-cache invalidation.
+    pub const PASID_CACHE: u64 = 7;
+    /// PASID-based device-TLB invalidation.
+    pub const PASID_DEVICE_TLB: u64 = 8;
+}
+
+/// Granularity of a PASID-cache invalidation (G, bits 5:4; Linux `QI_PC_ALL_PASIDS` 0,
+/// `QI_PC_PASID_SEL` 1, `QI_PC_GLOBAL` 3; 2 is reserved).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcGranularity {
+    /// 0: every PASID-cache entry tagged with `did`.
+    Domain,
+    /// 1: the entry of `did` and `pasid`.
+    Pasid {
+        /// The PASID (20 bits).
+        pasid: u32,
+    },
+    /// 3: every entry.
+    Global,
 }
 
 /// Granularity of a context-cache invalidation (G, bits 5:4).
@@ -1030,6 +1109,31 @@ pub enum InvDesc {
         pasid: u32,
         /// What to invalidate.
         granularity: PasidIotlbGranularity,
+    },
+    /// Type 7: G b5:4, DID b31:16, PASID b51:32; word 1 reserved.
+    PasidCache {
+        /// DID (ignored by the global granularity).
+        did: u16,
+        /// What to invalidate.
+        granularity: PcGranularity,
+    },
+    /// Type 8: QDEP (MIP) b8:4, PFSID b15:12 + b63:52, SID b31:16, PASID b51:32 / G b0,
+    /// S b11, ADDR b63:12 (Linux `QI_DEV_EIOTLB_*`).
+    PasidDeviceTlb {
+        /// Source id of the device.
+        sid: u16,
+        /// Physical function source id.
+        pfsid: u16,
+        /// Invalidation queue depth (5 bits).
+        qdep: u8,
+        /// PASID (20 bits).
+        pasid: u32,
+        /// G: every PASID of the device (Linux `QI_DEV_IOTLB_GRAN_ALL`), not just `pasid`.
+        global: bool,
+        /// Page address; with `size` the low page-number bits encode the size.
+        addr: u64,
+        /// S: the size is encoded in `addr` ([`devtlb_range`]).
+        size: bool,
     },
 }
 
@@ -1201,6 +1305,43 @@ impl InvDesc {
                     w1,
                 ]
             }
+            Self::PasidCache { did, granularity } => {
+                let (code, pasid) = match granularity {
+                    PcGranularity::Domain => (0, 0),
+                    PcGranularity::Pasid { pasid } => (1, fits("pasid", u64::from(pasid), 20)?),
+                    PcGranularity::Global => (3, 0),
+                };
+                [
+                    t::PASID_CACHE | (code << 4) | (u64::from(did) << 16) | (pasid << 32),
+                    0,
+                ]
+            }
+            Self::PasidDeviceTlb {
+                sid,
+                pfsid,
+                qdep,
+                pasid,
+                global,
+                addr,
+                size,
+            } => {
+                if addr & 0xFFF != 0 {
+                    return Err(DescEncodeError::FieldTooWide {
+                        field: "addr",
+                        value: addr,
+                    });
+                }
+                let pfsid = u64::from(pfsid);
+                [
+                    t::PASID_DEVICE_TLB
+                        | (fits("qdep", u64::from(qdep), 5)? << 4)
+                        | ((pfsid & 0xF) << 12)
+                        | (u64::from(sid) << 16)
+                        | (fits("pasid", u64::from(pasid), 20)? << 32)
+                        | ((pfsid >> 4) << 52),
+                    addr | ((size as u64) << 11) | global as u64,
+                ]
+            }
         })
     }
 
@@ -1312,6 +1453,34 @@ impl InvDesc {
                     granularity,
                 })
             }
+            t::PASID_CACHE => {
+                // Used: 3:0, 5:4, 31:16, 51:32.
+                reserved(0, w0, !0x000F_FFFF_FFFF_003F)?;
+                reserved(1, w1, !0)?;
+                let granularity = match g {
+                    0 => PcGranularity::Domain,
+                    1 => PcGranularity::Pasid {
+                        pasid: bits(w0, 32, 20) as u32,
+                    },
+                    3 => PcGranularity::Global,
+                    _ => return Err(DescDecodeError::BadGranularity { ty, g }),
+                };
+                Ok(Self::PasidCache { did, granularity })
+            }
+            t::PASID_DEVICE_TLB => {
+                // Word 0 uses every bit but the type-high field; word 1: G b0, S b11,
+                // ADDR 63:12.
+                reserved(1, w1, 0x7FE)?;
+                Ok(Self::PasidDeviceTlb {
+                    sid: bits(w0, 16, 16) as u16,
+                    pfsid: (bits(w0, 12, 4) | (bits(w0, 52, 12) << 4)) as u16,
+                    qdep: bits(w0, 4, 5) as u8,
+                    pasid: bits(w0, 32, 20) as u32,
+                    global: bit(w1, 0),
+                    addr: w1 & ADDR_MASK_63_12,
+                    size: bit(w1, 11),
+                })
+            }
             _ => Err(DescDecodeError::UnknownType { ty }),
         }
     }
@@ -1344,6 +1513,24 @@ pub const fn devtlb_range(addr: u64, s: bool) -> (u64, u64) {
     }
     let size = 1u64 << (z + 13);
     (page & !(size - 1), size)
+}
+
+/// The address and S bit of a device-TLB invalidation of the 2^`mask` pages from `addr`
+/// (the inverse of [`devtlb_range`], Linux `qi_flush_dev_iotlb`): with `mask` > 0 the page
+/// number's bits below bit `mask − 1` are set to ones and S = 1; with 0, one page, S = 0.
+/// `addr` is aligned down to the block first.
+pub const fn devtlb_addr(addr: u64, mask: u32) -> (u64, bool) {
+    if mask == 0 {
+        return (addr & ADDR_MASK_63_12, false);
+    }
+    if mask >= 52 {
+        return (ADDR_MASK_63_12 & !(1 << 63), true);
+    }
+    let block = addr & !((1u64 << (12 + mask)) - 1);
+    (
+        block | (((1u64 << (12 + mask - 1)) - 1) & ADDR_MASK_63_12),
+        true,
+    )
 }
 
 /// Queue geometry in IQA: base bits 63:12, DW bit 11 (256-bit descriptors), QS bits 2:0
@@ -1733,6 +1920,113 @@ mod tests {
         assert_eq!(devtlb_range(0x1_0000, true), (0x1_0000, 0x2000));
         assert_eq!(devtlb_range(0x1_1000, true), (0x1_0000, 0x4000));
         assert_eq!(devtlb_range(0x7FFF_FFFF_FFFF_F000, true), (0, 0));
+    }
+
+    #[test]
+    fn pasid_cache_and_pasid_devtlb_descriptors() {
+        // Type 7, G = 1 (PASID-selective): 7 | 1 << 4 | DID 9 << 16 | PASID 0x12 << 32.
+        let pc = InvDesc::PasidCache {
+            did: 9,
+            granularity: PcGranularity::Pasid { pasid: 0x12 },
+        };
+        assert_eq!(pc.encode().unwrap(), [0x12_0009_0017, 0]);
+        let all = InvDesc::PasidCache {
+            did: 9,
+            granularity: PcGranularity::Domain,
+        };
+        assert_eq!(all.encode().unwrap(), [0x9_0007, 0]);
+        let glob = InvDesc::PasidCache {
+            did: 0,
+            granularity: PcGranularity::Global,
+        };
+        assert_eq!(glob.encode().unwrap(), [0x37, 0]);
+        // G = 2 is reserved; word 1 must be zero.
+        assert_eq!(
+            InvDesc::decode([0x27, 0]),
+            Err(DescDecodeError::BadGranularity { ty: 7, g: 2 })
+        );
+        assert!(matches!(
+            InvDesc::decode([0x17, 1]),
+            Err(DescDecodeError::Reserved { ty: 7, word: 1, .. })
+        ));
+
+        // Type 8: QDEP 3 << 4, PFSID 0x1234 (4 at 15:12, 0x123 at 63:52), SID 0x0300 << 16,
+        // PASID 5 << 32; word 1: ADDR | S << 11 | G.
+        let d = InvDesc::PasidDeviceTlb {
+            sid: 0x0300,
+            pfsid: 0x1234,
+            qdep: 3,
+            pasid: 5,
+            global: false,
+            addr: 0x1_1000,
+            size: true,
+        };
+        assert_eq!(d.encode().unwrap(), [0x1230_0005_0300_4038, 0x1_1800]);
+        let g = InvDesc::PasidDeviceTlb {
+            sid: 0x0300,
+            pfsid: 0x1234,
+            qdep: 3,
+            pasid: 5,
+            global: true,
+            addr: 0x1_1000,
+            size: false,
+        };
+        assert_eq!(g.encode().unwrap()[1], 0x1_1001);
+        for x in [pc, all, glob, d, g] {
+            assert_eq!(InvDesc::decode(x.encode().unwrap()), Ok(x));
+        }
+        // Bits 10:1 of word 1 are reserved.
+        assert!(matches!(
+            InvDesc::decode([0x8, 0x1_1002]),
+            Err(DescDecodeError::Reserved {
+                ty: 8,
+                word: 1,
+                bits: 2
+            })
+        ));
+    }
+
+    #[test]
+    fn devtlb_size_encoding_by_hand() {
+        // One page: S = 0, the address as is.
+        assert_eq!(devtlb_addr(0x1_2000, 0), (0x1_2000, false));
+        // 2 pages from 0x1_2000: page number 0x12 has bit 0 (address bit 12) = 0 → 8 KiB.
+        assert_eq!(devtlb_addr(0x1_2000, 1), (0x1_2000, true));
+        assert_eq!(devtlb_range(0x1_2000, true), (0x1_2000, 0x2000));
+        // 4 pages from 0x1_0000: bit 12 set, bit 13 clear → page number 0x11, 16 KiB.
+        assert_eq!(devtlb_addr(0x1_0000, 2), (0x1_1000, true));
+        // Not aligned: 0x1_3000 with 4 pages is aligned down to 0x1_0000 first.
+        assert_eq!(devtlb_addr(0x1_3000, 2), (0x1_1000, true));
+        // 512 pages (2 MiB) at 0x20_0000: bits 12..19 set, bit 20 clear → 0x2F_F000.
+        assert_eq!(devtlb_addr(0x20_0000, 9), (0x2F_F000, true));
+        assert_eq!(devtlb_range(0x2F_F000, true), (0x20_0000, 0x20_0000));
+        // Linux's full flush (mask 52) sets bits 62:12: the whole space.
+        let (all, s) = devtlb_addr(0, 52);
+        assert_eq!((all, s), (0x7FFF_FFFF_FFFF_F000, true));
+        assert_eq!(devtlb_range(all, s), (0, 0));
+        // Round trip for every mask and a sample of addresses.
+        for mask in 1..40 {
+            for addr in [0u64, 0x1234_5000, 0xFFFF_F000, 0x7_6543_2100_0000] {
+                let (a, s) = devtlb_addr(addr, mask);
+                let size = 1u64 << (12 + mask);
+                assert_eq!(
+                    devtlb_range(a, s),
+                    (addr & !(size - 1), size),
+                    "{addr:#x} {mask}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rtaddr_ttm_and_sm_reason_codes() {
+        assert_eq!(rtaddr_encode(0x1234_5000, false), 0x1234_5000);
+        assert_eq!(rtaddr_encode(0x1234_5000, true), 0x1234_5400);
+        // Codes are 0x30 + the index in Linux's dma_remap_sm_fault_reasons table.
+        assert_eq!(reason::SM_ROOT_NOT_PRESENT, 0x30 + 9);
+        assert_eq!(reason::SM_PASID_NOT_PRESENT, 0x30 + 0x29);
+        assert_eq!(reason::SM_US_CLEAR, 129);
+        assert_eq!(reason::SM_NO_WRITE, 0x30 + 0x55);
     }
 
     #[test]

@@ -360,7 +360,7 @@ fn x86(
     cfg.flush_queue_variant = s.iommu.kernel.flush_queue_for(false).1;
     let (unit, kind) = match model {
         IommuModel::Vtd => (
-            X86DevicePath::vtd_unit(s.iommu.caching_mode),
+            X86DevicePath::vtd_unit_in(s.iommu.caching_mode, s.iommu.vtd_translation),
             X86QueueKind::Vtd,
         ),
         _ => (X86DevicePath::amdvi_unit(), X86QueueKind::AmdVi),

@@ -56,6 +56,7 @@ mod usb;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use iolab_iommu::vtd::VtdTranslation;
 use serde::Serialize;
 
 use crate::experiment::ExperimentReport;
@@ -231,6 +232,12 @@ fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
     if s.iommu.caching_mode {
         m = m.attr("caching_mode", true);
     }
+    if s.iommu.vtd_translation != VtdTranslation::Legacy {
+        m = m.attr(
+            "vtd_translation",
+            vtd_translation_name(s.iommu.vtd_translation),
+        );
+    }
     if s.iommu.instances > 1 {
         m = m.attr("iommu_instances", s.iommu.instances);
     }
@@ -246,6 +253,15 @@ fn config_id(s: &LabScenario, r: u32, runs: u32) -> String {
     }
 }
 
+/// The `iommu.vtd_translation` name of a mode.
+fn vtd_translation_name(t: VtdTranslation) -> &'static str {
+    match t {
+        VtdTranslation::Legacy => "legacy",
+        VtdTranslation::ScalableFirstStage => "scalable-first-stage",
+        VtdTranslation::ScalableSecondStage => "scalable-second-stage",
+    }
+}
+
 /// "smmuv3 strict (cmdq lockfree)" and the like.
 fn iommu_label(s: &LabScenario) -> String {
     let mut t = format!("{} {}", s.iommu.model.name(), s.iommu.mode.name());
@@ -254,6 +270,9 @@ fn iommu_label(s: &LabScenario) -> String {
     }
     if s.iommu.caching_mode {
         t.push_str(" (caching mode)");
+    }
+    if s.iommu.vtd_translation != VtdTranslation::Legacy {
+        let _ = write!(t, " ({})", vtd_translation_name(s.iommu.vtd_translation));
     }
     if s.iommu.instances > 1 {
         let _ = write!(t, " x{} instances", s.iommu.instances);
@@ -312,8 +331,10 @@ fn protection_line(p: &iommu::LabProtection) -> String {
     }
     let _ = write!(
         t,
-        "max reachable after unmap={}ns, sub-page exposed={}B (max {}B), ",
-        p.max_reachable_ns, st.subpage_exposed_bytes, st.max_subpage_exposed_bytes
+        "max reachable after unmap={}, sub-page exposed={}B (max {}B), ",
+        crate::time::human_ns(p.max_reachable_ns),
+        st.subpage_exposed_bytes,
+        st.max_subpage_exposed_bytes
     );
     let _ = write!(
         t,

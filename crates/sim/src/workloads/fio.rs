@@ -464,6 +464,31 @@ pub(crate) fn human_iops(iops: f64) -> String {
     }
 }
 
+/// A byte count (or rate) as fio's summary writes it: at most four digits, scaled by 1024
+/// (`pow2`: KiB, MiB, ...) or 1000 (kB, MB, ...) until it fits, and a scaled figure shown
+/// with as many decimals as the four digits leave (fio: `BW=18.8MiB/s (19.7MB/s)`,
+/// `(22.0MiB/1173msec)`, `BW=3008MiB/s`).
+pub(crate) fn fio_bytes(bytes: f64, pow2: bool) -> String {
+    const MAXLEN: i32 = 4;
+    let (base, units): (f64, [&str; 6]) = if pow2 {
+        (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"])
+    } else {
+        (1000.0, ["B", "kB", "MB", "GB", "TB", "PB"])
+    };
+    let mut v = bytes.max(0.0);
+    let mut i = 0;
+    while v.round() >= 10f64.powi(MAXLEN) && i + 1 < units.len() {
+        v /= base;
+        i += 1;
+    }
+    if i == 0 {
+        return format!("{v:.0}{}", units[0]);
+    }
+    let digits = (v.trunc() as u64).to_string().len() as i32;
+    let decimals = (MAXLEN - digits - 1).max(0) as usize;
+    format!("{v:.decimals$}{}", units[i])
+}
+
 /// fio's text summary of one group (`group_reporting`), in fio's layout.
 pub fn summary_text(spec: &FioJob, j: &JobJson) -> String {
     let mut out = String::new();
@@ -482,11 +507,11 @@ pub fn summary_text(spec: &FioJob, j: &JobJson) -> String {
         }
         let _ = writeln!(
             out,
-            "  {label}: IOPS={}, BW={:.0}MiB/s ({:.0}kB/s)({}MiB/{}msec)",
+            "  {label}: IOPS={}, BW={}/s ({}/s)({}/{}msec)",
             human_iops(d.iops),
-            d.bw / 1024.0,
-            d.bw * 1.024,
-            d.io_bytes >> 20,
+            fio_bytes(d.bw * 1024.0, true),
+            fio_bytes(d.bw * 1024.0, false),
+            fio_bytes(d.io_bytes as f64, true),
             d.runtime
         );
         let _ = writeln!(
@@ -579,6 +604,25 @@ pub fn measurement(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn byte_figures_read_as_fio_writes_them() {
+        use super::fio_bytes;
+        // fio 3.x summaries: `BW=18.8MiB/s (19.7MB/s)(22.0MiB/1173msec)`,
+        // `BW=11.0MiB/s (12.6MB/s)(4096MiB/341704msec)`.
+        assert_eq!(fio_bytes(18.8 * 1048576.0, true), "18.8MiB");
+        assert_eq!(fio_bytes(18.8 * 1048576.0, false), "19.7MB");
+        assert_eq!(fio_bytes(22.0 * 1048576.0, true), "22.0MiB");
+        assert_eq!(fio_bytes(4096.0 * 1048576.0, true), "4096MiB");
+        assert_eq!(fio_bytes(3008.0 * 1048576.0, true), "3008MiB");
+        assert_eq!(fio_bytes(3008.0 * 1048576.0, false), "3154MB");
+        assert_eq!(fio_bytes(12.5e9, false), "12.5GB");
+        assert_eq!(fio_bytes(1.25e9, false), "1250MB");
+        assert_eq!(fio_bytes(15.0 * 1048576.0 * 1024.0, true), "15.0GiB");
+        assert_eq!(fio_bytes(512.0, true), "512B");
+        assert_eq!(fio_bytes(9999.0, false), "9999B");
+        assert_eq!(fio_bytes(10_000.0, false), "10.0kB");
+    }
+
     use super::*;
 
     #[test]

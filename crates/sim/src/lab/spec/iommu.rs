@@ -4,6 +4,7 @@
 use iolab_iommu::hw::pseries::DdwPolicy;
 use iolab_iommu::linux::DmaPathVariants;
 use iolab_iommu::smmuv3::ProducerKind;
+use iolab_iommu::vtd::VtdTranslation;
 use serde::Deserialize;
 
 use crate::cost::PlatformProfile;
@@ -13,6 +14,9 @@ use crate::lab::spec::fields::{one_of, Fields};
 use crate::lab::spec::BUFFER_BASE;
 use crate::lab::LabError;
 use crate::tomlfile::{InputError, TomlDoc};
+
+/// `iommu.vtd_translation` values.
+const VTD_TRANSLATIONS: [&str; 3] = ["legacy", "scalable-first-stage", "scalable-second-stage"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +54,8 @@ pub(super) struct IommuSpec {
     serialise_tce_updates: Option<bool>,
     #[serde(default)]
     caching_mode: Option<bool>,
+    #[serde(default)]
+    vtd_translation: Option<String>,
     #[serde(default)]
     instances: Option<usize>,
     #[serde(default)]
@@ -242,6 +248,9 @@ pub struct IommuSetup {
     pub kernel: DmaPathVariants,
     /// VT-d: Caching Mode (a virtual IOMMU): maps are invalidated, lazy mode unavailable.
     pub caching_mode: bool,
+    /// VT-d: legacy mode or scalable mode with first- or second-stage domains
+    /// (`iommu.vtd_translation`).
+    pub vtd_translation: VtdTranslation,
     /// IOMMU instances (SMMUs, DMAR units): each its own unit, domain, IOVA allocator and
     /// timed command or invalidation queue. 1 unless `iommu.instances` says more.
     pub instances: usize,
@@ -312,6 +321,31 @@ pub(super) fn iommu(
             )
             .into());
     }
+    let vtd_translation = match s.vtd_translation.as_deref() {
+        None => VtdTranslation::Legacy,
+        Some(_) if model != IommuModel::Vtd => {
+            return Err(doc
+                .field_error(
+                    "iommu.vtd_translation",
+                    "applies to iommu.model = \"vtd\" only",
+                )
+                .into())
+        }
+        Some("legacy") => VtdTranslation::Legacy,
+        Some("scalable-second-stage") => VtdTranslation::ScalableSecondStage,
+        Some("scalable-first-stage") => VtdTranslation::ScalableFirstStage,
+        Some(other) => {
+            return Err(doc
+                .field_error(
+                    "iommu.vtd_translation",
+                    format!(
+                        "unknown VT-d translation \"{other}\": {}",
+                        one_of(&VTD_TRANSLATIONS)
+                    ),
+                )
+                .into())
+        }
+    };
     // Linux forces strict on a unit with Caching Mode (X86.md §1.7): the default follows.
     let default_mode = if caching_mode { "strict" } else { modes[0] };
     let mode_name = s.mode.clone().unwrap_or_else(|| default_mode.to_owned());
@@ -689,6 +723,7 @@ pub(super) fn iommu(
             .unwrap_or(d::SERIALISE_TCE_UPDATES.0),
         kernel,
         caching_mode,
+        vtd_translation,
         instances,
         device_instance: Vec::new(),
         evtq_log2size,
