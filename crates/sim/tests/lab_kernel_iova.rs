@@ -2,6 +2,9 @@
 //! 17, item 2; docs/model/kernel-versions.md): 8,192 one-MiB reads in flight on two NVMe
 //! drives behind SMMUv3 need 8 GiB of IOVA space, twice what lies below 4 GiB.
 
+mod common;
+
+use common::run;
 use iolab_sim::lab::{self, LabOptions, LabRun};
 
 /// fio 1 MiB random reads, 64 jobs at iodepth 128 on two NVMe drives of a D06, strict.
@@ -34,10 +37,8 @@ version = "{kernel}"
     )
 }
 
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "fill.toml", &LabOptions::default()).expect("scenario runs")
-}
-
+/// Metric `name` of the run's first measurement, if reported (the `dma.iova_*` metrics are
+/// reported only when one of them happened).
 fn metric(r: &LabRun, name: &str) -> Option<f64> {
     r.report.measurements[0].get(name).map(|m| m.value)
 }

@@ -3,6 +3,9 @@
 //! `iommu.cmdq.range_invalidation`), and Linux 5.7+ sends one range command per gathered
 //! range instead of one `CMD_TLBI_NH_VA` per page.
 
+mod common;
+
+use common::{metric, run};
 use iolab_sim::lab::{self, LabOptions, LabRun};
 
 const GRACE_STRICT: &str =
@@ -18,17 +21,6 @@ fn grace_64k(iommu: &str, kernel: &str) -> String {
             &format!("cmdq = \"lockfree\"\n{iommu}"),
         )
         .replace("[kernel]", &format!("[kernel]\n{kernel}"))
-}
-
-fn run(text: &str) -> LabRun {
-    lab::run_scenario(text, "ril.toml", &LabOptions::default()).expect("scenario runs")
-}
-
-fn metric(r: &LabRun, name: &str) -> f64 {
-    r.report.measurements[0]
-        .get(name)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
-        .value
 }
 
 fn commands_per_unmap(r: &LabRun) -> f64 {
