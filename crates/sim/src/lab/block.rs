@@ -130,6 +130,13 @@ pub(crate) struct DmaCounters {
     pub irq_handler_runs: u64,
     /// Completions the handlers processed (one per I/O).
     pub completions: u64,
+    /// PCI 32-bit-first tries that failed (`WorkRecord::iova_32bit_failures`).
+    pub iova_32bit_failures: u64,
+    /// Allocations from the device's full range after a failed try or once the device
+    /// stopped trying (`WorkRecord::iova_full_range_allocs`).
+    pub iova_full_range_allocs: u64,
+    /// Second passes of the IOVA tree's first fit (`WorkRecord::iova_tree_retries`).
+    pub iova_tree_retries: u64,
 }
 
 /// One IOMMU instance (an SMMU or DMAR unit) of the stack: its DMA path (its own domain,
@@ -253,6 +260,12 @@ impl Stack {
     /// outside them (an error when the profile cannot price it) and those locks'
     /// acquisitions. Every map and unmap of the stack goes through it.
     fn charge(&self, w: &mut WorkRecord) -> Charge {
+        if w.iova_32bit_failures | w.iova_full_range_allocs | w.iova_tree_retries != 0 {
+            let mut c = self.counters.borrow_mut();
+            c.iova_32bit_failures += w.iova_32bit_failures;
+            c.iova_full_range_allocs += w.iova_full_range_allocs;
+            c.iova_tree_retries += w.iova_tree_retries;
+        }
         let queue = self.split_queue(w);
         let critical = self.critical_ns(w);
         Charge {
@@ -1012,7 +1025,13 @@ pub(super) fn start_stack(
             iolab_iommu::dma::WindowClose::Reported,
         )?);
     }
-    let device = iommu::lab_device(64)?;
+    // The NVMe controllers' DMA mask (`device[i].dma_mask_bits`, one for all); the SAS HBA's
+    // is 64 bits.
+    let mask_bits = match &s.devices {
+        Devices::Nvme(ps) => ps.first().map_or(64, |p| p.dma_mask_bits),
+        _ => 64,
+    };
+    let device = iommu::lab_device(mask_bits)?;
     let translated = built[0].translated;
     let poll_interval_ns = built[0].poll_interval_ns;
     // Interrupt vectors and the CPUs they are affine to: NVMe queue q on CPU q (managed

@@ -110,6 +110,11 @@ pub const NVME_SUBMIT_NS: Sourced<u64> = (
     600,
     "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_queue_rq builds the command and PRP, copies it into the SQ (~1400 cycles); the doorbell is the profile's mmio.write",
 );
+/// NVMe `device.dma_mask_bits`.
+pub const NVME_DMA_MASK_BITS: Sourced<u32> = (
+    64,
+    "Linux nvme-pci: dma_set_mask_and_coherent(DMA_BIT_MASK(64)) in nvme_pci_enable",
+);
 /// NVMe `device.complete_ns`.
 pub const NVME_COMPLETE_NS: Sourced<u64> = (
     500,

@@ -905,6 +905,7 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             .attr("run", r)
             .cpu(out.cpu);
         m = dma_metrics::map_path_and_irqs(m, &out.dma);
+        m = dma_metrics::iova_variants(m, &out.dma);
         m = dma_metrics::iova_tree_lock(m, out.tree_lock);
         m = m.metric(Metric::new(
             "window.iops_change_pct",
@@ -971,6 +972,17 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             out.dma.flush_queue_flushes,
             out.irq_cpus
         );
+        let d = &out.dma;
+        if d.iova_32bit_failures | d.iova_full_range_allocs | d.iova_tree_retries != 0 {
+            let _ = writeln!(
+                text,
+                "  iova         : 32-bit tries failed={}, full-range allocs={}, tree retries={} (kernel {})",
+                d.iova_32bit_failures,
+                d.iova_full_range_allocs,
+                d.iova_tree_retries,
+                s.iommu.kernel.kernel
+            );
+        }
         if out.queues.len() > 1 {
             let per_instance: Vec<String> = out
                 .queues

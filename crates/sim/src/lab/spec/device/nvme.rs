@@ -36,6 +36,8 @@ pub(in crate::lab::spec) struct NvmeSpec {
     coalesce_threshold: Option<u64>,
     #[serde(default)]
     coalesce_time_100us: Option<u64>,
+    #[serde(default)]
+    dma_mask_bits: Option<u32>,
     /// `[device.hostile]`: the device probes what it should not reach (see `hostile`).
     #[serde(default)]
     hostile: Option<HostileSpec>,
@@ -53,6 +55,9 @@ pub struct NvmeSetup {
     /// `[device.hostile]`: the device probes just-unmapped addresses and the neighbours of
     /// live buffers (fio only); `None`, an honest device, unless the table is given.
     pub hostile: Option<crate::devices::hostile::HostileParams>,
+    /// The controller's DMA mask, bits (`device[i].dma_mask_bits`; every NVMe device of a
+    /// scenario states the same: they share one DMA domain).
+    pub dma_mask_bits: u32,
 }
 
 impl BlockSpec for NvmeSpec {
@@ -61,7 +66,19 @@ impl BlockSpec for NvmeSpec {
             .iter()
             .enumerate()
             .map(|(i, s)| nvme(doc, i, s, cpus))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<NvmeSetup>, _>>()?;
+        if let Some(i) = devs
+            .iter()
+            .position(|x| x.dma_mask_bits != devs[0].dma_mask_bits)
+        {
+            return Err(doc.field_error(
+                &format!("device[{i}].dma_mask_bits"),
+                format!(
+                    "{} differs from device[0]'s {}: the lab's devices share one DMA domain, state one mask",
+                    devs[i].dma_mask_bits, devs[0].dma_mask_bits
+                ),
+            ));
+        }
         Ok(Devices::Nvme(devs))
     }
 
@@ -163,10 +180,17 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
         media_spread_pct,
     };
     let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
+    let dma_mask_bits = dev.int(
+        "dma_mask_bits",
+        s.dma_mask_bits.unwrap_or(d::NVME_DMA_MASK_BITS.0),
+        32..=64,
+        "bits",
+    )?;
     Ok(NvmeSetup {
         params,
         coalescing,
         hostile,
+        dma_mask_bits,
     })
 }
 
