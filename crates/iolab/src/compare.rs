@@ -246,24 +246,75 @@ impl Samples {
         }
     }
 
-    /// Configurations of this side that `other` lacks, each with its pairing key when its
-    /// key is unique among them.
+    /// Configurations of this side that `other` lacks, each with its pairing key.
     fn unmatched_keys(&self, other: &Samples) -> Vec<(String, Vec<(String, serde_json::Value)>)> {
         let theirs = other.configs();
-        let keyed: Vec<(String, Vec<(String, serde_json::Value)>)> = self
-            .configs()
+        self.configs()
             .into_iter()
             .filter(|c| !theirs.contains(c))
             .filter_map(|c| {
                 let key = iolab::vocab::pairing_key(self.attrs.get(c)?)?;
                 Some((c.to_owned(), key))
             })
-            .collect();
-        keyed
-            .iter()
-            .filter(|(_, k)| keyed.iter().filter(|(_, other)| other == k).count() == 1)
-            .cloned()
             .collect()
+    }
+
+    /// Whether some configuration is a re-aim row of one user count (`users` an integer),
+    /// as `iolab import reaim` stores them.
+    fn has_reaim_rows(&self) -> bool {
+        self.attrs.values().any(|a| {
+            a.get("workload")
+                .is_some_and(|w| iolab::vocab::canonical("workload", w) == "reaim")
+                && a.get("users")
+                    .is_some_and(|u| iolab::vocab::typed("users", u).is_u64())
+        })
+    }
+
+    /// Adds, for every lab re-aim configuration `C` (one configuration holding every user
+    /// count's row as `reaim.usersN.*`), a configuration `C.usersN` per user count with
+    /// attribute `users = N` and the row's metrics under the names `iolab import reaim`
+    /// gives them (`reaim.jobs_per_min`, ...), so each row pairs with an imported row.
+    fn expand_reaim_rows(&mut self) {
+        let mut added: Vec<(String, String, String, Vec<f64>)> = Vec::new();
+        let mut new_attrs = Vec::new();
+        for (config, metric) in &self.order {
+            let Some(rest) = metric.strip_prefix("reaim.users") else {
+                continue;
+            };
+            let Some((users, what)) = rest.split_once('.') else {
+                continue;
+            };
+            if users.parse::<u64>().is_err() {
+                continue;
+            }
+            let Some(attrs) = self.attrs.get(config) else {
+                continue;
+            };
+            let name = match what {
+                "jpm" => "jobs_per_min",
+                "jpm_per_child" => "jobs_per_min_per_child",
+                w => w,
+            };
+            let row = format!("{config}.users{users}");
+            let (unit, values) = &self.values[&(config.clone(), metric.clone())];
+            added.push((
+                row.clone(),
+                format!("reaim.{name}"),
+                unit.clone(),
+                values.clone(),
+            ));
+            let mut a = attrs.clone();
+            a.insert("users".to_owned(), users.to_owned());
+            new_attrs.push((row, a));
+        }
+        for (row, metric, unit, values) in added {
+            for v in values {
+                self.push(&row, &metric, &unit, v);
+            }
+        }
+        for (row, a) in new_attrs {
+            self.attrs.entry(row).or_insert(a);
+        }
     }
 
     fn push(&mut self, config: &str, metric: &str, unit: &str, value: f64) {
@@ -274,6 +325,81 @@ impl Samples {
         });
         entry.1.push(value);
     }
+}
+
+/// The configurations of A and B, left without a partner by name, that pair by their
+/// attributes: equal pairing keys, unique on each side; or, where a key is not unique,
+/// the one configuration of each side that agrees with the other on every attribute both
+/// carry ([`iolab::vocab::agree`]), each the other's only such partner.
+/// Also gives, for the first configuration of A whose key several of B's share with no
+/// attribute telling them apart, what to say about it.
+fn pair_by_attributes(sa: &Samples, sb: &Samples) -> (Vec<AttrPair>, Option<String>) {
+    let keys_a = sa.unmatched_keys(sb);
+    let keys_b = sb.unmatched_keys(sa);
+    let attrs = |s: &Samples, c: &str| s.attrs.get(c).cloned().unwrap_or_default();
+    let mut out: Vec<AttrPair> = Vec::new();
+    let mut ambiguous = None;
+    for (config_a, key) in &keys_a {
+        let same_a: Vec<&String> = keys_a
+            .iter()
+            .filter(|(_, k)| k == key)
+            .map(|(c, _)| c)
+            .collect();
+        let same_b: Vec<&String> = keys_b
+            .iter()
+            .filter(|(_, k)| k == key)
+            .map(|(c, _)| c)
+            .collect();
+        let mut text = iolab::vocab::key_text(key);
+        let partner = if same_a.len() == 1 && same_b.len() == 1 {
+            Some(same_b[0])
+        } else {
+            let aa = attrs(sa, config_a);
+            let fits_b: Vec<&String> = same_b
+                .iter()
+                .copied()
+                .filter(|b| iolab::vocab::agree(&aa, &attrs(sb, b)))
+                .collect();
+            match fits_b[..] {
+                [b] => {
+                    let ab = attrs(sb, b);
+                    let fits_a = same_a
+                        .iter()
+                        .filter(|a| iolab::vocab::agree(&attrs(sa, a), &ab))
+                        .count();
+                    let tie = iolab::vocab::shared_text(&aa, &ab, key);
+                    text.push_str(&format!(
+                        ", of {} on its side told apart by {tie}",
+                        same_b.len()
+                    ));
+                    (fits_a == 1).then_some(b)
+                }
+                _ => {
+                    if ambiguous.is_none() && same_b.len() > 1 {
+                        let names: Vec<&str> = same_b.iter().map(|b| b.as_str()).collect();
+                        ambiguous = Some(format!(
+                            "A's {config_a} has the key {} of B's {}, and no attribute both \
+                             carry tells them apart (say which with `iolab import --attr \
+                             KEY=VALUE`)",
+                            iolab::vocab::key_text(key),
+                            names.join(", ")
+                        ));
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(b) = partner {
+            if !out.iter().any(|p| &p.b == b) {
+                out.push(AttrPair {
+                    a: config_a.clone(),
+                    b: b.clone(),
+                    key: text,
+                });
+            }
+        }
+    }
+    (out, ambiguous)
 }
 
 fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples, DbError> {
@@ -330,7 +456,7 @@ pub fn compare(
 ) -> Result<Comparison, CompareError> {
     let runs_a = a.1.resolve(db)?;
     let runs_b = b.1.resolve(db)?;
-    let sa = collect(db, &runs_a, metric)?;
+    let mut sa = collect(db, &runs_a, metric)?;
     let mut sb = collect(db, &runs_b, metric)?;
     let mut paired = None;
     let (ca, cb) = (sa.configs(), sb.configs());
@@ -342,17 +468,20 @@ pub fn compare(
     // Then configurations whose names differ pair by their attributes: a real fio import
     // and the lab run of the same job (docs/VOCABULARY.md, "Pairing").
     let mut paired_by_attributes = Vec::new();
+    let mut ambiguous = None;
     if paired.is_none() {
-        let keys_b = sb.unmatched_keys(&sa);
-        for (config_a, key) in sa.unmatched_keys(&sb) {
-            if let Some((config_b, _)) = keys_b.iter().find(|(_, k)| *k == key) {
-                sb.rename(config_b, &config_a);
-                paired_by_attributes.push(AttrPair {
-                    a: config_a.clone(),
-                    b: config_b.clone(),
-                    key: iolab::vocab::key_text(&key),
-                });
-            }
+        // A lab re-aim run's rows meet an imported re-aim table's rows.
+        if sb.has_reaim_rows() {
+            sa.expand_reaim_rows();
+        }
+        if sa.has_reaim_rows() {
+            sb.expand_reaim_rows();
+        }
+        let (pairs, why) = pair_by_attributes(&sa, &sb);
+        ambiguous = why;
+        for p in pairs {
+            sb.rename(&p.b, &p.a);
+            paired_by_attributes.push(p);
         }
     }
     let mut rows = Vec::new();
@@ -378,8 +507,12 @@ pub fn compare(
         return Err(CompareError::Nothing(format!(
             "A ({}) and B ({}) have no (configuration, metric) in common{filter} \
              (A has {only_in_a}, B has {only_in_b}); configurations match by name, then \
-             by their workload's attributes (fio: rw, bs, iodepth, numjobs; docs/VOCABULARY.md)",
-            a.0, b.0
+             by their workload's attributes (fio: rw, bs, iodepth, numjobs; bonnie: size; \
+             reaim: users; ties broken by the attributes both carry, which `iolab import \
+             --attr KEY=VALUE` adds; docs/VOCABULARY.md){}",
+            a.0,
+            b.0,
+            ambiguous.map_or(String::new(), |w| format!("; {w}"))
         )));
     }
     Ok(Comparison {

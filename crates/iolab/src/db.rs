@@ -114,7 +114,91 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE runs;
     ALTER TABLE runs_v4 RENAME TO runs;
     CREATE INDEX runs_group ON runs(group_id);",
+    // v5: typed attributes (docs/VOCABULARY.md, Attributes). Each attribute of a measured
+    // configuration is a row with its type (`kind`) and its value in that SQLite storage
+    // class: INTEGER for integers and sizes in bytes, REAL, INTEGER 0/1 for booleans, TEXT
+    // (an integer beyond SQLite's 64-bit range stays text). The column `value` has no
+    // declared type, so SQLite keeps each value's class. After this SQL,
+    // [`ResultsDb::check_and_migrate`] fills the table from the JSON text of the older
+    // `measurements.attrs` column ([`typed_attr`]) and drops that column, in the same
+    // transaction.
+    "CREATE TABLE attrs (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('integer', 'real', 'bool', 'text')),
+        value NOT NULL,
+        PRIMARY KEY (run_id, position, key)
+    );",
 ];
+
+/// The schema version whose migration moves attributes from `measurements.attrs` (JSON
+/// text) into the typed `attrs` table.
+const TYPED_ATTRS_VERSION: usize = 5;
+
+/// An attribute's stored form: its kind and its value in that kind's SQLite storage class,
+/// read through [`iolab::vocab::typed`] (sizes in bytes, aliases folded).
+pub(crate) fn typed_attr(key: &str, raw: &str) -> (&'static str, rusqlite::types::Value) {
+    use rusqlite::types::Value as Sql;
+    match iolab::vocab::typed(key, raw) {
+        serde_json::Value::Bool(b) => ("bool", Sql::Integer(i64::from(b))),
+        serde_json::Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                ("integer", Sql::Integer(i))
+            } else if n.is_u64() {
+                // Beyond i64: kept exactly, as text.
+                ("text", Sql::Text(raw.to_owned()))
+            } else {
+                ("real", Sql::Real(n.as_f64().unwrap_or(f64::NAN)))
+            }
+        }
+        serde_json::Value::String(t) => ("text", Sql::Text(t)),
+        other => ("text", Sql::Text(other.to_string())),
+    }
+}
+
+/// A stored attribute as the text a [`Measurement`]'s `attrs` holds: integers in decimal,
+/// reals as Rust prints them (shortest form that reads back), booleans `true`/`false`.
+fn attr_text(kind: &str, value: rusqlite::types::Value) -> String {
+    use rusqlite::types::Value as Sql;
+    match (kind, value) {
+        ("bool", Sql::Integer(i)) => (i != 0).to_string(),
+        (_, Sql::Integer(i)) => i.to_string(),
+        (_, Sql::Real(x)) => x.to_string(),
+        (_, Sql::Text(t)) => t,
+        (_, Sql::Blob(b)) => String::from_utf8_lossy(&b).into_owned(),
+        (_, Sql::Null) => String::new(),
+    }
+}
+
+/// Moves every measurement's JSON `attrs` into the typed `attrs` table and drops the JSON
+/// column (migration to [`TYPED_ATTRS_VERSION`], inside its transaction).
+fn move_attrs_to_typed_table(tx: &rusqlite::Transaction<'_>) -> Result<(), String> {
+    let rows: Vec<(i64, i64, String)> = tx
+        .prepare("SELECT run_id, position, attrs FROM measurements")
+        .and_then(|mut st| {
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+        })
+        .map_err(|e| e.to_string())?;
+    let mut insert = tx
+        .prepare(
+            "INSERT INTO attrs (run_id, position, key, kind, value) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(|e| e.to_string())?;
+    for (run_id, position, json) in rows {
+        let attrs: std::collections::BTreeMap<String, String> = serde_json::from_str(&json)
+            .map_err(|e| format!("run {run_id}, measurement {position}: attrs: {e}"))?;
+        for (k, v) in &attrs {
+            let (kind, value) = typed_attr(k, v);
+            insert
+                .execute(params![run_id, position, k, kind, value])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    tx.execute_batch("ALTER TABLE measurements DROP COLUMN attrs;")
+        .map_err(|e| e.to_string())
+}
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -254,7 +338,30 @@ pub struct StoredRun {
     pub finished_at: String,
     pub figures: Vec<StoredFigure>,
     pub effects: Vec<StoredEffect>,
+    /// In JSON each measurement's attributes are typed values (`"iodepth": 8`,
+    /// `"virt_merge": false`), as stored.
+    #[serde(serialize_with = "typed_measurements")]
     pub measurements: Vec<Measurement>,
+}
+
+/// Serializes measurements with their attributes as typed JSON values
+/// ([`iolab::vocab::typed`]).
+fn typed_measurements<S: serde::Serializer>(ms: &[Measurement], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Typed<'a> {
+        config: &'a str,
+        attrs: std::collections::BTreeMap<String, serde_json::Value>,
+        metrics: &'a [Metric],
+        latency: &'a Option<LatencyHistogram>,
+        cpu: &'a Option<CpuBreakdown>,
+    }
+    s.collect_seq(ms.iter().map(|m| Typed {
+        config: &m.config,
+        attrs: iolab::vocab::typed_attrs(&m.attrs),
+        metrics: &m.metrics,
+        latency: &m.latency,
+        cpu: &m.cpu,
+    }))
 }
 
 /// An open results database.
@@ -355,6 +462,12 @@ impl ResultsDb {
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
             let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
             tx.execute_batch(sql).map_err(|e| self.err(e))?;
+            if i + 1 == TYPED_ATTRS_VERSION {
+                move_attrs_to_typed_table(&tx).map_err(|what| DbError::Corrupt {
+                    path: self.path.clone(),
+                    what: format!("migrating to typed attributes: {what}"),
+                })?;
+            }
             tx.pragma_update(None, "application_id", APPLICATION_ID)
                 .map_err(|e| self.err(e))?;
             tx.pragma_update(None, "user_version", i as i64 + 1)
@@ -603,7 +716,6 @@ impl ResultsDb {
         type Row = (
             i64,
             String,
-            String,
             Option<String>,
             Option<i64>,
             Option<i64>,
@@ -611,7 +723,7 @@ impl ResultsDb {
             Option<i64>,
         );
         let rows: Vec<Row> = self.select(
-            "SELECT position, config, attrs, latency, cpu_user_ns, cpu_system_ns,
+            "SELECT position, config, latency, cpu_user_ns, cpu_system_ns,
                     cpu_spin_ns, cpu_idle_ns
              FROM measurements WHERE run_id = ?1 ORDER BY position",
             [id],
@@ -624,10 +736,16 @@ impl ResultsDb {
                     r.get(4)?,
                     r.get(5)?,
                     r.get(6)?,
-                    r.get(7)?,
                 ))
             },
         )?;
+        let mut attr_stmt = self
+            .conn
+            .prepare(
+                "SELECT key, kind, value FROM attrs
+                 WHERE run_id = ?1 AND position = ?2 ORDER BY key",
+            )
+            .map_err(|e| self.err(e))?;
         let mut metric_stmt = self
             .conn
             .prepare(
@@ -636,8 +754,15 @@ impl ResultsDb {
             )
             .map_err(|e| self.err(e))?;
         let mut out = Vec::with_capacity(rows.len());
-        for (position, config, attrs, latency, user, system, spin, idle) in rows {
-            let attrs = serde_json::from_str(&attrs).map_err(|e| bad("attrs", e))?;
+        for (position, config, latency, user, system, spin, idle) in rows {
+            let attrs = attr_stmt
+                .query_map(params![id, position], |r| {
+                    let kind: String = r.get(1)?;
+                    Ok((r.get::<_, String>(0)?, attr_text(&kind, r.get(2)?)))
+                })
+                .map_err(|e| self.err(e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.err(e))?;
             let latency: Option<LatencyHistogram> = match latency {
                 Some(text) => Some(serde_json::from_str(&text).map_err(|e| bad("latency", e))?),
                 None => None,
@@ -754,9 +879,12 @@ fn insert_measurements(
     measurements: &[Measurement],
 ) -> Result<(), rusqlite::Error> {
     let mut m_stmt = tx.prepare(
-        "INSERT INTO measurements (run_id, position, config, attrs, latency, cpu_user_ns,
+        "INSERT INTO measurements (run_id, position, config, latency, cpu_user_ns,
                                    cpu_system_ns, cpu_spin_ns, cpu_idle_ns)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    let mut a_stmt = tx.prepare(
+        "INSERT INTO attrs (run_id, position, key, kind, value) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     let mut v_stmt = tx.prepare(
         "INSERT INTO metrics (run_id, position, name, unit, value) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -770,13 +898,16 @@ fn insert_measurements(
             run_id,
             position as i64,
             m.config,
-            json_text(&m.attrs)?,
             m.latency.as_ref().map(json_text).transpose()?,
             cpu.map(|c| c[0]),
             cpu.map(|c| c[1]),
             cpu.map(|c| c[2]),
             cpu.map(|c| c[3]),
         ])?;
+        for (k, v) in &m.attrs {
+            let (kind, value) = typed_attr(k, v);
+            a_stmt.execute(params![run_id, position as i64, k, kind, value])?;
+        }
         for metric in &m.metrics {
             v_stmt.execute(params![
                 run_id,
@@ -1134,6 +1265,26 @@ mod tests {
             .unwrap();
         assert_eq!(figures, 0);
         assert_eq!(store(&mut db, &report()), 3);
+    }
+
+    #[test]
+    fn attributes_are_stored_in_their_type_and_read_back_as_text() {
+        use rusqlite::types::Value as Sql;
+        assert_eq!(typed_attr("iodepth", "8"), ("integer", Sql::Integer(8)));
+        assert_eq!(typed_attr("bs", "4k"), ("integer", Sql::Integer(4096)));
+        assert_eq!(typed_attr("virt_merge", "true"), ("bool", Sql::Integer(1)));
+        assert_eq!(typed_attr("x", "2.5"), ("real", Sql::Real(2.5)));
+        assert_eq!(
+            typed_attr("iommu_mode", "none"),
+            ("text", Sql::Text("off".into()))
+        );
+        // A seed beyond i64 stays exact, as text.
+        let big = u64::MAX.to_string();
+        assert_eq!(typed_attr("seed", &big), ("text", Sql::Text(big.clone())));
+        assert_eq!(attr_text("bool", Sql::Integer(0)), "false");
+        assert_eq!(attr_text("integer", Sql::Integer(4096)), "4096");
+        assert_eq!(attr_text("real", Sql::Real(2.5)), "2.5");
+        assert_eq!(attr_text("text", Sql::Text(big.clone())), big);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod compare;
 mod db;
 mod ids;
 mod progress;
+mod repeat;
 mod report;
 mod reproduce;
 mod runs;
@@ -36,18 +37,69 @@ use iolab_sim::experiment::ExperimentOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// The results database: `reproduce`, `run`, `import`, `sweep` and `soak` store runs in it (and
-    /// create it); `runs`, `compare` and `report` read it and refuse a file that does not
-    /// exist (exit code 2).
-    #[arg(long, global = true, value_name = "PATH", default_value = db::DEFAULT_PATH)]
-    db: std::path::PathBuf,
+    /// The results database, for the commands that use one (also accepted after the
+    /// command's name: `iolab run --db PATH FILE`) [default: iolab-results.db].
+    #[arg(long, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
     /// Do not store results (reproduce, run, soak, sweep).
-    #[arg(long, global = true, conflicts_with = "db")]
+    #[arg(long, conflicts_with = "db")]
     no_db: bool,
     /// Hide progress bars. They are drawn on standard error only when it is a terminal
     /// (soak, sweep, reproduce, run --runs N); messages and results are printed as ever.
     #[arg(long, short = 'q', global = true)]
     quiet: bool,
+}
+
+impl Command {
+    /// The command's own `--db` and `--no-db`, for the commands that use a results database
+    /// (`None` for the others).
+    fn db_args(&self) -> Option<(Option<&std::path::Path>, bool)> {
+        match self {
+            Command::Reproduce { store, .. }
+            | Command::Run { store, .. }
+            | Command::Soak { store, .. }
+            | Command::Sweep { store, .. } => Some((store.db.as_deref(), store.no_db)),
+            Command::Compare { store, .. }
+            | Command::Import { store, .. }
+            | Command::Report { store, .. }
+            | Command::Runs { store, .. } => Some((store.db.as_deref(), false)),
+            _ => None,
+        }
+    }
+
+    /// The name of a command that uses no results database.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Version => "version",
+            Command::Bench { .. } => "bench",
+            Command::Calibrate { .. } => "calibrate",
+            Command::Trace { .. } => "trace",
+            Command::Db { .. } => "db",
+            Command::Host { .. } => "host",
+            _ => "",
+        }
+    }
+}
+
+/// Where a command that stores runs keeps them.
+#[derive(clap::Args, Debug, Default)]
+struct StoreArgs {
+    /// The results database the runs are stored in (created if needed)
+    /// [default: iolab-results.db].
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
+    /// Do not store results.
+    #[arg(long, global = true, conflicts_with = "db")]
+    no_db: bool,
+}
+
+/// The results database a command reads (or, for `import`, stores into).
+#[derive(clap::Args, Debug, Default)]
+struct DbArg {
+    /// The results database [default: iolab-results.db]. A file that does not exist is
+    /// refused (exit code 2), except by `import`, which creates it.
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<std::path::PathBuf>,
 }
 
 /// Output format of a command.
@@ -68,10 +120,13 @@ enum Command {
         // The help text is built from the experiment lists (`reproduce_names_help`).
         #[arg(value_name = "NAMES", help = reproduce_names_help())]
         names: Vec<String>,
-        /// Runs per configuration (seeds derived from --seed).
+        /// Repetitions, as `iolab run --runs`: each experiment runs N times with seeds
+        /// --seed, --seed + 1, ..., each repetition stored as a run of its own, together a
+        /// group (`iolab compare gID ...`); figures and effects print as means with their
+        /// spread (mean ± sd, min, max).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
-        /// Base seed.
+        /// Seed of the first repetition.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Output format.
@@ -81,6 +136,8 @@ enum Command {
         /// DIR/EXPERIMENT/CELL.toml, that `iolab run` accepts, instead of running them.
         #[arg(long, value_name = "DIR")]
         emit_scenarios: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Run one scenario file: a workload scenario (see docs/SCENARIOS.md and
     /// scenarios/examples/), or an experiment file as `iolab reproduce FILE` runs it.
@@ -102,6 +159,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Measure the stack's native speed on host threads against peer crates.
     Bench {
@@ -162,6 +221,8 @@ enum Command {
         /// e.g. `read.*` or `*.iops`.
         #[arg(long, value_name = "GLOB")]
         metric: Option<String>,
+        #[command(flatten)]
+        store: DbArg,
     },
     /// Import a real tool's output (fio, bonnie++, re-aim) as runs that compare with lab runs.
     ///
@@ -178,6 +239,14 @@ enum Command {
         /// Label of the stored run(s) (default: the file name).
         #[arg(long)]
         label: Option<String>,
+        /// An attribute of every imported configuration, saying what the real machine and
+        /// run were (`--attr iommu_mode=off --attr virt_merge=false`; repeat for several).
+        /// `iolab compare` breaks a tie between lab configurations of the same job by the
+        /// attributes both sides carry (docs/VOCABULARY.md, Pairing).
+        #[arg(long = "attr", value_name = "KEY=VALUE")]
+        attrs: Vec<String>,
+        #[command(flatten)]
+        store: DbArg,
     },
     /// Soak the pSeries DMA path: long many-thread TCP write and read streams in virtual time
     /// with invariant checks at intervals (SEEDS.md #4), on a lab netperf scenario.
@@ -221,6 +290,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Write one self-contained HTML page (tables and SVG plots) about stored runs.
     ///
@@ -244,6 +315,8 @@ enum Command {
         /// Also write every plot alone as an .svg file in this directory (created if needed).
         #[arg(long, value_name = "DIR")]
         svg: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        store: DbArg,
     },
     /// Run a scenario file with the timeline recorder on and write a Chrome/Perfetto trace.
     ///
@@ -290,6 +363,8 @@ enum Command {
     Runs {
         #[command(subcommand)]
         action: RunsCommand,
+        #[command(flatten)]
+        store: DbArg,
     },
     // ---- sweeps, shard merging, host inspection ----
     /// Run a parameter grid over a scenario in parallel, storing every point.
@@ -319,6 +394,8 @@ enum Command {
         /// of a Slurm array job or Kubernetes Indexed Job; join the shards with `iolab db merge`.
         #[arg(long, value_name = "I/N")]
         shard: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Maintain results databases.
     Db {
@@ -417,7 +494,29 @@ fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     progress::set_quiet(cli.quiet);
-    let db_path = (!cli.no_db).then_some(cli.db.as_path());
+    let db_owned = match cli.command.db_args() {
+        None => {
+            if cli.db.is_some() || cli.no_db {
+                eprintln!(
+                    "iolab {}: this command uses no results database (--db, --no-db)",
+                    cli.command.name()
+                );
+                return ExitCode::from(2);
+            }
+            None
+        }
+        Some((own_db, own_no_db)) => {
+            let path = own_db.or(cli.db.as_deref());
+            if (cli.no_db || own_no_db) && path.is_some() {
+                eprintln!("iolab: --db and --no-db together: give one of them");
+                return ExitCode::from(2);
+            }
+            (!(cli.no_db || own_no_db)).then(|| {
+                path.map_or_else(|| std::path::PathBuf::from(db::DEFAULT_PATH), Into::into)
+            })
+        }
+    };
+    let db_path = db_owned.as_deref();
     match cli.command {
         Command::Version => {
             println!("iolab {}", env!("CARGO_PKG_VERSION"));
@@ -429,6 +528,7 @@ fn main() -> ExitCode {
             seed,
             format,
             emit_scenarios,
+            ..
         } => reproduce::reproduce(
             &names,
             ExperimentOptions { runs, seed },
@@ -442,6 +542,7 @@ fn main() -> ExitCode {
             runs,
             seed,
             format,
+            ..
         } => match (scenario, example) {
             (Some(path), _) => {
                 reproduce::run_file(&path, runs, seed, format == Format::Json, db_path)
@@ -496,6 +597,7 @@ fn main() -> ExitCode {
             b,
             format,
             metric,
+            ..
         } => match db_path {
             Some(path) => compare::run(path, &a, &b, metric.as_deref(), format),
             None => {
@@ -503,8 +605,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Import { tool, file, label } => match db_path {
-            Some(path) => runs::import(path, tool, &file, label.as_deref()),
+        Command::Import {
+            tool,
+            file,
+            label,
+            attrs,
+            ..
+        } => match db_path {
+            Some(path) => runs::import(path, tool, &file, label.as_deref(), &attrs),
             None => {
                 eprintln!("iolab import: --no-db leaves no results database to store into");
                 ExitCode::from(2)
@@ -520,6 +628,7 @@ fn main() -> ExitCode {
             default_window,
             seed,
             format,
+            ..
         } => soak::run(&soak::SoakArgs {
             scenario: scenario.as_deref().or(scenario_flag.as_deref()),
             hours,
@@ -531,7 +640,9 @@ fn main() -> ExitCode {
             json: format == Format::Json,
             db: db_path,
         }),
-        Command::Report { runs, output, svg } => match db_path {
+        Command::Report {
+            runs, output, svg, ..
+        } => match db_path {
             Some(path) => report::run(path, &runs, &output, svg.as_deref()),
             None => {
                 eprintln!("iolab report: --no-db leaves no results database to read");
@@ -557,7 +668,7 @@ fn main() -> ExitCode {
             to_ns: to.unwrap_or(u64::MAX),
             sims: sims as usize,
         }),
-        Command::Runs { action } => match db_path {
+        Command::Runs { action, .. } => match db_path {
             Some(path) => runs::run(path, action),
             None => {
                 eprintln!("iolab runs: --no-db leaves no results database to read");
@@ -565,9 +676,9 @@ fn main() -> ExitCode {
             }
         },
         // ---- sweeps, shard merging, host inspection ----
-        Command::Sweep { grid, jobs, shard } => {
-            sweep::run(&grid, jobs.map(|j| j as usize), shard.as_deref(), db_path)
-        }
+        Command::Sweep {
+            grid, jobs, shard, ..
+        } => sweep::run(&grid, jobs.map(|j| j as usize), shard.as_deref(), db_path),
         Command::Db {
             action: DbCommand::Merge { out, inputs },
         } => dbmerge::run(&out, &inputs),

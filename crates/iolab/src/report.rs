@@ -1077,11 +1077,89 @@ pub fn render_html(runs: &[StoredRun], plots: &[Plot]) -> String {
     } else {
         h.push_str("<p>No plots: the selected runs have no measurements with rates against threads / iodepth / numjobs / cpus, latency histograms or CPU times.</p>\n");
     }
+    group_sections(&mut h, runs);
     for r in runs {
         run_section(&mut h, r);
     }
     h.push_str("</body>\n</html>\n");
     h
+}
+
+/// A section per group of repetitions (two or more selected runs with one `group_id`, as
+/// `iolab run --runs N` and `iolab reproduce --runs N` store them): each figure's and each
+/// headline metric's mean ± sd, min and max over the repetitions, and whether they were
+/// identical.
+fn group_sections(h: &mut String, runs: &[StoredRun]) {
+    let mut groups: Vec<i64> = runs.iter().filter_map(|r| r.group_id).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for g in groups {
+        let members: Vec<&StoredRun> = runs.iter().filter(|r| r.group_id == Some(g)).collect();
+        if members.len() < 2 {
+            continue;
+        }
+        let seeds: Vec<String> = members.iter().map(|r| r.seed.to_string()).collect();
+        let _ = writeln!(
+            h,
+            "<h2 id=\"group-{g}\">Group g{g}: {} repetitions of {} (seeds {})</h2>",
+            members.len(),
+            esc(&members[0].experiment),
+            esc(&seeds.join(", "))
+        );
+        let first = members[0];
+        let same_figures = members.iter().all(|r| {
+            r.figures.len() == first.figures.len()
+                && r.figures
+                    .iter()
+                    .zip(&first.figures)
+                    .all(|(a, b)| a.id == b.id)
+        });
+        if !first.figures.is_empty() && same_figures {
+            h.push_str("<table>\n<tr><th>figure</th><th>published</th><th>lab mean ± sd</th><th>min</th><th>max</th></tr>\n");
+            for (i, f) in first.figures.iter().enumerate() {
+                let values: Vec<f64> = members.iter().map(|r| r.figures[i].lab).collect();
+                let s = crate::compare::Summary::of(&values);
+                let sd = s.sd.filter(|&sd| sd > 1e-12 * s.mean.abs()).unwrap_or(0.0);
+                let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{} ± {}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                    esc(&f.id),
+                    f.published.map_or(String::new(), num),
+                    num(s.mean),
+                    num(sd),
+                    num(min),
+                    num(max)
+                );
+            }
+            h.push_str("</table>\n");
+        }
+        let ms: Vec<&[Measurement]> = members.iter().map(|r| &r.measurements[..]).collect();
+        let spread = crate::repeat::metric_spread(&ms);
+        if !spread.rows.is_empty() {
+            h.push_str("<table>\n<tr><th>configuration</th><th>metric</th><th>lab mean ± sd</th><th>min</th><th>max</th></tr>\n");
+            for row in &spread.rows {
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                    esc(&row[0]),
+                    esc(&row[1]),
+                    esc(&row[2]),
+                    esc(&row[3]),
+                    esc(&row[4])
+                );
+            }
+            h.push_str("</table>\n");
+        }
+        if spread.identical {
+            let _ = writeln!(
+                h,
+                "<p>{}</p>",
+                esc(&crate::repeat::identical_note(members.len()))
+            );
+        }
+    }
 }
 
 /// Run ids as a short list: consecutive ids as ranges (`1-15, 18, 20-22`), in the order

@@ -28,36 +28,41 @@ fn runs_progress(count: u64, what: &str) -> indicatif::ProgressBar {
 
 #[derive(Serialize)]
 struct JsonOutput<'a> {
-    experiments: Vec<&'a ExperimentReport>,
+    experiments: Vec<JsonExperiment<'a>>,
+}
+
+/// An experiment's report in JSON; with `--runs N` above 1 its figures and effects are
+/// means over the repetitions, and `repetitions` gives each figure's spread and each
+/// repetition's seed.
+#[derive(Serialize)]
+struct JsonExperiment<'a> {
+    #[serde(flatten)]
+    report: &'a ExperimentReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repetitions: Option<JsonRepetitions>,
+}
+
+/// The repetitions behind a mean report.
+#[derive(Serialize)]
+struct JsonRepetitions {
+    /// The repetitions' seeds, in order.
+    seeds: Vec<u64>,
+    /// Each figure's mean, standard deviation, minimum and maximum.
+    figures: Vec<crate::repeat::Spread>,
+    /// Whether every repetition gave exactly the same figures.
+    identical: bool,
+}
+
+/// The repetitions of one experiment run with `--runs N` (N > 1), first seed `seed`.
+struct Repeated {
+    seed: u64,
+    reports: Vec<ExperimentReport>,
 }
 
 /// Opens the results database, if storing; on failure prints the error and gives the exit code.
 fn open_db(cmd: &str, path: Option<&Path>) -> Result<Option<ResultsDb>, ExitCode> {
     match path.map(ResultsDb::open).transpose() {
         Ok(db) => Ok(db),
-        Err(e) => {
-            eprintln!("iolab {cmd}: {e}");
-            Err(ExitCode::from(e.exit_code()))
-        }
-    }
-}
-
-/// Stores a finished report (when storing) and says so on standard error (lifting `bar`).
-fn store(
-    cmd: &str,
-    db: Option<&mut ResultsDb>,
-    run: &NewRun<'_>,
-    bar: &indicatif::ProgressBar,
-) -> Result<(), ExitCode> {
-    let Some(db) = db else { return Ok(()) };
-    match db.store(run) {
-        Ok(id) => {
-            progress::note(
-                bar,
-                &format!("stored as run {id} in {}", db.path().display()),
-            );
-            Ok(())
-        }
         Err(e) => {
             eprintln!("iolab {cmd}: {e}");
             Err(ExitCode::from(e.exit_code()))
@@ -239,44 +244,40 @@ pub fn reproduce(
         Ok(db) => db,
         Err(code) => return code,
     };
+    let repetitions = options.runs.max(1);
     let mut reports = Vec::new();
-    let bar = runs_progress(selected.len() as u64, "experiments");
+    let mut spreads = Vec::new();
     for Selected { experiment, text } in &selected {
-        let started_at = SystemTime::now();
         let name = experiment.name();
-        let origin = experiment.origin();
-        bar.set_message(name.to_owned());
-        let result = experiment.run(&options);
-        bar.inc(1);
-        match result {
-            Ok(r) => {
-                let run = NewRun {
-                    kind: "lab",
-                    group_id: None,
-                    label: None,
-                    scenario_origin: Some(origin),
-                    scenario_text: Some(text),
-                    seed: options.seed,
-                    started_at,
-                    finished_at: SystemTime::now(),
-                    report: &r,
-                };
-                if let Err(code) = store("reproduce", db.as_mut(), &run, &bar) {
-                    bar.finish_and_clear();
-                    return code;
-                }
-                reports.push(r);
-            }
-            Err(e) => {
-                bar.finish_and_clear();
+        let run_one = |o: &ExperimentOptions| experiment.run(o);
+        let reps = match run_repetitions(
+            "reproduce",
+            db.as_mut(),
+            options,
+            experiment.origin(),
+            text,
+            run_one,
+        ) {
+            Ok(r) => r,
+            Err(Stopped::Store(code)) => return code,
+            Err(Stopped::Run(e)) => {
                 eprintln!("iolab reproduce: {name}: {e}");
                 return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
             }
+        };
+        if repetitions > 1 {
+            reports.push(crate::repeat::mean_report(&reps));
+            spreads.push(Some(Repeated {
+                seed: options.seed,
+                reports: reps,
+            }));
+        } else {
+            spreads.push(None);
+            reports.extend(reps);
         }
     }
-    bar.finish_and_clear();
     let summary = reports.len() > 1;
-    print_reports(&reports, json, summary)
+    print_reports(&reports, &spreads, json, summary)
 }
 
 /// Runs one scenario file: an experiment file (docs/EXPERIMENTS.md) as `iolab reproduce
@@ -313,9 +314,9 @@ pub fn run_file(
 }
 
 /// Why [`run_repetitions`] stopped early.
-enum Stopped {
+enum Stopped<E> {
     /// A repetition failed.
-    Run(LabError),
+    Run(E),
     /// Storing failed (the message is printed); the exit code.
     Store(ExitCode),
 }
@@ -324,14 +325,14 @@ enum Stopped {
 /// seeds `options.seed`, `options.seed + 1`, ..., and stores each report as soon as it
 /// completes. With more than one repetition the stored runs form a group: the first run's
 /// id is every repetition's `group_id`, so `iolab compare gID ...` treats them as samples.
-fn run_repetitions(
+fn run_repetitions<E>(
     cmd: &str,
     mut db: Option<&mut ResultsDb>,
     options: ExperimentOptions,
     origin: &str,
     text: &str,
-    mut run_one: impl FnMut(&ExperimentOptions) -> Result<ExperimentReport, LabError>,
-) -> Result<Vec<ExperimentReport>, Stopped> {
+    mut run_one: impl FnMut(&ExperimentOptions) -> Result<ExperimentReport, E>,
+) -> Result<Vec<ExperimentReport>, Stopped<E>> {
     let repetitions = options.runs.max(1);
     let mut reports = Vec::with_capacity(repetitions as usize);
     let mut group_id = None;
@@ -466,7 +467,7 @@ fn run_lab(
         )?;
         let report = out.report.clone();
         outputs.push(out);
-        Ok(report)
+        Ok::<_, LabError>(report)
     };
     match run_repetitions("run", db.as_mut(), options, origin, text, run_one) {
         Ok(_) => {}
@@ -549,15 +550,15 @@ fn run_lab(
                 println!("note: {n}");
             }
         }
-        // Repetitions (one output per seed) that measured exactly the same say so once.
-        let firsts: Vec<_> = outputs
-            .iter()
-            .filter_map(|o| o.report.measurements.first().cloned())
-            .collect();
-        if firsts.len() == outputs.len() {
-            if let Some(note) = lab::identical_runs_note(&firsts) {
-                print!("{note}");
-            }
+        // Several repetitions: every metric's mean ± sd over them, and whether they were
+        // identical.
+        if outputs.len() > 1 {
+            let runs: Vec<&[_]> = outputs.iter().map(|o| &o.report.measurements[..]).collect();
+            println!();
+            print!(
+                "{}",
+                crate::repeat::render_metric_spread(&runs, options.seed)
+            );
         }
     }
     ExitCode::SUCCESS
@@ -566,10 +567,28 @@ fn run_lab(
 /// Prints experiment reports: one JSON document, or each report's text with its effects and
 /// predicted-figure goals, then (with `summary`, for a text run over several experiments)
 /// one line per experiment with its counts against both fidelity goals.
-fn print_reports(reports: &[ExperimentReport], json: bool, summary: bool) -> ExitCode {
+fn print_reports(
+    reports: &[ExperimentReport],
+    repeated: &[Option<Repeated>],
+    json: bool,
+    summary: bool,
+) -> ExitCode {
     if json {
         let out = JsonOutput {
-            experiments: reports.iter().collect(),
+            experiments: reports
+                .iter()
+                .zip(repeated)
+                .map(|(report, rep)| JsonExperiment {
+                    report,
+                    repetitions: rep.as_ref().map(|r| JsonRepetitions {
+                        seeds: (0..r.reports.len() as u64)
+                            .map(|i| r.seed.wrapping_add(i))
+                            .collect(),
+                        figures: crate::repeat::spreads(&r.reports),
+                        identical: crate::repeat::identical(&r.reports),
+                    }),
+                })
+                .collect(),
         };
         match serde_json::to_string_pretty(&out) {
             Ok(s) => println!("{s}"),
@@ -580,10 +599,25 @@ fn print_reports(reports: &[ExperimentReport], json: bool, summary: bool) -> Exi
         }
         return ExitCode::SUCCESS;
     }
-    for r in reports {
+    for (r, rep) in reports.iter().zip(repeated) {
         println!("== {}: {}", r.name, r.title);
+        if let Some(rep) = rep {
+            println!(
+                "(the table is repetition 1 of {}, seed {}; figures, effects and goals below \
+                 are means over the repetitions)",
+                rep.reports.len(),
+                rep.seed
+            );
+        }
         println!("{}", r.report_text.trim_end());
         println!();
+        if let Some(rep) = rep {
+            println!(
+                "{}",
+                crate::repeat::render_spread(&rep.reports, rep.seed).trim_end()
+            );
+            println!();
+        }
         print!("{}", render_effects(r));
         print!("{}", render_figure_goals(r));
         for c in &r.calibrated {

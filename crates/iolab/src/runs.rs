@@ -35,11 +35,47 @@ impl ImportTool {
     }
 }
 
+/// One `--attr KEY=VALUE`: a key of lowercase letters, digits, `_` and `.`, and a value.
+fn parse_attr(text: &str) -> Result<(String, String), String> {
+    let (k, v) = text
+        .split_once('=')
+        .ok_or_else(|| format!("--attr `{text}`: expected KEY=VALUE (e.g. iommu_mode=off)"))?;
+    let k = k.trim();
+    let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.';
+    if k.is_empty() || !k.chars().all(ok) {
+        return Err(format!(
+            "--attr `{text}`: expected a key of lowercase letters, digits, `_` and `.`, found `{k}`"
+        ));
+    }
+    if v.trim().is_empty() {
+        return Err(format!("--attr `{text}`: expected a value after `=`"));
+    }
+    Ok((k.to_owned(), v.trim().to_owned()))
+}
+
 /// `iolab import TOOL FILE`: parses the whole file first, then stores it in one
-/// transaction; a bad file stores nothing (exit code 2).
-pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>) -> ExitCode {
+/// transaction; a bad file stores nothing (exit code 2). `attrs` (`KEY=VALUE`) are added
+/// to every imported configuration.
+pub fn import(
+    db_path: &Path,
+    tool: ImportTool,
+    file: &Path,
+    label: Option<&str>,
+    attrs: &[String],
+) -> ExitCode {
     let name = tool.name();
     let shown = file.display().to_string();
+    let extra = match attrs
+        .iter()
+        .map(|a| parse_attr(a))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("iolab import {name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => {
@@ -53,7 +89,14 @@ pub fn import(db_path: &Path, tool: ImportTool, file: &Path, label: Option<&str>
         _ => import::reaim::parse(&text),
     };
     let measurements = match parsed {
-        Ok(m) => m,
+        Ok(mut m) => {
+            for x in &mut m {
+                for (k, v) in &extra {
+                    x.attrs.insert(k.clone(), v.clone());
+                }
+            }
+            m
+        }
         Err(e) => {
             eprintln!("iolab import {name}: Invalid {shown}: {e}; nothing stored");
             return ExitCode::from(2);
@@ -380,39 +423,47 @@ fn render_measurement(out: &mut String, m: &Measurement) {
     if !m.metrics.is_empty() {
         let _ = writeln!(
             out,
-            "  {:<name_w$}  {:<unit_w$}  {:>16}",
+            "  {:<name_w$}  {:<unit_w$}  {:>14}",
             "metric", "unit", "value"
         );
         for x in &m.metrics {
             let _ = writeln!(
                 out,
-                "  {:<name_w$}  {:<unit_w$}  {:>16.3}",
-                x.name, x.unit, x.value
+                "  {:<name_w$}  {:<unit_w$}  {:>14}",
+                x.name,
+                x.unit,
+                crate::compare::num(x.value, &x.unit)
             );
         }
     }
     if let Some(h) = &m.latency {
+        // The histogram's percentiles are its buckets' upper bounds (at most 1/16 above the
+        // exact value); the metrics above (`*.clat_p50_ns`, ...) are the exact ones.
+        let t = |ns: u64| crate::compare::num(ns as f64, "ns");
         let _ = writeln!(
             out,
-            "  latency: {} samples, p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
+            "  latency histogram ({} samples; bucket upper bounds, within 6.25% above the exact \
+             percentiles in the metrics): p50 {}, p99 {}, p99.9 {}, max {}",
             h.count(),
-            h.percentile(50.0),
-            h.percentile(99.0),
-            h.percentile(99.9),
-            h.percentile(100.0)
+            t(h.percentile(50.0)),
+            t(h.percentile(99.0)),
+            t(h.percentile(99.9)),
+            t(h.percentile(100.0))
         );
     }
     if let Some(c) = &m.cpu {
         let total = c.total_ns().max(1) as f64;
         let share = |v: u64| v as f64 / total * 100.0;
+        // fio's `cpu.usr_pct`/`cpu.sys_pct` count the jobs' CPUs; this line every CPU.
         let _ = writeln!(
             out,
-            "  cpu: user {:.1}%, system {:.1}%, spin {:.1}%, idle {:.1}% of {} ns",
+            "  cpu, all of the machine's CPUs (fio's cpu.usr_pct/sys_pct count the jobs' CPUs \
+             only): user {:.1}%, system {:.1}%, spin {:.1}%, idle {:.1}% of {} CPU time",
             share(c.user_ns),
             share(c.system_ns),
             share(c.spin_ns),
             share(c.idle_ns),
-            c.total_ns()
+            crate::compare::num(c.total_ns() as f64, "ns")
         );
     }
 }

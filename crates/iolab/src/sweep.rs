@@ -6,8 +6,8 @@
 //! name = "cmdq-depth"             # optional; default: the grid file's stem
 //! scenario = "fio-nvme-strict"    # a bundled example, or a path relative to this file
 //! seed = 1                        # optional base seed (default 1)
-//! runs = 1                        # optional runs per configuration (default 1)
-//! seeds = [1, 2, 3]               # optional: a seed axis (the innermost one)
+//! runs = 1                        # optional repetitions: the seed axis seed..seed+runs-1
+//! seeds = [1, 2, 3]               # optional: a seed axis (the innermost one; not with runs)
 //!
 //! [set]                           # optional: fields fixed for every point
 //! "workload.runtime_ms" = 10
@@ -144,7 +144,6 @@ pub struct Grid {
     base: toml::Table,
     axes: Vec<(String, Vec<Step>, Vec<toml::Value>)>,
     seeds: Vec<u64>,
-    runs: u32,
     /// The directory the base scenario's relative paths are resolved against.
     base_dir: Option<PathBuf>,
     /// The fields the grid sets: `[set]` keys and axes (never dropped from a point).
@@ -292,10 +291,27 @@ impl Grid {
             }
             axes.push((a.field.clone(), steps, a.values.clone()));
         }
+        let runs = file.runs.unwrap_or(1);
+        if !(1..=100).contains(&runs) {
+            return Err(grid_err(format!("`runs` is {runs}; expected 1 to 100")));
+        }
+        // `runs = N` means what `iolab run --runs N` means: N repetitions, seeds `seed`,
+        // `seed + 1`, ..., each a run of its own, so it is the seed axis.
         let seeds = match file.seeds {
+            Some(_) if runs > 1 => {
+                return Err(grid_err(format!(
+                    "`runs = {runs}` and `seeds` both given: `runs = N` is the seed axis \
+                     seed, seed + 1, ..., seed + N - 1 (as `iolab run --runs N`); give one of them"
+                )))
+            }
             Some(s) if s.is_empty() => return Err(grid_err("`seeds` is empty".to_owned())),
             Some(s) => s,
-            None => vec![file.seed.unwrap_or(1)],
+            None => {
+                let first = file.seed.unwrap_or(1);
+                (0..u64::from(runs))
+                    .map(|i| first.wrapping_add(i))
+                    .collect()
+            }
         };
         let points = axes
             .iter()
@@ -307,10 +323,6 @@ impl Grid {
                 "the grid has {points} points; at most {MAX_POINTS} are allowed (split it into several grids)"
             )));
         }
-        let runs = file.runs.unwrap_or(1);
-        if !(1..=100).contains(&runs) {
-            return Err(grid_err(format!("`runs` is {runs}; expected 1 to 100")));
-        }
         let name = file.name.clone().unwrap_or_else(|| {
             path.file_stem()
                 .map_or("sweep".to_owned(), |s| s.to_string_lossy().into_owned())
@@ -321,7 +333,8 @@ impl Grid {
         for (f, _, vals) in &axes {
             key.push_str(&format!("\n#axis {f} = {vals:?}"));
         }
-        key.push_str(&format!("\n#seeds {seeds:?}\n#runs {runs}"));
+        // (`#runs 1` kept so ids of grids without `runs` are what they were.)
+        key.push_str(&format!("\n#seeds {seeds:?}\n#runs 1"));
         let sweep_id = format!("{:016x}", fnv1a(key.as_bytes()));
         let mut user_fields: Vec<String> = file.set.keys().cloned().collect();
         user_fields.extend(axes.iter().map(|(f, _, _)| f.clone()));
@@ -333,7 +346,6 @@ impl Grid {
             base,
             axes,
             seeds,
-            runs,
             base_dir,
             user_fields,
         })
@@ -559,10 +571,7 @@ pub fn run(
         points.len() as u64,
         "{bar:40} {pos}/{len} points, {elapsed} elapsed, about {eta} left",
     );
-    let options = |seed| ExperimentOptions {
-        runs: grid.runs,
-        seed,
-    };
+    let options = |seed| ExperimentOptions { runs: 1, seed };
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<Finished>();

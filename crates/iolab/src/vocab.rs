@@ -17,14 +17,17 @@ pub enum AttrType {
     Size,
     /// A non-negative integer.
     Integer,
+    /// `true` or `false`.
+    Bool,
     /// Text (names, modes, patterns), with aliases folded to the current name.
     Text,
 }
 
 /// Attributes whose type is fixed; any other attribute is a number when its text is one,
 /// else text.
-pub const TYPED_ATTRS: [(&str, AttrType); 22] = [
+pub const TYPED_ATTRS: [(&str, AttrType); 27] = [
     ("bs", AttrType::Size),
+    ("size", AttrType::Size),
     ("chunk_bytes", AttrType::Size),
     ("message_bytes", AttrType::Size),
     ("fs_block", AttrType::Size),
@@ -40,6 +43,10 @@ pub const TYPED_ATTRS: [(&str, AttrType); 22] = [
     ("users", AttrType::Integer),
     ("groupid", AttrType::Integer),
     ("file_mib", AttrType::Integer),
+    ("concurrency", AttrType::Integer),
+    ("virt_merge", AttrType::Bool),
+    ("caching_mode", AttrType::Bool),
+    ("usb_speed", AttrType::Text),
     ("workload", AttrType::Text),
     ("rw", AttrType::Text),
     ("iommu_mode", AttrType::Text),
@@ -88,8 +95,19 @@ pub fn canonical_metric<'a>(name: &'a str, unit: &'a str, value: f64) -> (&'a st
 
 /// The attributes by which configurations of a workload pair up in `iolab compare` when
 /// their names differ: a configuration's *pairing key* is its `workload` and these
-/// attributes, compared as typed values. Workloads not listed pair by name only.
-pub const PAIRING_ATTRS: [(&str, &[&str]); 1] = [("fio", &["rw", "bs", "iodepth", "numjobs"])];
+/// attributes (the job as the tool was told it), compared as typed values. Workloads not
+/// listed pair by name only.
+pub const PAIRING_ATTRS: [(&str, &[&str]); 3] = [
+    ("fio", &["rw", "bs", "iodepth", "numjobs"]),
+    // bonnie++ -s: the file size its CSV row reports.
+    ("bonnie", &["size"]),
+    // re-aim: one configuration per user count (a lab run's rows are read as such).
+    ("reaim", &["users"]),
+];
+
+/// Attributes that say which repetition or run a configuration came from, never what was
+/// measured: left out when attributes break a tie between configurations of one key.
+pub const RUN_ATTRS: [&str; 6] = ["seed", "run", "scenario", "name", "groupid", "label"];
 
 /// The type of attribute `key`, if it has a fixed one.
 pub fn attr_type(key: &str) -> Option<AttrType> {
@@ -116,6 +134,11 @@ pub fn typed(key: &str, raw: &str) -> Value {
         Some(AttrType::Integer) => match raw.trim().parse::<u64>() {
             Ok(n) => Value::from(n),
             Err(_) => Value::from(raw),
+        },
+        Some(AttrType::Bool) => match raw.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Value::from(true),
+            "false" | "0" | "no" | "off" => Value::from(false),
+            _ => Value::from(raw),
         },
         Some(AttrType::Text) => Value::from(canonical(key, raw)),
         None => {
@@ -150,6 +173,36 @@ pub fn pairing_key(attrs: &BTreeMap<String, String>) -> Option<Vec<(String, Valu
         key.push(((*k).to_owned(), typed(k, attrs.get(*k)?)));
     }
     Some(key)
+}
+
+/// Whether two configurations agree on every attribute both carry (typed, aliases folded),
+/// leaving out [`RUN_ATTRS`]: what breaks a tie when a pairing key is not unique.
+pub fn agree(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    a.iter()
+        .filter(|(k, _)| !RUN_ATTRS.contains(&k.as_str()))
+        .all(|(k, va)| b.get(k).map_or(true, |vb| typed(k, va) == typed(k, vb)))
+}
+
+/// The attributes both carry that break a tie (for messages), as `k=v ...`, leaving out
+/// [`RUN_ATTRS`], `workload` and `skip` (the pairing key's attributes).
+pub fn shared_text(
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+    skip: &[(String, Value)],
+) -> String {
+    a.iter()
+        .filter(|(k, _)| {
+            !RUN_ATTRS.contains(&k.as_str())
+                && *k != "workload"
+                && !skip.iter().any(|(s, _)| s == *k)
+                && b.contains_key(*k)
+        })
+        .map(|(k, v)| match typed(k, v) {
+            Value::String(s) => format!("{k}={s}"),
+            t => format!("{k}={t}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A pairing key as `rw=randread bs=4096 ...` (the workload first).
@@ -232,5 +285,30 @@ mod tests {
         assert_ne!(pairing_key(&other), Some(key));
         assert_eq!(pairing_key(&attrs(&[("workload", "fio")])), None);
         assert_eq!(pairing_key(&attrs(&[("workload", "bonnie")])), None);
+    }
+
+    #[test]
+    fn bonnie_pairs_by_file_size_and_reaim_by_user_count() {
+        let import = attrs(&[("workload", "bonnie++"), ("size", "8G"), ("name", "x")]);
+        let lab = attrs(&[("workload", "bonnie"), ("size", "8589934592")]);
+        assert_eq!(pairing_key(&import), pairing_key(&lab));
+        assert!(pairing_key(&import).is_some());
+        let users = attrs(&[("workload", "reaim"), ("users", "100")]);
+        assert_eq!(
+            key_text(&pairing_key(&users).unwrap()),
+            "workload=reaim users=100"
+        );
+    }
+
+    #[test]
+    fn ties_break_on_the_attributes_both_carry_never_on_run_attributes() {
+        let import = attrs(&[("virt_merge", "false"), ("seed", "0"), ("users", "100")]);
+        let novmerge = attrs(&[("virt_merge", "false"), ("seed", "1"), ("cpus", "2")]);
+        let vmerge = attrs(&[("virt_merge", "true"), ("seed", "0")]);
+        assert!(agree(&import, &novmerge));
+        assert!(!agree(&import, &vmerge));
+        let key = [("users".to_owned(), Value::from(100u64))];
+        assert_eq!(shared_text(&import, &novmerge, &key), "virt_merge=false");
+        assert_eq!(typed("virt_merge", "no"), Value::from(false));
     }
 }

@@ -387,3 +387,35 @@ fn results_go_to_stdout_and_notes_about_what_was_stored_to_stderr() {
     assert!(out.stderr.is_empty(), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn only_commands_that_use_a_database_take_db_and_no_db() {
+    // Shown in the help of the commands that use it, not in the others'.
+    for (cmd, shown) in [
+        ("run", true),
+        ("compare", true),
+        ("runs", true),
+        ("bench", false),
+        ("host", false),
+        ("trace", false),
+    ] {
+        let out = iolab(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(help.contains("--db"), shown, "{cmd}: {help}");
+    }
+    // Given to a command that ignores it: bad input, naming the command.
+    let out = iolab(&["--db", "x.db", "host", "--sysroot", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("iolab host: this command uses no results database"));
+    // After the command's name as well as before it; both together is bad input.
+    let dir = temp_dir("db-after");
+    let db = dir.join("r.db");
+    let out = iolab(&["run", "--db", s(&db), "--example", "fio-nvme-off"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = iolab(&["runs", "list", "--db", s(&db), "--format", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+    let out = iolab(&["--no-db", "run", "--db", s(&db), "--example", "fio-nvme-off"]);
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -137,7 +137,14 @@ fn fio_json_and_json_plus_store_the_files_figures() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("measurement randread"), "{text}");
     assert!(text.contains("read.clat_p99_ns"), "{text}");
-    assert!(text.contains("latency: 72328 samples"), "{text}");
+    assert!(text.contains("latency histogram (72328 samples"), "{text}");
+    // Values read with their units, and each of the two p50s says what it is.
+    assert!(text.contains("bucket upper bounds"), "{text}");
+    let p50 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("read.clat_p50_ns"))
+        .unwrap_or_default();
+    assert!(p50.ends_with(" us") || p50.ends_with(" ms"), "{p50}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -207,7 +214,7 @@ fn reaim_table_rows_become_measurements() {
         .collect();
     assert_eq!(jpm, [5684.17, 5679.16, 5678.81, 5684.46, 5672.92]);
     assert_eq!(ms[2]["config"], "users_300");
-    assert_eq!(ms[2]["attrs"]["users"], "300");
+    assert_eq!(ms[2]["attrs"]["users"], 300, "typed, as stored");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -268,7 +268,7 @@ fn the_soak_is_stored_as_a_run_with_a_measurement_per_direction() {
             .find(|x| x["name"] == "net.throughput_gbps")
             .expect("a throughput");
         assert!(gbps["value"].as_f64().unwrap() > 0.0, "{m}");
-        assert_eq!(m["attrs"]["threads"], "8");
+        assert_eq!(m["attrs"]["threads"], 8, "typed, as stored");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

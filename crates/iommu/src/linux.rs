@@ -14,7 +14,9 @@
 //! sources and what each variant does in the model.
 //!
 //! The variants are opt-in: every type's [`Default`] is iolab's behaviour so far, which is
-//! Linux 6.12's for everything but the timer path ([`TimerFreeCpu`]).
+//! Linux 6.12's for everything but the timer path ([`TimerFreeCpu`]) and the PCI 32-bit-first
+//! allocation (`dma::DomainConfig::pci_32bit_first` is `None` unless asked for, as
+//! `iommu.forcedac=1`; [`DmaPathVariants::pci_32bit_first`] gives the release's).
 //!
 //! ```
 //! use iolab_iommu::iova::magazine::DepotKind;
@@ -34,6 +36,7 @@ use std::str::FromStr;
 
 use crate::dma::flush_queue::{FlushQueueConfig, FlushQueueShape, FlushQueueVariant, TimerFreeCpu};
 use crate::dma::DomainMode;
+use crate::iova::linux::LinuxTreeVariant;
 use crate::iova::magazine::{DepotKind, ExhaustionFlush, MagazineConfig};
 use crate::smmuv3::cmdq::ProducerKind;
 
@@ -190,10 +193,10 @@ pub struct DmaPathVariants {
     /// The PCI 32-bit-first allocation.
     pub pci_32bit_first: Pci32BitFirst,
     /// Whether the IOVA tree's first-fit, failing from its cached cursor, retries from the
-    /// limit (5.11 and later; the current `iova::linux` allocator always does).
+    /// limit (5.11 and later; [`DmaPathVariants::iova_tree_variant`]).
     pub iova_retry_from_limit: bool,
     /// Whether a failed 32-bit request makes later ones of its size fail at once
-    /// (`max32_alloc_size`; after 4.19; the current `iova::linux` allocator always does).
+    /// (`max32_alloc_size`; after 4.19; [`DmaPathVariants::iova_tree_variant`]).
     pub iova_32bit_fast_fail: bool,
     /// The SMMUv3 command-queue producer.
     pub cmdq: ProducerKind,
@@ -245,6 +248,18 @@ impl DmaPathVariants {
         Ok(v)
     }
 
+    /// A record of `kernel` for a DMA path that has no release variants in the model (the
+    /// SBA IOMMU's and POWER's TCE code, not dma-iommu): any release, older ones included
+    /// (Linux 2.6.0's ia64 `sba_iommu`). Its variants are the 4.19 baseline's; only the
+    /// paths that consult none of them may use it. [`DmaPathVariants::for_kernel`] is the
+    /// constructor for every other path.
+    pub fn without_variants(kernel: KernelVersion) -> Self {
+        Self {
+            kernel,
+            ..Self::baseline()
+        }
+    }
+
     /// The entries of [`KERNEL_CHANGES`] this release includes, oldest first.
     pub fn changes(&self) -> impl Iterator<Item = &'static KernelChange> + '_ {
         KERNEL_CHANGES
@@ -273,6 +288,14 @@ impl DmaPathVariants {
             depot: self.depot,
             exhaustion_flush: self.exhaustion_flush,
             ..MagazineConfig::new(ncpus)
+        }
+    }
+
+    /// The IOVA tree's first fit in this release (`iova::linux::LinuxIovaAllocator::with_variant`).
+    pub fn iova_tree_variant(&self) -> LinuxTreeVariant {
+        LinuxTreeVariant {
+            retry_from_limit: self.iova_retry_from_limit,
+            fast_fail_32bit: self.iova_32bit_fast_fail,
         }
     }
 
@@ -450,6 +473,14 @@ mod tests {
             );
         }
         assert!(KernelVersion::LTS.iter().all(|v| v.is_supported()));
+    }
+
+    #[test]
+    fn a_release_without_variants_keeps_its_name_and_no_changes() {
+        let v = DmaPathVariants::without_variants(kv("2.6.0"));
+        assert_eq!(v.kernel.to_string(), "2.6");
+        assert_eq!(v.changes().count(), 0);
+        assert!(DmaPathVariants::for_kernel(kv("2.6")).is_err());
     }
 
     #[test]

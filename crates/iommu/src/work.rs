@@ -186,6 +186,15 @@ work_counters! {
     mmio_writes,
     /// MMIO register reads.
     mmio_reads,
+    // IOVA allocation variants (issue 17): subsets of work counted above.
+    /// Second passes of the IOVA tree's first fit, from the request's limit down to the
+    /// cursor (Linux 5.11+, `iova_find_limit`).
+    iova_tree_retries,
+    /// PCI 32-bit-first tries that found nothing below 4 GiB (dma-iommu's SAC trick).
+    iova_32bit_failures,
+    /// Allocations of a PCI device with a wider-than-32-bit mask made from the full range:
+    /// after a failed 32-bit try, or (6.6+) once the device stopped trying.
+    iova_full_range_allocs,
 }
 
 impl WorkRecord {

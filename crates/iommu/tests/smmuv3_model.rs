@@ -275,6 +275,29 @@ mod smmuv3 {
         }
     }
 
+    /// The strict unmap path sends range commands only when the SMMU advertises
+    /// `IDR3.RIL` *and* the driver uses it (Linux 5.7+): a 64 KiB unmap is one range command
+    /// then, sixteen single-page ones otherwise (an SMMUv3.2 under Linux 5.4 included).
+    #[test]
+    fn range_commands_need_idr3_ril_and_a_driver_that_uses_it() {
+        for (ril, driver, tlbis) in [(true, true, 1), (true, false, 16), (false, true, 16)] {
+            let s = Smmuv3::new(Smmuv3Config {
+                range_invalidation: ril,
+                driver_range_invalidation: driver,
+                ..Smmuv3Config::default()
+            })
+            .unwrap();
+            assert_eq!(s.idr3() & (1 << 10) != 0, ril);
+            assert_eq!(s.uses_range_invalidation(), ril && driver);
+            let d = domain(&s, DomainMode::Strict);
+            let m = map(&d, 0x80_0000, 16 * SZ_4K, Direction::ToDevice);
+            let mut w = WorkRecord::new();
+            d.domain().unmap_page(m, 0, 0, &mut w).unwrap();
+            assert_eq!(w.commands_written, tlbis + 1, "RIL {ril}, driver {driver}");
+            assert_eq!(s.sink_stats().tlbi_va_ranges, u64::from(tlbis == 1));
+        }
+    }
+
     #[test]
     fn smmu_permission_fault_records_f_permission() {
         let s = smmu();

@@ -285,6 +285,10 @@ cost_group! {
             /// (`0`). Optional: absent, the command-queue model's default (MSI) applies.
             #[serde(default)]
             sync_msi: Option<Flag>,
+            /// Whether the SMMU implements SMMUv3.2 range invalidation (`1`; SMMU_IDR3.RIL):
+            /// the lab's default for `iommu.range_invalidation`. Optional: absent, `0`.
+            #[serde(default)]
+            range_invalidation: Option<Flag>,
         }
         costs {
             /// Time the IOMMU takes to fetch and execute one command.
@@ -743,6 +747,23 @@ impl PlatformProfile {
             }
             non_empty("iommu.cmdq.sync_msi.source", &f.source)?;
         }
+        if let Some(f) = self
+            .iommu
+            .cmdq
+            .as_ref()
+            .and_then(|q| q.range_invalidation.as_ref())
+        {
+            if f.value > 1 {
+                return Err((
+                    "iommu.cmdq.range_invalidation.value".into(),
+                    format!(
+                        "expected 0 (no IDR3.RIL) or 1 (SMMUv3.2 range invalidation), found {}",
+                        f.value
+                    ),
+                ));
+            }
+            non_empty("iommu.cmdq.range_invalidation.source", &f.source)?;
+        }
         for (path, cost) in self.costs() {
             if !(cost.value.is_finite() && (0.0..=MAX_COST_VALUE).contains(&cost.value)) {
                 return Err((
@@ -830,6 +851,19 @@ impl PlatformProfile {
             let _ = writeln!(
                 s,
                 "| iommu.cmdq.sync_msi | {} | | | {} |",
+                f.value,
+                md_cell(&f.source)
+            );
+        }
+        if let Some(f) = self
+            .iommu
+            .cmdq
+            .as_ref()
+            .and_then(|q| q.range_invalidation.as_ref())
+        {
+            let _ = writeln!(
+                s,
+                "| iommu.cmdq.range_invalidation | {} | | | {} |",
                 f.value,
                 md_cell(&f.source)
             );
@@ -985,6 +1019,15 @@ counter_charges! {
     walk_reads => Charge::Translation("iommu.walk_read"),
     mmio_writes => Charge::Cpu("mmio.write"),
     mmio_reads => Charge::Cpu("mmio.read"),
+    iova_tree_retries => Charge::NotCharged(
+        "the retry's steps are counted in tree_nodes_visited"
+    ),
+    iova_32bit_failures => Charge::NotCharged(
+        "the failed try's steps are counted in alloc_failures and tree_nodes_visited"
+    ),
+    iova_full_range_allocs => Charge::NotCharged(
+        "the allocation's steps are counted in the allocator's own counters"
+    ),
 }
 
 /// Nanoseconds of a `+`-separated list of cost paths in `profile` (0 for absent groups).
@@ -1502,9 +1545,11 @@ mod tests {
             assert_eq!(*v, 0, "counter {i} starts at zero");
         }
         w.ptes_written = 1;
-        w.mmio_reads = 7;
+        w.mmio_reads = 5;
+        w.iova_full_range_allocs = 7;
         let vals = counter_values(&w);
         assert_eq!(vals[0], 1);
+        assert_eq!(vals[n - 4], 5);
         assert_eq!(vals[n - 1], 7);
         let by_name: Vec<u64> = w.counters().iter().map(|(_, v)| *v).collect();
         assert_eq!(vals.to_vec(), by_name);

@@ -610,7 +610,7 @@ mod cost {
 
     /// Sets the `i`-th plain counter of `w` to 1 (field order of `WorkRecord::counters`).
     fn set_nth(w: &mut WorkRecord, i: usize) {
-        let fields: [&mut u64; 38] = [
+        let fields: [&mut u64; 41] = [
             &mut w.ptes_written,
             &mut w.ptes_cleared,
             &mut w.pte_reads,
@@ -649,6 +649,9 @@ mod cost {
             &mut w.walk_reads,
             &mut w.mmio_writes,
             &mut w.mmio_reads,
+            &mut w.iova_tree_retries,
+            &mut w.iova_32bit_failures,
+            &mut w.iova_full_range_allocs,
         ];
         *fields[i] = 1;
         let names: Vec<&str> = WorkRecord::new()

@@ -257,6 +257,7 @@ fn run_machine(cpus: usize, bs: u64, max_iops: f64, bandwidth: f64, runtime_ms: 
             bandwidth,
             read_latency_ns: 80_000,
             write_latency_ns: 20_000,
+            media_spread_pct: 0,
         }),
         cost: profile.cpu_cost_model(),
         h: h.clone(),

@@ -25,8 +25,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::addr::{DmaAddr, Iova, PhysAddr, SZ_4K};
+use crate::addr::{DmaAddr, Iova, PhysAddr, SZ_4G, SZ_4K};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
+use crate::linux::Pci32BitFirst;
 use crate::mem::{MemError, PhysAllocator};
 use crate::pgtable::{IoPageTable, UnmapGather};
 use crate::work::{LockId, WorkRecord};
@@ -60,6 +61,11 @@ pub struct DomainConfig {
     /// Flush-queue variant: ring shape and timer-path free CPU (lazy mode only; default:
     /// per-CPU rings, freed on each ring's CPU).
     pub flush_queue_variant: FlushQueueVariant,
+    /// dma-iommu's PCI 32-bit-first allocation (the "SAC trick", translated modes only):
+    /// for a PCI device ([`Device::is_pci`]) whose limit is above 4 GiB, first try below
+    /// 4 GiB without flushing the IOVA caches, then the whole limit. `None` (default):
+    /// allocate below the device's limit at once, as `iommu.forcedac=1` does.
+    pub pci_32bit_first: Option<Pci32BitFirst>,
     /// Lazy mode: when a flushed page's stale window closes (default: when the flush runs).
     pub window_close: WindowClose,
 }
@@ -94,6 +100,7 @@ impl DomainConfig {
             max_mappings: Self::DEFAULT_MAX_MAPPINGS,
             flush_queue: FlushQueueConfig::default(),
             flush_queue_variant: FlushQueueVariant::default(),
+            pci_32bit_first: None,
             window_close: WindowClose::AtFlush,
         }
     }
@@ -543,6 +550,11 @@ pub(super) struct Translated {
     fq: Option<FlushQueue>,
     /// Usable IOVA range: the aperture narrowed to the allocator's range.
     aperture: (Iova, Iova),
+    /// The PCI 32-bit-first policy, if any.
+    pci_32bit_first: Option<Pci32BitFirst>,
+    /// Devices that stopped trying below 4 GiB after a failure
+    /// ([`Pci32BitFirst::UntilFirstFailure`]; Linux clears `pci_32bit_workaround`).
+    full_range_devices: Box<Mutex<Vec<u32>>>,
     /// When a flushed page's stale window closes.
     window_close: WindowClose,
 }
@@ -625,6 +637,14 @@ impl Translated {
         work: &mut WorkRecord,
     ) -> Result<IovaBlock, DmaError> {
         let limit = self.limit(dev)?;
+        if let Some(policy) = self.pci_32bit_first {
+            if dev.is_pci() && limit > SZ_4G && self.aperture.0.get() < SZ_4G {
+                if let Some(block) = self.alloc_32bit_first(dev, policy, pages, cpu, work) {
+                    return Ok(block);
+                }
+                work.iova_full_range_allocs += 1;
+            }
+        }
         let req = AllocRequest::new(pages, Iova::new(limit), cpu);
         self.allocator
             .alloc(req, work)
@@ -640,6 +660,38 @@ impl Translated {
                     source,
                 },
             })
+    }
+
+    /// dma-iommu's 32-bit try for a PCI device (`iommu_dma_alloc_iova`): below 4 GiB, the
+    /// caches not flushed on failure. A failure is counted, and under
+    /// [`Pci32BitFirst::UntilFirstFailure`] the device stops trying. `None`: allocate from
+    /// the whole limit.
+    fn alloc_32bit_first(
+        &self,
+        dev: &Device,
+        policy: Pci32BitFirst,
+        pages: u64,
+        cpu: usize,
+        work: &mut WorkRecord,
+    ) -> Option<IovaBlock> {
+        let once = policy == Pci32BitFirst::UntilFirstFailure;
+        if once && self.full_range_devices.lock().contains(&dev.id()) {
+            return None;
+        }
+        let req = AllocRequest::new(pages, Iova::new(SZ_4G), cpu);
+        match self.allocator.alloc_without_flush(req, work) {
+            Ok(block) => Some(block),
+            Err(_) => {
+                work.iova_32bit_failures += 1;
+                if once {
+                    let mut given_up = self.full_range_devices.lock();
+                    if !given_up.contains(&dev.id()) {
+                        given_up.push(dev.id());
+                    }
+                }
+                None
+            }
+        }
     }
 
     /// Issues strict invalidation of everything in `gather` (leaf ranges, then freed
@@ -775,6 +827,8 @@ impl Domain {
             invalidator,
             fq,
             aperture,
+            pci_32bit_first: config.pci_32bit_first,
+            full_range_devices: Box::default(),
             window_close: config.window_close,
         };
         Ok(Self::assemble(config, Backend::Translated(t)))
@@ -1413,7 +1467,7 @@ impl Domain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::addr::{SZ_1G, SZ_4G, SZ_64K};
+    use crate::addr::{SZ_1G, SZ_64K};
     use crate::dma::testutil::{
         dev32, dev64, lpae_domain, map_domain, memory, Fx, MapTable, SimpleAllocator,
     };
@@ -2456,5 +2510,124 @@ mod tests {
             fx.domain.alloc_coherent(&dev64(), &phys, 0, 0, &mut w),
             Err(DmaError::BadBuffer { pa: 0, len: 0 })
         );
+    }
+}
+
+/// dma-iommu's PCI 32-bit-first allocation ([`DomainConfig::pci_32bit_first`]), on a space
+/// with only 16 pages below 4 GiB.
+#[cfg(test)]
+mod pci_32bit_first_tests {
+    use super::*;
+    use crate::dma::ImmediateInvalidator;
+    use crate::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
+    use crate::iova::magazine::{MagazineCache, MagazineConfig};
+    use crate::pgtable::lpae::{LpaeConfig, LpaeTable};
+
+    const LOW: u64 = 16;
+    const START: u64 = SZ_4G - LOW * SZ_4K;
+
+    fn domain(policy: Option<Pci32BitFirst>) -> Domain {
+        let mut config = DomainConfig::new(DomainId(1), DomainMode::Strict);
+        config.aperture = Some((Iova::new(START), Iova::new(1 << 40)));
+        config.pci_32bit_first = policy;
+        let table = LpaeTable::new(LpaeConfig::new(SZ_4K, 48, 48)).unwrap();
+        let mut space = IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 40));
+        space.start_pfn = START / SZ_4K;
+        let tree = LinuxIovaAllocator::new(space).unwrap();
+        let alloc = MagazineCache::new(tree, MagazineConfig::new(1)).unwrap();
+        let inv = Arc::new(ImmediateInvalidator::new());
+        Domain::translated(config, Box::new(table), Arc::new(alloc), inv).unwrap()
+    }
+
+    fn pci64() -> Device {
+        Device::new(7, 64).unwrap().with_pci(true)
+    }
+
+    /// Maps `n` one-page buffers for `dev`; returns them and the work.
+    fn map_n(d: &Domain, dev: &Device, n: u64) -> (Vec<DmaMapping>, WorkRecord) {
+        let mut w = WorkRecord::new();
+        let maps = (0..n)
+            .map(|i| {
+                d.map_page(
+                    dev,
+                    PhysAddr::new(i * SZ_4K),
+                    SZ_4K,
+                    Direction::ToDevice,
+                    0,
+                    &mut w,
+                )
+                .unwrap()
+            })
+            .collect();
+        (maps, w)
+    }
+
+    fn below_4g(maps: &[DmaMapping]) -> usize {
+        maps.iter().filter(|m| m.dma_addr().0 < SZ_4G).count()
+    }
+
+    #[test]
+    fn without_the_policy_a_64_bit_device_gets_the_top_of_its_space() {
+        let (maps, w) = map_n(&domain(None), &pci64(), 4);
+        assert_eq!(below_4g(&maps), 0);
+        assert_eq!(maps[0].dma_addr().0, (1 << 40) - SZ_4K);
+        assert_eq!((w.iova_32bit_failures, w.iova_full_range_allocs), (0, 0));
+    }
+
+    #[test]
+    fn a_pci_device_fills_the_32_bit_space_first_then_falls_back() {
+        let d = domain(Some(Pci32BitFirst::EveryAllocation));
+        let (maps, w) = map_n(&d, &pci64(), LOW + 4);
+        assert_eq!(below_4g(&maps), LOW as usize);
+        assert_eq!(maps[0].dma_addr().0, SZ_4G - SZ_4K);
+        assert_eq!(w.iova_32bit_failures, 4);
+        assert_eq!(w.iova_full_range_allocs, 4);
+        // The failed tries flushed no cache (only the full-range allocation may).
+        assert_eq!(w.rcache_flushes, 0);
+        // A device off PCI (or one limited to 32 bits) is not given the trick.
+        let plain = Device::new(8, 64).unwrap();
+        let (maps, w) = map_n(&d, &plain, 1);
+        assert!(maps[0].dma_addr().0 >= SZ_4G);
+        assert_eq!(w.iova_32bit_failures, 0);
+    }
+
+    /// Until 6.5 every allocation tries below 4 GiB; from 6.6 a device that failed once
+    /// allocates from its full range at once, even when space below 4 GiB is free again.
+    #[test]
+    fn from_6_6_a_device_stops_trying_after_its_first_failure() {
+        for (policy, tries) in [
+            (Pci32BitFirst::EveryAllocation, true),
+            (Pci32BitFirst::UntilFirstFailure, false),
+        ] {
+            let d = domain(Some(policy));
+            let dev = pci64();
+            let (mut maps, w) = map_n(&d, &dev, LOW + 1);
+            assert_eq!(w.iova_32bit_failures, 1, "{policy:?}");
+            // Free one 32-bit mapping (its IOVA goes to the CPU's cache), then map again.
+            let low = maps.iter().position(|m| m.dma_addr().0 < SZ_4G).unwrap();
+            let mut w = WorkRecord::new();
+            d.unmap_page(maps.swap_remove(low), 0, 0, &mut w).unwrap();
+            let (again, w) = map_n(&d, &dev, 1);
+            assert_eq!(w.iova_32bit_failures, 0, "{policy:?}");
+            assert_eq!(w.iova_full_range_allocs, u64::from(!tries), "{policy:?}");
+            // Either way the cache hands back the freed IOVA: its limit allows it.
+            assert!(again[0].dma_addr().0 < SZ_4G);
+            // A two-page request misses the cache: the try fails (no room below 4 GiB) or,
+            // from 6.6, is not made.
+            let mut w = WorkRecord::new();
+            let m = d
+                .map_page(
+                    &dev,
+                    PhysAddr::new(0),
+                    2 * SZ_4K,
+                    Direction::ToDevice,
+                    0,
+                    &mut w,
+                )
+                .unwrap();
+            assert!(m.dma_addr().0 >= SZ_4G);
+            assert_eq!(w.iova_32bit_failures, u64::from(tries), "{policy:?}");
+            assert_eq!(w.iova_full_range_allocs, 1, "{policy:?}");
+        }
     }
 }

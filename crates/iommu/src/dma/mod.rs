@@ -132,6 +132,7 @@ pub struct Device {
     mask_bits: u32,
     max_segment_size: u64,
     segment_boundary_mask: u64,
+    pci: bool,
 }
 
 impl Device {
@@ -153,7 +154,22 @@ impl Device {
             mask_bits,
             max_segment_size: Self::DEFAULT_MAX_SEGMENT_SIZE,
             segment_boundary_mask: u64::MAX,
+            pci: false,
         })
+    }
+
+    /// The same device on (`true`) or off a PCI bus. dma-iommu gives PCI devices whose mask
+    /// is wider than 32 bits a 32-bit IOVA first where the domain asks for it
+    /// ([`DomainConfig::pci_32bit_first`](crate::dma::DomainConfig::pci_32bit_first)).
+    /// Devices are not PCI by default.
+    pub fn with_pci(mut self, pci: bool) -> Self {
+        self.pci = pci;
+        self
+    }
+
+    /// Whether the device is on a PCI bus.
+    pub fn is_pci(&self) -> bool {
+        self.pci
     }
 
     /// The same device with a maximum DMA segment size of `bytes` (at least 1).

@@ -13,6 +13,11 @@
 //!    (`iova_find_limit`) and covers the range above the cursor.
 //! 4. A failure records its size in `max32_alloc_size`; a free below 4 GiB resets it.
 //!
+//! Steps 1 and 3 came late: Linux 4.19 has neither (every 32-bit request walks down to the
+//! bottom of the 32-bit space before it fails), 5.0 added the fast-fail and 5.11 the retry
+//! from the limit. [`LinuxTreeVariant`] turns them off ([`LinuxIovaAllocator::with_variant`]);
+//! [`LinuxIovaAllocator::new`] has both, as Linux 6.12.
+//!
 //! The new node is linked starting from the node just above the gap and the cursor for its side
 //! of 4 GiB moves to it. A free looks the range up, moves the cursors to the next node when the
 //! freed node is at or above them (`__cached_rbnode_delete_update`) and erases it.
@@ -530,6 +535,29 @@ mod rb {
 
 use rb::{LEFT, NIL, RIGHT};
 
+/// Which steps of the first fit the allocator runs: the Linux release's variant of
+/// `__alloc_and_insert_iova_range`. The default is Linux 5.11 and later (both steps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LinuxTreeVariant {
+    /// Failing from the cached cursor, retry once from the limit down to the cursor
+    /// (5.11+: "iommu/iova: Retry from last rb tree node if iova search fails"). Without
+    /// it, space freed above the cursor is found only once the cursor moves up.
+    pub retry_from_limit: bool,
+    /// A failed 32-bit-limited request records its size, and later 32-bit requests of that
+    /// size or more fail at once until a free below 4 GiB (5.0+: `max32_alloc_size`).
+    /// Without it, every such request walks the 32-bit space's nodes before failing.
+    pub fast_fail_32bit: bool,
+}
+
+impl Default for LinuxTreeVariant {
+    fn default() -> Self {
+        Self {
+            retry_from_limit: true,
+            fast_fail_32bit: true,
+        }
+    }
+}
+
 /// Everything behind the tree lock.
 #[derive(Debug)]
 struct State {
@@ -549,12 +577,30 @@ pub struct LinuxIovaAllocator {
     end_pfn: u64,
     dma_32bit_pfn: u64,
     max_live: usize,
+    variant: LinuxTreeVariant,
     state: Mutex<State>,
 }
 
 impl LinuxIovaAllocator {
-    /// Builds an empty allocator over the configured space.
+    /// Builds an empty allocator over the configured space, with Linux 6.12's first fit.
+    ///
+    /// # Errors
+    ///
+    /// [`IovaConfigError`] for a configuration [`IovaSpaceConfig::validate`] refuses.
     pub fn new(config: IovaSpaceConfig) -> Result<Self, IovaConfigError> {
+        Self::with_variant(config, LinuxTreeVariant::default())
+    }
+
+    /// Builds an empty allocator over the configured space whose first fit runs `variant`
+    /// (an older Linux release's).
+    ///
+    /// # Errors
+    ///
+    /// [`IovaConfigError`] for a configuration [`IovaSpaceConfig::validate`] refuses.
+    pub fn with_variant(
+        config: IovaSpaceConfig,
+        variant: LinuxTreeVariant,
+    ) -> Result<Self, IovaConfigError> {
         let (start_pfn, end_pfn) = config.validate()?;
         let mut tree = rb::Tree::new();
         let anchor = tree.new_node(end_pfn, end_pfn);
@@ -566,6 +612,7 @@ impl LinuxIovaAllocator {
             end_pfn,
             dma_32bit_pfn,
             max_live: config.max_live_blocks,
+            variant,
             state: Mutex::new(State {
                 tree,
                 anchor,
@@ -624,7 +671,10 @@ impl LinuxIovaAllocator {
         } else {
             !0u64
         };
-        if limit_pfn <= self.dma_32bit_pfn && size >= st.max32_alloc_size {
+        if self.variant.fast_fail_32bit
+            && limit_pfn <= self.dma_32bit_pfn
+            && size >= st.max32_alloc_size
+        {
             return None;
         }
         if st.tree.len > self.max_live {
@@ -652,13 +702,19 @@ impl LinuxIovaAllocator {
                 }
             }
             if high_pfn < size || new_pfn < low_pfn {
-                if low_pfn == self.start_pfn && retry_pfn < limit_pfn {
+                if self.variant.retry_from_limit
+                    && low_pfn == self.start_pfn
+                    && retry_pfn < limit_pfn
+                {
+                    w.iova_tree_retries += 1;
                     high_pfn = limit_pfn;
                     low_pfn = retry_pfn + 1;
                     curr = self.find_limit(st, limit_pfn, w);
                     continue;
                 }
-                st.max32_alloc_size = size;
+                if self.variant.fast_fail_32bit {
+                    st.max32_alloc_size = size;
+                }
                 return None;
             }
             let node = st.tree.new_node(new_pfn, new_pfn + size - 1);
@@ -1085,6 +1141,87 @@ mod tests {
 
         assert_eq!(b.start, Iova::new(SZ_4G - G));
         check(&a);
+    }
+
+    /// The 16-pages-below-4-GiB setup of the second-pass test, run with `variant`: the 32-bit
+    /// cursor at the bottom, four pages freed above it. Returns the last request's result and
+    /// its work.
+    fn freed_above_the_cursor(
+        variant: LinuxTreeVariant,
+    ) -> (Result<IovaBlock, IovaError>, WorkRecord) {
+        let mut cfg = IovaSpaceConfig::new(G, Iova::new(SZ_4G + 4 * G));
+        cfg.start_pfn = SZ_4G / G - 16;
+        let a = LinuxIovaAllocator::with_variant(cfg, variant).unwrap();
+        let mut w = WorkRecord::new();
+        let unaligned = |pages, limit| AllocRequest {
+            size_aligned: false,
+            ..req(pages, limit)
+        };
+        let straddle = a.alloc(unaligned(8, 1 << 48), &mut w).unwrap();
+        for _ in 0..12 {
+            a.alloc(unaligned(1, SZ_4G), &mut w).unwrap();
+        }
+        a.free(straddle, 0, &mut w).unwrap();
+        let mut w2 = WorkRecord::new();
+        let r = a.alloc(unaligned(1, SZ_4G), &mut w2);
+        check(&a);
+        (r, w2)
+    }
+
+    /// Before 5.11 the first fit does not retry from the limit: space freed above the
+    /// 32-bit cursor is not found, the request fails.
+    #[test]
+    fn without_the_retry_space_above_the_cursor_is_not_found() {
+        let (with, w) = freed_above_the_cursor(LinuxTreeVariant::default());
+        assert_eq!(with.unwrap().start, Iova::new(SZ_4G - G));
+        assert_eq!(w.iova_tree_retries, 1);
+
+        let old = LinuxTreeVariant {
+            retry_from_limit: false,
+            ..LinuxTreeVariant::default()
+        };
+        let (without, w) = freed_above_the_cursor(old);
+        assert!(matches!(
+            without,
+            Err(IovaError::Exhausted { pages: 1, .. })
+        ));
+        assert_eq!(w.iova_tree_retries, 0);
+        assert_eq!(w.alloc_failures, 1);
+    }
+
+    /// Fills the space below 4 GiB with 64 MiB blocks (63 fit above page 0), frees the top
+    /// one (the 32-bit cursor moves up past it), then asks twice for 128 MiB, which no gap
+    /// holds; returns the work of the second ask and `max32_alloc_size` after it.
+    fn second_full_32bit_request(variant: LinuxTreeVariant) -> (WorkRecord, u64) {
+        let a = LinuxIovaAllocator::with_variant(IovaSpaceConfig::new(G, Iova::new(END)), variant)
+            .unwrap();
+        let mut w = WorkRecord::new();
+        let pages = (64 << 20) / G;
+        let held: Vec<_> = std::iter::from_fn(|| a.alloc(req(pages, SZ_4G), &mut w).ok()).collect();
+        assert_eq!(held.len(), 63);
+        a.free(held[0], 0, &mut w).unwrap();
+        assert!(a.alloc(req(2 * pages, SZ_4G), &mut w).is_err());
+        let mut w2 = WorkRecord::new();
+        assert!(a.alloc(req(2 * pages, SZ_4G), &mut w2).is_err());
+        (w2, a.max32_alloc_size())
+    }
+
+    /// Linux 4.19 has no `max32_alloc_size`: each 32-bit request that cannot fit walks the
+    /// nodes below 4 GiB again (from the cursor down); 5.0 on fail it at once.
+    #[test]
+    fn without_the_fast_fail_a_full_32bit_space_is_walked_every_time() {
+        let (w, max32) = second_full_32bit_request(LinuxTreeVariant::default());
+        assert_eq!(w.tree_nodes_visited, 0);
+        assert_eq!(max32, 2 * (64 << 20) / G);
+
+        let old = LinuxTreeVariant {
+            fast_fail_32bit: false,
+            retry_from_limit: false,
+        };
+        let (w, max32) = second_full_32bit_request(old);
+        assert!(w.tree_nodes_visited >= 62, "{w:?}");
+        assert_eq!(max32, SZ_4G / G, "4.19 records nothing");
+        assert_eq!(w.alloc_failures, 1);
     }
 
     #[test]

@@ -816,16 +816,50 @@ impl<A: IovaAllocator> MagazineCache<A> {
         })
     }
 
+    /// An allocation: the hit path inline, everything else out of line so this stays small;
+    /// `flush`: whether an exhausted inner allocator is retried after flushing the caches.
+    #[inline]
+    fn alloc_flushing(
+        &self,
+        req: AllocRequest,
+        flush: bool,
+        work: &mut WorkRecord,
+    ) -> Result<IovaBlock, IovaError> {
+        if req.pages.wrapping_sub(1) < MAX_CACHED_PAGES {
+            let class = order_base_2(req.pages) as usize;
+            let bytes = self.granule << class;
+            if let Some(max_start) = req.limit.get().checked_sub(bytes) {
+                let cpu = self.cpu_index(req.cpu);
+                if let Some(start) = self.cache_get(class, cpu, max_start, work) {
+                    if !self.check_frees || self.live.insert(Self::key(start, class)) {
+                        work.magazine_hits += 1;
+                        return Ok(IovaBlock {
+                            start: Iova::new(start),
+                            pages: 1 << class,
+                        });
+                    }
+                    return self.alloc_table_full(req, class, cpu, start, work);
+                }
+            }
+        }
+        self.alloc_slow(req, flush, work)
+    }
+
     /// Everything but a hit: bad sizes, large requests, misses.
     #[cold]
     #[inline(never)]
-    fn alloc_slow(&self, req: AllocRequest, w: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
+    fn alloc_slow(
+        &self,
+        req: AllocRequest,
+        flush: bool,
+        w: &mut WorkRecord,
+    ) -> Result<IovaBlock, IovaError> {
         if req.pages == 0 {
             w.alloc_failures += 1;
             return Err(IovaError::BadSize { pages: 0 });
         }
         if req.pages > MAX_CACHED_PAGES {
-            return self.inner_alloc(req, w);
+            return self.inner_alloc(req, flush, w);
         }
         let class = order_base_2(req.pages) as usize;
         let pages = 1u64 << class;
@@ -836,7 +870,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
             size_aligned: true,
             cpu: req.cpu,
         };
-        let b = self.inner_alloc(inner_req, w)?;
+        let b = self.inner_alloc(inner_req, flush, w)?;
         if !self.check_frees || self.live.insert(Self::key(b.start.get(), class)) {
             Ok(b)
         } else {
@@ -892,9 +926,14 @@ impl<A: IovaAllocator> MagazineCache<A> {
     }
 
     /// Inner allocation with Linux's flush-and-retry on exhaustion.
-    fn inner_alloc(&self, req: AllocRequest, w: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
+    fn inner_alloc(
+        &self,
+        req: AllocRequest,
+        flush: bool,
+        w: &mut WorkRecord,
+    ) -> Result<IovaBlock, IovaError> {
         match self.inner.alloc(req, w) {
-            Err(IovaError::Exhausted { .. }) => {
+            Err(IovaError::Exhausted { .. }) if flush => {
                 w.rcache_flushes += 1;
                 self.flush_all(self.exhaustion_flush == ExhaustionFlush::CpusAndDepots, w);
                 self.inner.alloc(req, w)
@@ -918,25 +957,17 @@ impl<A: IovaAllocator> IovaAllocator for MagazineCache<A> {
     }
 
     fn alloc(&self, req: AllocRequest, work: &mut WorkRecord) -> Result<IovaBlock, IovaError> {
-        // The hit path; everything else is out of line so this stays small.
-        if req.pages.wrapping_sub(1) < MAX_CACHED_PAGES {
-            let class = order_base_2(req.pages) as usize;
-            let bytes = self.granule << class;
-            if let Some(max_start) = req.limit.get().checked_sub(bytes) {
-                let cpu = self.cpu_index(req.cpu);
-                if let Some(start) = self.cache_get(class, cpu, max_start, work) {
-                    if !self.check_frees || self.live.insert(Self::key(start, class)) {
-                        work.magazine_hits += 1;
-                        return Ok(IovaBlock {
-                            start: Iova::new(start),
-                            pages: 1 << class,
-                        });
-                    }
-                    return self.alloc_table_full(req, class, cpu, start, work);
-                }
-            }
-        }
-        self.alloc_slow(req, work)
+        self.alloc_flushing(req, true, work)
+    }
+
+    /// As [`IovaAllocator::alloc`], but an exhausted inner allocator is not retried after
+    /// flushing the caches (Linux `alloc_iova_fast` with `flush_rcache = false`).
+    fn alloc_without_flush(
+        &self,
+        req: AllocRequest,
+        work: &mut WorkRecord,
+    ) -> Result<IovaBlock, IovaError> {
+        self.alloc_flushing(req, false, work)
     }
 
     fn free(&self, block: IovaBlock, cpu: usize, work: &mut WorkRecord) -> Result<(), IovaError> {

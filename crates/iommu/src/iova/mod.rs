@@ -112,6 +112,18 @@ pub trait IovaAllocator: Send + Sync {
     /// [`IovaAllocator::range`] and below `req.limit`, and are aligned as requested.
     fn alloc(&self, req: AllocRequest, work: &mut WorkRecord) -> Result<IovaBlock, IovaError>;
 
+    /// As [`IovaAllocator::alloc`], but a cache in front of the allocator that finds it
+    /// exhausted does not flush itself and retry (Linux `alloc_iova_fast` with
+    /// `flush_rcache = false`: dma-iommu's 32-bit-first try). Allocators without such a
+    /// cache allocate as `alloc` does.
+    fn alloc_without_flush(
+        &self,
+        req: AllocRequest,
+        work: &mut WorkRecord,
+    ) -> Result<IovaBlock, IovaError> {
+        self.alloc(req, work)
+    }
+
     /// Returns a range to the allocator. `cpu` is the CPU freeing it.
     ///
     /// The caller promises the IOMMU can no longer reach the range (its invalidation has

@@ -80,8 +80,13 @@ pub struct Smmuv3Config {
     pub cmdq: CmdqConfig,
     /// Which producer design inserts commands.
     pub producer: ProducerKind,
-    /// Whether the SMMU implements range invalidation (SMMUv3.2, `IDR3.RIL`).
+    /// Whether the SMMU implements range invalidation (SMMUv3.2, `IDR3.RIL`): what
+    /// [`Smmuv3::idr3`] advertises.
     pub range_invalidation: bool,
+    /// Whether the driver sends range commands when [`Smmuv3::idr3`] advertises `RIL`
+    /// (Linux 5.7 and later: "iommu/arm-smmu-v3: Add support for TLB range invalidation
+    /// operations"; `linux::DmaPathVariants::range_invalidation`). Default: yes.
+    pub driver_range_invalidation: bool,
     /// Event queue size as log2 of records, `MIN_EVTQ_LOG2SIZE..=MAX_EVTQ_LOG2SIZE`.
     pub evtq_log2size: u32,
     /// Without range invalidation, replace a range needing at least this many single-page
@@ -101,6 +106,7 @@ impl Default for Smmuv3Config {
             cmdq: CmdqConfig::default(),
             producer: ProducerKind::LockFree,
             range_invalidation: true,
+            driver_range_invalidation: true,
             evtq_log2size: 7,
             max_tlbi_ops: None,
         }
@@ -282,6 +288,10 @@ impl std::fmt::Debug for Smmuv3 {
             .field("streams", &self.config.streams)
             .field("producer", &self.config.producer)
             .field("range_invalidation", &self.config.range_invalidation)
+            .field(
+                "driver_range_invalidation",
+                &self.config.driver_range_invalidation,
+            )
             .field("contexts", &self.streams.read().contexts.len())
             .finish_non_exhaustive()
     }
@@ -435,6 +445,22 @@ impl Smmuv3 {
         &self.config
     }
 
+    /// `SMMU_IDR3` as the driver reads it: [`IDR3_RIL`](super::spec::IDR3_RIL) when the SMMU
+    /// implements range invalidation (the register's other fields are not modelled).
+    pub fn idr3(&self) -> u32 {
+        if self.config.range_invalidation {
+            super::spec::IDR3_RIL
+        } else {
+            0
+        }
+    }
+
+    /// Whether the driver invalidates ranges with range commands: the SMMU advertises
+    /// `IDR3.RIL` and the driver uses it ([`Smmuv3Config::driver_range_invalidation`]).
+    pub fn uses_range_invalidation(&self) -> bool {
+        self.idr3() & super::spec::IDR3_RIL != 0 && self.config.driver_range_invalidation
+    }
+
     /// The command queue (its registers, consumer statistics and producer).
     pub fn cmdq(&self) -> &dyn CmdqProducer<Sink = Arc<TlbCaches>> {
         &*self.cmdq
@@ -496,7 +522,7 @@ impl Smmuv3 {
         let invalidator = Arc::new(Smmuv3Invalidator::new(
             asid,
             granule_shift,
-            self.config.range_invalidation,
+            self.uses_range_invalidation(),
             self.config.max_tlbi_ops,
             self.cmdq.clone(),
         ));

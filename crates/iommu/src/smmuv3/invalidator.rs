@@ -351,6 +351,33 @@ mod tests {
         assert_eq!(cmds(0, 33 * SZ_4K, SZ_4K, true, true).len(), 2);
     }
 
+    /// Hand-worked from the SMMUv3 command layout: unmapping 1 MiB + 4 KiB (257 pages) at
+    /// IOVA 0x4010_0000 for ASID 9 with range support. 257 = 0b1_0000_0001: SCALE is its
+    /// lowest set bit (0) and NUM + 1 the five bits from there (0b00001 = 1), so the first
+    /// command covers one page; 256 pages remain: SCALE 8, NUM + 1 = 1.
+    ///
+    /// - command 1: word 0 = opcode 0x12 | NUM 0 | SCALE 0 | ASID 9 << 48
+    ///   = 0x0009_0000_0000_0012; word 1 = VA 0x4010_0000 | LEAF 1 | TTL 3 << 8 | TG 1 << 10
+    ///   = 0x4010_0701.
+    /// - command 2: word 0 = 0x12 | SCALE 8 << 20 (0x80_0000) | ASID 9 << 48
+    ///   = 0x0009_0000_0080_0012; word 1 = 0x4010_1000 | 0x701 = 0x4010_1701.
+    #[test]
+    fn a_1_mib_and_one_page_unmap_is_two_range_commands_bit_for_bit() {
+        let r = cmds(0x4010_0000, 257 * SZ_4K, SZ_4K, true, true);
+        let words: Vec<[u64; 2]> = r.iter().map(|c| c.encode().unwrap()).collect();
+        assert_eq!(
+            words,
+            vec![
+                [0x0009_0000_0000_0012, 0x4010_0701],
+                [0x0009_0000_0080_0012, 0x4010_1701],
+            ]
+        );
+        // Without range support: 257 single-page commands, TG = 0, no TTL.
+        let s = cmds(0x4010_0000, 257 * SZ_4K, SZ_4K, true, false);
+        assert_eq!(s.len(), 257);
+        assert_eq!(s[1].encode().unwrap(), [0x0009_0000_0000_0012, 0x4010_1001]);
+    }
+
     #[test]
     fn huge_ranges_cap_the_scale() {
         let r = cmds(0, 1 << 47, SZ_4K, false, true);

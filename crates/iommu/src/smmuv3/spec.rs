@@ -24,6 +24,10 @@ use thiserror::Error;
 /// Size of one command-queue entry in bytes.
 pub const CMD_BYTES: u64 = 16;
 
+/// `SMMU_IDR3.RIL` (bit 10): the SMMU implements range invalidation (SMMUv3.2), so
+/// `CMD_TLBI_*` commands with `TG != 0` invalidate `(NUM + 1) << SCALE` granules.
+pub const IDR3_RIL: u32 = 1 << 10;
+
 /// One encoded command: word 0 (bytes 0..8) and word 1 (bytes 8..16).
 pub type RawCommand = [u64; 2];
 

@@ -17,6 +17,8 @@
 
 use std::cell::RefCell;
 
+use crate::engine::rng::Rng;
+
 /// An NVMe device class.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NvmeParams {
@@ -30,6 +32,12 @@ pub struct NvmeParams {
     pub read_latency_ns: u64,
     /// Media latency of a 4 KiB write (to the controller's write cache), ns.
     pub write_latency_ns: u64,
+    /// The spread of each command's media latency: drawn uniformly from the latency
+    /// +-this percent (mean unchanged) by the device's seeded generator
+    /// ([`Nvme::with_seed`]); the command completes its draw's deviation from the mean
+    /// earlier or later than the link schedule at the mean. 0, or a device without a
+    /// generator, is a fixed latency.
+    pub media_spread_pct: u32,
 }
 
 /// The Interrupt Coalescing feature (08h): an aggregation threshold and time, applied to
@@ -87,6 +95,8 @@ struct State {
     vectors: Vec<Vector>,
     interrupts: u64,
     tokens: u64,
+    /// Draws each command's media latency when the spread is above 0.
+    rng: Option<Rng>,
 }
 
 /// One NVMe device.
@@ -111,6 +121,13 @@ impl Nvme {
     /// completion raises an interrupt.
     pub fn with_coalescing(mut self, coalescing: InterruptCoalescing) -> Self {
         self.coalescing = coalescing;
+        self
+    }
+
+    /// The same device drawing its media latencies from a generator seeded with `seed`
+    /// (the run's, derived per device): the same seed gives the same latencies.
+    pub fn with_seed(self, seed: u64) -> Self {
+        self.state.borrow_mut().rng = Some(Rng::seed_from_u64(seed));
         self
     }
 
@@ -201,15 +218,25 @@ impl Nvme {
         s.commands += 1;
         let start = (now_ns as f64).max(s.ctrl_free_at);
         s.ctrl_free_at = start + 1e9 / self.params.max_iops.max(1.0);
-        let media = if is_read {
+        let base = if is_read {
             self.params.read_latency_ns
         } else {
             self.params.write_latency_ns
-        } as f64;
+        };
+        // The media latency's draw about its mean: the link is scheduled at the mean (so the
+        // controller's rate and the link's bandwidth stay what they were), and the command
+        // completes its deviation earlier or later. A simplification: a real drive moves
+        // data in the order its media reads finish.
+        let spread = self.params.media_spread_pct;
+        let deviation = match s.rng.as_mut() {
+            Some(rng) if spread > 0 => rng.jitter(base, spread) as f64 - base as f64,
+            _ => 0.0,
+        };
+        let media = base as f64;
         let xfer = bytes as f64 * 1e9 / self.params.bandwidth.max(1.0);
         let xfer_start = (start + media).max(s.link_free_at);
         s.link_free_at = xfer_start + xfer;
-        (s.link_free_at + dma_extra_ns).ceil() as u64
+        (s.link_free_at + deviation + dma_extra_ns).ceil() as u64
     }
 }
 
@@ -224,6 +251,7 @@ mod tests {
             bandwidth: 4e9,
             read_latency_ns: 80_000,
             write_latency_ns: 20_000,
+            media_spread_pct: 0,
         })
     }
 
@@ -274,6 +302,39 @@ mod tests {
         }
         // 1000 commands at 1M/s: the last starts at 999 us.
         assert!(last >= 999_000 + 80_000, "{last}");
+    }
+
+    #[test]
+    fn a_seeded_spread_varies_media_latency_deterministically_about_the_same_mean() {
+        let spread = |seed: u64| {
+            let d = Nvme::new(NvmeParams {
+                media_spread_pct: 24,
+                // A fast controller and link: the completion time is the media latency.
+                max_iops: 1e12,
+                bandwidth: 1e18,
+                ..*dev().params()
+            })
+            .with_seed(seed);
+            (0..4000)
+                .map(|i| d.service(i * 1_000_000, 4096, true, 0.0) - i * 1_000_000)
+                .collect::<Vec<u64>>()
+        };
+        let a = spread(1);
+        assert_eq!(a, spread(1), "same seed, same latencies");
+        assert_ne!(a, spread(2));
+        let (lo, hi) = (a.iter().min().unwrap(), a.iter().max().unwrap());
+        assert!(*lo >= 60_800 && *hi <= 99_200, "{lo} {hi}");
+        assert!(hi - lo > 30_000, "spread over most of +-24%: {lo} {hi}");
+        let mean = a.iter().sum::<u64>() as f64 / a.len() as f64;
+        assert!((mean - 80_000.0).abs() < 800.0, "{mean}");
+        // Without a generator, or with no spread, the latency is fixed.
+        let fixed = Nvme::new(NvmeParams {
+            media_spread_pct: 24,
+            max_iops: 1e12,
+            bandwidth: 1e18,
+            ..*dev().params()
+        });
+        assert_eq!(fixed.service(0, 4096, true, 0.0), 80_001);
     }
 
     #[test]

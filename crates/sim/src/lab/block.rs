@@ -130,6 +130,13 @@ pub(crate) struct DmaCounters {
     pub irq_handler_runs: u64,
     /// Completions the handlers processed (one per I/O).
     pub completions: u64,
+    /// PCI 32-bit-first tries that failed (`WorkRecord::iova_32bit_failures`).
+    pub iova_32bit_failures: u64,
+    /// Allocations from the device's full range after a failed try or once the device
+    /// stopped trying (`WorkRecord::iova_full_range_allocs`).
+    pub iova_full_range_allocs: u64,
+    /// Second passes of the IOVA tree's first fit (`WorkRecord::iova_tree_retries`).
+    pub iova_tree_retries: u64,
 }
 
 /// One IOMMU instance (an SMMU or DMAR unit) of the stack: its DMA path (its own domain,
@@ -253,6 +260,12 @@ impl Stack {
     /// outside them (an error when the profile cannot price it) and those locks'
     /// acquisitions. Every map and unmap of the stack goes through it.
     fn charge(&self, w: &mut WorkRecord) -> Charge {
+        if w.iova_32bit_failures | w.iova_full_range_allocs | w.iova_tree_retries != 0 {
+            let mut c = self.counters.borrow_mut();
+            c.iova_32bit_failures += w.iova_32bit_failures;
+            c.iova_full_range_allocs += w.iova_full_range_allocs;
+            c.iova_tree_retries += w.iova_tree_retries;
+        }
         let queue = self.split_queue(w);
         let critical = self.critical_ns(w);
         Charge {
@@ -985,12 +998,17 @@ pub(crate) fn fio_job(s: &LabScenario, f: &FioSetup) -> FioJob {
     }
 }
 
+/// The label [`derive_seed`](crate::engine::rng::derive_seed) takes, plus the device's
+/// index, for an NVMe drive's media-latency stream.
+const NVME_MEDIA_STREAM: u64 = 0x6e76_6d65_0000_0000;
+
 /// The block stack of `s` on `sim` with its interrupt handlers started: vectors hold up to
 /// `inflight_cap` completions; fio's buffers are `slot_bytes` each, `iodepth` per job.
 /// Returns the stack and how many CPUs take its interrupts.
 pub(super) fn start_stack(
     s: &LabScenario,
     sim: &mut Sim,
+    seed: u64,
     inflight_cap: usize,
     iodepth: u64,
     slot_bytes: u64,
@@ -1007,7 +1025,13 @@ pub(super) fn start_stack(
             iolab_iommu::dma::WindowClose::Reported,
         )?);
     }
-    let device = iommu::lab_device(64)?;
+    // The NVMe controllers' DMA mask (`device[i].dma_mask_bits`, one for all); the SAS HBA's
+    // is 64 bits.
+    let mask_bits = match &s.devices {
+        Devices::Nvme(ps) => ps.first().map_or(64, |p| p.dma_mask_bits),
+        _ => 64,
+    };
+    let device = iommu::lab_device(mask_bits)?;
     let translated = built[0].translated;
     let poll_interval_ns = built[0].poll_interval_ns;
     // Interrupt vectors and the CPUs they are affine to: NVMe queue q on CPU q (managed
@@ -1015,9 +1039,17 @@ pub(super) fn start_stack(
     let (devs, vector_cpus): (Vec<BlockDev>, Vec<Vec<usize>>) = match &s.devices {
         Devices::Nvme(ps) => ps
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(k, p)| {
+                // Each drive's media latencies come from a stream of its own, derived from
+                // the run's seed, so they move no other random draw.
+                let stream = crate::engine::rng::derive_seed(seed, NVME_MEDIA_STREAM + k as u64);
                 (
-                    BlockDev::Nvme(Nvme::new(p.params).with_coalescing(p.coalescing)),
+                    BlockDev::Nvme(
+                        Nvme::new(p.params)
+                            .with_coalescing(p.coalescing)
+                            .with_seed(stream),
+                    ),
                     (0..p.params.io_queues).map(|q| q % s.cpus).collect(),
                 )
             })
@@ -1121,6 +1153,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let (stack, irq_cpus) = start_stack(
         s,
         &mut sim,
+        seed,
         inflight_cap,
         u64::from(f.iodepth),
         // fio carves each job's buffers `bs` apart from one area (`iomem_align` aligns the
@@ -1277,7 +1310,7 @@ pub(crate) fn run_bonnie(
     seed: u64,
 ) -> Result<BonnieBlockRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
-    let (stack, irq_cpus) = start_stack(s, &mut sim, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
+    let (stack, irq_cpus) = start_stack(s, &mut sim, seed, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
     let bytes = Rc::new(std::cell::Cell::new((0, 0)));
     let target = Counting {
         inner: CommandTarget(stack.clone()),

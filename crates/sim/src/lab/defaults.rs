@@ -91,6 +91,15 @@ pub const NVME_READ_LATENCY_US: Sourced<f64> = (
     85.0,
     "assumption: TLC/MLC NAND page read (tR ~60-80 us) plus controller overhead (as scenarios/experiments/smmuv3-cmdq.toml)",
 );
+/// NVMe `device.latency_distribution = "uniform"` (the default): each command's media
+/// latency is drawn uniformly from the mean +- this percent.
+pub const NVME_MEDIA_SPREAD_PCT: Sourced<u32> = (
+    24,
+    "Micron 9200 NVMe SSD product brief (2017): latency to media, typical (QD1), READ 92-150 us, \
+     i.e. +-24% about its 121 us midpoint; assumption: that range's relative width as the \
+     per-command spread, uniform, about the lab's own mean (docs/MODEL.md, NVMe service-time \
+     distribution)",
+);
 /// NVMe `device.write_latency_us`.
 pub const NVME_WRITE_LATENCY_US: Sourced<f64> = (
     20.0,
@@ -100,6 +109,11 @@ pub const NVME_WRITE_LATENCY_US: Sourced<f64> = (
 pub const NVME_SUBMIT_NS: Sourced<u64> = (
     600,
     "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_queue_rq builds the command and PRP, copies it into the SQ (~1400 cycles); the doorbell is the profile's mmio.write",
+);
+/// NVMe `device.dma_mask_bits`.
+pub const NVME_DMA_MASK_BITS: Sourced<u32> = (
+    64,
+    "Linux nvme-pci: dma_set_mask_and_coherent(DMA_BIT_MASK(64)) in nvme_pci_enable",
 );
 /// NVMe `device.complete_ns`.
 pub const NVME_COMPLETE_NS: Sourced<u64> = (

@@ -81,6 +81,28 @@ pub(super) fn map_path_and_irqs(m: Measurement, d: &DmaCounters) -> Measurement 
     ])
 }
 
+/// `dma.iova_32bit_failures`, `dma.iova_full_range_allocs` and `dma.iova_tree_retries`: how
+/// the release's IOVA allocation variants (`kernel.version`) behaved. Reported only when one
+/// of them happened, so runs whose 32-bit space never fills read as before.
+pub(super) fn iova_variants(m: Measurement, d: &DmaCounters) -> Measurement {
+    if d.iova_32bit_failures | d.iova_full_range_allocs | d.iova_tree_retries == 0 {
+        return m;
+    }
+    m.metrics(&[
+        (
+            "dma.iova_32bit_failures",
+            "count",
+            d.iova_32bit_failures as f64,
+        ),
+        (
+            "dma.iova_full_range_allocs",
+            "count",
+            d.iova_full_range_allocs as f64,
+        ),
+        ("dma.iova_tree_retries", "count", d.iova_tree_retries as f64),
+    ])
+}
+
 /// The IOMMU's IOTLB as the device's DMA met it.
 pub(super) fn iotlb(m: Measurement, d: &DmaCounters) -> Measurement {
     let pages = d.iotlb_hits + d.iotlb_misses;

@@ -121,9 +121,27 @@ impl ProtectionProbe {
 /// The device (and SMMUv3 StreamID) every scenario's devices share: one DMA domain.
 pub(crate) const LAB_DEVICE_ID: u32 = 1;
 
-/// The scenario's DMA device with `mask_bits` of DMA addressing.
+/// The scenario's DMA device with `mask_bits` of DMA addressing, on PCI (the lab's NVMe
+/// controllers, SAS and SCSI HBAs and NICs are PCI devices; the usb path's R-Car xHCI, a
+/// platform device, builds its own).
 pub(crate) fn lab_device(mask_bits: u32) -> Result<Device, LabError> {
-    Device::new(LAB_DEVICE_ID, mask_bits).map_err(model_err)
+    Ok(Device::new(LAB_DEVICE_ID, mask_bits)
+        .map_err(model_err)?
+        .with_pci(true))
+}
+
+/// The Linux IOVA tree of the scenario's release over `[4 KiB, end)`, behind the release's
+/// per-CPU magazines.
+fn iova_allocator(
+    s: &LabScenario,
+    end: Iova,
+) -> Result<MagazineCache<LinuxIovaAllocator>, LabError> {
+    let tree = LinuxIovaAllocator::with_variant(
+        IovaSpaceConfig::new(SZ_4K, end),
+        s.iommu.kernel.iova_tree_variant(),
+    )
+    .map_err(model_err)?;
+    MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus)).map_err(model_err)
 }
 
 pub(crate) fn model_err(e: impl std::fmt::Display) -> LabError {
@@ -211,18 +229,19 @@ pub(crate) fn build_instance(
                 CmdqDesign::Spinlock => (ProducerKind::Spinlock, CmdqMode::Spinlock),
                 CmdqDesign::LockFree => (ProducerKind::LockFree, CmdqMode::LockFree),
             };
-            let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 48)))
-                .map_err(model_err)?;
-            let alloc = MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus))
-                .map_err(model_err)?;
-            // As the smmuv3-cmdq experiment's SMMU: SMMUv3.0/3.1 without range invalidation
-            // (one CMD_TLBI_NH_VA per page), IOTLB and walk cache of gem5's SMMUv3 model
-            // (docs/model/smmuv3-cmdq.md).
+            // dma-iommu gives PCI devices a 32-bit IOVA first (the release's variant).
+            cfg.pci_32bit_first = Some(s.iommu.kernel.pci_32bit_first);
+            let alloc = iova_allocator(s, Iova::new(1 << 48))?;
+            // Range invalidation when the SMMU has it (`iommu.range_invalidation`, by default
+            // the profile's: SMMUv3.2 `IDR3.RIL`) and the release's driver uses it (5.7+);
+            // otherwise one CMD_TLBI_NH_VA per page. IOTLB and walk cache of gem5's SMMUv3
+            // model (docs/model/smmuv3-cmdq.md).
             let smmu = Smmuv3Config {
                 streams: LAB_DEVICE_ID + 1,
                 cmdq: CmdqConfig::with_log2size(s.iommu.cmdq_log2size),
                 producer: kind,
-                range_invalidation: false,
+                range_invalidation: s.iommu.range_invalidation,
+                driver_range_invalidation: s.iommu.kernel.range_invalidation,
                 evtq_log2size: s.iommu.evtq_log2size,
                 ..Smmuv3Config::default()
             };
@@ -268,10 +287,7 @@ pub(crate) fn build_instance(
                 })
                 .map_err(model_err)?,
             );
-            let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(1 << 32)))
-                .map_err(model_err)?;
-            let alloc = MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus))
-                .map_err(model_err)?;
+            let alloc = iova_allocator(s, Iova::new(1 << 32))?;
             let d = Arc::new(ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?);
             Ok(IommuPath {
                 path: d.clone(),
@@ -349,13 +365,10 @@ fn x86(
         ),
         _ => (X86DevicePath::amdvi_unit(), X86QueueKind::AmdVi),
     };
-    let tree = LinuxIovaAllocator::new(IovaSpaceConfig::new(
-        SZ_4K,
-        X86DevicePath::iova_limit(&unit),
-    ))
-    .map_err(model_err)?;
-    let alloc =
-        MagazineCache::new(tree, s.iommu.kernel.magazine_config(s.cpus)).map_err(model_err)?;
+    // dma-iommu (and before 5.11 intel-iommu's and amd_iommu's own allocators, with the same
+    // rule) gives PCI devices a 32-bit IOVA first.
+    cfg.pci_32bit_first = Some(s.iommu.kernel.pci_32bit_first);
+    let alloc = iova_allocator(s, X86DevicePath::iova_limit(&unit))?;
     let path =
         X86DevicePath::new(unit, cfg, Arc::new(alloc), &lab_device(64)?).map_err(model_err)?;
     let q = SimX86Queue::new_tagged(h, kind, &s.profile, tag)?;

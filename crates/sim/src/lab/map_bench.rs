@@ -162,7 +162,7 @@ pub(crate) fn run(
 ) -> Result<MapBenchRun, LabError> {
     let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
     let len = u64::from(b.granule) * 4096;
-    let (stack, _irq_cpus) = start_stack(s, &mut sim, b.threads as usize + 1, 1, len)?;
+    let (stack, _irq_cpus) = start_stack(s, &mut sim, seed, b.threads as usize + 1, 1, len)?;
     let h = sim.handle().clone();
     let line = LineParams {
         base_ns: s.profile.sync.atomic_rmw.ns().round() as u64,

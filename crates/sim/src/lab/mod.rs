@@ -450,6 +450,7 @@ fn run_bonnie(
             m = m.attr(*k, val);
         }
         let mut m = m
+            .attr("size", b.size_mib << 20)
             .attr("file_mib", b.config.file_bytes >> 20)
             .attr("threads", b.config.seekers)
             .attr("seed", seed)
@@ -602,6 +603,7 @@ fn run_reaim(
         let mut m = base_attrs(s, Measurement::new(&config))
             .attr("workload", "reaim")
             .attr("workfile", &r.workfile.name)
+            .attr("virt_merge", d.limits.virt_merge_granule.is_some())
             .attr(
                 "users",
                 format!(
@@ -1016,6 +1018,7 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             .attr("run", r)
             .cpu(out.cpu);
         m = dma_metrics::map_path_and_irqs(m, &out.dma);
+        m = dma_metrics::iova_variants(m, &out.dma);
         m = dma_metrics::iova_tree_lock(m, out.tree_lock);
         m = m.metric(Metric::new(
             "window.iops_change_pct",
@@ -1082,6 +1085,17 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             out.dma.flush_queue_flushes,
             out.irq_cpus
         );
+        let d = &out.dma;
+        if d.iova_32bit_failures | d.iova_full_range_allocs | d.iova_tree_retries != 0 {
+            let _ = writeln!(
+                text,
+                "  iova         : 32-bit tries failed={}, full-range allocs={}, tree retries={} (kernel {})",
+                d.iova_32bit_failures,
+                d.iova_full_range_allocs,
+                d.iova_tree_retries,
+                s.iommu.kernel.kernel
+            );
+        }
         if out.queues.len() > 1 {
             let per_instance: Vec<String> = out
                 .queues

@@ -71,7 +71,7 @@ pub fn netperf_parts(s: &LabScenario) -> Result<NetperfParts, LabError> {
         stream: n.stream,
         serialisation: n.serialisation,
         iommu,
-        dev: Device::new(1, 64).map_err(model_err)?,
+        dev: super::iommu::lab_device(64)?,
         probe: built.protection,
         translated: built.translated,
     })

@@ -21,7 +21,7 @@ const VTD_TRANSLATIONS: [&str; 3] = ["legacy", "scalable-first-stage", "scalable
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct IommuSpec {
-    model: String,
+    pub(super) model: String,
     #[serde(default)]
     mode: Option<String>,
     #[serde(default)]
@@ -62,6 +62,8 @@ pub(super) struct IommuSpec {
     evtq_log2size: Option<u32>,
     #[serde(default)]
     evtq_drain_interval_us: Option<f64>,
+    #[serde(default)]
+    range_invalidation: Option<bool>,
 }
 
 /// The IOMMU hardware a scenario's devices sit behind.
@@ -260,6 +262,10 @@ pub struct IommuSetup {
     /// SMMUv3: how often the driver's event thread drains the event queue, ns
     /// (`iommu.evtq_drain_interval_us`; it runs while a hostile device can fault).
     pub evtq_drain_ns: u64,
+    /// SMMUv3: whether the SMMU implements range invalidation (`IDR3.RIL`;
+    /// `iommu.range_invalidation`, default the profile's `iommu.cmdq.range_invalidation`).
+    /// The driver uses it from Linux 5.7 (`kernel.range_invalidation`).
+    pub range_invalidation: bool,
 }
 
 impl IommuSetup {
@@ -398,6 +404,19 @@ pub(super) fn iommu(
         uses_cmdq,
         smmu,
     )?;
+    only(
+        "range_invalidation",
+        s.range_invalidation.is_some(),
+        uses_cmdq,
+        smmu,
+    )?;
+    let profile_ril = profile
+        .iommu
+        .cmdq
+        .as_ref()
+        .and_then(|q| q.range_invalidation.as_ref())
+        .is_some_and(|f| f.is_set());
+    let range_invalidation = uses_cmdq && s.range_invalidation.unwrap_or(profile_ril);
     let lazy = mode == IommuMode::Lazy;
     only(
         "flush_queue_size",
@@ -709,6 +728,7 @@ pub(super) fn iommu(
         device_instance: Vec::new(),
         evtq_log2size,
         evtq_drain_ns,
+        range_invalidation,
     })
 }
 

@@ -89,24 +89,43 @@ pub struct BlockKernel {
     pub driver_complete_ns: u64,
 }
 
-/// The DMA-path algorithms of `kernel.version` (default [`d::KERNEL_VERSION`]).
+/// IOMMU models whose Linux DMA path has no release variants in the lab (their own IOMMU
+/// code, not dma-iommu): a scenario on them may state a release older than
+/// [`KernelVersion::OLDEST`] (sba-vmerge's Linux 2.6.0).
+const MODELS_WITHOUT_VARIANTS: [&str; 2] = ["sba", "pseries"];
+
+/// The DMA-path algorithms of `kernel.version` (default [`d::KERNEL_VERSION`]) for a scenario
+/// on `iommu.model = model`.
 pub(super) fn kernel_variants(
     doc: &TomlDoc<'_>,
     k: &KernelSpec,
+    model: &str,
 ) -> Result<DmaPathVariants, InputError> {
     let text = k.version.as_deref().unwrap_or(d::KERNEL_VERSION.0);
-    KernelVersion::parse(text)
-        .and_then(DmaPathVariants::for_kernel)
-        .map_err(|e| {
-            doc.field_error(
-                "kernel.version",
-                format!(
-                    "{e}: expected a Linux release from {} to {} such as \"6.6\"",
-                    KernelVersion::OLDEST,
-                    KernelVersion::NEWEST
-                ),
+    let without_variants = MODELS_WITHOUT_VARIANTS.contains(&model);
+    let refuse = |e: String| {
+        let older = if without_variants {
+            String::new()
+        } else {
+            format!(
+                "; a release before {} is accepted only for iommu.model = \"sba\" or \"pseries\", whose DMA path has no release variants in the lab",
+                KernelVersion::OLDEST
             )
-        })
+        };
+        doc.field_error(
+            "kernel.version",
+            format!(
+                "{e}: expected a Linux release from {} to {} such as \"6.6\"{older}",
+                KernelVersion::OLDEST,
+                KernelVersion::NEWEST
+            ),
+        )
+    };
+    let version = KernelVersion::parse(text).map_err(|e| refuse(e.to_string()))?;
+    if without_variants && version < KernelVersion::OLDEST {
+        return Ok(DmaPathVariants::without_variants(version));
+    }
+    DmaPathVariants::for_kernel(version).map_err(|e| refuse(e.to_string()))
 }
 
 /// Refuses `[kernel]` and `[machine]` fields the scenario's workload and device do not use:

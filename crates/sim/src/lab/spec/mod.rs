@@ -452,7 +452,7 @@ fn common<D, W>(
         .as_deref()
         .map(|b| memory_banks(doc, b, memory_gib))
         .transpose()?;
-    let kernel = kernel_variants(doc, &f.kernel)?;
+    let kernel = kernel_variants(doc, &f.kernel, &f.iommu.model)?;
     let mut iommu = iommu(doc, &f.iommu, &profile, memory_gib, kernel)?;
     if let Some(coalesce) = f.kernel.sba_coalesce {
         if !sba_maps_lists(&iommu) {

@@ -25,6 +25,8 @@ pub(in crate::lab::spec) struct NvmeSpec {
     #[serde(default)]
     write_latency_us: Option<f64>,
     #[serde(default)]
+    latency_distribution: Option<String>,
+    #[serde(default)]
     submit_ns: Option<u64>,
     #[serde(default)]
     complete_ns: Option<u64>,
@@ -34,6 +36,8 @@ pub(in crate::lab::spec) struct NvmeSpec {
     coalesce_threshold: Option<u64>,
     #[serde(default)]
     coalesce_time_100us: Option<u64>,
+    #[serde(default)]
+    dma_mask_bits: Option<u32>,
     /// `[device.hostile]`: the device probes what it should not reach (see `hostile`).
     #[serde(default)]
     hostile: Option<HostileSpec>,
@@ -51,6 +55,9 @@ pub struct NvmeSetup {
     /// `[device.hostile]`: the device probes just-unmapped addresses and the neighbours of
     /// live buffers (fio only); `None`, an honest device, unless the table is given.
     pub hostile: Option<crate::devices::hostile::HostileParams>,
+    /// The controller's DMA mask, bits (`device[i].dma_mask_bits`; every NVMe device of a
+    /// scenario states the same: they share one DMA domain).
+    pub dma_mask_bits: u32,
 }
 
 impl BlockSpec for NvmeSpec {
@@ -59,7 +66,19 @@ impl BlockSpec for NvmeSpec {
             .iter()
             .enumerate()
             .map(|(i, s)| nvme(doc, i, s, cpus))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<NvmeSetup>, _>>()?;
+        if let Some(i) = devs
+            .iter()
+            .position(|x| x.dma_mask_bits != devs[0].dma_mask_bits)
+        {
+            return Err(doc.field_error(
+                &format!("device[{i}].dma_mask_bits"),
+                format!(
+                    "{} differs from device[0]'s {}: the lab's devices share one DMA domain, state one mask",
+                    devs[i].dma_mask_bits, devs[0].dma_mask_bits
+                ),
+            ));
+        }
         Ok(Devices::Nvme(devs))
     }
 
@@ -137,6 +156,20 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
             0.0..=1e6,
         ),
     ])?;
+    // Media latency per command: drawn about its mean (the default), or fixed.
+    let media_spread_pct = match s.latency_distribution.as_deref() {
+        None | Some("uniform") => d::NVME_MEDIA_SPREAD_PCT.0,
+        Some("fixed") => 0,
+        Some(other) => {
+            return Err(doc.field_error(
+                &format!("device[{i}].latency_distribution"),
+                format!(
+                    "expected \"uniform\" (each command's media latency drawn from the mean +-{}%) or \"fixed\", got \"{other}\"",
+                    d::NVME_MEDIA_SPREAD_PCT.0
+                ),
+            ))
+        }
+    };
     let params = crate::devices::nvme::NvmeParams {
         // Linux creates one queue pair per CPU, up to the controller's count.
         io_queues: io_queues.min(cpus),
@@ -144,12 +177,20 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
         bandwidth: bandwidth_gb_per_s * 1e9,
         read_latency_ns: us_to_ns(read_latency_us),
         write_latency_ns: us_to_ns(write_latency_us),
+        media_spread_pct,
     };
     let hostile = s.hostile.as_ref().map(|h| hostile(doc, i, h)).transpose()?;
+    let dma_mask_bits = dev.int(
+        "dma_mask_bits",
+        s.dma_mask_bits.unwrap_or(d::NVME_DMA_MASK_BITS.0),
+        32..=64,
+        "bits",
+    )?;
     Ok(NvmeSetup {
         params,
         coalescing,
         hostile,
+        dma_mask_bits,
     })
 }
 
