@@ -415,7 +415,14 @@ fn only_commands_that_use_a_database_take_db_and_no_db() {
     let out = iolab(&["runs", "list", "--db", s(&db), "--format", "json"]);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(list.as_array().map(Vec::len), Some(1));
-    let out = iolab(&["--no-db", "run", "--db", s(&db), "--example", "fio-nvme-off"]);
+    let out = iolab(&[
+        "--no-db",
+        "run",
+        "--db",
+        s(&db),
+        "--example",
+        "fio-nvme-off",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
