@@ -242,3 +242,51 @@ fn a_bad_attr_is_bad_input() {
     }
     assert!(!db.exists(), "nothing stored");
 }
+
+/// `(metric name, unit)` of every metric of run `id`'s measurements.
+fn units(db: &Path, id: &str) -> std::collections::BTreeMap<String, String> {
+    let out = iolab(&["--db", s(db), "runs", "show", id, "--format", "json"]);
+    ok(&out);
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    run["measurements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["metrics"].as_array().cloned().unwrap_or_default())
+        .map(|x| {
+            let field = |k: &str| x[k].as_str().unwrap_or_default().to_owned();
+            (field("name"), field("unit"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_bonnie_metric_has_one_unit_in_lab_runs_imports_and_experiment_figures() {
+    let dir = temp_dir("bonnie-units");
+    let db = dir.join("r.db");
+    ok(&iolab(&[
+        "--db",
+        s(&db),
+        "run",
+        "--example",
+        "bonnie-usb-ipmmu",
+    ]));
+    ok(&iolab(&[
+        "--db",
+        s(&db),
+        "import",
+        "bonnie",
+        s(&data("bonnie-2.00a.csv")),
+    ]));
+    let (lab, import) = (units(&db, "1"), units(&db, "2"));
+    let shared: Vec<&String> = lab.keys().filter(|k| import.contains_key(*k)).collect();
+    assert!(shared.len() >= 10, "{shared:?}");
+    for name in shared {
+        assert_eq!(lab[name], import[name], "{name}");
+    }
+    assert_eq!(lab["bonnie.seeks_per_s"], "/sec");
+    // The published figures of the bonnie experiment read in bonnie's own unit too.
+    let text = std::fs::read_to_string(repo("scenarios/experiments/ipmmu-usb.toml")).unwrap();
+    assert!(!text.contains("unit = \"K/s\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -249,7 +249,7 @@ fn same_seed_same_report_and_required_ids() {
         .iter()
         .find(|f| f.id == "superspeed.iommu.out_block")
         .unwrap();
-    assert_eq!((f.unit.as_str(), f.role), ("K/s", Role::Prediction));
+    assert_eq!((f.unit.as_str(), f.role), ("K/sec", Role::Prediction));
     assert!(a
         .figures
         .iter()

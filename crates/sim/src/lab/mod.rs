@@ -458,7 +458,7 @@ fn run_bonnie(
             .cpu(out.cpu);
         for (i, phase) in crate::workloads::bonnie::PHASES.iter().enumerate() {
             let (unit, stem) = if *phase == "seeks" {
-                ("/s", "per_s")
+                ("/sec", "per_s")
             } else {
                 ("K/sec", "kps")
             };
