@@ -208,6 +208,15 @@ pub fn vtd(unit: &str, dir: &Path) -> UnitDecode {
         field("nested", yes(ecap.nest())),
     ]);
     let mut lab = "iommu.model = \"vtd\"".to_owned();
+    if ecap.smts() {
+        // Linux 5.6+ maps DMA through first-stage tables where the unit offers them
+        // (docs/model/vtd.md).
+        lab.push_str(if ecap.flts() {
+            ", vtd_translation = \"scalable-first-stage\""
+        } else {
+            ", vtd_translation = \"scalable-second-stage\""
+        });
+    }
     if cap.cm() {
         lab.push_str(", caching_mode = true (a virtual IOMMU: Linux forces strict)");
     }
@@ -215,12 +224,6 @@ pub fn vtd(unit: &str, dir: &Path) -> UnitDecode {
     if !ecap.qi() {
         d.notes.push(
             "no queued invalidation: Linux uses register-based invalidation, which the lab does not model"
-                .to_owned(),
-        );
-    }
-    if ecap.smts() {
-        d.notes.push(
-            "scalable mode: the lab's unit translates in legacy mode (root, context, second-stage table)"
                 .to_owned(),
         );
     }
@@ -422,6 +425,33 @@ mod tests {
         let d = dir("bad", &[("cap", "not-hex"), ("ecap", "f020df")]);
         let u = vtd("dmar1", &d);
         assert!(u.error.unwrap().contains("cap: \"not-hex\""));
+    }
+
+    #[test]
+    fn a_scalable_mode_unit_names_the_lab_translation_to_use() {
+        // The Ice Lake unit with SMTS (bit 43) and SLTS (bit 46) set, then FLTS (bit 47) too.
+        let second = 0xf020df_u64 | 1 << 43 | 1 << 46;
+        let d = dir(
+            "sm-ss",
+            &[("cap", "8d2078c106f0466"), ("ecap", &format!("{second:x}"))],
+        );
+        let u = vtd("dmar0", &d);
+        assert_eq!(
+            u.lab.as_deref(),
+            Some("iommu.model = \"vtd\", vtd_translation = \"scalable-second-stage\"")
+        );
+        let first = second | 1 << 47;
+        let d = dir(
+            "sm-fs",
+            &[("cap", "8d2078c106f0466"), ("ecap", &format!("{first:x}"))],
+        );
+        let u = vtd("dmar0", &d);
+        assert!(get(&u, "scalable_mode").starts_with("yes (first stage yes"));
+        assert_eq!(
+            u.lab.as_deref(),
+            Some("iommu.model = \"vtd\", vtd_translation = \"scalable-first-stage\"")
+        );
+        assert!(u.notes.is_empty(), "{:?}", u.notes);
     }
 
     #[test]
