@@ -293,6 +293,19 @@ pub struct DmarTranslation {
     pub prot: Prot,
 }
 
+impl DmarTranslation {
+    /// A pass-through translation: the input address itself, read-write, no IOTLB involved.
+    pub fn passthrough(addr: u64) -> Self {
+        Self {
+            pa: PhysAddr::new(addr),
+            page_size: SZ_4K,
+            iotlb_hit: false,
+            stale: false,
+            prot: Prot::READ_WRITE,
+        }
+    }
+}
+
 /// Counts kept by the unit's hardware side.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DmarStats {
@@ -982,13 +995,7 @@ impl Dmar {
             .context(sid, work)
             .map_err(|(r, fpd)| self.fault(r, sid, addr, access, fpd))?;
         if ctx.tt == TranslationType::PassThrough {
-            return Ok(DmarTranslation {
-                pa: PhysAddr::new(addr),
-                page_size: SZ_4K,
-                iotlb_hit: false,
-                stale: false,
-                prot: Prot::READ_WRITE,
-            });
+            return Ok(DmarTranslation::passthrough(addr));
         }
         let fail = |r| Err(self.fault(r, sid, addr, access, ctx.fpd));
         if addr >> spec::width_of_levels(ctx.levels) != 0 {

@@ -425,13 +425,7 @@ impl Dmar {
             return Err(fault(reason::SM_SRE_CLEAR, pe.fpd));
         }
         if pe.pgtt == Pgtt::PassThrough {
-            return Ok(DmarTranslation {
-                pa: PhysAddr::new(addr),
-                page_size: SZ_4K,
-                iotlb_hit: false,
-                stale: false,
-                prot: Prot::READ_WRITE,
-            });
+            return Ok(DmarTranslation::passthrough(addr));
         }
         let first = matches!(pe.pgtt, Pgtt::FirstStage | Pgtt::Nested);
         if first {
