@@ -76,8 +76,7 @@ use super::pgtable::{read_u64, VtdPageTable, VtdStage, VtdTableConfig, VtdTableE
 use super::scalable::{SmCaches, VtdRequest, VtdTranslation};
 use super::spec::{
     self, fsts, iqei, psi_range, reason, Cap, CcGranularity, ContextEntry, Ecap, FaultRecord,
-    InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SlPte, SmContextEntry,
-    TranslationType,
+    InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SmContextEntry, TranslationType,
 };
 use crate::addr::{Access, Iova, PhysAddr, Prot, SZ_4K};
 use crate::dma::{DmaError, Domain, DomainConfig, DomainId, DomainMode};
@@ -1020,71 +1019,33 @@ impl Dmar {
                 prot: hit.prot,
             });
         }
-        // The walk, from the deepest paging-structure-cache hit.
-        // The paging-structure caches are built for the unit's levels; a domain with
-        // fewer levels walks without them.
-        let use_ps = ctx.levels == self.levels;
-        let deepest = if use_ps {
-            caches.walk.lookup_deepest(tag, iova)
-        } else {
-            None
-        };
-        let (mut level, mut table) = match deepest {
-            Some(e) => (ctx.levels - 1 - e.level as u32, e.table_pa.get()),
-            None => (ctx.levels, ctx.root),
-        };
-        loop {
-            let shift = 12 + 9 * (level - 1);
-            work.walk_reads += 1;
-            let raw = read_u64(self.memory(), table + ((addr >> shift) & 511) * 8);
-            match SlPte::decode(raw, level) {
-                SlPte::NotPresent => {
-                    if self.config.cap.cm() {
-                        // Caching Mode: remember the not-present translation.
-                        let base = iova.align_down(SZ_4K);
-                        let ok =
-                            caches
-                                .iotlb
-                                .insert(tag, base, PhysAddr::new(0), SZ_4K, Prot::NONE);
-                        debug_assert!(ok.is_ok());
-                        self.stats.lock().negative_fills += 1;
-                    }
+        let leaf =
+            match self.walk_second(&mut caches, tag, (ctx.root, ctx.levels), addr, denied, work) {
+                Ok(leaf) => leaf,
+                Err(r) => {
                     drop(caches);
-                    return fail(denied);
+                    return fail(r);
                 }
-                SlPte::Table { next } => {
-                    if use_ps {
-                        let depth = (ctx.levels - level) as usize;
-                        let ok = caches.walk.insert(tag, depth, iova, PhysAddr::new(next));
-                        debug_assert!(ok.is_ok());
-                    }
-                    table = next;
-                    level -= 1;
-                }
-                SlPte::Leaf { pa, prot } => {
-                    let size = 1u64 << shift;
-                    let ok = caches.iotlb.insert(
-                        tag,
-                        iova.align_down(size),
-                        PhysAddr::new(pa),
-                        size,
-                        prot,
-                    );
-                    debug_assert!(ok.is_ok());
-                    drop(caches);
-                    if !prot.allows(access.prot()) {
-                        return fail(denied);
-                    }
-                    return Ok(DmarTranslation {
-                        pa: PhysAddr::new(pa + (addr & (size - 1))),
-                        page_size: size,
-                        iotlb_hit: false,
-                        stale: false,
-                        prot,
-                    });
-                }
-            }
+            };
+        let ok = caches.iotlb.insert(
+            tag,
+            iova.align_down(leaf.size),
+            PhysAddr::new(leaf.pa),
+            leaf.size,
+            leaf.prot,
+        );
+        debug_assert!(ok.is_ok());
+        drop(caches);
+        if !leaf.prot.allows(access.prot()) {
+            return fail(denied);
         }
+        Ok(DmarTranslation {
+            pa: PhysAddr::new(leaf.pa + (addr & (leaf.size - 1))),
+            page_size: leaf.size,
+            iotlb_hit: false,
+            stale: false,
+            prot: leaf.prot,
+        })
     }
 
     /// Whether the IOTLB holds an entry of `did` (any PASID in scalable mode) covering

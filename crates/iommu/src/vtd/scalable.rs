@@ -238,15 +238,15 @@ fn sm_tag(c: &mut Caches, tag: SmTag) -> Asid {
 
 /// A leaf the walk found.
 #[derive(Clone, Copy, Debug)]
-struct Leaf {
+pub(super) struct Leaf {
     /// Output page base.
-    pa: u64,
+    pub(super) pa: u64,
     /// Page size.
-    size: u64,
+    pub(super) size: u64,
     /// Read / write along the whole walk.
-    prot: Prot,
+    pub(super) prot: Prot,
     /// U/S on every first-stage level (always true for the second stage).
-    user: bool,
+    pub(super) user: bool,
 }
 
 impl Dmar {
@@ -466,7 +466,15 @@ impl Dmar {
         let walked = if first {
             self.walk_first(&mut caches, tag, &pe, addr, work)
         } else {
-            self.walk_second(&mut caches, tag, pe.sl_root, pe.sl_levels, addr, work)
+            let (root, levels) = (pe.sl_root, pe.sl_levels);
+            self.walk_second(
+                &mut caches,
+                tag,
+                (root, levels),
+                addr,
+                reason::SM_SL_NOT_PRESENT,
+                work,
+            )
         };
         let leaf = match walked {
             Ok(leaf) => leaf,
@@ -501,17 +509,22 @@ impl Dmar {
         })
     }
 
-    /// The second-stage walk of `addr` from the deepest paging-structure-cache hit.
-    fn walk_second(
+    /// The second-stage walk of `addr` in the table `(root, levels)`, from the deepest
+    /// paging-structure-cache hit (legacy and scalable mode alike); a not-present entry
+    /// fails with `not_present` (its fault reason in the caller's mode), after a negative
+    /// IOTLB fill under Caching Mode. The caller fills the IOTLB with the leaf.
+    pub(super) fn walk_second(
         &self,
         c: &mut Caches,
         tag: Asid,
-        root: u64,
-        levels: u32,
+        (root, levels): (u64, u32),
         addr: u64,
+        not_present: u8,
         work: &mut WorkRecord,
     ) -> Result<Leaf, u8> {
         let iova = Iova::new(addr);
+        // The paging-structure caches are built for the unit's levels; a table with fewer
+        // levels walks without them.
         let use_ps = levels == self.levels;
         let deepest = if use_ps {
             c.walk.lookup_deepest(tag, iova)
@@ -529,6 +542,7 @@ impl Dmar {
             match SlPte::decode(raw, level) {
                 SlPte::NotPresent => {
                     if self.config.cap.cm() {
+                        // Caching Mode: remember the not-present translation.
                         let ok = c.iotlb.insert(
                             tag,
                             iova.align_down(SZ_4K),
@@ -539,7 +553,7 @@ impl Dmar {
                         debug_assert!(ok.is_ok());
                         self.stats.lock().negative_fills += 1;
                     }
-                    return Err(reason::SM_SL_NOT_PRESENT);
+                    return Err(not_present);
                 }
                 SlPte::Table { next } => {
                     if use_ps {
