@@ -628,6 +628,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn clat_summary_matches_a_comparison_sort() {
+        // `dir_json` sorts with a radix sort: its figures must be those of the sorted order
+        // a comparison sort gives (latencies with repeats and a wide range, as runs have).
+        let mut rng = crate::engine::Rng::seed_from_u64(7);
+        let clat_ns: Vec<u64> = (0..20_000)
+            .map(|i| match i % 3 {
+                0 => 600_000 + rng.below(64),
+                1 => rng.below(1 << 40),
+                _ => rng.below(5_000),
+            })
+            .collect();
+        let mut sorted = clat_ns.clone();
+        sorted.sort_unstable();
+        let d = super::DirStats { clat_ns, bytes: 0 };
+        let j = super::dir_json(&d, crate::engine::SimDuration::ns(1_000_000));
+        assert_eq!(j.clat_ns.min, sorted[0]);
+        assert_eq!(j.clat_ns.max, *sorted.last().unwrap());
+        let mean = sorted.iter().map(|&x| x as f64).sum::<f64>() / sorted.len() as f64;
+        assert_eq!(j.clat_ns.mean.to_bits(), mean.to_bits());
+        assert_eq!(j.clat_ns.percentile.len(), super::PERCENTILES.len());
+        for p in super::PERCENTILES {
+            let v = j.clat_ns.percentile[&format!("{p:.6}")];
+            assert_eq!(v, super::percentile(&sorted, p), "p{p}");
+        }
+    }
+
+    #[test]
     fn percentiles_follow_the_nearest_rank() {
         let v: Vec<u64> = (1..=100).collect();
         assert_eq!(percentile(&v, 50.0), 50);
