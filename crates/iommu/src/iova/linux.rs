@@ -173,6 +173,13 @@ pub(crate) fn order_base_2(n: u64) -> u32 {
 
 /// A red-black tree of page ranges in an arena, with parent links so the allocator can step
 /// to neighbours the way Linux's `rb_prev`/`rb_next` do. Every step is counted.
+///
+/// The tree also keeps its lowest node and that node's depth, and marks the nodes of its left
+/// spine (the path from the root to the lowest node), all updated in O(1) per link, rotation
+/// and unlink. `rb_prev` of the lowest node walks every ancestor up to the root and finds
+/// nothing; with many CPUs missing their magazines, every allocation starts there (the cursor
+/// sits on the range allocated last, the lowest). [`Tree::prev`] then counts the walk's steps
+/// (the depth) without taking them: the same count, not the host cost of the walk.
 mod rb {
     use crate::work::WorkRecord;
 
@@ -191,6 +198,8 @@ mod rb {
         pub child: [u32; 2],
         pub parent: u32,
         pub red: bool,
+        /// On the left spine: the root, or the left child of a node on it.
+        pub spine: bool,
     }
 
     #[derive(Debug, Default)]
@@ -199,6 +208,10 @@ mod rb {
         free: Vec<u32>,
         pub root: u32,
         pub len: usize,
+        /// The lowest node (the end of the left spine), or `NIL` when empty.
+        min: u32,
+        /// The number of ancestors of `min`.
+        min_depth: u64,
     }
 
     impl Tree {
@@ -208,6 +221,8 @@ mod rb {
                 free: Vec::new(),
                 root: NIL,
                 len: 0,
+                min: NIL,
+                min_depth: 0,
             }
         }
 
@@ -234,6 +249,7 @@ mod rb {
                 child: [NIL, NIL],
                 parent: NIL,
                 red: true,
+                spine: false,
             };
             match self.free.pop() {
                 Some(i) => {
@@ -259,29 +275,44 @@ mod rb {
 
         /// The in-order neighbour of `i` on side `dir` (`LEFT`: predecessor, `RIGHT`:
         /// successor), or `NIL`.
+        #[inline(always)]
         fn step(&self, mut i: u32, dir: usize, w: &mut WorkRecord) -> u32 {
+            if dir == LEFT && i == self.min {
+                // The lowest node has no left child and is the left child of each of its
+                // ancestors: the walk steps onto every one of them and ends at the root.
+                w.tree_nodes_visited += self.min_depth;
+                return NIL;
+            }
+            let nodes = &self.nodes[..];
             let other = 1 - dir;
-            let c = self.node(i).child[dir];
-            if c != NIL {
+            let mut steps = 0u64;
+            let c = nodes[i as usize].child[dir];
+            let found = if c != NIL {
                 i = c;
-                w.tree_nodes_visited += 1;
-                while self.node(i).child[other] != NIL {
-                    i = self.node(i).child[other];
-                    w.tree_nodes_visited += 1;
+                steps += 1;
+                loop {
+                    let d = nodes[i as usize].child[other];
+                    if d == NIL {
+                        break i;
+                    }
+                    i = d;
+                    steps += 1;
                 }
-                return i;
-            }
-            loop {
-                let p = self.node(i).parent;
-                if p == NIL {
-                    return NIL;
+            } else {
+                loop {
+                    let p = nodes[i as usize].parent;
+                    if p == NIL {
+                        break NIL;
+                    }
+                    steps += 1;
+                    if nodes[p as usize].child[dir] != i {
+                        break p;
+                    }
+                    i = p;
                 }
-                w.tree_nodes_visited += 1;
-                if self.node(p).child[dir] != i {
-                    return p;
-                }
-                i = p;
-            }
+            };
+            w.tree_nodes_visited += steps;
+            found
         }
 
         /// The node whose range contains `pfn`, or `NIL` (Linux `private_find_iova`).
@@ -317,6 +348,21 @@ mod rb {
             self.replace_child(xp, x, y);
             self.n(y).child[dir] = x;
             self.n(x).parent = y;
+            // `y` takes `x`'s place; `inner` is a right child before and after. Rotating
+            // left, `x` becomes `y`'s left child and the spine below it goes one deeper;
+            // rotating right, `x` becomes a right child and the spine below `y` one shallower.
+            let x_spine = self.node(x).spine;
+            self.n(y).spine = x_spine;
+            if dir == RIGHT {
+                self.n(x).spine = false;
+            }
+            if x_spine {
+                if dir == LEFT {
+                    self.min_depth += 1;
+                } else {
+                    self.min_depth -= 1;
+                }
+            }
         }
 
         /// Makes `new` take `old`'s place as a child of `parent` (or as the root).
@@ -351,10 +397,21 @@ mod rb {
             self.n(z).red = true;
             if parent == NIL {
                 self.root = z;
+                self.n(z).spine = true;
+                self.min = z;
+                self.min_depth = 0;
             } else if go_left {
                 self.n(parent).child[LEFT] = z;
+                // A left child of the lowest node is the new lowest node.
+                let spine = self.node(parent).spine;
+                self.n(z).spine = spine;
+                if spine {
+                    self.min = z;
+                    self.min_depth += 1;
+                }
             } else {
                 self.n(parent).child[RIGHT] = z;
+                self.n(z).spine = false;
             }
             self.len += 1;
             self.insert_fixup(z, w);
@@ -420,11 +477,20 @@ mod rb {
                 xp = zn.parent;
                 removed_red = zn.red;
                 self.transplant(z, zn.child[RIGHT]);
+                if zn.spine {
+                    // `z` was the lowest node: its right subtree's left spine joins the
+                    // tree's, or, without one, its parent becomes the lowest.
+                    self.relink_min(x, xp);
+                }
             } else if zn.child[RIGHT] == NIL {
                 x = zn.child[LEFT];
                 xp = zn.parent;
                 removed_red = zn.red;
                 self.transplant(z, zn.child[LEFT]);
+                if zn.spine {
+                    // The spine below `z` (its left subtree) moves up one.
+                    self.min_depth -= 1;
+                }
             } else {
                 let mut y = zn.child[RIGHT];
                 w.tree_nodes_visited += 1;
@@ -446,12 +512,38 @@ mod rb {
                 self.n(y).child[LEFT] = zn.child[LEFT];
                 self.n(zn.child[LEFT]).parent = y;
                 self.n(y).red = zn.red;
+                // `y` takes `z`'s place; `z`'s left subtree keeps its depth. `x` takes `y`'s
+                // place in `z`'s right subtree, off the spine as before.
+                self.n(y).spine = zn.spine;
             }
             if !removed_red {
                 self.erase_fixup(x, xp, w);
             }
             self.len -= 1;
+            self.n(z).spine = false;
             self.free.push(z);
+        }
+
+        /// After the lowest node was unlinked with `x` (its right child, or `NIL`) put in its
+        /// place under `xp`: marks `x`'s left spine and finds the new lowest node and its depth.
+        fn relink_min(&mut self, x: u32, xp: u32) {
+            if x == NIL {
+                self.min = xp;
+                self.min_depth = self.min_depth.saturating_sub(1);
+                return;
+            }
+            // `x` sits at the old lowest node's depth.
+            let mut i = x;
+            loop {
+                self.n(i).spine = true;
+                let l = self.node(i).child[LEFT];
+                if l == NIL {
+                    break;
+                }
+                i = l;
+                self.min_depth += 1;
+            }
+            self.min = i;
         }
 
         fn erase_fixup(&mut self, mut x: u32, mut xp: u32, w: &mut WorkRecord) {
@@ -500,6 +592,52 @@ mod rb {
             }
         }
 
+        /// `rb_prev` (`dir` = `LEFT`) or `rb_next` (`RIGHT`) taking every step, as Linux
+        /// does: what [`Tree::step`] must match, result and count.
+        #[cfg(test)]
+        pub fn step_walked(&self, mut i: u32, dir: usize, w: &mut WorkRecord) -> u32 {
+            let other = 1 - dir;
+            let c = self.node(i).child[dir];
+            if c != NIL {
+                i = c;
+                w.tree_nodes_visited += 1;
+                while self.node(i).child[other] != NIL {
+                    i = self.node(i).child[other];
+                    w.tree_nodes_visited += 1;
+                }
+                return i;
+            }
+            loop {
+                let p = self.node(i).parent;
+                if p == NIL {
+                    return NIL;
+                }
+                w.tree_nodes_visited += 1;
+                if self.node(p).child[dir] != i {
+                    return p;
+                }
+                i = p;
+            }
+        }
+
+        /// Every linked node, in order.
+        #[cfg(test)]
+        pub fn linked(&self) -> Vec<u32> {
+            let mut out = Vec::new();
+            let mut stack = Vec::new();
+            let mut i = self.root;
+            while i != NIL || !stack.is_empty() {
+                while i != NIL {
+                    stack.push(i);
+                    i = self.node(i).child[LEFT];
+                }
+                let n = stack.pop().unwrap();
+                out.push(n);
+                i = self.node(n).child[RIGHT];
+            }
+            out
+        }
+
         /// Checks the red-black and ordering invariants; returns the ranges in order.
         #[cfg(test)]
         pub fn check(&self) -> Vec<(u64, u64)> {
@@ -524,6 +662,24 @@ mod rb {
             let mut out = Vec::new();
             assert!(!self.is_red(self.root));
             walk(self, self.root, NIL, &mut out);
+            // The left spine, the lowest node and its depth.
+            let (mut i, mut depth, mut min) = (self.root, 0u64, NIL);
+            while i != NIL {
+                assert!(self.node(i).spine, "spine mark missing");
+                min = i;
+                i = self.node(i).child[LEFT];
+                depth += 1;
+            }
+            assert_eq!(self.min, min, "lowest node");
+            if min != NIL {
+                assert_eq!(self.min_depth, depth - 1, "lowest node's depth");
+            }
+            let spines = self.nodes.iter().filter(|n| n.spine).count() as u64;
+            assert_eq!(
+                spines,
+                if min == NIL { 0 } else { depth },
+                "stray spine marks"
+            );
             assert_eq!(out.len(), self.len);
             for pair in out.windows(2) {
                 assert!(pair[0].1 < pair[1].0, "overlap or disorder {pair:?}");
@@ -1387,6 +1543,59 @@ mod tests {
             a.alloc(req(1, END), &mut w),
             Err(IovaError::Exhausted { .. })
         ));
+    }
+
+    /// `prev` and `next` of every node, with the lowest node's walk counted from its depth,
+    /// find the node and count the steps that walking finds and counts, after every alloc and
+    /// free of a churn that allocates downwards (the lowest node moves at each allocation) and
+    /// frees at random (the lowest node too).
+    #[test]
+    fn neighbour_steps_count_what_the_walk_counts() {
+        let a = alloc_64(1 << 24);
+        let mut w = WorkRecord::new();
+        let mut live = Vec::new();
+        let mut x: u64 = 99;
+        for i in 0..3000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if i % 4 == 3 && !live.is_empty() {
+                // Mostly the lowest range, sometimes any.
+                let k = if x & 2 == 0 {
+                    live.iter()
+                        .enumerate()
+                        .min_by_key(|(_, b): &(usize, &IovaBlock)| b.start)
+                        .unwrap()
+                        .0
+                } else {
+                    (x >> 33) as usize % live.len()
+                };
+                let b = live.swap_remove(k);
+                a.free(b, 0, &mut w).unwrap();
+            } else {
+                let limit = if x & 1 == 0 { SZ_4G } else { 1 << 24 };
+                if let Ok(b) = a.alloc(req(1 + (x >> 62), limit), &mut w) {
+                    live.push(b);
+                }
+            }
+            let st = a.state.lock();
+            st.tree.check();
+            if i % 7 == 0 || i > 2900 {
+                for n in st.tree.linked() {
+                    for dir in [LEFT, RIGHT] {
+                        let (mut fast, mut slow) = (WorkRecord::new(), WorkRecord::new());
+                        let got = if dir == LEFT {
+                            st.tree.prev(n, &mut fast)
+                        } else {
+                            st.tree.next(n, &mut fast)
+                        };
+                        assert_eq!(got, st.tree.step_walked(n, dir, &mut slow));
+                        assert_eq!(fast.tree_nodes_visited, slow.tree_nodes_visited);
+                    }
+                }
+            }
+        }
+        assert!(w.tree_rotations > 0);
     }
 
     #[test]
