@@ -345,9 +345,65 @@ impl CpuSlot {
 }
 
 /// A size class's depot of full magazines, on its own cache lines.
+///
+/// `len` mirrors the number of magazines, stored under the lock by [`DepotGuard`]'s drop, so a
+/// CPU whose magazines are both empty can see an empty depot without taking the lock (with
+/// many CPUs, most misses). Such a look counts the depot lock all the same: Linux takes it.
 #[derive(Debug)]
 #[repr(align(128))]
-struct Depot(Mutex<Vec<FullMagazine>>);
+struct Depot {
+    mags: Mutex<Vec<FullMagazine>>,
+    len: AtomicUsize,
+}
+
+/// The locked magazines of a [`Depot`]; publishes their number on release.
+struct DepotGuard<'a> {
+    len: &'a AtomicUsize,
+    mags: parking_lot::MutexGuard<'a, Vec<FullMagazine>>,
+}
+
+impl Depot {
+    fn new() -> Self {
+        Self {
+            mags: Mutex::new(Vec::new()),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> DepotGuard<'_> {
+        DepotGuard {
+            len: &self.len,
+            mags: self.mags.lock(),
+        }
+    }
+
+    /// No magazine, as last published under the lock. A push racing with this look may be
+    /// missed, as if the look came just before it.
+    #[inline(always)]
+    fn looks_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
+    }
+}
+
+impl std::ops::Deref for DepotGuard<'_> {
+    type Target = Vec<FullMagazine>;
+    fn deref(&self) -> &Self::Target {
+        &self.mags
+    }
+}
+
+impl std::ops::DerefMut for DepotGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.mags
+    }
+}
+
+impl Drop for DepotGuard<'_> {
+    fn drop(&mut self) {
+        // Still under the lock: the mutex guard drops after this.
+        self.len.store(self.mags.len(), Ordering::Release);
+    }
+}
 
 /// One size class: per-CPU caches and the depot.
 #[derive(Debug)]
@@ -590,7 +646,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
         }
         let rcaches = std::array::from_fn(|_| Rcache {
             cpus: (0..config.ncpus).map(|_| CpuSlot::new()).collect(),
-            depot: Depot(Mutex::new(Vec::new())),
+            depot: Depot::new(),
         });
         Ok(Self {
             live: LiveSet::new(
@@ -632,14 +688,14 @@ impl<A: IovaAllocator> MagazineCache<A> {
                 let (l, p) = slot.sizes(&g);
                 n += l + p;
             }
-            n += rc.depot.0.lock().len() * MAGAZINE_SIZE;
+            n += rc.depot.lock().len() * MAGAZINE_SIZE;
         }
         n
     }
 
     /// Magazines in each size class's depot, smallest class first.
     pub fn depot_lens(&self) -> [usize; SIZE_CLASSES] {
-        std::array::from_fn(|i| self.rcaches[i].depot.0.lock().len())
+        std::array::from_fn(|i| self.rcaches[i].depot.lock().len())
     }
 
     /// One tick of Linux's 100 ms depot timer: every depot holding more than `ncpus`
@@ -655,7 +711,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
         for (class, rc) in self.rcaches.iter().enumerate() {
             work.lock(LockId::RcacheDepot);
             let mag = {
-                let mut depot = rc.depot.0.lock();
+                let mut depot = rc.depot.lock();
                 if depot.len() > self.ncpus {
                     depot.pop()
                 } else {
@@ -689,7 +745,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
                 continue;
             }
             work.lock(LockId::RcacheDepot);
-            let mags = std::mem::take(&mut *rc.depot.0.lock());
+            let mags = std::mem::take(&mut *rc.depot.lock());
             for mag in mags {
                 self.inner.free_batch(&blocks_of(&mag, pages), 0, work);
             }
@@ -710,6 +766,11 @@ impl<A: IovaAllocator> MagazineCache<A> {
         let g = slot.lock.lock();
         let loaded = slot.loaded(&g);
         if loaded.1 == 0 {
+            if slot.sizes(&g).1 == 0 && self.rcaches[class].depot.looks_empty() {
+                // Both magazines and the depot empty: a miss, after the depot lock.
+                w.lock(LockId::RcacheDepot);
+                return None;
+            }
             return self.cache_get_refill(class, slot, &g, max_start, w);
         }
         slot.pop(&g, loaded, max_start)
@@ -731,7 +792,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
             slot.swap(g);
         } else {
             w.lock(LockId::RcacheDepot);
-            let full = self.rcaches[class].depot.0.lock().pop()?;
+            let full = self.rcaches[class].depot.lock().pop()?;
             w.depot_exchanges += 1;
             slot.load_full(g, &full);
         }
@@ -778,7 +839,7 @@ impl<A: IovaAllocator> MagazineCache<A> {
         } else {
             let full = slot.take_full(g);
             w.lock(LockId::RcacheDepot);
-            let mut depot = self.rcaches[class].depot.0.lock();
+            let mut depot = self.rcaches[class].depot.lock();
             let cap = match self.depot_kind {
                 DepotKind::Bounded { max_magazines } => max_magazines,
                 DepotKind::Scalable if self.eager_trim => self.ncpus,
@@ -1073,6 +1134,54 @@ mod tests {
         assert_eq!(w2.magazine_hits, 1);
         assert_eq!(w2.lock_count(LockId::RcacheCpu), 1);
         assert_eq!(w2.lock_count(LockId::IovaTree), 0);
+    }
+
+    /// A miss with both magazines and the depot empty counts the depot lock (Linux takes it)
+    /// though the cache only looks at the depot's published length; a magazine another CPU
+    /// put in the depot is found through that length; trims and flushes publish theirs.
+    #[test]
+    fn the_depot_s_published_length_follows_its_magazines() {
+        let c = cache(END, 2);
+        let looks = |c: &MagazineCache<LinuxIovaAllocator>| {
+            let empty = c.rcaches[0].depot.looks_empty();
+            assert_eq!(empty, c.depot_lens()[0] == 0);
+            empty
+        };
+        let mut w = WorkRecord::new();
+        c.alloc(req(1, 0), &mut w).unwrap();
+        assert_eq!(w.magazine_misses, 1);
+        assert_eq!(w.lock_count(LockId::RcacheCpu), 1);
+        assert_eq!(w.lock_count(LockId::RcacheDepot), 1);
+        assert_eq!(w.lock_count(LockId::IovaTree), 1);
+        assert_eq!(w.depot_exchanges, 0);
+
+        // CPU 1 fills its two magazines and gives a third to the depot.
+        let blocks: Vec<_> = (0..2 * MAGAZINE_SIZE + 1)
+            .map(|_| c.alloc(req(1, 1), &mut w).unwrap())
+            .collect();
+        assert!(looks(&c));
+        for b in &blocks {
+            c.free(*b, 1, &mut w).unwrap();
+        }
+        assert!(!looks(&c));
+
+        let mut w2 = WorkRecord::new();
+        c.alloc(req(1, 0), &mut w2).unwrap();
+        assert_eq!((w2.magazine_hits, w2.depot_exchanges), (1, 1));
+        assert_eq!(w2.lock_count(LockId::RcacheDepot), 1);
+        assert_eq!(w2.lock_count(LockId::IovaTree), 0);
+        assert!(looks(&c));
+
+        // A flush empties the depot (CPU 1's magazines hold at most 254 of these).
+        let more: Vec<_> = (0..3 * MAGAZINE_SIZE)
+            .map(|_| c.alloc(req(1, 1), &mut w).unwrap())
+            .collect();
+        for b in &more {
+            c.free(*b, 1, &mut w).unwrap();
+        }
+        assert!(!looks(&c));
+        c.flush_all(true, &mut w);
+        assert!(looks(&c));
     }
 
     #[test]
