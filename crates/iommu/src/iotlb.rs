@@ -393,16 +393,28 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
         start + way
     }
 
-    /// Keeps the lines of `set` for which `keep` returns true (it may also change their
-    /// values) and removes the others. Returns how many were removed.
-    fn retain_set(&mut self, set: usize, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
-        let range = self.set_range(set);
-        let removed = Self::retain_lines(&mut self.lines[range], &mut keep);
-        self.len -= removed;
-        removed
+    /// Keeps the line holding `key` in `set` if `keep` returns true for it (it may also
+    /// change its value) and removes it otherwise. An insert overwrites a line with the
+    /// same key, so a set holds a key at most once: only that line is looked at. Returns
+    /// how many were removed (0 or 1).
+    #[inline]
+    fn retain_key(&mut self, set: usize, key: &K, keep: impl FnOnce(&K, &mut V) -> bool) -> usize {
+        let Some(idx) = self.find(set, key) else {
+            return 0;
+        };
+        let slot = &mut self.lines[idx];
+        let Some(line) = slot else {
+            return 0;
+        };
+        if keep(&line.key, &mut line.value) {
+            return 0;
+        }
+        *slot = None;
+        self.len -= 1;
+        1
     }
 
-    /// [`Self::retain_set`] over every set.
+    /// [`Self::retain_key`] over every line of every set.
     fn retain_all(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
         let removed = Self::retain_lines(&mut self.lines, &mut keep);
         self.len -= removed;
@@ -798,8 +810,8 @@ impl Iotlb {
                     shift: shift as u8,
                 };
                 let set = self.core.set_of(key.hash());
-                removed += self.core.retain_set(set, |k, v| {
-                    if *k != key || f(v) {
+                removed += self.core.retain_key(set, &key, |k, v| {
+                    if f(v) {
                         return true;
                     }
                     count_shift(counts, bitmap, k.shift, false);
@@ -1099,7 +1111,7 @@ impl WalkLevel {
         for prefix in lo..=hi {
             let key = WalkKey { asid, prefix };
             let set = core.set_of(key.hash());
-            removed += core.retain_set(set, |k, _| *k != key);
+            removed += core.retain_key(set, &key, |_, _| false);
         }
         removed
     }

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -437,7 +437,9 @@ impl LiveMap {
         let live = match e.get_mut() {
             AtAddr::Packed(p) if p.generation == generation => {
                 let live = p.unpack(dma, self.granule);
-                e.remove();
+                // A packed record owns nothing on the heap: forgetting it skips the drop
+                // glue of the boxed variants (a call per unmap).
+                std::mem::forget(e.remove());
                 live
             }
             AtAddr::One(b) if b.0 == generation => match e.remove() {
@@ -555,6 +557,9 @@ pub(super) struct Translated {
     /// Devices that stopped trying below 4 GiB after a failure
     /// ([`Pci32BitFirst::UntilFirstFailure`]; Linux clears `pci_32bit_workaround`).
     full_range_devices: Box<Mutex<Vec<u32>>>,
+    /// Whether `full_range_devices` may be non-empty (set before the first push), so a map
+    /// looks it up only once some device has given up.
+    any_full_range: AtomicBool,
     /// When a flushed page's stale window closes.
     window_close: WindowClose,
 }
@@ -675,7 +680,10 @@ impl Translated {
         work: &mut WorkRecord,
     ) -> Option<IovaBlock> {
         let once = policy == Pci32BitFirst::UntilFirstFailure;
-        if once && self.full_range_devices.lock().contains(&dev.id()) {
+        if once
+            && self.any_full_range.load(Ordering::Acquire)
+            && self.full_range_devices.lock().contains(&dev.id())
+        {
             return None;
         }
         let req = AllocRequest::new(pages, Iova::new(SZ_4G), cpu);
@@ -686,6 +694,7 @@ impl Translated {
                 if once {
                     let mut given_up = self.full_range_devices.lock();
                     if !given_up.contains(&dev.id()) {
+                        self.any_full_range.store(true, Ordering::Release);
                         given_up.push(dev.id());
                     }
                 }
@@ -829,6 +838,7 @@ impl Domain {
             aperture,
             pci_32bit_first: config.pci_32bit_first,
             full_range_devices: Box::default(),
+            any_full_range: AtomicBool::new(false),
             window_close: config.window_close,
         };
         Ok(Self::assemble(config, Backend::Translated(t)))

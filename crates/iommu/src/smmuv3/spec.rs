@@ -420,6 +420,7 @@ impl Command {
 
     /// Decodes two words. Unknown opcodes, reserved bits and reserved field values are
     /// errors; decoding never panics.
+    #[inline]
     pub fn decode(raw: RawCommand) -> Result<Command, CommandDecodeError> {
         let [w0, w1] = raw;
         // The opcode field is 8 bits, so the cast is exact.
