@@ -293,10 +293,24 @@ impl Smmuv3Invalidator {
 
     /// Issues this invalidator's pending commands (with a `CMD_SYNC` if `sync`).
     fn issue_pending(&self, sync: bool, work: &mut WorkRecord) {
-        let batch = PENDING.with(|p| p.borrow_mut().take_own(self.id));
-        // Not borrowed while issuing: the queue's sink must be free to do anything.
-        self.issue(&batch, sync, work);
-        PENDING.with(|p| p.borrow_mut().give_back(batch));
+        PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.owner == self.id {
+                // The usual case: the batch is this invalidator's alone, and is issued in
+                // place. (Issuing never comes back to an invalidator: the queue's sink is
+                // the TLB caches.)
+                self.issue(&p.cmds, sync, work);
+                p.cmds.clear();
+                p.owner = NO_OWNER;
+                if p.cmds.capacity() > KEEP_BUILT {
+                    p.cmds = Vec::new();
+                }
+            } else {
+                let batch = p.take_own(self.id);
+                self.issue(&batch, sync, work);
+                p.give_back(batch);
+            }
+        });
     }
 
     /// Adds the commands `build` appends to its vector to the thread's batch, issuing this
