@@ -16,7 +16,7 @@
 //! record is capped ([`DomainConfig::max_mappings`]). In the direct modes the record is the
 //! only state, and its lock is not counted (Linux keeps no such state there).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -368,6 +368,7 @@ impl AtAddr {
     }
 
     /// Whether generation `generation` is live here.
+    #[cfg(test)]
     fn holds(&self, generation: u64) -> bool {
         match self {
             AtAddr::Packed(p) => p.generation == generation,
@@ -482,7 +483,18 @@ impl LiveMap {
         }
     }
 
+    /// Takes out the record of the mapping at `dma` of generation `generation` (what a
+    /// handle refers to), in one lookup; the record is unchanged if it is not live.
+    fn take_handle(&mut self, dma: u64, generation: u64) -> Result<((u64, u64), Live), DmaError> {
+        let key = (dma, generation);
+        match self.remove(&key) {
+            Some(live) => Ok((key, live)),
+            None => Err(self.not_mapped(dma)),
+        }
+    }
+
     /// The record a handle refers to.
+    #[cfg(test)]
     fn find_handle(&self, dma: u64, generation: u64) -> Result<(u64, u64), DmaError> {
         let key = (dma, generation);
         let live = self
@@ -596,9 +608,10 @@ impl std::fmt::Debug for Domain {
 
 thread_local! {
     /// The gather of the calling thread's unmaps, reused (cleared) so an unmap does not
-    /// allocate.
-    static GATHER: Cell<UnmapGather> = const {
-        Cell::new(UnmapGather {
+    /// allocate. Borrowed for a whole unmap; an unmap that finds it borrowed (nothing
+    /// re-enters an unmap today) uses a fresh one.
+    static GATHER: RefCell<UnmapGather> = const {
+        RefCell::new(UnmapGather {
             ranges: Vec::new(),
             freed_tables: Vec::new(),
         })
@@ -1150,7 +1163,7 @@ impl Domain {
     ) -> Result<(), Rejected<DmaMapping>> {
         let (dma, generation) = (mapping.dma.0, mapping.generation);
         self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| {
-            l.find_handle(dma, generation)
+            l.take_handle(dma, generation)
         })
         .map_err(|error| Rejected {
             handle: mapping,
@@ -1171,7 +1184,10 @@ impl Domain {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), DmaError> {
-        self.remove(cpu, now_ns, work, |l| l.find_raw(dma_addr.0, len, dir))
+        self.remove(cpu, now_ns, work, |l| {
+            let key = l.find_raw(dma_addr.0, len, dir)?;
+            l.take_handle(key.0, key.1)
+        })
     }
 
     fn unmap_handle(
@@ -1180,7 +1196,7 @@ impl Domain {
         cpu: usize,
         now_ns: u64,
         work: &mut WorkRecord,
-        select: impl FnOnce(&LiveMap) -> Result<(u64, u64), DmaError>,
+        take: impl FnOnce(&mut LiveMap) -> Result<((u64, u64), Live), DmaError>,
     ) -> Result<(), DmaError> {
         if domain != self.id {
             return Err(DmaError::WrongDomain {
@@ -1188,72 +1204,80 @@ impl Domain {
                 domain: self.id,
             });
         }
-        self.remove(cpu, now_ns, work, select)
+        self.remove(cpu, now_ns, work, take)
     }
 
-    /// Removes the live mapping `select` picks: clears the page table and retires the IOVA.
+    /// Removes the live mapping `take` takes out of the record (one lookup): clears the
+    /// page table and retires the IOVA.
     fn remove(
         &self,
         cpu: usize,
         now_ns: u64,
         work: &mut WorkRecord,
-        select: impl FnOnce(&LiveMap) -> Result<(u64, u64), DmaError>,
+        take: impl FnOnce(&mut LiveMap) -> Result<((u64, u64), Live), DmaError>,
     ) -> Result<(), DmaError> {
         self.check_cpu(cpu)?;
         match &self.backend {
             Backend::Direct(live) => {
-                let mut live = live.lock();
-                let key = select(&live)?;
-                live.remove(&key);
+                take(&mut live.lock())?;
                 Ok(())
             }
-            Backend::Translated(t) => {
-                work.lock(LockId::PageTable);
-                let mut guard = t.state.lock();
-                let st = &mut *guard;
-                let key = select(&st.live)?;
-                let Some(live) = st.live.remove(&key) else {
-                    return Err(st.live.not_mapped(key.0));
-                };
-                let Some((block, runs)) = &live.translated else {
-                    return Err(st.live.not_mapped(key.0));
-                };
-                let mut gather = GATHER.take();
-                gather.clear();
-                let lazy = t.fq.is_some();
-                for &(iova, len) in runs.as_slice() {
-                    // Lazy mode: what the IOTLB may keep translating (looked up uncharged:
-                    // the model's bookkeeping, not work the kernel does).
-                    let old = if lazy {
-                        st.table.translate(iova, &mut WorkRecord::new())
-                    } else {
-                        None
-                    };
-                    if let Err(source) = st.table.unmap(iova, len, &mut gather, work) {
-                        // The table refused to unmap what it mapped: a page-table bug. Keep
-                        // the record so the state stays explainable.
-                        let err = DmaError::PageTable {
-                            iova: iova.get(),
-                            len,
-                            source,
-                        };
-                        st.live.insert(key, live);
-                        GATHER.set(gather);
-                        return Err(err);
-                    }
-                    if let Some(old) = old {
-                        st.stale.insert(iova.get(), len, old.pa, old.prot, now_ns);
-                    }
+            Backend::Translated(t) => GATHER.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut gather) => self.remove_translated(t, cpu, now_ns, work, take, &mut gather),
+                Err(_) => {
+                    let mut gather = UnmapGather::default();
+                    self.remove_translated(t, cpu, now_ns, work, take, &mut gather)
                 }
-                let block = *block;
-                drop(guard);
-                self.protection.observe_now(now_ns);
-                let retired =
-                    t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work);
-                GATHER.set(gather);
-                retired
+            }),
+        }
+    }
+
+    /// [`Domain::remove`] in a translated domain, gathering into `gather`.
+    fn remove_translated(
+        &self,
+        t: &Translated,
+        cpu: usize,
+        now_ns: u64,
+        work: &mut WorkRecord,
+        take: impl FnOnce(&mut LiveMap) -> Result<((u64, u64), Live), DmaError>,
+        gather: &mut UnmapGather,
+    ) -> Result<(), DmaError> {
+        work.lock(LockId::PageTable);
+        let mut guard = t.state.lock();
+        let st = &mut *guard;
+        let (key, live) = take(&mut st.live)?;
+        let Some((block, runs)) = &live.translated else {
+            return Err(st.live.not_mapped(key.0));
+        };
+        gather.clear();
+        let lazy = t.fq.is_some();
+        for &(iova, len) in runs.as_slice() {
+            // Lazy mode: what the IOTLB may keep translating (looked up uncharged: the
+            // model's bookkeeping, not work the kernel does).
+            let old = if lazy {
+                st.table.translate(iova, &mut WorkRecord::new())
+            } else {
+                None
+            };
+            if let Err(source) = st.table.unmap(iova, len, gather, work) {
+                // The table refused to unmap what it mapped: a page-table bug. Keep the
+                // record so the state stays explainable.
+                let err = DmaError::PageTable {
+                    iova: iova.get(),
+                    len,
+                    source,
+                };
+                st.live.insert(key, live);
+                return Err(err);
+            }
+            if let Some(old) = old {
+                st.stale.insert(iova.get(), len, old.pa, old.prot, now_ns);
             }
         }
+        let block = *block;
+        drop(guard);
+        self.protection.observe_now(now_ns);
+        t.retire(self.id, block, gather, cpu, now_ns, &self.protection, work)
     }
 
     /// Maps a scatter-gather list for `dev` (Linux `dma_map_sg`). Translated modes map the
@@ -1384,7 +1408,7 @@ impl Domain {
     ) -> Result<(), Rejected<DmaSgMapping>> {
         let (key, generation) = (mapping.key(), mapping.generation);
         self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| {
-            l.find_handle(key, generation)
+            l.take_handle(key, generation)
         })
         .map_err(|error| Rejected {
             handle: mapping,
@@ -1461,7 +1485,7 @@ impl Domain {
         }
         let (dma, generation) = (buf.mapping.dma.0, buf.mapping.generation);
         if let Err(error) = self.unmap_handle(buf.mapping.domain, cpu, now_ns, work, |l| {
-            l.find_handle(dma, generation)
+            l.take_handle(dma, generation)
         }) {
             return Err(Rejected { handle: buf, error });
         }
