@@ -666,6 +666,7 @@ impl Iotlb {
     /// entry marked stale also counts [`WorkRecord::iotlb_stale_hits`] (and still
     /// translates). A hit makes the entry most recently used. Probes one set per page size
     /// currently cached, smallest first.
+    #[inline]
     pub fn lookup(&mut self, asid: Asid, iova: Iova, work: &mut WorkRecord) -> Option<IotlbHit> {
         let mut sizes = self.shift_bitmap;
         while sizes != 0 {
@@ -726,6 +727,7 @@ impl Iotlb {
     ///
     /// `page_size` must be a power of two from 4 KiB to 2^[`MAX_PAGE_SHIFT`], and both
     /// addresses must be aligned to it.
+    #[inline]
     pub fn insert(
         &mut self,
         asid: Asid,
@@ -1210,6 +1212,7 @@ impl WalkCache {
     /// The next-level table for `iova` cached at `level`, marking it used and counting a
     /// hit or miss in that level's [`WalkLevelStats`]. `None` also for a level that does
     /// not exist.
+    #[inline]
     pub fn lookup(&mut self, asid: Asid, level: usize, iova: Iova) -> Option<PhysAddr> {
         let lvl = self.levels.get_mut(level)?;
         let key = WalkKey {

@@ -54,6 +54,7 @@ const MAX_NUM: u64 = 32;
 ///
 /// `start` must be aligned to `step`, and `size` a multiple of it.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn tlbi_va_commands(
     asid: u16,
     start: u64,

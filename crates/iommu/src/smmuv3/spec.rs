@@ -367,6 +367,7 @@ impl Command {
     }
 
     /// Encodes the command into its two words.
+    #[inline]
     pub fn encode(&self) -> Result<RawCommand, CommandEncodeError> {
         let op = OP.put(u64::from(self.opcode()));
         Ok(match *self {
