@@ -404,6 +404,7 @@ impl LiveMap {
     }
 
     /// Records a live mapping (its key must not be live).
+    #[inline]
     fn insert(&mut self, key: (u64, u64), live: Live) {
         let (dma, generation) = key;
         let granule = self.granule;
@@ -430,6 +431,7 @@ impl LiveMap {
     }
 
     /// Removes a live mapping's record, if present.
+    #[inline]
     fn remove(&mut self, key: &(u64, u64)) -> Option<Live> {
         let &(dma, generation) = key;
         let Entry::Occupied(mut e) = self.by_addr.entry(dma) else {
@@ -485,6 +487,7 @@ impl LiveMap {
 
     /// Takes out the record of the mapping at `dma` of generation `generation` (what a
     /// handle refers to), in one lookup; the record is unchanged if it is not live.
+    #[inline]
     fn take_handle(&mut self, dma: u64, generation: u64) -> Result<((u64, u64), Live), DmaError> {
         let key = (dma, generation);
         match self.remove(&key) {
