@@ -414,7 +414,8 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
         1
     }
 
-    /// [`Self::retain_key`] over every line of every set.
+    /// Keeps the lines (of every set) for which `keep` returns true (it may also change
+    /// their values) and removes the others. Returns how many were removed.
     fn retain_all(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
         let removed = Self::retain_lines(&mut self.lines, &mut keep);
         self.len -= removed;
