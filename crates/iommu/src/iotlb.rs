@@ -393,16 +393,29 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
         start + way
     }
 
-    /// Keeps the lines of `set` for which `keep` returns true (it may also change their
-    /// values) and removes the others. Returns how many were removed.
-    fn retain_set(&mut self, set: usize, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
-        let range = self.set_range(set);
-        let removed = Self::retain_lines(&mut self.lines[range], &mut keep);
-        self.len -= removed;
-        removed
+    /// Keeps the line holding `key` in `set` if `keep` returns true for it (it may also
+    /// change its value) and removes it otherwise. An insert overwrites a line with the
+    /// same key, so a set holds a key at most once: only that line is looked at. Returns
+    /// how many were removed (0 or 1).
+    #[inline]
+    fn retain_key(&mut self, set: usize, key: &K, keep: impl FnOnce(&K, &mut V) -> bool) -> usize {
+        let Some(idx) = self.find(set, key) else {
+            return 0;
+        };
+        let slot = &mut self.lines[idx];
+        let Some(line) = slot else {
+            return 0;
+        };
+        if keep(&line.key, &mut line.value) {
+            return 0;
+        }
+        *slot = None;
+        self.len -= 1;
+        1
     }
 
-    /// [`Self::retain_set`] over every set.
+    /// Keeps the lines (of every set) for which `keep` returns true (it may also change
+    /// their values) and removes the others. Returns how many were removed.
     fn retain_all(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
         let removed = Self::retain_lines(&mut self.lines, &mut keep);
         self.len -= removed;
@@ -654,6 +667,7 @@ impl Iotlb {
     /// entry marked stale also counts [`WorkRecord::iotlb_stale_hits`] (and still
     /// translates). A hit makes the entry most recently used. Probes one set per page size
     /// currently cached, smallest first.
+    #[inline]
     pub fn lookup(&mut self, asid: Asid, iova: Iova, work: &mut WorkRecord) -> Option<IotlbHit> {
         let mut sizes = self.shift_bitmap;
         while sizes != 0 {
@@ -714,6 +728,7 @@ impl Iotlb {
     ///
     /// `page_size` must be a power of two from 4 KiB to 2^[`MAX_PAGE_SHIFT`], and both
     /// addresses must be aligned to it.
+    #[inline]
     pub fn insert(
         &mut self,
         asid: Asid,
@@ -798,8 +813,8 @@ impl Iotlb {
                     shift: shift as u8,
                 };
                 let set = self.core.set_of(key.hash());
-                removed += self.core.retain_set(set, |k, v| {
-                    if *k != key || f(v) {
+                removed += self.core.retain_key(set, &key, |k, v| {
+                    if f(v) {
                         return true;
                     }
                     count_shift(counts, bitmap, k.shift, false);
@@ -1099,7 +1114,7 @@ impl WalkLevel {
         for prefix in lo..=hi {
             let key = WalkKey { asid, prefix };
             let set = core.set_of(key.hash());
-            removed += core.retain_set(set, |k, _| *k != key);
+            removed += core.retain_key(set, &key, |_, _| false);
         }
         removed
     }
@@ -1198,6 +1213,7 @@ impl WalkCache {
     /// The next-level table for `iova` cached at `level`, marking it used and counting a
     /// hit or miss in that level's [`WalkLevelStats`]. `None` also for a level that does
     /// not exist.
+    #[inline]
     pub fn lookup(&mut self, asid: Asid, level: usize, iova: Iova) -> Option<PhysAddr> {
         let lvl = self.levels.get_mut(level)?;
         let key = WalkKey {

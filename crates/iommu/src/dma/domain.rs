@@ -16,11 +16,11 @@
 //! record is capped ([`DomainConfig::max_mappings`]). In the direct modes the record is the
 //! only state, and its lock is not counted (Linux keeps no such state there).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -368,6 +368,7 @@ impl AtAddr {
     }
 
     /// Whether generation `generation` is live here.
+    #[cfg(test)]
     fn holds(&self, generation: u64) -> bool {
         match self {
             AtAddr::Packed(p) => p.generation == generation,
@@ -403,6 +404,7 @@ impl LiveMap {
     }
 
     /// Records a live mapping (its key must not be live).
+    #[inline]
     fn insert(&mut self, key: (u64, u64), live: Live) {
         let (dma, generation) = key;
         let granule = self.granule;
@@ -429,6 +431,7 @@ impl LiveMap {
     }
 
     /// Removes a live mapping's record, if present.
+    #[inline]
     fn remove(&mut self, key: &(u64, u64)) -> Option<Live> {
         let &(dma, generation) = key;
         let Entry::Occupied(mut e) = self.by_addr.entry(dma) else {
@@ -437,7 +440,9 @@ impl LiveMap {
         let live = match e.get_mut() {
             AtAddr::Packed(p) if p.generation == generation => {
                 let live = p.unpack(dma, self.granule);
-                e.remove();
+                // A packed record owns nothing on the heap: forgetting it skips the drop
+                // glue of the boxed variants (a call per unmap).
+                std::mem::forget(e.remove());
                 live
             }
             AtAddr::One(b) if b.0 == generation => match e.remove() {
@@ -480,7 +485,19 @@ impl LiveMap {
         }
     }
 
+    /// Takes out the record of the mapping at `dma` of generation `generation` (what a
+    /// handle refers to), in one lookup; the record is unchanged if it is not live.
+    #[inline]
+    fn take_handle(&mut self, dma: u64, generation: u64) -> Result<((u64, u64), Live), DmaError> {
+        let key = (dma, generation);
+        match self.remove(&key) {
+            Some(live) => Ok((key, live)),
+            None => Err(self.not_mapped(dma)),
+        }
+    }
+
     /// The record a handle refers to.
+    #[cfg(test)]
     fn find_handle(&self, dma: u64, generation: u64) -> Result<(u64, u64), DmaError> {
         let key = (dma, generation);
         let live = self
@@ -555,6 +572,9 @@ pub(super) struct Translated {
     /// Devices that stopped trying below 4 GiB after a failure
     /// ([`Pci32BitFirst::UntilFirstFailure`]; Linux clears `pci_32bit_workaround`).
     full_range_devices: Box<Mutex<Vec<u32>>>,
+    /// Whether `full_range_devices` may be non-empty (set before the first push), so a map
+    /// looks it up only once some device has given up.
+    any_full_range: AtomicBool,
     /// When a flushed page's stale window closes.
     window_close: WindowClose,
 }
@@ -591,9 +611,10 @@ impl std::fmt::Debug for Domain {
 
 thread_local! {
     /// The gather of the calling thread's unmaps, reused (cleared) so an unmap does not
-    /// allocate.
-    static GATHER: Cell<UnmapGather> = const {
-        Cell::new(UnmapGather {
+    /// allocate. Borrowed for a whole unmap; an unmap that finds it borrowed (nothing
+    /// re-enters an unmap today) uses a fresh one.
+    static GATHER: RefCell<UnmapGather> = const {
+        RefCell::new(UnmapGather {
             ranges: Vec::new(),
             freed_tables: Vec::new(),
         })
@@ -675,7 +696,10 @@ impl Translated {
         work: &mut WorkRecord,
     ) -> Option<IovaBlock> {
         let once = policy == Pci32BitFirst::UntilFirstFailure;
-        if once && self.full_range_devices.lock().contains(&dev.id()) {
+        if once
+            && self.any_full_range.load(Ordering::Acquire)
+            && self.full_range_devices.lock().contains(&dev.id())
+        {
             return None;
         }
         let req = AllocRequest::new(pages, Iova::new(SZ_4G), cpu);
@@ -686,6 +710,7 @@ impl Translated {
                 if once {
                     let mut given_up = self.full_range_devices.lock();
                     if !given_up.contains(&dev.id()) {
+                        self.any_full_range.store(true, Ordering::Release);
                         given_up.push(dev.id());
                     }
                 }
@@ -829,6 +854,7 @@ impl Domain {
             aperture,
             pci_32bit_first: config.pci_32bit_first,
             full_range_devices: Box::default(),
+            any_full_range: AtomicBool::new(false),
             window_close: config.window_close,
         };
         Ok(Self::assemble(config, Backend::Translated(t)))
@@ -1140,7 +1166,7 @@ impl Domain {
     ) -> Result<(), Rejected<DmaMapping>> {
         let (dma, generation) = (mapping.dma.0, mapping.generation);
         self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| {
-            l.find_handle(dma, generation)
+            l.take_handle(dma, generation)
         })
         .map_err(|error| Rejected {
             handle: mapping,
@@ -1161,7 +1187,10 @@ impl Domain {
         now_ns: u64,
         work: &mut WorkRecord,
     ) -> Result<(), DmaError> {
-        self.remove(cpu, now_ns, work, |l| l.find_raw(dma_addr.0, len, dir))
+        self.remove(cpu, now_ns, work, |l| {
+            let key = l.find_raw(dma_addr.0, len, dir)?;
+            l.take_handle(key.0, key.1)
+        })
     }
 
     fn unmap_handle(
@@ -1170,7 +1199,7 @@ impl Domain {
         cpu: usize,
         now_ns: u64,
         work: &mut WorkRecord,
-        select: impl FnOnce(&LiveMap) -> Result<(u64, u64), DmaError>,
+        take: impl FnOnce(&mut LiveMap) -> Result<((u64, u64), Live), DmaError>,
     ) -> Result<(), DmaError> {
         if domain != self.id {
             return Err(DmaError::WrongDomain {
@@ -1178,72 +1207,80 @@ impl Domain {
                 domain: self.id,
             });
         }
-        self.remove(cpu, now_ns, work, select)
+        self.remove(cpu, now_ns, work, take)
     }
 
-    /// Removes the live mapping `select` picks: clears the page table and retires the IOVA.
+    /// Removes the live mapping `take` takes out of the record (one lookup): clears the
+    /// page table and retires the IOVA.
     fn remove(
         &self,
         cpu: usize,
         now_ns: u64,
         work: &mut WorkRecord,
-        select: impl FnOnce(&LiveMap) -> Result<(u64, u64), DmaError>,
+        take: impl FnOnce(&mut LiveMap) -> Result<((u64, u64), Live), DmaError>,
     ) -> Result<(), DmaError> {
         self.check_cpu(cpu)?;
         match &self.backend {
             Backend::Direct(live) => {
-                let mut live = live.lock();
-                let key = select(&live)?;
-                live.remove(&key);
+                take(&mut live.lock())?;
                 Ok(())
             }
-            Backend::Translated(t) => {
-                work.lock(LockId::PageTable);
-                let mut guard = t.state.lock();
-                let st = &mut *guard;
-                let key = select(&st.live)?;
-                let Some(live) = st.live.remove(&key) else {
-                    return Err(st.live.not_mapped(key.0));
-                };
-                let Some((block, runs)) = &live.translated else {
-                    return Err(st.live.not_mapped(key.0));
-                };
-                let mut gather = GATHER.take();
-                gather.clear();
-                let lazy = t.fq.is_some();
-                for &(iova, len) in runs.as_slice() {
-                    // Lazy mode: what the IOTLB may keep translating (looked up uncharged:
-                    // the model's bookkeeping, not work the kernel does).
-                    let old = if lazy {
-                        st.table.translate(iova, &mut WorkRecord::new())
-                    } else {
-                        None
-                    };
-                    if let Err(source) = st.table.unmap(iova, len, &mut gather, work) {
-                        // The table refused to unmap what it mapped: a page-table bug. Keep
-                        // the record so the state stays explainable.
-                        let err = DmaError::PageTable {
-                            iova: iova.get(),
-                            len,
-                            source,
-                        };
-                        st.live.insert(key, live);
-                        GATHER.set(gather);
-                        return Err(err);
-                    }
-                    if let Some(old) = old {
-                        st.stale.insert(iova.get(), len, old.pa, old.prot, now_ns);
-                    }
+            Backend::Translated(t) => GATHER.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut gather) => self.remove_translated(t, cpu, now_ns, work, take, &mut gather),
+                Err(_) => {
+                    let mut gather = UnmapGather::default();
+                    self.remove_translated(t, cpu, now_ns, work, take, &mut gather)
                 }
-                let block = *block;
-                drop(guard);
-                self.protection.observe_now(now_ns);
-                let retired =
-                    t.retire(self.id, block, &gather, cpu, now_ns, &self.protection, work);
-                GATHER.set(gather);
-                retired
+            }),
+        }
+    }
+
+    /// [`Domain::remove`] in a translated domain, gathering into `gather`.
+    fn remove_translated(
+        &self,
+        t: &Translated,
+        cpu: usize,
+        now_ns: u64,
+        work: &mut WorkRecord,
+        take: impl FnOnce(&mut LiveMap) -> Result<((u64, u64), Live), DmaError>,
+        gather: &mut UnmapGather,
+    ) -> Result<(), DmaError> {
+        work.lock(LockId::PageTable);
+        let mut guard = t.state.lock();
+        let st = &mut *guard;
+        let (key, live) = take(&mut st.live)?;
+        let Some((block, runs)) = &live.translated else {
+            return Err(st.live.not_mapped(key.0));
+        };
+        gather.clear();
+        let lazy = t.fq.is_some();
+        for &(iova, len) in runs.as_slice() {
+            // Lazy mode: what the IOTLB may keep translating (looked up uncharged: the
+            // model's bookkeeping, not work the kernel does).
+            let old = if lazy {
+                st.table.translate(iova, &mut WorkRecord::new())
+            } else {
+                None
+            };
+            if let Err(source) = st.table.unmap(iova, len, gather, work) {
+                // The table refused to unmap what it mapped: a page-table bug. Keep the
+                // record so the state stays explainable.
+                let err = DmaError::PageTable {
+                    iova: iova.get(),
+                    len,
+                    source,
+                };
+                st.live.insert(key, live);
+                return Err(err);
+            }
+            if let Some(old) = old {
+                st.stale.insert(iova.get(), len, old.pa, old.prot, now_ns);
             }
         }
+        let block = *block;
+        drop(guard);
+        self.protection.observe_now(now_ns);
+        t.retire(self.id, block, gather, cpu, now_ns, &self.protection, work)
     }
 
     /// Maps a scatter-gather list for `dev` (Linux `dma_map_sg`). Translated modes map the
@@ -1374,7 +1411,7 @@ impl Domain {
     ) -> Result<(), Rejected<DmaSgMapping>> {
         let (key, generation) = (mapping.key(), mapping.generation);
         self.unmap_handle(mapping.domain, cpu, now_ns, work, |l| {
-            l.find_handle(key, generation)
+            l.take_handle(key, generation)
         })
         .map_err(|error| Rejected {
             handle: mapping,
@@ -1451,7 +1488,7 @@ impl Domain {
         }
         let (dma, generation) = (buf.mapping.dma.0, buf.mapping.generation);
         if let Err(error) = self.unmap_handle(buf.mapping.domain, cpu, now_ns, work, |l| {
-            l.find_handle(dma, generation)
+            l.take_handle(dma, generation)
         }) {
             return Err(Rejected { handle: buf, error });
         }

@@ -101,8 +101,10 @@ impl TlbCaches {
     }
 }
 
-impl CommandSink for TlbCaches {
-    fn apply(&self, cmd: &Command) {
+impl TlbCaches {
+    /// The invalidation commands: they take the caches' lock and search them.
+    #[inline(never)]
+    fn apply_invalidation(&self, cmd: &Command) {
         let bump = |a: &AtomicU64| {
             a.fetch_add(1, Ordering::Relaxed);
         };
@@ -151,8 +153,26 @@ impl CommandSink for TlbCaches {
                 drop(c);
                 self.removed(i, w);
             }
-            Command::CfgiSte { .. } | Command::CfgiCd { .. } => bump(&self.cfgi),
-            Command::Sync { .. } => bump(&self.syncs),
+            // Not invalidations: `apply` counts them without coming here.
+            Command::CfgiSte { .. } | Command::CfgiCd { .. } | Command::Sync { .. } => {}
+        }
+    }
+}
+
+impl CommandSink for TlbCaches {
+    // Inline: the consumer applies a `CMD_SYNC` after every batch, and that is one counter.
+    #[inline]
+    fn apply(&self, cmd: &Command) {
+        match *cmd {
+            Command::CfgiSte { .. } | Command::CfgiCd { .. } => {
+                self.cfgi.fetch_add(1, Ordering::Relaxed);
+            }
+            Command::Sync { .. } => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            Command::TlbiNhVa { .. } | Command::TlbiNhAsid { .. } | Command::TlbiNsnhAll => {
+                self.apply_invalidation(cmd);
+            }
         }
     }
 }

@@ -167,6 +167,7 @@ impl CommandSink for NullSink {
 }
 
 impl<T: CommandSink + ?Sized> CommandSink for std::sync::Arc<T> {
+    #[inline]
     fn apply(&self, cmd: &Command) {
         (**self).apply(cmd);
     }
@@ -177,6 +178,7 @@ impl<T: CommandSink + ?Sized> CommandSink for std::sync::Arc<T> {
 }
 
 impl<T: CommandSink + ?Sized> CommandSink for &T {
+    #[inline]
     fn apply(&self, cmd: &Command) {
         (**self).apply(cmd);
     }
@@ -267,6 +269,7 @@ impl Encoded {
 
 /// Checks a command list before anything is written: no syncs, every command encodable.
 /// Returns the encodings of the first commands.
+#[inline]
 pub(crate) fn validate(cmds: &[Command]) -> Result<Encoded, CmdqError> {
     let mut kept = Encoded {
         raw: [[0, 0]; KEPT_ENCODINGS],

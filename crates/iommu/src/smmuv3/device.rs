@@ -264,12 +264,12 @@ struct Streams {
 }
 
 /// What an STE lookup resolved to.
-enum Target {
+enum Target<'a> {
     Bypass,
     Translate {
         asid: u16,
         input_bits: u32,
-        table: Arc<RwLock<LpaeTable>>,
+        table: &'a RwLock<LpaeTable>,
     },
 }
 
@@ -636,9 +636,9 @@ impl Smmuv3 {
         }
     }
 
-    /// What stream `sid`'s STE says to do.
-    fn target(&self, sid: u32) -> Result<Target, SmmuFaultReason> {
-        let streams = self.streams.read();
+    /// What stream `sid`'s STE says to do, from the stream table `streams` (the caller
+    /// keeps its read lock while it uses the target: no reference count to take).
+    fn target(streams: &Streams, sid: u32) -> Result<Target<'_>, SmmuFaultReason> {
         let ste = streams
             .ste
             .get(sid as usize)
@@ -654,7 +654,7 @@ impl Smmuv3 {
                 Ok(Target::Translate {
                     asid: c.cd.asid,
                     input_bits: c.cd.input_bits(),
-                    table: c.table.clone(),
+                    table: &c.table,
                 })
             }
         }
@@ -743,9 +743,11 @@ impl Smmuv3 {
         if len == 0 {
             return Ok(());
         }
-        let target = self
-            .target(sid)
-            .map_err(|reason| self.fault(sid, iova, access, reason))?;
+        // Held for the whole translation (the lock order: stream table, page table, caches;
+        // only STE and context updates write it).
+        let streams = self.streams.read();
+        let target =
+            Self::target(&streams, sid).map_err(|reason| self.fault(sid, iova, access, reason))?;
         let last = iova.get().checked_add(len - 1);
         match target {
             Target::Bypass => {
@@ -779,7 +781,7 @@ impl Smmuv3 {
                     work.translations += 1;
                     // An input address beyond T0SZ's range is a translation fault.
                     let found = if cur < limit {
-                        self.translate_one(tag, &table, Iova::new(cur), work)
+                        self.translate_one(tag, table, Iova::new(cur), work)
                     } else {
                         None
                     };

@@ -24,7 +24,7 @@
 //! `CMD_TLBI_NH_ASID`, as Linux does for SVA since v6.6 (`CMDQ_MAX_TLBI_OPS`, 512 with 4 KiB
 //! pages) to avoid soft lockups on SMMUs without range invalidation.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -54,6 +54,7 @@ const MAX_NUM: u64 = 32;
 ///
 /// `start` must be aligned to `step`, and `size` a multiple of it.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn tlbi_va_commands(
     asid: u16,
     start: u64,
@@ -112,16 +113,116 @@ pub fn tlbi_va_commands(
     }
 }
 
-thread_local! {
-    /// Commands built on this thread and not yet issued, tagged by invalidator.
-    static PENDING: RefCell<Vec<(u64, Command)>> = const { RefCell::new(Vec::new()) };
-    /// Scratch buffer for the commands of one range (reused: no allocation per unmap).
-    static BUILT: Cell<Vec<Command>> = const { Cell::new(Vec::new()) };
-    /// Scratch buffer for a batch being issued (reused: no allocation per sync).
-    static ISSUING: Cell<Vec<Command>> = const { Cell::new(Vec::new()) };
+/// No invalidator: the value of [`Pending::owner`] when nothing is pending (identities
+/// start at 1).
+const NO_OWNER: u64 = 0;
+/// Several invalidators: [`Pending::ids`] tells their commands apart.
+const MIXED: u64 = u64::MAX;
+
+/// The commands built on one thread and not yet issued.
+///
+/// Usually they all belong to one invalidator (one strict unmap pushes its TLBIs and syncs
+/// them at once), and then they are kept as a plain command list that is built in place and
+/// issued as it is. Only while several invalidators have commands pending does `ids` tag
+/// each command with its invalidator.
+struct Pending {
+    /// The commands, in the order they were pushed.
+    cmds: Vec<Command>,
+    /// The invalidator of each command of `cmds` when `owner` is [`MIXED`] (empty
+    /// otherwise).
+    ids: Vec<u64>,
+    /// The invalidator all of `cmds` belong to, [`NO_OWNER`] when there are none, or
+    /// [`MIXED`].
+    owner: u64,
+    /// The buffer swapped in for `cmds` while a batch is issued (reused: no allocation per
+    /// sync).
+    spare: Vec<Command>,
 }
 
-/// Largest command buffer [`BUILT`] keeps between calls (a huge range's buffer is freed).
+impl Pending {
+    /// Tags every command with its invalidator, so another invalidator can add its own.
+    fn make_mixed(&mut self) {
+        if self.owner != MIXED {
+            self.ids.clear();
+            self.ids.resize(self.cmds.len(), self.owner);
+            self.owner = MIXED;
+        }
+    }
+
+    /// Back to the untagged form when one invalidator (or none) is left.
+    fn normalize(&mut self) {
+        if self.owner == MIXED {
+            match self.ids.first() {
+                None => self.owner = NO_OWNER,
+                Some(&first) if self.ids.iter().all(|&id| id == first) => {
+                    self.owner = first;
+                    self.ids.clear();
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// How many of the pending commands belong to invalidator `id`.
+    fn count_of(&self, id: u64) -> usize {
+        match self.owner {
+            MIXED => self.ids.iter().filter(|&&i| i == id).count(),
+            owner if owner == id => self.cmds.len(),
+            _ => 0,
+        }
+    }
+
+    /// Moves invalidator `id`'s pending commands, in order, into a buffer (the spare one)
+    /// and returns it.
+    fn take_own(&mut self, id: u64) -> Vec<Command> {
+        let mut out = std::mem::take(&mut self.spare);
+        out.clear();
+        match self.owner {
+            MIXED => {
+                out.extend(
+                    self.cmds
+                        .iter()
+                        .zip(&self.ids)
+                        .filter(|&(_, &i)| i == id)
+                        .map(|(&c, _)| c),
+                );
+                let mut ids = self.ids.iter();
+                self.cmds.retain(|_| ids.next() != Some(&id));
+                self.ids.retain(|&i| i != id);
+                self.normalize();
+            }
+            owner if owner == id => {
+                // The usual case: hand over the whole list, keep the spare for the next one.
+                std::mem::swap(&mut out, &mut self.cmds);
+                self.owner = NO_OWNER;
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Returns a buffer [`Pending::take_own`] handed out.
+    fn give_back(&mut self, mut buf: Vec<Command>) {
+        buf.clear();
+        if buf.capacity() <= KEEP_BUILT && buf.capacity() >= self.spare.capacity() {
+            self.spare = buf;
+        }
+    }
+}
+
+thread_local! {
+    /// Commands built on this thread and not yet issued.
+    static PENDING: RefCell<Pending> = const {
+        RefCell::new(Pending {
+            cmds: Vec::new(),
+            ids: Vec::new(),
+            owner: NO_OWNER,
+            spare: Vec::new(),
+        })
+    };
+}
+
+/// Largest command buffer kept between calls (a huge range's buffer is freed).
 const KEEP_BUILT: usize = 4096;
 
 /// Source of invalidator identities (to tell their pending commands apart).
@@ -191,45 +292,71 @@ impl Smmuv3Invalidator {
         }
     }
 
-    /// Moves this invalidator's pending commands off the thread's batch into `out`.
-    fn take_pending(&self, out: &mut Vec<Command>) {
+    /// Issues this invalidator's pending commands (with a `CMD_SYNC` if `sync`).
+    fn issue_pending(&self, sync: bool, work: &mut WorkRecord) {
         PENDING.with(|p| {
             let mut p = p.borrow_mut();
-            if p.iter().all(|(id, _)| *id == self.id) {
-                // The usual case: only this invalidator has commands pending.
-                out.extend(p.drain(..).map(|(_, c)| c));
+            if p.owner == self.id {
+                // The usual case: the batch is this invalidator's alone, and is issued in
+                // place. (Issuing never comes back to an invalidator: the queue's sink is
+                // the TLB caches.)
+                self.issue(&p.cmds, sync, work);
+                p.cmds.clear();
+                p.owner = NO_OWNER;
+                if p.cmds.capacity() > KEEP_BUILT {
+                    p.cmds = Vec::new();
+                }
             } else {
-                out.extend(p.iter().filter(|(id, _)| *id == self.id).map(|&(_, c)| c));
-                p.retain(|(id, _)| *id != self.id);
+                let batch = p.take_own(self.id);
+                self.issue(&batch, sync, work);
+                p.give_back(batch);
             }
-        })
+        });
     }
 
-    /// Issues this invalidator's pending commands (with a `CMD_SYNC` if `sync`), through
-    /// the thread's reused issue buffer.
-    fn issue_pending(&self, sync: bool, work: &mut WorkRecord) {
-        let mut batch = ISSUING.take();
-        batch.clear();
-        self.take_pending(&mut batch);
-        self.issue(&batch, sync, work);
-        batch.clear();
-        ISSUING.set(batch);
+    /// Adds the commands `build` appends to its vector to the thread's batch, issuing this
+    /// invalidator's commands without a sync each time they fill a batch (`limit`), as if
+    /// the commands were pushed one at a time.
+    fn push_with(&self, work: &mut WorkRecord, build: impl FnOnce(&mut Vec<Command>)) {
+        let id = self.id;
+        let full = PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            let p = &mut *p;
+            if p.owner != NO_OWNER && p.owner != id {
+                p.make_mixed();
+            }
+            let before = p.cmds.len();
+            build(&mut p.cmds);
+            let added = p.cmds.len() - before;
+            if p.owner == MIXED {
+                p.ids.resize(p.cmds.len(), id);
+            } else if added > 0 {
+                p.owner = id;
+            }
+            // Only this invalidator's commands count. Before this call it had fewer than
+            // `limit` pending (a full batch is issued at once).
+            p.count_of(id) >= self.limit
+        });
+        if full {
+            self.issue_full_batches(work);
+        }
     }
 
-    /// Adds commands to the thread's batch, issuing it without a sync whenever it is full.
-    fn push(&self, cmds: &[Command], work: &mut WorkRecord) {
-        for &cmd in cmds {
-            let full = PENDING.with(|p| {
-                let mut p = p.borrow_mut();
-                p.push((self.id, cmd));
-                // Only this invalidator's commands count; there are no more of them than
-                // the whole batch holds.
-                p.len() >= self.limit
-                    && p.iter().filter(|(id, _)| *id == self.id).count() >= self.limit
-            });
-            if full {
-                self.issue_pending(false, work);
-            }
+    /// Issues this invalidator's pending commands without a sync in batches of `limit`,
+    /// leaving fewer than `limit` pending.
+    fn issue_full_batches(&self, work: &mut WorkRecord) {
+        let mut own = PENDING.with(|p| p.borrow_mut().take_own(self.id));
+        let mut chunks = own.chunks_exact(self.limit);
+        for chunk in &mut chunks {
+            self.issue(chunk, false, work);
+        }
+        let rest = chunks.remainder().len();
+        if rest > 0 {
+            own.drain(..own.len() - rest);
+            self.push_with(work, |out| out.extend_from_slice(&own));
+        }
+        if own.capacity() <= KEEP_BUILT {
+            PENDING.with(|p| p.borrow_mut().give_back(own));
         }
     }
 
@@ -239,28 +366,16 @@ impl Smmuv3Invalidator {
         if !self.range {
             if let Some(max) = self.max_tlbi_ops {
                 if size / step.max(1) >= max {
-                    self.push(&[self.asid_command()], work);
+                    let cmd = self.asid_command();
+                    self.push_with(work, |out| out.push(cmd));
                     return;
                 }
             }
         }
-        let mut out = BUILT.take();
-        out.clear();
-        tlbi_va_commands(
-            self.asid,
-            start,
-            size,
-            step,
-            self.granule_shift,
-            leaf,
-            self.range,
-            &mut out,
-        );
-        self.push(&out, work);
-        if out.capacity() <= KEEP_BUILT {
-            out.clear();
-            BUILT.set(out);
-        }
+        let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
+        self.push_with(work, |out| {
+            tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
+        });
     }
 
     fn asid_command(&self) -> Command {
@@ -286,7 +401,8 @@ impl Invalidator for Smmuv3Invalidator {
 
     fn invalidate_domain(&self, _domain: DomainId, work: &mut WorkRecord) {
         work.inval_domains += 1;
-        self.push(&[self.asid_command()], work);
+        let cmd = self.asid_command();
+        self.push_with(work, |out| out.push(cmd));
     }
 
     fn sync(&self, work: &mut WorkRecord) {
@@ -376,6 +492,104 @@ mod tests {
         let s = cmds(0x4010_0000, 257 * SZ_4K, SZ_4K, true, false);
         assert_eq!(s.len(), 257);
         assert_eq!(s[1].encode().unwrap(), [0x0009_0000_0000_0012, 0x4010_1001]);
+    }
+
+    /// A producer that records every issue (commands and sync flag) and writes nothing.
+    struct Recorder {
+        q: super::super::cmdq::Cmdq<Arc<TlbCaches>>,
+        log: std::sync::Mutex<Vec<(Vec<Command>, bool)>>,
+    }
+
+    impl CmdqProducer for Recorder {
+        type Sink = Arc<TlbCaches>;
+        fn kind(&self) -> super::super::cmdq::ProducerKind {
+            super::super::cmdq::ProducerKind::Spinlock
+        }
+        fn cmdq(&self) -> &super::super::cmdq::Cmdq<Arc<TlbCaches>> {
+            &self.q
+        }
+        fn issue(
+            &self,
+            cmds: &[Command],
+            sync: bool,
+            _work: &mut WorkRecord,
+        ) -> Result<(), super::super::cmdq::CmdqError> {
+            self.log.lock().unwrap().push((cmds.to_vec(), sync));
+            Ok(())
+        }
+    }
+
+    /// The thread's batch as first written: one command at a time, each tagged with its
+    /// invalidator, a batch issued as soon as one invalidator has `limit` pending.
+    #[derive(Default)]
+    struct Reference {
+        pending: Vec<(usize, Command)>,
+        log: Vec<(Vec<Command>, bool)>,
+    }
+
+    impl Reference {
+        fn issue_pending(&mut self, who: usize, sync: bool) {
+            let own = self
+                .pending
+                .iter()
+                .filter(|(w, _)| *w == who)
+                .map(|&(_, c)| c)
+                .collect();
+            self.pending.retain(|(w, _)| *w != who);
+            self.log.push((own, sync));
+        }
+
+        fn push(&mut self, who: usize, cmds: &[Command], limit: usize) {
+            for &c in cmds {
+                self.pending.push((who, c));
+                if self.pending.iter().filter(|(w, _)| *w == who).count() >= limit {
+                    self.issue_pending(who, false);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Pending commands of several invalidators on one thread are issued exactly as
+        /// the one-command-at-a-time batch issues them.
+        #[test]
+        fn batching_matches_the_one_at_a_time_reference(
+            ops in proptest::collection::vec((0usize..3, 0u64..200, proptest::bool::ANY), 1..60),
+            log2size in 2u32..8,
+        ) {
+            use super::super::cmdq::{Cmdq, CmdqConfig};
+            let caches = Arc::new(
+                TlbCaches::new(crate::iotlb::IotlbConfig::new(64, 4, crate::iotlb::Replacement::Lru),
+                    crate::iotlb::WalkCacheConfig::gem5()).unwrap(),
+            );
+            let rec = Arc::new(Recorder {
+                q: Cmdq::new(CmdqConfig::with_log2size(log2size), caches).unwrap(),
+                log: std::sync::Mutex::new(Vec::new()),
+            });
+            let invs: Vec<_> = (0..3u16)
+                .map(|a| Smmuv3Invalidator::new(a + 1, 12, false, None, rec.clone()))
+                .collect();
+            let limit = invs[0].limit;
+            let mut reference = Reference::default();
+            let mut work = WorkRecord::new();
+            for &(who, pages, sync) in &ops {
+                if sync {
+                    invs[who].sync(&mut work);
+                    reference.issue_pending(who, true);
+                } else {
+                    let size = pages * SZ_4K;
+                    invs[who].push_range(0x10_0000, size, SZ_4K, true, &mut work);
+                    let mut built = Vec::new();
+                    tlbi_va_commands(who as u16 + 1, 0x10_0000, size, SZ_4K, 12, true, false, &mut built);
+                    reference.push(who, &built, limit);
+                }
+            }
+            for (who, inv) in invs.iter().enumerate() {
+                inv.sync(&mut work);
+                reference.issue_pending(who, true);
+            }
+            proptest::prop_assert_eq!(&*rec.log.lock().unwrap(), &reference.log);
+        }
     }
 
     #[test]

@@ -367,6 +367,7 @@ impl Command {
     }
 
     /// Encodes the command into its two words.
+    #[inline]
     pub fn encode(&self) -> Result<RawCommand, CommandEncodeError> {
         let op = OP.put(u64::from(self.opcode()));
         Ok(match *self {
@@ -420,47 +421,71 @@ impl Command {
 
     /// Decodes two words. Unknown opcodes, reserved bits and reserved field values are
     /// errors; decoding never panics.
+    #[inline]
     pub fn decode(raw: RawCommand) -> Result<Command, CommandDecodeError> {
         let [w0, w1] = raw;
         // The opcode field is 8 bits, so the cast is exact.
         let op = OP.get(w0) as u8;
-        let defined = defined_bits(op).ok_or(CommandDecodeError::UnknownOpcode { opcode: op })?;
-        for (word, (w, d)) in [w0, w1].into_iter().zip(defined).enumerate() {
-            if w & !d != 0 {
-                return Err(CommandDecodeError::ReservedBits {
-                    opcode: op,
-                    word,
-                    bits: w & !d,
-                });
+        // One dispatch on the opcode: each arm checks the reserved bits of its own layout
+        // (`defined_bits` of a constant opcode folds to two masks), then reads the fields.
+        let reserved = |defined: Option<[u64; 2]>| -> Result<(), CommandDecodeError> {
+            let Some(d) = defined else {
+                return Err(CommandDecodeError::UnknownOpcode { opcode: op });
+            };
+            for (word, (w, d)) in [w0, w1].into_iter().zip(d).enumerate() {
+                if w & !d != 0 {
+                    return Err(CommandDecodeError::ReservedBits {
+                        opcode: op,
+                        word,
+                        bits: w & !d,
+                    });
+                }
             }
-        }
+            Ok(())
+        };
         // Every `as` below narrows a field whose width fits the target type.
         Ok(match op {
-            opcode::TLBI_NH_VA => Command::TlbiNhVa {
-                vmid: TLBI_0_VMID.get(w0) as u16,
-                asid: TLBI_0_ASID.get(w0) as u16,
-                addr: w1 & TLBI_1_VA.mask(),
-                leaf: TLBI_1_LEAF.get(w1) != 0,
-                ttl: TLBI_1_TTL.get(w1) as u8,
-                tg: TLBI_1_TG.get(w1) as u8,
-                num: TLBI_0_NUM.get(w0) as u8,
-                scale: TLBI_0_SCALE.get(w0) as u8,
-            },
-            opcode::TLBI_NH_ASID => Command::TlbiNhAsid {
-                vmid: TLBI_0_VMID.get(w0) as u16,
-                asid: TLBI_0_ASID.get(w0) as u16,
-            },
-            opcode::TLBI_NSNH_ALL => Command::TlbiNsnhAll,
-            opcode::CFGI_STE => Command::CfgiSte {
-                sid: CFGI_0_SID.get(w0) as u32,
-                leaf: CFGI_1_LEAF.get(w1) != 0,
-            },
-            opcode::CFGI_CD => Command::CfgiCd {
-                sid: CFGI_0_SID.get(w0) as u32,
-                ssid: CFGI_0_SSID.get(w0) as u32,
-                leaf: CFGI_1_LEAF.get(w1) != 0,
-            },
+            opcode::TLBI_NH_VA => {
+                reserved(defined_bits(opcode::TLBI_NH_VA))?;
+                Command::TlbiNhVa {
+                    vmid: TLBI_0_VMID.get(w0) as u16,
+                    asid: TLBI_0_ASID.get(w0) as u16,
+                    addr: w1 & TLBI_1_VA.mask(),
+                    leaf: TLBI_1_LEAF.get(w1) != 0,
+                    ttl: TLBI_1_TTL.get(w1) as u8,
+                    tg: TLBI_1_TG.get(w1) as u8,
+                    num: TLBI_0_NUM.get(w0) as u8,
+                    scale: TLBI_0_SCALE.get(w0) as u8,
+                }
+            }
+            opcode::TLBI_NH_ASID => {
+                reserved(defined_bits(opcode::TLBI_NH_ASID))?;
+                Command::TlbiNhAsid {
+                    vmid: TLBI_0_VMID.get(w0) as u16,
+                    asid: TLBI_0_ASID.get(w0) as u16,
+                }
+            }
+            opcode::TLBI_NSNH_ALL => {
+                reserved(defined_bits(opcode::TLBI_NSNH_ALL))?;
+                Command::TlbiNsnhAll
+            }
+            opcode::CFGI_STE => {
+                reserved(defined_bits(opcode::CFGI_STE))?;
+                Command::CfgiSte {
+                    sid: CFGI_0_SID.get(w0) as u32,
+                    leaf: CFGI_1_LEAF.get(w1) != 0,
+                }
+            }
+            opcode::CFGI_CD => {
+                reserved(defined_bits(opcode::CFGI_CD))?;
+                Command::CfgiCd {
+                    sid: CFGI_0_SID.get(w0) as u32,
+                    ssid: CFGI_0_SSID.get(w0) as u32,
+                    leaf: CFGI_1_LEAF.get(w1) != 0,
+                }
+            }
             opcode::CMD_SYNC => {
+                reserved(defined_bits(opcode::CMD_SYNC))?;
                 let cs = match SYNC_0_CS.get(w0) {
                     0 => SyncCs::None,
                     1 => SyncCs::Irq,
@@ -481,7 +506,6 @@ impl Command {
                     msi_data: SYNC_0_MSIDATA.get(w0) as u32,
                 }
             }
-            // `defined_bits` returned `Some`, so the opcode is one of the above.
             _ => return Err(CommandDecodeError::UnknownOpcode { opcode: op }),
         })
     }
