@@ -42,7 +42,8 @@
 //! All conversions return `f64` nanoseconds, summed in a fixed order, so results are
 //! deterministic; the engine rounds to its integer time base where it schedules events.
 
-use std::fmt::Write as _;
+use std::cell::RefCell;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 
 use iolab_iommu::work::{LockId, WorkRecord};
@@ -967,6 +968,15 @@ macro_rules! counter_charges {
         fn counter_values(w: &WorkRecord) -> [u64; N_CHARGED] {
             [ $( w.$field ),* ]
         }
+
+        /// The memo key of `w`: [`counter_values`], then the lock counts, built in one
+        /// array expression (straight copies, no zeroing first). A change of
+        /// `LockId::COUNT` stops the build here, where the lock counts are listed.
+        #[inline]
+        fn record_key(w: &WorkRecord) -> RecordKey {
+            let l = &w.locks;
+            [ $( w.$field, )* l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9], l[10] ]
+        }
     };
 }
 
@@ -1041,18 +1051,123 @@ fn path_sum_ns(profile: &PlatformProfile, paths: &str) -> Option<f64> {
 
 /// Per-counter weights (ns per counted unit) precomputed from a profile, so converting a
 /// [`WorkRecord`] is a dot product. Build one per profile and reuse it.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// It also keeps a small memo of the last records [`CpuCostModel::record_cost`] priced (a
+/// cache, invisible in results: equality and `Debug` ignore it).
+#[derive(Clone)]
 pub struct CpuCostModel {
     cpu: [f64; N_CHARGED],
     /// The non-zero entries of `cpu`, as (counter index, weight), in index order.
     cpu_terms: Vec<(usize, f64)>,
-    /// The non-zero entries of `translation`; the dense array itself is not needed.
-    translation_terms: Vec<(usize, f64)>,
+    /// The weights of the [`Charge::Translation`] counters, in [`TRANSLATION_COUNTERS`] order.
+    translation: [f64; N_TRANSLATION],
     /// The non-zero entries of the hypervisor weights, if the profile has the group.
     hypervisor_terms: Option<Vec<(usize, f64)>>,
     lock_ns: f64,
     profile_name: String,
     origin: String,
+    memo: RefCell<RecordMemo>,
+}
+
+impl fmt::Debug for CpuCostModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuCostModel")
+            .field("cpu", &self.cpu)
+            .field("translation", &self.translation)
+            .field("hypervisor_terms", &self.hypervisor_terms)
+            .field("lock_ns", &self.lock_ns)
+            .field("profile_name", &self.profile_name)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CpuCostModel {
+    /// Models are equal when they price every record alike: the memo is not compared.
+    fn eq(&self, other: &Self) -> bool {
+        self.cpu == other.cpu
+            && self.cpu_terms == other.cpu_terms
+            && self.translation == other.translation
+            && self.hypervisor_terms == other.hypervisor_terms
+            && self.lock_ns == other.lock_ns
+            && self.profile_name == other.profile_name
+            && self.origin == other.origin
+    }
+}
+
+/// Every conversion of one [`WorkRecord`] the lab's DMA paths need, computed at once by
+/// [`CpuCostModel::record_cost`]. Each field is bit for bit what the named method returns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RecordCost {
+    /// [`CpuCostModel::cpu_ns`].
+    pub cpu_ns: f64,
+    /// [`CpuCostModel::locks_uncontended_ns`].
+    pub locks_uncontended_ns: f64,
+    /// [`CpuCostModel::hypervisor_ns`], `None` where that is an error (hypercalls counted,
+    /// no hypervisor group: call it for the error).
+    pub hypervisor_ns: Option<f64>,
+    /// [`CpuCostModel::tree_ns`].
+    pub tree_ns: f64,
+    /// [`CpuCostModel::flush_queue_ns`].
+    pub flush_queue_ns: f64,
+}
+
+/// How many records the memo of [`CpuCostModel::record_cost`] keeps. A DMA path's records
+/// take few shapes (a map that hits the IOVA caches, an unmap, now and then a cache miss
+/// with a tree walk), so a handful of entries catch nearly all of them.
+const MEMO_ENTRIES: usize = 4;
+
+/// Words of a record's memo key: its counters, then its lock counts.
+const KEY_WORDS: usize = N_CHARGED + LockId::COUNT;
+
+/// A record as the memo compares it: every counter and lock count, one array (compared
+/// as one block of memory, not field by field).
+type RecordKey = [u64; KEY_WORDS];
+
+/// Whether two memo keys are equal. The first two words (PTEs written, PTEs cleared)
+/// tell most records of different shapes apart (a map from an unmap), so they are compared
+/// inline before the whole keys are.
+#[inline]
+fn same_key(a: &RecordKey, b: &RecordKey) -> bool {
+    a[0] == b[0] && a[1] == b[1] && a == b
+}
+
+/// The last records priced and their costs, replaced round-robin. Every entry is valid
+/// (the empty record's cost at first), so a lookup needs no flags.
+#[derive(Clone)]
+struct RecordMemo {
+    entries: [(RecordKey, RecordCost); MEMO_ENTRIES],
+    /// The entries of the last two lookups, the latest first: where a lookup starts.
+    recent: [usize; 2],
+    /// The entry the next miss replaces.
+    next: usize,
+}
+
+impl RecordMemo {
+    /// The kept cost of `key`, if an entry has it. Looks first where the last lookup
+    /// ended, then where the one before it did (records come in runs of one shape, the
+    /// unmaps of an interrupt's completions, or alternate, map and unmap), then everywhere.
+    #[inline]
+    fn find(&mut self, key: &RecordKey) -> Option<RecordCost> {
+        let [last, before] = self.recent;
+        let found = if same_key(&self.entries[last].0, key) {
+            Some(last)
+        } else if same_key(&self.entries[before].0, key) {
+            Some(before)
+        } else {
+            self.entries.iter().position(|(k, _)| same_key(k, key))
+        }?;
+        self.recent = [found, last];
+        Some(self.entries[found].1)
+    }
+
+    /// Keeps `cost` as the cost of `key`, in place of the oldest entry.
+    fn insert(&mut self, key: RecordKey, cost: RecordCost) {
+        let slot = self.next;
+        self.entries[slot] = (key, cost);
+        self.next = (slot + 1) % MEMO_ENTRIES;
+        self.recent = [slot, self.recent[0]];
+    }
 }
 
 impl CpuCostModel {
@@ -1071,10 +1186,18 @@ impl CpuCostModel {
                 Charge::Engine(_) | Charge::NotCharged(_) => {}
             }
         }
-        CpuCostModel {
+        let empty = WorkRecord::new();
+        let zero = RecordCost {
+            cpu_ns: 0.0,
+            locks_uncontended_ns: 0.0,
+            hypervisor_ns: Some(0.0),
+            tree_ns: 0.0,
+            flush_queue_ns: 0.0,
+        };
+        let mut model = CpuCostModel {
             cpu,
             cpu_terms: nonzero_terms(&cpu),
-            translation_terms: nonzero_terms(&translation),
+            translation: TRANSLATION_COUNTERS.map(|i| translation[i]),
             hypervisor_terms: profile
                 .hypervisor
                 .as_ref()
@@ -1082,7 +1205,16 @@ impl CpuCostModel {
             lock_ns: profile.sync.lock_acquire_release.ns(),
             profile_name: profile.name.clone(),
             origin: profile.origin.clone(),
-        }
+            memo: RefCell::new(RecordMemo {
+                entries: [(record_key(&empty), zero); MEMO_ENTRIES],
+                recent: [0, 0],
+                next: 0,
+            }),
+        };
+        // The empty record's cost, computed rather than assumed.
+        let empty_cost = model.record_cost_uncached(&empty);
+        model.memo.get_mut().entries = [(record_key(&empty), empty_cost); MEMO_ENTRIES];
+        model
     }
 
     /// The uncontended CPU time of the counted steps, in ns: the dot product of the
@@ -1094,24 +1226,75 @@ impl CpuCostModel {
     }
 
     /// The time the IOMMU adds to the device's accesses, in ns ([`Charge::Translation`]).
+    ///
+    /// The dense sum over the translation counters only, at indices known when the crate is
+    /// built (so only those fields are read): the other counters' terms are `+0.0` (zero
+    /// weight), which [`dot`] shows change no bit, and a zero counter is skipped likewise.
     #[inline]
     pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
-        dot(&counter_values(work), &self.translation_terms)
+        let counts = counter_values(work);
+        let mut acc = [0.0f64; 4];
+        for (k, &i) in TRANSLATION_COUNTERS.iter().enumerate() {
+            let c = counts[i];
+            if c != 0 {
+                acc[i & 3] += c as f64 * self.translation[k];
+            }
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
     }
 
     /// Hypervisor time in ns ([`Charge::Hypervisor`]: per call, base plus TCE invalidation;
     /// per TCE touched, the `H_PUT_TCE` cost). Zero for a record with no hypercalls; an
     /// error if the record has some and the profile has no hypervisor group.
     pub fn hypervisor_ns(&self, work: &WorkRecord) -> Result<f64, CostError> {
-        match &self.hypervisor_terms {
-            Some(w) => Ok(dot(&counter_values(work), w)),
-            None if work.hypercalls == 0 && work.tces_touched == 0 => Ok(0.0),
-            None => Err(CostError::MissingGroup {
+        self.hypervisor_ns_if_priced(work)
+            .ok_or_else(|| CostError::MissingGroup {
                 origin: self.origin.clone(),
                 profile: self.profile_name.clone(),
                 group: "hypervisor".into(),
                 needed_for: "a work record with hypercalls".into(),
-            }),
+            })
+    }
+
+    /// [`CpuCostModel::hypervisor_ns`] without building its error: `None` for a record
+    /// with hypercalls or TCEs on a profile without a hypervisor group.
+    #[inline]
+    fn hypervisor_ns_if_priced(&self, work: &WorkRecord) -> Option<f64> {
+        match &self.hypervisor_terms {
+            Some(w) => Some(dot(&counter_values(work), w)),
+            None if work.hypercalls == 0 && work.tces_touched == 0 => Some(0.0),
+            None => None,
+        }
+    }
+
+    /// Every conversion the lab's DMA paths need of `work` ([`RecordCost`]), bit for bit
+    /// what the separate methods return.
+    ///
+    /// A record's counters repeat from one I/O to the next (every strict map that hits the
+    /// IOVA caches counts the same steps), so the costs of the last few records are kept
+    /// and a record equal to one of them, counter for counter and lock for lock, gets its
+    /// costs back without a dot product. Nothing else goes into a cost (the weights are
+    /// fixed when the model is built), so a kept cost is exactly the one a computation
+    /// would give.
+    pub fn record_cost(&self, work: &WorkRecord) -> RecordCost {
+        let key = record_key(work);
+        let mut memo = self.memo.borrow_mut();
+        if let Some(cost) = memo.find(&key) {
+            return cost;
+        }
+        let cost = self.record_cost_uncached(work);
+        memo.insert(key, cost);
+        cost
+    }
+
+    /// [`CpuCostModel::record_cost`], computed.
+    fn record_cost_uncached(&self, work: &WorkRecord) -> RecordCost {
+        RecordCost {
+            cpu_ns: self.cpu_ns(work),
+            locks_uncontended_ns: self.locks_uncontended_ns(work),
+            hypervisor_ns: self.hypervisor_ns_if_priced(work),
+            tree_ns: self.tree_ns(work),
+            flush_queue_ns: self.flush_queue_ns(work),
         }
     }
 
@@ -1200,6 +1383,34 @@ const FLUSH_QUEUE_COUNTERS: [usize; 3] = [
     charge_index("flush_queue_frees"),
 ];
 
+/// How many counters are charged as [`Charge::Translation`].
+const N_TRANSLATION: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Translation(_)) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The [`Charge::Translation`] counters, as indices into [`COUNTER_CHARGES`] in index
+/// order (derived from the table, so a new translation counter joins by itself).
+const TRANSLATION_COUNTERS: [usize; N_TRANSLATION] = {
+    let mut out = [0; N_TRANSLATION];
+    let (mut i, mut k) = (0, 0);
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Translation(_)) {
+            out[k] = i;
+            k += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
 impl CpuCostModel {
     /// [`CpuCostModel::cpu_ns`] of a record whose only non-zero counters are the IOVA
     /// tree's of `w` (`tree_nodes_visited`, `tree_rotations`): the CPU time of the work done
@@ -1255,10 +1466,23 @@ fn nonzero_terms(weights: &[f64; N_CHARGED]) -> Vec<(usize, f64)> {
 ///
 /// The result is exactly the dense four-lane sum the model has always computed: counter
 /// `i` goes to accumulator `i % 4`, each lane adds in index order, and the lanes combine
-/// as `(a0 + a1) + (a2 + a3)`. A skipped term is `+0.0` (a zero counter or a zero weight;
-/// weights are finite and non-negative, checked when the profile is read), and adding
-/// `+0.0` to an accumulator that starts at `+0.0` leaves it unchanged, so skipping changes
-/// no bit.
+/// as `(a0 + a1) + (a2 + a3)`. Why skipping a term changes no bit:
+///
+/// - A skipped term is `c as f64 * w` with `c == 0` or `w == 0`. Every weight is `>= +0.0`
+///   and finite: profile values are checked finite and in `0..=MAX_COST_VALUE` when read,
+///   the clock is at least [`MIN_CLOCK_GHZ`], and a weight is a sum starting at `+0.0`
+///   ([`path_sum_ns`]), so even a profile value written `-0.0` gives `+0.0 + -0.0 = +0.0`.
+///   So the skipped term is `+0.0` (`0 * w` and `c * +0.0` with `c >= 0` are both `+0.0`),
+///   never `-0.0` or NaN.
+/// - Every kept term is `>= +0.0` and finite (a count below 2^64 times a weight below
+///   1e14 ns is below 2e33), so a lane, starting at `+0.0`, stays `>= +0.0` and finite:
+///   never `-0.0`, NaN or infinite.
+/// - For such an accumulator `a`, `a + +0.0 == a` bit for bit (IEEE 754: `x + +0.0` is `x`
+///   for every `x` but `-0.0`, which gives `+0.0`). So adding the skipped terms, at any
+///   point of the lane, leaves it unchanged, and the lane sums and their combination are
+///   those of the dense sum.
+///
+/// The unit tests check it against the dense sum, every bundled profile, random records.
 #[inline]
 fn dot(counts: &[u64; N_CHARGED], terms: &[(usize, f64)]) -> f64 {
     let mut acc = [0.0f64; 4];
