@@ -1137,28 +1137,18 @@ fn same_key(a: &RecordKey, b: &RecordKey) -> bool {
 #[derive(Clone)]
 struct RecordMemo {
     entries: [(RecordKey, RecordCost); MEMO_ENTRIES],
-    /// The entries of the last two lookups, the latest first: where a lookup starts.
-    recent: [usize; 2],
     /// The entry the next miss replaces.
     next: usize,
 }
 
 impl RecordMemo {
-    /// The kept cost of `key`, if an entry has it. Looks first where the last lookup
-    /// ended, then where the one before it did (records come in runs of one shape, the
-    /// unmaps of an interrupt's completions, or alternate, map and unmap), then everywhere.
+    /// The kept cost of `key`, if an entry has it.
     #[inline]
-    fn find(&mut self, key: &RecordKey) -> Option<RecordCost> {
-        let [last, before] = self.recent;
-        let found = if same_key(&self.entries[last].0, key) {
-            Some(last)
-        } else if same_key(&self.entries[before].0, key) {
-            Some(before)
-        } else {
-            self.entries.iter().position(|(k, _)| same_key(k, key))
-        }?;
-        self.recent = [found, last];
-        Some(self.entries[found].1)
+    fn find(&self, key: &RecordKey) -> Option<RecordCost> {
+        self.entries
+            .iter()
+            .find(|(k, _)| same_key(k, key))
+            .map(|(_, cost)| *cost)
     }
 
     /// Keeps `cost` as the cost of `key`, in place of the oldest entry.
@@ -1166,7 +1156,6 @@ impl RecordMemo {
         let slot = self.next;
         self.entries[slot] = (key, cost);
         self.next = (slot + 1) % MEMO_ENTRIES;
-        self.recent = [slot, self.recent[0]];
     }
 }
 
@@ -1207,7 +1196,6 @@ impl CpuCostModel {
             origin: profile.origin.clone(),
             memo: RefCell::new(RecordMemo {
                 entries: [(record_key(&empty), zero); MEMO_ENTRIES],
-                recent: [0, 0],
                 next: 0,
             }),
         };
