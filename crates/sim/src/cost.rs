@@ -977,6 +977,13 @@ macro_rules! counter_charges {
             let l = &w.locks;
             [ $( w.$field, )* l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9], l[10] ]
         }
+
+        /// Counter `i` of `w` ([`COUNTER_CHARGES`] order), to set it in tests.
+        #[cfg(test)]
+        fn counter_mut(w: &mut WorkRecord, i: usize) -> &mut u64 {
+            let fields: [&mut u64; N_CHARGED] = [ $( &mut w.$field ),* ];
+            fields.into_iter().nth(i).expect("a counter index")
+        }
     };
 }
 
@@ -1746,6 +1753,223 @@ mod tests {
         assert!(models
             .iter()
             .any(|m| m.tree_ns(&w) > 0.0 && m.flush_queue_ns(&w) > 0.0));
+    }
+
+    /// The dense per-counter weights of `p` (CPU, translation, hypervisor), as the model
+    /// has always derived them: every counter, zero where it is not charged that way.
+    fn dense_weights(p: &PlatformProfile) -> [[f64; N_CHARGED]; 3] {
+        let mut out = [[0.0; N_CHARGED]; 3];
+        for (i, (_, charge)) in COUNTER_CHARGES.iter().enumerate() {
+            let (k, path) = match *charge {
+                Charge::Cpu(path) => (0, path),
+                Charge::Translation(path) => (1, path),
+                Charge::Hypervisor(path) => (2, path),
+                Charge::Engine(_) | Charge::NotCharged(_) => continue,
+            };
+            out[k][i] = path_sum_ns(p, path).unwrap_or(0.0);
+        }
+        out
+    }
+
+    /// The conversions of `w` the old, dense way: every counter's term added, every lock's.
+    fn dense_record_cost(p: &PlatformProfile, w: &WorkRecord) -> (RecordCost, f64) {
+        let [cpu, translation, hypervisor] = dense_weights(p);
+        let counts = counter_values(w);
+        let only = |idx: &[usize]| {
+            let mut c = [0u64; N_CHARGED];
+            for &i in idx {
+                c[i] = counts[i];
+            }
+            c
+        };
+        let mut locks = 0.0;
+        for id in LockId::ALL {
+            locks += w.lock_count(id) as f64 * p.sync.lock_acquire_release.ns();
+        }
+        let hv = if p.hypervisor.is_some() {
+            Some(dense_dot(&counts, &hypervisor))
+        } else if w.hypercalls == 0 && w.tces_touched == 0 {
+            Some(0.0)
+        } else {
+            None
+        };
+        let cost = RecordCost {
+            cpu_ns: dense_dot(&counts, &cpu),
+            locks_uncontended_ns: locks,
+            hypervisor_ns: hv,
+            tree_ns: dense_dot(&only(&TREE_COUNTERS), &cpu),
+            flush_queue_ns: dense_dot(&only(&FLUSH_QUEUE_COUNTERS), &cpu),
+        };
+        (cost, dense_dot(&counts, &translation))
+    }
+
+    /// `a` and `b` to the bit (an `Option` as its `None`ness and its value's bits).
+    fn assert_same_bits(a: &RecordCost, b: &RecordCost, what: &str) {
+        let bits = |c: &RecordCost| {
+            [
+                c.cpu_ns.to_bits(),
+                c.locks_uncontended_ns.to_bits(),
+                c.hypervisor_ns.map_or(u64::MAX, f64::to_bits),
+                u64::from(c.hypervisor_ns.is_none()),
+                c.tree_ns.to_bits(),
+                c.flush_queue_ns.to_bits(),
+            ]
+        };
+        assert_eq!(bits(a), bits(b), "{what}: {a:?} vs {b:?}");
+    }
+
+    /// Every bundled profile, and variants with zero and `-0.0` costs (profiles accept
+    /// `value = -0.0`: it is `>= 0`).
+    fn test_profiles() -> Vec<PlatformProfile> {
+        let mut out: Vec<PlatformProfile> = PlatformProfile::bundled_names()
+            .into_iter()
+            .map(|n| PlatformProfile::bundled(n).expect("a bundled profile"))
+            .collect();
+        for (k, base) in out.clone().into_iter().enumerate().take(3) {
+            let mut p = base;
+            let paths = [
+                "cpu.pte_write",
+                "cpu.tree_node_visit",
+                "sync.lock_acquire_release",
+                "iommu.walk_read",
+                "cpu.flush_queue_add",
+            ];
+            for (j, path) in paths.iter().enumerate() {
+                let c = p.cost_mut(path).expect("a cost path");
+                c.value = if (j + k) % 2 == 0 { -0.0 } else { 0.0 };
+            }
+            p.revalidate().expect("zero costs are valid");
+            out.push(p);
+        }
+        out
+    }
+
+    /// A random record: mostly zero counters, small or huge counts, some locks.
+    fn random_record(rng: &mut crate::engine::Rng) -> WorkRecord {
+        let mut w = WorkRecord::new();
+        let density = 1 + rng.below(8);
+        for i in 0..N_CHARGED {
+            if rng.below(density + 2) == 0 {
+                *counter_mut(&mut w, i) = match rng.below(4) {
+                    0 => 1,
+                    1 => rng.below(40),
+                    2 => rng.below(1 << 40),
+                    _ => rng.next_u64(),
+                };
+            }
+        }
+        for id in LockId::ALL {
+            if rng.below(3) == 0 {
+                w.locks[id as usize] = if rng.below(8) == 0 {
+                    rng.next_u64()
+                } else {
+                    rng.below(5)
+                };
+            }
+        }
+        w
+    }
+
+    #[test]
+    fn record_costs_are_bit_identical_to_the_dense_conversions() {
+        let mut rng = crate::engine::Rng::seed_from_u64(19);
+        for p in test_profiles() {
+            let m = CpuCostModel::new(&p);
+            // A pool of records drawn over and over, more than the memo keeps, so that
+            // lookups hit, miss and evict; each result is checked against the dense sums.
+            let pool: Vec<WorkRecord> = (0..3 * MEMO_ENTRIES)
+                .map(|_| random_record(&mut rng))
+                .collect();
+            for round in 0..3_000 {
+                let w = if round % 3 == 0 {
+                    random_record(&mut rng)
+                } else {
+                    pool[rng.below(pool.len() as u64) as usize]
+                };
+                let (dense, dense_translation) = dense_record_cost(&p, &w);
+                let what = format!("{} {w:?}", p.name);
+                assert_same_bits(&m.record_cost(&w), &dense, &what);
+                assert_same_bits(&m.record_cost_uncached(&w), &dense, &what);
+                assert_eq!(m.cpu_ns(&w).to_bits(), dense.cpu_ns.to_bits(), "{what}");
+                assert_eq!(
+                    m.translation_ns(&w).to_bits(),
+                    dense_translation.to_bits(),
+                    "{what}"
+                );
+                assert_eq!(
+                    m.locks_uncontended_ns(&w).to_bits(),
+                    dense.locks_uncontended_ns.to_bits(),
+                    "{what}"
+                );
+                assert_eq!(
+                    m.hypervisor_ns(&w).ok().map(f64::to_bits),
+                    dense.hypervisor_ns.map(f64::to_bits),
+                    "{what}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_record_memo_tells_apart_records_that_differ_in_one_word() {
+        let models: Vec<CpuCostModel> = test_profiles().iter().map(CpuCostModel::new).collect();
+        let mut base = WorkRecord::new();
+        base.ptes_written = 1;
+        base.pte_reads = 4;
+        base.magazine_hits = 1;
+        base.lock(LockId::RcacheCpu);
+        base.lock(LockId::PageTable);
+        for m in &models {
+            let cost = m.record_cost(&base);
+            // Every counter and every lock, one more than in `base`: a different key,
+            // never the kept cost of `base` unless the dense sums say it is the same.
+            for i in 0..KEY_WORDS {
+                let mut w = base;
+                if i < N_CHARGED {
+                    *counter_mut(&mut w, i) += 1;
+                } else {
+                    w.locks[i - N_CHARGED] += 1;
+                }
+                assert_ne!(record_key(&w), record_key(&base), "word {i}");
+                assert_same_bits(&m.record_cost(&w), &m.record_cost_uncached(&w), "one up");
+                assert_same_bits(&m.record_cost(&base), &cost, "base again");
+            }
+        }
+        // The key is the counters in order, then the locks.
+        let mut w = WorkRecord::new();
+        w.mmio_reads = 5;
+        w.lock(LockId::Other);
+        let key = record_key(&w);
+        assert_eq!(key[..N_CHARGED], counter_values(&w));
+        assert_eq!(key[N_CHARGED..], w.locks);
+    }
+
+    #[test]
+    fn the_memo_is_invisible_in_equality_and_clones() {
+        let p = PlatformProfile::bundled("hisilicon-d06").unwrap();
+        let (a, b) = (CpuCostModel::new(&p), CpuCostModel::new(&p));
+        let mut w = WorkRecord::new();
+        w.ptes_cleared = 1;
+        w.inval_ranges = 1;
+        let cost = a.record_cost(&w);
+        assert_eq!(a, b, "a model that priced a record equals a fresh one");
+        assert_same_bits(&a.clone().record_cost(&w), &cost, "a clone");
+        assert!(!format!("{a:?}").contains("memo"));
+    }
+
+    #[test]
+    fn translation_counters_are_the_translation_charges() {
+        let expected: Vec<usize> = COUNTER_CHARGES
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, c))| matches!(c, Charge::Translation(_)))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(TRANSLATION_COUNTERS.to_vec(), expected);
+        assert_eq!(
+            TRANSLATION_COUNTERS.map(|i| COUNTER_CHARGES[i].0),
+            ["iotlb_hits", "iotlb_misses", "walk_reads"]
+        );
     }
 
     #[test]
