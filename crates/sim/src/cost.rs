@@ -41,6 +41,9 @@
 //!
 //! All conversions return `f64` nanoseconds, summed in a fixed order, so results are
 //! deterministic; the engine rounds to its integer time base where it schedules events.
+//! [`CpuCostModel::record_cost`] returns a record's conversions at once and keeps the last
+//! few records' costs (records repeat from I/O to I/O), bit for bit the computed values
+//! (docs/model/cost-speed.md).
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
