@@ -1227,7 +1227,7 @@ impl CpuCostModel {
     ///
     /// The dense sum over the translation counters only, at indices known when the crate is
     /// built (so only those fields are read): the other counters' terms are `+0.0` (zero
-    /// weight), which [`dot`] shows change no bit, and a zero counter is skipped likewise.
+    /// weight), which `dot` shows change no bit, and a zero counter is skipped likewise.
     #[inline]
     pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
         let counts = counter_values(work);
