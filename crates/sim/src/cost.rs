@@ -972,14 +972,6 @@ macro_rules! counter_charges {
             [ $( w.$field ),* ]
         }
 
-        /// The memo key of `w`: [`counter_values`], then the lock counts, built in one
-        /// array expression (straight copies, no zeroing first). A change of
-        /// `LockId::COUNT` stops the build here, where the lock counts are listed.
-        #[inline]
-        fn record_key(w: &WorkRecord) -> RecordKey {
-            let l = &w.locks;
-            [ $( w.$field, )* l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9], l[10] ]
-        }
 
         /// Counter `i` of `w` ([`COUNTER_CHARGES`] order), to set it in tests.
         #[cfg(test)]
@@ -1127,12 +1119,53 @@ pub struct RecordCost {
 /// with a tree walk), so a handful of entries catch nearly all of them.
 const MEMO_ENTRIES: usize = 4;
 
-/// Words of a record's memo key: its counters, then its lock counts.
-const KEY_WORDS: usize = N_CHARGED + LockId::COUNT;
+/// How many counters are priced by [`CpuCostModel::record_cost`] ([`Charge::Cpu`] and
+/// [`Charge::Hypervisor`]); the others cannot change a [`RecordCost`].
+const N_PRICED: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Cpu(_) | Charge::Hypervisor(_)) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
 
-/// A record as the memo compares it: every counter and lock count, one array (compared
-/// as one block of memory, not field by field).
+/// The priced counters, as indices into [`COUNTER_CHARGES`] in index order.
+const PRICED_COUNTERS: [usize; N_PRICED] = {
+    let mut out = [0; N_PRICED];
+    let (mut i, mut k) = (0, 0);
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Cpu(_) | Charge::Hypervisor(_)) {
+            out[k] = i;
+            k += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
+/// Words of a record's memo key: its priced counters, then its lock counts.
+const KEY_WORDS: usize = N_PRICED + LockId::COUNT;
+
+/// A record as the memo compares it: every counter a [`RecordCost`] depends on and every
+/// lock count, one array (compared as one block of memory, not field by field).
 type RecordKey = [u64; KEY_WORDS];
+
+/// The memo key of `w`: its [`PRICED_COUNTERS`], then its lock counts.
+#[inline]
+fn record_key(w: &WorkRecord) -> RecordKey {
+    let counts = counter_values(w);
+    std::array::from_fn(|k| {
+        if k < N_PRICED {
+            counts[PRICED_COUNTERS[k]]
+        } else {
+            w.locks[k - N_PRICED]
+        }
+    })
+}
 
 /// Whether two memo keys are equal. The first two words (PTEs written, PTEs cleared)
 /// tell most records of different shapes apart (a map from an unmap), so they are compared
@@ -1270,10 +1303,11 @@ impl CpuCostModel {
     ///
     /// A record's counters repeat from one I/O to the next (every strict map that hits the
     /// IOVA caches counts the same steps), so the costs of the last few records are kept
-    /// and a record equal to one of them, counter for counter and lock for lock, gets its
-    /// costs back without a dot product. Nothing else goes into a cost (the weights are
-    /// fixed when the model is built), so a kept cost is exactly the one a computation
-    /// would give.
+    /// and a record equal to one of them in every counter charged as CPU or hypervisor
+    /// time and every lock count gets its costs back without a dot product. Nothing else
+    /// goes into a cost (the other counters are not priced here, the weights are fixed
+    /// when the model is built), so a kept cost is exactly the one a computation would
+    /// give.
     pub fn record_cost(&self, work: &WorkRecord) -> RecordCost {
         let key = record_key(work);
         let mut memo = self.memo.borrow_mut();
@@ -1924,27 +1958,49 @@ mod tests {
         base.lock(LockId::PageTable);
         for m in &models {
             let cost = m.record_cost(&base);
-            // Every counter and every lock, one more than in `base`: a different key,
-            // never the kept cost of `base` unless the dense sums say it is the same.
-            for i in 0..KEY_WORDS {
+            // Every counter and every lock, one more than in `base`: a different key for
+            // a priced counter or a lock, the same key and the same cost for the others.
+            for i in 0..N_CHARGED + LockId::COUNT {
                 let mut w = base;
                 if i < N_CHARGED {
                     *counter_mut(&mut w, i) += 1;
                 } else {
                     w.locks[i - N_CHARGED] += 1;
                 }
-                assert_ne!(record_key(&w), record_key(&base), "word {i}");
-                assert_same_bits(&m.record_cost(&w), &m.record_cost_uncached(&w), "one up");
+                let priced = i >= N_CHARGED || PRICED_COUNTERS.contains(&i);
+                assert_eq!(record_key(&w) != record_key(&base), priced, "word {i}");
+                let uncached = m.record_cost_uncached(&w);
+                assert_same_bits(&m.record_cost(&w), &uncached, "one up");
+                if !priced {
+                    assert_same_bits(&uncached, &cost, "an unpriced counter");
+                }
                 assert_same_bits(&m.record_cost(&base), &cost, "base again");
             }
         }
-        // The key is the counters in order, then the locks.
+        // The key is the priced counters in order, then the locks; the first two are the
+        // ones `same_key` compares first.
         let mut w = WorkRecord::new();
         w.mmio_reads = 5;
+        w.hypercalls = 2;
         w.lock(LockId::Other);
         let key = record_key(&w);
-        assert_eq!(key[..N_CHARGED], counter_values(&w));
-        assert_eq!(key[N_CHARGED..], w.locks);
+        let counts = counter_values(&w);
+        assert_eq!(key[..N_PRICED], PRICED_COUNTERS.map(|i| counts[i]));
+        assert_eq!(key[N_PRICED..], w.locks);
+        assert_eq!(
+            [
+                COUNTER_CHARGES[PRICED_COUNTERS[0]].0,
+                COUNTER_CHARGES[PRICED_COUNTERS[1]].0
+            ],
+            ["ptes_written", "ptes_cleared"]
+        );
+        let expected: Vec<usize> = COUNTER_CHARGES
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, c))| matches!(c, Charge::Cpu(_) | Charge::Hypervisor(_)))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(PRICED_COUNTERS.to_vec(), expected);
     }
 
     #[test]
