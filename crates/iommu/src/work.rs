@@ -199,6 +199,7 @@ work_counters! {
 
 impl WorkRecord {
     /// An empty record.
+    #[inline]
     pub fn new() -> Self {
         Self::default()
     }

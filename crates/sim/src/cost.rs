@@ -41,8 +41,12 @@
 //!
 //! All conversions return `f64` nanoseconds, summed in a fixed order, so results are
 //! deterministic; the engine rounds to its integer time base where it schedules events.
+//! [`CpuCostModel::record_cost`] returns a record's conversions at once and keeps the last
+//! few records' costs (records repeat from I/O to I/O), bit for bit the computed values
+//! (docs/model/cost-speed.md).
 
-use std::fmt::Write as _;
+use std::cell::RefCell;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 
 use iolab_iommu::work::{LockId, WorkRecord};
@@ -967,6 +971,14 @@ macro_rules! counter_charges {
         fn counter_values(w: &WorkRecord) -> [u64; N_CHARGED] {
             [ $( w.$field ),* ]
         }
+
+
+        /// Counter `i` of `w` ([`COUNTER_CHARGES`] order), to set it in tests.
+        #[cfg(test)]
+        fn counter_mut(w: &mut WorkRecord, i: usize) -> &mut u64 {
+            let fields: [&mut u64; N_CHARGED] = [ $( &mut w.$field ),* ];
+            fields.into_iter().nth(i).expect("a counter index")
+        }
     };
 }
 
@@ -1041,18 +1053,153 @@ fn path_sum_ns(profile: &PlatformProfile, paths: &str) -> Option<f64> {
 
 /// Per-counter weights (ns per counted unit) precomputed from a profile, so converting a
 /// [`WorkRecord`] is a dot product. Build one per profile and reuse it.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// It also keeps a small memo of the last records [`CpuCostModel::record_cost`] priced (a
+/// cache, invisible in results: equality and `Debug` ignore it).
+#[derive(Clone)]
 pub struct CpuCostModel {
     cpu: [f64; N_CHARGED],
     /// The non-zero entries of `cpu`, as (counter index, weight), in index order.
     cpu_terms: Vec<(usize, f64)>,
-    /// The non-zero entries of `translation`; the dense array itself is not needed.
-    translation_terms: Vec<(usize, f64)>,
+    /// The weights of the [`Charge::Translation`] counters, in [`TRANSLATION_COUNTERS`] order.
+    translation: [f64; N_TRANSLATION],
     /// The non-zero entries of the hypervisor weights, if the profile has the group.
     hypervisor_terms: Option<Vec<(usize, f64)>>,
     lock_ns: f64,
     profile_name: String,
     origin: String,
+    memo: RefCell<RecordMemo>,
+}
+
+impl fmt::Debug for CpuCostModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuCostModel")
+            .field("cpu", &self.cpu)
+            .field("translation", &self.translation)
+            .field("hypervisor_terms", &self.hypervisor_terms)
+            .field("lock_ns", &self.lock_ns)
+            .field("profile_name", &self.profile_name)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for CpuCostModel {
+    /// Models are equal when they price every record alike: the memo is not compared.
+    fn eq(&self, other: &Self) -> bool {
+        self.cpu == other.cpu
+            && self.cpu_terms == other.cpu_terms
+            && self.translation == other.translation
+            && self.hypervisor_terms == other.hypervisor_terms
+            && self.lock_ns == other.lock_ns
+            && self.profile_name == other.profile_name
+            && self.origin == other.origin
+    }
+}
+
+/// Every conversion of one [`WorkRecord`] the lab's DMA paths need, computed at once by
+/// [`CpuCostModel::record_cost`]. Each field is bit for bit what the named method returns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RecordCost {
+    /// [`CpuCostModel::cpu_ns`].
+    pub cpu_ns: f64,
+    /// [`CpuCostModel::locks_uncontended_ns`].
+    pub locks_uncontended_ns: f64,
+    /// [`CpuCostModel::hypervisor_ns`], `None` where that is an error (hypercalls counted,
+    /// no hypervisor group: call it for the error).
+    pub hypervisor_ns: Option<f64>,
+    /// [`CpuCostModel::tree_ns`].
+    pub tree_ns: f64,
+    /// [`CpuCostModel::flush_queue_ns`].
+    pub flush_queue_ns: f64,
+}
+
+/// How many records the memo of [`CpuCostModel::record_cost`] keeps. A DMA path's records
+/// take few shapes (a map that hits the IOVA caches, an unmap, now and then a cache miss
+/// with a tree walk), so a handful of entries catch nearly all of them.
+const MEMO_ENTRIES: usize = 4;
+
+/// How many counters are priced by [`CpuCostModel::record_cost`] ([`Charge::Cpu`] and
+/// [`Charge::Hypervisor`]); the others cannot change a [`RecordCost`].
+const N_PRICED: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Cpu(_) | Charge::Hypervisor(_)) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The priced counters, as indices into [`COUNTER_CHARGES`] in index order.
+const PRICED_COUNTERS: [usize; N_PRICED] = {
+    let mut out = [0; N_PRICED];
+    let (mut i, mut k) = (0, 0);
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Cpu(_) | Charge::Hypervisor(_)) {
+            out[k] = i;
+            k += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
+/// Words of a record's memo key: its priced counters, then its lock counts.
+const KEY_WORDS: usize = N_PRICED + LockId::COUNT;
+
+/// A record as the memo compares it: every counter a [`RecordCost`] depends on and every
+/// lock count, one array (compared as one block of memory, not field by field).
+type RecordKey = [u64; KEY_WORDS];
+
+/// The memo key of `w`: its [`PRICED_COUNTERS`], then its lock counts.
+#[inline]
+fn record_key(w: &WorkRecord) -> RecordKey {
+    let counts = counter_values(w);
+    std::array::from_fn(|k| {
+        if k < N_PRICED {
+            counts[PRICED_COUNTERS[k]]
+        } else {
+            w.locks[k - N_PRICED]
+        }
+    })
+}
+
+/// Whether two memo keys are equal. The first two words (PTEs written, PTEs cleared)
+/// tell most records of different shapes apart (a map from an unmap), so they are compared
+/// inline before the whole keys are.
+#[inline]
+fn same_key(a: &RecordKey, b: &RecordKey) -> bool {
+    a[0] == b[0] && a[1] == b[1] && a == b
+}
+
+/// The last records priced and their costs, replaced round-robin. Every entry is valid
+/// (the empty record's cost at first), so a lookup needs no flags.
+#[derive(Clone)]
+struct RecordMemo {
+    entries: [(RecordKey, RecordCost); MEMO_ENTRIES],
+    /// The entry the next miss replaces.
+    next: usize,
+}
+
+impl RecordMemo {
+    /// The kept cost of `key`, if an entry has it.
+    #[inline]
+    fn find(&self, key: &RecordKey) -> Option<RecordCost> {
+        self.entries
+            .iter()
+            .find(|(k, _)| same_key(k, key))
+            .map(|(_, cost)| *cost)
+    }
+
+    /// Keeps `cost` as the cost of `key`, in place of the oldest entry.
+    fn insert(&mut self, key: RecordKey, cost: RecordCost) {
+        let slot = self.next;
+        self.entries[slot] = (key, cost);
+        self.next = (slot + 1) % MEMO_ENTRIES;
+    }
 }
 
 impl CpuCostModel {
@@ -1071,10 +1218,18 @@ impl CpuCostModel {
                 Charge::Engine(_) | Charge::NotCharged(_) => {}
             }
         }
-        CpuCostModel {
+        let empty = WorkRecord::new();
+        let zero = RecordCost {
+            cpu_ns: 0.0,
+            locks_uncontended_ns: 0.0,
+            hypervisor_ns: Some(0.0),
+            tree_ns: 0.0,
+            flush_queue_ns: 0.0,
+        };
+        let mut model = CpuCostModel {
             cpu,
             cpu_terms: nonzero_terms(&cpu),
-            translation_terms: nonzero_terms(&translation),
+            translation: TRANSLATION_COUNTERS.map(|i| translation[i]),
             hypervisor_terms: profile
                 .hypervisor
                 .as_ref()
@@ -1082,7 +1237,15 @@ impl CpuCostModel {
             lock_ns: profile.sync.lock_acquire_release.ns(),
             profile_name: profile.name.clone(),
             origin: profile.origin.clone(),
-        }
+            memo: RefCell::new(RecordMemo {
+                entries: [(record_key(&empty), zero); MEMO_ENTRIES],
+                next: 0,
+            }),
+        };
+        // The empty record's cost, computed rather than assumed.
+        let empty_cost = model.record_cost_uncached(&empty);
+        model.memo.get_mut().entries = [(record_key(&empty), empty_cost); MEMO_ENTRIES];
+        model
     }
 
     /// The uncontended CPU time of the counted steps, in ns: the dot product of the
@@ -1094,24 +1257,76 @@ impl CpuCostModel {
     }
 
     /// The time the IOMMU adds to the device's accesses, in ns ([`Charge::Translation`]).
+    ///
+    /// The dense sum over the translation counters only, at indices known when the crate is
+    /// built (so only those fields are read): the other counters' terms are `+0.0` (zero
+    /// weight), which `dot` shows change no bit, and a zero counter is skipped likewise.
     #[inline]
     pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
-        dot(&counter_values(work), &self.translation_terms)
+        let counts = counter_values(work);
+        let mut acc = [0.0f64; 4];
+        for (k, &i) in TRANSLATION_COUNTERS.iter().enumerate() {
+            let c = counts[i];
+            if c != 0 {
+                acc[i & 3] += c as f64 * self.translation[k];
+            }
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
     }
 
     /// Hypervisor time in ns ([`Charge::Hypervisor`]: per call, base plus TCE invalidation;
     /// per TCE touched, the `H_PUT_TCE` cost). Zero for a record with no hypercalls; an
     /// error if the record has some and the profile has no hypervisor group.
     pub fn hypervisor_ns(&self, work: &WorkRecord) -> Result<f64, CostError> {
-        match &self.hypervisor_terms {
-            Some(w) => Ok(dot(&counter_values(work), w)),
-            None if work.hypercalls == 0 && work.tces_touched == 0 => Ok(0.0),
-            None => Err(CostError::MissingGroup {
+        self.hypervisor_ns_if_priced(work)
+            .ok_or_else(|| CostError::MissingGroup {
                 origin: self.origin.clone(),
                 profile: self.profile_name.clone(),
                 group: "hypervisor".into(),
                 needed_for: "a work record with hypercalls".into(),
-            }),
+            })
+    }
+
+    /// [`CpuCostModel::hypervisor_ns`] without building its error: `None` for a record
+    /// with hypercalls or TCEs on a profile without a hypervisor group.
+    #[inline]
+    fn hypervisor_ns_if_priced(&self, work: &WorkRecord) -> Option<f64> {
+        match &self.hypervisor_terms {
+            Some(w) => Some(dot(&counter_values(work), w)),
+            None if work.hypercalls == 0 && work.tces_touched == 0 => Some(0.0),
+            None => None,
+        }
+    }
+
+    /// Every conversion the lab's DMA paths need of `work` ([`RecordCost`]), bit for bit
+    /// what the separate methods return.
+    ///
+    /// A record's counters repeat from one I/O to the next (every strict map that hits the
+    /// IOVA caches counts the same steps), so the costs of the last few records are kept
+    /// and a record equal to one of them in every counter charged as CPU or hypervisor
+    /// time and every lock count gets its costs back without a dot product. Nothing else
+    /// goes into a cost (the other counters are not priced here, the weights are fixed
+    /// when the model is built), so a kept cost is exactly the one a computation would
+    /// give.
+    pub fn record_cost(&self, work: &WorkRecord) -> RecordCost {
+        let key = record_key(work);
+        let mut memo = self.memo.borrow_mut();
+        if let Some(cost) = memo.find(&key) {
+            return cost;
+        }
+        let cost = self.record_cost_uncached(work);
+        memo.insert(key, cost);
+        cost
+    }
+
+    /// [`CpuCostModel::record_cost`], computed.
+    fn record_cost_uncached(&self, work: &WorkRecord) -> RecordCost {
+        RecordCost {
+            cpu_ns: self.cpu_ns(work),
+            locks_uncontended_ns: self.locks_uncontended_ns(work),
+            hypervisor_ns: self.hypervisor_ns_if_priced(work),
+            tree_ns: self.tree_ns(work),
+            flush_queue_ns: self.flush_queue_ns(work),
         }
     }
 
@@ -1200,6 +1415,34 @@ const FLUSH_QUEUE_COUNTERS: [usize; 3] = [
     charge_index("flush_queue_frees"),
 ];
 
+/// How many counters are charged as [`Charge::Translation`].
+const N_TRANSLATION: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Translation(_)) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The [`Charge::Translation`] counters, as indices into [`COUNTER_CHARGES`] in index
+/// order (derived from the table, so a new translation counter joins by itself).
+const TRANSLATION_COUNTERS: [usize; N_TRANSLATION] = {
+    let mut out = [0; N_TRANSLATION];
+    let (mut i, mut k) = (0, 0);
+    while i < COUNTER_CHARGES.len() {
+        if matches!(COUNTER_CHARGES[i].1, Charge::Translation(_)) {
+            out[k] = i;
+            k += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
 impl CpuCostModel {
     /// [`CpuCostModel::cpu_ns`] of a record whose only non-zero counters are the IOVA
     /// tree's of `w` (`tree_nodes_visited`, `tree_rotations`): the CPU time of the work done
@@ -1255,10 +1498,23 @@ fn nonzero_terms(weights: &[f64; N_CHARGED]) -> Vec<(usize, f64)> {
 ///
 /// The result is exactly the dense four-lane sum the model has always computed: counter
 /// `i` goes to accumulator `i % 4`, each lane adds in index order, and the lanes combine
-/// as `(a0 + a1) + (a2 + a3)`. A skipped term is `+0.0` (a zero counter or a zero weight;
-/// weights are finite and non-negative, checked when the profile is read), and adding
-/// `+0.0` to an accumulator that starts at `+0.0` leaves it unchanged, so skipping changes
-/// no bit.
+/// as `(a0 + a1) + (a2 + a3)`. Why skipping a term changes no bit:
+///
+/// - A skipped term is `c as f64 * w` with `c == 0` or `w == 0`. Every weight is `>= +0.0`
+///   and finite: profile values are checked finite and in `0..=MAX_COST_VALUE` when read,
+///   the clock is at least [`MIN_CLOCK_GHZ`], and a weight is a sum starting at `+0.0`
+///   ([`path_sum_ns`]), so even a profile value written `-0.0` gives `+0.0 + -0.0 = +0.0`.
+///   So the skipped term is `+0.0` (`0 * w` and `c * +0.0` with `c >= 0` are both `+0.0`),
+///   never `-0.0` or NaN.
+/// - Every kept term is `>= +0.0` and finite (a count below 2^64 times a weight below
+///   1e14 ns is below 2e33), so a lane, starting at `+0.0`, stays `>= +0.0` and finite:
+///   never `-0.0`, NaN or infinite.
+/// - For such an accumulator `a`, `a + +0.0 == a` bit for bit (IEEE 754: `x + +0.0` is `x`
+///   for every `x` but `-0.0`, which gives `+0.0`). So adding the skipped terms, at any
+///   point of the lane, leaves it unchanged, and the lane sums and their combination are
+///   those of the dense sum.
+///
+/// The unit tests check it against the dense sum, every bundled profile, random records.
 #[inline]
 fn dot(counts: &[u64; N_CHARGED], terms: &[(usize, f64)]) -> f64 {
     let mut acc = [0.0f64; 4];
@@ -1534,6 +1790,245 @@ mod tests {
         assert!(models
             .iter()
             .any(|m| m.tree_ns(&w) > 0.0 && m.flush_queue_ns(&w) > 0.0));
+    }
+
+    /// The dense per-counter weights of `p` (CPU, translation, hypervisor), as the model
+    /// has always derived them: every counter, zero where it is not charged that way.
+    fn dense_weights(p: &PlatformProfile) -> [[f64; N_CHARGED]; 3] {
+        let mut out = [[0.0; N_CHARGED]; 3];
+        for (i, (_, charge)) in COUNTER_CHARGES.iter().enumerate() {
+            let (k, path) = match *charge {
+                Charge::Cpu(path) => (0, path),
+                Charge::Translation(path) => (1, path),
+                Charge::Hypervisor(path) => (2, path),
+                Charge::Engine(_) | Charge::NotCharged(_) => continue,
+            };
+            out[k][i] = path_sum_ns(p, path).unwrap_or(0.0);
+        }
+        out
+    }
+
+    /// The conversions of `w` the old, dense way: every counter's term added, every lock's.
+    fn dense_record_cost(p: &PlatformProfile, w: &WorkRecord) -> (RecordCost, f64) {
+        let [cpu, translation, hypervisor] = dense_weights(p);
+        let counts = counter_values(w);
+        let only = |idx: &[usize]| {
+            let mut c = [0u64; N_CHARGED];
+            for &i in idx {
+                c[i] = counts[i];
+            }
+            c
+        };
+        let mut locks = 0.0;
+        for id in LockId::ALL {
+            locks += w.lock_count(id) as f64 * p.sync.lock_acquire_release.ns();
+        }
+        let hv = if p.hypervisor.is_some() {
+            Some(dense_dot(&counts, &hypervisor))
+        } else if w.hypercalls == 0 && w.tces_touched == 0 {
+            Some(0.0)
+        } else {
+            None
+        };
+        let cost = RecordCost {
+            cpu_ns: dense_dot(&counts, &cpu),
+            locks_uncontended_ns: locks,
+            hypervisor_ns: hv,
+            tree_ns: dense_dot(&only(&TREE_COUNTERS), &cpu),
+            flush_queue_ns: dense_dot(&only(&FLUSH_QUEUE_COUNTERS), &cpu),
+        };
+        (cost, dense_dot(&counts, &translation))
+    }
+
+    /// `a` and `b` to the bit (an `Option` as its `None`ness and its value's bits).
+    fn assert_same_bits(a: &RecordCost, b: &RecordCost, what: &str) {
+        let bits = |c: &RecordCost| {
+            [
+                c.cpu_ns.to_bits(),
+                c.locks_uncontended_ns.to_bits(),
+                c.hypervisor_ns.map_or(u64::MAX, f64::to_bits),
+                u64::from(c.hypervisor_ns.is_none()),
+                c.tree_ns.to_bits(),
+                c.flush_queue_ns.to_bits(),
+            ]
+        };
+        assert_eq!(bits(a), bits(b), "{what}: {a:?} vs {b:?}");
+    }
+
+    /// Every bundled profile, and variants with zero and `-0.0` costs (profiles accept
+    /// `value = -0.0`: it is `>= 0`).
+    fn test_profiles() -> Vec<PlatformProfile> {
+        let mut out: Vec<PlatformProfile> = PlatformProfile::bundled_names()
+            .into_iter()
+            .map(|n| PlatformProfile::bundled(n).expect("a bundled profile"))
+            .collect();
+        for (k, base) in out.clone().into_iter().enumerate().take(3) {
+            let mut p = base;
+            let paths = [
+                "cpu.pte_write",
+                "cpu.tree_node_visit",
+                "sync.lock_acquire_release",
+                "iommu.walk_read",
+                "cpu.flush_queue_add",
+            ];
+            for (j, path) in paths.iter().enumerate() {
+                let c = p.cost_mut(path).expect("a cost path");
+                c.value = if (j + k) % 2 == 0 { -0.0 } else { 0.0 };
+            }
+            p.revalidate().expect("zero costs are valid");
+            out.push(p);
+        }
+        out
+    }
+
+    /// A random record: mostly zero counters, small or huge counts, some locks.
+    fn random_record(rng: &mut crate::engine::Rng) -> WorkRecord {
+        let mut w = WorkRecord::new();
+        let density = 1 + rng.below(8);
+        for i in 0..N_CHARGED {
+            if rng.below(density + 2) == 0 {
+                *counter_mut(&mut w, i) = match rng.below(4) {
+                    0 => 1,
+                    1 => rng.below(40),
+                    2 => rng.below(1 << 40),
+                    _ => rng.next_u64(),
+                };
+            }
+        }
+        for id in LockId::ALL {
+            if rng.below(3) == 0 {
+                w.locks[id as usize] = if rng.below(8) == 0 {
+                    rng.next_u64()
+                } else {
+                    rng.below(5)
+                };
+            }
+        }
+        w
+    }
+
+    #[test]
+    fn record_costs_are_bit_identical_to_the_dense_conversions() {
+        let mut rng = crate::engine::Rng::seed_from_u64(19);
+        for p in test_profiles() {
+            let m = CpuCostModel::new(&p);
+            // A pool of records drawn over and over, more than the memo keeps, so that
+            // lookups hit, miss and evict; each result is checked against the dense sums.
+            let pool: Vec<WorkRecord> = (0..3 * MEMO_ENTRIES)
+                .map(|_| random_record(&mut rng))
+                .collect();
+            for round in 0..3_000 {
+                let w = if round % 3 == 0 {
+                    random_record(&mut rng)
+                } else {
+                    pool[rng.below(pool.len() as u64) as usize]
+                };
+                let (dense, dense_translation) = dense_record_cost(&p, &w);
+                let what = format!("{} {w:?}", p.name);
+                assert_same_bits(&m.record_cost(&w), &dense, &what);
+                assert_same_bits(&m.record_cost_uncached(&w), &dense, &what);
+                assert_eq!(m.cpu_ns(&w).to_bits(), dense.cpu_ns.to_bits(), "{what}");
+                assert_eq!(
+                    m.translation_ns(&w).to_bits(),
+                    dense_translation.to_bits(),
+                    "{what}"
+                );
+                assert_eq!(
+                    m.locks_uncontended_ns(&w).to_bits(),
+                    dense.locks_uncontended_ns.to_bits(),
+                    "{what}"
+                );
+                assert_eq!(
+                    m.hypervisor_ns(&w).ok().map(f64::to_bits),
+                    dense.hypervisor_ns.map(f64::to_bits),
+                    "{what}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_record_memo_tells_apart_records_that_differ_in_one_word() {
+        let models: Vec<CpuCostModel> = test_profiles().iter().map(CpuCostModel::new).collect();
+        let mut base = WorkRecord::new();
+        base.ptes_written = 1;
+        base.pte_reads = 4;
+        base.magazine_hits = 1;
+        base.lock(LockId::RcacheCpu);
+        base.lock(LockId::PageTable);
+        for m in &models {
+            let cost = m.record_cost(&base);
+            // Every counter and every lock, one more than in `base`: a different key for
+            // a priced counter or a lock, the same key and the same cost for the others.
+            for i in 0..N_CHARGED + LockId::COUNT {
+                let mut w = base;
+                if i < N_CHARGED {
+                    *counter_mut(&mut w, i) += 1;
+                } else {
+                    w.locks[i - N_CHARGED] += 1;
+                }
+                let priced = i >= N_CHARGED || PRICED_COUNTERS.contains(&i);
+                assert_eq!(record_key(&w) != record_key(&base), priced, "word {i}");
+                let uncached = m.record_cost_uncached(&w);
+                assert_same_bits(&m.record_cost(&w), &uncached, "one up");
+                if !priced {
+                    assert_same_bits(&uncached, &cost, "an unpriced counter");
+                }
+                assert_same_bits(&m.record_cost(&base), &cost, "base again");
+            }
+        }
+        // The key is the priced counters in order, then the locks; the first two are the
+        // ones `same_key` compares first.
+        let mut w = WorkRecord::new();
+        w.mmio_reads = 5;
+        w.hypercalls = 2;
+        w.lock(LockId::Other);
+        let key = record_key(&w);
+        let counts = counter_values(&w);
+        assert_eq!(key[..N_PRICED], PRICED_COUNTERS.map(|i| counts[i]));
+        assert_eq!(key[N_PRICED..], w.locks);
+        assert_eq!(
+            [
+                COUNTER_CHARGES[PRICED_COUNTERS[0]].0,
+                COUNTER_CHARGES[PRICED_COUNTERS[1]].0
+            ],
+            ["ptes_written", "ptes_cleared"]
+        );
+        let expected: Vec<usize> = COUNTER_CHARGES
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, c))| matches!(c, Charge::Cpu(_) | Charge::Hypervisor(_)))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(PRICED_COUNTERS.to_vec(), expected);
+    }
+
+    #[test]
+    fn the_memo_is_invisible_in_equality_and_clones() {
+        let p = PlatformProfile::bundled("hisilicon-d06").unwrap();
+        let (a, b) = (CpuCostModel::new(&p), CpuCostModel::new(&p));
+        let mut w = WorkRecord::new();
+        w.ptes_cleared = 1;
+        w.inval_ranges = 1;
+        let cost = a.record_cost(&w);
+        assert_eq!(a, b, "a model that priced a record equals a fresh one");
+        assert_same_bits(&a.clone().record_cost(&w), &cost, "a clone");
+        assert!(!format!("{a:?}").contains("memo"));
+    }
+
+    #[test]
+    fn translation_counters_are_the_translation_charges() {
+        let expected: Vec<usize> = COUNTER_CHARGES
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, c))| matches!(c, Charge::Translation(_)))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(TRANSLATION_COUNTERS.to_vec(), expected);
+        assert_eq!(
+            TRANSLATION_COUNTERS.map(|i| COUNTER_CHARGES[i].0),
+            ["iotlb_hits", "iotlb_misses", "walk_reads"]
+        );
     }
 
     #[test]

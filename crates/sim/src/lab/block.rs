@@ -43,7 +43,7 @@ use super::LabError;
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cmdq::SimCmdq;
-use crate::cost::CpuCostModel;
+use crate::cost::{CpuCostModel, RecordCost};
 use crate::devices::hostile::{ExposureReport, HostileDevice};
 use crate::devices::nvme::{Nvme, Post};
 use crate::devices::sas::SasHba;
@@ -267,11 +267,13 @@ impl Stack {
             c.iova_tree_retries += w.iova_tree_retries;
         }
         let queue = self.split_queue(w);
-        let critical = self.critical_ns(w);
+        // Every conversion of the record at once (kept for the records that repeat).
+        let cost = self.cost.record_cost(w);
+        let critical = Self::critical_ns(w, &cost);
         Charge {
             queue,
             critical,
-            ns: self.work_ns(w, critical),
+            ns: self.work_ns(w, &cost, critical),
             locks: Self::engine_locks(w),
         }
     }
@@ -280,22 +282,30 @@ impl Stack {
     /// the other locks (uncontended), the hypervisor's time for TCE hypercalls (POWER) and
     /// the IPMMU's flush polling. The work done under the IOVA-tree and flush-queue locks
     /// (`critical`, from [`Stack::critical_ns`]) is charged by [`Stack::locked`] instead.
-    fn work_ns(&self, w: &WorkRecord, critical: (f64, f64)) -> Result<f64, String> {
-        let hv = self
-            .cost
-            .hypervisor_ns(w)
-            .map_err(|e| self.fail(e.to_string()))?;
+    /// `cost` is the record's [`RecordCost`].
+    fn work_ns(
+        &self,
+        w: &WorkRecord,
+        cost: &RecordCost,
+        critical: (f64, f64),
+    ) -> Result<f64, String> {
+        let hv = match cost.hypervisor_ns {
+            Some(hv) => hv,
+            // Not priced: the profile has no hypervisor group; say so.
+            None => self
+                .cost
+                .hypervisor_ns(w)
+                .map_err(|e| self.fail(e.to_string()))?,
+        };
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
         // The two locks the engine models are charged by `locked`, not here.
         let engine_locks = [LockId::IovaTree, LockId::FlushQueue]
             .map(|id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id));
-        let all_locks = self.cost.locks_uncontended_ns(w);
         let (tree, fq) = critical;
-        Ok(
-            self.cost.cpu_ns(w) - tree - fq + all_locks - (engine_locks[0] + engine_locks[1])
-                + hv
-                + polls as f64,
-        )
+        Ok(cost.cpu_ns - tree - fq + cost.locks_uncontended_ns
+            - (engine_locks[0] + engine_locks[1])
+            + hv
+            + polls as f64)
     }
 
     /// The acquisitions of the engine-modelled locks in `w`, (IOVA tree, flush queue), for
@@ -310,22 +320,19 @@ impl Stack {
     }
 
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
-    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping). Computed once
-    /// per map or unmap and handed to [`Stack::work_ns`] and [`Stack::locked`].
-    fn critical_ns(&self, w: &WorkRecord) -> (f64, f64) {
-        // Most maps and unmaps take neither lock (the IOVA caches hit; strict mode has no
-        // flush queue): nothing was done under them, and an empty record costs `+0.0`.
-        if Self::engine_locks(w).is_none() {
-            return (0.0, 0.0);
-        }
-        // The costs of the records holding only those counters, computed in place.
+    /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping), from the
+    /// record's `cost`. Computed once per map or unmap and handed to [`Stack::work_ns`] and
+    /// [`Stack::locked`].
+    fn critical_ns(w: &WorkRecord, cost: &RecordCost) -> (f64, f64) {
+        // Work is charged under a lock only if the record took it (most maps and unmaps
+        // take neither: the IOVA caches hit, strict mode has no flush queue).
         let tree = if w.lock_count(LockId::IovaTree) > 0 {
-            self.cost.tree_ns(w)
+            cost.tree_ns
         } else {
             0.0
         };
         let fq = if w.lock_count(LockId::FlushQueue) > 0 {
-            self.cost.flush_queue_ns(w)
+            cost.flush_queue_ns
         } else {
             0.0
         };
