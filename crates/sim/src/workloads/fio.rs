@@ -391,7 +391,8 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 fn dir_json(d: &DirStats, runtime: SimDuration) -> DirJson {
     let mut v = d.clat_ns.clone();
     // A radix sort: the same order as a comparison sort (u64 keys have one sorted order),
-    // about a tenth of its instructions on a run's tens of thousands of latencies.
+    // in about 60% of its instructions on a run's tens of thousands of latencies (7.8 M
+    // against 13.1 M for the 46,203 of `scenarios/perf/fio-nvme-strict-64cpu.toml`).
     radsort::sort(&mut v);
     let secs = runtime.as_secs_f64().max(1e-12);
     let n = v.len() as u64;
