@@ -68,10 +68,16 @@
 //!   the range and the hole just above it. The range then extends the hole below, the hole
 //!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
 //!   it is unlinked in place and the other takes the merged extent), or becomes a new leaf.
-//! - **One hole** (the usual state with nothing live): `alloc` finds the fit in it directly
-//!   and, unless the hole splits or vanishes, shrinks it in place; `free` extends it in
-//!   place when the range touches it. Same placements and counts as the general path,
-//!   without the path and the retrace.
+//! - **The frontier**: one hole is kept out of the tree: at first the whole space, which
+//!   top-down allocation then eats from the top, so usually the large hole below every live
+//!   range. An allocation also computes the frontier's fit (O(1)) and takes the higher of it
+//!   and the tree's; taking from the frontier shrinks it in place, and when it splits, the
+//!   larger part stays the frontier and the other becomes a tree hole. A free that touches
+//!   the frontier extends it (absorbing the tree hole on the range's other side, if any);
+//!   with nothing live the tree is empty and every operation is O(1). Without it, every
+//!   allocation from that large hole changed its length, and so the largest-hole summary of
+//!   every node above it, up to the root. If the frontier is used up, the tree holds every
+//!   hole until a free with no hole anywhere becomes the new frontier.
 //! - Both then retrace the path upwards, recomputing height and summaries and restoring the
 //!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
 //!   whose own hole changed).
@@ -82,7 +88,8 @@
 //! # Work counted
 //!
 //! One [`LockId::IovaTree`] acquisition per `alloc`/`free` past argument checks.
-//! `tree_nodes_visited` counts every hole-tree node stepped onto: the search's walk and
+//! `tree_nodes_visited` counts every hole-tree node stepped onto, and the frontier as one node
+//! when an allocation looks at it or a free extends it: the search's walk and
 //! descent, the walk from the holder to its successor's place, the walk of a free down the
 //! tree, and every node of a one-off order activation. Retracing the remembered path, and
 //! reading a child's summary, steps onto no new node and is not counted; nor are the index's
@@ -205,6 +212,8 @@ struct HoleTree {
     room: Vec<u64>,
     /// The path of the operation in progress, root first (kept to avoid allocating).
     path: Vec<u32>,
+    /// The frontier: one hole kept out of the tree (see the module docs), `[lo, hi)`.
+    frontier: Option<(u64, u64)>,
 }
 
 impl HoleTree {
@@ -225,6 +234,7 @@ impl HoleTree {
             active: 0,
             room: Vec::new(),
             path: Vec::with_capacity(64),
+            frontier: None,
         }
     }
 
@@ -466,62 +476,83 @@ impl HoleTree {
         }
     }
 
-    /// Allocates: finds the highest fit below `limit` ([`Self::search`]) and cuts it out of
-    /// its hole ([`Self::take`]). Returns the placement, or `None` if nothing fits.
+    /// Allocates: finds the highest fit below `limit` in the tree ([`Self::search`]) and in
+    /// the frontier, and cuts it out of its hole ([`Self::take`], [`Self::take_frontier`]).
+    /// Returns the placement, or `None` if nothing fits.
     #[inline]
     fn alloc(&mut self, limit: u64, unlimited: bool, q: &Query, w: &mut WorkRecord) -> Option<u64> {
-        let root = self.root;
-        let r = *self.n(root);
-        if root != NIL && r.left == NIL && r.right == NIL {
-            return self.alloc_from_lone_hole(r, limit, unlimited, q, w);
+        let outside = match self.frontier {
+            Some((lo, hi)) => {
+                w.tree_nodes_visited += 1;
+                fit(lo, hi.min(limit), q.s, q.k)
+            }
+            None => None,
+        };
+        if self.root != NIL {
+            if let Some(a) = self.search(limit, unlimited, q, w) {
+                // Holes are disjoint, so the two placements differ.
+                if outside.map_or(true, |f| a > f) {
+                    self.take(a, q.s, w);
+                    return Some(a);
+                }
+            }
         }
-        let a = self.search(limit, unlimited, q, w)?;
-        self.take(a, q.s, w);
+        let a = outside?;
+        self.take_frontier(a, q.s, w);
         Some(a)
     }
 
-    /// [`Self::alloc`] when the tree is the one hole `r` (with nothing live, the common
-    /// case): the same placement and the same count as `search` (which would step onto the
-    /// root once, or not at all when an unlimited request does not fit), without the path;
-    /// and when the hole only shrinks, its summary recomputed in place without `take`.
-    fn alloc_from_lone_hole(
-        &mut self,
-        r: Hole,
-        limit: u64,
-        unlimited: bool,
-        q: &Query,
-        w: &mut WorkRecord,
-    ) -> Option<u64> {
-        let root = self.root;
-        let a = if unlimited {
-            if !self.holds(root, q) {
-                return None;
-            }
-            w.tree_nodes_visited += 1;
-            let a = fit(r.lo, r.hi, q.s, q.k);
-            debug_assert!(a.is_some(), "the summary of {r:?} promised a fit");
-            a?
-        } else {
-            w.tree_nodes_visited += 1;
-            if r.lo >= limit {
-                return None;
-            }
-            fit(r.lo, r.hi.min(limit), q.s, q.k)?
+    /// Cuts `s` pages at `a` out of the frontier. Of the parts left below and above, the
+    /// larger stays the frontier and the other becomes a hole in the tree.
+    fn take_frontier(&mut self, a: u64, s: u64, w: &mut WorkRecord) {
+        let Some((lo, hi)) = self.frontier else {
+            return;
         };
-        let end = a + q.s;
-        if a > r.lo && end == r.hi {
-            self.nm(root).hi = a;
-        } else if a == r.lo && end < r.hi {
-            self.nm(root).lo = end;
-        } else {
-            // The hole splits in two or vanishes: the general case.
-            self.path.clear();
-            self.path.push(root);
-            self.take(a, q.s, w);
-            return Some(a);
+        let end = a + s;
+        self.frontier = match (a > lo, end < hi) {
+            (false, false) => None,
+            (true, false) => Some((lo, a)),
+            (false, true) => Some((end, hi)),
+            (true, true) => {
+                if a - lo >= hi - end {
+                    self.insert_hole(end, hi, w);
+                    Some((lo, a))
+                } else {
+                    self.insert_hole(lo, a, w);
+                    Some((end, hi))
+                }
+            }
+        };
+    }
+
+    /// Links the hole `[lo, hi)`, which touches no hole, into the tree as a new leaf.
+    fn insert_hole(&mut self, lo: u64, hi: u64, w: &mut WorkRecord) {
+        self.path.clear();
+        let mut i = self.root;
+        while i != NIL {
+            w.tree_nodes_visited += 1;
+            self.path.push(i);
+            let n = self.n(i);
+            i = if n.lo < lo { n.right } else { n.left };
         }
-        self.pull(root);
-        Some(a)
+        self.link_leaf(lo, hi, w);
+    }
+
+    /// Links a new leaf `[lo, hi)` under the last node of `self.path` (the walk by address
+    /// to its place), then retraces.
+    fn link_leaf(&mut self, lo: u64, hi: u64, w: &mut WorkRecord) {
+        let x = self.new_node(lo, hi);
+        match self.path.last() {
+            None => self.root = x,
+            Some(&p) => {
+                if lo < self.n(p).lo {
+                    self.nm(p).left = x;
+                } else {
+                    self.nm(p).right = x;
+                }
+            }
+        }
+        self.retrace(self.path.len(), w);
     }
 
     /// The highest fit among holes below `limit` (a straddling hole is clipped at it).
@@ -667,19 +698,24 @@ impl HoleTree {
 
     /// Returns the free range `[lo, end)` (known to be allocated) to the holes.
     fn free_range(&mut self, lo: u64, end: u64, w: &mut WorkRecord) {
-        let root = self.root;
-        let r = *self.n(root);
-        if root != NIL && r.left == NIL && r.right == NIL && (r.hi == lo || r.lo == end) {
-            // The tree is one hole and the range extends it (with nothing live, the common
-            // case): the walk below would step onto the root only, then extend it in place.
-            w.tree_nodes_visited += 1;
-            let m = self.nm(root);
-            if r.hi == lo {
-                m.hi = end;
-            } else {
-                m.lo = lo;
+        let (f_below, f_above) = match self.frontier {
+            Some((flo, fhi)) => (fhi == lo, flo == end),
+            None => (false, false),
+        };
+        if self.root == NIL {
+            // No hole in the tree: the range extends the frontier, becomes it, or (when it
+            // does not touch the frontier) the tree's only hole.
+            match self.frontier {
+                Some((flo, fhi)) if f_below || f_above => {
+                    w.tree_nodes_visited += 1;
+                    self.frontier = Some((flo.min(lo), fhi.max(end)));
+                }
+                None => self.frontier = Some((lo, end)),
+                Some(_) => {
+                    self.path.clear();
+                    self.link_leaf(lo, end, w);
+                }
             }
-            self.pull(root);
             return;
         }
         self.path.clear();
@@ -700,6 +736,26 @@ impl HoleTree {
         }
         let joins_below = pred != NONE && self.n(self.path[pred]).hi == lo;
         let joins_above = succ != NONE && self.n(self.path[succ]).lo == end;
+        if let Some((flo, fhi)) = self.frontier.filter(|_| f_below || f_above) {
+            // The frontier takes the range, and the tree hole on its other side if any.
+            w.tree_nodes_visited += 1;
+            let (mut new_lo, mut new_hi) = (flo.min(lo), fhi.max(end));
+            let gone = if f_below && joins_above {
+                new_hi = self.n(self.path[succ]).hi;
+                succ
+            } else if f_above && joins_below {
+                new_lo = self.n(self.path[pred]).lo;
+                pred
+            } else {
+                NONE
+            };
+            self.frontier = Some((new_lo, new_hi));
+            if gone != NONE {
+                self.path.truncate(gone + 1);
+                self.unlink_end(gone, w);
+            }
+            return;
+        }
         match (joins_below, joins_above) {
             (true, true) => {
                 // In-order neighbours: the deeper one has at most one child and is unlinked;
@@ -726,26 +782,13 @@ impl HoleTree {
                 self.path.truncate(succ + 1);
                 self.refresh(succ);
             }
-            (false, false) => {
-                let x = self.new_node(lo, end);
-                match self.path.last() {
-                    None => self.root = x,
-                    Some(&p) => {
-                        if lo < self.n(p).lo {
-                            self.nm(p).left = x;
-                        } else {
-                            self.nm(p).right = x;
-                        }
-                    }
-                }
-                self.retrace(self.path.len(), w);
-            }
+            (false, false) => self.link_leaf(lo, end, w),
         }
     }
 
-    /// The holes in address order, as `[lo, hi)`.
+    /// The holes in address order, as `[lo, hi)`, the frontier among them.
     fn in_order(&self) -> Vec<(u64, u64)> {
-        let mut out = Vec::with_capacity(self.len);
+        let mut out = Vec::with_capacity(self.len + 1);
         let mut stack = Vec::new();
         let mut i = self.root;
         while i != NIL || !stack.is_empty() {
@@ -758,6 +801,10 @@ impl HoleTree {
                 out.push((n.lo, n.hi));
                 i = n.right;
             }
+        }
+        if let Some(f) = self.frontier {
+            let at = out.partition_point(|&(lo, _)| lo < f.0);
+            out.insert(at, f);
         }
         out
     }
@@ -833,7 +880,7 @@ impl GapTreeAllocator {
         let (start_pfn, end_pfn) = config.validate()?;
         let orders = order_base_2(end_pfn) as usize + 1;
         let mut holes = HoleTree::new(orders);
-        holes.root = holes.new_node(start_pfn, end_pfn);
+        holes.frontier = Some((start_pfn, end_pfn));
         Ok(Self {
             granule: config.granule,
             start_pfn,
@@ -876,11 +923,16 @@ impl GapTreeAllocator {
         let bad = |m: String| Err(InvariantViolation(m));
         st.holes.check(st.holes.root).map_err(InvariantViolation)?;
         let holes = st.holes.in_order();
-        if holes.len() != st.holes.len {
+        if let Some((lo, hi)) = st.holes.frontier {
+            if lo >= hi {
+                return bad(format!("empty frontier [{lo:#x}, {hi:#x})"));
+            }
+        }
+        let counted = st.holes.len + usize::from(st.holes.frontier.is_some());
+        if holes.len() != counted {
             return bad(format!(
-                "{} holes in the tree, {} counted",
-                holes.len(),
-                st.holes.len
+                "{} holes in the tree and frontier, {counted} counted",
+                holes.len()
             ));
         }
         for pair in holes.windows(2) {
@@ -1149,8 +1201,9 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_hole_shrinks_splits_vanishes_and_grows_back_with_exact_counts() {
-        // Pages 1..64. Every step: the placement, the holes after it, and the nodes visited.
+    fn the_frontier_shrinks_splits_vanishes_and_grows_back_with_exact_counts() {
+        // Pages 1..64, all in the frontier at first. Every step: the placement, the holes
+        // after it, and the nodes visited (the frontier counts as one).
         let a = gap(64 * G);
         let un = |p, limit| AllocRequest {
             size_aligned: false,
@@ -1176,22 +1229,27 @@ mod tests {
         // Shrinks from the top, then grows back.
         assert_eq!(step(req(4, 64 * G)), (Some(60), vec![(1, 60)], 1));
         assert_eq!(free(60, 4), (vec![(1, 64)], 1));
-        // A limit inside the hole clips it, and the hole splits in two.
+        // A limit inside the hole clips it, and the hole splits in two: the larger part stays
+        // the frontier, the other goes into the (empty) tree.
         assert_eq!(step(req(2, 32 * G)), (Some(30), vec![(1, 30), (32, 64)], 1));
-        assert_eq!(free(30, 2).0, vec![(1, 64)]);
+        assert_eq!(a.tree_height(), 1);
+        // The frontier takes the freed range and the tree hole below it back.
+        assert_eq!(free(30, 2), (vec![(1, 64)], 2));
+        assert_eq!(a.tree_height(), 0);
         // Shrinks from the bottom; then a limit at or below the hole's start finds nothing.
         assert_eq!(step(un(31, 32 * G)), (Some(1), vec![(32, 64)], 1));
         assert_eq!(step(req(1, 32 * G)), (None, vec![(32, 64)], 1));
-        // Vanishes, then comes back from an empty tree and is extended.
+        // Vanishes, then comes back (a free with no hole anywhere) and is extended.
         assert_eq!(step(un(32, 64 * G)), (Some(32), vec![], 1));
         assert_eq!(free(1, 31), (vec![(1, 32)], 0));
-        // An unlimited request the hole cannot hold (no aligned 32-page block) visits nothing.
-        assert_eq!(step(req(32, 64 * G)), (None, vec![(1, 32)], 0));
+        // An unlimited request the frontier cannot hold (no aligned 32-page block).
+        assert_eq!(step(req(32, 64 * G)), (None, vec![(1, 32)], 1));
         assert_eq!(free(32, 32), (vec![(1, 64)], 1));
-        // A range that does not touch the lone hole becomes a second hole.
+        // A range that does not touch the frontier becomes a hole in the tree.
         assert_eq!(step(req(1, 64 * G)), (Some(63), vec![(1, 63)], 1));
         assert_eq!(step(req(1, 64 * G)), (Some(62), vec![(1, 62)], 1));
-        assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 1));
+        assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 0));
+        assert_eq!(a.tree_height(), 1);
     }
 
     #[test]
