@@ -101,41 +101,16 @@
 //! it is only ever looked up, and [`GapTreeAllocator::ranges`] sorts what it lists, so no
 //! output depends on its order.
 
+mod btree;
 mod index;
+
+use btree::HoleTree;
 
 use crate::addr::Iova;
 use crate::iova::linux::{self, order_base_2, IovaConfigError, IovaSpaceConfig};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
-
-/// The empty subtree: slot 0 of the arena, a permanent sentinel whose summary (and room) is
-/// all zero, so reading a child's summary needs no branch.
-const NIL: u32 = 0;
-
-/// No node on the path is a predecessor or successor (in [`HoleTree::free_range`]).
-const NONE: usize = usize::MAX;
-
-/// The summary of a subtree: what the search and the balancing need to know about it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Sum {
-    /// The largest hole, in pages.
-    max_len: u64,
-    /// AVL height (0: empty).
-    height: u8,
-    /// 1 + the largest order of naturally aligned block some hole contains (0: empty).
-    block: u8,
-}
-
-/// One hole `[lo, hi)`, with the summary of the subtree rooted at it.
-#[derive(Clone, Copy, Debug)]
-struct Hole {
-    lo: u64,
-    hi: u64,
-    left: u32,
-    right: u32,
-    sum: Sum,
-}
 
 /// What a request needs from a hole, and which summary answers it exactly.
 #[derive(Clone, Copy, Debug)]
@@ -191,664 +166,6 @@ fn fit(lo: u64, hi: u64, s: u64, k: usize) -> Option<u64> {
     }
     let a = (hi - s) & !((1u64 << k) - 1);
     (a >= lo).then_some(a)
-}
-
-/// The AVL tree of holes with its summaries, in an arena.
-#[derive(Debug)]
-struct HoleTree {
-    nodes: Vec<Hole>,
-    /// Arena slots free for reuse.
-    spare: Vec<u32>,
-    root: u32,
-    /// Number of holes.
-    len: usize,
-    /// Number of alignment orders a request can have (`room` stride).
-    orders: usize,
-    /// Orders whose room is maintained (bit `k`): the non-power-of-two aligned requests
-    /// seen so far.
-    active: u64,
-    /// `room[i * orders + k]`: the largest room at order `k` in node `i`'s subtree, for the
-    /// active orders. Empty until the first order is activated.
-    room: Vec<u64>,
-    /// The path of the operation in progress, root first (kept to avoid allocating).
-    path: Vec<u32>,
-    /// The frontier: one hole kept out of the tree (see the module docs), `[lo, hi)`.
-    frontier: Option<(u64, u64)>,
-}
-
-impl HoleTree {
-    fn new(orders: usize) -> Self {
-        let sentinel = Hole {
-            lo: 0,
-            hi: 0,
-            left: NIL,
-            right: NIL,
-            sum: Sum::default(),
-        };
-        Self {
-            nodes: vec![sentinel],
-            spare: Vec::new(),
-            root: NIL,
-            len: 0,
-            orders,
-            active: 0,
-            room: Vec::new(),
-            path: Vec::with_capacity(64),
-            frontier: None,
-        }
-    }
-
-    #[inline]
-    fn n(&self, i: u32) -> &Hole {
-        &self.nodes[i as usize]
-    }
-
-    #[inline]
-    fn nm(&mut self, i: u32) -> &mut Hole {
-        &mut self.nodes[i as usize]
-    }
-
-    /// Summary of subtree `i` (all zero for an empty one).
-    #[inline]
-    fn sum(&self, i: u32) -> Sum {
-        self.n(i).sum
-    }
-
-    #[inline]
-    fn height(&self, i: u32) -> u8 {
-        self.sum(i).height
-    }
-
-    /// Largest room at active order `k` in subtree `i` (0 for an empty subtree).
-    #[inline]
-    fn room(&self, i: u32, k: usize) -> u64 {
-        self.room[i as usize * self.orders + k]
-    }
-
-    /// Whether some hole in subtree `i` holds the request (exact; see the module docs). The
-    /// empty subtree's zero summary holds nothing.
-    #[inline]
-    fn holds(&self, i: u32, q: &Query) -> bool {
-        match q.kind {
-            Kind::Len => self.n(i).sum.max_len >= q.s,
-            Kind::Block => usize::from(self.n(i).sum.block) > q.k,
-            Kind::Room => self.room(i, q.k) >= q.s,
-        }
-    }
-
-    /// A new leaf `[lo, hi)` with its summary.
-    fn new_node(&mut self, lo: u64, hi: u64) -> u32 {
-        let node = Hole {
-            lo,
-            hi,
-            left: NIL,
-            right: NIL,
-            sum: Sum::default(),
-        };
-        let i = match self.spare.pop() {
-            Some(i) => {
-                self.nodes[i as usize] = node;
-                i
-            }
-            None => {
-                self.nodes.push(node);
-                if !self.room.is_empty() {
-                    self.room.resize(self.room.len() + self.orders, 0);
-                }
-                (self.nodes.len() - 1) as u32
-            }
-        };
-        self.pull(i);
-        self.len += 1;
-        i
-    }
-
-    /// Returns node `i`'s slot to the arena.
-    fn release(&mut self, i: u32) {
-        self.spare.push(i);
-        self.len -= 1;
-    }
-
-    /// Recomputes node `i`'s summary (and room) from its own hole and its children's;
-    /// returns whether anything changed.
-    #[inline(always)]
-    fn pull(&mut self, i: u32) -> bool {
-        let n = *self.n(i);
-        let (l, r) = (self.sum(n.left), self.sum(n.right));
-        let sum = Sum {
-            max_len: (n.hi - n.lo).max(l.max_len).max(r.max_len),
-            height: 1 + l.height.max(r.height),
-            block: block_of(n.lo, n.hi).max(l.block).max(r.block),
-        };
-        self.nm(i).sum = sum;
-        let rooms = self.update_rooms(i);
-        sum != n.sum || rooms
-    }
-
-    /// Recomputes the room (at the active orders) of `i` from its own hole and its children;
-    /// returns whether any changed. Nothing to do, and false, while no order is active.
-    #[inline]
-    fn update_rooms(&mut self, i: u32) -> bool {
-        if self.active == 0 {
-            return false;
-        }
-        self.update_rooms_active(i)
-    }
-
-    #[inline(never)]
-    fn update_rooms_active(&mut self, i: u32) -> bool {
-        let mut bits = self.active;
-        let n = *self.n(i);
-        let o = self.orders;
-        let base = i as usize * o;
-        let mut changed = false;
-        while bits != 0 {
-            let k = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let r = room_of(n.lo, n.hi, k)
-                .max(self.room(n.left, k))
-                .max(self.room(n.right, k));
-            let slot = &mut self.room[base + k];
-            changed |= *slot != r;
-            *slot = r;
-        }
-        changed
-    }
-
-    /// Starts maintaining the room at order `k`: computes it for every node (post-order).
-    fn activate(&mut self, k: usize, w: &mut WorkRecord) {
-        fn fill(t: &mut HoleTree, i: u32, k: usize, w: &mut WorkRecord) -> u64 {
-            if i == NIL {
-                return 0;
-            }
-            w.tree_nodes_visited += 1;
-            let n = *t.n(i);
-            let own = room_of(n.lo, n.hi, k);
-            let r = own.max(fill(t, n.left, k, w)).max(fill(t, n.right, k, w));
-            t.room[i as usize * t.orders + k] = r;
-            r
-        }
-        if self.room.is_empty() {
-            self.room = vec![0; self.nodes.len() * self.orders];
-        }
-        fill(self, self.root, k, w);
-        self.active |= 1 << k;
-    }
-
-    fn rotate_right(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
-        w.tree_rotations += 1;
-        let l = self.n(i).left;
-        self.nm(i).left = self.n(l).right;
-        self.pull(i);
-        self.nm(l).right = i;
-        self.pull(l);
-        l
-    }
-
-    fn rotate_left(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
-        w.tree_rotations += 1;
-        let r = self.n(i).right;
-        self.nm(i).right = self.n(r).left;
-        self.pull(i);
-        self.nm(r).left = i;
-        self.pull(r);
-        r
-    }
-
-    /// Restores the AVL balance at `i` (whose children are balanced and summarised) and
-    /// recomputes its summary. Returns the subtree's new root and whether it was rotated or
-    /// its summary changed.
-    fn rebalance(&mut self, i: u32, w: &mut WorkRecord) -> (u32, bool) {
-        let n = *self.n(i);
-        let (hl, hr) = (self.height(n.left), self.height(n.right));
-        if hl > hr + 1 {
-            let l = *self.n(n.left);
-            if self.height(l.left) < self.height(l.right) {
-                let nl = self.rotate_left(n.left, w);
-                self.nm(i).left = nl;
-            }
-            return (self.rotate_right(i, w), true);
-        }
-        if hr > hl + 1 {
-            let r = *self.n(n.right);
-            if self.height(r.right) < self.height(r.left) {
-                let nr = self.rotate_right(n.right, w);
-                self.nm(i).right = nr;
-            }
-            return (self.rotate_left(i, w), true);
-        }
-        (i, self.pull(i))
-    }
-
-    /// After a change at the end of `self.path` (below its last node, or to it), walks the
-    /// path up: rebalances and recomputes every node at depth `upto` or deeper, then goes
-    /// on while subtrees come out changed.
-    fn retrace(&mut self, upto: usize, w: &mut WorkRecord) {
-        let mut dirty = true;
-        let mut d = self.path.len();
-        while d > 0 {
-            d -= 1;
-            if !dirty && d < upto {
-                break;
-            }
-            let i = self.path[d];
-            let (root, changed) = self.rebalance(i, w);
-            dirty = changed;
-            if d == 0 {
-                self.root = root;
-            } else if root != i {
-                let p = self.path[d - 1];
-                let pn = self.nm(p);
-                if pn.left == i {
-                    pn.left = root;
-                } else {
-                    pn.right = root;
-                }
-            }
-        }
-    }
-
-    /// After a hole on `self.path` (at depth `upto` or deeper) changed its extent but no node
-    /// was linked or unlinked (so no height changed): recomputes the summaries from the end
-    /// of the path up, at least to depth `upto`, then while they change.
-    fn refresh(&mut self, upto: usize) {
-        let mut d = self.path.len();
-        while d > 0 {
-            d -= 1;
-            if !self.pull(self.path[d]) && d < upto {
-                break;
-            }
-        }
-    }
-
-    /// Makes `new` take the place of `old`, the child of `self.path[d - 1]` (the root when
-    /// `d == 0`).
-    fn replace_child_at(&mut self, d: usize, old: u32, new: u32) {
-        if d == 0 {
-            self.root = new;
-        } else {
-            let pn = self.nm(self.path[d - 1]);
-            if pn.left == old {
-                pn.left = new;
-            } else {
-                pn.right = new;
-            }
-        }
-    }
-
-    /// Allocates: finds the highest fit below `limit` in the tree ([`Self::search`]) and in
-    /// the frontier, and cuts it out of its hole ([`Self::take`], [`Self::take_frontier`]).
-    /// Returns the placement, or `None` if nothing fits.
-    #[inline]
-    fn alloc(&mut self, limit: u64, unlimited: bool, q: &Query, w: &mut WorkRecord) -> Option<u64> {
-        let outside = match self.frontier {
-            Some((lo, hi)) => {
-                w.tree_nodes_visited += 1;
-                fit(lo, hi.min(limit), q.s, q.k)
-            }
-            None => None,
-        };
-        if self.root != NIL {
-            if let Some(a) = self.search(limit, unlimited, q, w) {
-                // Holes are disjoint, so the two placements differ.
-                if outside.map_or(true, |f| a > f) {
-                    self.take(a, q.s, w);
-                    return Some(a);
-                }
-            }
-        }
-        let a = outside?;
-        self.take_frontier(a, q.s, w);
-        Some(a)
-    }
-
-    /// Cuts `s` pages at `a` out of the frontier. Of the parts left below and above, the
-    /// larger stays the frontier and the other becomes a hole in the tree.
-    fn take_frontier(&mut self, a: u64, s: u64, w: &mut WorkRecord) {
-        let Some((lo, hi)) = self.frontier else {
-            return;
-        };
-        let end = a + s;
-        self.frontier = match (a > lo, end < hi) {
-            (false, false) => None,
-            (true, false) => Some((lo, a)),
-            (false, true) => Some((end, hi)),
-            (true, true) => {
-                if a - lo >= hi - end {
-                    self.insert_hole(end, hi, w);
-                    Some((lo, a))
-                } else {
-                    self.insert_hole(lo, a, w);
-                    Some((end, hi))
-                }
-            }
-        };
-    }
-
-    /// Links the hole `[lo, hi)`, which touches no hole, into the tree as a new leaf.
-    fn insert_hole(&mut self, lo: u64, hi: u64, w: &mut WorkRecord) {
-        self.path.clear();
-        let mut i = self.root;
-        while i != NIL {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = self.n(i);
-            i = if n.lo < lo { n.right } else { n.left };
-        }
-        self.link_leaf(lo, hi, w);
-    }
-
-    /// Links a new leaf `[lo, hi)` under the last node of `self.path` (the walk by address
-    /// to its place), then retraces.
-    fn link_leaf(&mut self, lo: u64, hi: u64, w: &mut WorkRecord) {
-        let x = self.new_node(lo, hi);
-        match self.path.last() {
-            None => self.root = x,
-            Some(&p) => {
-                if lo < self.n(p).lo {
-                    self.nm(p).left = x;
-                } else {
-                    self.nm(p).right = x;
-                }
-            }
-        }
-        self.retrace(self.path.len(), w);
-    }
-
-    /// The highest fit among holes below `limit` (a straddling hole is clipped at it).
-    /// Returns the placement; `self.path` then runs from the root to the holder.
-    fn search(
-        &mut self,
-        limit: u64,
-        unlimited: bool,
-        q: &Query,
-        w: &mut WorkRecord,
-    ) -> Option<u64> {
-        self.path.clear();
-        if unlimited {
-            // Every hole is below the limit, so the summaries apply to the whole tree.
-            let root = self.root;
-            return self.holds(root, q).then(|| self.descend(root, q, w));
-        }
-        // Walk towards the limit.
-        let mut i = self.root;
-        while i != NIL {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = *self.n(i);
-            if n.lo >= limit {
-                i = n.left;
-            } else if n.hi >= limit {
-                // The straddling hole: everything to its right is above the limit.
-                break;
-            } else {
-                i = n.right;
-            }
-        }
-        // Back up: nodes below the limit offer their own hole, then their left subtree.
-        for d in (0..self.path.len()).rev() {
-            let n = *self.n(self.path[d]);
-            if n.lo >= limit {
-                continue;
-            }
-            if let Some(a) = fit(n.lo, n.hi.min(limit), q.s, q.k) {
-                self.path.truncate(d + 1);
-                return Some(a);
-            }
-            if self.holds(n.left, q) {
-                self.path.truncate(d + 1);
-                return Some(self.descend(n.left, q, w));
-            }
-        }
-        None
-    }
-
-    /// The highest fit in subtree `i`, which is known to hold one; extends `self.path` down
-    /// to the holder.
-    fn descend(&mut self, mut i: u32, q: &Query, w: &mut WorkRecord) -> u64 {
-        loop {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = *self.n(i);
-            if self.holds(n.right, q) {
-                i = n.right;
-                continue;
-            }
-            if let Some(a) = fit(n.lo, n.hi, q.s, q.k) {
-                return a;
-            }
-            // The summary says the fit is in the left subtree.
-            debug_assert!(self.holds(n.left, q));
-            i = n.left;
-        }
-    }
-
-    /// Cuts `s` pages at `a` out of the hole at the end of `self.path`.
-    fn take(&mut self, a: u64, s: u64, w: &mut WorkRecord) {
-        let hd = self.path.len() - 1;
-        let holder = self.path[hd];
-        let h = *self.n(holder);
-        let (below, above) = (a > h.lo, a + s < h.hi);
-        match (below, above) {
-            (false, false) => self.unlink_end(hd, w),
-            (true, false) => {
-                self.nm(holder).hi = a;
-                self.refresh(hd);
-            }
-            (false, true) => {
-                self.nm(holder).lo = a + s;
-                self.refresh(hd);
-            }
-            (true, true) => {
-                // The part above becomes the holder's in-order successor.
-                self.nm(holder).hi = a;
-                let x = self.new_node(a + s, h.hi);
-                if h.right == NIL {
-                    self.nm(holder).right = x;
-                } else {
-                    let c = self.descend_leftmost(h.right, w);
-                    self.nm(c).left = x;
-                }
-                self.retrace(hd, w);
-            }
-        }
-    }
-
-    /// Walks from `c` to the leftmost node of its subtree, pushing every node on the way
-    /// onto `self.path` (each counted as visited), and returns that node.
-    fn descend_leftmost(&mut self, mut c: u32, w: &mut WorkRecord) -> u32 {
-        loop {
-            w.tree_nodes_visited += 1;
-            self.path.push(c);
-            let l = self.n(c).left;
-            if l == NIL {
-                return c;
-            }
-            c = l;
-        }
-    }
-
-    /// Deletes the node at the end of `self.path`, then retraces (recomputing at least up
-    /// to depth `upto`).
-    fn unlink_end(&mut self, upto: usize, w: &mut WorkRecord) {
-        let xd = self.path.len() - 1;
-        let x = self.path[xd];
-        let n = *self.n(x);
-        if n.left != NIL && n.right != NIL {
-            // The successor (the leftmost node of the right subtree, which has no left
-            // child) gives its hole to `x` and is unlinked in its place.
-            let c = self.descend_leftmost(n.right, w);
-            let cn = *self.n(c);
-            let m = self.nm(x);
-            m.lo = cn.lo;
-            m.hi = cn.hi;
-            let cd = self.path.len() - 1;
-            self.replace_child_at(cd, c, cn.right);
-            self.path.pop();
-            self.release(c);
-            self.retrace(upto.min(xd), w);
-        } else {
-            let child = if n.left == NIL { n.right } else { n.left };
-            self.replace_child_at(xd, x, child);
-            self.path.pop();
-            self.release(x);
-            self.retrace(upto, w);
-        }
-    }
-
-    /// Returns the free range `[lo, end)` (known to be allocated) to the holes.
-    fn free_range(&mut self, lo: u64, end: u64, w: &mut WorkRecord) {
-        let (f_below, f_above) = match self.frontier {
-            Some((flo, fhi)) => (fhi == lo, flo == end),
-            None => (false, false),
-        };
-        if self.root == NIL {
-            // No hole in the tree: the range extends the frontier, becomes it, or (when it
-            // does not touch the frontier) the tree's only hole.
-            match self.frontier {
-                Some((flo, fhi)) if f_below || f_above => {
-                    w.tree_nodes_visited += 1;
-                    self.frontier = Some((flo.min(lo), fhi.max(end)));
-                }
-                None => self.frontier = Some((lo, end)),
-                Some(_) => {
-                    self.path.clear();
-                    self.link_leaf(lo, end, w);
-                }
-            }
-            return;
-        }
-        self.path.clear();
-        // The walk passes both the hole just below `lo` and the one just above.
-        let (mut pred, mut succ) = (NONE, NONE);
-        let mut i = self.root;
-        while i != NIL {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = self.n(i);
-            if n.lo < lo {
-                pred = self.path.len() - 1;
-                i = n.right;
-            } else {
-                succ = self.path.len() - 1;
-                i = n.left;
-            }
-        }
-        let joins_below = pred != NONE && self.n(self.path[pred]).hi == lo;
-        let joins_above = succ != NONE && self.n(self.path[succ]).lo == end;
-        if let Some((flo, fhi)) = self.frontier.filter(|_| f_below || f_above) {
-            // The frontier takes the range, and the tree hole on its other side if any.
-            w.tree_nodes_visited += 1;
-            let (mut new_lo, mut new_hi) = (flo.min(lo), fhi.max(end));
-            let gone = if f_below && joins_above {
-                new_hi = self.n(self.path[succ]).hi;
-                succ
-            } else if f_above && joins_below {
-                new_lo = self.n(self.path[pred]).lo;
-                pred
-            } else {
-                NONE
-            };
-            self.frontier = Some((new_lo, new_hi));
-            if gone != NONE {
-                self.path.truncate(gone + 1);
-                self.unlink_end(gone, w);
-            }
-            return;
-        }
-        match (joins_below, joins_above) {
-            (true, true) => {
-                // In-order neighbours: the deeper one has at most one child and is unlinked;
-                // the other takes the merged extent.
-                let (new_lo, new_hi) = (self.n(self.path[pred]).lo, self.n(self.path[succ]).hi);
-                let (keep, gone) = if pred < succ {
-                    (pred, succ)
-                } else {
-                    (succ, pred)
-                };
-                let k = self.nm(self.path[keep]);
-                k.lo = new_lo;
-                k.hi = new_hi;
-                self.path.truncate(gone + 1);
-                self.unlink_end(keep, w);
-            }
-            (true, false) => {
-                self.nm(self.path[pred]).hi = end;
-                self.path.truncate(pred + 1);
-                self.refresh(pred);
-            }
-            (false, true) => {
-                self.nm(self.path[succ]).lo = lo;
-                self.path.truncate(succ + 1);
-                self.refresh(succ);
-            }
-            (false, false) => self.link_leaf(lo, end, w),
-        }
-    }
-
-    /// The holes in address order, as `[lo, hi)`, the frontier among them.
-    fn in_order(&self) -> Vec<(u64, u64)> {
-        let mut out = Vec::with_capacity(self.len + 1);
-        let mut stack = Vec::new();
-        let mut i = self.root;
-        while i != NIL || !stack.is_empty() {
-            while i != NIL {
-                stack.push(i);
-                i = self.n(i).left;
-            }
-            if let Some(top) = stack.pop() {
-                let n = self.n(top);
-                out.push((n.lo, n.hi));
-                i = n.right;
-            }
-        }
-        if let Some(f) = self.frontier {
-            let at = out.partition_point(|&(lo, _)| lo < f.0);
-            out.insert(at, f);
-        }
-        out
-    }
-
-    /// Checks AVL balance, the summaries and the rooms of subtree `i`; returns its height.
-    fn check(&self, i: u32) -> Result<u8, String> {
-        if i == NIL {
-            return Ok(0);
-        }
-        let n = *self.n(i);
-        let hl = self.check(n.left)?;
-        let hr = self.check(n.right)?;
-        let here = format!("hole [{:#x}, {:#x})", n.lo, n.hi);
-        if hl.abs_diff(hr) > 1 {
-            return Err(format!("{here}: AVL balance broken ({hl} vs {hr})"));
-        }
-        // The block summary, against a brute-force scan of the orders.
-        let own_block = (0..64)
-            .filter(|&j| room_of(n.lo, n.hi, j) >= 1 << j)
-            .map(|j| j as u8 + 1)
-            .max()
-            .unwrap_or(0);
-        let (l, r) = (self.sum(n.left), self.sum(n.right));
-        let want = Sum {
-            max_len: (n.hi - n.lo).max(l.max_len).max(r.max_len),
-            height: 1 + hl.max(hr),
-            block: own_block.max(l.block).max(r.block),
-        };
-        if n.sum != want {
-            return Err(format!("{here}: summary {:?}, want {want:?}", n.sum));
-        }
-        for k in (0..self.orders).filter(|k| self.active & (1 << k) != 0) {
-            let want = room_of(n.lo, n.hi, k)
-                .max(self.room(n.left, k))
-                .max(self.room(n.right, k));
-            if self.room(i, k) != want {
-                return Err(format!(
-                    "{here}: room at order {k} is {}, want {want}",
-                    self.room(i, k)
-                ));
-            }
-        }
-        Ok(want.height)
-    }
 }
 
 /// An invariant of the gap tree does not hold (found by
@@ -910,8 +227,7 @@ impl GapTreeAllocator {
     /// Height of the tree of holes (0 when the space is full), for checking the
     /// O(log n) bound.
     pub fn tree_height(&self) -> usize {
-        let st = self.state.lock();
-        st.holes.height(st.holes.root) as usize
+        self.state.lock().holes.height()
     }
 
     /// Checks every invariant: the hole tree's order, AVL balance and summaries (largest
@@ -921,7 +237,7 @@ impl GapTreeAllocator {
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let st = self.state.lock();
         let bad = |m: String| Err(InvariantViolation(m));
-        st.holes.check(st.holes.root).map_err(InvariantViolation)?;
+        st.holes.check().map_err(InvariantViolation)?;
         let holes = st.holes.in_order();
         if let Some((lo, hi)) = st.holes.frontier {
             if lo >= hi {
@@ -1022,7 +338,7 @@ impl IovaAllocator for GapTreeAllocator {
             if kind == Kind::Room && t.active & (1 << k) == 0 {
                 t.activate(k, work);
             }
-            t.alloc(limit, limit >= self.end_pfn, &q, work)
+            t.alloc(limit, &q, work)
         } else {
             None
         };
@@ -1524,6 +840,51 @@ mod tests {
         a.check();
         assert_eq!(a.live_blocks(), live.len());
         assert!(a.tree_height() <= 2 * (64 - (live.len() as u64 + 1).leading_zeros()) as usize);
+        assert!(w.tree_rotations > 0);
+    }
+
+    #[test]
+    fn holes_over_many_nodes_split_borrow_and_merge() {
+        // 6,000 one-page ranges, then every other one freed: 3,000 holes, over several levels
+        // of B-tree nodes. Then a mix of aligned allocations (which split and consume holes)
+        // and frees in a scrambled order (which merge holes across leaves), checked throughout.
+        let end = 1u64 << 20;
+        let a = gap(end * G);
+        let mut w = WorkRecord::new();
+        let un = AllocRequest {
+            size_aligned: false,
+            ..req(1, end * G)
+        };
+        let mut live: Vec<IovaBlock> = (0..6000).map(|_| a.alloc(un, &mut w).unwrap()).collect();
+        let kept: Vec<IovaBlock> = live.iter().copied().skip(1).step_by(2).collect();
+        for b in live.iter().step_by(2) {
+            a.free(*b, 0, &mut w).unwrap();
+        }
+        live = kept;
+        a.check();
+        assert_eq!(a.holes().len(), 3001);
+        assert!(a.tree_height() >= 3, "height {}", a.tree_height());
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut step = 0;
+        while !live.is_empty() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 == 0 {
+                let pages = 1 << ((x >> 8) % 3);
+                live.push(a.alloc(req(pages, end * G), &mut w).unwrap());
+            } else {
+                let i = (x >> 20) as usize % live.len();
+                a.free(live.swap_remove(i), 0, &mut w).unwrap();
+            }
+            step += 1;
+            if step % 97 == 0 {
+                a.check();
+            }
+        }
+        a.check();
+        assert_eq!(a.holes(), vec![(1, end)]);
+        assert_eq!(a.tree_height(), 0, "everything is back in the frontier");
         assert!(w.tree_rotations > 0);
     }
 
