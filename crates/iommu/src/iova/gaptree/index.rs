@@ -46,6 +46,11 @@ struct Group {
 /// The byte of a range too long for a byte: its length is in `long`.
 const LONG: u8 = u8::MAX;
 
+/// One chunk's bytes, aligned to a cache line so that reading one touches one line.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct Chunk([u8; CHUNK_PAGES]);
+
 /// Allocated ranges by first page.
 #[derive(Debug)]
 pub(super) struct RangeIndex {
@@ -56,7 +61,7 @@ pub(super) struct RangeIndex {
     /// Indexes of `groups` free for reuse.
     spare_groups: Vec<u32>,
     /// Per page of a chunk: the length of the range starting there, 0 if none.
-    chunks: Vec<[u8; CHUNK_PAGES]>,
+    chunks: Vec<Chunk>,
     /// Slots of `chunks` free for reuse.
     spare: Vec<u32>,
     /// Lengths of the ranges whose byte is [`LONG`].
@@ -106,7 +111,7 @@ impl RangeIndex {
                 let slot = match self.spare.pop() {
                     Some(slot) => slot,
                     None => {
-                        self.chunks.push([0; CHUNK_PAGES]);
+                        self.chunks.push(Chunk([0; CHUNK_PAGES]));
                         (self.chunks.len() - 1) as u32
                     }
                 };
@@ -118,7 +123,7 @@ impl RangeIndex {
         if self.idle == Some((chunk, slot)) {
             self.idle = None;
         }
-        let byte = &mut self.chunks[slot as usize][at];
+        let byte = &mut self.chunks[slot as usize].0[at];
         debug_assert_eq!(*byte, 0, "a range already starts at page {lo:#x}");
         if pages < u64::from(LONG) {
             *byte = pages as u8;
@@ -137,7 +142,7 @@ impl RangeIndex {
         let Some(slot) = self.slot(chunk) else {
             return false;
         };
-        let codes = &mut self.chunks[slot as usize];
+        let codes = &mut self.chunks[slot as usize].0;
         match codes[at] {
             0 => return false,
             LONG => {
@@ -247,7 +252,7 @@ impl RangeIndex {
         chunks.sort_unstable();
         let mut out = Vec::with_capacity(self.len);
         for (chunk, slot) in chunks {
-            for (at, &b) in self.chunks[slot as usize].iter().enumerate() {
+            for (at, &b) in self.chunks[slot as usize].0.iter().enumerate() {
                 let lo = (chunk << CHUNK_SHIFT) + at as u64;
                 match b {
                     0 => {}
@@ -275,7 +280,7 @@ impl RangeIndex {
             }
         }
         for (chunk, slot) in self.entries() {
-            let codes = &self.chunks[slot as usize];
+            let codes = &self.chunks[slot as usize].0;
             let empty = codes.iter().all(|&b| b == 0);
             if empty != (self.idle == Some((chunk, slot))) {
                 return Err(format!(
