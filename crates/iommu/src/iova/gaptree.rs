@@ -9,7 +9,8 @@
 //!
 //! The free space is kept as **holes**: maximal runs of free pages, `[lo, hi)`, never empty,
 //! never overlapping and never touching (a freed range is coalesced with the holes on either
-//! side). They are the nodes of an AVL tree ordered by address, in an arena. The allocated
+//! side). They are the entries of a B+-tree ordered by address, in an arena (see `btree`),
+//! except one, the *frontier*, kept beside it (see below). The allocated
 //! ranges are only needed to check that a free is of a range allocated exactly as given, so
 //! they live in a separate index, a byte per page holding the length of the range that starts
 //! there, in 64-page chunks (see `index`). The tree is therefore as large as the number of
@@ -22,7 +23,7 @@
 //!
 //! A hole `[lo, hi)` can hold a block of `s` pages aligned to `2^k` exactly when
 //! `hi - roundup(lo, 2^k) >= s`; call `hi - roundup(lo, 2^k)` the hole's *room at order k*.
-//! The search needs, for every subtree, an **exact** answer to "does some hole in here hold
+//! The search needs, for every subtree (every entry of a B-tree node), an **exact** answer to "does some hole in here hold
 //! the request?": then it never enters a subtree without a fit, which is what makes it
 //! O(height). (A plain "largest hole" only allows either the conservative test
 //! `len >= s + 2^k - 1`, which misses holes that fit thanks to a lucky alignment, or an
@@ -47,27 +48,28 @@
 //!   The first request of such an order pays one O(holes) pass to compute it for every node
 //!   (counted in `tree_nodes_visited`); after that the order is kept up to date. Workloads
 //!   that only ask for powers of two never pay for this, and the per-node memory for it
-//!   (`8 * orders` bytes, in a separate array) is only allocated on first use.
+//!   (`8 * orders` bytes per entry, in a separate array) is only allocated on first use.
+//!
+//! Each entry of a node carries these summaries of its own subtree (a leaf's entry, of its
+//! hole), so deciding whether to enter a child reads the parent's arrays, not the child.
 //!
 //! # The operations, and their cost
 //!
-//! - **Search** walks down from the root towards the limit, remembering the path, and stops
-//!   at the hole that straddles the limit if there is one (everything to its right is above
-//!   the limit). The path is then scanned back up: each node below the limit offers its own
-//!   hole (clipped at the limit), then its left subtree (entirely below the limit, so the
-//!   summary applies), in descending address order. The first subtree with a fit is
-//!   descended, preferring the right child whenever its summary says it holds a fit, then the
-//!   node's own hole, else the left child (which the summary guarantees holds one). Without a
-//!   limit below the top of the space the walk is skipped. Both phases are O(height).
+//! - **Search** looks at a node's entries that start below the limit from the highest down:
+//!   a leaf's hole is tried (clipped at the limit); a child entirely below the limit is
+//!   entered only if its summary holds the request, and then descended exactly (at each
+//!   level, the highest entry that holds it); the one child that straddles the limit is
+//!   searched the same way recursively, and skipped if it has no fit. So at most one child
+//!   per level is entered without a guaranteed fit: O(height x entries per node).
 //! - **Allocation** cuts the range out of the holder hole, leaving a part below it, above it
 //!   (less than the alignment), both, or neither: the hole shrinks in place, gains its upper
-//!   part as a new in-order successor (linked as the leftmost node of its right subtree,
-//!   continuing the search's path), or is deleted. The range goes into the index.
+//!   part as a new entry just after it, or is deleted. The range goes into the index.
 //! - **Free** removes the range from the index (refusing it if it is not there exactly as
-//!   given), then walks down the hole tree by address, which passes both the hole just below
-//!   the range and the hole just above it. The range then extends the hole below, the hole
-//!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
-//!   it is unlinked in place and the other takes the merged extent), or becomes a new leaf.
+//!   given), then walks down by address to the leaf where the range belongs, which holds the
+//!   hole just below it and, unless the range falls after the leaf's last hole, the one just
+//!   above (else one more walk finds it). The range then extends the hole below, the hole
+//!   above, merges the two (one is deleted, the other takes the merged extent), or becomes a
+//!   new entry.
 //! - **The frontier**: one hole is kept out of the tree: at first the whole space, which
 //!   top-down allocation then eats from the top, so usually the large hole below every live
 //!   range. An allocation also computes the frontier's fit (O(1)) and takes the higher of it
@@ -78,23 +80,25 @@
 //!   allocation from that large hole changed its length, and so the largest-hole summary of
 //!   every node above it, up to the root. If the frontier is used up, the tree holds every
 //!   hole until a free with no hole anywhere becomes the new frontier.
-//! - Both then retrace the path upwards, recomputing height and summaries and restoring the
-//!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
-//!   whose own hole changed).
+//! - Both then refresh each ancestor's entry for the changed node, upwards, and stop as soon
+//!   as one comes out unchanged. A node that fills up splits in two (and may split its
+//!   parent); one that falls below half full borrows an entry from a sibling or merges with
+//!   it (and may empty its parent), so all leaves stay at the same depth.
 //!
-//! Worst case per operation: O(log holes) tree steps, plus one index operation (O(1)), once its
-//! order is active (plus O(number of active non-power-of-two orders) per recomputed node).
+//! Worst case per operation: O(log holes) nodes of at most 16 entries each, plus one index
+//! operation (O(1)), once its order is active (plus O(number of active non-power-of-two
+//! orders) per refreshed entry).
 //!
 //! # Work counted
 //!
 //! One [`LockId::IovaTree`] acquisition per `alloc`/`free` past argument checks.
-//! `tree_nodes_visited` counts every hole-tree node stepped onto, and the frontier as one node
-//! when an allocation looks at it or a free extends it: the search's walk and
-//! descent, the walk from the holder to its successor's place, the walk of a free down the
-//! tree, and every node of a one-off order activation. Retracing the remembered path, and
-//! reading a child's summary, steps onto no new node and is not counted; nor are the index's
-//! lookups, which are not tree nodes. `tree_rotations` counts single rotations (a double
-//! rotation is two).
+//! `tree_nodes_visited` counts every B-tree node stepped onto, and the frontier as one node
+//! when an allocation looks at it or a free extends it: the search's nodes, the walks of a
+//! free (and of an insertion) down the tree, the sibling a shrunk node borrows from or merges
+//! with, and every node of a one-off order activation. Refreshing the remembered path steps
+//! onto no new node and is not counted; nor are the index's lookups, which are not tree
+//! nodes. `tree_rotations` counts restructurings: node splits, merges and borrows (the AVL
+//! tree this replaced counted its rotations there).
 //!
 //! Configuration is the same [`IovaSpaceConfig`] as the Linux allocator, including the cap on
 //! live ranges. The index's chunk directory is a hash map with `foldhash`'s fixed-seed hasher:
@@ -224,14 +228,14 @@ impl GapTreeAllocator {
         self.state.lock().holes.in_order()
     }
 
-    /// Height of the tree of holes (0 when the space is full), for checking the
-    /// O(log n) bound.
+    /// Height of the B-tree of holes in nodes (0 when every hole, if any, is the frontier),
+    /// for checking the O(log n) bound.
     pub fn tree_height(&self) -> usize {
         self.state.lock().holes.height()
     }
 
-    /// Checks every invariant: the hole tree's order, AVL balance and summaries (largest
-    /// hole, largest aligned block, room at every active order); holes neither empty,
+    /// Checks every invariant: the hole tree's order, node fill, leaf depth and summaries
+    /// (largest hole, largest aligned block, room at every active order); holes neither empty,
     /// overlapping nor touching; and holes and allocated ranges together covering the space
     /// exactly once. O(n); for tests.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
