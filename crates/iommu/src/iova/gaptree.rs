@@ -9,7 +9,8 @@
 //!
 //! The free space is kept as **holes**: maximal runs of free pages, `[lo, hi)`, never empty,
 //! never overlapping and never touching (a freed range is coalesced with the holes on either
-//! side). They are the nodes of an AVL tree ordered by address, in an arena. The allocated
+//! side). They are the entries of a B+-tree ordered by address, in an arena (see `btree`),
+//! except one, the *frontier*, kept beside it (see below). The allocated
 //! ranges are only needed to check that a free is of a range allocated exactly as given, so
 //! they live in a separate index, a byte per page holding the length of the range that starts
 //! there, in 64-page chunks (see `index`). The tree is therefore as large as the number of
@@ -22,7 +23,7 @@
 //!
 //! A hole `[lo, hi)` can hold a block of `s` pages aligned to `2^k` exactly when
 //! `hi - roundup(lo, 2^k) >= s`; call `hi - roundup(lo, 2^k)` the hole's *room at order k*.
-//! The search needs, for every subtree, an **exact** answer to "does some hole in here hold
+//! The search needs, for every subtree (every entry of a B-tree node), an **exact** answer to "does some hole in here hold
 //! the request?": then it never enters a subtree without a fit, which is what makes it
 //! O(height). (A plain "largest hole" only allows either the conservative test
 //! `len >= s + 2^k - 1`, which misses holes that fit thanks to a lucky alignment, or an
@@ -47,88 +48,73 @@
 //!   The first request of such an order pays one O(holes) pass to compute it for every node
 //!   (counted in `tree_nodes_visited`); after that the order is kept up to date. Workloads
 //!   that only ask for powers of two never pay for this, and the per-node memory for it
-//!   (`8 * orders` bytes, in a separate array) is only allocated on first use.
+//!   (`8 * orders` bytes per entry, in a separate array) is only allocated on first use.
+//!
+//! Each entry of a node carries these summaries of its own subtree (a leaf's entry, of its
+//! hole), so deciding whether to enter a child reads the parent's arrays, not the child.
 //!
 //! # The operations, and their cost
 //!
-//! - **Search** walks down from the root towards the limit, remembering the path, and stops
-//!   at the hole that straddles the limit if there is one (everything to its right is above
-//!   the limit). The path is then scanned back up: each node below the limit offers its own
-//!   hole (clipped at the limit), then its left subtree (entirely below the limit, so the
-//!   summary applies), in descending address order. The first subtree with a fit is
-//!   descended, preferring the right child whenever its summary says it holds a fit, then the
-//!   node's own hole, else the left child (which the summary guarantees holds one). Without a
-//!   limit below the top of the space the walk is skipped. Both phases are O(height).
+//! - **Search** looks at a node's entries that start below the limit from the highest down:
+//!   a leaf's hole is tried (clipped at the limit); a child entirely below the limit is
+//!   entered only if its summary holds the request, and then descended exactly (at each
+//!   level, the highest entry that holds it); the one child that straddles the limit is
+//!   searched the same way recursively, and skipped if it has no fit. So at most one child
+//!   per level is entered without a guaranteed fit: O(height x entries per node).
 //! - **Allocation** cuts the range out of the holder hole, leaving a part below it, above it
 //!   (less than the alignment), both, or neither: the hole shrinks in place, gains its upper
-//!   part as a new in-order successor (linked as the leftmost node of its right subtree,
-//!   continuing the search's path), or is deleted. The range goes into the index.
+//!   part as a new entry just after it, or is deleted. The range goes into the index.
 //! - **Free** removes the range from the index (refusing it if it is not there exactly as
-//!   given), then walks down the hole tree by address, which passes both the hole just below
-//!   the range and the hole just above it. The range then extends the hole below, the hole
-//!   above, merges the two (the deeper of two in-order neighbours has at most one child, so
-//!   it is unlinked in place and the other takes the merged extent), or becomes a new leaf.
-//! - **One hole** (the usual state with nothing live): `alloc` finds the fit in it directly
-//!   and, unless the hole splits or vanishes, shrinks it in place; `free` extends it in
-//!   place when the range touches it. Same placements and counts as the general path,
-//!   without the path and the retrace.
-//! - Both then retrace the path upwards, recomputing height and summaries and restoring the
-//!   AVL balance, and stop as soon as a subtree comes out unchanged (never below the node
-//!   whose own hole changed).
+//!   given), then walks down by address to the leaf where the range belongs, which holds the
+//!   hole just below it and, unless the range falls after the leaf's last hole, the one just
+//!   above (else one more walk finds it). The range then extends the hole below, the hole
+//!   above, merges the two (one is deleted, the other takes the merged extent), or becomes a
+//!   new entry.
+//! - **The frontier**: one hole is kept out of the tree: at first the whole space, which
+//!   top-down allocation then eats from the top, so usually the large hole below every live
+//!   range. An allocation also computes the frontier's fit (O(1)) and takes the higher of it
+//!   and the tree's; taking from the frontier shrinks it in place, and when it splits, the
+//!   larger part stays the frontier and the other becomes a tree hole. A free that touches
+//!   the frontier extends it (absorbing the tree hole on the range's other side, if any);
+//!   with nothing live the tree is empty and every operation is O(1). Without it, every
+//!   allocation from that large hole changed its length, and so the largest-hole summary of
+//!   every node above it, up to the root. If the frontier is used up, the tree holds every
+//!   hole until a free with no hole anywhere becomes the new frontier.
+//! - Both then refresh each ancestor's entry for the changed node, upwards, and stop as soon
+//!   as one comes out unchanged. A node that fills up splits in two (and may split its
+//!   parent); one that falls below half full borrows an entry from a sibling or merges with
+//!   it (and may empty its parent), so all leaves stay at the same depth.
 //!
-//! Worst case per operation: O(log holes) tree steps, plus one index operation (O(1)), once its
-//! order is active (plus O(number of active non-power-of-two orders) per recomputed node).
+//! Worst case per operation: O(log holes) nodes of at most 16 entries each, plus one index
+//! operation (O(1)), once its order is active (plus O(number of active non-power-of-two
+//! orders) per refreshed entry).
 //!
 //! # Work counted
 //!
 //! One [`LockId::IovaTree`] acquisition per `alloc`/`free` past argument checks.
-//! `tree_nodes_visited` counts every hole-tree node stepped onto: the search's walk and
-//! descent, the walk from the holder to its successor's place, the walk of a free down the
-//! tree, and every node of a one-off order activation. Retracing the remembered path, and
-//! reading a child's summary, steps onto no new node and is not counted; nor are the index's
-//! lookups, which are not tree nodes. `tree_rotations` counts single rotations (a double
-//! rotation is two).
+//! `tree_nodes_visited` counts every B-tree node stepped onto, and the frontier as one node
+//! when an allocation looks at it or a free extends it: the search's nodes, the walks of a
+//! free (and of an insertion) down the tree, the sibling a shrunk node borrows from or merges
+//! with, and every node of a one-off order activation. Refreshing the remembered path steps
+//! onto no new node and is not counted; nor are the index's lookups, which are not tree
+//! nodes. `tree_rotations` counts restructurings: node splits, merges and borrows (the AVL
+//! tree this replaced counted its rotations there).
 //!
 //! Configuration is the same [`IovaSpaceConfig`] as the Linux allocator, including the cap on
 //! live ranges. The index's chunk directory is a hash map with `foldhash`'s fixed-seed hasher:
 //! it is only ever looked up, and [`GapTreeAllocator::ranges`] sorts what it lists, so no
 //! output depends on its order.
 
+mod btree;
 mod index;
+
+use btree::HoleTree;
 
 use crate::addr::Iova;
 use crate::iova::linux::{self, order_base_2, IovaConfigError, IovaSpaceConfig};
 use crate::iova::{AllocRequest, IovaAllocator, IovaBlock, IovaError};
 use crate::work::{LockId, WorkRecord};
 use parking_lot::Mutex;
-
-/// The empty subtree: slot 0 of the arena, a permanent sentinel whose summary (and room) is
-/// all zero, so reading a child's summary needs no branch.
-const NIL: u32 = 0;
-
-/// No node on the path is a predecessor or successor (in [`HoleTree::free_range`]).
-const NONE: usize = usize::MAX;
-
-/// The summary of a subtree: what the search and the balancing need to know about it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Sum {
-    /// The largest hole, in pages.
-    max_len: u64,
-    /// AVL height (0: empty).
-    height: u8,
-    /// 1 + the largest order of naturally aligned block some hole contains (0: empty).
-    block: u8,
-}
-
-/// One hole `[lo, hi)`, with the summary of the subtree rooted at it.
-#[derive(Clone, Copy, Debug)]
-struct Hole {
-    lo: u64,
-    hi: u64,
-    left: u32,
-    right: u32,
-    sum: Sum,
-}
 
 /// What a request needs from a hole, and which summary answers it exactly.
 #[derive(Clone, Copy, Debug)]
@@ -186,624 +172,6 @@ fn fit(lo: u64, hi: u64, s: u64, k: usize) -> Option<u64> {
     (a >= lo).then_some(a)
 }
 
-/// The AVL tree of holes with its summaries, in an arena.
-#[derive(Debug)]
-struct HoleTree {
-    nodes: Vec<Hole>,
-    /// Arena slots free for reuse.
-    spare: Vec<u32>,
-    root: u32,
-    /// Number of holes.
-    len: usize,
-    /// Number of alignment orders a request can have (`room` stride).
-    orders: usize,
-    /// Orders whose room is maintained (bit `k`): the non-power-of-two aligned requests
-    /// seen so far.
-    active: u64,
-    /// `room[i * orders + k]`: the largest room at order `k` in node `i`'s subtree, for the
-    /// active orders. Empty until the first order is activated.
-    room: Vec<u64>,
-    /// The path of the operation in progress, root first (kept to avoid allocating).
-    path: Vec<u32>,
-}
-
-impl HoleTree {
-    fn new(orders: usize) -> Self {
-        let sentinel = Hole {
-            lo: 0,
-            hi: 0,
-            left: NIL,
-            right: NIL,
-            sum: Sum::default(),
-        };
-        Self {
-            nodes: vec![sentinel],
-            spare: Vec::new(),
-            root: NIL,
-            len: 0,
-            orders,
-            active: 0,
-            room: Vec::new(),
-            path: Vec::with_capacity(64),
-        }
-    }
-
-    #[inline]
-    fn n(&self, i: u32) -> &Hole {
-        &self.nodes[i as usize]
-    }
-
-    #[inline]
-    fn nm(&mut self, i: u32) -> &mut Hole {
-        &mut self.nodes[i as usize]
-    }
-
-    /// Summary of subtree `i` (all zero for an empty one).
-    #[inline]
-    fn sum(&self, i: u32) -> Sum {
-        self.n(i).sum
-    }
-
-    #[inline]
-    fn height(&self, i: u32) -> u8 {
-        self.sum(i).height
-    }
-
-    /// Largest room at active order `k` in subtree `i` (0 for an empty subtree).
-    #[inline]
-    fn room(&self, i: u32, k: usize) -> u64 {
-        self.room[i as usize * self.orders + k]
-    }
-
-    /// Whether some hole in subtree `i` holds the request (exact; see the module docs). The
-    /// empty subtree's zero summary holds nothing.
-    #[inline]
-    fn holds(&self, i: u32, q: &Query) -> bool {
-        match q.kind {
-            Kind::Len => self.n(i).sum.max_len >= q.s,
-            Kind::Block => usize::from(self.n(i).sum.block) > q.k,
-            Kind::Room => self.room(i, q.k) >= q.s,
-        }
-    }
-
-    /// A new leaf `[lo, hi)` with its summary.
-    fn new_node(&mut self, lo: u64, hi: u64) -> u32 {
-        let node = Hole {
-            lo,
-            hi,
-            left: NIL,
-            right: NIL,
-            sum: Sum::default(),
-        };
-        let i = match self.spare.pop() {
-            Some(i) => {
-                self.nodes[i as usize] = node;
-                i
-            }
-            None => {
-                self.nodes.push(node);
-                if !self.room.is_empty() {
-                    self.room.resize(self.room.len() + self.orders, 0);
-                }
-                (self.nodes.len() - 1) as u32
-            }
-        };
-        self.pull(i);
-        self.len += 1;
-        i
-    }
-
-    /// Returns node `i`'s slot to the arena.
-    fn release(&mut self, i: u32) {
-        self.spare.push(i);
-        self.len -= 1;
-    }
-
-    /// Recomputes node `i`'s summary (and room) from its own hole and its children's;
-    /// returns whether anything changed.
-    #[inline(always)]
-    fn pull(&mut self, i: u32) -> bool {
-        let n = *self.n(i);
-        let (l, r) = (self.sum(n.left), self.sum(n.right));
-        let sum = Sum {
-            max_len: (n.hi - n.lo).max(l.max_len).max(r.max_len),
-            height: 1 + l.height.max(r.height),
-            block: block_of(n.lo, n.hi).max(l.block).max(r.block),
-        };
-        self.nm(i).sum = sum;
-        let rooms = self.update_rooms(i);
-        sum != n.sum || rooms
-    }
-
-    /// Recomputes the room (at the active orders) of `i` from its own hole and its children;
-    /// returns whether any changed. Nothing to do, and false, while no order is active.
-    #[inline]
-    fn update_rooms(&mut self, i: u32) -> bool {
-        if self.active == 0 {
-            return false;
-        }
-        self.update_rooms_active(i)
-    }
-
-    #[inline(never)]
-    fn update_rooms_active(&mut self, i: u32) -> bool {
-        let mut bits = self.active;
-        let n = *self.n(i);
-        let o = self.orders;
-        let base = i as usize * o;
-        let mut changed = false;
-        while bits != 0 {
-            let k = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let r = room_of(n.lo, n.hi, k)
-                .max(self.room(n.left, k))
-                .max(self.room(n.right, k));
-            let slot = &mut self.room[base + k];
-            changed |= *slot != r;
-            *slot = r;
-        }
-        changed
-    }
-
-    /// Starts maintaining the room at order `k`: computes it for every node (post-order).
-    fn activate(&mut self, k: usize, w: &mut WorkRecord) {
-        fn fill(t: &mut HoleTree, i: u32, k: usize, w: &mut WorkRecord) -> u64 {
-            if i == NIL {
-                return 0;
-            }
-            w.tree_nodes_visited += 1;
-            let n = *t.n(i);
-            let own = room_of(n.lo, n.hi, k);
-            let r = own.max(fill(t, n.left, k, w)).max(fill(t, n.right, k, w));
-            t.room[i as usize * t.orders + k] = r;
-            r
-        }
-        if self.room.is_empty() {
-            self.room = vec![0; self.nodes.len() * self.orders];
-        }
-        fill(self, self.root, k, w);
-        self.active |= 1 << k;
-    }
-
-    fn rotate_right(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
-        w.tree_rotations += 1;
-        let l = self.n(i).left;
-        self.nm(i).left = self.n(l).right;
-        self.pull(i);
-        self.nm(l).right = i;
-        self.pull(l);
-        l
-    }
-
-    fn rotate_left(&mut self, i: u32, w: &mut WorkRecord) -> u32 {
-        w.tree_rotations += 1;
-        let r = self.n(i).right;
-        self.nm(i).right = self.n(r).left;
-        self.pull(i);
-        self.nm(r).left = i;
-        self.pull(r);
-        r
-    }
-
-    /// Restores the AVL balance at `i` (whose children are balanced and summarised) and
-    /// recomputes its summary. Returns the subtree's new root and whether it was rotated or
-    /// its summary changed.
-    fn rebalance(&mut self, i: u32, w: &mut WorkRecord) -> (u32, bool) {
-        let n = *self.n(i);
-        let (hl, hr) = (self.height(n.left), self.height(n.right));
-        if hl > hr + 1 {
-            let l = *self.n(n.left);
-            if self.height(l.left) < self.height(l.right) {
-                let nl = self.rotate_left(n.left, w);
-                self.nm(i).left = nl;
-            }
-            return (self.rotate_right(i, w), true);
-        }
-        if hr > hl + 1 {
-            let r = *self.n(n.right);
-            if self.height(r.right) < self.height(r.left) {
-                let nr = self.rotate_right(n.right, w);
-                self.nm(i).right = nr;
-            }
-            return (self.rotate_left(i, w), true);
-        }
-        (i, self.pull(i))
-    }
-
-    /// After a change at the end of `self.path` (below its last node, or to it), walks the
-    /// path up: rebalances and recomputes every node at depth `upto` or deeper, then goes
-    /// on while subtrees come out changed.
-    fn retrace(&mut self, upto: usize, w: &mut WorkRecord) {
-        let mut dirty = true;
-        let mut d = self.path.len();
-        while d > 0 {
-            d -= 1;
-            if !dirty && d < upto {
-                break;
-            }
-            let i = self.path[d];
-            let (root, changed) = self.rebalance(i, w);
-            dirty = changed;
-            if d == 0 {
-                self.root = root;
-            } else if root != i {
-                let p = self.path[d - 1];
-                let pn = self.nm(p);
-                if pn.left == i {
-                    pn.left = root;
-                } else {
-                    pn.right = root;
-                }
-            }
-        }
-    }
-
-    /// After a hole on `self.path` (at depth `upto` or deeper) changed its extent but no node
-    /// was linked or unlinked (so no height changed): recomputes the summaries from the end
-    /// of the path up, at least to depth `upto`, then while they change.
-    fn refresh(&mut self, upto: usize) {
-        let mut d = self.path.len();
-        while d > 0 {
-            d -= 1;
-            if !self.pull(self.path[d]) && d < upto {
-                break;
-            }
-        }
-    }
-
-    /// Makes `new` take the place of `old`, the child of `self.path[d - 1]` (the root when
-    /// `d == 0`).
-    fn replace_child_at(&mut self, d: usize, old: u32, new: u32) {
-        if d == 0 {
-            self.root = new;
-        } else {
-            let pn = self.nm(self.path[d - 1]);
-            if pn.left == old {
-                pn.left = new;
-            } else {
-                pn.right = new;
-            }
-        }
-    }
-
-    /// Allocates: finds the highest fit below `limit` ([`Self::search`]) and cuts it out of
-    /// its hole ([`Self::take`]). Returns the placement, or `None` if nothing fits.
-    #[inline]
-    fn alloc(&mut self, limit: u64, unlimited: bool, q: &Query, w: &mut WorkRecord) -> Option<u64> {
-        let root = self.root;
-        let r = *self.n(root);
-        if root != NIL && r.left == NIL && r.right == NIL {
-            return self.alloc_from_lone_hole(r, limit, unlimited, q, w);
-        }
-        let a = self.search(limit, unlimited, q, w)?;
-        self.take(a, q.s, w);
-        Some(a)
-    }
-
-    /// [`Self::alloc`] when the tree is the one hole `r` (with nothing live, the common
-    /// case): the same placement and the same count as `search` (which would step onto the
-    /// root once, or not at all when an unlimited request does not fit), without the path;
-    /// and when the hole only shrinks, its summary recomputed in place without `take`.
-    fn alloc_from_lone_hole(
-        &mut self,
-        r: Hole,
-        limit: u64,
-        unlimited: bool,
-        q: &Query,
-        w: &mut WorkRecord,
-    ) -> Option<u64> {
-        let root = self.root;
-        let a = if unlimited {
-            if !self.holds(root, q) {
-                return None;
-            }
-            w.tree_nodes_visited += 1;
-            let a = fit(r.lo, r.hi, q.s, q.k);
-            debug_assert!(a.is_some(), "the summary of {r:?} promised a fit");
-            a?
-        } else {
-            w.tree_nodes_visited += 1;
-            if r.lo >= limit {
-                return None;
-            }
-            fit(r.lo, r.hi.min(limit), q.s, q.k)?
-        };
-        let end = a + q.s;
-        if a > r.lo && end == r.hi {
-            self.nm(root).hi = a;
-        } else if a == r.lo && end < r.hi {
-            self.nm(root).lo = end;
-        } else {
-            // The hole splits in two or vanishes: the general case.
-            self.path.clear();
-            self.path.push(root);
-            self.take(a, q.s, w);
-            return Some(a);
-        }
-        self.pull(root);
-        Some(a)
-    }
-
-    /// The highest fit among holes below `limit` (a straddling hole is clipped at it).
-    /// Returns the placement; `self.path` then runs from the root to the holder.
-    fn search(
-        &mut self,
-        limit: u64,
-        unlimited: bool,
-        q: &Query,
-        w: &mut WorkRecord,
-    ) -> Option<u64> {
-        self.path.clear();
-        if unlimited {
-            // Every hole is below the limit, so the summaries apply to the whole tree.
-            let root = self.root;
-            return self.holds(root, q).then(|| self.descend(root, q, w));
-        }
-        // Walk towards the limit.
-        let mut i = self.root;
-        while i != NIL {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = *self.n(i);
-            if n.lo >= limit {
-                i = n.left;
-            } else if n.hi >= limit {
-                // The straddling hole: everything to its right is above the limit.
-                break;
-            } else {
-                i = n.right;
-            }
-        }
-        // Back up: nodes below the limit offer their own hole, then their left subtree.
-        for d in (0..self.path.len()).rev() {
-            let n = *self.n(self.path[d]);
-            if n.lo >= limit {
-                continue;
-            }
-            if let Some(a) = fit(n.lo, n.hi.min(limit), q.s, q.k) {
-                self.path.truncate(d + 1);
-                return Some(a);
-            }
-            if self.holds(n.left, q) {
-                self.path.truncate(d + 1);
-                return Some(self.descend(n.left, q, w));
-            }
-        }
-        None
-    }
-
-    /// The highest fit in subtree `i`, which is known to hold one; extends `self.path` down
-    /// to the holder.
-    fn descend(&mut self, mut i: u32, q: &Query, w: &mut WorkRecord) -> u64 {
-        loop {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = *self.n(i);
-            if self.holds(n.right, q) {
-                i = n.right;
-                continue;
-            }
-            if let Some(a) = fit(n.lo, n.hi, q.s, q.k) {
-                return a;
-            }
-            // The summary says the fit is in the left subtree.
-            debug_assert!(self.holds(n.left, q));
-            i = n.left;
-        }
-    }
-
-    /// Cuts `s` pages at `a` out of the hole at the end of `self.path`.
-    fn take(&mut self, a: u64, s: u64, w: &mut WorkRecord) {
-        let hd = self.path.len() - 1;
-        let holder = self.path[hd];
-        let h = *self.n(holder);
-        let (below, above) = (a > h.lo, a + s < h.hi);
-        match (below, above) {
-            (false, false) => self.unlink_end(hd, w),
-            (true, false) => {
-                self.nm(holder).hi = a;
-                self.refresh(hd);
-            }
-            (false, true) => {
-                self.nm(holder).lo = a + s;
-                self.refresh(hd);
-            }
-            (true, true) => {
-                // The part above becomes the holder's in-order successor.
-                self.nm(holder).hi = a;
-                let x = self.new_node(a + s, h.hi);
-                if h.right == NIL {
-                    self.nm(holder).right = x;
-                } else {
-                    let c = self.descend_leftmost(h.right, w);
-                    self.nm(c).left = x;
-                }
-                self.retrace(hd, w);
-            }
-        }
-    }
-
-    /// Walks from `c` to the leftmost node of its subtree, pushing every node on the way
-    /// onto `self.path` (each counted as visited), and returns that node.
-    fn descend_leftmost(&mut self, mut c: u32, w: &mut WorkRecord) -> u32 {
-        loop {
-            w.tree_nodes_visited += 1;
-            self.path.push(c);
-            let l = self.n(c).left;
-            if l == NIL {
-                return c;
-            }
-            c = l;
-        }
-    }
-
-    /// Deletes the node at the end of `self.path`, then retraces (recomputing at least up
-    /// to depth `upto`).
-    fn unlink_end(&mut self, upto: usize, w: &mut WorkRecord) {
-        let xd = self.path.len() - 1;
-        let x = self.path[xd];
-        let n = *self.n(x);
-        if n.left != NIL && n.right != NIL {
-            // The successor (the leftmost node of the right subtree, which has no left
-            // child) gives its hole to `x` and is unlinked in its place.
-            let c = self.descend_leftmost(n.right, w);
-            let cn = *self.n(c);
-            let m = self.nm(x);
-            m.lo = cn.lo;
-            m.hi = cn.hi;
-            let cd = self.path.len() - 1;
-            self.replace_child_at(cd, c, cn.right);
-            self.path.pop();
-            self.release(c);
-            self.retrace(upto.min(xd), w);
-        } else {
-            let child = if n.left == NIL { n.right } else { n.left };
-            self.replace_child_at(xd, x, child);
-            self.path.pop();
-            self.release(x);
-            self.retrace(upto, w);
-        }
-    }
-
-    /// Returns the free range `[lo, end)` (known to be allocated) to the holes.
-    fn free_range(&mut self, lo: u64, end: u64, w: &mut WorkRecord) {
-        let root = self.root;
-        let r = *self.n(root);
-        if root != NIL && r.left == NIL && r.right == NIL && (r.hi == lo || r.lo == end) {
-            // The tree is one hole and the range extends it (with nothing live, the common
-            // case): the walk below would step onto the root only, then extend it in place.
-            w.tree_nodes_visited += 1;
-            let m = self.nm(root);
-            if r.hi == lo {
-                m.hi = end;
-            } else {
-                m.lo = lo;
-            }
-            self.pull(root);
-            return;
-        }
-        self.path.clear();
-        // The walk passes both the hole just below `lo` and the one just above.
-        let (mut pred, mut succ) = (NONE, NONE);
-        let mut i = self.root;
-        while i != NIL {
-            w.tree_nodes_visited += 1;
-            self.path.push(i);
-            let n = self.n(i);
-            if n.lo < lo {
-                pred = self.path.len() - 1;
-                i = n.right;
-            } else {
-                succ = self.path.len() - 1;
-                i = n.left;
-            }
-        }
-        let joins_below = pred != NONE && self.n(self.path[pred]).hi == lo;
-        let joins_above = succ != NONE && self.n(self.path[succ]).lo == end;
-        match (joins_below, joins_above) {
-            (true, true) => {
-                // In-order neighbours: the deeper one has at most one child and is unlinked;
-                // the other takes the merged extent.
-                let (new_lo, new_hi) = (self.n(self.path[pred]).lo, self.n(self.path[succ]).hi);
-                let (keep, gone) = if pred < succ {
-                    (pred, succ)
-                } else {
-                    (succ, pred)
-                };
-                let k = self.nm(self.path[keep]);
-                k.lo = new_lo;
-                k.hi = new_hi;
-                self.path.truncate(gone + 1);
-                self.unlink_end(keep, w);
-            }
-            (true, false) => {
-                self.nm(self.path[pred]).hi = end;
-                self.path.truncate(pred + 1);
-                self.refresh(pred);
-            }
-            (false, true) => {
-                self.nm(self.path[succ]).lo = lo;
-                self.path.truncate(succ + 1);
-                self.refresh(succ);
-            }
-            (false, false) => {
-                let x = self.new_node(lo, end);
-                match self.path.last() {
-                    None => self.root = x,
-                    Some(&p) => {
-                        if lo < self.n(p).lo {
-                            self.nm(p).left = x;
-                        } else {
-                            self.nm(p).right = x;
-                        }
-                    }
-                }
-                self.retrace(self.path.len(), w);
-            }
-        }
-    }
-
-    /// The holes in address order, as `[lo, hi)`.
-    fn in_order(&self) -> Vec<(u64, u64)> {
-        let mut out = Vec::with_capacity(self.len);
-        let mut stack = Vec::new();
-        let mut i = self.root;
-        while i != NIL || !stack.is_empty() {
-            while i != NIL {
-                stack.push(i);
-                i = self.n(i).left;
-            }
-            if let Some(top) = stack.pop() {
-                let n = self.n(top);
-                out.push((n.lo, n.hi));
-                i = n.right;
-            }
-        }
-        out
-    }
-
-    /// Checks AVL balance, the summaries and the rooms of subtree `i`; returns its height.
-    fn check(&self, i: u32) -> Result<u8, String> {
-        if i == NIL {
-            return Ok(0);
-        }
-        let n = *self.n(i);
-        let hl = self.check(n.left)?;
-        let hr = self.check(n.right)?;
-        let here = format!("hole [{:#x}, {:#x})", n.lo, n.hi);
-        if hl.abs_diff(hr) > 1 {
-            return Err(format!("{here}: AVL balance broken ({hl} vs {hr})"));
-        }
-        // The block summary, against a brute-force scan of the orders.
-        let own_block = (0..64)
-            .filter(|&j| room_of(n.lo, n.hi, j) >= 1 << j)
-            .map(|j| j as u8 + 1)
-            .max()
-            .unwrap_or(0);
-        let (l, r) = (self.sum(n.left), self.sum(n.right));
-        let want = Sum {
-            max_len: (n.hi - n.lo).max(l.max_len).max(r.max_len),
-            height: 1 + hl.max(hr),
-            block: own_block.max(l.block).max(r.block),
-        };
-        if n.sum != want {
-            return Err(format!("{here}: summary {:?}, want {want:?}", n.sum));
-        }
-        for k in (0..self.orders).filter(|k| self.active & (1 << k) != 0) {
-            let want = room_of(n.lo, n.hi, k)
-                .max(self.room(n.left, k))
-                .max(self.room(n.right, k));
-            if self.room(i, k) != want {
-                return Err(format!(
-                    "{here}: room at order {k} is {}, want {want}",
-                    self.room(i, k)
-                ));
-            }
-        }
-        Ok(want.height)
-    }
-}
-
 /// An invariant of the gap tree does not hold (found by
 /// [`GapTreeAllocator::check_invariants`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -833,7 +201,7 @@ impl GapTreeAllocator {
         let (start_pfn, end_pfn) = config.validate()?;
         let orders = order_base_2(end_pfn) as usize + 1;
         let mut holes = HoleTree::new(orders);
-        holes.root = holes.new_node(start_pfn, end_pfn);
+        holes.frontier = Some((start_pfn, end_pfn));
         Ok(Self {
             granule: config.granule,
             start_pfn,
@@ -860,27 +228,31 @@ impl GapTreeAllocator {
         self.state.lock().holes.in_order()
     }
 
-    /// Height of the tree of holes (0 when the space is full), for checking the
-    /// O(log n) bound.
+    /// Height of the B-tree of holes in nodes (0 when every hole, if any, is the frontier),
+    /// for checking the O(log n) bound.
     pub fn tree_height(&self) -> usize {
-        let st = self.state.lock();
-        st.holes.height(st.holes.root) as usize
+        self.state.lock().holes.height()
     }
 
-    /// Checks every invariant: the hole tree's order, AVL balance and summaries (largest
-    /// hole, largest aligned block, room at every active order); holes neither empty,
+    /// Checks every invariant: the hole tree's order, node fill, leaf depth and summaries
+    /// (largest hole, largest aligned block, room at every active order); holes neither empty,
     /// overlapping nor touching; and holes and allocated ranges together covering the space
     /// exactly once. O(n); for tests.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let st = self.state.lock();
         let bad = |m: String| Err(InvariantViolation(m));
-        st.holes.check(st.holes.root).map_err(InvariantViolation)?;
+        st.holes.check().map_err(InvariantViolation)?;
         let holes = st.holes.in_order();
-        if holes.len() != st.holes.len {
+        if let Some((lo, hi)) = st.holes.frontier {
+            if lo >= hi {
+                return bad(format!("empty frontier [{lo:#x}, {hi:#x})"));
+            }
+        }
+        let counted = st.holes.len + usize::from(st.holes.frontier.is_some());
+        if holes.len() != counted {
             return bad(format!(
-                "{} holes in the tree, {} counted",
-                holes.len(),
-                st.holes.len
+                "{} holes in the tree and frontier, {counted} counted",
+                holes.len()
             ));
         }
         for pair in holes.windows(2) {
@@ -970,7 +342,7 @@ impl IovaAllocator for GapTreeAllocator {
             if kind == Kind::Room && t.active & (1 << k) == 0 {
                 t.activate(k, work);
             }
-            t.alloc(limit, limit >= self.end_pfn, &q, work)
+            t.alloc(limit, &q, work)
         } else {
             None
         };
@@ -1149,8 +521,9 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_hole_shrinks_splits_vanishes_and_grows_back_with_exact_counts() {
-        // Pages 1..64. Every step: the placement, the holes after it, and the nodes visited.
+    fn the_frontier_shrinks_splits_vanishes_and_grows_back_with_exact_counts() {
+        // Pages 1..64, all in the frontier at first. Every step: the placement, the holes
+        // after it, and the nodes visited (the frontier counts as one).
         let a = gap(64 * G);
         let un = |p, limit| AllocRequest {
             size_aligned: false,
@@ -1176,22 +549,27 @@ mod tests {
         // Shrinks from the top, then grows back.
         assert_eq!(step(req(4, 64 * G)), (Some(60), vec![(1, 60)], 1));
         assert_eq!(free(60, 4), (vec![(1, 64)], 1));
-        // A limit inside the hole clips it, and the hole splits in two.
+        // A limit inside the hole clips it, and the hole splits in two: the larger part stays
+        // the frontier, the other goes into the (empty) tree.
         assert_eq!(step(req(2, 32 * G)), (Some(30), vec![(1, 30), (32, 64)], 1));
-        assert_eq!(free(30, 2).0, vec![(1, 64)]);
+        assert_eq!(a.tree_height(), 1);
+        // The frontier takes the freed range and the tree hole below it back.
+        assert_eq!(free(30, 2), (vec![(1, 64)], 2));
+        assert_eq!(a.tree_height(), 0);
         // Shrinks from the bottom; then a limit at or below the hole's start finds nothing.
         assert_eq!(step(un(31, 32 * G)), (Some(1), vec![(32, 64)], 1));
         assert_eq!(step(req(1, 32 * G)), (None, vec![(32, 64)], 1));
-        // Vanishes, then comes back from an empty tree and is extended.
+        // Vanishes, then comes back (a free with no hole anywhere) and is extended.
         assert_eq!(step(un(32, 64 * G)), (Some(32), vec![], 1));
         assert_eq!(free(1, 31), (vec![(1, 32)], 0));
-        // An unlimited request the hole cannot hold (no aligned 32-page block) visits nothing.
-        assert_eq!(step(req(32, 64 * G)), (None, vec![(1, 32)], 0));
+        // An unlimited request the frontier cannot hold (no aligned 32-page block).
+        assert_eq!(step(req(32, 64 * G)), (None, vec![(1, 32)], 1));
         assert_eq!(free(32, 32), (vec![(1, 64)], 1));
-        // A range that does not touch the lone hole becomes a second hole.
+        // A range that does not touch the frontier becomes a hole in the tree.
         assert_eq!(step(req(1, 64 * G)), (Some(63), vec![(1, 63)], 1));
         assert_eq!(step(req(1, 64 * G)), (Some(62), vec![(1, 62)], 1));
-        assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 1));
+        assert_eq!(free(63, 1), (vec![(1, 62), (63, 64)], 0));
+        assert_eq!(a.tree_height(), 1);
     }
 
     #[test]
@@ -1466,6 +844,51 @@ mod tests {
         a.check();
         assert_eq!(a.live_blocks(), live.len());
         assert!(a.tree_height() <= 2 * (64 - (live.len() as u64 + 1).leading_zeros()) as usize);
+        assert!(w.tree_rotations > 0);
+    }
+
+    #[test]
+    fn holes_over_many_nodes_split_borrow_and_merge() {
+        // 6,000 one-page ranges, then every other one freed: 3,000 holes, over several levels
+        // of B-tree nodes. Then a mix of aligned allocations (which split and consume holes)
+        // and frees in a scrambled order (which merge holes across leaves), checked throughout.
+        let end = 1u64 << 20;
+        let a = gap(end * G);
+        let mut w = WorkRecord::new();
+        let un = AllocRequest {
+            size_aligned: false,
+            ..req(1, end * G)
+        };
+        let mut live: Vec<IovaBlock> = (0..6000).map(|_| a.alloc(un, &mut w).unwrap()).collect();
+        let kept: Vec<IovaBlock> = live.iter().copied().skip(1).step_by(2).collect();
+        for b in live.iter().step_by(2) {
+            a.free(*b, 0, &mut w).unwrap();
+        }
+        live = kept;
+        a.check();
+        assert_eq!(a.holes().len(), 3001);
+        assert!(a.tree_height() >= 3, "height {}", a.tree_height());
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut step = 0;
+        while !live.is_empty() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 == 0 {
+                let pages = 1 << ((x >> 8) % 3);
+                live.push(a.alloc(req(pages, end * G), &mut w).unwrap());
+            } else {
+                let i = (x >> 20) as usize % live.len();
+                a.free(live.swap_remove(i), 0, &mut w).unwrap();
+            }
+            step += 1;
+            if step % 97 == 0 {
+                a.check();
+            }
+        }
+        a.check();
+        assert_eq!(a.holes(), vec![(1, end)]);
+        assert_eq!(a.tree_height(), 0, "everything is back in the frontier");
         assert!(w.tree_rotations > 0);
     }
 

@@ -16,6 +16,12 @@
 //! empties (so an allocator that allocates and frees one range at a time does not create and
 //! release a chunk every time), so memory is bounded by one chunk per live range (when every
 //! range is alone in its chunk), plus one, plus the directory.
+//!
+//! The directory has two levels: a hash map from page / 4096 to a *group* of 64 chunk slots
+//! (256 bytes), then the group's slot. Under random churn the few hundred groups of the live
+//! region (and the map's few hundred entries) stay in the cache, where a map with one entry
+//! per chunk (thousands, spread over its whole table) missed it on every lookup. A group is
+//! released when its last chunk is; the worst case adds a group per live range.
 
 use std::collections::HashMap;
 
@@ -25,16 +31,37 @@ use foldhash::fast::FixedState;
 const CHUNK_SHIFT: u32 = 6;
 /// Pages per chunk.
 const CHUNK_PAGES: usize = 1 << CHUNK_SHIFT;
+/// Chunks per directory group, as a shift.
+const GROUP_SHIFT: u32 = 6;
+/// Chunks per directory group.
+const GROUP_CHUNKS: usize = 1 << GROUP_SHIFT;
+
+/// A group of [`GROUP_CHUNKS`] consecutive chunk numbers: the slot in `chunks` of each
+/// (plus one; 0: the chunk is not in the directory), and how many are present.
+#[derive(Debug, Clone)]
+struct Group {
+    slots: [u32; GROUP_CHUNKS],
+    present: u32,
+}
 /// The byte of a range too long for a byte: its length is in `long`.
 const LONG: u8 = u8::MAX;
+
+/// One chunk's bytes, aligned to a cache line so that reading one touches one line.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct Chunk([u8; CHUNK_PAGES]);
 
 /// Allocated ranges by first page.
 #[derive(Debug)]
 pub(super) struct RangeIndex {
-    /// Chunk number (page / 64) -> slot in `chunks`.
+    /// Group number (chunk number / 64) -> index in `groups`.
     directory: HashMap<u64, u32, FixedState>,
+    /// The directory's groups: chunk number -> slot in `chunks`.
+    groups: Vec<Group>,
+    /// Indexes of `groups` free for reuse.
+    spare_groups: Vec<u32>,
     /// Per page of a chunk: the length of the range starting there, 0 if none.
-    chunks: Vec<[u8; CHUNK_PAGES]>,
+    chunks: Vec<Chunk>,
     /// Slots of `chunks` free for reuse.
     spare: Vec<u32>,
     /// Lengths of the ranges whose byte is [`LONG`].
@@ -57,6 +84,8 @@ impl RangeIndex {
     pub(super) fn new() -> Self {
         Self {
             directory: HashMap::with_hasher(FixedState::default()),
+            groups: Vec::new(),
+            spare_groups: Vec::new(),
             chunks: Vec::new(),
             spare: Vec::new(),
             long: HashMap::with_hasher(FixedState::default()),
@@ -82,11 +111,11 @@ impl RangeIndex {
                 let slot = match self.spare.pop() {
                     Some(slot) => slot,
                     None => {
-                        self.chunks.push([0; CHUNK_PAGES]);
+                        self.chunks.push(Chunk([0; CHUNK_PAGES]));
                         (self.chunks.len() - 1) as u32
                     }
                 };
-                self.directory.insert(chunk, slot);
+                self.attach(chunk, slot);
                 self.last = Some((chunk, slot));
                 slot
             }
@@ -94,7 +123,7 @@ impl RangeIndex {
         if self.idle == Some((chunk, slot)) {
             self.idle = None;
         }
-        let byte = &mut self.chunks[slot as usize][at];
+        let byte = &mut self.chunks[slot as usize].0[at];
         debug_assert_eq!(*byte, 0, "a range already starts at page {lo:#x}");
         if pages < u64::from(LONG) {
             *byte = pages as u8;
@@ -113,7 +142,7 @@ impl RangeIndex {
         let Some(slot) = self.slot(chunk) else {
             return false;
         };
-        let codes = &mut self.chunks[slot as usize];
+        let codes = &mut self.chunks[slot as usize].0;
         match codes[at] {
             0 => return false,
             LONG => {
@@ -129,7 +158,7 @@ impl RangeIndex {
         // OR-ing the whole line (no early exit) compiles to a few vector instructions.
         if codes.iter().fold(0, |acc, &b| acc | b) == 0 {
             if let Some((c, s)) = self.idle.replace((chunk, slot)) {
-                self.directory.remove(&c);
+                self.detach(c);
                 self.spare.push(s);
                 if self.last == Some((c, s)) {
                     self.last = None;
@@ -146,20 +175,84 @@ impl RangeIndex {
         match self.last {
             Some((c, slot)) if c == chunk => Some(slot),
             _ => {
-                let slot = *self.directory.get(&chunk)?;
+                let slot = self.lookup(chunk)?;
                 self.last = Some((chunk, slot));
                 Some(slot)
             }
         }
     }
 
+    /// The slot of `chunk` in the directory, if it is there.
+    #[inline]
+    fn lookup(&self, chunk: u64) -> Option<u32> {
+        let g = *self.directory.get(&(chunk >> GROUP_SHIFT))?;
+        let s = self.groups[g as usize].slots[chunk as usize & (GROUP_CHUNKS - 1)];
+        s.checked_sub(1)
+    }
+
+    /// Puts `chunk` (not in the directory) in it at `slot`.
+    fn attach(&mut self, chunk: u64, slot: u32) {
+        let key = chunk >> GROUP_SHIFT;
+        let g = match self.directory.get(&key) {
+            Some(&g) => g,
+            None => {
+                let empty = Group {
+                    slots: [0; GROUP_CHUNKS],
+                    present: 0,
+                };
+                let g = match self.spare_groups.pop() {
+                    Some(g) => {
+                        self.groups[g as usize] = empty;
+                        g
+                    }
+                    None => {
+                        self.groups.push(empty);
+                        (self.groups.len() - 1) as u32
+                    }
+                };
+                self.directory.insert(key, g);
+                g
+            }
+        };
+        let group = &mut self.groups[g as usize];
+        group.slots[chunk as usize & (GROUP_CHUNKS - 1)] = slot + 1;
+        group.present += 1;
+    }
+
+    /// Takes `chunk` (in the directory) out of it, and its group when that empties.
+    fn detach(&mut self, chunk: u64) {
+        let key = chunk >> GROUP_SHIFT;
+        let Some(&g) = self.directory.get(&key) else {
+            return;
+        };
+        let group = &mut self.groups[g as usize];
+        group.slots[chunk as usize & (GROUP_CHUNKS - 1)] = 0;
+        group.present -= 1;
+        if group.present == 0 {
+            self.directory.remove(&key);
+            self.spare_groups.push(g);
+        }
+    }
+
+    /// Every chunk in the directory as `(chunk number, slot)`, in no particular order.
+    fn entries(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.directory.iter().flat_map(move |(&key, &g)| {
+            self.groups[g as usize]
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, &s)| s != 0)
+                .map(move |(i, &s)| ((key << GROUP_SHIFT) + i as u64, s - 1))
+        })
+    }
+
     /// Every range as `(first page, pages)`, in address order.
     pub(super) fn sorted(&self) -> Vec<(u64, u64)> {
-        let mut chunks: Vec<(u64, u32)> = self.directory.iter().map(|(&c, &s)| (c, s)).collect();
+        let mut chunks: Vec<(u64, u32)> = self.entries().collect();
         chunks.sort_unstable();
         let mut out = Vec::with_capacity(self.len);
         for (chunk, slot) in chunks {
-            for (at, &b) in self.chunks[slot as usize].iter().enumerate() {
+            for (at, &b) in self.chunks[slot as usize].0.iter().enumerate() {
                 let lo = (chunk << CHUNK_SHIFT) + at as u64;
                 match b {
                     0 => {}
@@ -176,8 +269,18 @@ impl RangeIndex {
     pub(super) fn check(&self) -> Result<(), String> {
         let mut n = 0;
         let mut longs = 0;
-        for (&chunk, &slot) in &self.directory {
-            let codes = &self.chunks[slot as usize];
+        for (&key, &g) in &self.directory {
+            let group = &self.groups[g as usize];
+            let present = group.slots.iter().filter(|&&s| s != 0).count();
+            if present == 0 || present != group.present as usize {
+                return Err(format!(
+                    "group {key:#x}: {present} chunks present, {} counted",
+                    group.present
+                ));
+            }
+        }
+        for (chunk, slot) in self.entries() {
+            let codes = &self.chunks[slot as usize].0;
             let empty = codes.iter().all(|&b| b == 0);
             if empty != (self.idle == Some((chunk, slot))) {
                 return Err(format!(
@@ -207,7 +310,7 @@ impl RangeIndex {
             return Err(format!("{n} ranges indexed, {} counted", self.len));
         }
         if let Some((c, slot)) = self.last {
-            if self.directory.get(&c) != Some(&slot) {
+            if self.lookup(c) != Some(slot) {
                 return Err(format!(
                     "last chunk {c:#x} (slot {slot}) is not in the directory"
                 ));
@@ -240,11 +343,16 @@ mod tests {
 
         assert!(x.remove_exact(64, 300));
         x.check().unwrap();
-        assert_eq!(x.directory.len(), 3, "the emptied chunk stays, idle");
+        assert_eq!(x.entries().count(), 3, "the emptied chunk stays, idle");
         assert!(x.remove_exact(63, 1));
         assert!(!x.remove_exact(63, 1));
         x.check().unwrap();
-        assert_eq!(x.directory.len(), 2, "the previous idle chunk is released");
+        assert_eq!(
+            x.entries().count(),
+            2,
+            "the previous idle chunk is released"
+        );
+        assert_eq!(x.directory.len(), 2, "and its group with it");
         x.insert(5, 2);
         x.check().unwrap();
         assert_eq!(x.chunks.len(), 3, "no new chunk: the idle one is used");
