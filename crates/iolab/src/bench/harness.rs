@@ -257,37 +257,38 @@ impl SplitMix64 {
     }
 }
 
-/// The allocator workload: `live` allocations held, then each operation frees a random held
-/// allocation and allocates a new one of a random size (with `live == 0`: allocate and free
-/// at once). Every allocator gets the same seed, so the same sequence of sizes and victims.
+/// The allocator workload as an [`Op`]: `live` allocations held, then each operation frees a
+/// random held allocation and allocates a new one of a random size (with `live == 0`:
+/// allocate and free at once). Every allocator gets the same seed, so the same sequence of
+/// sizes and victims. The allocator and whatever else the operation needs live in `state`.
 ///
-/// `populate` builds the live set (untimed); it is `alloc` for most allocators, but a peer
-/// whose allocation is O(n) may place the live set directly where a top-down allocator would
-/// have put it, so that setting up 100,000 live ranges does not take minutes.
-pub fn churn_ns_per_op<T>(
-    sampling: &Sampling,
+/// `populate` builds the live set (untimed, before this returns); it is `alloc` for most
+/// allocators, but a peer whose allocation is O(n) may place the live set directly where a
+/// top-down allocator would have put it, so that setting up 100,000 live ranges does not take
+/// minutes. Give the ops of several allocators to [`median_ns_per_op_interleaved`] so that
+/// their samples are taken in turn.
+pub fn churn_op<'a, S: 'a, T: 'a>(
     live: usize,
-    mut populate: impl FnMut(u64) -> T,
-    mut alloc: impl FnMut(u64) -> T,
-    mut free: impl FnMut(T),
-) -> f64 {
+    mut state: S,
+    mut populate: impl FnMut(&mut S, u64) -> T,
+    mut alloc: impl FnMut(&mut S, u64) -> T + 'a,
+    mut free: impl FnMut(&mut S, T) + 'a,
+) -> Op<'a> {
     let mut rng = SplitMix64::new(0x10_1AB);
-    let mut held: Vec<Option<T>> = (0..live).map(|_| Some(populate(rng.pages()))).collect();
-    let ns = median_ns_per_op(sampling, |_| {
+    let mut held: Vec<Option<T>> = (0..live)
+        .map(|_| Some(populate(&mut state, rng.pages())))
+        .collect();
+    Box::new(move |_| {
         let pages = rng.pages();
         if live == 0 {
-            let t = alloc(pages);
-            free(t);
+            let t = alloc(&mut state, pages);
+            free(&mut state, t);
         } else {
             let victim = (rng.next_u64() % live as u64) as usize;
             if let Some(old) = held[victim].take() {
-                free(old);
+                free(&mut state, old);
             }
-            held[victim] = Some(alloc(pages));
+            held[victim] = Some(alloc(&mut state, pages));
         }
-    });
-    for t in held.into_iter().flatten() {
-        free(t);
-    }
-    ns
+    })
 }

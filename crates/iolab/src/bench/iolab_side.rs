@@ -22,7 +22,7 @@ use iolab_iommu::smmuv3::cmdq::ProducerKind;
 use iolab_iommu::smmuv3::{CmdqConfig, Command, NullSink};
 use iolab_iommu::work::{LockId, WorkRecord};
 
-use super::harness::{churn_ns_per_op, median_ns_per_op, Sampling};
+use super::harness::{churn_op, median_ns_per_op, median_ns_per_op_interleaved, Op, Sampling};
 use super::peers::{PAGE, SPACE_END};
 
 /// `(implementation, ns/op, exact work per op)`.
@@ -33,6 +33,9 @@ pub type ThreadedFigure = (&'static str, usize, f64, Vec<(String, f64)>);
 
 /// Operations in the untimed pass that counts work per operation.
 const WORK_PASS_OPS: u64 = 10_000;
+
+/// `(allocator, churn operation, exact work per op)`: see [`iova_churn_ops`].
+pub type ChurnRow = (&'static str, Op<'static>, Vec<(String, f64)>);
 
 /// A named constructor of a fresh instance.
 type Maker<T> = (&'static str, Box<dyn Fn() -> T>);
@@ -67,28 +70,49 @@ fn alloc_one(a: &dyn IovaAllocator, pages: u64, work: &mut WorkRecord) -> IovaBl
         .expect("benchmark space is large enough")
 }
 
-/// Allocator churn (see `harness::churn_ns_per_op`) for each iolab allocator whose name
-/// `keep` accepts.
+/// Allocator churn (see `harness::churn_op`) for each iolab allocator whose name `keep`
+/// accepts, their samples taken in turn.
 pub fn iova_alloc_free(
     live: usize,
     sampling: &Sampling,
     keep: &dyn Fn(&str) -> bool,
 ) -> Vec<Figure> {
+    let (meta, ops): (Vec<_>, Vec<_>) = iova_churn_ops(live, keep)
+        .into_iter()
+        .map(|(name, op, work)| ((name, work), op))
+        .unzip();
+    let ns = median_ns_per_op_interleaved(sampling, ops);
+    meta.into_iter()
+        .zip(ns)
+        .map(|((name, work), ns)| (name, ns, work))
+        .collect()
+}
+
+/// The churn operation (`harness::churn_op`) of each iolab allocator whose name `keep`
+/// accepts, with the exact work per operation counted on a fresh instance: `(allocator,
+/// operation, work per op)`.
+pub fn iova_churn_ops(
+    live: usize,
+    keep: &dyn Fn(&str) -> bool,
+) -> Vec<ChurnRow> {
     let mut out = Vec::new();
     for (name, make) in allocators() {
         if !keep(name) {
             continue;
         }
-        let timed = make();
-        let mut scratch = WorkRecord::default();
-        let work = std::cell::RefCell::new(&mut scratch);
-        let alloc = |pages| alloc_one(timed.as_ref(), pages, &mut work.borrow_mut());
-        let ns = churn_ns_per_op(sampling, live, alloc, alloc, |b| {
-            timed.free(b, 0, &mut work.borrow_mut()).expect("allocated")
-        });
+        let alloc = |(a, work): &mut (Arc<dyn IovaAllocator>, WorkRecord), pages| {
+            alloc_one(a.as_ref(), pages, work)
+        };
+        let op = churn_op(
+            live,
+            (make(), WorkRecord::default()),
+            alloc,
+            alloc,
+            |(a, work), b| a.free(b, 0, work).expect("allocated"),
+        );
         let counted = make();
         let per_op = count_churn_work(counted.as_ref(), live);
-        out.push((name, ns, per_op));
+        out.push((name, op, per_op));
     }
     out
 }

@@ -109,21 +109,31 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
     let mut results = Vec::new();
     for live in LIVE_COUNTS {
         let keep = |a: &str| filter.keeps(&format!("iova_alloc_free/{a}/{live}"));
-        let rows = iolab_side::iova_alloc_free(live, &sampling, &keep);
+        let rows = iolab_side::iova_churn_ops(live, &keep);
         if rows.is_empty() {
             continue;
         }
+        // iolab's allocators and the peers, their samples taken in turn (the same load falls
+        // on all of them, so the ratios hold on a shared machine).
+        let (meta, mut ops): (Vec<_>, Vec<_>) = rows
+            .into_iter()
+            .map(|(name, op, work)| ((name, work), op))
+            .unzip();
+        ops.push(peers::vm_allocator_churn(live));
+        ops.push(peers::range_alloc_churn(live));
+        let ns = harness::median_ns_per_op_interleaved(&sampling, ops);
+        let n = meta.len();
         let peers = vec![
             PeerFigure {
                 peer: "vm-allocator AddressAllocator".into(),
-                ns_per_op: peers::vm_allocator_alloc_free(live, &sampling),
+                ns_per_op: ns[n],
             },
             PeerFigure {
                 peer: "range-alloc RangeAllocator".into(),
-                ns_per_op: peers::range_alloc_alloc_free(live, &sampling),
+                ns_per_op: ns[n + 1],
             },
         ];
-        for (allocator, ns, work) in rows {
+        for ((allocator, work), ns) in meta.into_iter().zip(ns) {
             results.push(record(
                 format!("iova_alloc_free/{allocator}/{live}"),
                 ns,

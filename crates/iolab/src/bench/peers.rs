@@ -6,7 +6,7 @@ use aarch64_paging::paging::{El1And0, MemoryRegion};
 use range_alloc::RangeAllocator;
 use vm_allocator::{AddressAllocator, AllocPolicy};
 
-use super::harness::{churn_ns_per_op, median_ns_per_op, Sampling};
+use super::harness::{churn_op, median_ns_per_op, Op, Sampling};
 
 /// The IOVA space every allocator benchmark uses: 4 KiB pages from 4 KiB up to 2^40.
 pub const SPACE_START: u64 = 4096;
@@ -15,48 +15,49 @@ pub const SPACE_END: u64 = 1 << 40;
 /// Page size of the benchmarks.
 pub const PAGE: u64 = 4096;
 
-/// vm-allocator's `AddressAllocator` under the churn workload (size-aligned like IOVAs).
-pub fn vm_allocator_alloc_free(live: usize, sampling: &Sampling) -> f64 {
-    let mut a = AddressAllocator::new(SPACE_START, SPACE_END - SPACE_START).expect("valid range");
-    let a = std::cell::RefCell::new(&mut a);
+/// vm-allocator's `AddressAllocator` under the churn workload (size-aligned like IOVAs), as
+/// an operation for [`super::harness::median_ns_per_op_interleaved`].
+pub fn vm_allocator_churn(live: usize) -> Op<'static> {
+    let a = AddressAllocator::new(SPACE_START, SPACE_END - SPACE_START).expect("valid range");
     // Place the live set top-down, packed and size-aligned, as the IOVA allocators do.
     let mut cursor = SPACE_END;
-    churn_ns_per_op(
-        sampling,
+    churn_op(
         live,
-        |pages| {
+        a,
+        |a, pages| {
             let size = pages * PAGE;
             cursor = (cursor - size) & !(size.next_power_of_two() - 1);
-            a.borrow_mut()
-                .allocate(
-                    size,
-                    size.next_power_of_two(),
-                    AllocPolicy::ExactMatch(cursor),
-                )
-                .expect("free space at the cursor")
+            a.allocate(
+                size,
+                size.next_power_of_two(),
+                AllocPolicy::ExactMatch(cursor),
+            )
+            .expect("free space at the cursor")
         },
-        |pages| {
+        |a, pages| {
             let size = pages * PAGE;
-            a.borrow_mut()
-                .allocate(size, size.next_power_of_two(), AllocPolicy::FirstMatch)
+            a.allocate(size, size.next_power_of_two(), AllocPolicy::FirstMatch)
                 .expect("benchmark space is large enough")
         },
-        |r| a.borrow_mut().free(&r).expect("allocated range"),
+        |a, r| a.free(&r).expect("allocated range"),
     )
 }
 
-/// range-alloc's `RangeAllocator` under the churn workload.
-pub fn range_alloc_alloc_free(live: usize, sampling: &Sampling) -> f64 {
-    let a = std::cell::RefCell::new(RangeAllocator::new(SPACE_START..SPACE_END));
-    let alloc = |pages: u64| {
+/// range-alloc's `RangeAllocator` under the churn workload, as an operation for
+/// [`super::harness::median_ns_per_op_interleaved`].
+pub fn range_alloc_churn(live: usize) -> Op<'static> {
+    let alloc = |a: &mut RangeAllocator<u64>, pages: u64| {
         let size = pages * PAGE;
-        a.borrow_mut()
-            .allocate_range_aligned(size, size.next_power_of_two())
+        a.allocate_range_aligned(size, size.next_power_of_two())
             .expect("benchmark space is large enough")
     };
-    churn_ns_per_op(sampling, live, alloc, alloc, |r| {
-        a.borrow_mut().free_range(r)
-    })
+    churn_op(
+        live,
+        RangeAllocator::new(SPACE_START..SPACE_END),
+        alloc,
+        alloc,
+        |a, r| a.free_range(r),
+    )
 }
 
 /// aarch64-paging's identity map: map `size` bytes then unmap them (remap as invalid).
