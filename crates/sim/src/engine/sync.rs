@@ -314,8 +314,10 @@ impl<T> Future for Recv<'_, T> {
         let mut s = self.ch.inner.borrow_mut();
         let me = self.task;
         if let Some(v) = s.items.pop_front() {
-            if let Some(i) = s.waiters.iter().position(|&w| w == me) {
-                s.waiters.remove(i);
+            if !s.waiters.is_empty() {
+                if let Some(i) = s.waiters.iter().position(|&w| w == me) {
+                    s.waiters.remove(i);
+                }
             }
             // Another receiver may be waiting for the next item.
             if !s.items.is_empty() {
@@ -327,7 +329,8 @@ impl<T> Future for Recv<'_, T> {
             }
             return Poll::Ready(v);
         }
-        if !s.waiters.contains(&me) {
+        // Usually the only receiver: an empty line needs no search.
+        if s.waiters.is_empty() || !s.waiters.contains(&me) {
             s.waiters.push_back(me);
         }
         Poll::Pending
