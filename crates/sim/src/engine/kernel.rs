@@ -215,6 +215,18 @@ impl State {
         }
     }
 
+    /// [`State::schedule`] of a wake-up known to be later than now (the end of a span of
+    /// at least 1 ns): no test for the current instant.
+    #[inline(always)]
+    pub(crate) fn schedule_later(&mut self, at: u64, task: TaskRef) {
+        debug_assert!(at > self.now);
+        if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
+            self.too_many_events();
+            return;
+        }
+        self.queue.push(at, task);
+    }
+
     #[cold]
     #[inline(never)]
     fn too_many_events(&mut self) {
@@ -884,7 +896,7 @@ impl Burn {
         st.begin_busy(cpu, account);
         self.end = st.now + ns;
         self.active = true;
-        st.schedule(self.end, task);
+        st.schedule_later(self.end, task);
         st.keep_cpu = true;
         false
     }
@@ -924,7 +936,7 @@ impl Burn {
         st.begin_busy_planned(cpu, pre, account);
         self.end = st.now + total;
         self.active = true;
-        st.schedule(self.end, task);
+        st.schedule_later(self.end, task);
         st.keep_cpu = true;
         false
     }
