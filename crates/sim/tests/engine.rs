@@ -521,3 +521,63 @@ proptest! {
         }
     }
 }
+
+/// Polls a future once and drops it (an abandoned await, as in a `select`).
+struct PollOnceThenDrop<F>(Option<Pin<Box<F>>>);
+
+impl<F: Future> Future for PollOnceThenDrop<F> {
+    type Output = bool;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut f = self.0.take().expect("polled once");
+        Poll::Ready(f.as_mut().poll(cx).is_ready())
+    }
+}
+
+#[test]
+fn abandoned_spends_waits_and_receives_close_their_state() {
+    // Another task keeps an event queued earlier than the spend's end, so the spend is a
+    // busy interval with a wake-up (no shortcut); dropping it closes the interval at once.
+    let mut s = sim(2);
+    s.spawn_on(1, |ctx| async move {
+        ctx.sleep(ns(10)).await;
+    })
+    .unwrap();
+    let c: Completion<()> = Completion::new(s.handle());
+    let ch: Channel<u32> = Channel::new(s.handle(), 4);
+    let got = Rc::new(RefCell::new(None));
+    {
+        let (c, ch) = (c.clone(), ch.clone());
+        s.spawn_on(0, move |ctx| async move {
+            let spend = ctx.cpu().spend(ns(1_000), Account::User);
+            assert!(!PollOnceThenDrop(Some(Box::pin(spend))).await);
+            // A polling wait, armed then abandoned: its busy interval closes too.
+            let wait = c.wait_polling(&ctx, Account::System);
+            assert!(!PollOnceThenDrop(Some(Box::pin(wait))).await);
+            // A receive abandoned while waiting leaves the channel's line of waiters.
+            let recv = ch.recv(&ctx);
+            assert!(!PollOnceThenDrop(Some(Box::pin(recv))).await);
+        })
+        .unwrap();
+    }
+    {
+        let (ch, got) = (ch.clone(), got.clone());
+        s.spawn_agent(move |ctx| async move {
+            *got.borrow_mut() = Some(ch.recv(&ctx).await);
+        })
+        .unwrap();
+    }
+    {
+        let ch = ch.clone();
+        s.spawn_agent(move |ctx| async move {
+            ctx.sleep(ns(50)).await;
+            ch.send(7).unwrap();
+        })
+        .unwrap();
+    }
+    let r = s.run().unwrap();
+    // Nothing was spent on CPU 0: both intervals closed the instant they were abandoned.
+    assert_eq!(r.cpus[0].user + r.cpus[0].system + r.cpus[0].spin, 0);
+    // The item went to the receiver still waiting.
+    assert_eq!(*got.borrow(), Some(7));
+    assert_eq!(r.tasks.live, 0);
+}

@@ -13,7 +13,7 @@
 //!   its condition when polled).
 
 use std::any::{Any, TypeId};
-use std::cell::{RefCell, RefMut};
+use std::cell::{Cell, RefCell, RefMut};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -213,6 +213,18 @@ impl State {
         } else {
             self.queue.push(at, task);
         }
+    }
+
+    /// [`State::schedule`] of a wake-up known to be later than now (the end of a span of
+    /// at least 1 ns): no test for the current instant.
+    #[inline(always)]
+    pub(crate) fn schedule_later(&mut self, at: u64, task: TaskRef) {
+        debug_assert!(at > self.now);
+        if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
+            self.too_many_events();
+            return;
+        }
+        self.queue.push(at, task);
     }
 
     #[cold]
@@ -474,6 +486,9 @@ pub(crate) struct Kernel {
     futs: RefCell<Vec<Option<TaskFuture>>>,
     /// Futures of tasks spawned while `futs` was borrowed (by a task being polled).
     spawned: RefCell<Vec<(usize, TaskFuture)>>,
+    /// Whether `spawned` may hold futures (set when one is put there, cleared when they
+    /// are installed): the test after every event is one flag, not a borrow.
+    has_spawned: Cell<bool>,
     foreign: Arc<ForeignWakes>,
     /// Wakers of finished tasks that nothing else holds, reused by new tasks (saves an
     /// allocation per spawn).
@@ -555,6 +570,7 @@ impl Kernel {
             }),
             futs: RefCell::new(Vec::new()),
             spawned: RefCell::new(Vec::new()),
+            has_spawned: Cell::new(false),
             foreign,
             spare_wakers: RefCell::new(Vec::new()),
             tracer,
@@ -663,7 +679,10 @@ impl Kernel {
         match self.futs.try_borrow_mut() {
             Ok(mut futs) => install(&mut futs, slot_of(task), tf),
             // Spawned by a task being polled: installed right after its poll.
-            Err(_) => self.spawned.borrow_mut().push((slot_of(task), tf)),
+            Err(_) => {
+                self.spawned.borrow_mut().push((slot_of(task), tf));
+                self.has_spawned.set(true);
+            }
         }
         Ok(TaskId(task))
     }
@@ -774,7 +793,7 @@ impl Kernel {
     /// wake-ups. Takes and hands back the loop's borrow of the state.
     #[inline(always)]
     fn after_event<'a>(&'a self, st: RefMut<'a, State>) -> RefMut<'a, State> {
-        if !self.spawned.borrow().is_empty() {
+        if self.has_spawned.get() {
             self.install_spawned();
         }
         if self.foreign.pending.load(Ordering::Acquire) {
@@ -788,6 +807,7 @@ impl Kernel {
     /// Installs the futures of the tasks spawned during a poll.
     #[inline(never)]
     fn install_spawned(&self) {
+        self.has_spawned.set(false);
         let mut new = std::mem::take(&mut *self.spawned.borrow_mut());
         let mut futs = self.futs.borrow_mut();
         for (slot, tf) in new.drain(..) {
@@ -884,7 +904,7 @@ impl Burn {
         st.begin_busy(cpu, account);
         self.end = st.now + ns;
         self.active = true;
-        st.schedule(self.end, task);
+        st.schedule_later(self.end, task);
         st.keep_cpu = true;
         false
     }
@@ -924,7 +944,7 @@ impl Burn {
         st.begin_busy_planned(cpu, pre, account);
         self.end = st.now + total;
         self.active = true;
-        st.schedule(self.end, task);
+        st.schedule_later(self.end, task);
         st.keep_cpu = true;
         false
     }

@@ -666,11 +666,23 @@ fn trace_spend(tracer: &crate::trace::Tracer, s: &Spend<'_>, now: u64) {
 }
 
 impl Drop for Spend<'_> {
+    /// Inlined: a spend is almost always dropped after its span is over, so the usual drop
+    /// is one test; closing an abandoned span is a call.
+    #[inline]
     fn drop(&mut self) {
         if self.burn.is_active() {
-            if let Ok(mut st) = self.k.st.try_borrow_mut() {
-                self.burn.cancel(&mut st, self.cpu);
-            }
+            self.cancel();
+        }
+    }
+}
+
+impl Spend<'_> {
+    /// Closes the busy interval of a span abandoned mid-way.
+    #[cold]
+    #[inline(never)]
+    fn cancel(&mut self) {
+        if let Ok(mut st) = self.k.st.try_borrow_mut() {
+            self.burn.cancel(&mut st, self.cpu);
         }
     }
 }

@@ -155,6 +155,13 @@ impl EventQueue {
     fn place(&mut self, i: u32) {
         let at = self.nodes[i as usize].at;
         self.nodes[i as usize].next = NIL;
+        self.place_at(i, at);
+    }
+
+    /// [`EventQueue::place`] of node `i`, whose time `at` is known and whose `next` is
+    /// already `NIL` (a node just written by a push).
+    #[inline]
+    fn place_at(&mut self, i: u32, at: u64) {
         let x = at ^ self.base;
         if x < SLOTS0 as u64 {
             // Level 0: the base's own block, including `at == base`.
@@ -190,17 +197,20 @@ impl EventQueue {
             task,
             next: NIL,
         };
-        let i = if self.free != NIL {
-            let i = self.free;
-            self.free = self.nodes[i as usize].next;
-            self.nodes[i as usize] = node;
+        // The free list ends with `NIL`, never an arena index: one test takes a free node
+        // or finds there is none.
+        let i = self.free;
+        let i = if let Some(n) = self.nodes.get_mut(i as usize) {
+            self.free = n.next;
+            *n = node;
             i
         } else {
             self.nodes.push(node);
             (self.nodes.len() - 1) as u32
         };
         self.len += 1;
-        self.place(i);
+        // The node was just written with its time and no successor.
+        self.place_at(i, at);
     }
 
     #[inline]

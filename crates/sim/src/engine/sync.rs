@@ -189,18 +189,31 @@ impl<T> Future for Wait<'_, T> {
 }
 
 impl<T> Drop for Wait<'_, T> {
+    /// Inlined: a wait is almost always dropped after it returned (disarmed), so the usual
+    /// drop is one test; abandoning an armed wait is a call.
+    #[inline]
     fn drop(&mut self) {
         if self.armed {
-            if let (Ok(mut s), Ok(mut st)) = (
-                self.c.inner.try_borrow_mut(),
-                self.ctx.h.0.st.try_borrow_mut(),
-            ) {
-                if s.waiter == self.ctx.task {
-                    s.waiter = NO_TASK;
-                }
-                if self.polling.is_some() {
-                    st.end_busy(self.ctx.cpu);
-                }
+            self.disarm();
+        }
+    }
+}
+
+impl<T> Wait<'_, T> {
+    /// Withdraws an abandoned wait: it no longer waits, and a polling wait stops its CPU's
+    /// busy interval.
+    #[cold]
+    #[inline(never)]
+    fn disarm(&mut self) {
+        if let (Ok(mut s), Ok(mut st)) = (
+            self.c.inner.try_borrow_mut(),
+            self.ctx.h.0.st.try_borrow_mut(),
+        ) {
+            if s.waiter == self.ctx.task {
+                s.waiter = NO_TASK;
+            }
+            if self.polling.is_some() {
+                st.end_busy(self.ctx.cpu);
             }
         }
     }
@@ -314,8 +327,10 @@ impl<T> Future for Recv<'_, T> {
         let mut s = self.ch.inner.borrow_mut();
         let me = self.task;
         if let Some(v) = s.items.pop_front() {
-            if let Some(i) = s.waiters.iter().position(|&w| w == me) {
-                s.waiters.remove(i);
+            if !s.waiters.is_empty() {
+                if let Some(i) = s.waiters.iter().position(|&w| w == me) {
+                    s.waiters.remove(i);
+                }
             }
             // Another receiver may be waiting for the next item.
             if !s.items.is_empty() {
@@ -327,7 +342,8 @@ impl<T> Future for Recv<'_, T> {
             }
             return Poll::Ready(v);
         }
-        if !s.waiters.contains(&me) {
+        // Usually the only receiver: an empty line needs no search.
+        if s.waiters.is_empty() || !s.waiters.contains(&me) {
             s.waiters.push_back(me);
         }
         Poll::Pending
@@ -335,11 +351,16 @@ impl<T> Future for Recv<'_, T> {
 }
 
 impl<T> Drop for Recv<'_, T> {
+    /// Inlined: with nobody waiting (the usual case once the item is taken) there is no
+    /// search.
+    #[inline]
     fn drop(&mut self) {
         if let Ok(mut s) = self.ch.inner.try_borrow_mut() {
-            let me = self.task;
-            if let Some(i) = s.waiters.iter().position(|&w| w == me) {
-                s.waiters.remove(i);
+            if !s.waiters.is_empty() {
+                let me = self.task;
+                if let Some(i) = s.waiters.iter().position(|&w| w == me) {
+                    s.waiters.remove(i);
+                }
             }
         }
     }
