@@ -91,10 +91,7 @@ pub fn iova_alloc_free(
 /// The churn operation (`harness::churn_op`) of each iolab allocator whose name `keep`
 /// accepts, with the exact work per operation counted on a fresh instance: `(allocator,
 /// operation, work per op)`.
-pub fn iova_churn_ops(
-    live: usize,
-    keep: &dyn Fn(&str) -> bool,
-) -> Vec<ChurnRow> {
+pub fn iova_churn_ops(live: usize, keep: &dyn Fn(&str) -> bool) -> Vec<ChurnRow> {
     let mut out = Vec::new();
     for (name, make) in allocators() {
         if !keep(name) {
