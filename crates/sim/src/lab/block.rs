@@ -464,7 +464,10 @@ impl Stack {
             c.maps += 1;
             c.map_ns += map_ns;
         }
-        crate::trace::cpu_part(ctx, "dma map", ctx.now().as_ns(), map_ns.round() as u64);
+        // The trace's slice only when tracing (its arguments are not computed otherwise).
+        if ctx.handle().tracer().is_on() {
+            crate::trace::cpu_part(ctx, "dma map", ctx.now().as_ns(), map_ns.round() as u64);
+        }
         ctx.cpu()
             .spend_labeled(
                 SimDuration::ns(
@@ -527,17 +530,20 @@ impl Stack {
         }
         let now = ctx.now().as_ns();
         let (at, vector) = self.devs[devno].service(now, cpu, io, tr_ns);
-        self.h.tracer().device(
-            || match self.devs[devno] {
-                BlockDev::Nvme(_) => format!("nvme{devno} q{}", vector % self.vectors[devno].len()),
-                BlockDev::Sas(_) => format!("sas{devno} cq{}", vector % self.vectors[devno].len()),
-            },
-            io.name(),
-            now,
-            at.saturating_sub(now),
-            &[("bytes", io.len)],
-        );
         let vector = vector % self.vectors[devno].len();
+        let tracer = self.h.tracer();
+        if tracer.is_on() {
+            tracer.device(
+                || match self.devs[devno] {
+                    BlockDev::Nvme(_) => format!("nvme{devno} q{vector}"),
+                    BlockDev::Sas(_) => format!("sas{devno} cq{vector}"),
+                },
+                io.name(),
+                now,
+                at.saturating_sub(now),
+                &[("bytes", io.len)],
+            );
+        }
         let item = InFlight { done, mapping };
         // The device's completion at `at`: a timer callback, the same run as an agent that
         // sleeps until `at` and sends (see `Handle::call_at`) without a task per I/O. The
@@ -586,9 +592,13 @@ impl Stack {
     fn interrupt(&self, devno: usize, vector: usize, item: Option<InFlight>) {
         self.counters.borrow_mut().interrupts += 1;
         let chan = &self.vectors[devno][vector];
-        for f in self.held[devno][vector].borrow_mut().drain(..) {
-            let _ = chan.send(f);
+        let mut held = self.held[devno][vector].borrow_mut();
+        if !held.is_empty() {
+            for f in held.drain(..) {
+                let _ = chan.send(f);
+            }
         }
+        drop(held);
         if let Some(f) = item {
             let _ = chan.send(f);
         }
@@ -809,6 +819,7 @@ impl Stack {
         let chan = self.vectors[dev][v].clone();
         let cpu = ctx.cpu().id();
         let u = self.unit(dev);
+        let hostile = self.hostile[dev].as_ref();
         loop {
             let first = chan.recv(&ctx).await;
             self.counters.borrow_mut().irq_handler_runs += 1;
@@ -828,7 +839,7 @@ impl Stack {
                 // future across the awaits below (as in `submit`).
                 let (queue, critical, unmap_ns, locks, covered) = {
                     let mut w = WorkRecord::new();
-                    let probe = match (&self.hostile[dev], &f.mapping) {
+                    let probe = match (hostile, &f.mapping) {
                         (Some(h), Mapping::Single(m)) => Some((h, m.dma_addr().0, m.len())),
                         _ => None,
                     };
