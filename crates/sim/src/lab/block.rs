@@ -565,7 +565,11 @@ impl Stack {
     fn post_completion(self: &Rc<Self>, devno: usize, vector: usize, item: InFlight) {
         let nvme = match &self.devs[devno] {
             BlockDev::Nvme(d) if d.coalescing().is_active() => d,
-            _ => return self.interrupt(devno, vector, Some(item)),
+            // No coalescing: the interrupt now, `item` sent as is (not through an `Option`).
+            _ => {
+                let _ = self.raise(devno, vector).send(item);
+                return;
+            }
         };
         match nvme.post_completion(vector, self.h.now().as_ns()) {
             Post::Interrupt => self.interrupt(devno, vector, Some(item)),
@@ -590,6 +594,17 @@ impl Stack {
     /// Raises vector `vector` of device `devno`: the completions coalescing held, then
     /// `item`, go to its handler.
     fn interrupt(&self, devno: usize, vector: usize, item: Option<InFlight>) {
+        let chan = self.raise(devno, vector);
+        if let Some(f) = item {
+            let _ = chan.send(f);
+        }
+    }
+
+    /// The interrupt of vector `vector` of device `devno` (counted), the completions
+    /// coalescing held sent to its handler; returns the vector's channel for the one that
+    /// raised it, sent after them.
+    #[inline]
+    fn raise(&self, devno: usize, vector: usize) -> &Channel<InFlight> {
         self.counters.borrow_mut().interrupts += 1;
         let chan = &self.vectors[devno][vector];
         let mut held = self.held[devno][vector].borrow_mut();
@@ -598,10 +613,7 @@ impl Stack {
                 let _ = chan.send(f);
             }
         }
-        drop(held);
-        if let Some(f) = item {
-            let _ = chan.send(f);
-        }
+        chan
     }
 
     /// `dma_map_single` of `len` bytes at `pa` on `ctx`'s CPU, charged as the fio path charges
