@@ -315,8 +315,13 @@ impl Stack {
         };
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
         // The two locks the engine models are charged by `locked`, not here.
-        let engine_locks = [LockId::IovaTree, LockId::FlushQueue]
-            .map(|id| w.lock_count(id) as f64 * self.cost.lock_uncontended_ns(id));
+        // A lock not taken adds +0.0, what `0 × cost` is for the profile's finite,
+        // non-negative lock costs (as `CpuCostModel::locks_uncontended_ns` skips them).
+        let engine_locks =
+            [LockId::IovaTree, LockId::FlushQueue].map(|id| match w.lock_count(id) {
+                0 => 0.0,
+                n => n as f64 * self.cost.lock_uncontended_ns(id),
+            });
         let (tree, fq) = critical;
         Ok(cost.cpu_ns - tree - fq + cost.locks_uncontended_ns
             - (engine_locks[0] + engine_locks[1])
