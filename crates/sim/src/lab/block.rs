@@ -851,15 +851,18 @@ impl Stack {
         let u = self.unit(dev);
         let hostile = self.hostile[dev].as_ref();
         loop {
-            let first = chan.recv(&ctx).await;
-            self.counters.borrow_mut().irq_handler_runs += 1;
+            let mut f = chan.recv(&ctx).await;
+            {
+                // The run and its first completion, counted at once (no await between).
+                let mut c = self.counters.borrow_mut();
+                c.irq_handler_runs += 1;
+                c.completions += 1;
+            }
             // The entry touches nothing another CPU sees: one fused span with the first
             // completion's driver time (`Cpu::defer`).
             ctx.cpu()
                 .defer(SimDuration::ns(self.k.irq_entry_ns), Account::System);
-            let mut next = Some(first);
-            while let Some(f) = next {
-                self.counters.borrow_mut().completions += 1;
+            loop {
                 // The completion of one I/O (inline rather than an `async fn`: one state
                 // machine less to poll through on every wake-up).
                 ctx.cpu()
@@ -941,7 +944,14 @@ impl Stack {
                     Done::Fio(pending) => pending.complete(),
                     Done::Command(on_done) => on_done(),
                 }
-                next = chan.try_recv();
+                // The next completion queued, if any, counted as it is taken.
+                match chan.try_recv() {
+                    Some(n) => {
+                        self.counters.borrow_mut().completions += 1;
+                        f = n;
+                    }
+                    None => break,
+                }
             }
         }
     }
