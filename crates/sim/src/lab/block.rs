@@ -449,21 +449,22 @@ impl Stack {
         // The work record is scoped to this block so that it is not kept in the future
         // across the awaits below (a record is about 400 bytes: zeroing it in the task's
         // future, cold by then, costs more than on the stack).
-        let (mapping, io, devno, done, queue, critical, map_ns, locks, covered) = {
+        let (u, mapping, io, devno, done, queue, critical, map_ns, locks, covered) = {
             let mut w = WorkRecord::new();
             let (mapping, IoShape { io, devno }, done) = match sub {
                 Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
             };
             // A lazy flush the map ran closes the window of the unmaps before it.
-            let covered = self
-                .unit(devno)
+            let u = self.unit(devno);
+            let covered = u
                 .window_closer
                 .as_ref()
                 .and_then(|c| c.finished_after(w.flush_queue_flushes));
             let ch = self.charge(&mut w);
             // A record that took neither lock has nothing to wait for or charge there.
             (
+                u,
                 mapping,
                 io,
                 devno,
@@ -475,7 +476,6 @@ impl Stack {
                 covered,
             )
         };
-        let u = self.unit(devno);
         if let Some(locks) = locks {
             self.locked(u, ctx, locks, critical).await;
         }
