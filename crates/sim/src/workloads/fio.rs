@@ -137,12 +137,34 @@ impl IoRequest {
     /// Sends this request's [`IoCompletion`] to the job that issued it (a job that has
     /// already stopped no longer listens; that is not an error).
     pub fn complete(self) {
-        let _ = self.done.send(IoCompletion {
-            slot: self.slot,
-            is_read: self.is_read,
-            len: self.len,
-            issued_at: self.issued_at,
-        });
+        self.into_pending().complete();
+    }
+
+    /// What is left of the request once the device has it: the completion to send and where
+    /// (smaller than the request, so a stack keeps less per I/O in flight).
+    pub(crate) fn into_pending(self) -> PendingCompletion {
+        PendingCompletion {
+            completion: IoCompletion {
+                slot: self.slot,
+                is_read: self.is_read,
+                len: self.len,
+                issued_at: self.issued_at,
+            },
+            done: self.done,
+        }
+    }
+}
+
+/// An [`IoRequest`]'s completion, kept until the I/O completes ([`IoRequest::into_pending`]).
+pub(crate) struct PendingCompletion {
+    completion: IoCompletion,
+    done: Channel<IoCompletion>,
+}
+
+impl PendingCompletion {
+    /// Sends the completion to the job that issued the request, as [`IoRequest::complete`].
+    pub(crate) fn complete(self) {
+        let _ = self.done.send(self.completion);
     }
 }
 
