@@ -236,59 +236,13 @@ impl Nvme {
         let xfer = bytes as f64 * 1e9 / self.params.bandwidth.max(1.0);
         let xfer_start = (start + media).max(s.link_free_at);
         s.link_free_at = xfer_start + xfer;
-        ceil_u64(s.link_free_at + deviation + dma_extra_ns)
-    }
-}
-
-/// `x.ceil() as u64` (negative and NaN to 0, saturating at `u64::MAX`) without the `ceil`
-/// library call, bit for bit the same result: `trunc(x)` of a non-negative `x` below 2^53
-/// converts back exactly, so it is below `x` exactly when `x` has a fraction (from 2^53 up
-/// `x` is whole).
-#[inline]
-fn ceil_u64(x: f64) -> u64 {
-    let t = x as u64;
-    if (t as f64) < x {
-        t.saturating_add(1)
-    } else {
-        t
+        crate::time::ceil_ns(s.link_free_at + deviation + dma_extra_ns)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ceil_u64_is_ceil_as_u64() {
-        let mut v = vec![
-            0.0,
-            -0.0,
-            0.5,
-            1.0,
-            -0.5,
-            4503599627370495.5,
-            9007199254740993.0,
-            1.8446744073709552e19,
-            1e30,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            f64::MIN_POSITIVE,
-        ];
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..200_000 {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let mag = (s >> 58) as i32 - 8;
-            let frac = (s >> 11) as f64 / (1u64 << 53) as f64;
-            let x = (1.0 + frac) * 2f64.powi(mag);
-            v.extend([x, x.floor(), f64::from_bits(x.to_bits() + 1), -x]);
-        }
-        for x in v {
-            assert_eq!(ceil_u64(x), x.ceil() as u64, "{x:e}");
-        }
-    }
 
     fn dev() -> Nvme {
         Nvme::new(NvmeParams {

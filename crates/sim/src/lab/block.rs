@@ -52,6 +52,7 @@ use crate::devices::{BlockDev, BlockIo, DeviceDma};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::metrics::CpuBreakdown;
 use crate::resources::{SpinLock, SpinParams};
+use crate::time::round_ns;
 use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, PendingCompletion, SharedStats,
@@ -209,21 +210,6 @@ struct Charge {
     critical: (f64, f64),
     ns: Result<f64, String>,
     locks: Option<(u64, u64)>,
-}
-
-/// `x.round() as u64` (to nearest, halves away from zero; negative and NaN to 0, saturating
-/// at `u64::MAX`) without the `round` library call, bit for bit the same result: the
-/// fraction `x - trunc(x)` of a non-negative `x` is exact in floating point (below 2^52
-/// it fits the significand; from 2^52 up `x` is whole and it is 0), so comparing it with
-/// one half decides the rounding exactly. Used for the CPU times charged per I/O.
-#[inline]
-fn round_ns(x: f64) -> u64 {
-    let t = x as u64;
-    if x - t as f64 >= 0.5 {
-        t.saturating_add(1)
-    } else {
-        t
-    }
 }
 
 pub(super) struct Stack {
@@ -1472,51 +1458,4 @@ pub(super) fn sum_cpus(r: &RunReport) -> crate::accounting::CpuTimes {
         t.idle += c.idle;
     }
     t
-}
-
-#[cfg(test)]
-mod tests {
-    use super::round_ns;
-
-    /// Values around every rounding boundary and across the ranges, with the edge cases.
-    fn samples() -> Vec<f64> {
-        let mut v = vec![
-            0.0,
-            -0.0,
-            0.5,
-            0.49999999999999994,
-            1.5,
-            2.5,
-            -0.5,
-            -1.7,
-            4503599627370495.5,
-            4503599627370496.0,
-            9007199254740993.0,
-            1.8446744073709552e19,
-            1e30,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            f64::MIN_POSITIVE,
-            f64::MAX,
-        ];
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..200_000 {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let mag = (s >> 58) as i32 - 8; // 2^-8 .. 2^55
-            let frac = (s >> 11) as f64 / (1u64 << 53) as f64;
-            let x = (1.0 + frac) * 2f64.powi(mag);
-            v.extend([x, x.floor() + 0.5, f64::from_bits(x.to_bits() + 1), -x]);
-        }
-        v
-    }
-
-    #[test]
-    fn round_ns_is_round_as_u64() {
-        for x in samples() {
-            assert_eq!(round_ns(x), x.round() as u64, "{x:e}");
-        }
-    }
 }
