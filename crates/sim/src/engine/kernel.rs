@@ -957,9 +957,22 @@ impl Burn {
         }
     }
 
-    /// Whether a span is in progress.
-    pub(crate) fn is_active(&self) -> bool {
-        self.active
+    /// What dropping the future that owns this span does: nothing when the span is over
+    /// (the usual case, one inlined test); an abandoned span closes its CPU's busy
+    /// interval, in a cold call.
+    #[inline]
+    pub(crate) fn release(&mut self, k: &Kernel, cpu: u32) {
+        if self.active {
+            self.release_abandoned(k, cpu);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_abandoned(&mut self, k: &Kernel, cpu: u32) {
+        if let Ok(mut st) = k.st.try_borrow_mut() {
+            self.cancel(&mut st, cpu);
+        }
     }
 }
 

@@ -670,20 +670,7 @@ impl Drop for Spend<'_> {
     /// is one test; closing an abandoned span is a call.
     #[inline]
     fn drop(&mut self) {
-        if self.burn.is_active() {
-            self.cancel();
-        }
-    }
-}
-
-impl Spend<'_> {
-    /// Closes the busy interval of a span abandoned mid-way.
-    #[cold]
-    #[inline(never)]
-    fn cancel(&mut self) {
-        if let Ok(mut st) = self.k.st.try_borrow_mut() {
-            self.burn.cancel(&mut st, self.cpu);
-        }
+        self.burn.release(self.k, self.cpu);
     }
 }
 

@@ -179,19 +179,6 @@ impl Drop for Rmw<'_> {
     /// Inlined: the usual drop (the operation is over) is one test.
     #[inline]
     fn drop(&mut self) {
-        if self.burn.is_active() {
-            self.cancel();
-        }
-    }
-}
-
-impl Rmw<'_> {
-    /// Closes the busy interval of an operation abandoned mid-way.
-    #[cold]
-    #[inline(never)]
-    fn cancel(&mut self) {
-        if let Ok(mut st) = self.k.st.try_borrow_mut() {
-            self.burn.cancel(&mut st, self.cpu);
-        }
+        self.burn.release(self.k, self.cpu);
     }
 }
