@@ -204,8 +204,7 @@ impl State {
     /// run, if the pending-event cap is reached.
     #[inline(always)]
     pub(crate) fn schedule(&mut self, at: u64, task: TaskRef) {
-        if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
-            self.too_many_events();
+        if !self.room_for_event() {
             return;
         }
         if at <= self.now {
@@ -220,11 +219,19 @@ impl State {
     #[inline(always)]
     pub(crate) fn schedule_later(&mut self, at: u64, task: TaskRef) {
         debug_assert!(at > self.now);
+        if self.room_for_event() {
+            self.queue.push(at, task);
+        }
+    }
+
+    /// Whether one more event fits under the pending-event cap; records the error when not.
+    #[inline(always)]
+    fn room_for_event(&mut self) -> bool {
         if self.queue.len() + self.ready.len() >= self.limits.max_pending_events {
             self.too_many_events();
-            return;
+            return false;
         }
-        self.queue.push(at, task);
+        true
     }
 
     #[cold]
