@@ -570,11 +570,8 @@ impl Stack {
         let nvme = match &self.devs[devno] {
             BlockDev::Nvme(d) if d.coalescing().is_active() => d,
             // No coalescing: the interrupt now, `item` sent as is (not through an `Option`).
-            // Nothing is held: only the coalescing branch below holds completions, and a
-            // device's coalescing is fixed when it is built (`Nvme::with_coalescing`).
             _ => {
-                self.counters.borrow_mut().interrupts += 1;
-                let _ = self.vectors[devno][vector].send(item);
+                let _ = self.raise(devno, vector).send(item);
                 return;
             }
         };
