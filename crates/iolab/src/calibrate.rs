@@ -190,7 +190,7 @@ fn measure(sampling: &Sampling) -> Result<BTreeMap<&'static str, Measured>, Cali
     m.insert("cpu.pte_clear", Measured { ns: pte, how });
 
     // IOVA tree: alloc+free churn with 10,000 live allocations, per node visited or rotated.
-    let live = iolab_side::iova_alloc_free(10_000, sampling, &|a| a == "linux");
+    let live = iolab_side::iova_alloc_free(10_000, sampling, &|a| a == "linux", Vec::new).0;
     let (_, tree_ns, tree_work) = find(&live, "linux", "IOVA tree churn")?;
     let units = work(tree_work, "tree_nodes_visited") + work(tree_work, "tree_rotations");
     let (node, how) = residual(
@@ -209,7 +209,7 @@ fn measure(sampling: &Sampling) -> Result<BTreeMap<&'static str, Measured>, Cali
     m.insert("cpu.tree_rotation", Measured { ns: node, how });
 
     // Magazine hit: alloc+free with nothing live, served by the per-CPU magazines.
-    let idle = iolab_side::iova_alloc_free(0, sampling, &|a| a == "magazine");
+    let idle = iolab_side::iova_alloc_free(0, sampling, &|a| a == "magazine", Vec::new).0;
     let (_, mag_ns, mag_work) = find(&idle, "magazine", "magazine churn")?;
     let units = work(mag_work, "magazine_hits")
         + work(mag_work, "magazine_misses")

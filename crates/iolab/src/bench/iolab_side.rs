@@ -35,7 +35,7 @@ pub type ThreadedFigure = (&'static str, usize, f64, Vec<(String, f64)>);
 const WORK_PASS_OPS: u64 = 10_000;
 
 /// `(allocator, churn operation, exact work per op)`: see [`iova_churn_ops`].
-pub type ChurnRow = (&'static str, Op<'static>, Vec<(String, f64)>);
+type ChurnRow = (&'static str, Op<'static>, Vec<(String, f64)>);
 
 /// A named constructor of a fresh instance.
 type Maker<T> = (&'static str, Box<dyn Fn() -> T>);
@@ -71,27 +71,37 @@ fn alloc_one(a: &dyn IovaAllocator, pages: u64, work: &mut WorkRecord) -> IovaBl
 }
 
 /// Allocator churn (see `harness::churn_op`) for each iolab allocator whose name `keep`
-/// accepts, their samples taken in turn.
+/// accepts, their samples taken in turn with those of the churn operations `peers` makes
+/// (`bench` passes the peer crates'; made only when an iolab allocator runs). Returns the
+/// iolab figures and the peers' ns per op, in order.
 pub fn iova_alloc_free(
     live: usize,
     sampling: &Sampling,
     keep: &dyn Fn(&str) -> bool,
-) -> Vec<Figure> {
-    let (meta, ops): (Vec<_>, Vec<_>) = iova_churn_ops(live, keep)
+    peers: impl FnOnce() -> Vec<Op<'static>>,
+) -> (Vec<Figure>, Vec<f64>) {
+    let (meta, mut ops): (Vec<_>, Vec<_>) = iova_churn_ops(live, keep)
         .into_iter()
         .map(|(name, op, work)| ((name, work), op))
         .unzip();
-    let ns = median_ns_per_op_interleaved(sampling, ops);
-    meta.into_iter()
+    if meta.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    ops.extend(peers());
+    let mut ns = median_ns_per_op_interleaved(sampling, ops);
+    let peer_ns = ns.split_off(meta.len());
+    let figures = meta
+        .into_iter()
         .zip(ns)
         .map(|((name, work), ns)| (name, ns, work))
-        .collect()
+        .collect();
+    (figures, peer_ns)
 }
 
 /// The churn operation (`harness::churn_op`) of each iolab allocator whose name `keep`
 /// accepts, with the exact work per operation counted on a fresh instance: `(allocator,
 /// operation, work per op)`.
-pub fn iova_churn_ops(live: usize, keep: &dyn Fn(&str) -> bool) -> Vec<ChurnRow> {
+fn iova_churn_ops(live: usize, keep: &dyn Fn(&str) -> bool) -> Vec<ChurnRow> {
     let mut out = Vec::new();
     for (name, make) in allocators() {
         if !keep(name) {

@@ -109,31 +109,30 @@ pub fn run_all(sampling: Sampling, filter: &RowFilter) -> BenchReport {
     let mut results = Vec::new();
     for live in LIVE_COUNTS {
         let keep = |a: &str| filter.keeps(&format!("iova_alloc_free/{a}/{live}"));
-        let rows = iolab_side::iova_churn_ops(live, &keep);
+        // iolab's allocators and the peers, their samples taken in turn (the same load falls
+        // on all of them, so the ratios hold on a shared machine). Peers run only beside an
+        // iolab row.
+        let peer_ops = || {
+            vec![
+                peers::vm_allocator_churn(live),
+                peers::range_alloc_churn(live),
+            ]
+        };
+        let (rows, peer_ns) = iolab_side::iova_alloc_free(live, &sampling, &keep, peer_ops);
         if rows.is_empty() {
             continue;
         }
-        // iolab's allocators and the peers, their samples taken in turn (the same load falls
-        // on all of them, so the ratios hold on a shared machine).
-        let (meta, mut ops): (Vec<_>, Vec<_>) = rows
-            .into_iter()
-            .map(|(name, op, work)| ((name, work), op))
-            .unzip();
-        ops.push(peers::vm_allocator_churn(live));
-        ops.push(peers::range_alloc_churn(live));
-        let ns = harness::median_ns_per_op_interleaved(&sampling, ops);
-        let n = meta.len();
         let peers = vec![
             PeerFigure {
                 peer: "vm-allocator AddressAllocator".into(),
-                ns_per_op: ns[n],
+                ns_per_op: peer_ns[0],
             },
             PeerFigure {
                 peer: "range-alloc RangeAllocator".into(),
-                ns_per_op: ns[n + 1],
+                ns_per_op: peer_ns[1],
             },
         ];
-        for ((allocator, work), ns) in meta.into_iter().zip(ns) {
+        for (allocator, ns, work) in rows {
             results.push(record(
                 format!("iova_alloc_free/{allocator}/{live}"),
                 ns,

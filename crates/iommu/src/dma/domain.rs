@@ -286,6 +286,10 @@ enum AtAddr {
     Many(Box<Vec<(u64, Live)>>),
 }
 
+// `LiveMap::remove` forgets a removed packed record instead of dropping it: that is only
+// right while it owns nothing to drop.
+const _: () = assert!(!std::mem::needs_drop::<Packed>());
+
 // The point of `Packed` (see above): keep the bucket at 32 bytes.
 const _: () = assert!(std::mem::size_of::<(u64, AtAddr)>() <= 32);
 
@@ -440,8 +444,9 @@ impl LiveMap {
         let live = match e.get_mut() {
             AtAddr::Packed(p) if p.generation == generation => {
                 let live = p.unpack(dma, self.granule);
-                // A packed record owns nothing on the heap: forgetting it skips the drop
-                // glue of the boxed variants (a call per unmap).
+                // A packed record owns nothing on the heap (checked at build time below the
+                // type): forgetting it skips the drop glue of the boxed variants (a call per
+                // unmap).
                 std::mem::forget(e.remove());
                 live
             }
