@@ -35,7 +35,7 @@ use std::fmt;
 use thiserror::Error;
 
 use super::spec::{
-    Command, CommandDecodeError, CommandEncodeError, RawCommand, SyncCs, CMD_BYTES,
+    opcode, Command, CommandDecodeError, CommandEncodeError, RawCommand, SyncCs, CMD_BYTES,
     SYNC_MSIADDR_BITS,
 };
 use super::sync::{self, AtomicU32, AtomicU64, Backoff, Mutex, MutexGuard, Ordering};
@@ -257,6 +257,14 @@ pub(crate) struct Encoded {
 }
 
 impl Encoded {
+    /// Room for the encodings (all zero until [`validate_into`] fills them).
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Encoded {
+            raw: [[0, 0]; KEPT_ENCODINGS],
+        }
+    }
+
     /// The encoding of `cmds[index]`, where `cmd` is that command of the validated list.
     #[inline]
     pub(crate) fn get(&self, index: usize, cmd: &Command) -> RawCommand {
@@ -271,9 +279,15 @@ impl Encoded {
 /// Returns the encodings of the first commands.
 #[inline]
 pub(crate) fn validate(cmds: &[Command]) -> Result<Encoded, CmdqError> {
-    let mut kept = Encoded {
-        raw: [[0, 0]; KEPT_ENCODINGS],
-    };
+    let mut kept = Encoded::new();
+    validate_into(cmds, &mut kept)?;
+    Ok(kept)
+}
+
+/// [`validate`] into a caller's [`Encoded`] (which it overwrites), so that the encodings
+/// are not copied out through the result.
+#[inline]
+pub(crate) fn validate_into(cmds: &[Command], kept: &mut Encoded) -> Result<(), CmdqError> {
     for (index, cmd) in cmds.iter().enumerate() {
         if cmd.is_sync() {
             return Err(CmdqError::SyncInList { index });
@@ -285,7 +299,7 @@ pub(crate) fn validate(cmds: &[Command]) -> Result<Encoded, CmdqError> {
             *slot = raw;
         }
     }
-    Ok(kept)
+    Ok(())
 }
 
 /// Encodes a command that [`validate`] accepted.
@@ -666,29 +680,15 @@ impl<S: CommandSink> Consumer<'_, S> {
                 slot.words[1].load(Ordering::Relaxed),
             ];
             cons = geo.inc(cons, 1);
-            match Command::decode(raw) {
-                Ok(cmd) => {
-                    apply(&cmd);
-                    q.cons_reg.store(cons, Ordering::Release);
-                    if let Command::Sync {
-                        cs,
-                        msi_addr,
-                        msi_data,
-                        ..
-                    } = cmd
-                    {
-                        self.stats.syncs += 1;
-                        if cs == SyncCs::Irq && msi_addr != 0 {
-                            q.msi_write(msi_addr, msi_data);
-                            self.stats.msi_writes += 1;
-                        }
-                    }
+            // The two commands of every strict unmap have their own decoding arm, so each
+            // arm hands on a command of one known kind (one shared decoding would first
+            // rebuild every command in a common form). Same decoding, same effects.
+            match Command::raw_opcode(raw) {
+                opcode::TLBI_NH_VA => {
+                    self.complete(Command::decode_tlbi_nh_va(raw), cons, &mut apply);
                 }
-                Err(e) => {
-                    self.stats.illegal += 1;
-                    self.stats.last_error = Some(e);
-                    q.cons_reg.store(cons, Ordering::Release);
-                }
+                opcode::CMD_SYNC => self.complete(Command::decode_sync(raw), cons, &mut apply),
+                _ => self.complete(Command::decode(raw), cons, &mut apply),
             }
             self.stats.consumed += 1;
             done += 1;
@@ -699,6 +699,42 @@ impl<S: CommandSink> Consumer<'_, S> {
     /// The consumer's counters.
     pub fn stats(&self) -> ConsumerStats {
         *self.stats
+    }
+
+    /// Completes one consumed command (CONS already advanced to `cons`): applies it and
+    /// performs a sync's MSI, or counts it illegal.
+    #[inline(always)]
+    fn complete(
+        &mut self,
+        decoded: Result<Command, CommandDecodeError>,
+        cons: u32,
+        apply: &mut impl FnMut(&Command),
+    ) {
+        let q = self.q;
+        match decoded {
+            Ok(cmd) => {
+                apply(&cmd);
+                q.cons_reg.store(cons, Ordering::Release);
+                if let Command::Sync {
+                    cs,
+                    msi_addr,
+                    msi_data,
+                    ..
+                } = cmd
+                {
+                    self.stats.syncs += 1;
+                    if cs == SyncCs::Irq && msi_addr != 0 {
+                        q.msi_write(msi_addr, msi_data);
+                        self.stats.msi_writes += 1;
+                    }
+                }
+            }
+            Err(e) => {
+                self.stats.illegal += 1;
+                self.stats.last_error = Some(e);
+                q.cons_reg.store(cons, Ordering::Release);
+            }
+        }
     }
 }
 

@@ -25,7 +25,8 @@
 //! `owner_prod`; 5. with a sync, wait for its MSI and leave the shared lock.
 
 use super::cmdq::{
-    validate, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Geometry, ProducerKind,
+    validate_into, Cmdq, CmdqConfig, CmdqError, CmdqProducer, CommandSink, Encoded, Geometry,
+    ProducerKind,
 };
 use super::spec::Command;
 use super::sync::{AtomicI32, AtomicU32, AtomicU64, Backoff, Ordering};
@@ -169,11 +170,8 @@ impl<S: CommandSink> LockFreeCmdq<S> {
             let idx = geo.idx(pos);
             let bit = idx % 64;
             let len = (word_bits - bit).min(left);
-            let ones = if len == 64 {
-                u64::MAX
-            } else {
-                (1u64 << len) - 1
-            };
+            // `len` is 1..=64: the low `len` bits.
+            let ones = u64::MAX >> (64 - len);
             f((idx / 64) as usize, ones << bit, geo.wrp(pos));
             pos = geo.inc(pos, len);
             left -= len;
@@ -212,7 +210,8 @@ impl<S: CommandSink> CmdqProducer for LockFreeCmdq<S> {
     }
 
     fn issue(&self, cmds: &[Command], sync: bool, work: &mut WorkRecord) -> Result<(), CmdqError> {
-        let encoded = validate(cmds)?;
+        let mut encoded = Encoded::new();
+        validate_into(cmds, &mut encoded)?;
         let slots = cmds.len() + usize::from(sync);
         if slots == 0 {
             return Ok(());
