@@ -294,52 +294,65 @@ impl Smmuv3Invalidator {
 
     /// Issues this invalidator's pending commands (with a `CMD_SYNC` if `sync`).
     fn issue_pending(&self, sync: bool, work: &mut WorkRecord) {
-        PENDING.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.owner == self.id {
-                // The usual case: the batch is this invalidator's alone, and is issued in
-                // place. (Issuing never comes back to an invalidator: the queue's sink is
-                // the TLB caches.)
-                self.issue(&p.cmds, sync, work);
-                p.cmds.clear();
-                p.owner = NO_OWNER;
-                if p.cmds.capacity() > KEEP_BUILT {
-                    p.cmds = Vec::new();
-                }
-            } else {
-                let batch = p.take_own(self.id);
-                self.issue(&batch, sync, work);
-                p.give_back(batch);
+        // A small closure, so `with` inlines into a direct thread-local access; the work
+        // is done out of line.
+        PENDING.with(|p| self.issue_pending_in(&mut p.borrow_mut(), sync, work));
+    }
+
+    /// [`Smmuv3Invalidator::issue_pending`] on the thread's batch.
+    #[inline(never)]
+    fn issue_pending_in(&self, p: &mut Pending, sync: bool, work: &mut WorkRecord) {
+        if p.owner == self.id {
+            // The usual case: the batch is this invalidator's alone, and is issued in
+            // place. (Issuing never comes back to an invalidator: the queue's sink is the
+            // TLB caches.)
+            self.issue(&p.cmds, sync, work);
+            p.cmds.clear();
+            p.owner = NO_OWNER;
+            if p.cmds.capacity() > KEEP_BUILT {
+                p.cmds = Vec::new();
             }
-        });
+        } else {
+            let batch = p.take_own(self.id);
+            self.issue(&batch, sync, work);
+            p.give_back(batch);
+        }
     }
 
     /// Adds the commands `build` appends to its vector to the thread's batch, issuing this
     /// invalidator's commands without a sync each time they fill a batch (`limit`), as if
     /// the commands were pushed one at a time.
     fn push_with(&self, work: &mut WorkRecord, build: impl FnOnce(&mut Vec<Command>)) {
-        let id = self.id;
-        let full = PENDING.with(|p| {
-            let mut p = p.borrow_mut();
-            let p = &mut *p;
-            if p.owner != NO_OWNER && p.owner != id {
-                p.make_mixed();
-            }
-            let before = p.cmds.len();
-            build(&mut p.cmds);
-            let added = p.cmds.len() - before;
-            if p.owner == MIXED {
-                p.ids.resize(p.cmds.len(), id);
-            } else if added > 0 {
-                p.owner = id;
-            }
-            // Only this invalidator's commands count. Before this call it had fewer than
-            // `limit` pending (a full batch is issued at once).
-            p.count_of(id) >= self.limit
-        });
+        // A small closure, as in `issue_pending`.
+        let full = PENDING.with(|p| self.add_pending(&mut p.borrow_mut(), build));
         if full {
             self.issue_full_batches(work);
         }
+    }
+
+    /// [`Smmuv3Invalidator::push_with`]'s additions to the thread's batch `p`; returns
+    /// whether this invalidator now has a full batch pending. Out of line, like
+    /// [`Smmuv3Invalidator::issue_pending_in`].
+    #[inline(never)]
+    fn add_pending(&self, p: &mut Pending, build: impl FnOnce(&mut Vec<Command>)) -> bool {
+        let id = self.id;
+        if p.owner == id || p.owner == NO_OWNER {
+            // The usual case: nothing of another invalidator pending (and with no owner,
+            // nothing pending at all), so the list stays untagged.
+            build(&mut p.cmds);
+            if !p.cmds.is_empty() {
+                p.owner = id;
+            }
+            return p.cmds.len() >= self.limit;
+        }
+        p.make_mixed();
+        let before = p.cmds.len();
+        build(&mut p.cmds);
+        debug_assert!(p.cmds.len() >= before);
+        p.ids.resize(p.cmds.len(), id);
+        // Only this invalidator's commands count. Before this call it had fewer than
+        // `limit` pending (a full batch is issued at once).
+        p.count_of(id) >= self.limit
     }
 
     /// Issues this invalidator's pending commands without a sync in batches of `limit`,
