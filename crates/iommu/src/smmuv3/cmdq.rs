@@ -313,20 +313,29 @@ pub(crate) fn encode_valid(cmd: &Command) -> RawCommand {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Geometry {
     log2size: u32,
+    /// `size - 1`: the index bits of a position.
+    idx_mask: u32,
+    /// `2 * size - 1`: the index and wrap bits of a position.
+    pos_mask: u32,
 }
 
 impl Geometry {
     pub(crate) fn new(log2size: u32) -> Self {
-        Geometry { log2size }
+        // Queues have at most 2^16 slots, so neither mask overflows.
+        Geometry {
+            log2size,
+            idx_mask: (1 << log2size) - 1,
+            pos_mask: (2 << log2size) - 1,
+        }
     }
 
     pub(crate) fn size(self) -> u32 {
-        1 << self.log2size
+        self.idx_mask + 1
     }
 
     /// Slot index of a position.
     pub(crate) fn idx(self, pos: u32) -> u32 {
-        pos & (self.size() - 1)
+        pos & self.idx_mask
     }
 
     /// Wrap bit of a position (0 or 1).
@@ -336,12 +345,12 @@ impl Geometry {
 
     /// The position `n` slots after `pos`.
     pub(crate) fn inc(self, pos: u32, n: u32) -> u32 {
-        pos.wrapping_add(n) & ((self.size() << 1) - 1)
+        pos.wrapping_add(n) & self.pos_mask
     }
 
     /// How many slots from `from` forward to `to`, for `to` at most one lap ahead.
     pub(crate) fn distance(self, from: u32, to: u32) -> u32 {
-        to.wrapping_sub(from) & ((self.size() << 1) - 1)
+        to.wrapping_sub(from) & self.pos_mask
     }
 
     /// Free slots between producer and consumer, from the wrap bits as the hardware does.
@@ -711,16 +720,17 @@ impl<S: CommandSink> Consumer<'_, S> {
         apply: &mut impl FnMut(&Command),
     ) {
         let q = self.q;
+        // By reference: `apply` reads the decoded command where decoding left it.
         match decoded {
-            Ok(cmd) => {
-                apply(&cmd);
+            Ok(ref cmd) => {
+                apply(cmd);
                 q.cons_reg.store(cons, Ordering::Release);
                 if let Command::Sync {
                     cs,
                     msi_addr,
                     msi_data,
                     ..
-                } = cmd
+                } = *cmd
                 {
                     self.stats.syncs += 1;
                     if cs == SyncCs::Irq && msi_addr != 0 {
@@ -744,7 +754,7 @@ mod tests {
 
     #[test]
     fn geometry_full_and_empty_from_wrap_bits() {
-        let g = Geometry { log2size: 2 };
+        let g = Geometry::new(2);
         // 4 slots: positions 0..8, wrap bit is bit 2.
         assert!(g.is_empty(0, 0));
         assert!(g.is_empty(5, 5));
@@ -764,7 +774,7 @@ mod tests {
     #[test]
     fn geometry_space_matches_modular_distance() {
         for log2 in 1..=4 {
-            let g = Geometry { log2size: log2 };
+            let g = Geometry::new(log2);
             let n = g.size();
             for cons in 0..2 * n {
                 for used in 0..=n {
@@ -776,6 +786,32 @@ mod tests {
                     );
                     assert_eq!(g.is_full(prod, cons), used == n);
                     assert_eq!(g.is_empty(prod, cons), used == 0);
+                }
+            }
+        }
+    }
+
+    /// The precomputed masks give the arithmetic of the plain formulas on every queue size.
+    #[test]
+    fn geometry_masks_match_the_formulas() {
+        for log2 in MIN_LOG2SIZE..=MAX_LOG2SIZE {
+            let g = Geometry::new(log2);
+            let size = 1u32 << log2;
+            assert_eq!(g.size(), size);
+            for pos in [
+                0,
+                1,
+                size - 1,
+                size,
+                size + 1,
+                2 * size - 1,
+                0x1234_5678,
+                u32::MAX,
+            ] {
+                assert_eq!(g.idx(pos), pos % size, "log2 {log2} pos {pos:#x}");
+                for n in [0, 1, size - 1, size] {
+                    assert_eq!(g.inc(pos, n), pos.wrapping_add(n) % (2 * size));
+                    assert_eq!(g.distance(pos, n), n.wrapping_sub(pos) % (2 * size));
                 }
             }
         }

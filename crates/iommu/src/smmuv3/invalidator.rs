@@ -336,23 +336,24 @@ impl Smmuv3Invalidator {
     #[inline(never)]
     fn add_pending(&self, p: &mut Pending, build: impl FnOnce(&mut Vec<Command>)) -> bool {
         let id = self.id;
-        if p.owner == id || p.owner == NO_OWNER {
-            // The usual case: nothing of another invalidator pending (and with no owner,
-            // nothing pending at all), so the list stays untagged.
-            build(&mut p.cmds);
-            if !p.cmds.is_empty() {
-                p.owner = id;
-            }
-            return p.cmds.len() >= self.limit;
+        // Usually nothing of another invalidator is pending (and with no owner, nothing
+        // is pending at all), and the list stays untagged.
+        let mixed = p.owner != id && p.owner != NO_OWNER;
+        if mixed {
+            p.make_mixed();
         }
-        p.make_mixed();
-        let before = p.cmds.len();
+        // One call of `build`, so that it inlines here.
         build(&mut p.cmds);
-        debug_assert!(p.cmds.len() >= before);
-        p.ids.resize(p.cmds.len(), id);
-        // Only this invalidator's commands count. Before this call it had fewer than
-        // `limit` pending (a full batch is issued at once).
-        p.count_of(id) >= self.limit
+        if mixed {
+            p.ids.resize(p.cmds.len(), id);
+            // Only this invalidator's commands count. Before this call it had fewer than
+            // `limit` pending (a full batch is issued at once).
+            return p.count_of(id) >= self.limit;
+        }
+        if !p.cmds.is_empty() {
+            p.owner = id;
+        }
+        p.cmds.len() >= self.limit
     }
 
     /// Issues this invalidator's pending commands without a sync in batches of `limit`,
@@ -386,7 +387,8 @@ impl Smmuv3Invalidator {
             }
         }
         let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
-        self.push_with(work, |out| {
+        // `move`: the closure holds the values, not references to them.
+        self.push_with(work, move |out| {
             tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
         });
     }
