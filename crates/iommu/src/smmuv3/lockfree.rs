@@ -276,7 +276,11 @@ impl<S: CommandSink> CmdqProducer for LockFreeCmdq<S> {
                 backoff.snooze();
             }
             // b. Close the gathering window; the PROD we clear OWNED from ends our batch.
-            let closed = self.llq.fetch_and(!u64::from(OWNED), Ordering::AcqRel);
+            //    OWNED is set (every reservation since ours kept it, and only the owner
+            //    clears it), so subtracting it clears it: Linux's fetch-andnot, as one
+            //    atomic add rather than a compare-and-swap loop.
+            let closed = self.llq.fetch_sub(u64::from(OWNED), Ordering::AcqRel);
+            debug_assert!(unpack(closed).0 & OWNED != 0, "owner found OWNED clear");
             let batch_end = unpack(closed).0 & !OWNED;
             // c. Wait for every gathered slot to be written.
             self.poll_valid(start, batch_end);
