@@ -82,14 +82,14 @@ pub fn tlbi_va_commands(
         if size <= step {
             // One page (the loop below, which stops after its first command).
             if start < start.saturating_add(size) {
-                out.push(with(start, 0, 0, 0, 0));
+                out.push(single_page_command(asid, start, leaf));
             }
             return;
         }
         let mut addr = start;
         let end = start.saturating_add(size);
         while addr < end {
-            out.push(with(addr, 0, 0, 0, 0));
+            out.push(single_page_command(asid, addr, leaf));
             addr = match addr.checked_add(step) {
                 Some(a) => a,
                 None => break,
@@ -117,6 +117,21 @@ pub fn tlbi_va_commands(
         out.push(with(addr, ttl, tg, (num - 1) as u8, scale as u8));
         left -= num << scale;
         addr = addr.wrapping_add((num << scale) << granule_shift);
+    }
+}
+
+/// The single-page `CMD_TLBI_NH_VA` (`TG = 0`, no TTL hint) for the page at `addr`.
+#[inline]
+fn single_page_command(asid: u16, addr: u64, leaf: bool) -> Command {
+    Command::TlbiNhVa {
+        vmid: 0,
+        asid,
+        addr,
+        leaf,
+        ttl: 0,
+        tg: 0,
+        num: 0,
+        scale: 0,
     }
 }
 
@@ -370,6 +385,25 @@ impl Smmuv3Invalidator {
         p.cmds.len() >= self.limit
     }
 
+    /// [`Smmuv3Invalidator::push_with`] of one command, with the usual case (no other
+    /// invalidator's commands pending) inline.
+    #[inline]
+    fn push_one(&self, work: &mut WorkRecord, cmd: Command) {
+        let full = PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.owner == self.id || p.owner == NO_OWNER {
+                p.cmds.push(cmd);
+                p.owner = self.id;
+                p.cmds.len() >= self.limit
+            } else {
+                self.add_pending(&mut p, move |out| out.push(cmd))
+            }
+        });
+        if full {
+            self.issue_full_batches(work);
+        }
+    }
+
     /// Issues this invalidator's pending commands without a sync in batches of `limit`,
     /// leaving fewer than `limit` pending.
     fn issue_full_batches(&self, work: &mut WorkRecord) {
@@ -394,13 +428,17 @@ impl Smmuv3Invalidator {
         if !self.range {
             if let Some(max) = self.max_tlbi_ops {
                 if size / step.max(1) >= max {
-                    let cmd = self.asid_command();
-                    self.push_with(work, |out| out.push(cmd));
+                    self.push_one(work, self.asid_command());
                     return;
                 }
             }
         }
         let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
+        if !range && size != 0 && size <= step && start < start.saturating_add(size) {
+            // One page: the one command `tlbi_va_commands` would build, pushed directly.
+            self.push_one(work, single_page_command(asid, start, leaf));
+            return;
+        }
         // `move`: the closure holds the values, not references to them.
         self.push_with(work, move |out| {
             tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
@@ -430,8 +468,7 @@ impl Invalidator for Smmuv3Invalidator {
 
     fn invalidate_domain(&self, _domain: DomainId, work: &mut WorkRecord) {
         work.inval_domains += 1;
-        let cmd = self.asid_command();
-        self.push_with(work, |out| out.push(cmd));
+        self.push_one(work, self.asid_command());
     }
 
     fn sync(&self, work: &mut WorkRecord) {
