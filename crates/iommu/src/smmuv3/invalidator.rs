@@ -389,18 +389,23 @@ impl Smmuv3Invalidator {
     /// invalidator's commands pending) inline.
     #[inline]
     fn push_one(&self, work: &mut WorkRecord, cmd: Command) {
-        let full = PENDING.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.owner == self.id || p.owner == NO_OWNER {
-                p.cmds.push(cmd);
-                p.owner = self.id;
-                p.cmds.len() >= self.limit
-            } else {
-                self.add_pending(&mut p, move |out| out.push(cmd))
-            }
-        });
+        // A small closure, as in `issue_pending`.
+        let full = PENDING.with(|p| self.add_one(&mut p.borrow_mut(), cmd));
         if full {
             self.issue_full_batches(work);
+        }
+    }
+
+    /// [`Smmuv3Invalidator::push_one`]'s addition to the thread's batch `p`; returns whether
+    /// this invalidator now has a full batch pending.
+    #[inline(never)]
+    fn add_one(&self, p: &mut Pending, cmd: Command) -> bool {
+        if p.owner == self.id || p.owner == NO_OWNER {
+            p.cmds.push(cmd);
+            p.owner = self.id;
+            p.cmds.len() >= self.limit
+        } else {
+            self.add_pending(p, move |out| out.push(cmd))
         }
     }
 
