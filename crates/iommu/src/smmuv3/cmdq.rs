@@ -317,6 +317,8 @@ pub(crate) struct Geometry {
     idx_mask: u32,
     /// `2 * size - 1`: the index and wrap bits of a position.
     pos_mask: u32,
+    /// `min(size, 64)`: the bits of a valid-map word the queue uses.
+    run_bits: u32,
 }
 
 impl Geometry {
@@ -326,11 +328,17 @@ impl Geometry {
             log2size,
             idx_mask: (1 << log2size) - 1,
             pos_mask: (2 << log2size) - 1,
+            run_bits: (1 << log2size).min(64),
         }
     }
 
     pub(crate) fn size(self) -> u32 {
         self.idx_mask + 1
+    }
+
+    /// The slots one word of a one-bit-per-slot map covers: `min(size, 64)`.
+    pub(crate) fn run_bits(self) -> u32 {
+        self.run_bits
     }
 
     /// Slot index of a position.
@@ -413,6 +421,8 @@ pub struct Cmdq<S> {
     /// Word 0 of the queue's own `CMD_SYNC` (the same in every slot; only MSIADDR, in
     /// word 1, differs), or 0 if it cannot be encoded.
     sync_word0: u64,
+    /// The queue's size in bytes.
+    bytes: u64,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Cmdq<S> {
@@ -461,6 +471,7 @@ impl<S: CommandSink> Cmdq<S> {
             consumer: Mutex::new(ConsumerStats::default()),
             sink,
             sync_word0: encode_valid(&Command::sync_msi(config.base.get(), SYNC_MSI_DATA))[0],
+            bytes: u64::from(geo.size()) * CMD_BYTES,
         })
     }
 
@@ -588,8 +599,12 @@ impl<S: CommandSink> Cmdq<S> {
     pub(crate) fn sync_for(&self, pos: u32) -> RawCommand {
         let addr = self.slot_addr(pos).get();
         // Word 0 does not depend on the address, and word 1 is the address itself when it
-        // fits MSIADDR: exactly the encoding, without re-checking every field.
-        if self.sync_word0 != 0 && addr & !SYNC_MSIADDR_BITS == 0 {
+        // fits MSIADDR: exactly the encoding, without re-checking every field. Every slot's
+        // address fits when slot 0's does (the base is aligned to the queue's size, so a
+        // slot's address is the base with index bits below bit 21 added), and slot 0's fits
+        // exactly when `sync_word0` could be encoded.
+        if self.sync_word0 != 0 {
+            debug_assert_eq!(addr & !SYNC_MSIADDR_BITS, 0);
             [self.sync_word0, addr]
         } else {
             encode_valid(&Command::sync_msi(addr, SYNC_MSI_DATA))
@@ -634,9 +649,8 @@ impl<S: CommandSink> Cmdq<S> {
     /// Performs a 32-bit MSI write: into queue memory when `addr` falls in the queue,
     /// otherwise to the sink.
     fn msi_write(&self, addr: u64, data: u32) {
-        let bytes = u64::from(self.geo.size()) * CMD_BYTES;
         let offset = addr.wrapping_sub(self.base.get());
-        if offset < bytes {
+        if offset < self.bytes {
             let slot = &self.slots[(offset / CMD_BYTES) as usize];
             let word = &slot.words[((offset / 8) & 1) as usize];
             // MSIADDR is 4-byte aligned: the write hits the low or the high half.
@@ -798,6 +812,7 @@ mod tests {
             let g = Geometry::new(log2);
             let size = 1u32 << log2;
             assert_eq!(g.size(), size);
+            assert_eq!(g.run_bits(), size.min(64));
             for pos in [
                 0,
                 1,

@@ -163,7 +163,7 @@ impl<S: CommandSink> LockFreeCmdq<S> {
     /// Calls `f(word, mask, wrap)` for each run of positions in `[start, end)` that shares a
     /// bitmap word (runs never cross the end of the queue, so each has one wrap value).
     fn for_each_run(geo: Geometry, start: u32, end: u32, mut f: impl FnMut(usize, u64, u32)) {
-        let word_bits = geo.size().min(64);
+        let word_bits = geo.run_bits();
         let mut pos = start;
         let mut left = geo.distance(start, end);
         while left > 0 {
