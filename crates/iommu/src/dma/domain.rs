@@ -1272,17 +1272,21 @@ impl Domain {
                 take(&mut live.lock())?;
                 Ok(())
             }
-            Backend::Translated(t) => GATHER.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut gather) => self.remove_translated(t, cpu, now_ns, work, take, &mut gather),
-                Err(_) => {
-                    let mut gather = UnmapGather::default();
-                    self.remove_translated(t, cpu, now_ns, work, take, &mut gather)
-                }
+            Backend::Translated(t) => GATHER.with(|cell| {
+                // One call site, so `remove_translated` inlines here.
+                let mut fresh = UnmapGather::default();
+                let mut borrowed = cell.try_borrow_mut();
+                let gather = match &mut borrowed {
+                    Ok(gather) => &mut **gather,
+                    Err(_) => &mut fresh,
+                };
+                self.remove_translated(t, cpu, now_ns, work, take, gather)
             }),
         }
     }
 
     /// [`Domain::remove`] in a translated domain, gathering into `gather`.
+    #[inline]
     fn remove_translated(
         &self,
         t: &Translated,
