@@ -340,6 +340,28 @@ impl Packed {
         }
     }
 
+    /// The packed record of a translated single mapping as [`Domain::map_page`] makes it:
+    /// `len` bytes at `dma` in a block of `pages` starting at `dma` rounded down to the
+    /// granule, mapped as one run of the granule-rounded length from the block's start.
+    /// Exactly what [`Packed::pack`] makes of that record (`None` where it would not pack).
+    #[inline]
+    fn mapped(
+        generation: u64,
+        len: u64,
+        kind: MappingKind,
+        dir: Direction,
+        pages: u64,
+    ) -> Option<Self> {
+        Some(Self {
+            generation,
+            len,
+            pages: u32::try_from(pages).ok()?,
+            kind,
+            dir,
+            translated: true,
+        })
+    }
+
     /// The record this was packed from.
     fn unpack(&self, dma: u64, granule: u64) -> Live {
         let translated = self.translated.then(|| {
@@ -432,6 +454,19 @@ impl LiveMap {
             }
         }
         self.len += 1;
+    }
+
+    /// Records a live mapping already packed (its key must not be live): what
+    /// [`LiveMap::insert`] does with the record `p` unpacks to, without packing it again.
+    #[inline]
+    fn insert_packed(&mut self, dma: u64, p: Packed) {
+        match self.by_addr.entry(dma) {
+            Entry::Vacant(e) => {
+                e.insert(AtAddr::Packed(p));
+                self.len += 1;
+            }
+            Entry::Occupied(_) => self.insert((dma, p.generation), p.unpack(dma, self.granule)),
+        }
     }
 
     /// Removes a live mapping's record, if present.
@@ -1151,9 +1186,16 @@ impl Domain {
                 }
                 let dma = block.start.get() + off;
                 self.protection.record_mapping(len, map_len);
-                let runs = Runs::One((block.start, map_len));
-                st.live
-                    .insert((dma, generation), record(Some((block, runs))));
+                // The block starts at `dma` rounded down and holds one run of `map_len`
+                // from its start: the record packs, unless the block is huge.
+                match Packed::mapped(generation, len, kind, dir, block.pages) {
+                    Some(p) => st.live.insert_packed(dma, p),
+                    None => {
+                        let runs = Runs::One((block.start, map_len));
+                        st.live
+                            .insert((dma, generation), record(Some((block, runs))));
+                    }
+                }
                 Ok(handle(dma))
             }
         }
@@ -1230,17 +1272,21 @@ impl Domain {
                 take(&mut live.lock())?;
                 Ok(())
             }
-            Backend::Translated(t) => GATHER.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut gather) => self.remove_translated(t, cpu, now_ns, work, take, &mut gather),
-                Err(_) => {
-                    let mut gather = UnmapGather::default();
-                    self.remove_translated(t, cpu, now_ns, work, take, &mut gather)
-                }
+            Backend::Translated(t) => GATHER.with(|cell| {
+                // One call site, so `remove_translated` inlines here.
+                let mut fresh = UnmapGather::default();
+                let mut borrowed = cell.try_borrow_mut();
+                let gather = match &mut borrowed {
+                    Ok(gather) => &mut **gather,
+                    Err(_) => &mut fresh,
+                };
+                self.remove_translated(t, cpu, now_ns, work, take, gather)
             }),
         }
     }
 
     /// [`Domain::remove`] in a translated domain, gathering into `gather`.
+    #[inline]
     fn remove_translated(
         &self,
         t: &Translated,
@@ -2169,6 +2215,55 @@ mod tests {
             assert!(map.remove(&(0x2000, generation)).is_none());
         }
         assert_eq!(map.len(), 0);
+    }
+
+    /// A translated `map_page` records exactly what packing its full record gives.
+    #[test]
+    fn map_page_records_the_packed_form_of_its_record() {
+        let fx = strict();
+        let g = fx.domain.granule();
+        let dev = dev64();
+        let mut w = WorkRecord::new();
+        for (i, (addr, len)) in [
+            (0x10_0000, 4096),
+            (0x10_0123, 8000),
+            (0x20_0fff, 2),
+            (0x30_0000, 3 * 4096 + 1),
+            (0x40_0800, 1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let dir = if i % 2 == 0 {
+                Direction::FromDevice
+            } else {
+                Direction::ToDevice
+            };
+            let m = fx
+                .domain
+                .map_page(&dev, pa(addr), len, dir, 0, &mut w)
+                .unwrap();
+            let Backend::Translated(t) = &fx.domain.backend else {
+                panic!("translated");
+            };
+            let st = t.state.lock();
+            let dma = m.dma_addr().0;
+            let Some(AtAddr::Packed(p)) = st.live.by_addr.get(&dma) else {
+                panic!("case {i}: not packed");
+            };
+            let rec = p.unpack(dma, g);
+            let start = dma & !(g - 1);
+            let map_len = align_up(dma - start + len, g).unwrap();
+            let (block, runs) = rec.translated.as_ref().expect("translated");
+            assert_eq!(block.start.get(), start, "case {i}");
+            assert_eq!(runs.as_slice(), &[(Iova::new(start), map_len)], "case {i}");
+            assert_eq!(
+                (rec.len, rec.dir, rec.kind),
+                (len, dir, MappingKind::Single)
+            );
+            let again = Packed::pack(dma, m.generation, &rec, g).expect("packs");
+            assert_eq!(format!("{again:?}"), format!("{p:?}"), "case {i}");
+        }
     }
 
     #[test]

@@ -879,7 +879,8 @@ impl<A: IovaAllocator> MagazineCache<A> {
 
     /// An allocation: the hit path inline, everything else out of line so this stays small;
     /// `flush`: whether an exhausted inner allocator is retried after flushing the caches.
-    #[inline]
+    /// Inlined into both callers (a call layer less per allocation).
+    #[inline(always)]
     fn alloc_flushing(
         &self,
         req: AllocRequest,

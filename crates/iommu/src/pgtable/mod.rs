@@ -149,6 +149,7 @@ impl UnmapGather {
 
     /// Records the removal of `size` bytes at `start` mapped with `page_size` pages, extending
     /// the last range when contiguous and of the same page size.
+    #[inline]
     pub fn add(&mut self, start: Iova, size: u64, page_size: u64) {
         if let Some(last) = self.ranges.last_mut() {
             if last.page_size == page_size && last.end() == start {
