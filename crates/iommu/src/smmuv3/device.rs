@@ -677,19 +677,22 @@ impl Smmuv3 {
         // The lock order is table before caches: holding the caches, only try the table's
         // read lock (never wait for it). Got at once, the caches were held since the miss,
         // so the fill knows the page is not cached; else let go and take both in order.
-        if let Some(t) = table.try_read() {
-            return Self::walk_and_fill(&t, &mut c, asid, iova, work, true);
-        }
-        drop(c);
-        // Held until the IOTLB is filled.
-        let t = table.read();
-        let mut c = self.caches.lock();
-        Self::walk_and_fill(&t, &mut c, asid, iova, work, false)
+        // Both held until the IOTLB is filled.
+        let (t, mut c, missed) = match table.try_read() {
+            Some(t) => (t, c, true),
+            None => {
+                drop(c);
+                let t = table.read();
+                (t, self.caches.lock(), false)
+            }
+        };
+        Self::walk_and_fill(&t, &mut c, asid, iova, work, missed)
     }
 
     /// The walk after an IOTLB miss of `iova`, from the deepest walk-cache hit: counts its
     /// reads, fills the walk cache and the IOTLB. `missed`: the caches have been held since
     /// the IOTLB lookup missed (the fill need not look for the page).
+    #[inline]
     fn walk_and_fill(
         t: &LpaeTable,
         c: &mut Caches,
