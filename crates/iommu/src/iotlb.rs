@@ -446,10 +446,13 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
     /// how many were removed (0 or 1).
     #[inline]
     fn retain_key(&mut self, set: usize, key: &K, keep: impl FnOnce(&K, &mut V) -> bool) -> usize {
-        let Some(idx) = self.find(set, key) else {
+        let range = self.set_range(set);
+        let Some(slot) = self.lines[range]
+            .iter_mut()
+            .find(|l| matches!(l, Some(line) if line.key == *key))
+        else {
             return 0;
         };
-        let slot = &mut self.lines[idx];
         let Some(line) = slot else {
             return 0;
         };
@@ -919,7 +922,7 @@ impl Iotlb {
         let counts = &mut self.shift_counts;
         let bitmap = &mut self.shift_bitmap;
         let sizes = *bitmap;
-        let full_scan = bit_iter(sizes).any(|shift| (last >> shift) - (first >> shift) >= sets);
+        let full_scan = touches_sets_or_more(sizes, first, last, sets);
         if full_scan {
             return self.core.retain_all(|k, v| {
                 if k.asid != asid || !k.overlaps(first, last) || f(v) {
@@ -1061,6 +1064,17 @@ impl Iotlb {
     /// Every valid entry, in storage order.
     pub fn entries(&self) -> impl Iterator<Item = IotlbEntry> + '_ {
         self.core.iter().map(|(k, v)| IotlbEntry::from_parts(k, v))
+    }
+}
+
+/// Whether `first..=last` touches at least `sets` pages of some page size in `sizes` (a
+/// page-size bitmap). Pages touched only shrink as the page size grows, so the smallest
+/// size decides: the same answer as asking every size, with one shift.
+#[inline]
+fn touches_sets_or_more(sizes: u64, first: u64, last: u64, sets: u64) -> bool {
+    sizes != 0 && {
+        let shift = sizes.trailing_zeros();
+        (last >> shift) - (first >> shift) >= sets
     }
 }
 
@@ -2224,5 +2238,18 @@ mod tests {
             w.entries().collect::<Vec<_>>(),
             v.entries().collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn smallest_cached_size_decides_the_full_scan() {
+        let mut r = rand_ops(11);
+        for _ in 0..20000 {
+            let sizes = r.next_u64() & (((1u64 << 31) - 1) << MIN_PAGE_SHIFT) & r.next_u64();
+            let first = r.next_u64() >> r.below(64);
+            let last = first.saturating_add(r.next_u64() >> r.below(64));
+            let sets = 1 + r.below(600) as u64;
+            let every = bit_iter(sizes).any(|shift| (last >> shift) - (first >> shift) >= sets);
+            assert_eq!(touches_sets_or_more(sizes, first, last, sets), every);
+        }
     }
 }
