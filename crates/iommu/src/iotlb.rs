@@ -922,6 +922,27 @@ impl Iotlb {
         let counts = &mut self.shift_counts;
         let bitmap = &mut self.shift_bitmap;
         let sizes = *bitmap;
+        if sizes != 0 && first >> sizes.trailing_zeros() == last >> sizes.trailing_zeros() {
+            // One page of the smallest size cached, so of every size: one key per size
+            // (what the loops below do for such a range, without their bounds).
+            let mut removed = 0;
+            for shift in bit_iter(sizes) {
+                let key = TlbKey {
+                    asid,
+                    vpn: first >> shift,
+                    shift: shift as u8,
+                };
+                let set = self.core.set_of(key.hash());
+                removed += self.core.retain_key(set, &key, |k, v| {
+                    if f(v) {
+                        return true;
+                    }
+                    count_shift(counts, bitmap, k.shift, false);
+                    false
+                });
+            }
+            return removed;
+        }
         let full_scan = touches_sets_or_more(sizes, first, last, sets);
         if full_scan {
             return self.core.retain_all(|k, v| {
@@ -2181,7 +2202,27 @@ mod tests {
                 let ev = t.insert(asid, iova(va), pa(page * SZ_2M), size, Prot::READ);
                 log.push(format!("{ev:?}"));
             } else if op < 85 {
-                log.push(format!("{}", t.mark_stale_range(asid, iova(va), SZ_4K * 3)));
+                // Within one 4 KiB page (the one-page path) or across three.
+                let len = if r.below(2) == 0 {
+                    SZ_4K - 0x10
+                } else {
+                    SZ_4K * 3
+                };
+                let (first, last) = (va + 0x8, va + 0x8 + len - 1);
+                let hit = |e: &IotlbEntry| {
+                    e.asid == asid && e.iova.get() <= last && e.iova.get() + e.page_size > first
+                };
+                let newly = t.entries().filter(|e| hit(e) && !e.stale).count();
+                let want: Vec<_> = t
+                    .entries()
+                    .map(|mut e| {
+                        e.stale |= hit(&e);
+                        e
+                    })
+                    .collect();
+                let n = t.mark_stale_range(asid, iova(first), len);
+                assert_eq!((n, t.entries().collect::<Vec<_>>()), (newly, want));
+                log.push(format!("{n}"));
             } else if op < 93 {
                 let mut generic = t.clone();
                 let n = t.invalidate_va(asid, iova(va + 0x123), true);
