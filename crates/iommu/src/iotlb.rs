@@ -272,6 +272,9 @@ pub(crate) struct SetAssoc<K, V> {
     rng: SplitMix64,
     clock: u64,
     len: usize,
+    /// Valid lines per set (derived: always the count of `Some` in the set's ways), so an
+    /// empty set misses, and fills its way 0, without looking at its lines.
+    occupied: Vec<u32>,
 }
 
 impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
@@ -297,6 +300,7 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
             rng: SplitMix64(seed),
             clock: 0,
             len: 0,
+            occupied: vec![0; sets],
         }
     }
 
@@ -331,14 +335,24 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
         self.clock
     }
 
-    /// The value under `key`, marking it used.
+    /// The value under `key`, marking it used. (One pass over the set: the line found is
+    /// the one stamped, with no second index into the lines.)
     #[inline]
     fn get(&mut self, hash: u64, key: &K) -> Option<&mut V> {
-        let idx = self.find(self.set_of(hash), key)?;
-        let stamp = self.tick();
-        let line = self.lines[idx].as_mut()?;
-        line.stamp = stamp;
-        Some(&mut line.value)
+        let set = self.set_of(hash);
+        if self.occupied[set] == 0 {
+            return None;
+        }
+        let range = self.set_range(set);
+        let clock = &mut self.clock;
+        for line in self.lines[range].iter_mut().flatten() {
+            if line.key == *key {
+                *clock += 1;
+                line.stamp = *clock;
+                return Some(&mut line.value);
+            }
+        }
+        None
     }
 
     /// The value under `key`, without touching replacement state.
@@ -353,29 +367,62 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
     /// used, and the evicted line is returned.
     fn insert(&mut self, hash: u64, key: K, value: V) -> Option<(K, V)> {
         let set = self.set_of(hash);
-        let stamp = self.tick();
         if let Some(idx) = self.find(set, &key) {
+            let stamp = self.tick();
             self.lines[idx] = Some(Line { key, value, stamp });
             return None;
         }
+        self.fill(set, key, value)
+    }
+
+    /// [`SetAssoc::insert`] of a key the caller knows is not in the cache (a lookup of it
+    /// just missed, with the cache held since): the same victim, clock and contents,
+    /// without looking for the key first.
+    #[inline]
+    fn insert_absent(&mut self, hash: u64, key: K, value: V) -> Option<(K, V)> {
+        let set = self.set_of(hash);
+        debug_assert!(
+            self.find(set, &key).is_none(),
+            "insert_absent of a cached key"
+        );
+        self.fill(set, key, value)
+    }
+
+    /// Puts a line for `key` (not in `set`) into an empty way or the policy's victim.
+    #[inline]
+    fn fill(&mut self, set: usize, key: K, value: V) -> Option<(K, V)> {
+        let stamp = self.tick();
         let idx = self.victim(set);
-        let old = self.lines[idx].replace(Line { key, value, stamp });
-        match old {
-            Some(line) => Some((line.key, line.value)),
-            None => {
+        let new = Line { key, value, stamp };
+        match &mut self.lines[idx] {
+            Some(line) => {
+                let old = (line.key, line.value);
+                *line = new;
+                Some(old)
+            }
+            slot => {
+                *slot = Some(new);
                 self.len += 1;
+                self.occupied[set] += 1;
                 None
             }
         }
     }
 
     /// The line to fill in a set: the first empty way, else the policy's victim.
+    #[inline]
     fn victim(&mut self, set: usize) -> usize {
         let range = self.set_range(set);
         let start = range.start;
+        let occupied = self.occupied[set] as usize;
+        if occupied == 0 {
+            return start;
+        }
         let lines = &self.lines[range];
-        if let Some(way) = lines.iter().position(Option::is_none) {
-            return start + way;
+        if occupied < self.ways {
+            let way = lines.iter().position(Option::is_none);
+            debug_assert!(way.is_some(), "occupancy out of step");
+            return start + way.unwrap_or(0);
         }
         let way = match self.policy {
             Replacement::Lru => lines
@@ -399,10 +446,13 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
     /// how many were removed (0 or 1).
     #[inline]
     fn retain_key(&mut self, set: usize, key: &K, keep: impl FnOnce(&K, &mut V) -> bool) -> usize {
-        let Some(idx) = self.find(set, key) else {
+        let range = self.set_range(set);
+        let Some(slot) = self.lines[range]
+            .iter_mut()
+            .find(|l| matches!(l, Some(line) if line.key == *key))
+        else {
             return 0;
         };
-        let slot = &mut self.lines[idx];
         let Some(line) = slot else {
             return 0;
         };
@@ -411,13 +461,25 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
         }
         *slot = None;
         self.len -= 1;
+        self.occupied[set] -= 1;
         1
     }
 
     /// Keeps the lines (of every set) for which `keep` returns true (it may also change
     /// their values) and removes the others. Returns how many were removed.
     fn retain_all(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> usize {
-        let removed = Self::retain_lines(&mut self.lines, &mut keep);
+        let mut removed = 0;
+        for (lines, occupied) in self
+            .lines
+            .chunks_exact_mut(self.ways)
+            .zip(self.occupied.iter_mut())
+        {
+            if *occupied != 0 {
+                let r = Self::retain_lines(lines, &mut keep);
+                *occupied -= r as u32;
+                removed += r;
+            }
+        }
         self.len -= removed;
         removed
     }
@@ -441,6 +503,7 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
     /// Removes every line; returns how many there were.
     fn clear(&mut self) -> usize {
         self.lines.fill(None);
+        self.occupied.fill(0);
         std::mem::take(&mut self.len)
     }
 
@@ -454,6 +517,12 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
 
     /// Valid lines in `set`.
     fn set_len(&self, set: usize) -> usize {
+        self.occupied[set] as usize
+    }
+
+    /// Valid lines in `set`, counted in its ways (what `occupied` must match).
+    #[cfg(test)]
+    fn count_set(&self, set: usize) -> usize {
         self.lines[self.set_range(set)]
             .iter()
             .filter(|l| l.is_some())
@@ -749,6 +818,65 @@ impl Iotlb {
                 page_size,
             });
         }
+        Ok(self.insert_checked(asid, iova_page_base, pa_base, page_size, prot))
+    }
+
+    /// [`Iotlb::insert`] for a caller that has just seen [`Iotlb::lookup`] of an address in
+    /// the page miss, with the IOTLB held (`&mut`) since: no entry of `asid` can hold the
+    /// page at any size (the lookup probed every size cached), so the set is not searched
+    /// for it before a way is filled. Same victim, contents and replacement state as
+    /// [`Iotlb::insert`]. The page size and alignment must be valid (a walk's result is).
+    #[inline]
+    pub(crate) fn insert_after_miss(
+        &mut self,
+        asid: Asid,
+        iova_page_base: Iova,
+        pa_base: PhysAddr,
+        page_size: u64,
+        prot: Prot,
+    ) -> Option<IotlbEntry> {
+        debug_assert!(
+            page_size.is_power_of_two()
+                && (MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_size.trailing_zeros())
+                && iova_page_base.is_aligned(page_size)
+                && pa_base.is_aligned(page_size),
+            "insert_after_miss of a bad page: {page_size:#x} at {iova_page_base}"
+        );
+        let shift = page_size.trailing_zeros() as u8;
+        let key = TlbKey {
+            asid,
+            vpn: iova_page_base.get() >> shift,
+            shift,
+        };
+        let value = TlbValue {
+            pa_base,
+            prot,
+            stale: false,
+        };
+        let evicted = self.core.insert_absent(key.hash(), key, value);
+        // The page was not cached: the insert filled an empty way or evicted another.
+        if let Some((k, _)) = &evicted {
+            count_shift(
+                &mut self.shift_counts,
+                &mut self.shift_bitmap,
+                k.shift,
+                false,
+            );
+        }
+        count_shift(&mut self.shift_counts, &mut self.shift_bitmap, shift, true);
+        evicted.map(|(k, v)| IotlbEntry::from_parts(&k, &v))
+    }
+
+    /// The insert of a valid page.
+    #[inline]
+    fn insert_checked(
+        &mut self,
+        asid: Asid,
+        iova_page_base: Iova,
+        pa_base: PhysAddr,
+        page_size: u64,
+        prot: Prot,
+    ) -> Option<IotlbEntry> {
         let shift = page_size.trailing_zeros() as u8;
         let key = TlbKey {
             asid,
@@ -765,7 +893,7 @@ impl Iotlb {
         if self.core.len() > before {
             count_shift(&mut self.shift_counts, &mut self.shift_bitmap, shift, true);
         }
-        Ok(evicted.map(|(k, v)| {
+        evicted.map(|(k, v)| {
             count_shift(
                 &mut self.shift_counts,
                 &mut self.shift_bitmap,
@@ -774,7 +902,7 @@ impl Iotlb {
             );
             count_shift(&mut self.shift_counts, &mut self.shift_bitmap, shift, true);
             IotlbEntry::from_parts(&k, &v)
-        }))
+        })
     }
 
     /// Applies `f` to every entry of `asid` whose page overlaps `first..=last`; entries for
@@ -794,7 +922,28 @@ impl Iotlb {
         let counts = &mut self.shift_counts;
         let bitmap = &mut self.shift_bitmap;
         let sizes = *bitmap;
-        let full_scan = bit_iter(sizes).any(|shift| (last >> shift) - (first >> shift) >= sets);
+        if sizes != 0 && first >> sizes.trailing_zeros() == last >> sizes.trailing_zeros() {
+            // One page of the smallest size cached, so of every size: one key per size
+            // (what the loops below do for such a range, without their bounds).
+            let mut removed = 0;
+            for shift in bit_iter(sizes) {
+                let key = TlbKey {
+                    asid,
+                    vpn: first >> shift,
+                    shift: shift as u8,
+                };
+                let set = self.core.set_of(key.hash());
+                removed += self.core.retain_key(set, &key, |k, v| {
+                    if f(v) {
+                        return true;
+                    }
+                    count_shift(counts, bitmap, k.shift, false);
+                    false
+                });
+            }
+            return removed;
+        }
+        let full_scan = touches_sets_or_more(sizes, first, last, sets);
         if full_scan {
             return self.core.retain_all(|k, v| {
                 if k.asid != asid || !k.overlaps(first, last) || f(v) {
@@ -806,7 +955,7 @@ impl Iotlb {
         }
         let mut removed = 0;
         for shift in bit_iter(sizes) {
-            for vpn in (first >> shift)..=(last >> shift) {
+            for vpn in (first >> shift)..(last >> shift) + 1 {
                 let key = TlbKey {
                     asid,
                     vpn,
@@ -851,7 +1000,23 @@ impl Iotlb {
     /// `leaf_only == false` the owner also calls [`WalkCache::invalidate_va`].
     pub fn invalidate_va(&mut self, asid: Asid, iova: Iova, leaf_only: bool) -> usize {
         let _ = leaf_only;
-        self.retain_range(asid, iova.get(), iova.get(), |_| false)
+        // `retain_range` of one address: one page per size cached, never a full scan.
+        let counts = &mut self.shift_counts;
+        let bitmap = &mut self.shift_bitmap;
+        let mut removed = 0;
+        for shift in bit_iter(*bitmap) {
+            let key = TlbKey {
+                asid,
+                vpn: iova.get() >> shift,
+                shift: shift as u8,
+            };
+            let set = self.core.set_of(key.hash());
+            removed += self.core.retain_key(set, &key, |k, _| {
+                count_shift(counts, bitmap, k.shift, false);
+                false
+            });
+        }
+        removed
     }
 
     /// Removes the entries of `asid` whose page overlaps `size` bytes at `iova` (a range
@@ -936,6 +1101,17 @@ impl Iotlb {
     /// Every valid entry, in storage order.
     pub fn entries(&self) -> impl Iterator<Item = IotlbEntry> + '_ {
         self.core.iter().map(|(k, v)| IotlbEntry::from_parts(k, v))
+    }
+}
+
+/// Whether `first..=last` touches at least `sets` pages of some page size in `sizes` (a
+/// page-size bitmap). Pages touched only shrink as the page size grows, so the smallest
+/// size decides: the same answer as asking every size, with one shift.
+#[inline]
+fn touches_sets_or_more(sizes: u64, first: u64, last: u64, sets: u64) -> bool {
+    sizes != 0 && {
+        let shift = sizes.trailing_zeros();
+        (last >> shift) - (first >> shift) >= sets
     }
 }
 
@@ -1236,14 +1412,40 @@ impl WalkCache {
     /// stops at the first hit, so a walker can resume at `level + 1` from `table_pa`.
     /// Counts a hit or miss at every level probed.
     pub fn lookup_deepest(&mut self, asid: Asid, iova: Iova) -> Option<WalkEntry> {
-        for level in (0..self.levels.len()).rev() {
-            if let Some(table_pa) = self.lookup(asid, level, iova) {
-                let lvl = &self.levels[level];
-                let key = WalkKey {
-                    asid,
-                    prefix: iova.get() >> lvl.span_shift,
-                };
-                return Some(lvl.entry(level, &key, table_pa));
+        let (level, table_pa) = self.lookup_deepest_table(asid, iova)?;
+        let lvl = &self.levels[level];
+        let key = WalkKey {
+            asid,
+            prefix: iova.get() >> lvl.span_shift,
+        };
+        Some(lvl.entry(level, &key, table_pa))
+    }
+
+    /// [`WalkCache::lookup_deepest`] as the walker uses it: the level of the deepest hit
+    /// and the next-level table it points to (the same probes, counts and replacement
+    /// state), without building the entry.
+    #[inline]
+    pub(crate) fn lookup_deepest_table(
+        &mut self,
+        asid: Asid,
+        iova: Iova,
+    ) -> Option<(usize, PhysAddr)> {
+        for (level, lvl) in self.levels.iter_mut().enumerate().rev() {
+            let key = WalkKey {
+                asid,
+                prefix: iova.get() >> lvl.span_shift,
+            };
+            // An empty level misses without a probe (the same miss, counted the same).
+            let hit = match lvl.core.as_mut() {
+                Some(c) if c.len != 0 => c.get(key.hash(), &key).copied(),
+                _ => None,
+            };
+            match hit {
+                Some(table_pa) => {
+                    lvl.stats.hits += 1;
+                    return Some((level, table_pa));
+                }
+                None => lvl.stats.misses += 1,
             }
         }
         None
@@ -1953,5 +2155,166 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));
+    }
+
+    /// A SplitMix64 stream for the randomized checks below.
+    fn rand_ops(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    /// Every set's `occupied` count matches its valid ways.
+    fn assert_occupancy<K: Copy + Eq, V: Copy>(c: &SetAssoc<K, V>) {
+        for set in 0..c.sets {
+            assert_eq!(c.set_len(set), c.count_set(set), "set {set}");
+        }
+        assert_eq!(c.len(), (0..c.sets).map(|s| c.count_set(s)).sum::<usize>());
+    }
+
+    /// A mix of 4 KiB and 2 MiB lookups, inserts (checked and after a miss), stale
+    /// marks, VA, range, ASID and full invalidations on random addresses.
+    fn random_tlb_ops(t: &mut Iotlb, seed: u64, fast_fill: bool) -> Vec<String> {
+        let mut r = rand_ops(seed);
+        let mut log = Vec::new();
+        for _ in 0..4000 {
+            let asid = Asid(1 + r.below(3) as u32);
+            let page = r.below(96) as u64;
+            let (va, size) = if r.below(8) == 0 {
+                ((page / 8) * SZ_2M, SZ_2M)
+            } else {
+                (page * SZ_4K, SZ_4K)
+            };
+            let op = r.below(100);
+            let mut w = WorkRecord::new();
+            if op < 60 {
+                let hit = t.lookup(asid, iova(va), &mut w);
+                log.push(format!("{hit:?}"));
+                if hit.is_none() {
+                    let frame = pa((0x4000 + page) * SZ_2M);
+                    let ev = if fast_fill {
+                        t.insert_after_miss(asid, iova(va), frame, size, Prot::READ_WRITE)
+                    } else {
+                        t.insert(asid, iova(va), frame, size, Prot::READ_WRITE)
+                            .unwrap()
+                    };
+                    log.push(format!("{ev:?}"));
+                }
+            } else if op < 75 {
+                let ev = t.insert(asid, iova(va), pa(page * SZ_2M), size, Prot::READ);
+                log.push(format!("{ev:?}"));
+            } else if op < 85 {
+                // Within one 4 KiB page (the one-page path) or across three.
+                let len = if r.below(2) == 0 {
+                    SZ_4K - 0x10
+                } else {
+                    SZ_4K * 3
+                };
+                let (first, last) = (va + 0x8, va + 0x8 + len - 1);
+                let hit = |e: &IotlbEntry| {
+                    e.asid == asid && e.iova.get() <= last && e.iova.get() + e.page_size > first
+                };
+                let newly = t.entries().filter(|e| hit(e) && !e.stale).count();
+                let want: Vec<_> = t
+                    .entries()
+                    .map(|mut e| {
+                        e.stale |= hit(&e);
+                        e
+                    })
+                    .collect();
+                let n = t.mark_stale_range(asid, iova(first), len);
+                assert_eq!((n, t.entries().collect::<Vec<_>>()), (newly, want));
+                log.push(format!("{n}"));
+            } else if op < 93 {
+                let mut generic = t.clone();
+                let n = t.invalidate_va(asid, iova(va + 0x123), true);
+                assert_eq!(n, generic.invalidate_range(asid, iova(va + 0x123), 1));
+                assert_eq!(
+                    t.entries().collect::<Vec<_>>(),
+                    generic.entries().collect::<Vec<_>>()
+                );
+                assert_eq!(t.page_sizes_cached(), generic.page_sizes_cached());
+                log.push(format!("{n}"));
+            } else if op < 97 {
+                log.push(format!("{}", t.invalidate_range(asid, iova(va), SZ_2M)));
+            } else if op < 99 {
+                log.push(format!("{}", t.invalidate_asid(asid)));
+            } else {
+                log.push(format!("{}", t.invalidate_all()));
+            }
+            assert_occupancy(&t.core);
+        }
+        log.push(format!("{:?}", t.entries().collect::<Vec<_>>()));
+        log
+    }
+
+    #[test]
+    fn occupancy_tracks_valid_ways_and_fill_after_miss_matches_insert() {
+        for (entries, ways, policy) in [
+            (64, 4, Replacement::RoundRobin),
+            (64, 4, Replacement::Lru),
+            (60, 4, Replacement::Random { seed: 7 }),
+            (16, 16, Replacement::RoundRobin),
+            (12, 1, Replacement::Lru),
+        ] {
+            for seed in 0..4 {
+                let mut a = tlb(entries, ways, policy);
+                let mut b = tlb(entries, ways, policy);
+                let slow = random_tlb_ops(&mut a, seed, false);
+                let fast = random_tlb_ops(&mut b, seed, true);
+                assert_eq!(slow, fast, "{entries}x{ways} {policy:?} seed {seed}");
+                assert_eq!(a.core.clock, b.core.clock);
+                assert_eq!(a.page_sizes_cached(), b.page_sizes_cached());
+            }
+        }
+    }
+
+    #[test]
+    fn walk_occupancy_and_deepest_table_match_the_entry_lookup() {
+        let mut w = walk();
+        let mut v = walk();
+        let mut r = rand_ops(3);
+        for _ in 0..3000 {
+            let asid = Asid(1 + r.below(2) as u32);
+            let va = r.below(1 << 12) as u64 * SZ_2M / 4;
+            match r.below(10) {
+                0..=5 => {
+                    let e = w.lookup_deepest(asid, iova(va));
+                    let t = v.lookup_deepest_table(asid, iova(va));
+                    assert_eq!(e.map(|e| (e.level, e.table_pa)), t);
+                }
+                6..=8 => {
+                    let level = r.below(3);
+                    let p = pa(r.below(1 << 20) as u64 * SZ_4K);
+                    let a = w.insert(asid, level, iova(va), p).unwrap();
+                    assert_eq!(a, v.insert(asid, level, iova(va), p).unwrap());
+                }
+                _ => {
+                    let a = w.invalidate_range(asid, iova(va), SZ_1G);
+                    assert_eq!(a, v.invalidate_range(asid, iova(va), SZ_1G));
+                }
+            }
+            for l in w.levels.iter().filter_map(|l| l.core.as_ref()) {
+                assert_occupancy(l);
+            }
+        }
+        for level in 0..w.levels() {
+            assert_eq!(w.level_stats(level), v.level_stats(level));
+        }
+        assert_eq!(
+            w.entries().collect::<Vec<_>>(),
+            v.entries().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn smallest_cached_size_decides_the_full_scan() {
+        let mut r = rand_ops(11);
+        for _ in 0..20000 {
+            let sizes = r.next_u64() & (((1u64 << 31) - 1) << MIN_PAGE_SHIFT) & r.next_u64();
+            let first = r.next_u64() >> r.below(64);
+            let last = first.saturating_add(r.next_u64() >> r.below(64));
+            let sets = 1 + r.below(600) as u64;
+            let every = bit_iter(sizes).any(|shift| (last >> shift) - (first >> shift) >= sets);
+            assert_eq!(touches_sets_or_more(sizes, first, last, sets), every);
+        }
     }
 }

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::caches::{SinkStats, TlbCaches};
+use super::caches::{Caches, SinkStats, TlbCaches};
 use super::cmdq::{CmdqConfig, CmdqError, CmdqProducer, ProducerKind};
 use super::events::{EventId, EventQueue, EventRecord, MAX_EVTQ_LOG2SIZE, MIN_EVTQ_LOG2SIZE};
 use super::invalidator::Smmuv3Invalidator;
@@ -662,6 +662,7 @@ impl Smmuv3 {
 
     /// Translates one address: IOTLB, else a walk from the deepest walk-cache hit, filling
     /// both caches. `None` on a translation fault.
+    #[inline]
     fn translate_one(
         &self,
         asid: Asid,
@@ -669,14 +670,39 @@ impl Smmuv3 {
         iova: Iova,
         work: &mut WorkRecord,
     ) -> Option<(PhysAddr, Prot, u64)> {
-        if let Some(hit) = self.caches.lock().iotlb.lookup(asid, iova, work) {
+        let mut c = self.caches.lock();
+        if let Some(hit) = c.iotlb.lookup(asid, iova, work) {
             return Some((hit.pa, hit.prot, hit.page_size));
         }
-        // Table before caches (the lock order); held until the IOTLB is filled.
-        let t = table.read();
-        let mut c = self.caches.lock();
-        let walk = match c.walk.lookup_deepest(asid, iova) {
-            Some(e) if e.level < 3 => t.walk_from(e.level as u32 + 1, e.table_pa, iova),
+        // The lock order is table before caches: holding the caches, only try the table's
+        // read lock (never wait for it). Got at once, the caches were held since the miss,
+        // so the fill knows the page is not cached; else let go and take both in order.
+        // Both held until the IOTLB is filled.
+        let (t, mut c, missed) = match table.try_read() {
+            Some(t) => (t, c, true),
+            None => {
+                drop(c);
+                let t = table.read();
+                (t, self.caches.lock(), false)
+            }
+        };
+        Self::walk_and_fill(&t, &mut c, asid, iova, work, missed)
+    }
+
+    /// The walk after an IOTLB miss of `iova`, from the deepest walk-cache hit: counts its
+    /// reads, fills the walk cache and the IOTLB. `missed`: the caches have been held since
+    /// the IOTLB lookup missed (the fill need not look for the page).
+    #[inline]
+    fn walk_and_fill(
+        t: &LpaeTable,
+        c: &mut Caches,
+        asid: Asid,
+        iova: Iova,
+        work: &mut WorkRecord,
+        missed: bool,
+    ) -> Option<(PhysAddr, Prot, u64)> {
+        let walk = match c.walk.lookup_deepest_table(asid, iova) {
+            Some((level, table_pa)) if level < 3 => t.walk_from(level as u32 + 1, table_pa, iova),
             _ => t.walk(iova),
         };
         work.walk_reads += walk.steps().len() as u64;
@@ -701,13 +727,13 @@ impl Smmuv3 {
         let tr = walk.translation?;
         let offset = iova.offset_in(tr.page_size);
         let base_pa = PhysAddr::new(tr.pa.get() - offset);
-        let _ = c.iotlb.insert(
-            asid,
-            iova.align_down(tr.page_size),
-            base_pa,
-            tr.page_size,
-            tr.prot,
-        );
+        let page = iova.align_down(tr.page_size);
+        if missed {
+            c.iotlb
+                .insert_after_miss(asid, page, base_pa, tr.page_size, tr.prot);
+        } else {
+            let _ = c.iotlb.insert(asid, page, base_pa, tr.page_size, tr.prot);
+        }
         Some((tr.pa, tr.prot, tr.page_size))
     }
 
