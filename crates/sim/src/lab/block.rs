@@ -482,8 +482,12 @@ impl Stack {
             )
             .await;
         if let Some((_, q)) = &u.cmdq {
-            // A lazy flush run from the map path (its timer expired), if any.
-            q.issue_work(ctx, &queue).await;
+            // A lazy flush run from the map path (its timer expired), if any. A map's share
+            // rarely ends in a sync, and without one `issue_work` returns at once: the
+            // future is not built and polled for nothing.
+            if queue.syncs != 0 {
+                q.issue_work(ctx, &queue).await;
+            }
         }
         if let Some((_, q)) = &u.x86 {
             // As above, and with VT-d Caching Mode the map's own invalidation.
@@ -661,7 +665,10 @@ impl Stack {
             )
             .await;
         if let Some((_, q)) = &u.cmdq {
-            q.issue_work(ctx, &queue).await;
+            // Without a sync `issue_work` returns at once (as in `submit`).
+            if queue.syncs != 0 {
+                q.issue_work(ctx, &queue).await;
+            }
         }
         if let Some((_, q)) = &u.x86 {
             q.issue(ctx, &queue).await;
