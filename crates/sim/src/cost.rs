@@ -1943,6 +1943,12 @@ mod tests {
                     "{what}"
                 );
                 assert_eq!(
+                    m.translation_ns_of(w.iotlb_hits, w.iotlb_misses, w.walk_reads)
+                        .to_bits(),
+                    dense_translation.to_bits(),
+                    "{what}"
+                );
+                assert_eq!(
                     m.locks_uncontended_ns(&w).to_bits(),
                     dense.locks_uncontended_ns.to_bits(),
                     "{what}"

@@ -261,6 +261,7 @@ impl Stack {
     /// (taken out of `w`), the work done under the engine-modelled locks, the CPU time
     /// outside them (an error when the profile cannot price it) and those locks'
     /// acquisitions. Every map and unmap of the stack goes through it.
+    #[inline(always)]
     fn charge(&self, w: &mut WorkRecord) -> Charge {
         if w.iova_32bit_failures | w.iova_full_range_allocs | w.iova_tree_retries != 0 {
             let mut c = self.counters.borrow_mut();
@@ -369,6 +370,7 @@ impl Stack {
     }
 
     /// Maps fio's buffer for `req` (`dma_map_single` of its slot's buffer) on `cpu`.
+    #[inline(always)]
     fn map_fio(
         &self,
         req: IoRequest,
