@@ -1317,6 +1317,7 @@ impl CpuCostModel {
     /// goes into a cost (the other counters are not priced here, the weights are fixed
     /// when the model is built), so a kept cost is exactly the one a computation would
     /// give.
+    #[inline(always)]
     pub fn record_cost(&self, work: &WorkRecord) -> RecordCost {
         let key = record_key(work);
         let mut memo = self.memo.borrow_mut();
