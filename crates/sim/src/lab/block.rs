@@ -261,6 +261,7 @@ impl Stack {
     /// (taken out of `w`), the work done under the engine-modelled locks, the CPU time
     /// outside them (an error when the profile cannot price it) and those locks'
     /// acquisitions. Every map and unmap of the stack goes through it.
+    #[inline(always)]
     fn charge(&self, w: &mut WorkRecord) -> Charge {
         if w.iova_32bit_failures | w.iova_full_range_allocs | w.iova_tree_retries != 0 {
             let mut c = self.counters.borrow_mut();
@@ -369,6 +370,7 @@ impl Stack {
     }
 
     /// Maps fio's buffer for `req` (`dma_map_single` of its slot's buffer) on `cpu`.
+    #[inline(always)]
     fn map_fio(
         &self,
         req: IoRequest,
@@ -432,11 +434,10 @@ impl Stack {
         ctx.cpu()
             .spend(SimDuration::ns(self.k.block_submit_ns), Account::System)
             .await;
-        // The work record is scoped to this block so that it is not kept in the future
-        // across the awaits below (a record is about 400 bytes: zeroing it in the task's
-        // future, cold by then, costs more than on the stack).
+        // One work record for the map and then the device's transfer (one record to zero
+        // per submission, not two): the transfer's counters are read as what it added.
+        let mut w = WorkRecord::new();
         let (u, mapping, io, devno, done, queue, critical, map_ns, locks, covered) = {
-            let mut w = WorkRecord::new();
             let (mapping, IoShape { io, devno }, done) = match sub {
                 Submission::Fio(req) => self.map_fio(req, cpu, &mut w)?,
                 Submission::Command(cmd) => self.map_command(cmd, cpu, &mut w)?,
@@ -482,8 +483,12 @@ impl Stack {
             )
             .await;
         if let Some((_, q)) = &u.cmdq {
-            // A lazy flush run from the map path (its timer expired), if any.
-            q.issue_work(ctx, &queue).await;
+            // A lazy flush run from the map path (its timer expired), if any. A map's share
+            // rarely ends in a sync, and without one `issue_work` returns at once: the
+            // future is not built and polled for nothing.
+            if queue.syncs != 0 {
+                q.issue_work(ctx, &queue).await;
+            }
         }
         if let Some((_, q)) = &u.x86 {
             // As above, and with VT-d Caching Mode the map's own invalidation.
@@ -498,32 +503,47 @@ impl Stack {
             h.on_mapped(m.dma_addr().0, m.len(), |a, n, acc| dma.reaches(a, n, acc));
         }
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
-        // its bypass, segment by segment.
-        let mut tw = WorkRecord::new();
+        // its bypass, segment by segment, counted in the map's record: what the transfer
+        // did is what it added to these counters.
+        let tw = &mut w;
+        let before = [
+            tw.iotlb_hits,
+            tw.iotlb_misses,
+            tw.iotlb_stale_hits,
+            tw.walk_reads,
+            tw.translations,
+        ];
         let access = io.access();
         let segments = match &mapping {
             Mapping::Single(m) => {
-                dma.transfer(m.dma_addr(), io.len, access, &mut tw)
+                dma.transfer(m.dma_addr(), io.len, access, tw)
                     .map_err(|e| self.fail(e))?;
                 1
             }
             Mapping::Sg(sg) => {
                 for seg in sg.segments() {
-                    dma.transfer(seg.dma, seg.len, access, &mut tw)
+                    dma.transfer(seg.dma, seg.len, access, tw)
                         .map_err(|e| self.fail(e))?;
                 }
                 sg.segments().len()
             }
         };
-        let tr_ns = self.cost.translation_ns(&tw);
+        let [hits, misses, stale_hits, walk_reads, translations] = [
+            tw.iotlb_hits - before[0],
+            tw.iotlb_misses - before[1],
+            tw.iotlb_stale_hits - before[2],
+            tw.walk_reads - before[3],
+            tw.translations - before[4],
+        ];
+        let tr_ns = self.cost.translation_ns_of(hits, misses, walk_reads);
         {
             let mut c = self.counters.borrow_mut();
             c.translation_ns += tr_ns;
-            c.iotlb_hits += tw.iotlb_hits;
-            c.iotlb_misses += tw.iotlb_misses;
-            c.iotlb_stale_hits += tw.iotlb_stale_hits;
-            c.walk_reads += tw.walk_reads;
-            c.translated_ios += u64::from(tw.translations > 0);
+            c.iotlb_hits += hits;
+            c.iotlb_misses += misses;
+            c.iotlb_stale_hits += stale_hits;
+            c.walk_reads += walk_reads;
+            c.translated_ios += u64::from(translations > 0);
             c.ios += 1;
             if io.is_read {
                 c.device_read_bytes += io.len;
@@ -661,7 +681,10 @@ impl Stack {
             )
             .await;
         if let Some((_, q)) = &u.cmdq {
-            q.issue_work(ctx, &queue).await;
+            // Without a sync `issue_work` returns at once (as in `submit`).
+            if queue.syncs != 0 {
+                q.issue_work(ctx, &queue).await;
+            }
         }
         if let Some((_, q)) = &u.x86 {
             q.issue(ctx, &queue).await;
