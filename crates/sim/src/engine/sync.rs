@@ -104,6 +104,11 @@ impl<T> Completion<T> {
         true
     }
 
+    /// Whether this is the only handle to the completion (no clone of it is alive).
+    pub(crate) fn is_unshared(&self) -> bool {
+        Rc::strong_count(&self.inner) == 1
+    }
+
     /// Whether the completion has fired (its time may still be in the future).
     pub fn is_fired(&self) -> bool {
         self.inner.borrow().fired
