@@ -287,7 +287,7 @@ struct MaybeSpend<'a>(Option<Spend<'a>>);
 impl Future for MaybeSpend<'_> {
     type Output = ();
 
-    #[inline]
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         match self.0.as_mut() {
             Some(spend) => Pin::new(spend).poll(cx),
