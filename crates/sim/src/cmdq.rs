@@ -384,6 +384,7 @@ impl SimCmdq {
     /// Polls (busy, system time) until the sync completing at `t` is seen; `label` names
     /// the wait in a timeline trace. Counts its CONS reads when called (it is awaited at
     /// once): a plain function, so the wait is no extra state machine in the caller's.
+    #[inline]
     fn poll_sync<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         let (seen, reads) = self.sync_seen_at(now, t);
@@ -396,6 +397,7 @@ impl SimCmdq {
 
     /// Polls (busy, system time) until `t`; `label` names the wait in a timeline trace.
     /// Like [`SimCmdq::poll_sync`], a plain function whose future is the spend itself.
+    #[inline]
     fn poll_until<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         MaybeSpend((t > now).then(|| {
@@ -407,6 +409,7 @@ impl SimCmdq {
 
     /// A plain atomic on the shared prod/cons word by `ctx`'s CPU ([`CasWord::fetch_op`]):
     /// the CPU stays busy until the line's grant ends (nothing if it already has).
+    #[inline]
     fn prod_word_op<'a>(&self, ctx: &'a Ctx) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         let (_, end) = self.cas.fetch_op(now, ctx.cpu().id());
