@@ -328,6 +328,7 @@ pub struct Recv<'a, T> {
 
 impl<T> Future for Recv<'_, T> {
     type Output = T;
+    #[inline]
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<T> {
         let mut s = self.ch.inner.borrow_mut();
         let me = self.task;
