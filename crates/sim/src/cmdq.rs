@@ -163,8 +163,12 @@ struct Gather {
     valid_at: u64,
     /// Joiners: (their commands including their sync, their sync's completion; `None`
     /// for a list without a sync).
-    waiters: Vec<(u64, bool, Option<Completion<u64>>)>,
+    waiters: Vec<Waiter>,
 }
+
+/// A joiner of a gathered batch: its commands including its sync, whether it has a sync,
+/// and its sync's completion (`None` for a list without a sync).
+type Waiter = (u64, bool, Option<Completion<u64>>);
 
 /// The lock-free queue's shared `{prod, cons | OWNED}` word: one cache line, owned by one
 /// CPU at a time, so atomics on it serialise in arrival order (a *grant* each).
@@ -271,6 +275,9 @@ pub(crate) struct SimCmdq {
     owner_ns: u64,
     batch_max: u64,
     stats: RefCell<CmdqStats>,
+    /// Joiners' sync completions whose value was taken, reset for reuse (saves an
+    /// allocation per joiner).
+    spare_done: RefCell<Vec<Completion<u64>>>,
     h: Handle,
 }
 
@@ -280,7 +287,7 @@ struct MaybeSpend<'a>(Option<Spend<'a>>);
 impl Future for MaybeSpend<'_> {
     type Output = ();
 
-    #[inline]
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         match self.0.as_mut() {
             Some(spend) => Pin::new(spend).poll(cx),
@@ -346,6 +353,7 @@ impl SimCmdq {
             owner_ns: r(p.cpu.owner_election.ns()),
             batch_max: u64::from(batch_max),
             stats: RefCell::new(CmdqStats::default()),
+            spare_done: RefCell::new(Vec::new()),
             h: h.clone(),
         })
     }
@@ -376,6 +384,7 @@ impl SimCmdq {
     /// Polls (busy, system time) until the sync completing at `t` is seen; `label` names
     /// the wait in a timeline trace. Counts its CONS reads when called (it is awaited at
     /// once): a plain function, so the wait is no extra state machine in the caller's.
+    #[inline]
     fn poll_sync<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         let (seen, reads) = self.sync_seen_at(now, t);
@@ -388,6 +397,7 @@ impl SimCmdq {
 
     /// Polls (busy, system time) until `t`; `label` names the wait in a timeline trace.
     /// Like [`SimCmdq::poll_sync`], a plain function whose future is the spend itself.
+    #[inline]
     fn poll_until<'a>(&self, ctx: &'a Ctx, t: u64, label: &'static str) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         MaybeSpend((t > now).then(|| {
@@ -399,6 +409,7 @@ impl SimCmdq {
 
     /// A plain atomic on the shared prod/cons word by `ctx`'s CPU ([`CasWord::fetch_op`]):
     /// the CPU stays busy until the line's grant ends (nothing if it already has).
+    #[inline]
     fn prod_word_op<'a>(&self, ctx: &'a Ctx) -> MaybeSpend<'a> {
         let now = ctx.now().as_ns();
         let (_, end) = self.cas.fetch_op(now, ctx.cpu().id());
@@ -464,7 +475,7 @@ impl SimCmdq {
                             let valid_at =
                                 ctx.now().as_ns() + atomics * self.line_cost_hint() + write;
                             g.valid_at = g.valid_at.max(valid_at);
-                            let c = sync.then(|| Completion::new(&self.h));
+                            let c = sync.then(|| self.new_done());
                             g.waiters.push((mine, sync, c.clone()));
                             Some(c)
                         } else {
@@ -503,6 +514,7 @@ impl SimCmdq {
                                 // (poll_until counted the part after the completion.)
                                 self.stats.borrow_mut().sync_wait_ns +=
                                     completes.saturating_sub(start);
+                                self.recycle_done(done);
                             }
                         }
                         None => {
@@ -673,6 +685,25 @@ impl SimCmdq {
         self.poll_sync(ctx, passed + self.sync_ns, "cmdq sync wait")
             .await;
         g.unlock().await;
+    }
+
+    /// A joiner's sync completion, not fired: a reused one if there is one.
+    fn new_done(&self) -> Completion<u64> {
+        self.spare_done
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Completion::new(&self.h))
+    }
+
+    /// Keeps a joiner's completion whose value was taken for reuse (a completion still
+    /// shared or not reusable is dropped).
+    fn recycle_done(&self, done: Completion<u64>) {
+        if done.is_unshared() && done.reset() {
+            let mut spare = self.spare_done.borrow_mut();
+            if spare.len() < 1024 {
+                spare.push(done);
+            }
+        }
     }
 
     /// The time a joiner's atomic on a shared line is expected to take before its slots

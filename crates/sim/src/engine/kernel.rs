@@ -281,7 +281,8 @@ impl State {
             || end > self.run_limit
             || self.error.is_some()
             || self.foreign.pending.load(Ordering::Acquire)
-            || self.queue.len() + self.ready.len() >= self.limits.max_pending_events
+            // (`ready` is empty here.)
+            || self.queue.len() >= self.limits.max_pending_events
         {
             return false;
         }
