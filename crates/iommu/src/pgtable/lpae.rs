@@ -663,27 +663,49 @@ impl LpaeTable {
             len: 0,
             translation: None,
         };
+        walk.translation = self.walk_from_each(level, table_pa, iova, |step| {
+            walk.steps[walk.len] = *step;
+            walk.len += 1;
+        });
+        walk
+    }
+
+    /// [`LpaeTable::walk`] that hands each descriptor read to `on_step`, in order, instead
+    /// of collecting them: the same reads, steps and translation, without building an
+    /// [`LpaeWalk`] (a hardware model's hot path reads each step once).
+    #[inline]
+    pub fn walk_each(&self, iova: Iova, on_step: impl FnMut(&WalkStep)) -> Option<Translation> {
+        self.walk_from_each(self.start_level, self.root_pa(), iova, on_step)
+    }
+
+    /// [`LpaeTable::walk_from`] that hands each descriptor read to `on_step`, in order (see
+    /// [`LpaeTable::walk_each`]). Returns the translation, `None` on a fault.
+    #[inline]
+    pub fn walk_from_each(
+        &self,
+        level: u32,
+        table_pa: PhysAddr,
+        iova: Iova,
+        mut on_step: impl FnMut(&WalkStep),
+    ) -> Option<Translation> {
         let iova = iova.get();
         if iova >> self.config.ias != 0 || level < self.start_level || level > 3 {
-            return walk;
+            return None;
         }
         let mut level = level;
         let mut table_pa = table_pa.get();
         loop {
-            let Some(slot) = self.slot_at(table_pa) else {
-                return walk;
-            };
+            let slot = self.slot_at(table_pa)?;
             let index = self.index(level, iova);
             let desc = self.entries[(slot << self.stride) + index];
-            walk.steps[walk.len] = WalkStep {
+            on_step(&WalkStep {
                 level,
                 table_pa: PhysAddr::new(table_pa),
                 index,
                 desc,
-            };
-            walk.len += 1;
+            });
             match spec::decode(desc, level, self.granule_shift) {
-                spec::Descriptor::Table { next_table } => {
+                spec::Descriptor::Table { next_table } if level < 3 => {
                     table_pa = next_table.get();
                     level += 1;
                 }
@@ -693,14 +715,13 @@ impl LpaeTable {
                     prot,
                 } if self.leaf_level[lv(level)] => {
                     let page_size = 1u64 << size_shift;
-                    walk.translation = Some(Translation {
+                    return Some(Translation {
                         pa: pa.add(iova & (page_size - 1)),
                         prot,
                         page_size,
                     });
-                    return walk;
                 }
-                _ => return walk,
+                _ => return None,
             }
         }
     }
@@ -1692,6 +1713,81 @@ mod tests {
     /// general paths do: same results, errors, counts, gathers and table contents, over
     /// random single-granule maps and unmaps (with blocks, misaligned, out-of-range and
     /// unreadable requests, a small table cap, both reclaim policies, all granules).
+    /// The walk as it was written before the visitor walk (`walk_from_each`): collects the
+    /// steps into an array. The reference the visitor walks are checked against.
+    fn reference_walk_from(
+        t: &LpaeTable,
+        level: u32,
+        table_pa: PhysAddr,
+        iova: u64,
+    ) -> (Vec<WalkStep>, Option<Translation>) {
+        let mut steps = Vec::new();
+        if iova >> t.config.ias != 0 || level < t.start_level || level > 3 {
+            return (steps, None);
+        }
+        let (mut level, mut table_pa) = (level, table_pa.get());
+        loop {
+            let Some(slot) = t.slot_at(table_pa) else {
+                return (steps, None);
+            };
+            let index = t.index(level, iova);
+            let desc = t.entries[(slot << t.stride) + index];
+            steps.push(WalkStep {
+                level,
+                table_pa: PhysAddr::new(table_pa),
+                index,
+                desc,
+            });
+            match spec::decode(desc, level, t.granule_shift) {
+                spec::Descriptor::Table { next_table } => {
+                    table_pa = next_table.get();
+                    level += 1;
+                }
+                spec::Descriptor::Leaf {
+                    pa,
+                    size_shift,
+                    prot,
+                } if t.leaf_level[lv(level)] => {
+                    let page_size = 1u64 << size_shift;
+                    let tr = Translation {
+                        pa: pa.add(iova & (page_size - 1)),
+                        prot,
+                        page_size,
+                    };
+                    return (steps, Some(tr));
+                }
+                _ => return (steps, None),
+            }
+        }
+    }
+
+    /// `walk`, `walk_from`, `walk_each` and `walk_from_each` (from the root and resumed at
+    /// every step's table, as after a walk-cache hit, and at a bogus table) all match the
+    /// reference walk for `iova` (and a few neighbours).
+    fn check_walks(t: &LpaeTable, iova: u64, what: &str) {
+        for iova in [iova, iova ^ 0x1234, iova.wrapping_add(1 << 21), u64::MAX] {
+            let root = reference_walk_from(t, t.start_level, t.root_pa(), iova);
+            let walk = t.walk(Iova::new(iova));
+            assert_eq!((walk.steps().to_vec(), walk.translation), root, "{what}");
+            let mut seen = Vec::new();
+            let tr = t.walk_each(Iova::new(iova), |s| seen.push(*s));
+            assert_eq!((seen, tr), root, "{what}");
+            let starts = root.0.iter().map(|s| (s.level, s.table_pa));
+            let bogus = [
+                (t.start_level, PhysAddr::new(t.table_base + 8)),
+                (3, t.root_pa()),
+            ];
+            for (level, table_pa) in starts.chain(bogus) {
+                let want = reference_walk_from(t, level, table_pa, iova);
+                let walk = t.walk_from(level, table_pa, Iova::new(iova));
+                assert_eq!((walk.steps().to_vec(), walk.translation), want, "{what}");
+                let mut seen = Vec::new();
+                let tr = t.walk_from_each(level, table_pa, Iova::new(iova), |s| seen.push(*s));
+                assert_eq!((seen, tr), want, "{what}");
+            }
+        }
+    }
+
     #[test]
     fn granule_shortcuts_match_the_general_paths() {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -1783,6 +1879,7 @@ mod tests {
                         }
                         assert_eq!(gf, gs, "{what}");
                         assert_eq!(state(&fast), state(&slow), "{what}");
+                        check_walks(&fast, iova, &what);
                     }
                 }
             }

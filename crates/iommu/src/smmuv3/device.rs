@@ -56,7 +56,7 @@ use crate::dma::{DmaError, Domain, DomainConfig, DomainMode, PhysRange};
 use crate::iotlb::{Asid, CacheConfigError, IotlbConfig, WalkCacheConfig};
 use crate::iova::IovaAllocator;
 use crate::mem::PhysMemory;
-use crate::pgtable::lpae::{spec as lpae_spec, LpaeConfig, LpaeConfigError, LpaeTable};
+use crate::pgtable::lpae::{spec as lpae_spec, LpaeConfig, LpaeConfigError, LpaeTable, WalkStep};
 use crate::pgtable::{IoPageTable, PgTableError, Translation, UnmapGather};
 use crate::work::WorkRecord;
 
@@ -701,13 +701,10 @@ impl Smmuv3 {
         work: &mut WorkRecord,
         missed: bool,
     ) -> Option<(PhysAddr, Prot, u64)> {
-        let walk = match c.walk.lookup_deepest_table(asid, iova) {
-            Some((level, table_pa)) if level < 3 => t.walk_from(level as u32 + 1, table_pa, iova),
-            _ => t.walk(iova),
-        };
-        work.walk_reads += walk.steps().len() as u64;
+        let resume = c.walk.lookup_deepest_table(asid, iova);
         let gshift = t.granule_shift();
-        for step in walk.steps() {
+        let on_step = |step: &WalkStep| {
+            work.walk_reads += 1;
             if let lpae_spec::Descriptor::Table { next_table } =
                 lpae_spec::decode(step.desc, step.level, gshift)
             {
@@ -723,8 +720,14 @@ impl Smmuv3 {
                     let _ = c.walk.insert(asid, level, iova, next_table);
                 }
             }
-        }
-        let tr = walk.translation?;
+        };
+        let walked = match resume {
+            Some((level, table_pa)) if level < 3 => {
+                t.walk_from_each(level as u32 + 1, table_pa, iova, on_step)
+            }
+            _ => t.walk_each(iova, on_step),
+        };
+        let tr = walked?;
         let offset = iova.offset_in(tr.page_size);
         let base_pa = PhysAddr::new(tr.pa.get() - offset);
         let page = iova.align_down(tr.page_size);
