@@ -436,6 +436,9 @@ pub struct LpaeTable {
     leaf_level: [bool; 4],
     /// The level whose entries map `2^shift` bytes, indexed by `shift` (leaf sizes only).
     level_of_shift: [u8; 64],
+    /// The 4 KiB granule, 48-bit input geometry (levels 0 to 3, 512 entries a table, shifts
+    /// 39/30/21/12), for which the one-granule shortcuts use constant shifts and masks.
+    fixed_4k48: bool,
     page_sizes: u64,
     table_base: u64,
     max_pages: usize,
@@ -558,6 +561,7 @@ impl LpaeTable {
             index_masks,
             leaf_level,
             level_of_shift,
+            fixed_4k48: granule_shift == 12 && config.ias == 48,
             page_sizes,
             table_base,
             max_pages,
@@ -752,6 +756,28 @@ impl LpaeTable {
     #[inline]
     fn index(&self, level: u32, iova: u64) -> usize {
         ((iova >> self.shifts[lv(level)]) & self.index_masks[lv(level)]) as usize
+    }
+
+    /// [`Self::pos`] with constant shifts and masks when `FIXED` (the table is
+    /// `fixed_4k48`: 512-entry tables, level `l` maps `2^(12 + 9 * (3 - l))` bytes).
+    #[inline(always)]
+    fn gpos<const FIXED: bool>(&self, slot: usize, level: u32, iova: u64) -> usize {
+        if FIXED {
+            let shift = 12 + 9 * (3 - (level & 3));
+            (slot << 9) + ((iova >> shift) & 511) as usize
+        } else {
+            self.pos(slot, level, iova)
+        }
+    }
+
+    /// The start level: constant 0 when `FIXED` (see [`Self::gpos`]).
+    #[inline(always)]
+    fn gstart<const FIXED: bool>(&self) -> u32 {
+        if FIXED {
+            0
+        } else {
+            self.start_level
+        }
     }
 
     /// Position in `entries` of the descriptor for `iova` in the table in `slot` at `level`.
@@ -1035,7 +1061,7 @@ impl LpaeTable {
     /// with leaf bits `attrs`: the leaf is a page at level 3, so the walk and the checks need
     /// none of the general plan. Same reads, writes, counts and errors as `map_fast`.
     #[inline]
-    fn map_granule(
+    fn map_granule<const FIXED: bool>(
         &mut self,
         start: u64,
         pa: u64,
@@ -1044,9 +1070,9 @@ impl LpaeTable {
     ) -> Result<(), PgTableError> {
         let mut reads = 0;
         let mut slot = 0;
-        let mut level = self.start_level;
+        let mut level = self.gstart::<FIXED>();
         while level < 3 {
-            let desc = self.entries[self.pos(slot, level, start)];
+            let desc = self.entries[self.gpos::<FIXED>(slot, level, start)];
             reads += 1;
             if desc & spec::DESC_VALID == 0 {
                 break;
@@ -1060,7 +1086,7 @@ impl LpaeTable {
         }
         if level == 3 {
             reads += 1;
-            if self.entries[self.pos(slot, 3, start)] & spec::DESC_VALID != 0 {
+            if self.entries[self.gpos::<FIXED>(slot, 3, start)] & spec::DESC_VALID != 0 {
                 work.pte_reads += reads;
                 return Err(PgTableError::AlreadyMapped { iova: start });
             }
@@ -1073,11 +1099,11 @@ impl LpaeTable {
         work.pte_reads += reads;
         // Commit: new tables from `level` down, then the page.
         while level < 3 {
-            let pos = self.pos(slot, level, start);
+            let pos = self.gpos::<FIXED>(slot, level, start);
             slot = self.install_table(slot, pos, work);
             level += 1;
         }
-        let pos = self.pos(slot, 3, start);
+        let pos = self.gpos::<FIXED>(slot, 3, start);
         self.entries[pos] = (pa & spec::oa_mask(self.granule_shift)) | attrs | spec::DESC_TYPE_PAGE;
         self.meta[slot].valid += 1;
         work.ptes_written += 1;
@@ -1315,7 +1341,7 @@ impl LpaeTable {
     /// finds a page at level 3: same reads, clears, counts, gather and errors. Finding a
     /// block instead, it counts nothing and leaves the unmap to the general paths.
     #[inline]
-    fn unmap_granule(
+    fn unmap_granule<const FIXED: bool>(
         &mut self,
         start: u64,
         gather: &mut UnmapGather,
@@ -1325,9 +1351,9 @@ impl LpaeTable {
         let mut path = [0usize; 4];
         let mut reads = 0;
         let mut slot = 0;
-        let mut level = self.start_level;
+        let mut level = self.gstart::<FIXED>();
         let pos = loop {
-            let pos = self.pos(slot, level, start);
+            let pos = self.gpos::<FIXED>(slot, level, start);
             let desc = self.entries[pos];
             reads += 1;
             path[lv(level)] = slot;
@@ -1356,7 +1382,7 @@ impl LpaeTable {
         self.mapped -= granule;
         // A single page never fills a table, so `WholeSpan` frees nothing here.
         if self.config.table_reclaim == TableReclaim::WhenEmpty {
-            while level > self.start_level && self.meta[slot].valid == 0 {
+            while level > self.gstart::<FIXED>() && self.meta[slot].valid == 0 {
                 let parent = path[lv(level - 1)];
                 self.remove_table(parent, level - 1, slot, start, gather, work);
                 slot = parent;
@@ -1515,7 +1541,11 @@ impl IoPageTable for LpaeTable {
             && (prot.read || prot.write)
         {
             let attrs = spec::LEAF_ATTRS | spec::prot_bits(prot);
-            return self.map_granule(start, pa, attrs, work);
+            return if self.fixed_4k48 {
+                self.map_granule::<true>(start, pa, attrs, work)
+            } else {
+                self.map_granule::<false>(start, pa, attrs, work)
+            };
         }
         self.map_range(start, pa, size, prot, work)
     }
@@ -1531,7 +1561,12 @@ impl IoPageTable for LpaeTable {
         // The common DMA unmap, one granule (aligned and in range, so the checks pass).
         let granule = self.config.granule;
         if size == granule && start & (granule - 1) == 0 && start >> self.config.ias == 0 {
-            if let Fast::Done(result) = self.unmap_granule(start, gather, work) {
+            let fast = if self.fixed_4k48 {
+                self.unmap_granule::<true>(start, gather, work)
+            } else {
+                self.unmap_granule::<false>(start, gather, work)
+            };
+            if let Fast::Done(result) = fast {
                 return result;
             }
         }
@@ -1784,6 +1819,28 @@ mod tests {
                 let mut seen = Vec::new();
                 let tr = t.walk_from_each(level, table_pa, Iova::new(iova), |s| seen.push(*s));
                 assert_eq!((seen, tr), want, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn fixed_4k48_geometry_is_the_tables_own() {
+        for (granule, ias) in [(SZ_4K, 48), (SZ_4K, 39), (SZ_16K, 48), (SZ_64K, 48)] {
+            let t = table(granule, ias);
+            let fixed = t.fixed_4k48;
+            assert_eq!(fixed, granule == SZ_4K && ias == 48);
+            if fixed {
+                assert_eq!((t.start_level, t.stride), (0, 9));
+                assert_eq!(t.shifts, [39, 30, 21, 12]);
+                assert_eq!(t.index_masks, [511; 4]);
+                for level in 0..4 {
+                    for iova in [0, 0x1234_5678_9abc, (1 << 48) - 1] {
+                        for slot in [0, 1, 7] {
+                            let want = t.pos(slot, level, iova);
+                            assert_eq!(t.gpos::<true>(slot, level, iova), want);
+                        }
+                    }
+                }
             }
         }
     }
