@@ -472,7 +472,7 @@ impl Smmuv3Invalidator {
     /// builds them in place and issues the batch with its sync (what `push_range` then
     /// `issue_pending` do, in one access to the batch). Otherwise leaves `p` as it was
     /// (`Other`) or with the commands added (`Full`) for the caller to finish the old way.
-    #[inline(never)]
+    #[inline]
     fn range_and_sync_in(
         &self,
         p: &mut Pending,
