@@ -33,7 +33,7 @@ use crate::pgtable::{IoPageTable, UnmapGather};
 use crate::work::{LockId, WorkRecord};
 
 use super::flush_queue::{FlushQueue, FlushQueueConfig, FlushQueueVariant, FreeableIova};
-use super::invalidate::{sync, Invalidator};
+use super::invalidate::{invalidate_range_and_sync, sync, Invalidator};
 use super::protection::{ProtectionCounters, ProtectionStats, StaleSet};
 use super::sg::{align_up, sg_finalise, sg_layout, DmaSegment, SgEntry};
 use super::{Device, Direction, DmaError, DomainId, DomainMode, MappingKind, Rejected};
@@ -785,8 +785,20 @@ impl Translated {
     ) -> Result<(), DmaError> {
         match &self.fq {
             None => {
-                self.invalidate_now(domain, gather, work);
-                let done = sync(&*self.invalidator, work);
+                let done = match gather.ranges.split_last() {
+                    // The usual case: no freed tables, so the last leaf range is the last
+                    // invalidation before the sync, and both go in one call.
+                    Some((last, rest)) if gather.freed_tables.is_empty() => {
+                        for r in rest {
+                            self.invalidator.invalidate_range(domain, r, work);
+                        }
+                        invalidate_range_and_sync(&*self.invalidator, domain, last, work)
+                    }
+                    _ => {
+                        self.invalidate_now(domain, gather, work);
+                        sync(&*self.invalidator, work)
+                    }
+                };
                 let freed = FreeableIova::after_sync(block, done).free(&*self.allocator, cpu, work);
                 debug_assert!(freed.is_ok(), "freeing a mapped IOVA failed: {freed:?}");
                 Ok(())

@@ -26,6 +26,21 @@ pub trait Invalidator: Send + Sync {
 
     /// Waits until every invalidation issued before it has completed.
     fn sync(&self, work: &mut WorkRecord);
+
+    /// [`Invalidator::invalidate_range`] of `range` followed by [`Invalidator::sync`]:
+    /// the last invalidation of a strict unmap and its sync, in one call. Implementations
+    /// may override it to do both at once, but must issue exactly what the two calls in
+    /// turn issue (the default body), in the same order and batches, with the same counts.
+    #[inline]
+    fn invalidate_range_and_sync(
+        &self,
+        domain: DomainId,
+        range: &GatherRange,
+        work: &mut WorkRecord,
+    ) {
+        self.invalidate_range(domain, range, work);
+        self.sync(work);
+    }
 }
 
 /// Totals of what an [`ImmediateInvalidator`] was asked to do.
@@ -108,6 +123,18 @@ pub struct SyncCompleted(());
 /// Waits for `invalidator`'s outstanding invalidations and returns the proof.
 pub(crate) fn sync(invalidator: &dyn Invalidator, work: &mut WorkRecord) -> SyncCompleted {
     invalidator.sync(work);
+    SyncCompleted(())
+}
+
+/// Invalidates `range` of `domain`, waits for every invalidation issued before (through
+/// [`Invalidator::invalidate_range_and_sync`]) and returns the proof.
+pub(crate) fn invalidate_range_and_sync(
+    invalidator: &dyn Invalidator,
+    domain: DomainId,
+    range: &GatherRange,
+    work: &mut WorkRecord,
+) -> SyncCompleted {
+    invalidator.invalidate_range_and_sync(domain, range, work);
     SyncCompleted(())
 }
 

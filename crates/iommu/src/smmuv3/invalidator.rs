@@ -450,6 +450,56 @@ impl Smmuv3Invalidator {
         });
     }
 
+    /// Appends to `out` the commands [`Smmuv3Invalidator::push_range`] queues for `size`
+    /// bytes from `start` (the same commands: one by-ASID command when the range would take
+    /// too many single-page commands, else those of [`tlbi_va_commands`]).
+    #[inline]
+    fn build_range(&self, start: u64, size: u64, step: u64, leaf: bool, out: &mut Vec<Command>) {
+        if !self.range {
+            if let Some(max) = self.max_tlbi_ops {
+                if size / step.max(1) >= max {
+                    out.push(self.asid_command());
+                    return;
+                }
+            }
+        }
+        let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
+        tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
+    }
+
+    /// [`Invalidator::invalidate_range_and_sync`] on the thread's batch `p`: when nothing
+    /// of another invalidator is pending and the range's commands do not fill a batch,
+    /// builds them in place and issues the batch with its sync (what `push_range` then
+    /// `issue_pending` do, in one access to the batch). Otherwise leaves `p` as it was
+    /// (`Other`) or with the commands added (`Full`) for the caller to finish the old way.
+    #[inline]
+    fn range_and_sync_in(
+        &self,
+        p: &mut Pending,
+        range: &GatherRange,
+        work: &mut WorkRecord,
+    ) -> RangeAndSync {
+        if p.owner != self.id && p.owner != NO_OWNER {
+            return RangeAndSync::Other;
+        }
+        self.build_range(
+            range.start.get(),
+            range.size,
+            range.page_size,
+            true,
+            &mut p.cmds,
+        );
+        if p.cmds.len() >= self.limit {
+            // `push_range` would issue full batches without a sync first.
+            p.owner = self.id;
+            return RangeAndSync::Full;
+        }
+        // (Also with no commands at all: the sync alone is issued, as `sync` would.)
+        p.owner = self.id;
+        self.issue_pending_in(p, true, work);
+        RangeAndSync::Done
+    }
+
     fn asid_command(&self) -> Command {
         Command::TlbiNhAsid {
             vmid: 0,
@@ -479,6 +529,39 @@ impl Invalidator for Smmuv3Invalidator {
     fn sync(&self, work: &mut WorkRecord) {
         self.issue_pending(true, work);
     }
+
+    fn invalidate_range_and_sync(
+        &self,
+        _domain: DomainId,
+        range: &GatherRange,
+        work: &mut WorkRecord,
+    ) {
+        work.inval_ranges += 1;
+        work.inval_pages += range.size / range.page_size.max(1);
+        // A small closure, as in `issue_pending`.
+        let done = PENDING.with(|p| self.range_and_sync_in(&mut p.borrow_mut(), range, work));
+        match done {
+            RangeAndSync::Done => {}
+            RangeAndSync::Full => {
+                self.issue_full_batches(work);
+                self.issue_pending(true, work);
+            }
+            RangeAndSync::Other => {
+                self.push_range(range.start.get(), range.size, range.page_size, true, work);
+                self.issue_pending(true, work);
+            }
+        }
+    }
+}
+
+/// What [`Smmuv3Invalidator::range_and_sync_in`] did.
+enum RangeAndSync {
+    /// Pushed the range's commands and issued them with the sync.
+    Done,
+    /// Pushed the commands, which fill a batch: full batches and the sync are left to do.
+    Full,
+    /// Nothing (another invalidator's commands are pending): all is left to do.
+    Other,
 }
 
 #[cfg(test)]
@@ -660,6 +743,59 @@ mod tests {
                 reference.issue_pending(who, true);
             }
             proptest::prop_assert_eq!(&*rec.log.lock().unwrap(), &reference.log);
+        }
+    }
+
+    proptest::proptest! {
+        /// `invalidate_range_and_sync` issues exactly what `invalidate_range` then `sync`
+        /// issue (commands, order, batches, sync flags) and counts the same, whatever the
+        /// other invalidators on the thread have pending.
+        #[test]
+        fn range_and_sync_matches_the_two_calls(
+            ops in proptest::collection::vec((0usize..3, 0u64..200, 0u8..3), 1..60),
+            log2size in 2u32..8,
+            range in proptest::bool::ANY,
+            max_tlbi_ops in proptest::option::of(1u64..100),
+        ) {
+            use super::super::cmdq::{Cmdq, CmdqConfig};
+            let run = |combined: bool| {
+                let caches = Arc::new(
+                    TlbCaches::new(crate::iotlb::IotlbConfig::new(64, 4, crate::iotlb::Replacement::Lru),
+                        crate::iotlb::WalkCacheConfig::gem5()).unwrap(),
+                );
+                let rec = Arc::new(Recorder {
+                    q: Cmdq::new(CmdqConfig::with_log2size(log2size), caches).unwrap(),
+                    log: std::sync::Mutex::new(Vec::new()),
+                });
+                let invs: Vec<_> = (0..3u16)
+                    .map(|a| Smmuv3Invalidator::new(a + 1, 12, range, max_tlbi_ops, rec.clone()))
+                    .collect();
+                let mut work = WorkRecord::new();
+                for &(who, pages, op) in &ops {
+                    let r = GatherRange {
+                        start: crate::addr::Iova::new(0x10_0000),
+                        size: pages * SZ_4K,
+                        page_size: SZ_4K,
+                    };
+                    match op {
+                        0 => invs[who].invalidate_range(DomainId(1), &r, &mut work),
+                        1 => invs[who].sync(&mut work),
+                        _ if combined => invs[who].invalidate_range_and_sync(DomainId(1), &r, &mut work),
+                        _ => {
+                            invs[who].invalidate_range(DomainId(1), &r, &mut work);
+                            invs[who].sync(&mut work);
+                        }
+                    }
+                }
+                for inv in &invs {
+                    inv.sync(&mut work);
+                }
+                let log = std::mem::take(&mut *rec.log.lock().unwrap());
+                (log, format!("{work:?}"))
+            };
+            let two_calls = run(false);
+            let combined = run(true);
+            proptest::prop_assert_eq!(combined, two_calls);
         }
     }
 
