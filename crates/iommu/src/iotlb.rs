@@ -713,6 +713,31 @@ fn count_shift(counts: &mut [u32; 64], bitmap: &mut u64, shift: u8, added: bool)
     }
 }
 
+/// The key (with its page shift) and the valid, not-stale value of a page entry of `asid`
+/// mapping `iova_page_base` to `pa_base` with `page_size` and `prot`: what both insert
+/// paths of [`Iotlb`] store.
+#[inline]
+fn fresh_entry(
+    asid: Asid,
+    iova_page_base: Iova,
+    pa_base: PhysAddr,
+    page_size: u64,
+    prot: Prot,
+) -> (u8, TlbKey, TlbValue) {
+    let shift = page_size.trailing_zeros() as u8;
+    let key = TlbKey {
+        asid,
+        vpn: iova_page_base.get() >> shift,
+        shift,
+    };
+    let value = TlbValue {
+        pa_base,
+        prot,
+        stale: false,
+    };
+    (shift, key, value)
+}
+
 impl Iotlb {
     /// An empty IOTLB, or the reason `config` is invalid.
     pub fn new(config: IotlbConfig) -> Result<Self, CacheConfigError> {
@@ -842,17 +867,7 @@ impl Iotlb {
                 && pa_base.is_aligned(page_size),
             "insert_after_miss of a bad page: {page_size:#x} at {iova_page_base}"
         );
-        let shift = page_size.trailing_zeros() as u8;
-        let key = TlbKey {
-            asid,
-            vpn: iova_page_base.get() >> shift,
-            shift,
-        };
-        let value = TlbValue {
-            pa_base,
-            prot,
-            stale: false,
-        };
+        let (shift, key, value) = fresh_entry(asid, iova_page_base, pa_base, page_size, prot);
         let evicted = self.core.insert_absent(key.hash(), key, value);
         // The page was not cached: the insert filled an empty way or evicted another.
         if let Some((k, _)) = &evicted {
@@ -877,17 +892,7 @@ impl Iotlb {
         page_size: u64,
         prot: Prot,
     ) -> Option<IotlbEntry> {
-        let shift = page_size.trailing_zeros() as u8;
-        let key = TlbKey {
-            asid,
-            vpn: iova_page_base.get() >> shift,
-            shift,
-        };
-        let value = TlbValue {
-            pa_base,
-            prot,
-            stale: false,
-        };
+        let (shift, key, value) = fresh_entry(asid, iova_page_base, pa_base, page_size, prot);
         let before = self.core.len();
         let evicted = self.core.insert(key.hash(), key, value);
         if self.core.len() > before {

@@ -654,6 +654,24 @@ mod tests {
         log: std::sync::Mutex<Vec<(Vec<Command>, bool)>>,
     }
 
+    impl Recorder {
+        /// A recorder over a queue of `2^log2size` slots feeding fresh caches.
+        fn with_log2size(log2size: u32) -> Arc<Recorder> {
+            use super::super::cmdq::{Cmdq, CmdqConfig};
+            let caches = Arc::new(
+                TlbCaches::new(
+                    crate::iotlb::IotlbConfig::new(64, 4, crate::iotlb::Replacement::Lru),
+                    crate::iotlb::WalkCacheConfig::gem5(),
+                )
+                .unwrap(),
+            );
+            Arc::new(Recorder {
+                q: Cmdq::new(CmdqConfig::with_log2size(log2size), caches).unwrap(),
+                log: std::sync::Mutex::new(Vec::new()),
+            })
+        }
+    }
+
     impl CmdqProducer for Recorder {
         type Sink = Arc<TlbCaches>;
         fn kind(&self) -> super::super::cmdq::ProducerKind {
@@ -711,15 +729,7 @@ mod tests {
             ops in proptest::collection::vec((0usize..3, 0u64..200, proptest::bool::ANY), 1..60),
             log2size in 2u32..8,
         ) {
-            use super::super::cmdq::{Cmdq, CmdqConfig};
-            let caches = Arc::new(
-                TlbCaches::new(crate::iotlb::IotlbConfig::new(64, 4, crate::iotlb::Replacement::Lru),
-                    crate::iotlb::WalkCacheConfig::gem5()).unwrap(),
-            );
-            let rec = Arc::new(Recorder {
-                q: Cmdq::new(CmdqConfig::with_log2size(log2size), caches).unwrap(),
-                log: std::sync::Mutex::new(Vec::new()),
-            });
+            let rec = Recorder::with_log2size(log2size);
             let invs: Vec<_> = (0..3u16)
                 .map(|a| Smmuv3Invalidator::new(a + 1, 12, false, None, rec.clone()))
                 .collect();
@@ -757,16 +767,8 @@ mod tests {
             range in proptest::bool::ANY,
             max_tlbi_ops in proptest::option::of(1u64..100),
         ) {
-            use super::super::cmdq::{Cmdq, CmdqConfig};
             let run = |combined: bool| {
-                let caches = Arc::new(
-                    TlbCaches::new(crate::iotlb::IotlbConfig::new(64, 4, crate::iotlb::Replacement::Lru),
-                        crate::iotlb::WalkCacheConfig::gem5()).unwrap(),
-                );
-                let rec = Arc::new(Recorder {
-                    q: Cmdq::new(CmdqConfig::with_log2size(log2size), caches).unwrap(),
-                    log: std::sync::Mutex::new(Vec::new()),
-                });
+                let rec = Recorder::with_log2size(log2size);
                 let invs: Vec<_> = (0..3u16)
                     .map(|a| Smmuv3Invalidator::new(a + 1, 12, range, max_tlbi_ops, rec.clone()))
                     .collect();
