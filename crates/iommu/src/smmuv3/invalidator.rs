@@ -430,13 +430,9 @@ impl Smmuv3Invalidator {
     /// Queues the commands for `size` bytes from `start`, or one by-ASID command when the
     /// range would take too many single-page commands.
     fn push_range(&self, start: u64, size: u64, step: u64, leaf: bool, work: &mut WorkRecord) {
-        if !self.range {
-            if let Some(max) = self.max_tlbi_ops {
-                if size / step.max(1) >= max {
-                    self.push_one(work, self.asid_command());
-                    return;
-                }
-            }
+        if self.whole_asid(size, step) {
+            self.push_one(work, self.asid_command());
+            return;
         }
         let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
         if !range && size != 0 && size <= step && start < start.saturating_add(size) {
@@ -450,18 +446,24 @@ impl Smmuv3Invalidator {
         });
     }
 
+    /// Whether `size` bytes in `step`-byte pages take one by-ASID command instead of
+    /// single-page ones (no range invalidation, and at least `max_tlbi_ops` pages).
+    #[inline]
+    fn whole_asid(&self, size: u64, step: u64) -> bool {
+        !self.range
+            && self
+                .max_tlbi_ops
+                .is_some_and(|max| size / step.max(1) >= max)
+    }
+
     /// Appends to `out` the commands [`Smmuv3Invalidator::push_range`] queues for `size`
     /// bytes from `start` (the same commands: one by-ASID command when the range would take
     /// too many single-page commands, else those of [`tlbi_va_commands`]).
     #[inline]
     fn build_range(&self, start: u64, size: u64, step: u64, leaf: bool, out: &mut Vec<Command>) {
-        if !self.range {
-            if let Some(max) = self.max_tlbi_ops {
-                if size / step.max(1) >= max {
-                    out.push(self.asid_command());
-                    return;
-                }
-            }
+        if self.whole_asid(size, step) {
+            out.push(self.asid_command());
+            return;
         }
         let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
         tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
