@@ -139,8 +139,14 @@ impl LockStats {
 pub struct LineStats {
     /// The name given when the line was created.
     pub name: String,
-    /// Read-modify-write operations.
+    /// Read-modify-write operations (atomics, stores and compare-and-swaps).
     pub ops: u64,
+    /// Plain loads (hits on the CPU's own copy included).
+    pub reads: u64,
+    /// Compare-and-swap attempts (counted in `ops` too).
+    pub cas_attempts: u64,
+    /// Compare-and-swaps that failed because another CPU changed the line first.
+    pub cas_failures: u64,
     /// Operations that had to pull the line from another CPU.
     pub transfers: u64,
     /// Total cost of all operations (waiting for the line included), ns.

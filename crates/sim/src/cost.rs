@@ -251,9 +251,26 @@ cost_group! {
 }
 
 cost_group! {
+    /// Atomics executed at a line's home instead of in the CPU's cache (Arm LSE far
+    /// atomics): the engine's [`AtomicsAt::Far`](crate::resources::AtomicsAt::Far).
+    pub struct FarAtomicCosts {
+        plain {}
+        costs {
+            /// The home's time per atomic (it executes one at a time).
+            service,
+        }
+    }
+}
+
+cost_group! {
     /// Synchronisation primitives, uncontended; the engine adds contention itself.
     pub struct SyncCosts {
-        plain {}
+        plain {
+            /// Present when the CPUs execute atomics on contended lines at the line's home
+            /// (far atomics); absent, atomics are near (in the CPU's cache).
+            #[serde(default)]
+            far_atomics: Option<FarAtomicCosts>,
+        }
         costs {
             /// An uncontended atomic read-modify-write (CAS, fetch-add) on an owned line.
             atomic_rmw,
@@ -263,6 +280,35 @@ cost_group! {
             lock_acquire_release,
             /// Handing a contended lock to the next waiter (release to waiter's ownership).
             lock_handoff,
+        }
+    }
+}
+
+cost_group! {
+    /// Where the CPUs sit and what moving a cache line between two of them costs (the
+    /// engine's [`Topology`](crate::engine::Topology)). CPUs are numbered consecutively
+    /// through clusters, dies and sockets. Optional: without it every transfer costs
+    /// `sync.cacheline_transfer`.
+    pub struct TopologyCosts {
+        plain {
+            /// Cores sharing a cluster (an L2 or cluster cache); `>= 1`.
+            cores_per_cluster: u32,
+            /// Clusters per die; `>= 1`.
+            clusters_per_die: u32,
+            /// Dies per socket; `>= 1`.
+            dies_per_socket: u32,
+            /// Where the layout comes from.
+            source: String,
+        }
+        costs {
+            /// A line transfer between two cores of one cluster.
+            same_cluster,
+            /// Between two clusters of one die.
+            same_die,
+            /// Between two dies of one socket.
+            other_die,
+            /// Between two sockets.
+            other_socket,
         }
     }
 }
@@ -442,6 +488,9 @@ pub struct PlatformProfile {
     pub cpu: CpuCosts,
     /// Atomics, cache-line transfers and locks.
     pub sync: SyncCosts,
+    /// CPU placement and distance-dependent line transfers, if the profile has them.
+    #[serde(default)]
+    pub topology: Option<TopologyCosts>,
     /// MMIO accesses.
     pub mmio: MmioCosts,
     /// The IOMMU hardware.
@@ -603,6 +652,39 @@ impl PlatformProfile {
         &self.origin
     }
 
+    /// The costs of atomics on a shared cache line: an uncontended atomic, the flat
+    /// line transfer, and where atomics execute (`sync.far_atomics`).
+    pub fn line_params(&self) -> crate::resources::LineParams {
+        let r = |c: &Cost| c.ns().round() as u64;
+        crate::resources::LineParams {
+            base_ns: r(&self.sync.atomic_rmw),
+            transfer_ns: r(&self.sync.cacheline_transfer),
+            atomics: match &self.sync.far_atomics {
+                Some(f) => crate::resources::AtomicsAt::Far {
+                    service_ns: r(&f.service).max(1),
+                },
+                None => crate::resources::AtomicsAt::Near,
+            },
+        }
+    }
+
+    /// The engine topology of this profile (`None` without a `[topology]` group).
+    pub fn engine_topology(&self) -> Option<crate::engine::Topology> {
+        let t = self.topology.as_ref()?;
+        let r = |c: &Cost| c.ns().round() as u64;
+        Some(crate::engine::Topology::new(
+            t.cores_per_cluster,
+            t.clusters_per_die,
+            t.dies_per_socket,
+            crate::engine::TransferCosts {
+                same_cluster_ns: r(&t.same_cluster),
+                same_die_ns: r(&t.same_die),
+                other_die_ns: r(&t.other_die),
+                other_socket_ns: r(&t.other_socket),
+            },
+        ))
+    }
+
     /// The hypervisor costs, or an error naming the profile if it has none.
     pub fn require_hypervisor(&self) -> Result<&HypervisorCosts, CostError> {
         self.hypervisor
@@ -652,6 +734,8 @@ impl PlatformProfile {
         let entries = match group {
             "cpu" => self.cpu.entries_mut(),
             "sync" => self.sync.entries_mut(),
+            "sync.far_atomics" => self.sync.far_atomics.as_mut()?.entries_mut(),
+            "topology" => self.topology.as_mut()?.entries_mut(),
             "mmio" => self.mmio.entries_mut(),
             "iommu" => self.iommu.entries_mut(),
             "iommu.cmdq" => self.iommu.cmdq.as_mut()?.entries_mut(),
@@ -670,6 +754,12 @@ impl PlatformProfile {
         let mut out = Vec::new();
         collect(&mut out, "cpu", self.cpu.entries());
         collect(&mut out, "sync", self.sync.entries());
+        if let Some(f) = &self.sync.far_atomics {
+            collect(&mut out, "sync.far_atomics", f.entries());
+        }
+        if let Some(t) = &self.topology {
+            collect(&mut out, "topology", t.entries());
+        }
         collect(&mut out, "mmio", self.mmio.entries());
         collect(&mut out, "iommu", self.iommu.entries());
         if let Some(q) = &self.iommu.cmdq {
@@ -686,9 +776,11 @@ impl PlatformProfile {
 
     /// The dotted path of every cost field a profile can have (optional groups included).
     pub fn cost_paths() -> Vec<String> {
-        let groups: [(&str, &[&str]); 7] = [
+        let groups: [(&str, &[&str]); 9] = [
             ("cpu", CpuCosts::FIELDS),
             ("sync", SyncCosts::FIELDS),
+            ("sync.far_atomics", FarAtomicCosts::FIELDS),
+            ("topology", TopologyCosts::FIELDS),
             ("mmio", MmioCosts::FIELDS),
             ("iommu", IommuCosts::FIELDS),
             ("iommu.cmdq", CmdqCosts::FIELDS),
@@ -724,6 +816,21 @@ impl PlatformProfile {
                     self.cpu.cores
                 ),
             ));
+        }
+        if let Some(t) = &self.topology {
+            for (field, n) in [
+                ("cores_per_cluster", t.cores_per_cluster),
+                ("clusters_per_die", t.clusters_per_die),
+                ("dies_per_socket", t.dies_per_socket),
+            ] {
+                if n == 0 || n > MAX_CORES {
+                    return Err((
+                        format!("topology.{field}"),
+                        format!("expected 1 to {MAX_CORES}, found {n}"),
+                    ));
+                }
+            }
+            non_empty("topology.source", &t.source)?;
         }
         non_empty("iommu.model", &self.iommu.model)?;
         non_empty("iommu.source", &self.iommu.source)?;
@@ -797,6 +904,12 @@ impl PlatformProfile {
         };
         resolve(self.cpu.entries_mut());
         resolve(self.sync.entries_mut());
+        if let Some(f) = &mut self.sync.far_atomics {
+            resolve(f.entries_mut());
+        }
+        if let Some(t) = &mut self.topology {
+            resolve(t.entries_mut());
+        }
         resolve(self.mmio.entries_mut());
         resolve(self.iommu.entries_mut());
         if let Some(q) = &mut self.iommu.cmdq {
@@ -835,6 +948,16 @@ impl PlatformProfile {
             fmt_num(self.cpu.clock_ghz)
         );
         let _ = writeln!(s, "| cpu.cores | {} | | | (as cpu.model) |", self.cpu.cores);
+        if let Some(t) = &self.topology {
+            let _ = writeln!(
+                s,
+                "| topology.layout | {} x {} x {} | cores/cluster x clusters/die x dies/socket | | {} |",
+                t.cores_per_cluster,
+                t.clusters_per_die,
+                t.dies_per_socket,
+                md_cell(&t.source)
+            );
+        }
         let _ = writeln!(
             s,
             "| iommu.model | {} | | | {} |",
@@ -880,6 +1003,8 @@ impl PlatformProfile {
             md_cell(&bw.source)
         );
         let absent: Vec<&str> = [
+            ("sync.far_atomics", self.sync.far_atomics.is_none()),
+            ("topology", self.topology.is_none()),
             ("iommu.cmdq", self.iommu.cmdq.is_none()),
             ("iommu.register_flush", self.iommu.register_flush.is_none()),
             ("hypervisor", self.hypervisor.is_none()),

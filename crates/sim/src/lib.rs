@@ -66,4 +66,6 @@ pub mod workloads;
 pub mod x86q;
 
 pub use accounting::{Account, RunReport};
-pub use engine::{Ctx, Handle, Sim, SimConfig, SimDuration, SimError, SimTime};
+pub use engine::{
+    Ctx, Handle, Sim, SimConfig, SimDuration, SimError, SimTime, Topology, TransferCosts,
+};

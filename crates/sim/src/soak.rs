@@ -589,6 +589,7 @@ pub fn run_soak_observed(
         link,
         stream,
         serialisation,
+        pool_lock,
         iommu,
         dev,
         ..
@@ -639,15 +640,25 @@ pub fn run_soak_observed(
     cfg.run_ns = end_ns;
     cfg.warmup_ns = 0;
     let cpus = (profile.cpu.cores as usize).max(threads);
-    let mut sim = Sim::new(SimConfig {
-        cpus,
-        seed: soak.seed,
-    })?;
+    let mut sim = Sim::for_machine(
+        SimConfig {
+            cpus,
+            seed: soak.seed,
+        },
+        &profile,
+    )?;
     let h = sim.handle().clone();
     // The interface comes up: every queue's receive pages are mapped (not timed), as in
     // the stream test.
     let rings = map_rx_rings(&cfg, &iommu, &dev, cpus)?;
-    let dma = TceDma::new(&h, iommu.clone(), dev.clone(), &profile, serialisation)?;
+    let dma = TceDma::new(
+        &h,
+        iommu.clone(),
+        dev.clone(),
+        &profile,
+        serialisation,
+        pool_lock,
+    )?;
     let lnk = Link::new(link);
     let rx_bytes_per_message = lnk.config().packets(cfg.message_bytes) * cfg.rx_stride_bytes;
     let state = Rc::new(StreamShared {

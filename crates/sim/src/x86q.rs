@@ -38,7 +38,7 @@ use crate::accounting::Account;
 use crate::cmdq::{CmdqError, CmdqStats};
 use crate::cost::PlatformProfile;
 use crate::engine::{Ctx, Handle, SimDuration, SimTime};
-use crate::resources::{SpinLock, SpinParams};
+use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::trace::Track;
 
 /// AMD-Vi: the delay between two looks at the completion-wait semaphore (Linux
@@ -97,6 +97,7 @@ impl SimX86Queue {
         kind: X86QueueKind,
         p: &PlatformProfile,
         tag: &str,
+        lock_kind: LockKind,
     ) -> Result<Self, CmdqError> {
         let q = p.require_cmdq()?;
         let r = |x: f64| x.round() as u64;
@@ -104,6 +105,7 @@ impl SimX86Queue {
             acquire_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
             release_ns: r(p.sync.lock_acquire_release.ns() / 2.0),
             handoff_ns: r(p.sync.lock_handoff.ns()),
+            kind: lock_kind,
         };
         let name = match kind {
             X86QueueKind::Vtd => "vtd_cache_lock",

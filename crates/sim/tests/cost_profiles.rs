@@ -50,6 +50,14 @@ mod cost {
         for g in ["sync", "mmio"] {
             t += &format!("\n[{g}]\n{}", groups[g].join("\n"));
         }
+        for g in ["sync.far_atomics", "topology"] {
+            if !over.contains_key(g) {
+                t += &format!("\n[{g}]\n{}", groups[g].join("\n"));
+                if g == "topology" {
+                    t += "\ncores_per_cluster = 2\nclusters_per_die = 2\ndies_per_socket = 1\nsource = \"test\"";
+                }
+            }
+        }
         t += "\n[iommu]\nmodel = \"test iommu\"\nsource = \"test\"\n";
         t += &groups["iommu"].join("\n");
         for g in ["iommu.cmdq", "iommu.register_flush", "hypervisor"] {

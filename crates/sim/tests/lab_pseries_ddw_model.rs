@@ -219,6 +219,8 @@ fn stream_on(
         dev,
         &profile,
         HvSerialisation::PerTable,
+        // Linux before 5.13 on powerpc: test-and-set spinlocks.
+        iolab_sim::resources::LockKind::TestAndSet,
         9,
     )
     .unwrap()

@@ -4,7 +4,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use iolab_sim::accounting::{LineStats, LockStats};
-use iolab_sim::resources::{CacheLine, LineParams, SleepLock, SleepParams, SpinLock, SpinParams};
+use iolab_sim::resources::{
+    CacheLine, LineParams, LockKind, SleepLock, SleepParams, SpinLock, SpinParams,
+};
 use iolab_sim::{Account, RunReport, Sim, SimConfig, SimDuration, SimTime};
 
 fn ns(n: u64) -> SimDuration {
@@ -15,6 +17,7 @@ const SPIN: SpinParams = SpinParams {
     acquire_ns: 20,
     release_ns: 5,
     handoff_ns: 70,
+    kind: LockKind::Queued,
 };
 
 /// `k` CPUs each take the lock `iters` times, holding it `hold` ns and thinking `think` ns
@@ -214,7 +217,7 @@ fn simultaneous_rmws_serialise_in_arrival_order() {
     for cpu in 0..4 {
         let (line, costs) = (line.clone(), costs.clone());
         s.spawn_on(cpu, move |ctx| async move {
-            let c = line.rmw(&ctx, Account::System).await;
+            let c = line.rmw(&ctx, Account::System).await.cost_ns;
             costs.borrow_mut().push((cpu, c, ctx.now().as_ns()));
         })
         .unwrap();

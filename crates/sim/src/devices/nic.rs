@@ -31,8 +31,15 @@ use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::cost::{CpuCostModel, HypervisorCosts, PlatformProfile, TceCall};
 use crate::engine::{Ctx, Handle, SimDuration, SimError, SimTime};
-use crate::resources::{SpinLock, SpinParams};
+use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::Account;
+
+/// How the hypervisor's per-table TCE lock spins. PowerVM's internal locking is not public
+/// (RESEARCH.md, "Linux locks"); assumption: a test-and-set lock built from `lwarx`/`stwcx.`,
+/// as powerpc's own Linux spinlocks were until the queued lock became the default in 5.13,
+/// so a hand-off grows with the CPUs waiting. docs/model/contention.md gives the figures'
+/// sensitivity to it (with [`LockKind::Queued`] instead).
+pub const HV_TABLE_LOCK_KIND: LockKind = LockKind::Queued;
 
 /// The name of the hypervisor's per-table TCE lock (`HvSerialisation::PerTable`).
 pub const HV_TABLE_LOCK: &str = "phyp_tce_table";
@@ -283,6 +290,7 @@ impl TceDma {
         dev: Device,
         profile: &PlatformProfile,
         serialisation: HvSerialisation,
+        pool_lock: LockKind,
     ) -> Result<Self, NicError> {
         let hv = profile.hypervisor.clone().ok_or(NicError::NoHypervisor)?;
         let model = profile.cpu_cost_model();
@@ -297,6 +305,7 @@ impl TceDma {
             acquire_ns: profile.sync.lock_acquire_release.ns().round() as u64,
             release_ns: 0,
             handoff_ns: profile.sync.lock_handoff.ns().round() as u64,
+            kind: pool_lock,
         };
         let mut pools = Vec::new();
         let mut totals = DmaTotals::default();
@@ -314,7 +323,14 @@ impl TceDma {
         }
         let hv_lock = match serialisation {
             HvSerialisation::None => None,
-            HvSerialisation::PerTable => Some(SpinLock::new(h, HV_TABLE_LOCK, params)?),
+            HvSerialisation::PerTable => Some(SpinLock::new(
+                h,
+                HV_TABLE_LOCK,
+                SpinParams {
+                    kind: HV_TABLE_LOCK_KIND,
+                    ..params
+                },
+            )?),
         };
         let scan_ns = model.cpu_weight("bitmap_words_scanned").unwrap_or(0.0);
         let last_holder = RefCell::new(vec![usize::MAX; pools.len()]);

@@ -197,6 +197,8 @@ pub(crate) struct State {
     pub(crate) spin: Vec<SpinState>,
     pub(crate) sleep: Vec<SleepState>,
     pub(crate) lines: Vec<LineState>,
+    /// CPU placement and line-transfer costs (`None`: every line's flat transfer cost).
+    pub(crate) topology: Option<Box<super::topology::Topology>>,
 }
 
 impl State {
@@ -431,6 +433,19 @@ impl State {
     }
 
     /// Records `e`, which stops the run (the first error recorded wins).
+    /// What moving a cache line from CPU `from` to CPU `to` costs: the topology's
+    /// distance cost, or `flat_ns` without a topology (0 for the same CPU or no CPU).
+    #[inline]
+    pub(crate) fn transfer_ns(&self, from: u32, to: u32, flat_ns: u64) -> u64 {
+        if from == to || from == NO_CPU || to == NO_CPU {
+            return 0;
+        }
+        match &self.topology {
+            Some(t) => t.transfer_ns(from, to),
+            None => flat_ns,
+        }
+    }
+
     pub(crate) fn fail(&mut self, e: SimError) {
         if self.error.is_none() {
             self.error = Some(e);
@@ -575,6 +590,7 @@ impl Kernel {
                 spin: Vec::new(),
                 sleep: Vec::new(),
                 lines: Vec::new(),
+                topology: None,
             }),
             futs: RefCell::new(Vec::new()),
             spawned: RefCell::new(Vec::new()),

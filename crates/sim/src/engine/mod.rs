@@ -33,6 +33,7 @@ pub(crate) mod kernel;
 pub(crate) mod queue;
 pub mod rng;
 pub mod sync;
+pub mod topology;
 
 use std::cell::{Cell, RefCell, RefMut};
 use std::fmt;
@@ -48,6 +49,7 @@ pub use crate::time::{self, SimDuration, SimTime};
 use kernel::{Burn, Kernel, TaskRef, NO_CPU};
 pub use rng::Rng;
 pub use sync::{Channel, Completion, Full};
+pub use topology::{Topology, TransferCosts};
 
 /// The largest number of virtual CPUs a machine may have.
 pub const MAX_CPUS: usize = 1024;
@@ -157,6 +159,12 @@ impl Handle {
         self.0.st.borrow().cpu_count()
     }
 
+    /// Places the CPUs in `topology`: from now on a cache line (and a lock's hand-off)
+    /// moving between two CPUs costs the transfer at their distance.
+    pub fn set_topology(&self, topology: Topology) {
+        self.0.st.borrow_mut().topology = Some(Box::new(topology));
+    }
+
     /// Spawns a task pinned to `cpu`; it first runs at the current time.
     pub fn spawn_on<F, Fut>(&self, cpu: usize, f: F) -> Result<TaskId, SimError>
     where
@@ -230,6 +238,19 @@ impl Sim {
     /// A machine with default [`Limits`].
     pub fn new(config: SimConfig) -> Result<Sim, SimError> {
         Sim::with_limits(config, Limits::default())
+    }
+
+    /// A machine with default [`Limits`] whose CPUs sit in `profile`'s topology (if it has
+    /// one): what every lab run builds.
+    pub fn for_machine(
+        config: SimConfig,
+        profile: &crate::cost::PlatformProfile,
+    ) -> Result<Sim, SimError> {
+        let sim = Sim::new(config)?;
+        if let Some(t) = profile.engine_topology() {
+            sim.handle().set_topology(t);
+        }
+        Ok(sim)
     }
 
     /// A machine with explicit caps.

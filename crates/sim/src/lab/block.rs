@@ -51,7 +51,7 @@ use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::devices::{BlockDev, BlockIo, DeviceDma};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::metrics::CpuBreakdown;
-use crate::resources::{SpinLock, SpinParams};
+use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::time::round_ns;
 use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
@@ -1222,7 +1222,7 @@ pub(super) fn start_stack(
 
 /// Runs fio of `s` once with `seed`.
 pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, LabError> {
-    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let job = fio_job(s, f);
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
     let (stack, irq_cpus) = start_stack(
@@ -1384,7 +1384,7 @@ pub(crate) fn run_bonnie(
     b: &BonnieSetup,
     seed: u64,
 ) -> Result<BonnieBlockRun, LabError> {
-    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let (stack, irq_cpus) = start_stack(s, &mut sim, seed, BONNIE_VECTOR_CAP, 1, SZ_4K)?;
     let bytes = Rc::new(std::cell::Cell::new((0, 0)));
     let target = Counting {
@@ -1458,13 +1458,41 @@ fn cmdq_lock_name(k: usize) -> String {
 }
 
 /// The profile's spinlock costs: an uncontended acquire and release, and the hand-off of
-/// the lock's line to a waiting CPU.
+/// the lock's line to a waiting CPU, with the kernel's spinlock algorithm.
 pub(crate) fn lock_params(s: &LabScenario) -> SpinParams {
     let sync = &s.profile.sync;
     SpinParams {
         acquire_ns: sync.lock_acquire_release.ns().round() as u64,
         release_ns: 0,
         handoff_ns: sync.lock_handoff.ns().round() as u64,
+        kind: kernel_lock_kind(s),
+    }
+}
+
+/// The spinlock algorithm of the scenario's kernel release on its architecture (the
+/// architecture follows the IOMMU model; with none, a profile with a hypervisor is POWER):
+/// - x86 and arm64: queued (qspinlock; x86 from 4.2, d73a33973f16; arm64 from 4.19,
+///   c11090474d70), every release the lab models (4.19 onwards);
+/// - powerpc: test-and-set (`lwarx`/`stwcx.` with yielding on shared processors) before
+///   5.13, when 64-bit Book3S made the queued lock the default (RESEARCH.md, "Linux locks");
+/// - ia64 (the HP zx1): ticket locks (from 2.6.29, every release the lab models).
+pub(crate) fn kernel_lock_kind(s: &LabScenario) -> LockKind {
+    use super::spec::IommuModel;
+    let powerpc = match s.iommu.model {
+        IommuModel::Pseries => true,
+        IommuModel::None => s.profile.hypervisor.is_some(),
+        _ => false,
+    };
+    if powerpc {
+        if s.iommu.kernel.kernel < iolab_iommu::linux::KernelVersion::new(5, 13) {
+            LockKind::TestAndSet
+        } else {
+            LockKind::Queued
+        }
+    } else if s.iommu.model == IommuModel::Sba {
+        LockKind::Ticket
+    } else {
+        LockKind::Queued
     }
 }
 

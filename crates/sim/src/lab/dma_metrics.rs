@@ -45,6 +45,24 @@ pub(super) fn cmdq_core(m: Measurement, prefix: &str, q: &CmdqStats) -> Measurem
     ))
 }
 
+/// The lock-free queue's slot reservations: `cmdq.cas_attempts`, `cmdq.cas_failures` and
+/// `cmdq.cas_success_rate` (successful attempts per attempt; 1 with none made).
+pub(super) fn cmdq_reservations(m: Measurement, q: &CmdqStats) -> Measurement {
+    m.metrics(&[
+        ("cmdq.cas_attempts", "count", q.cas_attempts as f64),
+        ("cmdq.cas_failures", "count", q.cas_failures as f64),
+        (
+            "cmdq.cas_success_rate",
+            "ratio",
+            if q.cas_attempts == 0 {
+                1.0
+            } else {
+                (q.cas_attempts - q.cas_failures) as f64 / q.cas_attempts as f64
+            },
+        ),
+    ])
+}
+
 /// The command queue's counters beyond [`cmdq_core`].
 pub(super) fn cmdq_detail(m: Measurement, q: &CmdqStats) -> Measurement {
     m.metrics(&[

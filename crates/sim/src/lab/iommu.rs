@@ -228,6 +228,9 @@ pub(crate) fn build_instance(
             let (kind, qmode) = match s.iommu.cmdq {
                 CmdqDesign::Spinlock => (ProducerKind::Spinlock, CmdqMode::Spinlock),
                 CmdqDesign::LockFree => (ProducerKind::LockFree, CmdqMode::LockFree),
+                // The functional queue is the lock-free one: the atomic-add reservation
+                // changes only how the slots are reserved, so only their timing.
+                CmdqDesign::AtomicAdd => (ProducerKind::LockFree, CmdqMode::AtomicAdd),
             };
             // dma-iommu gives PCI devices a 32-bit IOVA first (the release's variant).
             cfg.pci_32bit_first = Some(s.iommu.kernel.pci_32bit_first);
@@ -254,8 +257,15 @@ pub(crate) fn build_instance(
                 &lab_device(64)?,
             )
             .map_err(model_err)?;
-            let q = SimCmdq::new_tagged(h, qmode, &s.profile, s.iommu.cmdq_batch_max, &tag)?
-                .with_sync_wait(sync_wait(&s.profile));
+            let q = SimCmdq::new_tagged(
+                h,
+                qmode,
+                &s.profile,
+                s.iommu.cmdq_batch_max,
+                &tag,
+                super::block::kernel_lock_kind(s),
+            )?
+            .with_sync_wait(sync_wait(&s.profile));
             let path = Arc::new(path);
             Ok(IommuPath {
                 path: path.domain().clone(),
@@ -371,7 +381,7 @@ fn x86(
     let alloc = iova_allocator(s, X86DevicePath::iova_limit(&unit))?;
     let path =
         X86DevicePath::new(unit, cfg, Arc::new(alloc), &lab_device(64)?).map_err(model_err)?;
-    let q = SimX86Queue::new_tagged(h, kind, &s.profile, tag)?;
+    let q = SimX86Queue::new_tagged(h, kind, &s.profile, tag, super::block::kernel_lock_kind(s))?;
     let path = Arc::new(path);
     Ok(IommuPath {
         path: path.clone(),

@@ -944,11 +944,12 @@ fn run_map_benchmark(
             .attr("seed", seed)
             .attr("run", r)
             .cpu(out.cpu);
-        let m = map_bench::metrics(m, &out.sums);
+        let m = map_bench::metrics(m, b, &out.sums);
         let m = dma_metrics::invalidations(m, &out.dma);
         let mut m = dma_metrics::iova_tree_lock(m, out.tree_lock);
         if let Some(q) = &out.cmdq {
             m = dma_metrics::cmdq_core(m, "cmdq", q);
+            m = dma_metrics::cmdq_reservations(m, q);
         }
         m = with_protection(m, &out.protection);
         if runs > 1 {
@@ -965,6 +966,23 @@ fn run_map_benchmark(
             out.tree_lock.1,
             out.tree_lock.0
         );
+        if let Some(q) = out.cmdq.filter(|q| q.cas_attempts > 0) {
+            let _ = writeln!(
+                text,
+                "  cmdq         : {} reservations, {} cmpxchg attempts ({}), {:.0} ns sync wait per unmap",
+                q.cas_attempts - q.cas_failures,
+                q.cas_attempts,
+                if q.cas_failures == 0 {
+                    "none failed".to_string()
+                } else {
+                    format!(
+                        "1 in {:.1} succeeded",
+                        q.cas_attempts as f64 / (q.cas_attempts - q.cas_failures) as f64
+                    )
+                },
+                per(q.sync_wait_ns as f64, q.issues)
+            );
+        }
         let _ = writeln!(
             text,
             "  protection   : {}",

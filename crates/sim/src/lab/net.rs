@@ -16,6 +16,7 @@ use crate::devices::nic::{HvSerialisation, LinkConfig, NicError};
 use crate::devices::DeviceDma;
 use crate::engine::Sim;
 use crate::engine::SimConfig;
+use crate::resources::LockKind;
 use crate::workloads::netperf::{run_stream, StackCosts, StreamConfig, StreamResult};
 use crate::workloads::rx_stream::{run_rx_stream, RxPricing, RxStreamResult};
 
@@ -38,6 +39,8 @@ pub struct NetperfParts {
     pub stream: StreamConfig,
     /// How the hypervisor serialises TCE updates.
     pub serialisation: HvSerialisation,
+    /// The partition kernel's spinlock algorithm (the TCE pool locks).
+    pub pool_lock: LockKind,
     /// The partition's IOMMU, nothing mapped yet.
     pub iommu: Arc<PseriesIommu>,
     /// The NIC's DMA identity.
@@ -70,6 +73,7 @@ pub fn netperf_parts(s: &LabScenario) -> Result<NetperfParts, LabError> {
         link: *link,
         stream: n.stream,
         serialisation: n.serialisation,
+        pool_lock: super::block::kernel_lock_kind(s),
         iommu,
         dev: super::iommu::lab_device(64)?,
         probe: built.protection,
@@ -92,6 +96,7 @@ pub(crate) fn run_netperf(
         p.dev,
         &p.profile,
         p.serialisation,
+        p.pool_lock,
         seed,
     )
     .map_err(|e| match e {

@@ -218,7 +218,7 @@ fn run_point(
     users: u32,
     seed: u64,
 ) -> Result<(ChildrenRun, ScsiHost, ProtectionProbe, bool), LabError> {
-    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let h = sim.handle().clone();
     let (host, probe, translated) = super::scsi::start_host(s, disk, &h)?;
     let run = run_children(&mut sim, &host, wf, child, users, s.cpus)?;

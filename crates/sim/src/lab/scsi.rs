@@ -116,7 +116,7 @@ pub(crate) fn run_bonnie(
     disk: &ScsiSetup,
     seed: u64,
 ) -> Result<BonnieScsiRun, LabError> {
-    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let h = sim.handle().clone();
     let (host, probe, translated) = start_host(s, disk, &h)?;
     let error = Rc::new(RefCell::new(None));

@@ -33,7 +33,7 @@ pub(crate) fn run_bonnie(
     u: &UsbSetup,
     seed: u64,
 ) -> Result<BonnieRun, LabError> {
-    let mut sim = Sim::new(SimConfig { cpus: s.cpus, seed })?;
+    let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let built = iommu::build(s, sim.handle())?;
     // The xHCI's DMA mask (`device[0].dma_mask_bits`), with and without the IPMMU.
     let device = Device::new(1, u.dma_mask_bits)

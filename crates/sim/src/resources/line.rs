@@ -11,9 +11,9 @@ use crate::engine::{Ctx, Handle, SimError};
 
 /// How a kind of lock is released: what [`Unlocking`] needs of it.
 pub(crate) trait Release {
-    /// Releases lock `idx` at the current time, handing it to the first waiter if any;
-    /// returns whether a waiter was handed it.
-    fn release(st: &mut State, idx: usize) -> bool;
+    /// Releases lock `idx` at the current time from CPU `cpu`, handing it to the first
+    /// waiter if any; returns whether a waiter was handed it.
+    fn release(st: &mut State, idx: usize, cpu: u32) -> bool;
     /// The system time the releaser spends (`woke`: a waiter was handed the lock).
     fn release_ns(st: &State, idx: usize, woke: bool) -> u64;
 }
@@ -34,7 +34,7 @@ impl Unlocking {
         let mut st = h.0.st.borrow_mut();
         if !self.started {
             self.started = true;
-            let woke = K::release(&mut st, idx);
+            let woke = K::release(&mut st, idx, cpu);
             let ns = K::release_ns(&st, idx, woke);
             if self.burn.start(&mut st, cpu, ctx.task, Account::System, ns) {
                 return Poll::Ready(());
@@ -53,7 +53,7 @@ impl Unlocking {
     pub(crate) fn abandon<K: Release>(&mut self, h: &Handle, ctx: &Ctx, idx: usize) {
         if let Ok(mut st) = h.0.st.try_borrow_mut() {
             if !self.started {
-                K::release(&mut st, idx);
+                K::release(&mut st, idx, ctx.cpu);
             }
             self.burn.cancel(&mut st, ctx.cpu);
         }
@@ -95,7 +95,8 @@ pub(crate) struct WaitLine {
     /// When the holder may proceed (a hand-off takes time to arrive).
     usable_from: u64,
     held_since: u64,
-    waiters: VecDeque<TaskRef>,
+    /// Waiting tasks and their CPUs, in arrival order.
+    waiters: VecDeque<(TaskRef, u32)>,
     pub(crate) stats: LockStats,
 }
 
@@ -114,15 +115,15 @@ impl WaitLine {
         }
     }
 
-    /// `me` takes its place in line at `now`: it holds the lock at once if the lock is
-    /// free and nobody waits. Returns whether the acquisition is contended.
-    pub(crate) fn arrive(&mut self, me: TaskRef, now: u64) -> bool {
+    /// `me`, on CPU `cpu`, takes its place in line at `now`: it holds the lock at once if
+    /// the lock is free and nobody waits. Returns whether the acquisition is contended.
+    pub(crate) fn arrive(&mut self, me: TaskRef, cpu: u32, now: u64) -> bool {
         if self.holder == NO_TASK && self.waiters.is_empty() {
             self.holder = me;
             self.usable_from = now;
             false
         } else {
-            self.waiters.push_back(me);
+            self.waiters.push_back((me, cpu));
             true
         }
     }
@@ -139,12 +140,19 @@ impl WaitLine {
             .record_wait(now.saturating_sub(wait_from), contended);
     }
 
+    /// The CPU of the waiter a release would hand the lock to, and how many wait.
+    pub(crate) fn next_waiter(&self) -> Option<(u32, usize)> {
+        self.waiters
+            .front()
+            .map(|&(_, cpu)| (cpu, self.waiters.len()))
+    }
+
     /// Releases the lock at `now`: the first waiter, if any, holds it from `now + delay`
     /// and must be woken then (returned).
     pub(crate) fn release(&mut self, now: u64, delay: u64) -> Option<(u64, TaskRef)> {
         self.stats.hold_total_ns += now.saturating_sub(self.held_since);
         match self.waiters.pop_front() {
-            Some(w) => {
+            Some((w, _)) => {
                 self.holder = w;
                 self.usable_from = now + delay;
                 Some((self.usable_from, w))
@@ -159,7 +167,7 @@ impl WaitLine {
     /// `me` abandons its acquisition at `now`: it leaves the line, or, if the lock was
     /// already handed to it, passes it on as [`WaitLine::release`] does (holding no time).
     pub(crate) fn abandon(&mut self, me: TaskRef, now: u64, delay: u64) -> Option<(u64, TaskRef)> {
-        if let Some(i) = self.waiters.iter().position(|&w| w == me) {
+        if let Some(i) = self.waiters.iter().position(|&(w, _)| w == me) {
             self.waiters.remove(i);
             None
         } else if self.holder == me {

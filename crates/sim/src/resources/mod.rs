@@ -14,6 +14,6 @@ mod line;
 pub mod sleeplock;
 pub mod spinlock;
 
-pub use cacheline::{CacheLine, LineParams};
+pub use cacheline::{Access, AtomicsAt, CacheLine, LineAccess, LineParams};
 pub use sleeplock::{SleepGuard, SleepLock, SleepParams};
-pub use spinlock::{SpinGuard, SpinLock, SpinParams};
+pub use spinlock::{LockKind, SpinGuard, SpinLock, SpinParams};

@@ -56,7 +56,7 @@ pub(crate) struct SleepState {
 
 impl Release for SleepLock {
     /// Releases the lock at `now`; returns whether a waiter was woken.
-    fn release(st: &mut State, idx: usize) -> bool {
+    fn release(st: &mut State, idx: usize, _cpu: u32) -> bool {
         let now = st.now;
         let s = &mut st.sleep[idx];
         match s.line.release(now, s.params.wakeup_ns) {
@@ -160,7 +160,7 @@ impl<'a> Future for SleepLockFuture<'a> {
         if this.phase == Phase::Start {
             let now = st.now;
             let s = &mut st.sleep[idx];
-            this.contended = s.line.arrive(me, now);
+            this.contended = s.line.arrive(me, cpu, now);
             let acquire = s.params.acquire_ns;
             this.acquired_at = now + acquire;
             this.phase = Phase::Acquiring;
@@ -247,7 +247,7 @@ impl Drop for SleepGuard<'_> {
     fn drop(&mut self) {
         if self.held {
             if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-                SleepLock::release(&mut st, self.lock.idx);
+                SleepLock::release(&mut st, self.lock.idx, self.ctx.cpu);
             }
         }
     }

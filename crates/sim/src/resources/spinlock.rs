@@ -1,14 +1,31 @@
-//! A queued (FIFO, ticket-like) spinlock.
+//! A spinlock, with the hand-off cost of the lock algorithm the real code uses.
 //!
 //! Model, per acquisition by a task on CPU `c` at time `t`:
-//! 1. The task takes its place in line at `t` (the ticket `fetch_add`) and spends
-//!    [`SpinParams::acquire_ns`] of system time on that atomic.
+//! 1. The task takes its place in line at `t` (the ticket `fetch_add`, the queued lock's
+//!    `xchg`, the test-and-set's first atomic) and spends [`SpinParams::acquire_ns`] of
+//!    system time on that atomic.
 //! 2. If the lock was free and nobody was queued, it holds the lock from `t`: the
 //!    uncontended cost is `acquire_ns` now and [`SpinParams::release_ns`] at unlock, and
 //!    nothing else.
 //! 3. Otherwise it spins, its CPU busy and charged to [`Account::Spin`], until the holder
-//!    ahead of it releases at `r` and the release reaches it at `r + handoff_ns` (the
-//!    cache-line transfer to the next waiter). Waiters are served in arrival order.
+//!    ahead of it releases at `r` and the lock reaches it at `r + hand-off`. Waiters are
+//!    served in arrival order.
+//!
+//! The hand-off depends on how the waiters spin ([`LockKind`]), with `n` CPUs waiting and
+//! `x` the line transfer from the releasing CPU to the next holder (the engine's topology
+//! distance, or half of [`SpinParams::handoff_ns`] without one):
+//! - [`LockKind::Queued`] (MCS, Linux's qspinlock): each waiter spins on its own node, so
+//!   a release moves one line to one waiter: `2x` (it reads the release, then takes the
+//!   lock word), whatever `n`;
+//! - [`LockKind::Ticket`]: every waiter spins reading the one lock word; the release
+//!   invalidates all their copies and they re-read it one transfer at a time, the next
+//!   ticket's holder among them: `2x + (n - 1) x / 2` on average (Boyd-Wickizer et al.,
+//!   "Non-scalable locks are dangerous", Linux Symposium 2012: hand-off time grows with
+//!   the waiters);
+//! - [`LockKind::TestAndSet`]: every waiter sees the release and tries its atomic; the
+//!   line serves them one at a time and the losers' attempts hold the line the new
+//!   holder then needs: `2x + (n - 1) x`. (Who wins is not modelled: the line stays
+//!   FIFO, only the cost grows.)
 //!
 //! Statistics: a *wait* is the time from the end of the acquire cost to holding the lock
 //! (zero when uncontended); *contended* counts acquisitions that found the lock held or
@@ -33,9 +50,13 @@ pub struct SpinParams {
     pub acquire_ns: u64,
     /// The releasing store. Assumed 5 ns (a plain store with release ordering).
     pub release_ns: u64,
-    /// From a release to the next waiter seeing it: one cache-line transfer between
-    /// cores. Assumed 70 ns (same socket, cross-core, typical of large servers).
+    /// From a release to one waiter holding the lock when it is the only waiter: two
+    /// cache-line transfers between cores (the waiter reads the release, then takes the
+    /// lock word). Assumed 70 ns. With a topology, the two transfers cost the distance
+    /// between the releasing and the next holder's CPU instead.
     pub handoff_ns: u64,
+    /// How the waiters spin, which sets how a hand-off grows with them.
+    pub kind: LockKind,
 }
 
 impl Default for SpinParams {
@@ -44,7 +65,46 @@ impl Default for SpinParams {
             acquire_ns: 20,
             release_ns: 5,
             handoff_ns: 70,
+            kind: LockKind::Queued,
         }
+    }
+}
+
+/// The spinlock algorithm: how waiters spin and so what a hand-off costs with `n` waiting.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum LockKind {
+    /// An MCS-style queued lock (Linux's qspinlock: x86 from 4.2, arm64 from 4.19, powerpc
+    /// from 5.13): a constant hand-off.
+    #[default]
+    Queued,
+    /// A ticket lock (arm64 before 4.19, ia64 from 2.6.29): every waiter re-reads the one
+    /// word, so a hand-off grows with the waiters.
+    Ticket,
+    /// A test-and-set (test-and-test-and-set) lock (powerpc before 5.13, ia64 before
+    /// 2.6.29): every waiter retries its atomic on a release, so a hand-off grows faster.
+    TestAndSet,
+}
+
+impl LockKind {
+    /// The scenario and report spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Queued => "queued",
+            LockKind::Ticket => "ticket",
+            LockKind::TestAndSet => "test-and-set",
+        }
+    }
+
+    /// The hand-off with `waiting` CPUs waiting (at least 1), `transfer_ns` the line
+    /// transfer from the releasing CPU to the next holder.
+    pub fn handoff_ns(self, waiting: usize, transfer_ns: u64) -> u64 {
+        let others = waiting.saturating_sub(1) as u64;
+        2 * transfer_ns
+            + match self {
+                LockKind::Queued => 0,
+                LockKind::Ticket => others * transfer_ns / 2,
+                LockKind::TestAndSet => others * transfer_ns,
+            }
     }
 }
 
@@ -54,11 +114,29 @@ pub(crate) struct SpinState {
     pub(crate) line: WaitLine,
 }
 
+/// The hand-off of spinlock `idx` released by CPU `cpu` to its next waiter (0 if none).
+fn handoff_of(st: &State, idx: usize, cpu: u32) -> u64 {
+    let s = &st.spin[idx];
+    match s.line.next_waiter() {
+        Some((to, waiting)) => {
+            let flat = s.params.handoff_ns / 2;
+            let x = if st.topology.is_some() {
+                st.transfer_ns(cpu, to, flat)
+            } else {
+                flat
+            };
+            s.params.kind.handoff_ns(waiting, x)
+        }
+        None => 0,
+    }
+}
+
 impl Release for SpinLock {
-    fn release(st: &mut State, idx: usize) -> bool {
+    fn release(st: &mut State, idx: usize, cpu: u32) -> bool {
         let now = st.now;
+        let delay = handoff_of(st, idx, cpu);
         let s = &mut st.spin[idx];
-        match s.line.release(now, s.params.handoff_ns) {
+        match s.line.release(now, delay) {
             Some((at, w)) => {
                 st.schedule(at, w);
                 true
@@ -161,7 +239,7 @@ impl<'a> Future for SpinLockFuture<'a> {
                 Phase::Start => {
                     let now = st.now;
                     let s = &mut st.spin[idx];
-                    this.contended = s.line.arrive(me, now);
+                    this.contended = s.line.arrive(me, cpu, now);
                     let acquire = s.params.acquire_ns;
                     this.acquired_at = now + acquire;
                     this.phase = Phase::Acquiring;
@@ -242,8 +320,9 @@ impl Drop for SpinLockFuture<'_> {
             st.end_busy(self.ctx.cpu);
         }
         let now = st.now;
+        let delay = handoff_of(&st, idx, self.ctx.cpu);
         let s = &mut st.spin[idx];
-        if let Some((at, w)) = s.line.abandon(me, now, s.params.handoff_ns) {
+        if let Some((at, w)) = s.line.abandon(me, now, delay) {
             st.schedule(at, w);
         }
     }
@@ -283,7 +362,7 @@ impl Drop for SpinGuard<'_> {
     fn drop(&mut self) {
         if self.held {
             if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-                SpinLock::release(&mut st, self.lock.idx);
+                SpinLock::release(&mut st, self.lock.idx, self.ctx.cpu);
             }
         }
     }

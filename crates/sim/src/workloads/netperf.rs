@@ -426,14 +426,15 @@ pub fn run_stream(
     dev: Device,
     profile: &PlatformProfile,
     serialisation: HvSerialisation,
+    pool_lock: crate::resources::LockKind,
     seed: u64,
 ) -> Result<StreamResult, NicError> {
     let cpus = (profile.cpu.cores as usize).max(cfg.threads).max(1);
-    let mut sim = Sim::new(SimConfig { cpus, seed })?;
+    let mut sim = Sim::for_machine(SimConfig { cpus, seed }, profile)?;
     // Every queue's receive pages are mapped when the interface comes up (before the
     // run, not timed), whether or not a thread reads from it: they occupy the window.
     let rings = map_rx_rings(cfg, &iommu, &dev, cpus)?;
-    let dma = TceDma::new(sim.handle(), iommu, dev, profile, serialisation)?;
+    let dma = TceDma::new(sim.handle(), iommu, dev, profile, serialisation, pool_lock)?;
     for b in rings.iter().flatten() {
         dma.note_mapped(b);
     }

@@ -192,8 +192,11 @@ impl IommuMode {
 pub enum CmdqDesign {
     /// One spinlock around insertion; the sync is waited for under it (before Linux 5.3).
     Spinlock,
-    /// Lock-free reservation, gathered batches (Linux 5.3 onwards).
+    /// Lock-free reservation with a `cmpxchg` loop, gathered batches (Linux 5.4 onwards).
     LockFree,
+    /// John Garry's unmerged 2020 variant of the lock-free queue: slots reserved with one
+    /// atomic add instead of the `cmpxchg` loop.
+    AtomicAdd,
 }
 
 impl CmdqDesign {
@@ -202,6 +205,7 @@ impl CmdqDesign {
         match self {
             CmdqDesign::Spinlock => "spinlock",
             CmdqDesign::LockFree => "lockfree",
+            CmdqDesign::AtomicAdd => "atomic-add",
         }
     }
 }
@@ -509,11 +513,14 @@ pub(super) fn iommu(
     let cmdq = match s.cmdq.as_deref().unwrap_or(release_cmdq) {
         "spinlock" => CmdqDesign::Spinlock,
         "lockfree" => CmdqDesign::LockFree,
+        "atomic-add" => CmdqDesign::AtomicAdd,
         other => {
             return Err(doc
                 .field_error(
                     "iommu.cmdq",
-                    format!("unknown design \"{other}\": expected \"spinlock\" or \"lockfree\""),
+                    format!(
+                        "unknown design \"{other}\": expected \"spinlock\", \"lockfree\" or \"atomic-add\""
+                    ),
                 )
                 .into())
         }
@@ -882,7 +889,7 @@ mod tests {
         refused(
             &with(FIO_NVME, "iommu", "cmdq = \"ticket\""),
             "iommu.cmdq",
-            "unknown design \"ticket\": expected \"spinlock\" or \"lockfree\"",
+            "unknown design \"ticket\": expected \"spinlock\", \"lockfree\" or \"atomic-add\"",
         );
         refused(
             &with(FIO_NVME, "iommu", "stage = 2"),
