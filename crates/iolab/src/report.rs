@@ -293,7 +293,11 @@ fn rate(m: &Measurement) -> Option<(&'static str, f64)> {
             return Some((axis, x.value));
         }
     }
-    None
+    // dma_map_benchmark: map+unmap pairs per thread per second.
+    m.metrics
+        .iter()
+        .find(|x| x.name == "map_benchmark.pairs_per_thread_per_s")
+        .map(|x| ("map+unmap pairs per thread per s", x.value))
 }
 
 /// A scaling plot's data: series name -> x -> the y values (one per run).

@@ -721,7 +721,10 @@ fn dropped_note(points: &[Point]) -> Option<String> {
 }
 
 /// Metrics shown in the result table, in this order, where any point has them.
-const TABLE_METRICS: [&str; 12] = [
+const TABLE_METRICS: [&str; 15] = [
+    "map_benchmark.pairs_per_thread_per_s",
+    "map_benchmark.unmap_mean_ns",
+    "cmdq.cas_success_rate",
     "read.iops",
     "write.iops",
     "read.clat_mean_ns",

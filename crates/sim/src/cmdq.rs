@@ -11,8 +11,9 @@
 //! driver's `cmpxchg` loop on the shared `{prod, cons | OWNED}` word, an engine
 //! [`CacheLine`]: each attempt needs the line exclusively, attempts of all CPUs are granted
 //! one transfer at a time, and an attempt fails when another CPU changed the word since this
-//! CPU read it, so failures and retries grow with the contenders as they do on hardware
-//! (at 64 CPUs about 1 in 12 attempts succeed, RESEARCH.md); [`Mode::AtomicAdd`] is John
+//! CPU read it (with near atomics, a retry issued while the CPU still holds the line
+//! succeeds; with far atomics every retry waits its turn at the line's home, so failures
+//! grow with the contenders: docs/model/contention.md); [`Mode::AtomicAdd`] is John
 //! Garry's unmerged 2020 variant that reserves with one atomic add instead. Both gather the
 //! commands and syncs of CPUs that reserve while an owner's window is open (up to `batch_max` commands, one PROD write for
 //! the batch), and waits for each CPU's sync without a lock. A CPU learns of a sync's
@@ -524,9 +525,10 @@ impl SimCmdq {
         let g = lock.lock(ctx).await;
         let cpu = ctx.cpu().id();
         let waited = ctx.now().as_ns() - t0 > self.lock_acquire_ns;
-        if !waited && self.last_holder.get().is_some_and(|c| c != cpu) {
+        if let Some(last) = self.last_holder.get().filter(|&c| !waited && c != cpu) {
+            let transfer = self.h.transfer_ns(last, cpu, self.line.transfer_ns);
             ctx.cpu()
-                .spend(SimDuration::ns(self.line.transfer_ns), Account::System)
+                .spend(SimDuration::ns(transfer), Account::System)
                 .await;
         }
         self.last_holder.set(Some(cpu));

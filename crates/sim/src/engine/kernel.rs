@@ -446,6 +446,15 @@ impl State {
         }
     }
 
+    /// The round trip from a CPU to a line's home in the shared cache, for far atomics: the
+    /// topology's same-die transfer, or `flat_ns` without a topology.
+    #[inline]
+    pub(crate) fn home_round_trip_ns(&self, flat_ns: u64) -> u64 {
+        self.topology
+            .as_ref()
+            .map_or(flat_ns, |t| t.costs().same_die_ns)
+    }
+
     pub(crate) fn fail(&mut self, e: SimError) {
         if self.error.is_none() {
             self.error = Some(e);

@@ -159,6 +159,15 @@ impl Handle {
         self.0.st.borrow().cpu_count()
     }
 
+    /// What moving a cache line from CPU `from` to CPU `to` costs: the topology's distance
+    /// cost, or `flat_ns` without a topology (0 for the same CPU).
+    pub fn transfer_ns(&self, from: usize, to: usize, flat_ns: u64) -> u64 {
+        self.0
+            .st
+            .borrow()
+            .transfer_ns(from as u32, to as u32, flat_ns)
+    }
+
     /// Places the CPUs in `topology`: from now on a cache line (and a lock's hand-off)
     /// moving between two CPUs costs the transfer at their distance.
     pub fn set_topology(&self, topology: Topology) {

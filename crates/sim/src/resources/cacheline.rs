@@ -63,7 +63,9 @@ pub enum AtomicsAt {
     /// At the line's home (Arm LSE far atomics, executed by the interconnect or the shared
     /// cache): the line never moves to the CPUs; the home executes atomics one at a time,
     /// each occupying it `service_ns`, in the order they arrive, and each CPU waits the
-    /// round trip [`LineParams::transfer_ns`] plus its turn. A failed compare-and-swap's
+    /// round trip to the home (the topology's same-die transfer: homes are spread over the
+    /// die's shared-cache slices; [`LineParams::transfer_ns`] without a topology) plus its
+    /// turn, even uncontended. A failed compare-and-swap's
     /// retry goes back to the home and waits behind every request that arrived meanwhile.
     Far {
         /// The home's time per atomic, ns.
@@ -310,18 +312,20 @@ impl LineAccess<'_> {
         let cost = match l.params.atomics {
             AtomicsAt::Far { service_ns } if exclusive => {
                 // Executed at the home in arrival order; the CPU waits the round trip.
-                let arrive = now + flat / 2;
+                let rt = st.home_round_trip_ns(flat);
+                let arrive = now + rt / 2;
                 let l = &mut st.lines[self.idx];
                 let start = arrive.max(l.busy_until);
                 l.busy_until = start + service_ns;
                 l.last_cpu = NO_CPU;
                 l.sharers.iter_mut().for_each(|w| *w = 0);
-                l.busy_until + (flat - flat / 2) - now
+                l.busy_until + (rt - rt / 2) - now
             }
             AtomicsAt::Far { .. } => {
                 // A load from the home: a round trip, no turn at the home's atomic unit.
+                let rt = st.home_round_trip_ns(flat);
                 st.lines[self.idx].add_sharer(cpu);
-                flat
+                rt
             }
             AtomicsAt::Near => {
                 // The newest copy comes from the last writer; a write also invalidates the
