@@ -969,17 +969,11 @@ fn run_map_benchmark(
         if let Some(q) = out.cmdq.filter(|q| q.cas_attempts > 0) {
             let _ = writeln!(
                 text,
-                "  cmdq         : {} reservations, {} cmpxchg attempts ({}), {:.0} ns sync wait per unmap",
+                "  cmdq         : {} reservations, {} cmpxchg attempts ({} failed, 1 in {:.2} succeeds), {:.0} ns sync wait per unmap",
                 q.cas_attempts - q.cas_failures,
                 q.cas_attempts,
-                if q.cas_failures == 0 {
-                    "none failed".to_string()
-                } else {
-                    format!(
-                        "1 in {:.1} succeeded",
-                        q.cas_attempts as f64 / (q.cas_attempts - q.cas_failures) as f64
-                    )
-                },
+                q.cas_failures,
+                q.cas_attempts as f64 / (q.cas_attempts - q.cas_failures).max(1) as f64,
                 per(q.sync_wait_ns as f64, q.issues)
             );
         }
