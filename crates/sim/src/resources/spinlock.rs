@@ -86,15 +86,6 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    /// The scenario and report spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            LockKind::Queued => "queued",
-            LockKind::Ticket => "ticket",
-            LockKind::TestAndSet => "test-and-set",
-        }
-    }
-
     /// The hand-off with `waiting` CPUs waiting (at least 1), `transfer_ns` the line
     /// transfer from the releasing CPU to the next holder.
     pub fn handoff_ns(self, waiting: usize, transfer_ns: u64) -> u64 {
