@@ -89,4 +89,13 @@ fn a_window_inside_the_lazy_warm_up_is_flagged_not_steady() {
     // The warm-up is the IOVA caches filling: the tree lock is taken far more than once warm.
     let tree = metric(&r, "lock.iova_tree.acquisitions");
     assert!(tree > 1000.0, "only {tree} tree allocations in the warm-up");
+    // The magazines move through the depot under its own engine lock, which CPUs contend
+    // for while the submit-only CPUs' magazines fill from it.
+    let depot = metric(&r, "lock.iova_depot.acquisitions");
+    let contended = metric(&r, "lock.iova_depot.contended");
+    assert!(depot > 100.0, "only {depot} depot acquisitions");
+    assert!(
+        contended > 0.0 && contended <= depot,
+        "{contended} of {depot}"
+    );
 }

@@ -152,6 +152,9 @@ pub(super) struct Unit {
     tree_lock: SpinLock,
     /// Per CPU: its flush queue's lock (lazy mode).
     fq_locks: Vec<SpinLock>,
+    /// The IOVA magazine depot's lock (Linux `rcache->lock`), taken when a CPU's two
+    /// magazines are both full or both empty; one for the size classes together.
+    depot_lock: SpinLock,
     /// Where this instance's protection report is read.
     protection: ProtectionProbe,
     /// Lazy mode over a timed queue: what closes the domain's stale windows.
@@ -204,13 +207,30 @@ pub(super) fn tree_lock_name(k: usize) -> String {
     }
 }
 
+/// The engine name of IOMMU instance `k`'s magazine-depot lock.
+fn depot_lock_name(k: usize) -> String {
+    if k == 0 {
+        "iova_depot_lock".to_owned()
+    } else {
+        format!("iova_depot_lock#{k}")
+    }
+}
+
 /// A map's or unmap's work record, priced ([`Stack::charge`]).
 struct Charge {
     queue: QueueWork,
-    critical: (f64, f64),
+    critical: Critical,
     ns: Result<f64, String>,
-    locks: Option<(u64, u64)>,
+    locks: Option<EngineLocks>,
 }
+
+/// The locks the engine models for a map or unmap, in this order: the IOVA tree's lock, the
+/// CPU's flush-queue lock and the magazine depot's lock.
+const ENGINE_LOCKS: [LockId; 3] = [LockId::IovaTree, LockId::FlushQueue, LockId::RcacheDepot];
+/// Acquisitions of each of [`ENGINE_LOCKS`] in one work record.
+type EngineLocks = [u64; 3];
+/// CPU time of the work done under each of [`ENGINE_LOCKS`], ns.
+type Critical = [f64; 3];
 
 pub(super) struct Stack {
     /// The IOMMU instances (one unless `iommu.instances` says more).
@@ -228,6 +248,8 @@ pub(super) struct Stack {
     k: BlockKernel,
     mmio_write_ns: u64,
     poll_interval_ns: u64,
+    /// One magazine exchange with the depot (`cpu.depot_exchange`), ns.
+    depot_exchange_ns: f64,
     iodepth: u64,
     slot_bytes: u64,
     pub(super) counters: RefCell<DmaCounters>,
@@ -272,7 +294,7 @@ impl Stack {
         let queue = self.split_queue(w);
         // Every conversion of the record at once (kept for the records that repeat).
         let cost = self.cost.record_cost(w);
-        let critical = Self::critical_ns(w, &cost);
+        let critical = self.critical_ns(w, &cost);
         Charge {
             queue,
             critical,
@@ -290,7 +312,7 @@ impl Stack {
         &self,
         w: &WorkRecord,
         cost: &RecordCost,
-        critical: (f64, f64),
+        critical: Critical,
     ) -> Result<f64, String> {
         let hv = match cost.hypervisor_ns {
             Some(hv) => hv,
@@ -301,37 +323,33 @@ impl Stack {
                 .map_err(|e| self.fail(e.to_string()))?,
         };
         let polls = w.polls.saturating_sub(w.inval_domains) * self.poll_interval_ns;
-        // The two locks the engine models are charged by `locked`, not here.
+        // The locks the engine models are charged by `locked`, not here.
         // A lock not taken adds +0.0, what `0 × cost` is for the profile's finite,
         // non-negative lock costs (as `CpuCostModel::locks_uncontended_ns` skips them).
-        let engine_locks =
-            [LockId::IovaTree, LockId::FlushQueue].map(|id| match w.lock_count(id) {
-                0 => 0.0,
-                n => n as f64 * self.cost.lock_uncontended_ns(id),
-            });
-        let (tree, fq) = critical;
-        Ok(cost.cpu_ns - tree - fq + cost.locks_uncontended_ns
-            - (engine_locks[0] + engine_locks[1])
+        let engine_locks = ENGINE_LOCKS.map(|id| match w.lock_count(id) {
+            0 => 0.0,
+            n => n as f64 * self.cost.lock_uncontended_ns(id),
+        });
+        let [tree, fq, depot] = critical;
+        Ok(cost.cpu_ns - tree - fq - depot + cost.locks_uncontended_ns
+            - (engine_locks[0] + engine_locks[1] + engine_locks[2])
             + hv
             + polls as f64)
     }
 
-    /// The acquisitions of the engine-modelled locks in `w`, (IOVA tree, flush queue), for
+    /// The acquisitions of the engine-modelled locks in `w` ([`ENGINE_LOCKS`]), for
     /// [`Stack::locked`] (so the record itself need not be kept across its awaits); `None`
-    /// when `w` took neither.
-    fn engine_locks(w: &WorkRecord) -> Option<(u64, u64)> {
-        let locks = (
-            w.lock_count(LockId::IovaTree),
-            w.lock_count(LockId::FlushQueue),
-        );
-        (locks != (0, 0)).then_some(locks)
+    /// when `w` took none.
+    fn engine_locks(w: &WorkRecord) -> Option<EngineLocks> {
+        let locks = ENGINE_LOCKS.map(|id| w.lock_count(id));
+        (locks != [0; 3]).then_some(locks)
     }
 
     /// CPU time of the work done under the IOVA tree's lock (tree walk, rotations) and
     /// under a flush queue's lock (ring adds, frees, flushes' bookkeeping), from the
     /// record's `cost`. Computed once per map or unmap and handed to [`Stack::work_ns`] and
     /// [`Stack::locked`].
-    fn critical_ns(w: &WorkRecord, cost: &RecordCost) -> (f64, f64) {
+    fn critical_ns(&self, w: &WorkRecord, cost: &RecordCost) -> Critical {
         // Work is charged under a lock only if the record took it (most maps and unmaps
         // take neither: the IOVA caches hit, strict mode has no flush queue).
         let tree = if w.lock_count(LockId::IovaTree) > 0 {
@@ -344,18 +362,25 @@ impl Stack {
         } else {
             0.0
         };
-        (tree, fq)
+        // The depot's magazine exchanges are done under its lock.
+        let depot = if w.lock_count(LockId::RcacheDepot) > 0 {
+            w.depot_exchanges as f64 * self.depot_exchange_ns
+        } else {
+            0.0
+        };
+        [tree, fq, depot]
     }
 
     /// Takes the IOVA-tree and flush-queue locks a work record took (`locks`, from
     /// [`Stack::engine_locks`]), each for its share of the work done under it, on `ctx`'s
     /// CPU (waiters spin). `critical` is [`Stack::critical_ns`] of the record.
-    async fn locked(&self, u: &Unit, ctx: &Ctx, locks: (u64, u64), critical: (f64, f64)) {
-        let (tree, fq) = critical;
+    async fn locked(&self, u: &Unit, ctx: &Ctx, locks: EngineLocks, critical: Critical) {
+        let [tree, fq, depot] = critical;
         let cpu = ctx.cpu().id();
         for (lock, n, ns) in [
-            (&u.tree_lock, locks.0, tree),
-            (&u.fq_locks[cpu % u.fq_locks.len()], locks.1, fq),
+            (&u.tree_lock, locks[0], tree),
+            (&u.fq_locks[cpu % u.fq_locks.len()], locks[1], fq),
+            (&u.depot_lock, locks[2], depot),
         ] {
             for i in 0..n {
                 let g = lock.lock(ctx).await;
@@ -998,6 +1023,8 @@ pub(crate) struct FioRun {
     pub iotlb: bool,
     /// The IOVA tree's lock over the measured window: (acquisitions, contended).
     pub tree_lock: (u64, u64),
+    /// The IOVA magazine depot's lock over the measured window: (acquisitions, contended).
+    pub depot_lock: (u64, u64),
     /// The SMMUv3 spinlock command queue's lock over the measured window, summed over the
     /// instances: (acquisitions, contended, total wait ns); zeros for other queues.
     pub cmdq_lock: (u64, u64, u64),
@@ -1171,6 +1198,7 @@ pub(super) fn start_stack(
             fq_locks: (0..s.cpus)
                 .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}{tag}"), lock_params(s)))
                 .collect::<Result<Vec<_>, _>>()?,
+            depot_lock: SpinLock::new(&h, depot_lock_name(k), lock_params(s))?,
             protection: b.protection,
         });
     }
@@ -1179,6 +1207,7 @@ pub(super) fn start_stack(
         units,
         dev_unit,
         poll_interval_ns,
+        depot_exchange_ns: cost.cpu_weight("depot_exchanges").unwrap_or(0.0),
         cost,
         devs,
         vectors: vector_cpus
@@ -1269,12 +1298,13 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let dma = *stack.counters.borrow();
     let cmdq = stack.cmdq_stats();
     let queues = stack.queue_stats();
-    let tree_window = |a: &RunReport, b: &RunReport| {
+    let window_of = |name: fn(usize) -> String, a: &RunReport, b: &RunReport| {
         (0..stack.units.len()).fold((0, 0), |(n, c), k| {
-            let (n1, c1) = lock_window(a, b, &tree_lock_name(k));
+            let (n1, c1) = lock_window(a, b, &name(k));
             (n + n1, c + c1)
         })
     };
+    let tree_window = |a: &RunReport, b: &RunReport| window_of(tree_lock_name, a, b);
     let cmdq_lock = (0..stack.units.len()).fold((0, 0, 0), |(n, c, w), k| {
         let (n1, c1, w1) = lock_window_wait(&before, &after, &cmdq_lock_name(k));
         (n + n1, c + c1, w + w1)
@@ -1287,6 +1317,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         dma,
         iotlb: cmdq.is_some(),
         tree_lock: tree_window(&before, &after),
+        depot_lock: window_of(depot_lock_name, &before, &after),
         cmdq_lock,
         halves: WindowHalves {
             ios: [ios_first, ios_total.saturating_sub(ios_first)],

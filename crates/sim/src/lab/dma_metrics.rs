@@ -30,6 +30,17 @@ pub(super) fn iova_tree_lock(m: Measurement, (acquisitions, contended): (u64, u6
     ])
 }
 
+/// `lock.iova_depot.acquisitions` and `.contended`, from `(acquisitions, contended)`.
+pub(super) fn iova_depot_lock(
+    m: Measurement,
+    (acquisitions, contended): (u64, u64),
+) -> Measurement {
+    m.metrics(&[
+        ("lock.iova_depot.acquisitions", "count", acquisitions as f64),
+        ("lock.iova_depot.contended", "count", contended as f64),
+    ])
+}
+
 /// `{prefix}.commands` and `{prefix}.sync_wait_ns` (mean wait per issue) of one command
 /// queue (`prefix` is `cmdq`, or `cmdq.instance{k}` for one of several instances).
 pub(super) fn cmdq_core(m: Measurement, prefix: &str, q: &CmdqStats) -> Measurement {

@@ -1032,6 +1032,7 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
         m = dma_metrics::map_path_and_irqs(m, &out.dma);
         m = dma_metrics::iova_variants(m, &out.dma);
         m = dma_metrics::iova_tree_lock(m, out.tree_lock);
+        m = dma_metrics::iova_depot_lock(m, out.depot_lock);
         m = m.metric(Metric::new(
             "window.iops_change_pct",
             "%",
