@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use iolab_sim::experiment::ExperimentReport;
 use iolab_sim::metrics::{CpuBreakdown, LatencyHistogram, Measurement, Metric};
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
 /// The default results file, in the current directory.
@@ -18,6 +18,9 @@ pub const DEFAULT_PATH: &str = "iolab-results.db";
 
 /// `PRAGMA application_id` of an iolab results database ("IOLB").
 pub(crate) const APPLICATION_ID: i64 = 0x494F_4C42;
+
+/// How long an access waits for another process's lock on the file before it fails.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Schema migrations; entry `i` takes the database from `user_version` `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -384,7 +387,11 @@ impl ResultsDb {
             }
         }
         let conn = Connection::open(path).map_err(|e| classify(path, e))?;
-        let db = ResultsDb {
+        // Before the first statement: another process may be creating or writing the file,
+        // and every access then waits for its lock instead of failing at once.
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| classify(path, e))?;
+        let mut db = ResultsDb {
             conn,
             path: path.to_owned(),
         };
@@ -425,7 +432,7 @@ impl ResultsDb {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
-    fn check_and_migrate(&self) -> Result<(), DbError> {
+    fn check_and_migrate(&mut self) -> Result<(), DbError> {
         // Reading the header is the first access: a file that is not SQLite fails here,
         // before anything is written.
         let app_id: i64 = self
@@ -454,25 +461,47 @@ impl ResultsDb {
                 known: SCHEMA_VERSION,
             });
         }
+        if version == SCHEMA_VERSION {
+            return self
+                .conn
+                .pragma_update(None, "foreign_keys", true)
+                .map_err(|e| self.err(e));
+        }
         // Foreign keys are off while migrating (a migration may rebuild `runs`, see v4; the
         // bundled SQLite turns them on by default) and on for everything after.
         self.conn
             .pragma_update(None, "foreign_keys", false)
             .map_err(|e| self.err(e))?;
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
-            let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
-            tx.execute_batch(sql).map_err(|e| self.err(e))?;
+        loop {
+            // Each step takes the write lock first (IMMEDIATE) and reads the version under
+            // it: processes that open a new file together serialise here, and the ones after
+            // the first find its schema instead of creating it again.
+            let path = self.path.clone();
+            let err = |e| classify(&path, e);
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let version: i64 = tx
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .map_err(err)?;
+            let i = version.max(0) as usize;
+            let Some(sql) = MIGRATIONS.get(i) else {
+                tx.commit().map_err(err)?;
+                break;
+            };
+            tx.execute_batch(sql).map_err(err)?;
             if i + 1 == TYPED_ATTRS_VERSION {
                 move_attrs_to_typed_table(&tx).map_err(|what| DbError::Corrupt {
-                    path: self.path.clone(),
+                    path: path.clone(),
                     what: format!("migrating to typed attributes: {what}"),
                 })?;
             }
             tx.pragma_update(None, "application_id", APPLICATION_ID)
-                .map_err(|e| self.err(e))?;
+                .map_err(err)?;
             tx.pragma_update(None, "user_version", i as i64 + 1)
-                .map_err(|e| self.err(e))?;
-            tx.commit().map_err(|e| self.err(e))?;
+                .map_err(err)?;
+            tx.commit().map_err(err)?;
         }
         self.conn
             .pragma_update(None, "foreign_keys", true)

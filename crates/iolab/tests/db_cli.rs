@@ -426,3 +426,42 @@ fn only_commands_that_use_a_database_take_db_and_no_db() {
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_results_file_created_by_several_processes_at_once_stores_every_run() {
+    let dir = temp_dir("concurrent-create");
+    let db = dir.join("new.db");
+    // Several processes start together on a file that does not exist yet: each opens it,
+    // creates or finds the schema, and stores its run.
+    let children: Vec<_> = (1..=6)
+        .map(|seed| {
+            Command::new(env!("CARGO_BIN_EXE_iolab"))
+                .args(["run", "--example", "fio-nvme-strict", "--db"])
+                .arg(&db)
+                .args(["--seed", &seed.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("iolab starts")
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().expect("iolab finishes");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = iolab(&["runs", "list", "--format", "json", "--db", s(&db)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let mut seeds: Vec<u64> = list
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|r| r["seed"].as_u64().expect("a seed"))
+        .collect();
+    seeds.sort_unstable();
+    assert_eq!(seeds, [1, 2, 3, 4, 5, 6]);
+}
