@@ -411,8 +411,15 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
         Some(g) => glob_match(g, name),
         None => true,
     };
-    for &id in runs {
-        let run = db.show(id)?;
+    let shown: Vec<_> = runs
+        .iter()
+        .map(|&id| db.show(id))
+        .collect::<Result<_, _>>()?;
+    // A configuration whose measurements differ in an attribute other than the seed (the
+    // points of a sweep, runs of edited scenarios under one name) is one configuration per
+    // value of those attributes: its runs are never pooled as repetitions.
+    let varying = varying_attributes(shown.iter().flat_map(|r| r.measurements.iter()));
+    for run in &shown {
         s.all_lab &= run.kind == "lab";
         if run.measurements.is_empty() {
             for f in run.figures.iter().filter(|f| wanted(&f.id)) {
@@ -420,8 +427,12 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
             }
         }
         for m in &run.measurements {
+            let config = match varying.get(&m.config) {
+                Some(keys) => point_label(&m.config, keys, &m.attrs),
+                None => m.config.clone(),
+            };
             s.attrs
-                .entry(m.config.clone())
+                .entry(config.clone())
                 .or_insert_with(|| m.attrs.clone());
             for x in &m.metrics {
                 let (name, unit, value) = iolab::vocab::canonical_metric(&x.name, &x.unit, x.value);
@@ -429,11 +440,50 @@ fn collect(db: &ResultsDb, runs: &[i64], metric: Option<&str>) -> Result<Samples
                 if !wanted(name) && !wanted(&x.name) {
                     continue;
                 }
-                s.push(&m.config, name, unit, value);
+                s.push(&config, name, unit, value);
             }
         }
     }
     Ok(s)
+}
+
+/// Attributes that tell repetitions of one configuration apart, never a reason to split it.
+const REPETITION_ATTRS: [&str; 2] = ["seed", "run"];
+
+/// Per configuration name, the attributes (other than [`REPETITION_ATTRS`]) whose values
+/// differ among its measurements, in name order; configurations whose measurements agree
+/// are absent.
+fn varying_attributes<'a>(
+    measurements: impl Iterator<Item = &'a iolab_sim::metrics::Measurement>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut seen: BTreeMap<&str, Vec<&BTreeMap<String, String>>> = BTreeMap::new();
+    for m in measurements {
+        seen.entry(&m.config).or_default().push(&m.attrs);
+    }
+    let mut out = BTreeMap::new();
+    for (config, all) in seen {
+        let keys: std::collections::BTreeSet<&String> = all.iter().flat_map(|a| a.keys()).collect();
+        let differ: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !REPETITION_ATTRS.contains(&k.as_str()))
+            .filter(|k| all.iter().any(|a| a.get(*k) != all[0].get(*k)))
+            .cloned()
+            .collect();
+        if !differ.is_empty() {
+            out.insert(config.to_owned(), differ);
+        }
+    }
+    out
+}
+
+/// A configuration's name for one point: `config [k1=v1 k2=v2]` with the attributes that
+/// vary (`-` for one a measurement lacks).
+fn point_label(config: &str, keys: &[String], attrs: &BTreeMap<String, String>) -> String {
+    let values: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{k}={}", attrs.get(k).map_or("-", String::as_str)))
+        .collect();
+    format!("{config} [{}]", values.join(" "))
 }
 
 /// Why a comparison could not be made.

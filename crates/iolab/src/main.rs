@@ -203,7 +203,11 @@ enum Command {
     /// name, then (lab runs measuring one configuration each) the only one on each side,
     /// then by their workload's attributes, typed (fio: rw, bs, iodepth, numjobs; `4k` is
     /// 4096), so a real fio import pairs with the lab run of the same job
-    /// (docs/VOCABULARY.md). Runs without measurements compare by figure id.
+    /// (docs/VOCABULARY.md). Runs without measurements compare by figure id. Measurements of
+    /// one configuration that differ in an attribute other than the seed (the points of a
+    /// sweep, runs of an edited scenario) are never pooled as repetitions: each value is a
+    /// configuration of its own, named with those attributes (`fio-nvme [numjobs=8]`), and
+    /// pairs with the same point on the other side.
     ///
     /// The text and Markdown tables print numbers for reading, about four significant
     /// digits: times in a fitting unit (`798.7 us`), integers below a million with

@@ -517,3 +517,62 @@ fn a_real_fio_import_and_the_lab_run_of_the_same_job_pair_by_attributes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sweep_points_pair_by_their_axis_values_and_are_never_pooled() {
+    let dir = temp_dir("sweeps");
+    let db = dir.join("r.db");
+    let db = db.to_str().unwrap();
+    let grid = |name: &str, set: &str| {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"{name}\"\nscenario = \"fio-nvme-vtd-strict\"\n[set]\n\
+                 \"workload.runtime_ms\" = 2\n\"workload.ramp_ms\" = 1\n{set}\n\
+                 [[axis]]\nfield = \"workload.numjobs\"\nvalues = [1, 8]\n"
+            ),
+        )
+        .unwrap();
+        ok(iolab(&["--db", db, "sweep", path.to_str().unwrap()]));
+    };
+    grid("a", "");
+    grid("b", "\"iommu.mode\" = \"passthrough\"");
+    let out = ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "sweep:a",
+        "sweep:b",
+        "--metric",
+        "read.iops",
+        "--format",
+        "json",
+    ]));
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    let rows = v["rows"].as_array().expect("rows");
+    // One row per point, one run a side: numjobs 1 and 8 are not repetitions of each other.
+    assert_eq!(rows.len(), 2, "{out}");
+    let mut configs: Vec<&str> = rows.iter().map(|r| r["config"].as_str().unwrap()).collect();
+    configs.sort_unstable();
+    assert!(configs[0].contains("numjobs=1"), "{configs:?}");
+    assert!(configs[1].contains("numjobs=8"), "{configs:?}");
+    for r in rows {
+        assert_eq!(r["a"]["n"], 1, "{r}");
+        assert_eq!(r["b"]["n"], 1, "{r}");
+    }
+    // The text says which point each row is.
+    let text = ok(iolab(&[
+        "--db",
+        db,
+        "compare",
+        "sweep:a",
+        "sweep:b",
+        "--metric",
+        "read.iops",
+    ]));
+    assert!(
+        text.contains("numjobs=1") && text.contains("numjobs=8"),
+        "{text}"
+    );
+}
