@@ -324,10 +324,10 @@ enum Command {
     },
     /// Run a scenario file with the timeline recorder on and write a Chrome/Perfetto trace.
     ///
-    /// The scenario (a file, or --example NAME) runs as `iolab run` runs it, one repetition
-    /// (an experiment runs each configuration once); the first
-    /// --sims simulations it creates (one per configuration, in the report's order) are
-    /// recorded: a track per virtual CPU (DMA map and unmap, lock spins, command-queue
+    /// The workload scenario (a file, or --example NAME; an experiment file is refused,
+    /// naming the cell files `iolab reproduce NAME --emit-scenarios DIR` writes) runs as
+    /// `iolab run` runs it, one repetition; the first --sims engine simulations it creates
+    /// are recorded: a track per virtual CPU (DMA map and unmap, lock spins, command-queue
     /// waits, user and system work), the IOMMU's command consumer, and each device queue's
     /// in-flight I/Os. `--from 10ms --to 12ms` keeps only the slices that overlap that
     /// virtual-time window (steady state rather than the ramp); --max-events then caps the
@@ -359,7 +359,8 @@ enum Command {
         /// Keep only slices that start before this virtual time (same units as --from).
         #[arg(long, value_name = "TIME", value_parser = trace::parse_virtual_time)]
         to: Option<u64>,
-        /// How many simulations (configurations) to trace, in the order they run.
+        /// How many engine simulations of the run to record, in the order they start (one
+        /// for every workload but netperf on POWER, which may start more).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
         sims: u64,
     },

@@ -106,6 +106,18 @@ pub fn run(args: &TraceArgs) -> ExitCode {
         return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
     }
     let what = format!("workload scenario {}", scenario.name);
+    if traces.is_empty() {
+        eprintln!(
+            "iolab trace: {origin}: its {} workload on a {} device ({}) runs in a model \
+             without the engine's timeline (the receive-stream model of x86 NICs), so there \
+             is nothing to record and nothing was written: expected a workload the engine \
+             runs (fio, bonnie, reaim, dma_map_benchmark, or netperf on POWER)",
+            scenario.workload.kind(),
+            scenario.devices.kind(),
+            scenario.profile.name
+        );
+        return ExitCode::from(2);
+    }
     let json = to_json(&traces);
     if let Err(e) = write_file(&args.output, &json) {
         eprintln!("iolab trace: cannot write {}: {e}", args.output.display());

@@ -597,3 +597,36 @@ fn bad_windows_are_refused_with_exit_code_2() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_workload_without_an_engine_timeline_is_refused_and_nothing_is_written() {
+    let dir = tmpdir("trace-rx-stream");
+    // An x86 NIC receive stream (the fands-iotlb experiment's cell): the receive-stream
+    // model runs no engine simulation.
+    let cells = dir.join("cells");
+    let out = iolab()
+        .args(["--no-db", "reproduce", "fands-iotlb", "--emit-scenarios"])
+        .arg(&cells)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = dir.join("t.json");
+    let out = iolab()
+        .arg("trace")
+        .arg(cells.join("fands-iotlb/f10.off.toml"))
+        .arg("-o")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("netperf workload") && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert!(!trace.exists());
+}
