@@ -189,6 +189,16 @@ pub fn run(args: &SoakArgs<'_>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if interval_ns > duration_ns {
+        eprintln!(
+            "iolab soak: --interval-s {} is longer than the soak (--hours {} = {}): expected an \
+             interval of at most the duration (or more --hours)",
+            args.interval_s,
+            args.hours,
+            virtual_time(duration_ns)
+        );
+        return ExitCode::from(2);
+    }
     let mut db = match args.db.map(ResultsDb::open).transpose() {
         Ok(db) => db,
         Err(e) => {

@@ -334,3 +334,18 @@ fn a_progress_bar_follows_the_checkpoints_on_a_terminal_only() {
     assert!(!quiet.contains("checkpoints,"), "{quiet}");
     assert!(quiet.contains("== soak: 8 read threads"), "{quiet}");
 }
+
+#[test]
+fn an_interval_longer_than_the_soak_names_both_flags_in_their_units() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_iolab"))
+        .args(["--no-db", "soak", "--hours", "0.002"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--interval-s 60") && err.contains("--hours 0.002 = 7.2 virtual s"),
+        "{err}"
+    );
+    assert!(!err.contains("60000000000"), "{err}");
+}

@@ -173,8 +173,8 @@ pub enum SoakError {
         field: &'static str,
         /// What is accepted.
         expected: String,
-        /// What was given.
-        found: u64,
+        /// What was given, with its unit.
+        found: String,
     },
     /// The DMA path refused an operation.
     #[error("DMA path: {0}")]
@@ -596,30 +596,34 @@ pub fn run_soak_observed(
     } = lab::netperf_parts(&sc.scenario)?;
     let scenario_threads = stream.threads;
     let threads = soak.threads.unwrap_or(scenario_threads);
-    let param = |field, expected: String, found: u64| SoakError::Param {
+    let param = |field, expected: String, found: String| SoakError::Param {
         field,
         expected,
         found,
     };
+    let time = |ns: u64| crate::engine::SimDuration::ns(ns).to_string();
     if threads == 0 || threads > scenario_threads.max(1) {
         return Err(param(
             "threads",
             format!("1..={scenario_threads} (the scenario's workload.threads)"),
-            threads as u64,
+            threads.to_string(),
         ));
     }
     if soak.duration_ns == 0 || soak.duration_ns > MAX_SOAK_SECONDS * 1_000_000_000 {
         return Err(param(
             "duration",
             format!("1 ns..={MAX_SOAK_SECONDS} s"),
-            soak.duration_ns,
+            time(soak.duration_ns),
         ));
     }
     if soak.interval_ns < MIN_INTERVAL_US * 1000 || soak.interval_ns > soak.duration_ns {
         return Err(param(
             "interval",
-            format!("{MIN_INTERVAL_US} us..=the duration"),
-            soak.interval_ns,
+            format!(
+                "{MIN_INTERVAL_US} us..=the duration ({})",
+                time(soak.duration_ns)
+            ),
+            time(soak.interval_ns),
         ));
     }
     let intervals = soak.duration_ns / soak.interval_ns;
@@ -627,7 +631,7 @@ pub fn run_soak_observed(
         return Err(param(
             "interval",
             format!("at most {MAX_INTERVALS} intervals in the duration"),
-            soak.interval_ns,
+            time(soak.interval_ns),
         ));
     }
     let end_ns = intervals * soak.interval_ns;
