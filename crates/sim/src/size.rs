@@ -1,6 +1,7 @@
 //! Byte sizes written as fio writes them: a plain integer (`4096`) or an integer with a
-//! `k`, `m`, `g` or `t` suffix in either case (`4k`, `1M`, `128k`), in powers of 1024 as
-//! fio reads `bs` under its default `kb_base=1024`.
+//! `k`, `m`, `g` or `t` prefix in either case, alone or followed by `b` or `ib` (`4k`, `1M`,
+//! `128KiB`, `4kB`), in powers of 1024 as fio reads `bs` under its default `kb_base=1024`
+//! (fio takes the IEC `KiB` as 1024 always, and `kB` as 1024 under that default).
 //!
 //! One parser, [`parse_size`], serves every scenario field that holds a byte size (through
 //! [`bytes`] and [`opt_bytes`], serde's `deserialize_with` helpers, which accept a TOML
@@ -21,7 +22,7 @@ use serde::de::{self, Deserializer, Visitor};
 
 /// What [`parse_size`] expects, for messages.
 pub const EXPECTED: &str =
-    "expected a size in bytes: an integer, or an integer with a k, m, g or t suffix (powers of 1024, as fio's bs), e.g. 4096, \"4k\", \"1m\"";
+    "expected a size in bytes: an integer, or an integer with a k, m, g or t suffix, optionally followed by b or ib (powers of 1024, as fio's bs), e.g. 4096, \"4k\", \"4KiB\", \"1m\"";
 
 /// Why a size was refused. Each message ends with what was expected ([`EXPECTED`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,7 +61,13 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     if digits.is_empty() {
         return Err(SizeError::Invalid(text.to_owned()));
     }
-    let shift = match suffix.to_ascii_lowercase().as_str() {
+    let lower = suffix.to_ascii_lowercase();
+    let prefix = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .filter(|p| !p.is_empty())
+        .unwrap_or(&lower);
+    let shift = match prefix {
         "" => 0,
         "k" => 10,
         "m" => 20,
@@ -130,6 +137,24 @@ mod tests {
         assert_eq!(parse_size("1t"), Ok(1 << 40));
         assert_eq!(parse_size(" 8k "), Ok(8192));
         assert_eq!(parse_size("0"), Ok(0));
+    }
+
+    #[test]
+    fn fio_unit_spellings_with_b_and_ib_are_powers_of_1024() {
+        for (text, want) in [
+            ("4KiB", 4096),
+            ("4kib", 4096),
+            ("4kB", 4096),
+            ("4KB", 4096),
+            ("1MiB", 1 << 20),
+            ("2GB", 2 << 30),
+            ("1TiB", 1 << 40),
+        ] {
+            assert_eq!(parse_size(text), Ok(want), "{text}");
+        }
+        for bad in ["4ib", "4b", "4kibb", "4kiB2", "4Ki"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
