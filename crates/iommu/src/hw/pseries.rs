@@ -480,6 +480,18 @@ impl CallPlan {
     }
 }
 
+/// The TCE permissions Linux writes for a mapping in direction `dir`: the powerpc IOMMU code
+/// (`arch/powerpc/platforms/pseries/iommu.c`, `tce_build_pSeriesLP` and `tce_build_pSeries`;
+/// PowerNV's `pnv_tce_build` the same) always sets `TCE_PCI_READ` and adds `TCE_PCI_WRITE`
+/// unless the transfer is `DMA_TO_DEVICE`. So a receive buffer (`DMA_FROM_DEVICE`) is
+/// readable by the device too, unlike dma-iommu's `dma_info_to_prot` (write only).
+pub const fn tce_prot(dir: Direction) -> Prot {
+    match dir {
+        Direction::ToDevice => Prot::READ,
+        Direction::FromDevice | Direction::Bidirectional => Prot::READ_WRITE,
+    }
+}
+
 /// The calls that build `n` TCEs with `features` (`tce_buildmulti_pSeriesLP`): one
 /// `H_PUT_TCE` per TCE for a single TCE or without the indirect call, else batches of up to
 /// 512 `H_PUT_TCE_INDIRECT`.
@@ -1239,7 +1251,7 @@ impl DmaPath for PseriesIommu {
             }
             Route::Window(w) => {
                 self.take_slot()?;
-                let prot = dir.prot();
+                let prot = tce_prot(dir);
                 match w.map(dev, pa.get(), len, prot, self.hv(), cpu, work) {
                     Ok((block, dma)) => {
                         let page = 1u64 << w.page_shift;
@@ -1336,7 +1348,7 @@ impl DmaPath for PseriesIommu {
         };
         self.take_slot()?;
         let max_seg = dev.max_segment_size();
-        let prot = dir.prot();
+        let prot = tce_prot(dir);
         let mut maps: Vec<TceMap> = Vec::with_capacity(entries.len());
         let mut segments: Vec<DmaSegment> = Vec::new();
         let mut per_segment: Vec<usize> = Vec::new();
@@ -1479,6 +1491,35 @@ mod tests {
 
     fn dev64() -> Device {
         Device::new(1, 64).unwrap()
+    }
+
+    #[test]
+    fn tces_carry_the_read_bit_in_every_direction_as_linux_builds_them() {
+        // tce_build_pSeriesLP: `proto_tce = TCE_PCI_READ; if (direction != DMA_TO_DEVICE)
+        // proto_tce |= TCE_PCI_WRITE;` with TCE_PCI_READ 0x1 and TCE_PCI_WRITE 0x2
+        // (arch/powerpc/include/asm/tce.h), the real page number from bit 12 up.
+        for (dir, bits) in [
+            (Direction::ToDevice, 0x1u64),
+            (Direction::FromDevice, 0x3),
+            (Direction::Bidirectional, 0x3),
+        ] {
+            let p = pseries(|_| {});
+            let mut w = WorkRecord::new();
+            let b = p
+                .map_single(&dev64(), PhysAddr::new(0x20_0000), 4096, dir, 0, &mut w)
+                .unwrap();
+            let window = &p.default;
+            let index = (b.dma_addr().0 - window.offset) >> window.page_shift;
+            assert_eq!(
+                window.table.lock().tce_at(index),
+                Some(0x20_0000 | bits),
+                "{dir:?}"
+            );
+            // The device may read a receive buffer: no permission fault.
+            assert!(p
+                .translate(&dev64(), b.dma_addr(), 4096, Access::Read, &mut w)
+                .is_ok());
+        }
     }
 
     #[test]

@@ -69,8 +69,9 @@ use crate::work::WorkRecord;
 /// - `nG` set (stage-1 IOMMU mappings are per-ASID);
 /// - `AP[1]` set (`ARM_LPAE_PTE_AP_UNPRIV`: the mapping is not privileged-only) and `AP[2]` set
 ///   only for read-only mappings;
-/// - both execute-never bits (`PXN`, `UXN`): a [`Prot`] has no execute permission, so every
-///   mapping is Linux's `IOMMU_NOEXEC` case.
+/// - no execute-never bits: Linux sets `ARM_LPAE_PTE_XN` only for `IOMMU_NOEXEC`, which the
+///   DMA API never asks for (`dma_info_to_prot` gives `IOMMU_READ`, `IOMMU_WRITE`,
+///   `IOMMU_CACHE` and `IOMMU_PRIV` only).
 ///
 /// Stage-1 access permissions cannot express write-only: `AP[2] = 0` grants read and write.
 /// As in Linux, a mapping asked for with write but not read gets read/write.
@@ -129,7 +130,7 @@ pub mod spec {
 
     /// The attribute bits of every leaf this table writes, permissions aside.
     pub const LEAF_ATTRS: u64 =
-        AF | SH_IS | NG | AP_UNPRIV | XN | (MAIR_ATTR_IDX_CACHE << ATTR_INDX_SHIFT);
+        AF | SH_IS | NG | AP_UNPRIV | (MAIR_ATTR_IDX_CACHE << ATTR_INDX_SHIFT);
 
     /// Mask of the output-address field for a granule of `2^granule_shift` bytes: bits
     /// `[47:granule_shift]`.
@@ -1978,23 +1979,24 @@ mod tests {
     #[test]
     fn page_descriptor_4k_read_write_matches_hand_encoding() {
         // PA 0x8000_1000 | AF 0x400 | nG 0x800 | SH=IS 0x300 | AP[1] 0x40 | AttrIndx=1 0x4
-        // | type 0b11 = 0x8000_1F47, plus PXN|UXN (bits 53, 54) = 0x0060_0000_0000_0000.
+        // | type 0b11 = 0x8000_1F47: what arm_lpae_prot_to_pte writes for the DMA API's
+        // IOMMU_READ | IOMMU_WRITE | IOMMU_CACHE (no IOMMU_NOEXEC, so no XN bits).
         let desc = spec::encode_leaf(0x8000_1000, Prot::READ_WRITE, 3, 12);
-        assert_eq!(desc, 0x0060_0000_8000_1F47);
+        assert_eq!(desc, 0x8000_1F47);
     }
 
     #[test]
     fn page_descriptor_read_only_sets_ap2() {
         // As above plus AP[2] (bit 7, 0x80): 0xF47 | 0x80 = 0xFC7.
         let desc = spec::encode_leaf(0x8000_1000, Prot::READ, 3, 12);
-        assert_eq!(desc, 0x0060_0000_8000_1FC7);
+        assert_eq!(desc, 0x8000_1FC7);
     }
 
     #[test]
     fn block_descriptor_2m_uses_type_01() {
         // 2M block at PA 0x4020_0000: same attributes, type 0b01: 0xF44 | 0x1 = 0xF45.
         let desc = spec::encode_leaf(0x4020_0000, Prot::READ_WRITE, 2, 12);
-        assert_eq!(desc, 0x0060_0000_4020_0F45);
+        assert_eq!(desc, 0x4020_0F45);
     }
 
     #[test]
@@ -2008,7 +2010,7 @@ mod tests {
         // 64K granule: output address bits [47:16]; 0x1234_0000 keeps all its bits.
         assert_eq!(
             spec::encode_leaf(0x1234_0000, Prot::READ_WRITE, 3, 16),
-            0x0060_0000_1234_0F47
+            0x1234_0F47
         );
         // Bits [15:12] are not address bits with a 64K granule.
         assert_eq!(spec::oa_mask(16), 0x0000_FFFF_FFFF_0000);
@@ -2880,7 +2882,7 @@ mod tests {
         }
         // Level-3 index of 0x1234_5678 is bits [20:12] = 0x145.
         assert_eq!(steps[3].index, 0x145);
-        assert_eq!(steps[3].desc, 0x0060_0000_8000_1F47);
+        assert_eq!(steps[3].desc, 0x8000_1F47);
         assert_eq!(steps[3].desc_pa(), steps[3].table_pa.add(0x145 * 8));
         assert_eq!(
             t.read_descriptor(steps[3].table_pa, 0x145),
