@@ -434,19 +434,24 @@ impl ResultsDb {
 
     fn check_and_migrate(&mut self) -> Result<(), DbError> {
         // Reading the header is the first access: a file that is not SQLite fails here,
-        // before anything is written.
-        let app_id: i64 = self
-            .conn
-            .pragma_query_value(None, "application_id", |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        let version: i64 = self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        let objects: i64 = self
-            .conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        // before anything is written. The three reads share one read transaction, so they
+        // see one state of a file another process is creating.
+        let (app_id, version, objects) = {
+            let path = self.path.clone();
+            let err = |e| classify(&path, e);
+            let tx = self.conn.unchecked_transaction().map_err(err)?;
+            let app_id: i64 = tx
+                .pragma_query_value(None, "application_id", |r| r.get(0))
+                .map_err(err)?;
+            let version: i64 = tx
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .map_err(err)?;
+            let objects: i64 = tx
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+                .map_err(err)?;
+            tx.commit().map_err(err)?;
+            (app_id, version, objects)
+        };
         if app_id != APPLICATION_ID {
             if app_id != 0 || version != 0 || objects != 0 {
                 return Err(DbError::NotResultsDb {
