@@ -381,3 +381,24 @@ fn identical_repetitions_say_the_configuration_is_deterministic() {
     assert!(!run("fio-nvme-strict", "2").contains(note));
     assert!(!run("fio-sas-lockfree", "2").contains(note));
 }
+
+#[test]
+fn the_fio_text_says_where_the_iommus_time_goes() {
+    let out = common::iolab(&["--no-db", "run", "--example", "fio-nvme-amdvi-strict"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  iommu time   : "))
+        .unwrap_or_else(|| panic!("no iommu time line in\n{text}"));
+    // AMD-Vi strict: CPUs spin on the domain lock around each completion wait, wait for
+    // the wait's completion, and the IOMMU walks the tables on each fresh mapping.
+    assert!(
+        line.contains("spin ") && line.contains("amdvi_dom_lock"),
+        "{line}"
+    );
+    assert!(
+        line.contains("sync wait ") && line.contains("walk reads "),
+        "{line}"
+    );
+}

@@ -1025,6 +1025,9 @@ pub(crate) struct FioRun {
     pub tree_lock: (u64, u64),
     /// The IOVA magazine depot's lock over the measured window: (acquisitions, contended).
     pub depot_lock: (u64, u64),
+    /// CPU time spent spinning on each kind of spinlock over the measured window, ns, the
+    /// most first (per-CPU and per-instance locks summed under one name: `flush_queue_lock`).
+    pub spin_by_lock: Vec<(String, u64)>,
     /// The SMMUv3 spinlock command queue's lock over the measured window, summed over the
     /// instances: (acquisitions, contended, total wait ns); zeros for other queues.
     pub cmdq_lock: (u64, u64, u64),
@@ -1298,6 +1301,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let dma = *stack.counters.borrow();
     let cmdq = stack.cmdq_stats();
     let queues = stack.queue_stats();
+    let spin_by_lock = spin_by_lock(&before, &after);
     let window_of = |name: fn(usize) -> String, a: &RunReport, b: &RunReport| {
         (0..stack.units.len()).fold((0, 0), |(n, c), k| {
             let (n1, c1) = lock_window(a, b, &name(k));
@@ -1318,6 +1322,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         iotlb: cmdq.is_some(),
         tree_lock: tree_window(&before, &after),
         depot_lock: window_of(depot_lock_name, &before, &after),
+        spin_by_lock,
         cmdq_lock,
         halves: WindowHalves {
             ios: [ios_first, ios_total.saturating_sub(ios_first)],
@@ -1449,6 +1454,25 @@ pub(crate) fn run_bonnie(
         submitted_bytes: bytes.get(),
         protection: stack.protection(report.end.as_ns()),
     })
+}
+
+/// The wait (spin) time of every spinlock between two reports, summed per kind of lock (the
+/// name without its CPU number or `#instance`), the most first; locks nobody waited on are
+/// left out.
+fn spin_by_lock(before: &RunReport, after: &RunReport) -> Vec<(String, u64)> {
+    let mut by: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for l in &after.spin_locks {
+        let was = before.spin_lock(&l.name).map_or(0, |b| b.wait_total_ns);
+        let waited = l.wait_total_ns.saturating_sub(was);
+        if waited > 0 {
+            let base = l.name.split('#').next().unwrap_or(&l.name);
+            let kind = base.trim_end_matches(|c: char| c.is_ascii_digit());
+            *by.entry(kind.to_owned()).or_default() += waited;
+        }
+    }
+    let mut out: Vec<(String, u64)> = by.into_iter().collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
 }
 
 /// Acquisitions and contended acquisitions of spin lock `name` between two reports.

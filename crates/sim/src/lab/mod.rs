@@ -1124,6 +1124,9 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 .collect();
             let _ = writeln!(text, "  instances    : {}", per_instance.join("; "));
         }
+        if let Some(line) = iommu_time_line(&out) {
+            let _ = writeln!(text, "  iommu time   : {line}");
+        }
         if out.iotlb {
             let d = &out.dma;
             let _ = writeln!(
@@ -1195,4 +1198,44 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
         seed: base,
         dma_maps: Some(dma_maps),
     })
+}
+
+/// Where a fio run's IOMMU time went, for the fio text's `iommu time` line: the CPU time
+/// spent spinning per lock (share of all CPU time in the window), the mean sync wait per
+/// queue issue, and walk reads per translated I/O; `None` when there is none of these.
+fn iommu_time_line(out: &block::FioRun) -> Option<String> {
+    let c = &out.cpu;
+    let total = (c.user_ns + c.system_ns + c.spin_ns + c.idle_ns).max(1) as f64;
+    let mut parts = Vec::new();
+    let spun: u64 = out.spin_by_lock.iter().map(|(_, ns)| ns).sum();
+    if spun > 0 {
+        let locks: Vec<String> = out
+            .spin_by_lock
+            .iter()
+            .take(3)
+            .map(|(name, ns)| format!("{name} {:.1}%", 100.0 * *ns as f64 / total))
+            .collect();
+        parts.push(format!(
+            "spin {:.1}% of all CPU time ({})",
+            100.0 * spun as f64 / total,
+            locks.join(", ")
+        ));
+    }
+    let (wait, issues) = out
+        .queues
+        .iter()
+        .fold((0u64, 0u64), |(w, n), q| (w + q.sync_wait_ns, n + q.issues));
+    if issues > 0 {
+        parts.push(format!(
+            "sync wait {:.0} ns per issue",
+            wait as f64 / issues as f64
+        ));
+    }
+    if out.iotlb && out.dma.translated_ios > 0 {
+        parts.push(format!(
+            "walk reads {:.2} per I/O",
+            out.dma.walk_reads as f64 / out.dma.translated_ios as f64
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
