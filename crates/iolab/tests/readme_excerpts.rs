@@ -1,4 +1,4 @@
-//! The outputs pasted in README.md and docs/SECURITY.md are what the binary prints: every
+//! The outputs pasted in README.md, docs/SECURITY.md and docs/SCALE.md are what the binary prints: every
 //! excerpt whose command is deterministic and self-contained is re-run, and its lines (all
 //! but `...` elisions) must appear in the command's output, in order. Excerpts that depend on
 //! a results database built by earlier steps (`runs list`, `compare`, `report`), on the host
@@ -38,10 +38,12 @@ const BUNDLED: [&str; 6] = [
     "protection",
 ];
 
-/// One excerpt to check: the iolab arguments and the pasted lines.
+/// One excerpt to check: the iolab arguments, the pasted lines and whether it runs in the
+/// test's directory (where the block's `$ cat FILE` files were written) or the repository.
 struct Excerpt<'a> {
     args: Vec<String>,
     lines: Vec<&'a str>,
+    in_dir: bool,
 }
 
 /// The excerpts of a block: `$ iolab ...` segments with the lines after them, or a block of
@@ -68,23 +70,34 @@ fn excerpts<'a>(block: &[&'a str], dir: &Path) -> Vec<Excerpt<'a>> {
             out.push(Excerpt {
                 args: args.into_iter().map(String::from).collect(),
                 lines: block.to_vec(),
+                in_dir: false,
             });
         }
         return out;
     }
+    let mut written: Vec<String> = Vec::new();
     let mut i = 0;
     while i < block.len() {
+        let end = (i + 1..block.len())
+            .find(|&j| block[j].starts_with("$ "))
+            .unwrap_or(block.len());
+        // `$ cat FILE` shows a file the next commands use: write it where they run.
+        if let Some(name) = block[i].strip_prefix("$ cat ") {
+            std::fs::write(dir.join(name), block[i + 1..end].join("\n") + "\n").unwrap();
+            written.push(name.to_owned());
+            i = end;
+            continue;
+        }
         let Some(cmd) = block[i].strip_prefix("$ iolab ") else {
             i += 1;
             continue;
         };
-        let end = (i + 1..block.len())
-            .find(|&j| block[j].starts_with("$ "))
-            .unwrap_or(block.len());
         let words: Vec<&str> = cmd.split_whitespace().collect();
+        let uses_written = words.iter().any(|w| written.iter().any(|f| f == w));
         let deterministic = matches!(words.first(), Some(&"run") | Some(&"trace"))
             && words.contains(&"--example")
-            || words.first() == Some(&"reproduce") && !words.contains(&"--emit-scenarios");
+            || words.first() == Some(&"reproduce") && !words.contains(&"--emit-scenarios")
+            || uses_written && words.contains(&"--no-db");
         if deterministic {
             // `trace` uses no results database; the others are kept from writing one.
             let mut args: Vec<String> = if words.first() == Some(&"trace") {
@@ -94,7 +107,9 @@ fn excerpts<'a>(block: &[&'a str], dir: &Path) -> Vec<Excerpt<'a>> {
             };
             for w in &words {
                 // Output files go to the test's directory.
-                if w.ends_with(".json") || w.ends_with(".html") {
+                if *w == "--no-db" {
+                    continue;
+                } else if w.ends_with(".json") || w.ends_with(".html") {
                     args.push(dir.join(w).to_string_lossy().into_owned());
                 } else {
                     args.push((*w).to_owned());
@@ -103,6 +118,7 @@ fn excerpts<'a>(block: &[&'a str], dir: &Path) -> Vec<Excerpt<'a>> {
             out.push(Excerpt {
                 args,
                 lines: block[i + 1..end].to_vec(),
+                in_dir: uses_written,
             });
         }
         i = end;
@@ -125,16 +141,16 @@ fn check(file: &str) -> usize {
         for ex in excerpts(&block, &dir) {
             let out = Command::new(env!("CARGO_BIN_EXE_iolab"))
                 .args(&ex.args)
-                .current_dir(repo())
+                .current_dir(if ex.in_dir { dir.clone() } else { repo() })
                 .output()
                 .unwrap();
-            let printed = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+            // A terminal interleaves the two streams; each keeps its own order.
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
             );
-            let got: Vec<&str> = printed.lines().collect();
-            let mut at = 0;
+            let streams: [Vec<&str>; 2] = [stdout.lines().collect(), stderr.lines().collect()];
+            let mut at = [0usize; 2];
             for want in ex.lines.iter().filter(|l| l.trim() != "...") {
                 // Output files are named as pasted; the test wrote them elsewhere.
                 let after_path = |l: &str| {
@@ -142,11 +158,13 @@ fn check(file: &str) -> usize {
                         .and_then(|r| r.split_once(": "))
                         .map(|(_, rest)| rest.to_owned())
                 };
-                let found = got[at..].iter().position(|g| {
+                let matches = |g: &&str| {
                     g == want || after_path(want).is_some_and(|w| after_path(g) == Some(w))
-                });
+                };
+                let found = (0..2)
+                    .find_map(|s| streams[s][at[s]..].iter().position(matches).map(|k| (s, k)));
                 match found {
-                    Some(k) => at += k + 1,
+                    Some((s, k)) => at[s] += k + 1,
                     None => {
                         failures.push(format!(
                             "{file}: `iolab {}` no longer prints, in order:\n  {want}",
@@ -177,4 +195,9 @@ fn readme_excerpts_are_what_the_binary_prints() {
 #[test]
 fn security_md_excerpts_are_what_the_binary_prints() {
     assert!(check("docs/SECURITY.md") >= 1);
+}
+
+#[test]
+fn scale_md_excerpts_are_what_the_binary_prints() {
+    assert!(check("docs/SCALE.md") >= 1);
 }
