@@ -303,7 +303,7 @@ fn rate(m: &Measurement) -> Option<(&'static str, f64)> {
 /// A scaling plot's data: series name -> x -> the y values (one per run).
 struct Scaling {
     experiment: String,
-    x_attr: &'static str,
+    x_attr: String,
     y_axis: &'static str,
     /// Series in legend order: name, x -> the y values (one per run).
     series: Vec<(String, BTreeMap<OrdF64, Vec<f64>>)>,
@@ -340,8 +340,9 @@ struct Point<'a> {
 struct Family<'a> {
     /// The experiment's name, or the workload's description.
     name: String,
-    /// The attribute on the x axis, when one of [`X_ATTRS`] takes several values.
-    x_attr: Option<&'static str>,
+    /// The attribute on the x axis: one of [`X_ATTRS`] that takes several values, else
+    /// another numeric attribute that does (a sweep's axis, `workload.rwmixread`).
+    x_attr: Option<&'a str>,
     /// Series names in legend order.
     series: Vec<String>,
     points: Vec<Point<'a>>,
@@ -398,13 +399,26 @@ fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
     by_name
         .into_iter()
         .map(|(name, all)| {
-            let x_attr = X_ATTRS.into_iter().find(|a| {
+            let varies = |a: &str| {
                 let values: BTreeSet<OrdF64> = all
                     .iter()
                     .filter_map(|m| numeric(m, a))
                     .map(OrdF64)
                     .collect();
                 values.len() >= 2
+            };
+            let x_attr: Option<&str> = X_ATTRS.into_iter().find(|a| varies(a)).or_else(|| {
+                // Another attribute every measurement carries as a number (a sweep's axis,
+                // stored under its field path): the first in name order that varies.
+                let keys: BTreeSet<&str> = all
+                    .iter()
+                    .flat_map(|m| m.attrs.keys().map(String::as_str))
+                    .collect();
+                keys.into_iter().find(|k| {
+                    !REPETITION_ATTRS.contains(k)
+                        && all.iter().all(|m| numeric(m, k).is_some())
+                        && varies(k)
+                })
             });
             // With an x axis, only the measurements that have an x value are placed.
             let placed: Vec<(&Measurement, Option<f64>)> = match x_attr {
@@ -529,7 +543,7 @@ fn scaling_data(families: &[Family<'_>]) -> Vec<Scaling> {
                 .unwrap_or(0);
             out.push(Scaling {
                 experiment: f.name.clone(),
-                x_attr,
+                x_attr: x_attr.to_owned(),
                 y_axis: kind,
                 series,
                 runs,
@@ -734,7 +748,7 @@ fn draw_scaling(s: &Scaling, title: &str) -> DrawResult<String> {
             .configure_mesh()
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 14))
-            .x_desc(s.x_attr)
+            .x_desc(s.x_attr.as_str())
             .y_desc(s.y_axis)
             .y_label_formatter(&|v| si(*v))
             .x_label_formatter(&|v| {

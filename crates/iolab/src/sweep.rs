@@ -610,7 +610,7 @@ pub fn run(
         for done in rx {
             bar.inc(1);
             let label = Grid::label(&done.point);
-            let report = match done.result {
+            let mut report = match done.result {
                 Ok(r) => r,
                 Err(e) => {
                     let code = if e.is_bad_input() { 2 } else { 1 };
@@ -622,6 +622,7 @@ pub fn run(
                     continue;
                 }
             };
+            axis_attributes(&done.point, &mut report.measurements);
             results.push((done.point.clone(), report.measurements.clone()));
             let Some(db) = db.as_mut() else {
                 outcome.stored += 1;
@@ -718,6 +719,29 @@ fn dropped_note(points: &[Point]) -> Option<String> {
         ));
     }
     Some(out)
+}
+
+/// Stores each axis value of `point` as an attribute of its measurements, named by the
+/// axis's field path (`workload.rwmixread`), so `compare` pairs points by it and `report`
+/// can plot against it. An axis the lab already records under its last path segment
+/// (`workload.numjobs` as `numjobs`), the kernel release (`kernel`) and the seed add
+/// nothing.
+fn axis_attributes(point: &Point, measurements: &mut [iolab_sim::metrics::Measurement]) {
+    for (field, value) in &point.values {
+        if field == "seed" || field == "kernel.version" {
+            continue;
+        }
+        let last = field.rsplit('.').next().unwrap_or(field);
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        for m in measurements.iter_mut() {
+            if !m.attrs.contains_key(last) {
+                m.attrs.insert(field.clone(), text.clone());
+            }
+        }
+    }
 }
 
 /// Metrics shown in the result table, in this order, where any point has them.

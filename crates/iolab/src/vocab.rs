@@ -25,7 +25,7 @@ pub enum AttrType {
 
 /// Attributes whose type is fixed; any other attribute is a number when its text is one,
 /// else text.
-pub const TYPED_ATTRS: [(&str, AttrType); 27] = [
+pub const TYPED_ATTRS: [(&str, AttrType); 28] = [
     ("bs", AttrType::Size),
     ("size", AttrType::Size),
     ("chunk_bytes", AttrType::Size),
@@ -53,6 +53,8 @@ pub const TYPED_ATTRS: [(&str, AttrType); 27] = [
     ("iommu_model", AttrType::Text),
     ("scenario", AttrType::Text),
     ("platform", AttrType::Text),
+    // A release (`6.1` and `6.10` differ): never a number.
+    ("kernel", AttrType::Text),
 ];
 
 /// Old or other tools' names accepted for an attribute's value: (attribute, alias, name).

@@ -394,3 +394,67 @@ fn an_optional_field_absent_from_the_base_is_an_axis_and_a_misspelt_one_is_refus
     assert_eq!(points(&db).len(), 2, "nothing more stored");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn swept_axes_and_the_kernel_are_stored_attributes_and_report_plots_an_axis() {
+    let dir = std::env::temp_dir().join(format!("iolab-sweep-axes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let grid = dir.join("g.toml");
+    std::fs::write(
+        &grid,
+        "name = \"mix\"\nscenario = \"fio-nvme-strict\"\n[set]\n\"workload.runtime_ms\" = 2\n\
+         \"workload.rw\" = \"randrw\"\n[[axis]]\nfield = \"kernel.version\"\n\
+         values = [\"6.1\", \"6.10\"]\n[[axis]]\nfield = \"workload.rwmixread\"\n\
+         values = [30, 70]\n",
+    )
+    .unwrap();
+    let db = dir.join("a.db");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_iolab"))
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["sweep", grid.to_str().unwrap()]);
+    let shown: serde_json::Value =
+        serde_json::from_str(&run(&["runs", "show", "1-4", "--format", "json"])).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in shown.as_array().expect("runs") {
+        let a = &r["measurements"][0]["attrs"];
+        // The kernel is text (6.1 and 6.10 are different releases); the axis is typed.
+        let kernel = a["kernel"].as_str().expect("kernel as text").to_owned();
+        let mix = a["workload.rwmixread"].as_u64().expect("the axis, typed");
+        seen.insert((kernel, mix));
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(seen.contains(&("6.10".to_owned(), 70)));
+    // The report plots the rate against the swept axis.
+    let svg = dir.join("svg");
+    run(&[
+        "report",
+        "sweep:mix",
+        "-o",
+        dir.join("r.html").to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let plots: Vec<String> = std::fs::read_dir(&svg)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        plots
+            .iter()
+            .any(|p| p.starts_with("scaling-") && p.contains("workload.rwmixread")),
+        "{plots:?}"
+    );
+}

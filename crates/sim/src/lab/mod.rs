@@ -225,7 +225,8 @@ fn base_attrs(s: &LabScenario, m: Measurement) -> Measurement {
         .attr("iommu_model", s.iommu.model.name())
         .attr("iommu_mode", s.iommu.mode.name())
         .attr("device", s.devices.kind())
-        .attr("devices", s.devices.len());
+        .attr("devices", s.devices.len())
+        .attr("kernel", s.iommu.kernel.kernel);
     if s.iommu.uses_cmdq() {
         m = m.attr("cmdq", s.iommu.cmdq.name());
     }
@@ -289,7 +290,8 @@ fn report(
 ) -> ExperimentReport {
     ExperimentReport {
         name: s.name.clone(),
-        title,
+        // The kernel release whose DMA-path algorithms ran, in every run's header.
+        title: format!("{title}, Linux {}", s.iommu.kernel.kernel),
         runs,
         figures: Vec::new(),
         effects: Vec::new(),
@@ -1169,31 +1171,21 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
         });
         measurements.push(m);
     }
-    let report = ExperimentReport {
-        name: s.name.clone(),
-        title: format!(
-            "fio {} bs={} iodepth={} numjobs={} on {} x{} ({}), {} {} ({} CPUs)",
-            f.rw.name(),
-            f.bs,
-            f.iodepth,
-            f.numjobs,
-            s.devices.kind(),
-            s.devices.len(),
-            s.profile.name,
-            s.iommu.model.name(),
-            s.iommu.mode.name(),
-            s.cpus
-        ),
-        runs,
-        figures: Vec::new(),
-        effects: Vec::new(),
-        calibrated: Vec::new(),
-        report_text: text,
-        notes: Vec::new(),
-        measurements,
-    };
+    let title = format!(
+        "fio {} bs={} iodepth={} numjobs={} on {} x{} ({}), {} {} ({} CPUs)",
+        f.rw.name(),
+        f.bs,
+        f.iodepth,
+        f.numjobs,
+        s.devices.kind(),
+        s.devices.len(),
+        s.profile.name,
+        s.iommu.model.name(),
+        s.iommu.mode.name(),
+        s.cpus
+    );
     Ok(LabRun {
-        report,
+        report: report(s, title, runs, text, measurements),
         fio: Some(FioJson { jobs }),
         seed: base,
         dma_maps: Some(dma_maps),
