@@ -361,7 +361,21 @@ fn family_of(r: &StoredRun, m: &Measurement) -> String {
     }
     // A workload scenario: the workload and what it ran on.
     let a = |k: &str| m.attrs.get(k).map(String::as_str);
-    let mut name = a("workload").unwrap_or("workload").to_owned();
+    let mut name = workload_of(m);
+    if let Some(d) = a("device") {
+        name = format!("{name} on {d}");
+    }
+    if let Some(p) = a("platform") {
+        name = format!("{name} ({p})");
+    }
+    name
+}
+
+/// A measurement's workload, as the start of its family's name: `fio randread bs=4096`.
+fn workload_of(m: &Measurement) -> String {
+    let a = |k: &str| m.attrs.get(k).map(String::as_str);
+    let mut name =
+        iolab::vocab::canonical("workload", a("workload").unwrap_or("workload")).to_owned();
     for k in ["rw", "direction"] {
         if let Some(v) = a(k) {
             name = format!("{name} {v}");
@@ -369,14 +383,13 @@ fn family_of(r: &StoredRun, m: &Measurement) -> String {
     }
     for k in ["bs", "message_bytes", "file_mib"] {
         if let Some(v) = a(k) {
+            // Typed, so an import's `4k` reads as the lab's 4096.
+            let v = match iolab::vocab::typed(k, v) {
+                serde_json::Value::String(t) => t,
+                n => n.to_string(),
+            };
             name = format!("{name} {k}={v}");
         }
-    }
-    if let Some(d) = a("device") {
-        name = format!("{name} on {d}");
-    }
-    if let Some(p) = a("platform") {
-        name = format!("{name} ({p})");
     }
     name
 }
@@ -388,14 +401,38 @@ fn numeric(m: &Measurement, a: &str) -> Option<f64> {
         .filter(|v| v.is_finite())
 }
 
-/// Groups every measurement of `runs` into families, in name order.
+/// Groups every measurement of `runs` into families, in name order. An imported real run
+/// joins the lab families of its workload (`fio randread bs=4096` joins `fio randread
+/// bs=4096 on nvme (hisilicon-d06)`), as a series of its own named after its source, so its
+/// rate and latency plot beside the lab's; without such a family it has its own.
 fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
     let mut by_name: BTreeMap<String, Vec<&Measurement>> = BTreeMap::new();
-    for r in runs {
+    let mut imported: BTreeMap<*const Measurement, String> = BTreeMap::new();
+    let is_import = |r: &StoredRun| r.kind.starts_with("import");
+    for r in runs.iter().filter(|r| !is_import(r)) {
         for m in &r.measurements {
             by_name.entry(family_of(r, m)).or_default().push(m);
         }
     }
+    for r in runs.iter().filter(|r| is_import(r)) {
+        let source = r.label.clone().unwrap_or_else(|| r.experiment.clone());
+        for m in &r.measurements {
+            imported.insert(m, format!("{} (real: {source})", m.config));
+            let workload = workload_of(m);
+            let joins: Vec<String> = by_name
+                .keys()
+                .filter(|f| *f == &workload || f.starts_with(&format!("{workload} on ")))
+                .cloned()
+                .collect();
+            if joins.is_empty() {
+                by_name.entry(family_of(r, m)).or_default().push(m);
+            }
+            for f in joins {
+                by_name.get_mut(&f).expect("a family").push(m);
+            }
+        }
+    }
+    let import_series = |m: &Measurement| imported.get(&(m as *const Measurement)).cloned();
     by_name
         .into_iter()
         .map(|(name, all)| {
@@ -432,7 +469,13 @@ fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
             // key is taken only where it separates measurements the keys taken so far (and
             // x) leave together. Attributes that follow the IOMMU mode (model, command
             // queue) or x (numjobs with threads, the scenario's name) add nothing.
-            let mut candidates: Vec<&str> = placed
+            // Imported runs are series of their own: only the lab's attributes choose keys.
+            let lab: Vec<(&Measurement, Option<f64>)> = placed
+                .iter()
+                .copied()
+                .filter(|(m, _)| import_series(m).is_none())
+                .collect();
+            let mut candidates: Vec<&str> = lab
                 .iter()
                 .flat_map(|(m, _)| m.attrs.keys().map(String::as_str))
                 .filter(|k| Some(*k) != x_attr && !REPETITION_ATTRS.contains(k))
@@ -443,7 +486,7 @@ fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
             let mut keys: Vec<&str> = Vec::new();
             for k in candidates {
                 let mut seen: BTreeMap<SeriesId<'_>, Option<&String>> = BTreeMap::new();
-                let splits = placed.iter().any(|(m, x)| {
+                let splits = lab.iter().any(|(m, x)| {
                     let id = (
                         keys.iter().map(|kk| m.attrs.get(*kk)).collect(),
                         x.map(OrdF64),
@@ -458,7 +501,9 @@ fn families(runs: &[StoredRun]) -> Vec<Family<'_>> {
             let points: Vec<Point> = placed
                 .into_iter()
                 .map(|(m, x)| {
-                    let series = if keys.is_empty() {
+                    let series = if let Some(s) = import_series(m) {
+                        s
+                    } else if keys.is_empty() {
                         match (x_attr, m.attrs.get("iommu_mode")) {
                             (_, Some(mode)) => mode.clone(),
                             (None, None) => m.config.clone(),

@@ -529,3 +529,65 @@ fn report_of_workload_scenario_runs_across_iommu_modes_and_numjobs() {
     assert_eq!(rows[5], "strict, threads=4");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_imported_real_run_plots_beside_the_lab_run_of_its_workload() {
+    let dir = std::env::temp_dir().join(format!("iolab-report-import-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("r.db");
+    let data =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fio-randread-grouped.jsonplus.json");
+    // The lab twin of the real job: randread, 4 KiB, 2 jobs at iodepth 8.
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/examples/fio-nvme-strict.toml"),
+    )
+    .unwrap()
+    .replace("iodepth = 32", "iodepth = 8")
+    .replace("numjobs = 16", "numjobs = 2");
+    let scenario = dir.join("twin.toml");
+    std::fs::write(&scenario, example).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_iolab"))
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["import", "fio", data.to_str().unwrap()]);
+    run(&["run", scenario.to_str().unwrap()]);
+    let svg = dir.join("svg");
+    run(&[
+        "report",
+        "1-2",
+        "-o",
+        dir.join("r.html").to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let latency: Vec<String> = std::fs::read_dir(&svg)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("latency-")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    // One latency plot for the workload, with the lab's line and the real run's, named
+    // after its source.
+    assert_eq!(latency.len(), 1);
+    assert!(
+        latency[0].contains("real: fio-randread-grouped.jsonplus.json"),
+        "the imported run is not on the lab's latency plot"
+    );
+    assert!(latency[0].contains("strict"), "the lab's line is missing");
+}
