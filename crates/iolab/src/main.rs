@@ -303,11 +303,13 @@ enum Command {
     /// ranges of run ids (`29-34`), the points of a sweep (`sweep:NAME` or `sweep:ID`) and comma lists of them (`3,5,g12`), from the results database (--db). The page has a
     /// table per run (figures published vs lab, effects, every measurement's metrics) and
     /// plots: IOPS or throughput against the attribute that varies (threads, iodepth,
-    /// numjobs, cpus) with a series per IOMMU mode, latency CDFs (log x) with histograms,
+    /// numjobs, cpus, else any numeric attribute such as a sweep's axis) with a series per
+    /// IOMMU mode, latency CDFs (log x) with histograms,
     /// and CPU time split into user / system / spin / idle. Measurements plot together per
     /// experiment, and workload scenarios' runs per workload, device and platform (e.g.
     /// `iolab run` of fio-nvme-off, -lazy and -strict at several numjobs: one plot, a series
-    /// per mode). No scripts, no network: the SVG is inline. The same database content gives
+    /// per mode); an imported real run (`iolab import`) joins the plots of its workload as a
+    /// series named after its file. No scripts, no network: the SVG is inline. The same database content gives
     /// the same bytes.
     Report {
         /// Runs to include: ids, `g<group>`, ranges `29-34`, `sweep:NAME`, comma lists.
