@@ -60,8 +60,13 @@ pub(super) fn load_profile(
             .field_error(
                 "machine.platform",
                 format!(
-                    "unknown platform \"{platform}\": expected a bundled profile ({}) or a path to a profile TOML",
-                    PlatformProfile::bundled_names().join(", ")
+                    "unknown platform \"{platform}\": expected a bundled profile ({}) or a path to a profile TOML{}",
+                    PlatformProfile::bundled_names().join(", "),
+                    if platform == "host" {
+                        " (`iolab calibrate -o host.toml` writes this machine's; then platform = \"host.toml\", relative to the scenario)"
+                    } else {
+                        ""
+                    }
                 ),
             )
             .into());
