@@ -62,7 +62,7 @@
 //! alloc plus its free with the check), a pair takes about 25 ns with no other range live,
 //! 31-35 ns with 10,000 live and 70-80 ns with 100,000 (the bitmap leaves' directory probe
 //! costs about 3 ns at the first against the hash table alone, which took 22, 35-42 and 93-167
-//! ns; docs/PERFORMANCE.md, Session 7).
+//! ns; docs/PERFORMANCE.md, "The magazine cache's live set").
 //!
 //! # Work counted
 //!
