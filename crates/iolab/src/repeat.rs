@@ -94,7 +94,7 @@ pub fn render_spread(reports: &[ExperimentReport], seed: u64) -> String {
                 s.id.clone(),
                 s.published
                     .map_or_else(|| "-".to_owned(), |p| num(p, &s.unit)),
-                format!("{} ± {}", num(s.mean, &s.unit), num(s.sd, &s.unit)),
+                mean_sd(s.mean, s.sd, &s.unit),
                 num(s.min, &s.unit),
                 num(s.max, &s.unit),
             ]
@@ -156,7 +156,7 @@ pub fn metric_spread(runs: &[&[Measurement]]) -> MetricSpread {
             out.rows.push([
                 m.config.clone(),
                 x.name.clone(),
-                format!("{} ± {}", num(s.mean, &x.unit), num(sd, &x.unit)),
+                mean_sd(s.mean, sd, &x.unit),
                 num(min, &x.unit),
                 num(max, &x.unit),
             ]);
@@ -220,8 +220,27 @@ fn table(out: &mut String, rows: &[[String; 5]], names: usize) {
     }
 }
 
+/// `mean ± sd` as the tables print them. A spread that would print in scientific notation
+/// and is below a thousandth of the mean (below the four significant digits the mean shows)
+/// reads `± <0.1%` rather than a bare `6.145e-4` without its unit.
+fn mean_sd(mean: f64, sd: f64, unit: &str) -> String {
+    let spread = num(sd, unit);
+    if spread.contains('e') && sd < 1e-3 * mean.abs() {
+        format!("{} ± <0.1%", num(mean, unit))
+    } else {
+        format!("{} ± {spread}", num(mean, unit))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_spread_too_small_for_the_means_digits_reads_as_a_bound() {
+        assert_eq!(super::mean_sd(75.23, 1.179e-5, "ns"), "75.23 ns ± <0.1%");
+        assert_eq!(super::mean_sd(19_686.0, 1.0, "count"), "19,686 ± 1");
+        assert_eq!(super::mean_sd(85.38, 0.0, "ns"), "85.38 ns ± 0");
+    }
+
     use super::*;
     use iolab_sim::experiment::{Effect, Figure, Role};
     use iolab_sim::metrics::Metric;
