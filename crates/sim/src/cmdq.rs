@@ -180,7 +180,7 @@ struct Gather {
 /// and its sync's completion (`None` for a list without a sync).
 type Waiter = (u64, bool, Option<Completion<u64>>);
 
-/// The command queue of one SMMU in virtual time, for one of the two producer designs.
+/// The command queue of one SMMU in virtual time, for one of the three producer designs.
 pub(crate) struct SimCmdq {
     mode: Mode,
     smmu: Smmu,
