@@ -1,5 +1,7 @@
 //! Progress bars with an ETA on standard error (`indicatif`), for the commands that can run
-//! longer than a few seconds: `soak`, `sweep`, `reproduce` and `run` with `--runs N`.
+//! longer than a few seconds: `soak`, `sweep`, `reproduce` and `run` with `--runs N`; a
+//! workload run (`run`, a repetition) also says how much of its virtual time is done (fio
+//! workloads; `iolab_sim::progress`), or off a terminal prints that once a minute.
 //!
 //! A bar is drawn only when standard error is a terminal and `--quiet` was not given;
 //! otherwise it is hidden and costs nothing, so redirected output and scripts see only the

@@ -16,6 +16,51 @@ use serde::Serialize;
 use crate::db::{NewRun, ResultsDb};
 use crate::progress;
 
+/// What a lab run tells of its virtual time as it goes: on a terminal, the bar's message
+/// (`ORIGIN: 42% of virtual time, about 12s left`); off one (and without `--quiet`), a line
+/// on standard error at most once a minute, so a long batch run shows it is alive.
+fn virtual_time_hook(
+    cmd: &str,
+    origin: &str,
+    bar: &indicatif::ProgressBar,
+    repetition: u32,
+    repetitions: u32,
+) -> impl FnMut(u64, u64) + 'static {
+    let (cmd, origin, bar) = (cmd.to_owned(), origin.to_owned(), bar.clone());
+    let started = std::time::Instant::now();
+    let mut last_line = started;
+    let lines = !progress::enabled() && !progress::is_quiet();
+    let which = if repetitions > 1 {
+        format!(" (repetition {} of {repetitions})", repetition + 1)
+    } else {
+        String::new()
+    };
+    move |done: u64, total: u64| {
+        if total == 0 {
+            return;
+        }
+        let frac = done as f64 / total as f64;
+        let elapsed = started.elapsed().as_secs_f64();
+        let left = if frac > 0.0 {
+            format!(", about {:.0}s left", elapsed * (1.0 - frac) / frac)
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "{origin}{which}: {:.0}% of virtual time{left}",
+            100.0 * frac
+        );
+        if lines {
+            if last_line.elapsed() >= std::time::Duration::from_secs(60) {
+                last_line = std::time::Instant::now();
+                eprintln!("iolab {cmd}: {text}");
+            }
+        } else {
+            bar.set_message(text);
+        }
+    }
+}
+
 /// The progress bar of `count` runs: a bar with an ETA over several, a spinner with the
 /// elapsed time for one (hidden off a terminal or with `--quiet`).
 fn runs_progress(count: u64, what: &str) -> indicatif::ProgressBar {
@@ -344,7 +389,8 @@ fn run_repetitions<E>(
             seed: options.seed.wrapping_add(u64::from(i)),
         };
         let started_at = SystemTime::now();
-        let result = run_one(&one);
+        let hook = virtual_time_hook(cmd, origin, &bar, i, repetitions);
+        let result = iolab_sim::progress::observe(hook, || run_one(&one));
         bar.inc(1);
         let report = match result {
             Ok(r) => r,

@@ -54,6 +54,7 @@ pub mod engine;
 pub mod experiment;
 pub mod lab;
 pub mod metrics;
+pub mod progress;
 pub mod reproduce;
 pub mod resources;
 pub mod size;

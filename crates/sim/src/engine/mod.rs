@@ -317,6 +317,26 @@ impl Sim {
         Ok(self.h.report())
     }
 
+    /// [`Sim::run_until`], telling the thread's progress hook ([`crate::progress::observe`])
+    /// how far the run has come towards `total` after each of about a hundred steps; in one
+    /// go when no hook is installed. The events processed, and so every result, are the same.
+    pub fn run_until_observed(
+        &mut self,
+        t: SimTime,
+        total: SimTime,
+    ) -> Result<RunReport, SimError> {
+        if crate::progress::observed() {
+            let step = (total.0 / 100).max(100_000);
+            let mut at = self.h.now().0;
+            while at < t.0 {
+                at = at.saturating_add(step).min(t.0);
+                self.h.0.run_until(at)?;
+                crate::progress::report(at, total.0);
+            }
+        }
+        self.run_until(t)
+    }
+
     /// The report as of now.
     pub fn report(&self) -> RunReport {
         self.h.report()

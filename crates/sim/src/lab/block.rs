@@ -1280,10 +1280,10 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let t_mid = t0 + SimDuration::ns(spec.runtime.as_ns() / 2);
     stack.start_event_threads(s.iommu.evtq_drain_ns, t1.as_ns())?;
     let counted = |g: &GroupStats| (g.read.clat_ns.len() + g.write.clat_ns.len()) as u64;
-    let before: RunReport = sim.run_until(t0)?;
-    let mid: RunReport = sim.run_until(t_mid)?;
+    let before: RunReport = sim.run_until_observed(t0, t1)?;
+    let mid: RunReport = sim.run_until_observed(t_mid, t1)?;
     let ios_first = counted(&stats.borrow());
-    let after: RunReport = sim.run_until(t1)?;
+    let after: RunReport = sim.run_until_observed(t1, t1)?;
     let end = sim.run()?.end.as_ns();
     if let Some(e) = stack
         .error
