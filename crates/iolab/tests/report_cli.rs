@@ -548,12 +548,7 @@ fn an_imported_real_run_plots_beside_the_lab_run_of_its_workload() {
     let scenario = dir.join("twin.toml");
     std::fs::write(&scenario, example).unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_iolab"))
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = iolab().arg("--db").arg(&db).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{}",

@@ -411,17 +411,8 @@ fn swept_axes_and_the_kernel_are_stored_attributes_and_report_plots_an_axis() {
     .unwrap();
     let db = dir.join("a.db");
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_iolab"))
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = iolab(&[&["--db", s(&db)], args].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
         String::from_utf8(out.stdout).unwrap()
     };
     run(&["sweep", grid.to_str().unwrap()]);
