@@ -724,20 +724,22 @@ fn dropped_note(points: &[Point]) -> Option<String> {
 /// Stores each axis value of `point` as an attribute of its measurements, named by the
 /// axis's field path (`workload.rwmixread`), so `compare` pairs points by it and `report`
 /// can plot against it. An axis the lab already records under its last path segment
-/// (`workload.numjobs` as `numjobs`), the kernel release (`kernel`) and the seed add
-/// nothing.
+/// (`workload.numjobs` as `numjobs`) or under its path joined with `_` (`iommu.mode` as
+/// `iommu_mode`), the kernel release (`kernel`) and the seed add nothing.
 fn axis_attributes(point: &Point, measurements: &mut [iolab_sim::metrics::Measurement]) {
     for (field, value) in &point.values {
         if field == "seed" || field == "kernel.version" {
             continue;
         }
         let last = field.rsplit('.').next().unwrap_or(field);
+        // `iommu.mode` is recorded as `iommu_mode`.
+        let joined = field.replace('.', "_");
         let text = match value {
             toml::Value::String(s) => s.clone(),
             v => v.to_string(),
         };
         for m in measurements.iter_mut() {
-            if !m.attrs.contains_key(last) {
+            if !m.attrs.contains_key(last) && !m.attrs.contains_key(&joined) {
                 m.attrs.insert(field.clone(), text.clone());
             }
         }
