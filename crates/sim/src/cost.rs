@@ -125,6 +125,16 @@ pub struct Flag {
     pub source: String,
 }
 
+/// A count of hardware units with its source, written `{ value = N, source = "..." }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Count {
+    /// The count; at least 1 (checked when the profile is loaded).
+    pub value: u32,
+    /// A citation, or `assumption: ...` with the reasoning. Never empty.
+    pub source: String,
+}
+
 impl Flag {
     /// Whether the fact holds (`value = 1`).
     #[inline]
@@ -374,6 +384,10 @@ cost_group! {
             cmdq: Option<CmdqCosts>,
             /// Register-flush timings; present for IOMMUs flushed by register write.
             register_flush: Option<RegisterFlushCosts>,
+            /// Page walks the unit serves at once (the DMA port's walkers,
+            /// [`crate::iommu::port`]); one when absent.
+            #[serde(default)]
+            walkers: Option<Count>,
         }
         costs {
             /// One IOTLB lookup (hit or miss).
@@ -668,6 +682,16 @@ impl PlatformProfile {
         }
     }
 
+    /// The DMA port's unit parameters of this profile: its walkers (`iommu.walkers`, one
+    /// when absent) and walk costs.
+    pub fn port_params(&self) -> crate::iommu::port::PortParams {
+        crate::iommu::port::PortParams {
+            walkers: self.iommu.walkers.as_ref().map_or(1, |w| w.value as usize),
+            walk_read_ns: self.iommu.walk_read.ns(),
+            walk_cache_lookup_ns: self.iommu.walk_cache_lookup.ns(),
+        }
+    }
+
     /// The engine topology of this profile (`None` without a `[topology]` group).
     pub fn engine_topology(&self) -> Option<crate::engine::Topology> {
         let t = self.topology.as_ref()?;
@@ -834,6 +858,15 @@ impl PlatformProfile {
         }
         non_empty("iommu.model", &self.iommu.model)?;
         non_empty("iommu.source", &self.iommu.source)?;
+        if let Some(w) = &self.iommu.walkers {
+            if w.value == 0 || w.value > 4096 {
+                return Err((
+                    "iommu.walkers.value".into(),
+                    format!("expected 1 to 4096 concurrent walks, found {}", w.value),
+                ));
+            }
+            non_empty("iommu.walkers.source", &w.source)?;
+        }
         let bw = &self.memory.memcpy_bandwidth;
         let range = MIN_BANDWIDTH_GB_PER_S..=MAX_BANDWIDTH_GB_PER_S;
         if !(bw.gb_per_s.is_finite() && range.contains(&bw.gb_per_s)) {
@@ -972,6 +1005,14 @@ impl PlatformProfile {
                 c.unit.name(),
                 fmt_num(c.ns()),
                 md_cell(&c.source)
+            );
+        }
+        if let Some(w) = &self.iommu.walkers {
+            let _ = writeln!(
+                s,
+                "| iommu.walkers | {} | walks | | {} |",
+                w.value,
+                md_cell(&w.source)
             );
         }
         if let Some(f) = self.iommu.cmdq.as_ref().and_then(|q| q.sync_msi.as_ref()) {
@@ -1191,6 +1232,8 @@ pub struct CpuCostModel {
     /// The non-zero entries of the hypervisor weights, if the profile has the group.
     hypervisor_terms: Option<Vec<(usize, f64)>>,
     lock_ns: f64,
+    /// The DMA port's unit parameters ([`PlatformProfile::port_params`]).
+    port: crate::iommu::port::PortParams,
     profile_name: String,
     origin: String,
     memo: RefCell<RecordMemo>,
@@ -1217,6 +1260,7 @@ impl PartialEq for CpuCostModel {
             && self.translation == other.translation
             && self.hypervisor_terms == other.hypervisor_terms
             && self.lock_ns == other.lock_ns
+            && self.port == other.port
             && self.profile_name == other.profile_name
             && self.origin == other.origin
     }
@@ -1360,6 +1404,7 @@ impl CpuCostModel {
                 .as_ref()
                 .map(|_| nonzero_terms(&hypervisor)),
             lock_ns: profile.sync.lock_acquire_release.ns(),
+            port: profile.port_params(),
             profile_name: profile.name.clone(),
             origin: profile.origin.clone(),
             memo: RefCell::new(RecordMemo {
@@ -1389,6 +1434,17 @@ impl CpuCostModel {
     #[inline]
     pub fn translation_ns(&self, work: &WorkRecord) -> f64 {
         self.translation_ns_of(work.iotlb_hits, work.iotlb_misses, work.walk_reads)
+    }
+
+    /// The DMA port's unit parameters of the profile this model prices
+    /// ([`PlatformProfile::port_params`]).
+    pub fn port_params(&self) -> crate::iommu::port::PortParams {
+        self.port
+    }
+
+    /// A fresh [DMA port](crate::iommu::port) of the profile's unit (its walkers all free).
+    pub fn dma_port(&self) -> crate::iommu::port::DmaPort {
+        crate::iommu::port::DmaPort::new(self.port)
     }
 
     /// [`CpuCostModel::translation_ns`] of a record whose translation counters are

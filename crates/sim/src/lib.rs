@@ -52,6 +52,7 @@ pub mod cost;
 pub mod devices;
 pub mod engine;
 pub mod experiment;
+pub mod iommu;
 pub mod lab;
 pub mod metrics;
 pub mod progress;

@@ -18,6 +18,8 @@ use iolab_iommu::dma::{Device, Direction, PhysRange};
 use iolab_iommu::hw::{DmaPath, Smmuv3DevicePath, X86DevicePath};
 use iolab_iommu::work::WorkRecord;
 
+use crate::iommu::port::{DeviceLink, DmaPort, Translated};
+
 /// One block device's timing model.
 pub(crate) enum BlockDev {
     /// An NVMe SSD.
@@ -69,29 +71,72 @@ impl BlockIo {
 }
 
 impl BlockDev {
-    /// `io`, submitted on `cpu` at `now` (ns), its transfer slowed by `translation_ns` of
-    /// IOMMU translation: when the device completes it, and its completion vector (NVMe: the
-    /// submitting CPU's queue; SAS: the queue of the disk holding the I/O), to be taken
-    /// modulo the vectors there are.
+    /// `io`, submitted on `cpu` at `now` (ns), its DMA through the IOMMU's port (`dma`):
+    /// when the device completes it, and its completion vector (NVMe: the submitting CPU's
+    /// queue; SAS: the queue of the disk holding the I/O), to be taken modulo the vectors
+    /// there are.
     pub(crate) fn service(
         &self,
         now: u64,
         cpu: usize,
         io: BlockIo,
-        translation_ns: f64,
+        dma: Option<PortedDma>,
     ) -> (u64, usize) {
         match self {
             BlockDev::Nvme(d) => (
-                d.service(now, io.len, io.is_read, translation_ns),
+                d.service(now, io.len, io.is_read, dma),
                 d.queue_for_cpu(cpu),
             ),
             BlockDev::Sas(hba) => {
                 let disk = hba.disk_for(io.offset, io.stripe);
                 (
-                    hba.service(now, disk, io.len, io.is_read, translation_ns),
+                    hba.service(now, disk, io.len, io.is_read, dma),
                     hba.queue_for_disk(disk),
                 )
             }
+        }
+    }
+}
+
+/// One DMA as the [DMA port](crate::iommu::port) times it: the unit's port and what the
+/// DMA's translation did in the unit's caches.
+#[derive(Clone, Copy, Debug)]
+pub struct PortedDma<'a> {
+    /// The port of the unit the device sits behind.
+    pub port: &'a DmaPort,
+    /// The DMA's pages, misses and walk reads.
+    pub translated: Translated,
+}
+
+/// When a DMA is through and when the device's DMA stream may move its next one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PortTiming {
+    /// The DMA's last byte is through, ns.
+    pub done: f64,
+    /// The device's stream is free for its next DMA, ns: `done` for writes to memory that
+    /// may not be passed (a stall holds the stream), the end of the data otherwise.
+    pub stream_free: f64,
+}
+
+impl PortedDma<'_> {
+    /// Times a DMA whose data is ready at `ready` and takes `data_ns`, through `dma`'s port
+    /// (or straight, without an IOMMU in the way), for a device with `link`.
+    pub fn time(
+        dma: Option<PortedDma<'_>>,
+        ready: f64,
+        data_ns: f64,
+        access: Access,
+        link: DeviceLink,
+    ) -> PortTiming {
+        let data_end = ready + data_ns;
+        let done = match dma {
+            Some(d) => d.port.transfer(ready, data_ns, d.translated, access, link),
+            None => data_end,
+        };
+        let ordered = access == Access::Write && !link.relaxed_ordering;
+        PortTiming {
+            done,
+            stream_free: if ordered { done } else { data_end },
         }
     }
 }
@@ -119,6 +164,30 @@ impl DeviceDma<'_> {
     pub(crate) fn reaches(&self, dma: u64, len: u64, access: Access) -> bool {
         let mut w = WorkRecord::new();
         self.transfer(DmaAddr(dma), len, access, &mut w).is_ok()
+    }
+
+    /// [`DeviceDma::transfer`], returning what the translation did in the unit's caches
+    /// for the [DMA port](crate::iommu::port): the pages looked up, the misses and walk
+    /// reads (the differences of `tw`'s counters).
+    pub(crate) fn translate(
+        &self,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        tw: &mut WorkRecord,
+    ) -> Result<Translated, String> {
+        let before = (tw.translations, tw.iotlb_misses, tw.walk_reads);
+        self.transfer(dma, len, access, tw)?;
+        let span = if len == 0 {
+            0
+        } else {
+            ((dma.0 + len - 1) >> 12) - (dma.0 >> 12) + 1
+        };
+        Ok(Translated {
+            pages: (tw.translations - before.0).max(span),
+            misses: tw.iotlb_misses - before.1,
+            walk_reads: tw.walk_reads - before.2,
+        })
     }
 
     /// The device moves `len` bytes at `dma` (`access` as the device sees it); `tw` counts

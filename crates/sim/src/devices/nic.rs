@@ -31,6 +31,7 @@ use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::cost::{CpuCostModel, HypervisorCosts, PlatformProfile, TceCall};
 use crate::engine::{Ctx, Handle, SimDuration, SimError, SimTime};
+use crate::iommu::port::{DeviceLink, DmaPort, Translated};
 use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::Account;
 
@@ -40,6 +41,15 @@ use crate::Account;
 /// so a hand-off grows with the CPUs waiting. docs/model/contention.md gives the figures'
 /// sensitivity to it (with [`LockKind::Queued`] instead).
 pub const HV_TABLE_LOCK_KIND: LockKind = LockKind::Queued;
+
+/// How far a NIC's DMA requests run ahead, for the [DMA port](crate::iommu::port):
+/// assumption: 256 PCIe tags of 512-byte reads (RESEARCH.md "PCIe tags"), 32 pages in
+/// flight; its writes to memory are ordered (Relaxed Ordering off, as F&S's serial fit of
+/// their receive runs implies).
+pub const NIC_LINK: DeviceLink = DeviceLink {
+    outstanding_pages: 32,
+    relaxed_ordering: false,
+};
 
 /// The name of the hypervisor's per-table TCE lock (`HvSerialisation::PerTable`).
 pub const HV_TABLE_LOCK: &str = "phyp_tce_table";
@@ -263,6 +273,8 @@ pub struct TceDma {
     iommu: Arc<PseriesIommu>,
     dev: Device,
     model: CpuCostModel,
+    /// The IOMMU's DMA port (the profile's unit).
+    port: DmaPort,
     hv: HypervisorCosts,
     scan_ns: f64,
     pools: Vec<SpinLock>,
@@ -339,6 +351,7 @@ impl TceDma {
             line_ns: profile.sync.cacheline_transfer.ns(),
             iommu,
             dev,
+            port: model.dma_port(),
             model,
             hv,
             scan_ns,
@@ -507,9 +520,16 @@ impl TceDma {
         Ok(())
     }
 
-    /// The device reads or writes `len` bytes at `dma`: translated through the IOMMU
-    /// (faulting if unmapped); returns the nanoseconds translation adds to the access.
-    pub fn device_access(&self, dma: u64, len: u64, access: Access) -> Result<f64, NicError> {
+    /// The device reads or writes `len` bytes at `dma`, ready at `at_ns`: translated
+    /// through the IOMMU (faulting if unmapped) and timed through its DMA port; returns
+    /// when the translation lets the access through (`at_ns` when it adds nothing).
+    pub fn device_access(
+        &self,
+        at_ns: f64,
+        dma: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<f64, NicError> {
         let mut w = WorkRecord::new();
         self.iommu
             .translate(
@@ -520,13 +540,20 @@ impl TceDma {
                 &mut w,
             )
             .map_err(NicError::Fault)?;
-        let ns = self.model.translation_ns(&w);
+        let span = ((dma + len.max(1) - 1) >> 12) - (dma >> 12) + 1;
+        let t = Translated {
+            pages: w.translations.max(span),
+            misses: w.iotlb_misses,
+            walk_reads: w.walk_reads,
+        };
+        let done = self.port.transfer(at_ns, 0.0, t, access, NIC_LINK);
+        let ns = done - at_ns;
         *self.work.borrow_mut() += &w;
         self.add(|t| {
             t.device_bytes += len;
             t.translation_ns += ns;
         });
-        Ok(ns)
+        Ok(done)
     }
 
     /// Takes pool lock `pool`, does `hold_ns` of work on `words` bitmap words under it

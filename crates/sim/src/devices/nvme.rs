@@ -17,6 +17,11 @@
 
 use std::cell::RefCell;
 
+use iolab_iommu::addr::Access;
+
+use super::PortedDma;
+use crate::iommu::port::DeviceLink;
+
 use crate::engine::rng::Rng;
 
 /// An NVMe device class.
@@ -211,9 +216,9 @@ impl Nvme {
 
     /// A command of `bytes` rung in at `now_ns`: returns its completion time in ns. The
     /// controller serialises command acceptance at its rated rate; the data moves over the
-    /// link after the media access, serialised by bandwidth; `dma_extra_ns` is what address
-    /// translation added to the transfer.
-    pub fn service(&self, now_ns: u64, bytes: u64, is_read: bool, dma_extra_ns: f64) -> u64 {
+    /// link after the media access, serialised by bandwidth, through the IOMMU's DMA port
+    /// (`dma`: what translation adds, [`crate::iommu::port`]; `None` without an IOMMU).
+    pub fn service(&self, now_ns: u64, bytes: u64, is_read: bool, dma: Option<PortedDma>) -> u64 {
         let mut s = self.state.borrow_mut();
         s.commands += 1;
         let start = (now_ns as f64).max(s.ctrl_free_at);
@@ -235,10 +240,22 @@ impl Nvme {
         let media = base as f64;
         let xfer = bytes as f64 * 1e9 / self.params.bandwidth.max(1.0);
         let xfer_start = (start + media).max(s.link_free_at);
-        s.link_free_at = xfer_start + xfer;
-        crate::time::ceil_ns(s.link_free_at + deviation + dma_extra_ns)
+        // A read writes memory (posted writes), a write reads it.
+        let access = if is_read { Access::Write } else { Access::Read };
+        let t = PortedDma::time(dma, xfer_start, xfer, access, NVME_LINK);
+        s.link_free_at = t.stream_free;
+        crate::time::ceil_ns(t.done + deviation)
     }
 }
+
+/// How far an NVMe drive's DMA requests run ahead, for the [DMA port](crate::iommu::port):
+/// assumption: 256 PCIe tags (Extended Tag, which Linux enables on capable devices;
+/// RESEARCH.md "PCIe tags") of 512-byte read requests (a common MRRS) keep 128 KiB, 32
+/// pages, of reads in flight; writes to memory are ordered (no Relaxed Ordering).
+pub const NVME_LINK: DeviceLink = DeviceLink {
+    outstanding_pages: 32,
+    relaxed_ordering: false,
+};
 
 #[cfg(test)]
 mod tests {
@@ -298,7 +315,7 @@ mod tests {
         let d = dev();
         let mut last = 0;
         for _ in 0..1000 {
-            last = d.service(0, 4096, true, 0.0);
+            last = d.service(0, 4096, true, None);
         }
         // 1000 commands at 1M/s: the last starts at 999 us.
         assert!(last >= 999_000 + 80_000, "{last}");
@@ -316,7 +333,7 @@ mod tests {
             })
             .with_seed(seed);
             (0..4000)
-                .map(|i| d.service(i * 1_000_000, 4096, true, 0.0) - i * 1_000_000)
+                .map(|i| d.service(i * 1_000_000, 4096, true, None) - i * 1_000_000)
                 .collect::<Vec<u64>>()
         };
         let a = spread(1);
@@ -334,7 +351,7 @@ mod tests {
             bandwidth: 1e18,
             ..*dev().params()
         });
-        assert_eq!(fixed.service(0, 4096, true, 0.0), 80_001);
+        assert_eq!(fixed.service(0, 4096, true, None), 80_001);
     }
 
     #[test]

@@ -17,6 +17,11 @@
 
 use std::cell::RefCell;
 
+use iolab_iommu::addr::Access;
+
+use super::PortedDma;
+use crate::iommu::port::DeviceLink;
+
 /// The HBA and its disks.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SasParams {
@@ -88,16 +93,18 @@ impl SasHba {
     }
 
     /// A command for `disk` delivered at `now_ns`: returns when the HBA writes its
-    /// completion entry. `dma_extra_ns` is the IOMMU translation time of the command's
-    /// DMA: it occupies the controller (serialised with other commands) and delays the
-    /// completion.
+    /// completion entry. Its data moves through the IOMMU's DMA port (`dma`,
+    /// [`crate::iommu::port`]; `None` without an IOMMU): what a walk holds up on the HBA's
+    /// stream of writes to memory (a read's data: posted writes may not pass each other)
+    /// also holds the controller (serialised with other commands), and every stall delays
+    /// the completion.
     pub fn service(
         &self,
         now_ns: u64,
         disk: usize,
         bytes: u64,
         is_read: bool,
-        dma_extra_ns: f64,
+        dma: Option<PortedDma>,
     ) -> u64 {
         let p = self.params;
         let mut s = self.state.borrow_mut();
@@ -106,7 +113,6 @@ impl SasHba {
         // The HBA fetches the command, sets up its I/O context and later writes its
         // completion entry: hba_command_ns of controller time per command, serialised.
         let issue = (now_ns as f64).max(s.hba_free_at);
-        s.hba_free_at = issue + p.hba_command_ns + dma_extra_ns;
         // The disk accepts commands at its rated rate and answers after its latency.
         let start = (issue + p.hba_command_ns).max(s.disk_free_at[d]);
         s.disk_free_at[d] = start + 1e9 / p.disk_max_iops.max(1.0);
@@ -118,9 +124,22 @@ impl SasHba {
         let xfer = bytes as f64 * 1e9 / p.link_bandwidth.max(1.0);
         let xfer_start = (start + lat).max(s.link_free_at[d]);
         s.link_free_at[d] = xfer_start + xfer;
-        (s.link_free_at[d] + dma_extra_ns).ceil() as u64
+        let access = if is_read { Access::Write } else { Access::Read };
+        let t = PortedDma::time(dma, xfer_start, xfer, access, SAS_LINK);
+        let stall = t.done - (xfer_start + xfer);
+        let held = t.stream_free - (xfer_start + xfer);
+        s.hba_free_at = issue + p.hba_command_ns + held;
+        (s.link_free_at[d] + stall).ceil() as u64
     }
 }
+
+/// How far a SAS HBA's DMA requests run ahead, for the [DMA port](crate::iommu::port):
+/// assumption, as an NVMe drive's ([`super::nvme::NVME_LINK`]): 32 pages of reads in
+/// flight, ordered writes to memory.
+pub const SAS_LINK: DeviceLink = DeviceLink {
+    outstanding_pages: 32,
+    relaxed_ordering: false,
+};
 
 #[cfg(test)]
 mod tests {
@@ -152,7 +171,7 @@ mod tests {
         let h = hba();
         let mut last = 0;
         for _ in 0..100 {
-            last = h.service(0, 3, 4096, true, 0.0);
+            last = h.service(0, 3, 4096, true, None);
         }
         assert!(last as f64 >= 99.0 * 5_000.0 + 100_000.0, "{last}");
     }

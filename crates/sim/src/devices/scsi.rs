@@ -28,7 +28,9 @@ use iolab_iommu::work::WorkRecord;
 use crate::accounting::Account;
 use crate::block::{Piece, QueueLimits};
 use crate::cost::CpuCostModel;
+use crate::devices::PortedDma;
 use crate::engine::{Channel, Completion, Ctx, Handle, SimDuration, SimError};
+use crate::iommu::port::{DeviceLink, DmaPort, Translated};
 use crate::resources::{SpinLock, SpinParams};
 
 /// Timing of the HBA, the bus, the driver and the disk, in nanoseconds and bytes per second.
@@ -133,6 +135,8 @@ struct Inner {
     path: Arc<dyn DmaPath>,
     dev: Device,
     cost: CpuCostModel,
+    /// The IOMMU's DMA port (the profile's unit).
+    port: DmaPort,
     extra_ns: Box<dyn Fn(&WorkRecord) -> f64>,
     lock_ns: f64,
     res_lock: Option<SpinLock>,
@@ -207,6 +211,7 @@ impl ScsiHost {
             limits,
             path: dma.path,
             dev,
+            port: cost.dma_port(),
             cost,
             extra_ns: dma.extra_ns,
             lock_ns,
@@ -407,6 +412,7 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
             Access::Write
         };
         let mut translated = 0u64;
+        let mut pages = 0u64;
         for s in &cmd.segments {
             if let Ok(ranges) = inn
                 .path
@@ -414,11 +420,24 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
             {
                 translated += ranges.iter().map(|r| r.len).sum::<u64>();
             }
+            if s.len > 0 {
+                pages += ((s.dma.0 + s.len - 1) >> 12) - (s.dma.0 >> 12) + 1;
+            }
         }
         debug_assert_eq!(translated, cmd.len, "a DMA segment did not translate");
-        ns += inn.cost.translation_ns(&work);
-        // Bus: the data phase.
-        ns += cmd.len as f64 / p.bus_bytes_per_s * 1e9;
+        // Bus: the data phase, through the IOMMU's DMA port.
+        let bus = cmd.len as f64 / p.bus_bytes_per_s * 1e9;
+        let dma = PortedDma {
+            port: &inn.port,
+            translated: Translated {
+                pages,
+                misses: work.iotlb_misses,
+                walk_reads: work.walk_reads,
+            },
+        };
+        let now = ctx.now().as_ns() as f64;
+        let t = PortedDma::time(Some(dma), now + ns, bus, access, SCSI_LINK);
+        ns = t.done - now;
         // Disk: seek unless the head is already there, rotational latency, media transfer.
         let sequential = head_end == Some(cmd.offset);
         let mut disk = 0.0;
@@ -450,6 +469,14 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
         let _ = cmd.done.fire(());
     }
 }
+
+/// How far the SCSI HBA's DMA requests run ahead, for the [DMA port](crate::iommu::port):
+/// assumption: a PCI-X-era HBA (LSI 53C1030 class) keeps one page of reads in flight, and
+/// its writes to memory are ordered.
+pub const SCSI_LINK: DeviceLink = DeviceLink {
+    outstanding_pages: 1,
+    relaxed_ordering: false,
+};
 
 /// The physical address of page frame `pfn` for pages of `page_size` bytes.
 pub fn page_addr(pfn: u64, page_size: u64) -> PhysAddr {

@@ -45,7 +45,9 @@ use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::block::Piece;
 use crate::cost::{CpuCostModel, PlatformProfile};
+use crate::devices::PortedDma;
 use crate::engine::{Channel, Ctx, Handle, SimDuration};
+use crate::iommu::port::{DeviceLink, DmaPort, Translated};
 use crate::{Account, SimError};
 
 /// One USB link speed, as the storage device sees it.
@@ -347,7 +349,17 @@ pub struct DmaSide {
     pub swiotlb: Option<RefCell<Swiotlb>>,
     /// The CPU's copy rate for bounce copies, bytes per ns (the profile's memcpy bandwidth).
     pub copy_bytes_per_ns: f64,
+    /// The IOMMU's DMA port (the profile's unit).
+    pub port: DmaPort,
 }
+
+/// How far the USB host controller's DMA runs ahead, for the [DMA port](crate::iommu::port):
+/// assumption: one page (the xHCI moves a bulk transfer's TRBs in order, and its AXI
+/// master's outstanding transactions on the SoC are not published), ordered writes.
+pub const USB_LINK: DeviceLink = DeviceLink {
+    outstanding_pages: 1,
+    relaxed_ordering: false,
+};
 
 /// A USB storage device with its usb-storage thread. Submit commands with
 /// [`UsbStorage::submit`] and cache flushes with [`UsbStorage::flush`].
@@ -577,10 +589,23 @@ async fn run_command(
     // Every page of a fresh mapping misses the flushed IOTLB once and walks the leaf level.
     twork.iotlb_misses += pages;
     twork.walk_reads += pages * config.walk_reads_per_miss;
-    let translation_ns = cost.translation_ns(&twork).round() as u64;
     let nseg = sg.segment_count() as u64;
     let wire_ns = (bytes as f64 / config.link.payload_bytes_per_ns()).round() as u64;
-    let data_ns = wire_ns + nseg * config.per_segment_ns + translation_ns;
+    // The data phase moves through the IOMMU's DMA port: the wire and the per-TRB work,
+    // each page's walk as the controller's window lets it overlap them.
+    let moved_ns = wire_ns + nseg * config.per_segment_ns;
+    let now = ctx.now().as_ns() as f64;
+    let ported = dma.translated.then_some(PortedDma {
+        port: &dma.port,
+        translated: Translated {
+            pages,
+            misses: twork.iotlb_misses,
+            walk_reads: twork.walk_reads,
+        },
+    });
+    let t = PortedDma::time(ported, now, moved_ns as f64, access, USB_LINK);
+    let translation_ns = ((t.done - now).round() as u64).saturating_sub(moved_ns);
+    let data_ns = moved_ns + translation_ns;
     let media_ns = if dir == UsbDir::Read && offset != *next_read {
         config.media_read_latency_ns
     } else {

@@ -48,7 +48,8 @@ use crate::devices::hostile::{ExposureReport, HostileDevice};
 use crate::devices::nvme::{Nvme, Post};
 use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
-use crate::devices::{BlockDev, BlockIo, DeviceDma};
+use crate::devices::{BlockDev, BlockIo, DeviceDma, PortedDma};
+use crate::iommu::port::{DmaPort, Translated};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::metrics::CpuBreakdown;
 use crate::resources::{LockKind, SpinLock, SpinParams};
@@ -155,6 +156,8 @@ pub(super) struct Unit {
     /// The IOVA magazine depot's lock (Linux `rcache->lock`), taken when a CPU's two
     /// magazines are both full or both empty; one for the size classes together.
     depot_lock: SpinLock,
+    /// The instance's DMA port: its walkers, shared by the devices behind it.
+    port: DmaPort,
     /// Where this instance's protection report is read.
     protection: ProtectionProbe,
     /// Lazy mode over a timed queue: what closes the domain's stale windows.
@@ -529,45 +532,45 @@ impl Stack {
         }
         // The device's DMA goes through the IOMMU (its IOTLB and walk cache for SMMUv3) or
         // its bypass, segment by segment, counted in the map's record: what the transfer
-        // did is what it added to these counters.
+        // did is what it added to these counters. The unit's DMA port then times it.
         let tw = &mut w;
-        let before = [
-            tw.iotlb_hits,
-            tw.iotlb_misses,
-            tw.iotlb_stale_hits,
-            tw.walk_reads,
-            tw.translations,
-        ];
+        let before = [tw.iotlb_hits, tw.iotlb_stale_hits, tw.translations];
         let access = io.access();
+        let mut translated = Translated::default();
         let segments = match &mapping {
             Mapping::Single(m) => {
-                dma.transfer(m.dma_addr(), io.len, access, tw)
+                translated = dma
+                    .translate(m.dma_addr(), io.len, access, tw)
                     .map_err(|e| self.fail(e))?;
                 1
             }
             Mapping::Sg(sg) => {
                 for seg in sg.segments() {
-                    dma.transfer(seg.dma, seg.len, access, tw)
-                        .map_err(|e| self.fail(e))?;
+                    translated.add(
+                        dma.translate(seg.dma, seg.len, access, tw)
+                            .map_err(|e| self.fail(e))?,
+                    );
                 }
                 sg.segments().len()
             }
         };
-        let [hits, misses, stale_hits, walk_reads, translations] = [
+        let [hits, stale_hits, translations] = [
             tw.iotlb_hits - before[0],
-            tw.iotlb_misses - before[1],
-            tw.iotlb_stale_hits - before[2],
-            tw.walk_reads - before[3],
-            tw.translations - before[4],
+            tw.iotlb_stale_hits - before[1],
+            tw.translations - before[2],
         ];
-        let tr_ns = self.cost.translation_ns_of(hits, misses, walk_reads);
+        let now = ctx.now().as_ns();
+        let port = &self.unit(devno).port;
+        let stalled = port.stats().stall_ns;
+        let ported = (translations > 0).then_some(PortedDma { port, translated });
+        let (at, vector) = self.devs[devno].service(now, cpu, io, ported);
         {
             let mut c = self.counters.borrow_mut();
-            c.translation_ns += tr_ns;
+            c.translation_ns += port.stats().stall_ns - stalled;
             c.iotlb_hits += hits;
-            c.iotlb_misses += misses;
+            c.iotlb_misses += translated.misses;
             c.iotlb_stale_hits += stale_hits;
-            c.walk_reads += walk_reads;
+            c.walk_reads += translated.walk_reads;
             c.translated_ios += u64::from(translations > 0);
             c.ios += 1;
             if io.is_read {
@@ -577,8 +580,6 @@ impl Stack {
             }
             c.dma_segments += segments as u64;
         }
-        let now = ctx.now().as_ns();
-        let (at, vector) = self.devs[devno].service(now, cpu, io, tr_ns);
         let vector = vector % self.vectors[devno].len();
         let tracer = self.h.tracer();
         if tracer.is_on() {
@@ -1202,6 +1203,7 @@ pub(super) fn start_stack(
                 .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}{tag}"), lock_params(s)))
                 .collect::<Result<Vec<_>, _>>()?,
             depot_lock: SpinLock::new(&h, depot_lock_name(k), lock_params(s))?,
+            port: DmaPort::new(s.profile.port_params()),
             protection: b.protection,
         });
     }

@@ -59,6 +59,7 @@ pub(crate) fn run_bonnie(
                 Some(RefCell::new(u.swiotlb.build().map_err(model_err)?))
             },
             copy_bytes_per_ns: s.profile.memory.memcpy_bandwidth.gb_per_s,
+            port: s.profile.cpu_cost_model().dma_port(),
         },
         &s.profile,
         irq.clone(),

@@ -662,13 +662,16 @@ impl TxConnection {
             }
         }
         spend(ctx, s.costs.doorbell_ns).await;
-        let mut xlat = 0.0;
+        // The NIC reads the skb's buffers: their walks overlap through the DMA port.
+        let at = ctx.now().0 as f64;
+        let mut through = at;
         for m in &maps {
-            xlat += s.dma.device_access(m.dma_addr().0, m.len(), Access::Read)?;
+            let t = s.dma.device_access(at, m.dma_addr().0, m.len(), Access::Read)?;
+            through = through.max(t);
             s.hooks
                 .accessed(ctx, m.dma_addr().0, m.len(), Access::Read)?;
         }
-        let ready = ctx.now() + SimDuration::ns(xlat.round() as u64);
+        let ready = SimTime((through - at).round() as u64 + ctx.now().0);
         let done = s.link.transmit(ready, skb);
         ctx.handle().tracer().device(
             || format!("nic tx q{i}"),
@@ -834,8 +837,12 @@ impl RxConnection {
             let room = rx.strides_per_page - rx.used_strides;
             let n = strides.min(room);
             let at = p.dma_addr().0 + rx.used_strides * c.rx_stride_bytes;
-            s.dma
-                .device_access(at, n * c.rx_stride_bytes, Access::Write)?;
+            s.dma.device_access(
+                ctx.now().0 as f64,
+                at,
+                n * c.rx_stride_bytes,
+                Access::Write,
+            )?;
             s.hooks
                 .accessed(ctx, at, n * c.rx_stride_bytes, Access::Write)?;
             rx.used_strides += n;

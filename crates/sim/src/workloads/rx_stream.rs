@@ -40,7 +40,9 @@ use iolab_iommu::work::WorkRecord;
 
 use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
+use crate::devices::nic::NIC_LINK;
 use crate::devices::DeviceDma;
+use crate::iommu::port::{DeviceLink, DmaPort, Translated};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -197,6 +199,9 @@ struct State<'a> {
     pricing: RxPricing<'a>,
     path: &'a dyn DmaPath,
     dma: DeviceDma<'a>,
+    /// The unit's DMA port, and how far the NIC's requests run ahead.
+    port: DmaPort,
+    link_dma: DeviceLink,
     dev: &'a Device,
     flows: Vec<Flow>,
     core_free: Vec<u64>,
@@ -260,22 +265,29 @@ impl State<'_> {
             .map_err(|r| dma_err(r.error))
     }
 
-    /// The device moves `len` bytes at `dma`; returns the translation time, ns.
+    /// The device moves `len` bytes at `dma`: translated through the unit; returns what
+    /// the translation did, for the DMA port.
     fn device(
         &mut self,
         dma: u64,
         len: u64,
         access: Access,
         now: u64,
-    ) -> Result<f64, RxStreamError> {
+    ) -> Result<Translated, RxStreamError> {
         let mut tw = WorkRecord::new();
-        self.dma
-            .transfer(DmaAddr(dma), len, access, &mut tw)
+        let t = self
+            .dma
+            .translate(DmaAddr(dma), len, access, &mut tw)
             .map_err(RxStreamError::Dma)?;
         if self.in_window(now) {
             self.out.translation += &tw;
         }
-        Ok(self.pricing.cost.translation_ns(&tw))
+        Ok(t)
+    }
+
+    /// A DMA through the port whose data is ready at `ready` and takes `data_ns`.
+    fn ported(&self, ready: f64, data_ns: f64, t: Translated, access: Access) -> f64 {
+        self.port.transfer(ready, data_ns, t, access, self.link_dma)
     }
 
     /// CPU time of the driver's map and unmap work `w`, ns.
@@ -309,15 +321,22 @@ impl State<'_> {
                 let idx = self.flows[f].rx_index;
                 self.flows[f].rx_index += 1;
                 let ring = self.cfg.ring_pages as u64;
+                // The receive descriptors are read ahead (a 64-byte line of four WQEs every
+                // fourth packet): the read's walk takes a walker, its latency is hidden.
                 if idx % 4 == 0 {
                     let at = self.flows[f].rq.dma_addr().0 + (idx % ring) * RX_WQE_BYTES;
-                    ns += self.device(at, 64.min(RX_WQE_BYTES * 4), Access::Read, now)?;
+                    let t = self.device(at, 64.min(RX_WQE_BYTES * 4), Access::Read, now)?;
+                    self.ported(start, 0.0, t, Access::Read);
                 }
-                ns += self.device(buf.dma_addr().0, frame, Access::Write, now)?;
+                // The frame and its completion are posted writes, in order.
+                let t = self.device(buf.dma_addr().0, frame, Access::Write, now)?;
+                let data = self.cfg.dma_ns_per_4k * frame as f64 / 4096.0;
+                let framed = self.ported(start, data, t, Access::Write);
                 let at = self.flows[f].cq.dma_addr().0 + (idx % ring) * CQE_BYTES;
-                ns += self.device(at, CQE_BYTES, Access::Write, now)?;
-                ns += self.cfg.dma_ns_per_4k * frame as f64 / 4096.0;
-                let done = (start + ns).ceil() as u64;
+                let t = self.device(at, CQE_BYTES, Access::Write, now)?;
+                let end = self.ported(framed, 0.0, t, Access::Write);
+                ns = end - start;
+                let done = end.ceil() as u64;
                 self.flows[f].done.push_back((buf, done, frame));
                 self.completion(f, done);
                 true
@@ -464,11 +483,19 @@ impl State<'_> {
         let ring = self.cfg.tx_ring_entries as u64;
         let sq = self.flows[f].sq.dma_addr().0 + (idx % ring) * TX_WQE_BYTES;
         let cq = self.flows[f].txcq.dma_addr().0 + (idx % ring) * CQE_BYTES;
-        let mut dns = self.device(sq, TX_WQE_BYTES, Access::Read, now)?;
-        dns += self.device(buf.dma_addr().0, ACK_BYTES, Access::Read, now)?;
-        dns += self.device(cq, CQE_BYTES, Access::Write, now)?;
-        dns += self.cfg.dma_ns_per_4k * ACK_BYTES as f64 / 4096.0;
-        self.dma_free = self.dma_free.max(now as f64) + dns;
+        // The two reads overlap on the walkers; the completion is a posted write in the
+        // device's write stream.
+        let at = now as f64;
+        let t = self.device(sq, TX_WQE_BYTES, Access::Read, now)?;
+        let wqe = self.ported(at, 0.0, t, Access::Read);
+        let t = self.device(buf.dma_addr().0, ACK_BYTES, Access::Read, now)?;
+        let data = self.cfg.dma_ns_per_4k * ACK_BYTES as f64 / 4096.0;
+        let frame = self.ported(at, 0.0, t, Access::Read).max(wqe);
+        let t = self.device(cq, CQE_BYTES, Access::Write, now)?;
+        let start = self.dma_free.max(frame);
+        let end = self.ported(start, data, t, Access::Write);
+        let dns = end - start;
+        self.dma_free = end;
         if self.in_window(now) {
             self.dma_busy += dns;
             self.out.acks += 1;
@@ -494,6 +521,8 @@ pub(crate) fn run_rx_stream(
         cfg: *cfg,
         link,
         costs,
+        port: pricing.cost.dma_port(),
+        link_dma: NIC_LINK,
         pricing,
         path,
         dma,
