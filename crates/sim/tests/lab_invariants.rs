@@ -20,6 +20,8 @@ use iolab_iommu::pgtable::lpae::{LpaeConfig, LpaeTable};
 use iolab_iommu::work::WorkRecord;
 use iolab_sim::cost::{CpuCostModel, PlatformProfile};
 use iolab_sim::devices::nvme::{Nvme, NvmeParams};
+use iolab_sim::devices::PortedDma;
+use iolab_sim::iommu::port::{DmaPort, Translated};
 use iolab_sim::engine::{Ctx, Handle};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
 use iolab_sim::reproduce::{bundled, Experiment};
@@ -125,6 +127,8 @@ struct Machine {
     device: Device,
     nvme: Nvme,
     cost: CpuCostModel,
+    /// The IOMMU's DMA port the NVMe's transfers go through.
+    port: DmaPort,
     h: Handle,
     submitted: Cell<u64>,
     completed: Cell<u64>,
@@ -176,12 +180,18 @@ impl Machine {
                 &mut tw,
             )
             .map_err(|e| e.to_string())?;
-        let at = self.nvme.service(
-            ctx.now().as_ns(),
-            req.len,
-            req.is_read,
-            self.cost.translation_ns(&tw),
-        );
+        let translated = Translated {
+            pages: req.len.div_ceil(SZ_4K),
+            misses: tw.iotlb_misses,
+            walk_reads: tw.walk_reads,
+        };
+        let dma = PortedDma {
+            port: &self.port,
+            translated,
+        };
+        let at = self
+            .nvme
+            .service(ctx.now().as_ns(), req.len, req.is_read, Some(dma));
         self.completions.borrow_mut().push((at, req.len));
         let me = self.clone();
         // What the device's DMA reaches through the IOMMU: the translated physical ranges.
@@ -260,6 +270,7 @@ fn run_machine(cpus: usize, bs: u64, max_iops: f64, bandwidth: f64, runtime_ms: 
             media_spread_pct: 0,
         }),
         cost: profile.cpu_cost_model(),
+        port: profile.cpu_cost_model().dma_port(),
         h: h.clone(),
         submitted: Cell::new(0),
         completed: Cell::new(0),

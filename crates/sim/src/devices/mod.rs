@@ -18,7 +18,7 @@ use iolab_iommu::dma::{Device, Direction, PhysRange};
 use iolab_iommu::hw::{DmaPath, Smmuv3DevicePath, X86DevicePath};
 use iolab_iommu::work::WorkRecord;
 
-use crate::iommu::port::{DeviceLink, DmaPort, Translated};
+use crate::iommu::port::{DmaPort, DmaStream, Translated};
 
 /// One block device's timing model.
 pub(crate) enum BlockDev {
@@ -120,17 +120,18 @@ pub struct PortTiming {
 
 impl PortedDma<'_> {
     /// Times a DMA whose data is ready at `ready` and takes `data_ns`, through `dma`'s port
-    /// (or straight, without an IOMMU in the way), for a device with `link`.
+    /// (or straight, without an IOMMU in the way), on the device's `stream`.
     pub fn time(
         dma: Option<PortedDma<'_>>,
         ready: f64,
         data_ns: f64,
         access: Access,
-        link: DeviceLink,
+        stream: &DmaStream,
     ) -> PortTiming {
         let data_end = ready + data_ns;
+        let link = stream.link();
         let done = match dma {
-            Some(d) => d.port.transfer(ready, data_ns, d.translated, access, link),
+            Some(d) => d.port.transfer(ready, data_ns, d.translated, access, stream),
             None => data_end,
         };
         let ordered = access == Access::Write && !link.relaxed_ordering;

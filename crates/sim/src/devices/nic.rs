@@ -31,7 +31,7 @@ use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::cost::{CpuCostModel, HypervisorCosts, PlatformProfile, TceCall};
 use crate::engine::{Ctx, Handle, SimDuration, SimError, SimTime};
-use crate::iommu::port::{DeviceLink, DmaPort, Translated};
+use crate::iommu::port::{DeviceLink, DmaPort, DmaStream, Translated};
 use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::Account;
 
@@ -273,8 +273,9 @@ pub struct TceDma {
     iommu: Arc<PseriesIommu>,
     dev: Device,
     model: CpuCostModel,
-    /// The IOMMU's DMA port (the profile's unit).
+    /// The IOMMU's DMA port (the profile's unit), and the NIC's stream at it.
     port: DmaPort,
+    stream: DmaStream,
     hv: HypervisorCosts,
     scan_ns: f64,
     pools: Vec<SpinLock>,
@@ -352,6 +353,7 @@ impl TceDma {
             iommu,
             dev,
             port: model.dma_port(),
+            stream: DmaStream::new(NIC_LINK),
             model,
             hv,
             scan_ns,
@@ -546,7 +548,7 @@ impl TceDma {
             misses: w.iotlb_misses,
             walk_reads: w.walk_reads,
         };
-        let done = self.port.transfer(at_ns, 0.0, t, access, NIC_LINK);
+        let done = self.port.transfer(at_ns, 0.0, t, access, &self.stream);
         let ns = done - at_ns;
         *self.work.borrow_mut() += &w;
         self.add(|t| {

@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use iolab_iommu::addr::Access;
 
 use super::PortedDma;
-use crate::iommu::port::DeviceLink;
+use crate::iommu::port::{DeviceLink, DmaStream};
 
 use crate::engine::rng::Rng;
 
@@ -110,6 +110,8 @@ pub struct Nvme {
     params: NvmeParams,
     coalescing: InterruptCoalescing,
     state: RefCell<State>,
+    /// The drive's DMA stream at the IOMMU's port.
+    stream: DmaStream,
 }
 
 impl Nvme {
@@ -119,6 +121,7 @@ impl Nvme {
             params,
             coalescing: InterruptCoalescing::default(),
             state: RefCell::new(State::default()),
+            stream: DmaStream::new(NVME_LINK),
         }
     }
 
@@ -242,7 +245,7 @@ impl Nvme {
         let xfer_start = (start + media).max(s.link_free_at);
         // A read writes memory (posted writes), a write reads it.
         let access = if is_read { Access::Write } else { Access::Read };
-        let t = PortedDma::time(dma, xfer_start, xfer, access, NVME_LINK);
+        let t = PortedDma::time(dma, xfer_start, xfer, access, &self.stream);
         s.link_free_at = t.stream_free;
         crate::time::ceil_ns(t.done + deviation)
     }

@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use iolab_iommu::addr::Access;
 
 use super::PortedDma;
-use crate::iommu::port::DeviceLink;
+use crate::iommu::port::{DeviceLink, DmaStream};
 
 /// The HBA and its disks.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -54,6 +54,8 @@ struct State {
 pub struct SasHba {
     params: SasParams,
     state: RefCell<State>,
+    /// The HBA's DMA stream at the IOMMU's port.
+    stream: DmaStream,
 }
 
 impl SasHba {
@@ -67,6 +69,7 @@ impl SasHba {
                 link_free_at: vec![0.0; n],
                 ..State::default()
             }),
+            stream: DmaStream::new(SAS_LINK),
         }
     }
 
@@ -125,7 +128,7 @@ impl SasHba {
         let xfer_start = (start + lat).max(s.link_free_at[d]);
         s.link_free_at[d] = xfer_start + xfer;
         let access = if is_read { Access::Write } else { Access::Read };
-        let t = PortedDma::time(dma, xfer_start, xfer, access, SAS_LINK);
+        let t = PortedDma::time(dma, xfer_start, xfer, access, &self.stream);
         let stall = t.done - (xfer_start + xfer);
         let held = t.stream_free - (xfer_start + xfer);
         s.hba_free_at = issue + p.hba_command_ns + held;

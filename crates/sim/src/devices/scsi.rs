@@ -30,7 +30,7 @@ use crate::block::{Piece, QueueLimits};
 use crate::cost::CpuCostModel;
 use crate::devices::PortedDma;
 use crate::engine::{Channel, Completion, Ctx, Handle, SimDuration, SimError};
-use crate::iommu::port::{DeviceLink, DmaPort, Translated};
+use crate::iommu::port::{DeviceLink, DmaPort, DmaStream, Translated};
 use crate::resources::{SpinLock, SpinParams};
 
 /// Timing of the HBA, the bus, the driver and the disk, in nanoseconds and bytes per second.
@@ -135,8 +135,9 @@ struct Inner {
     path: Arc<dyn DmaPath>,
     dev: Device,
     cost: CpuCostModel,
-    /// The IOMMU's DMA port (the profile's unit).
+    /// The IOMMU's DMA port (the profile's unit), and the HBA's stream at it.
     port: DmaPort,
+    stream: DmaStream,
     extra_ns: Box<dyn Fn(&WorkRecord) -> f64>,
     lock_ns: f64,
     res_lock: Option<SpinLock>,
@@ -212,6 +213,7 @@ impl ScsiHost {
             path: dma.path,
             dev,
             port: cost.dma_port(),
+            stream: DmaStream::new(SCSI_LINK),
             cost,
             extra_ns: dma.extra_ns,
             lock_ns,
@@ -436,7 +438,7 @@ async fn hba_agent(ctx: Ctx, inn: Rc<Inner>) {
             },
         };
         let now = ctx.now().as_ns() as f64;
-        let t = PortedDma::time(Some(dma), now + ns, bus, access, SCSI_LINK);
+        let t = PortedDma::time(Some(dma), now + ns, bus, access, &inn.stream);
         ns = t.done - now;
         // Disk: seek unless the head is already there, rotational latency, media transfer.
         let sequential = head_end == Some(cmd.offset);

@@ -47,7 +47,7 @@ use crate::block::Piece;
 use crate::cost::{CpuCostModel, PlatformProfile};
 use crate::devices::PortedDma;
 use crate::engine::{Channel, Ctx, Handle, SimDuration};
-use crate::iommu::port::{DeviceLink, DmaPort, Translated};
+use crate::iommu::port::{DeviceLink, DmaPort, DmaStream, Translated};
 use crate::{Account, SimError};
 
 /// One USB link speed, as the storage device sees it.
@@ -351,6 +351,8 @@ pub struct DmaSide {
     pub copy_bytes_per_ns: f64,
     /// The IOMMU's DMA port (the profile's unit).
     pub port: DmaPort,
+    /// The controller's stream at the port (of [`USB_LINK`]).
+    pub stream: DmaStream,
 }
 
 /// How far the USB host controller's DMA runs ahead, for the [DMA port](crate::iommu::port):
@@ -603,7 +605,7 @@ async fn run_command(
             walk_reads: twork.walk_reads,
         },
     });
-    let t = PortedDma::time(ported, now, moved_ns as f64, access, USB_LINK);
+    let t = PortedDma::time(ported, now, moved_ns as f64, access, &dma.stream);
     let translation_ns = ((t.done - now).round() as u64).saturating_sub(moved_ns);
     let data_ns = moved_ns + translation_ns;
     let media_ns = if dir == UsbDir::Read && offset != *next_read {

@@ -76,6 +76,32 @@ pub struct DeviceLink {
     pub relaxed_ordering: bool,
 }
 
+/// One device's DMA stream at the port: its [`DeviceLink`] and where its translation
+/// requests have got to. A device's requests reach the unit in the order it issues them, so
+/// the unit starts the walks of one stream in that order (walks of other streams may fill
+/// the gaps between). Each device owns one.
+#[derive(Debug)]
+pub struct DmaStream {
+    link: DeviceLink,
+    /// The start of this stream's latest walk, ns.
+    last_walk: std::cell::Cell<f64>,
+}
+
+impl DmaStream {
+    /// A stream of a device with `link`, no walk asked for yet.
+    pub fn new(link: DeviceLink) -> Self {
+        Self {
+            link,
+            last_walk: std::cell::Cell::new(0.0),
+        }
+    }
+
+    /// The device's side of the port.
+    pub fn link(&self) -> DeviceLink {
+        self.link
+    }
+}
+
 impl DeviceLink {
     /// Pages whose requests may be in flight for a DMA of `access` (as memory sees it).
     fn window(&self, access: Access) -> usize {
@@ -201,7 +227,7 @@ impl DmaPort {
 
     /// A DMA whose data is ready to move at `ready` ns and takes `data_ns` at the device's
     /// rate, translated as `t`, `access` as memory sees it (a device writing memory is
-    /// [`Access::Write`]), by a device with `link`: returns when its last byte is through.
+    /// [`Access::Write`]), on the device's `stream`: returns when its last byte is through.
     /// Without misses that is `ready + data_ns`. The misses are spread evenly over the
     /// DMA's pages (the work record counts them per DMA, not per page).
     pub fn transfer(
@@ -210,8 +236,9 @@ impl DmaPort {
         data_ns: f64,
         t: Translated,
         access: Access,
-        link: DeviceLink,
+        stream: &DmaStream,
     ) -> f64 {
+        let link = stream.link;
         let data_end = ready + data_ns;
         let mut st = self.st.borrow_mut();
         st.stats.dmas += 1;
@@ -238,7 +265,9 @@ impl DmaPort {
             // Miss k sits on page floor(k * n / m).
             let translated = if next_miss < m && next_miss * n / m == i {
                 next_miss += 1;
-                // The walker that can start it first (the lowest-numbered on a tie).
+                // In the stream's order; then the walker that can start it first (the
+                // lowest-numbered on a tie).
+                let issue = issue.max(stream.last_walk.get());
                 let (w, start) = st
                     .walkers
                     .iter()
@@ -248,6 +277,7 @@ impl DmaPort {
                 st.newest = st.newest.max(issue);
                 let newest = st.newest;
                 st.walkers[w].book(start, walk, newest);
+                stream.last_walk.set(start);
                 let end = start + walk;
                 st.stats.walks += 1;
                 st.stats.walk_ns += walk;
@@ -283,6 +313,10 @@ mod tests {
         relaxed_ordering: false,
     };
 
+    fn on(link: DeviceLink) -> DmaStream {
+        DmaStream::new(link)
+    }
+
     #[test]
     fn without_misses_the_port_adds_nothing() {
         let p = port(4);
@@ -291,8 +325,8 @@ mod tests {
             misses: 0,
             walk_reads: 0,
         };
-        assert_eq!(p.transfer(100.0, 800.0, t, Access::Write, READS), 900.0);
-        assert_eq!(p.transfer(100.0, 800.0, t, Access::Read, READS), 900.0);
+        assert_eq!(p.transfer(100.0, 800.0, t, Access::Write, &on(READS)), 900.0);
+        assert_eq!(p.transfer(100.0, 800.0, t, Access::Read, &on(READS)), 900.0);
     }
 
     #[test]
@@ -304,11 +338,11 @@ mod tests {
             misses: 4,
             walk_reads: 4,
         };
-        let end = p.transfer(0.0, 400.0, t, Access::Write, READS);
+        let end = p.transfer(0.0, 400.0, t, Access::Write, &on(READS));
         assert_eq!(end, 4.0 * (200.0 + 100.0));
         // The same as reads: the walks overlap (eight walkers, 32 pages of window).
         let q = port(8);
-        let end = q.transfer(0.0, 400.0, t, Access::Read, READS);
+        let end = q.transfer(0.0, 400.0, t, Access::Read, &on(READS));
         assert!(end < 400.0 + 2.0 * 200.0, "{end}");
     }
 
@@ -323,8 +357,8 @@ mod tests {
             relaxed_ordering: true,
             ..READS
         };
-        let strict = port(8).transfer(0.0, 400.0, t, Access::Write, READS);
-        let relaxed = port(8).transfer(0.0, 400.0, t, Access::Write, ro);
+        let strict = port(8).transfer(0.0, 400.0, t, Access::Write, &on(READS));
+        let relaxed = port(8).transfer(0.0, 400.0, t, Access::Write, &on(ro));
         assert!(relaxed < strict, "{relaxed} vs {strict}");
     }
 
@@ -335,8 +369,8 @@ mod tests {
             misses: 4,
             walk_reads: 4,
         };
-        let one = port(1).transfer(0.0, 400.0, t, Access::Read, READS);
-        let four = port(4).transfer(0.0, 400.0, t, Access::Read, READS);
+        let one = port(1).transfer(0.0, 400.0, t, Access::Read, &on(READS));
+        let four = port(4).transfer(0.0, 400.0, t, Access::Read, &on(READS));
         assert!(one >= 4.0 * 200.0, "{one}");
         assert!(four < one, "{four} vs {one}");
     }

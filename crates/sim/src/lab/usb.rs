@@ -9,7 +9,8 @@ use std::rc::Rc;
 use iolab_iommu::dma::Device;
 
 use super::LabError;
-use crate::devices::usb::{DmaSide, IrqCpu, UsbStats, UsbStorage};
+use crate::devices::usb::{DmaSide, IrqCpu, UsbStats, UsbStorage, USB_LINK};
+use crate::iommu::port::DmaStream;
 use crate::engine::{Sim, SimConfig};
 use crate::metrics::CpuBreakdown;
 use crate::workloads::bonnie::{self, BonnieResult};
@@ -60,6 +61,7 @@ pub(crate) fn run_bonnie(
             },
             copy_bytes_per_ns: s.profile.memory.memcpy_bandwidth.gb_per_s,
             port: s.profile.cpu_cost_model().dma_port(),
+            stream: DmaStream::new(USB_LINK),
         },
         &s.profile,
         irq.clone(),

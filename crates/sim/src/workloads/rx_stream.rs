@@ -42,7 +42,7 @@ use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
 use crate::devices::nic::NIC_LINK;
 use crate::devices::DeviceDma;
-use crate::iommu::port::{DeviceLink, DmaPort, Translated};
+use crate::iommu::port::{DmaPort, DmaStream, Translated};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -66,8 +66,12 @@ pub struct RxStreamConfig {
     pub ring_pages: usize,
     /// Send descriptors per queue (the send ring the ACKs use).
     pub tx_ring_entries: usize,
-    /// Receive buffer size (the kernel's page size).
+    /// Receive buffer page size (the kernel's page size).
     pub page_bytes: u64,
+    /// Bytes of page each packet takes (the driver's fragment stride: mlx5 puts two 2 KiB
+    /// buffers in a 4 KiB page at MTU 1500); at least `frame_bytes`, at most `page_bytes`.
+    /// A page is unmapped (or recycled) once its last fragment's packet is processed.
+    pub stride_bytes: u64,
     /// Bytes the NIC writes per packet (the IP MTU plus the Ethernet header), at most
     /// `page_bytes`.
     pub frame_bytes: u64,
@@ -174,8 +178,11 @@ enum Ev {
 
 struct Flow {
     rx_ring: VecDeque<MappedBuffer>,
-    /// DMA'd packets not yet processed: (buffer, completion time, frame bytes).
-    done: VecDeque<(MappedBuffer, u64, u64)>,
+    /// Fragments already filled in the front page of `rx_ring`.
+    front_used: u64,
+    /// DMA'd packets not yet processed: (the page, when this packet filled its last
+    /// fragment; completion time; frame bytes).
+    done: VecDeque<(Option<MappedBuffer>, u64, u64)>,
     rq: MappedBuffer,
     cq: MappedBuffer,
     sq: MappedBuffer,
@@ -201,7 +208,7 @@ struct State<'a> {
     dma: DeviceDma<'a>,
     /// The unit's DMA port, and how far the NIC's requests run ahead.
     port: DmaPort,
-    link_dma: DeviceLink,
+    stream: DmaStream,
     dev: &'a Device,
     flows: Vec<Flow>,
     core_free: Vec<u64>,
@@ -287,7 +294,7 @@ impl State<'_> {
 
     /// A DMA through the port whose data is ready at `ready` and takes `data_ns`.
     fn ported(&self, ready: f64, data_ns: f64, t: Translated, access: Access) -> f64 {
-        self.port.transfer(ready, data_ns, t, access, self.link_dma)
+        self.port.transfer(ready, data_ns, t, access, &self.stream)
     }
 
     /// CPU time of the driver's map and unmap work `w`, ns.
@@ -310,14 +317,26 @@ impl State<'_> {
         let frame = self.cfg.frame_bytes;
         let mut ns = 0.0;
         let start = self.dma_free.max(now as f64);
-        let delivered = match self.flows[f].rx_ring.pop_front() {
+        let per_page = (self.cfg.page_bytes / self.cfg.stride_bytes.max(1)).max(1);
+        let slot = self.flows[f].rx_ring.front().map(|p| {
+            let used = self.flows[f].front_used;
+            (p.dma_addr().0 + used * self.cfg.stride_bytes, used + 1 == per_page)
+        });
+        let delivered = match slot {
             None => {
                 if self.in_window(now) {
                     self.out.drops += 1;
                 }
                 false
             }
-            Some(buf) => {
+            Some((buf_at, last_fragment)) => {
+                let page = if last_fragment {
+                    self.flows[f].front_used = 0;
+                    self.flows[f].rx_ring.pop_front()
+                } else {
+                    self.flows[f].front_used += 1;
+                    None
+                };
                 let idx = self.flows[f].rx_index;
                 self.flows[f].rx_index += 1;
                 let ring = self.cfg.ring_pages as u64;
@@ -329,7 +348,7 @@ impl State<'_> {
                     self.ported(start, 0.0, t, Access::Read);
                 }
                 // The frame and its completion are posted writes, in order.
-                let t = self.device(buf.dma_addr().0, frame, Access::Write, now)?;
+                let t = self.device(buf_at, frame, Access::Write, now)?;
                 let data = self.cfg.dma_ns_per_4k * frame as f64 / 4096.0;
                 let framed = self.ported(start, data, t, Access::Write);
                 let at = self.flows[f].cq.dma_addr().0 + (idx % ring) * CQE_BYTES;
@@ -337,7 +356,7 @@ impl State<'_> {
                 let end = self.ported(framed, 0.0, t, Access::Write);
                 ns = end - start;
                 let done = end.ceil() as u64;
-                self.flows[f].done.push_back((buf, done, frame));
+                self.flows[f].done.push_back((page, done, frame));
                 self.completion(f, done);
                 true
             }
@@ -422,18 +441,22 @@ impl State<'_> {
             let payload = self.link.mss;
             ns +=
                 self.costs.per_packet_ns + payload as f64 / self.costs.copy_bytes_per_ns.max(1e-9);
-            let mut w = WorkRecord::new();
-            let fl = &mut self.flows[f];
-            fl.recycle_acc += self.cfg.recycle_pct;
-            if fl.recycle_acc >= 100 {
-                fl.recycle_acc -= 100;
-                fl.rx_ring.push_back(buf);
-            } else {
-                self.unmap(buf, cpu, now, &mut w)?;
-                let fresh = self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?;
-                self.flows[f].rx_ring.push_back(fresh);
+            // The page goes once its last fragment's packet is processed.
+            if let Some(buf) = buf {
+                let mut w = WorkRecord::new();
+                let fl = &mut self.flows[f];
+                fl.recycle_acc += self.cfg.recycle_pct;
+                if fl.recycle_acc >= 100 {
+                    fl.recycle_acc -= 100;
+                    fl.rx_ring.push_back(buf);
+                } else {
+                    self.unmap(buf, cpu, now, &mut w)?;
+                    let fresh =
+                        self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?;
+                    self.flows[f].rx_ring.push_back(fresh);
+                }
+                ns += self.work_ns(&w, now);
             }
-            ns += self.work_ns(&w, now);
             if skb_bytes + payload > self.cfg.gro_bytes && skb_segs > 0 {
                 ns += self.skb(f, cpu, skb_segs, now)?;
                 skb_bytes = 0;
@@ -522,7 +545,7 @@ pub(crate) fn run_rx_stream(
         link,
         costs,
         port: pricing.cost.dma_port(),
-        link_dma: NIC_LINK,
+        stream: DmaStream::new(NIC_LINK),
         pricing,
         path,
         dma,
@@ -560,6 +583,7 @@ pub(crate) fn run_rx_stream(
         }
         st.flows.push(Flow {
             rx_ring,
+            front_used: 0,
             done: VecDeque::new(),
             rq,
             cq,

@@ -280,12 +280,20 @@ fn direct_rx(
             ),
         ));
     }
+    // One packet per fragment of device.rx_stride_bytes; a frame that does not fit the
+    // stride takes a page of its own (the driver's linear buffer for a large MTU).
+    let stride = if frame <= stream.rx_stride_bytes {
+        stream.rx_stride_bytes
+    } else {
+        stream.page_bytes
+    };
     let config = RxStreamConfig {
         flows: stream.threads,
         cpus: c.cpus,
         ring_pages: stream.rx_ring_pages,
         tx_ring_entries: stream.tx_ring_entries,
         page_bytes: stream.page_bytes,
+        stride_bytes: stride,
         frame_bytes: frame,
         burst_packets: wl.int(
             "sender_burst_packets",
