@@ -54,8 +54,11 @@ struct State {
 pub struct SasHba {
     params: SasParams,
     state: RefCell<State>,
-    /// The HBA's DMA stream at the IOMMU's port.
-    stream: DmaStream,
+    /// The HBA's DMA streams at the IOMMU's port, one per disk: a disk's data moves in the
+    /// order its commands' transfers start (the disks' transfers interleave in time but
+    /// reach the model command by command, so one stream for all would impose the
+    /// commands' order on walks that happen in the transfers' order).
+    streams: Vec<DmaStream>,
 }
 
 impl SasHba {
@@ -69,7 +72,7 @@ impl SasHba {
                 link_free_at: vec![0.0; n],
                 ..State::default()
             }),
-            stream: DmaStream::new(SAS_LINK),
+            streams: (0..n).map(|_| DmaStream::new(SAS_LINK)).collect(),
         }
     }
 
@@ -128,7 +131,7 @@ impl SasHba {
         let xfer_start = (start + lat).max(s.link_free_at[d]);
         s.link_free_at[d] = xfer_start + xfer;
         let access = if is_read { Access::Write } else { Access::Read };
-        let t = PortedDma::time(dma, xfer_start, xfer, access, &self.stream);
+        let t = PortedDma::time(dma, xfer_start, xfer, access, &self.streams[d]);
         let stall = t.done - (xfer_start + xfer);
         let held = t.stream_free - (xfer_start + xfer);
         s.hba_free_at = issue + p.hba_command_ns + held;
