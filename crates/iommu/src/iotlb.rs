@@ -266,6 +266,8 @@ pub(crate) struct SetAssoc<K, V> {
     ways: usize,
     /// `Some(sets - 1)` when `sets` is a power of two.
     mask: Option<u64>,
+    /// How a hash picks its set.
+    index: SetIndex,
     policy: Replacement,
     /// Next round-robin victim per set (empty unless the policy is round-robin).
     rr_next: Vec<u32>,
@@ -279,7 +281,7 @@ pub(crate) struct SetAssoc<K, V> {
 
 impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
     /// A cache of `entries` lines in sets of `ways`; the geometry must be valid.
-    fn new(entries: usize, ways: usize, policy: Replacement) -> Self {
+    fn new(entries: usize, ways: usize, policy: Replacement, index: SetIndex) -> Self {
         debug_assert!(validate_geometry(entries, ways).is_ok());
         let sets = entries / ways;
         let seed = match policy {
@@ -291,6 +293,7 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
             sets,
             ways,
             mask: sets.is_power_of_two().then(|| sets as u64 - 1),
+            index,
             policy,
             rr_next: if policy == Replacement::RoundRobin {
                 vec![0; sets]
@@ -307,6 +310,15 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
     /// The set a hash selects.
     #[inline]
     fn set_of(&self, hash: u64) -> usize {
+        let hash = match self.index {
+            SetIndex::LowBits => hash,
+            // Fold the page number's higher bits onto the low ones, so pages a fixed
+            // power-of-two stride apart spread over the sets.
+            SetIndex::Folded => {
+                let h = hash ^ (hash >> 4) ^ (hash >> 8) ^ (hash >> 12);
+                h ^ (h >> 16) ^ (h >> 32)
+            }
+        };
         match self.mask {
             Some(mask) => (hash & mask) as usize,
             None => (hash % self.sets as u64) as usize,
@@ -543,6 +555,17 @@ impl<K: Copy + Eq, V: Copy> SetAssoc<K, V> {
 // The IOTLB.
 // ---------------------------------------------------------------------------------------
 
+/// How a set-associative cache picks a key's set.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum SetIndex {
+    /// The page (or prefix) number's low bits: pages `sets` apart share a set.
+    #[default]
+    LowBits,
+    /// The page number's bits folded together (XOR of its 4-bit-shifted copies): pages a
+    /// fixed power-of-two stride apart spread over the sets, as hashed TLB indices do.
+    Folded,
+}
+
 /// Geometry and replacement policy of an [`Iotlb`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct IotlbConfig {
@@ -552,6 +575,8 @@ pub struct IotlbConfig {
     pub ways: usize,
     /// Which entry of a full set to evict.
     pub policy: Replacement,
+    /// How a page picks its set.
+    pub index: SetIndex,
 }
 
 impl IotlbConfig {
@@ -561,7 +586,14 @@ impl IotlbConfig {
             entries,
             ways,
             policy,
+            index: SetIndex::LowBits,
         }
+    }
+
+    /// The same cache with pages picking their set by `index`.
+    pub const fn with_index(mut self, index: SetIndex) -> Self {
+        self.index = index;
+        self
     }
 
     /// A fully associative cache of `entries` entries (one set).
@@ -570,6 +602,7 @@ impl IotlbConfig {
             entries,
             ways: entries,
             policy,
+            index: SetIndex::LowBits,
         }
     }
 
@@ -744,7 +777,7 @@ impl Iotlb {
         config.validate()?;
         Ok(Self {
             config,
-            core: SetAssoc::new(config.entries, config.ways, config.policy),
+            core: SetAssoc::new(config.entries, config.ways, config.policy, config.index),
             shift_counts: [0; 64],
             shift_bitmap: 0,
         })
@@ -1338,7 +1371,8 @@ impl WalkCache {
                 };
                 WalkLevel {
                     span_shift: l.span_shift,
-                    core: (l.entries != 0).then(|| SetAssoc::new(l.entries, l.ways, policy)),
+                    core: (l.entries != 0)
+                        .then(|| SetAssoc::new(l.entries, l.ways, policy, SetIndex::LowBits)),
                     stats: WalkLevelStats::default(),
                 }
             })

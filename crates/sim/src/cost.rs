@@ -135,6 +135,37 @@ pub struct Count {
     pub source: String,
 }
 
+/// An IOTLB's geometry with its source, written
+/// `{ entries = N, ways = W, index = "low-bits" | "folded", source = "..." }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IotlbGeometry {
+    /// Total entries; 1 to 65,536.
+    pub entries: u32,
+    /// Entries per set; divides `entries`.
+    pub ways: u32,
+    /// How a page picks its set: `"low-bits"` (the page number's low bits) or `"folded"`
+    /// (its bits folded together, [`iolab_iommu::iotlb::SetIndex::Folded`]).
+    pub index: String,
+    /// A citation, or `assumption: ...` with the reasoning. Never empty.
+    pub source: String,
+}
+
+impl IotlbGeometry {
+    /// The IOTLB configuration (LRU replacement), when the fields are valid.
+    pub fn config(&self) -> Option<iolab_iommu::iotlb::IotlbConfig> {
+        use iolab_iommu::iotlb::{IotlbConfig, Replacement, SetIndex};
+        let index = match self.index.as_str() {
+            "low-bits" => SetIndex::LowBits,
+            "folded" => SetIndex::Folded,
+            _ => return None,
+        };
+        let c = IotlbConfig::new(self.entries as usize, self.ways as usize, Replacement::Lru)
+            .with_index(index);
+        c.validate().ok().map(|()| c)
+    }
+}
+
 impl Flag {
     /// Whether the fact holds (`value = 1`).
     #[inline]
@@ -388,6 +419,9 @@ cost_group! {
             /// [`crate::iommu::port`]); one when absent.
             #[serde(default)]
             walkers: Option<Count>,
+            /// The unit's IOTLB (VT-d and AMD-Vi units); the model's default when absent.
+            #[serde(default)]
+            iotlb: Option<IotlbGeometry>,
         }
         costs {
             /// One IOTLB lookup (hit or miss).
@@ -867,6 +901,18 @@ impl PlatformProfile {
             }
             non_empty("iommu.walkers.source", &w.source)?;
         }
+        if let Some(g) = &self.iommu.iotlb {
+            if g.config().is_none() {
+                return Err((
+                    "iommu.iotlb".into(),
+                    format!(
+                        "expected 1 to 65536 entries in whole sets of `ways` and index \"low-bits\" or \"folded\", found {} entries, {} ways, index {:?}",
+                        g.entries, g.ways, g.index
+                    ),
+                ));
+            }
+            non_empty("iommu.iotlb.source", &g.source)?;
+        }
         let bw = &self.memory.memcpy_bandwidth;
         let range = MIN_BANDWIDTH_GB_PER_S..=MAX_BANDWIDTH_GB_PER_S;
         if !(bw.gb_per_s.is_finite() && range.contains(&bw.gb_per_s)) {
@@ -1005,6 +1051,16 @@ impl PlatformProfile {
                 c.unit.name(),
                 fmt_num(c.ns()),
                 md_cell(&c.source)
+            );
+        }
+        if let Some(g) = &self.iommu.iotlb {
+            let _ = writeln!(
+                s,
+                "| iommu.iotlb | {} entries, {}-way, {} index | | | {} |",
+                g.entries,
+                g.ways,
+                g.index,
+                md_cell(&g.source)
             );
         }
         if let Some(w) = &self.iommu.walkers {

@@ -14,7 +14,7 @@ use iolab_iommu::hw::ipmmu::IpmmuFlushConfig;
 use iolab_iommu::hw::pseries::{ddw_page, DdwConfig, DdwMode, WindowConfig};
 use iolab_iommu::hw::{
     ipmmu_domain, DmaPath, IpmmuInvalidator, PseriesConfig, PseriesIommu, SbaIommu, SbaIommuConfig,
-    Smmuv3DevicePath, X86DevicePath,
+    Smmuv3DevicePath, X86DevicePath, X86Unit,
 };
 use iolab_iommu::iova::linux::{IovaSpaceConfig, LinuxIovaAllocator};
 use iolab_iommu::iova::magazine::MagazineCache;
@@ -375,6 +375,14 @@ fn x86(
         ),
         _ => (X86DevicePath::amdvi_unit(), X86QueueKind::AmdVi),
     };
+    // The profile's IOTLB geometry, where it gives one (validated when loaded).
+    let mut unit = unit;
+    if let Some(c) = s.profile.iommu.iotlb.as_ref().and_then(|g| g.config()) {
+        match &mut unit {
+            X86Unit::Vtd(d) => d.iotlb = c,
+            X86Unit::AmdVi(a, _) => a.iotlb = c,
+        }
+    }
     // dma-iommu (and before 5.11 intel-iommu's and amd_iommu's own allocators, with the same
     // rule) gives PCI devices a 32-bit IOVA first.
     cfg.pci_32bit_first = Some(s.iommu.kernel.pci_32bit_first);
