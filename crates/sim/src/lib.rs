@@ -47,11 +47,11 @@
 
 pub mod accounting;
 pub mod block;
-pub mod cmdq;
 pub mod cost;
 pub mod devices;
 pub mod engine;
 pub mod experiment;
+pub mod iommu;
 pub mod lab;
 pub mod metrics;
 pub mod progress;
@@ -64,7 +64,6 @@ pub mod tomlfile;
 pub mod tomlpatch;
 pub mod trace;
 pub mod workloads;
-pub mod x86q;
 
 pub use accounting::{Account, RunReport};
 pub use engine::{
