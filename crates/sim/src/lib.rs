@@ -47,7 +47,6 @@
 
 pub mod accounting;
 pub mod block;
-pub mod cmdq;
 pub mod cost;
 pub mod devices;
 pub mod engine;
@@ -65,7 +64,6 @@ pub mod tomlfile;
 pub mod tomlpatch;
 pub mod trace;
 pub mod workloads;
-pub mod x86q;
 
 pub use accounting::{Account, RunReport};
 pub use engine::{

@@ -7,8 +7,10 @@
 //! transfer; with SMMUv3, through its IOTLB and walk cache, each walk read costed); the
 //! completion interrupt lands on the CPU its queue's vector is affine to, where the driver
 //! completes the command, `dma_unmap` runs (with SMMUv3, the invalidation commands and
-//! `CMD_SYNC` the SMMU model applies go through the timed command queue, [`crate::cmdq`], as
-//! in the `smmuv3-cmdq` experiment) and the block layer completes the request to fio.
+//! `CMD_SYNC` the SMMU model applies go through the timed command queue,
+//! [`crate::iommu::cmdq`], as in the `smmuv3-cmdq` experiment; with VT-d or AMD-Vi, through
+//! the unit's timed invalidation queue, [`crate::iommu::x86q`]) and the block layer completes
+//! the request to fio.
 //!
 //! The IOVA tree's lock and the per-CPU flush queues' locks are engine [`SpinLock`]s: a
 //! map or unmap that took one holds it for the work done under it (the tree walk and
@@ -34,15 +36,12 @@ use std::sync::Arc;
 
 use iolab_iommu::addr::{PhysAddr, SZ_4K};
 use iolab_iommu::dma::{Device, Direction, Domain, PhysRange};
-use iolab_iommu::hw::{
-    split_queue_work, DmaPath, MappedBuffer, MappedSg, QueueWork, Smmuv3DevicePath, X86DevicePath,
-};
+use iolab_iommu::hw::{DmaPath, MappedBuffer, MappedSg, QueueWork};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use super::LabError;
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
-use crate::cmdq::SimCmdq;
 use crate::cost::{CpuCostModel, RecordCost};
 use crate::devices::hostile::{ExposureReport, HostileDevice};
 use crate::devices::nvme::{Nvme, Post};
@@ -51,6 +50,7 @@ use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::devices::{BlockDev, BlockIo, DeviceDma, PortedDma};
 use crate::iommu::port::{DmaPort, Translated};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
+use crate::iommu::TimedQueue;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::time::round_ns;
@@ -58,7 +58,6 @@ use crate::workloads::bonnie::{self, BonnieResult};
 use crate::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoRequest, JobJson, PendingCompletion, SharedStats,
 };
-use crate::x86q::{split_x86_queue_work, SimX86Queue};
 
 use super::iommu::{self, model_err, LabProtection, ProtectionProbe};
 use super::spec::{BlockKernel, BonnieSetup, Devices, FioSetup, LabScenario, BUFFER_BASE};
@@ -146,9 +145,9 @@ pub(crate) struct DmaCounters {
 /// IOVA allocator and magazines), its timed queue and its domain's locks.
 pub(super) struct Unit {
     path: Arc<dyn DmaPath>,
-    cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
-    /// VT-d or AMD-Vi: the unit the device's DMA goes through, and its timed queue.
-    x86: Option<(Arc<X86DevicePath>, SimX86Queue)>,
+    /// SMMUv3, VT-d or AMD-Vi in a translated mode: the SMMU or unit the device's DMA goes
+    /// through, and its timed queue.
+    queue: Option<TimedQueue>,
     /// The IOVA tree's lock (Linux `iova_rbtree_lock`).
     tree_lock: SpinLock,
     /// Per CPU: its flush queue's lock (lazy mode).
@@ -274,11 +273,9 @@ impl Stack {
     /// Takes the timed queue's part out of a map's or unmap's work record (SMMUv3's
     /// command queue, the x86 units' invalidation queues); nothing without a timed queue.
     fn split_queue(&self, w: &mut WorkRecord) -> QueueWork {
-        let u = &self.units[0];
-        match (&u.cmdq, &u.x86) {
-            (Some(_), _) => split_queue_work(w),
-            (None, Some((_, q))) => split_x86_queue_work(q.kind(), w),
-            (None, None) => QueueWork::default(),
+        match &self.units[0].queue {
+            Some(q) => q.split_work(w),
+            None => QueueWork::default(),
         }
     }
 
@@ -510,17 +507,10 @@ impl Stack {
                 "dma map + driver submit",
             )
             .await;
-        if let Some((_, q)) = &u.cmdq {
-            // A lazy flush run from the map path (its timer expired), if any. A map's share
-            // rarely ends in a sync, and without one `issue_work` returns at once: the
-            // future is not built and polled for nothing.
-            if queue.syncs != 0 {
-                q.issue_work(ctx, &queue).await;
-            }
-        }
-        if let Some((_, q)) = &u.x86 {
-            // As above, and with VT-d Caching Mode the map's own invalidation.
-            q.issue(ctx, &queue).await;
+        if let Some(q) = &u.queue {
+            // A lazy flush run from the map path (its timer expired), if any; with VT-d
+            // Caching Mode the map's own invalidation.
+            q.issue_after_map(ctx, &queue).await;
         }
         if let Some(c) = &u.window_closer {
             c.closed(covered, ctx.now().as_ns());
@@ -706,14 +696,8 @@ impl Stack {
                 "dma map",
             )
             .await;
-        if let Some((_, q)) = &u.cmdq {
-            // Without a sync `issue_work` returns at once (as in `submit`).
-            if queue.syncs != 0 {
-                q.issue_work(ctx, &queue).await;
-            }
-        }
-        if let Some((_, q)) = &u.x86 {
-            q.issue(ctx, &queue).await;
+        if let Some(q) = &u.queue {
+            q.issue_after_map(ctx, &queue).await;
         }
         if let Some(c) = &u.window_closer {
             c.closed(covered, ctx.now().as_ns());
@@ -760,20 +744,10 @@ impl Stack {
         if let Some(locks) = locks {
             self.locked(u, ctx, locks, critical).await;
         }
-        if let Some((p, q)) = &u.cmdq {
-            q.issue_work(ctx, &queue).await;
-            if p.invalidation_errors() > 0 {
-                return Err(self.fail("the SMMUv3 command queue refused a command".to_string()));
-            }
-        }
-        if let Some((p, q)) = &u.x86 {
-            q.issue(ctx, &queue).await;
-            if p.invalidation_errors() > 0 {
-                return Err(self.fail(format!(
-                    "the {} invalidation queue refused a submission",
-                    p.model()
-                )));
-            }
+        if let Some(q) = &u.queue {
+            q.issue_after_unmap(ctx, &queue)
+                .await
+                .map_err(|e| self.fail(e))?;
         }
         if let Some(c) = &u.window_closer {
             c.closed(covered, ctx.now().as_ns());
@@ -783,18 +757,15 @@ impl Stack {
 
     /// The queue statistics of every instance (SMMUv3 command queues or x86 invalidation
     /// queues), in instance order; empty without a timed queue.
-    pub(super) fn queue_stats(&self) -> Vec<crate::cmdq::CmdqStats> {
+    pub(super) fn queue_stats(&self) -> Vec<crate::iommu::cmdq::CmdqStats> {
         self.units
             .iter()
-            .filter_map(|u| {
-                (u.cmdq.as_ref().map(|(_, q)| q.stats()))
-                    .or_else(|| u.x86.as_ref().map(|(_, q)| q.stats()))
-            })
+            .filter_map(|u| u.queue.as_ref().map(TimedQueue::stats))
             .collect()
     }
 
     /// The queue statistics summed over the instances, when the path has a timed queue.
-    pub(super) fn cmdq_stats(&self) -> Option<crate::cmdq::CmdqStats> {
+    pub(super) fn cmdq_stats(&self) -> Option<crate::iommu::cmdq::CmdqStats> {
         let all = self.queue_stats();
         let (first, rest) = all.split_first()?;
         let mut t = *first;
@@ -828,7 +799,11 @@ impl Stack {
     /// in a translated mode.
     pub(super) fn event_counts(&self) -> Option<EventCounts> {
         let mut out: Option<EventCounts> = None;
-        for (p, _) in self.units.iter().filter_map(|u| u.cmdq.as_ref()) {
+        for p in self
+            .units
+            .iter()
+            .filter_map(|u| u.queue.as_ref()?.smmu_path())
+        {
             let f = p.smmu().fault_stats();
             let e = out.get_or_insert_with(EventCounts::default);
             e.written += f.events_written;
@@ -845,7 +820,11 @@ impl Stack {
         if self.hostile.iter().all(Option::is_none) {
             return Ok(());
         }
-        for (p, _) in self.units.iter().filter_map(|u| u.cmdq.as_ref()) {
+        for p in self
+            .units
+            .iter()
+            .filter_map(|u| u.queue.as_ref()?.smmu_path())
+        {
             let (p, every) = (p.clone(), every_ns.max(1));
             self.h.spawn_agent(move |actx| async move {
                 let mut next = every;
@@ -871,8 +850,8 @@ impl Stack {
     /// into the stack's reused range buffer) or its bypass.
     fn device_dma<'a>(&'a self, u: &'a Unit) -> DeviceDma<'a> {
         DeviceDma {
-            smmu: u.cmdq.as_ref().map(|(p, _)| &**p),
-            x86: u.x86.as_ref().map(|(p, _)| &**p),
+            smmu: u.queue.as_ref().and_then(|q| q.smmu_path()).map(|p| &**p),
+            x86: u.queue.as_ref().and_then(|q| q.x86_path()).map(|p| &**p),
             path: &*u.path,
             device: &self.device,
             ranges: &self.ranges,
@@ -934,7 +913,8 @@ impl Stack {
                         .window_closer
                         .as_ref()
                         .and_then(|c| c.finished_after(w.flush_queue_flushes));
-                    // The command queue's work is timed by `SimCmdq`; the rest is the CPU's.
+                    // The queue's work is timed by the unit's `TimedQueue`; the rest is the
+                    // CPU's.
                     let ch = self.charge(&mut w);
                     let unmap_ns = ch.ns.unwrap_or(0.0);
                     let mut c = self.counters.borrow_mut();
@@ -954,19 +934,9 @@ impl Stack {
                 if let Some(locks) = locks {
                     self.locked(u, &ctx, locks, critical).await;
                 }
-                if let Some((p, q)) = &u.cmdq {
-                    q.issue_work(&ctx, &queue).await;
-                    if p.invalidation_errors() > 0 {
-                        self.fail("the SMMUv3 command queue refused a command".to_string());
-                    }
-                }
-                if let Some((p, q)) = &u.x86 {
-                    q.issue(&ctx, &queue).await;
-                    if p.invalidation_errors() > 0 {
-                        self.fail(format!(
-                            "the {} invalidation queue refused a submission",
-                            p.model()
-                        ));
+                if let Some(q) = &u.queue {
+                    if let Err(e) = q.issue_after_unmap(&ctx, &queue).await {
+                        self.fail(e);
                     }
                 }
                 if let Some(c) = &u.window_closer {
@@ -1016,9 +986,9 @@ pub(crate) struct FioRun {
     pub json: JobJson,
     pub cpu: CpuBreakdown,
     pub dma: DmaCounters,
-    pub cmdq: Option<crate::cmdq::CmdqStats>,
+    pub cmdq: Option<crate::iommu::cmdq::CmdqStats>,
     /// Per IOMMU instance, its queue's statistics (`cmdq` is their sum).
-    pub queues: Vec<crate::cmdq::CmdqStats>,
+    pub queues: Vec<crate::iommu::cmdq::CmdqStats>,
     pub irq_cpus: usize,
     /// Whether the device's DMA went through the SMMUv3 model's IOTLB.
     pub iotlb: bool,
@@ -1185,19 +1155,14 @@ pub(super) fn start_stack(
             format!("#{k}")
         };
         // Lazy mode over a timed queue: its syncs close the domain's stale windows.
-        let timed_domain = match (&b.cmdq, &b.x86) {
-            (Some((p, _)), _) => Some(p.domain().clone()),
-            (_, Some((p, _))) => Some(p.domain().clone()),
-            _ => None,
-        };
-        let window_closer = timed_domain
+        let window_closer = (b.queue.as_ref())
+            .map(|q| q.domain().clone())
             .filter(|d| d.flush_queue().is_some())
             .map(|domain| WindowCloser { domain });
         units.push(Unit {
             window_closer,
             path: b.path,
-            cmdq: b.cmdq,
-            x86: b.x86,
+            queue: b.queue,
             tree_lock: SpinLock::new(&h, tree_lock_name(k), lock_params(s))?,
             fq_locks: (0..s.cpus)
                 .map(|c| SpinLock::new(&h, format!("flush_queue_lock{c}{tag}"), lock_params(s)))

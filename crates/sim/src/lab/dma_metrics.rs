@@ -3,7 +3,7 @@
 //! IOMMU's IOTLB and CPU shares. One list per concept, so a name means one thing in every
 //! workload that reports it (docs/SCENARIOS.md lists them).
 
-use crate::cmdq::CmdqStats;
+use crate::iommu::cmdq::CmdqStats;
 use crate::metrics::CpuBreakdown;
 use crate::metrics::{Measurement, Metric};
 

@@ -1,8 +1,8 @@
 //! The lab's error type: why a workload scenario could not be read or run.
 
-use crate::cmdq::CmdqError;
 use crate::cost::CostError;
 use crate::engine::SimError;
+use crate::iommu::cmdq::CmdqError;
 use crate::tomlfile::InputError;
 
 /// Why a workload scenario could not be validated or run.

@@ -2,7 +2,9 @@
 //! functional models and assembly the published experiments use), and for SMMUv3 in a
 //! translated mode the whole SMMU device model ([`Smmuv3DevicePath`]: the device's DMA
 //! through its IOTLB and walk cache, invalidations as real commands its queue's consumer
-//! applies) with its command queue timed in virtual time ([`SimCmdq`]).
+//! applies) with its command queue timed in virtual time ([`SimCmdq`]); for VT-d and AMD-Vi
+//! the unit model with its invalidation queue timed ([`SimX86Queue`]). Either is the path's
+//! [`TimedQueue`].
 
 use std::sync::Arc;
 
@@ -23,10 +25,11 @@ use iolab_iommu::smmuv3::{CmdqConfig, ProducerKind, Smmuv3Config};
 use iolab_iommu::work::WorkRecord;
 
 use super::LabError;
-use crate::cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
 use crate::cost::PlatformProfile;
 use crate::engine::Handle;
-use crate::x86q::{SimX86Queue, X86QueueKind};
+use crate::iommu::cmdq::{Mode as CmdqMode, SimCmdq, SyncWait};
+use crate::iommu::x86q::{SimX86Queue, X86QueueKind};
+use crate::iommu::TimedQueue;
 
 use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
 
@@ -34,11 +37,9 @@ use super::spec::{CmdqDesign, IommuMode, IommuModel, LabScenario};
 pub(crate) struct IommuPath {
     /// What drivers map and unmap through.
     pub path: Arc<dyn DmaPath>,
-    /// SMMUv3 translated modes: the SMMU the device's DMA goes through, and the timed queue.
-    pub cmdq: Option<(Arc<Smmuv3DevicePath>, SimCmdq)>,
-    /// VT-d and AMD-Vi translated modes: the unit the device's DMA goes through, and its
-    /// timed invalidation queue.
-    pub x86: Option<(Arc<X86DevicePath>, SimX86Queue)>,
+    /// SMMUv3, VT-d and AMD-Vi translated modes: the SMMU or unit the device's DMA goes
+    /// through, and its queue timed in virtual time.
+    pub queue: Option<TimedQueue>,
     /// IPMMU: busy-wait per flush poll beyond the first register read, ns.
     pub poll_interval_ns: u64,
     /// POWER: the model itself (the NIC's TCE path needs it).
@@ -201,8 +202,7 @@ pub(crate) fn build_instance(
     cfg.window_close = window_close;
     let direct = |d: Arc<Domain>| IommuPath {
         path: d.clone(),
-        cmdq: None,
-        x86: None,
+        queue: None,
         poll_interval_ns: 0,
         pseries: None,
         translated: false,
@@ -269,8 +269,10 @@ pub(crate) fn build_instance(
             let path = Arc::new(path);
             Ok(IommuPath {
                 path: path.domain().clone(),
-                cmdq: Some((path.clone(), q)),
-                x86: None,
+                queue: Some(TimedQueue::Smmuv3 {
+                    path: path.clone(),
+                    queue: q,
+                }),
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: true,
@@ -301,8 +303,7 @@ pub(crate) fn build_instance(
             let d = Arc::new(ipmmu_domain(cfg, Arc::new(alloc), inv).map_err(model_err)?);
             Ok(IommuPath {
                 path: d.clone(),
-                cmdq: None,
-                x86: None,
+                queue: None,
                 poll_interval_ns,
                 pseries: None,
                 translated: true,
@@ -318,8 +319,7 @@ pub(crate) fn build_instance(
             let sba = Arc::new(SbaIommu::new(c).map_err(model_err)?);
             Ok(IommuPath {
                 path: sba.clone(),
-                cmdq: None,
-                x86: None,
+                queue: None,
                 poll_interval_ns: 0,
                 pseries: None,
                 translated: mode == IommuMode::Translated,
@@ -330,8 +330,7 @@ pub(crate) fn build_instance(
             let iommu = Arc::new(pseries(s, mode)?);
             Ok(IommuPath {
                 path: iommu.clone(),
-                cmdq: None,
-                x86: None,
+                queue: None,
                 poll_interval_ns: 0,
                 pseries: Some(iommu.clone()),
                 translated: mode != IommuMode::DdwDirect,
@@ -393,8 +392,10 @@ fn x86(
     let path = Arc::new(path);
     Ok(IommuPath {
         path: path.clone(),
-        cmdq: None,
-        x86: Some((path.clone(), q)),
+        queue: Some(TimedQueue::X86 {
+            path: path.clone(),
+            queue: q,
+        }),
         poll_interval_ns: 0,
         pseries: None,
         translated: true,

@@ -112,7 +112,7 @@ pub(crate) struct MapBenchRun {
     /// The IOVA tree's lock: (acquisitions, contended).
     pub tree_lock: (u64, u64),
     /// The command queue's statistics, if the path has one.
-    pub cmdq: Option<crate::cmdq::CmdqStats>,
+    pub cmdq: Option<crate::iommu::cmdq::CmdqStats>,
     /// The protection report over the run.
     pub protection: LabProtection,
 }

@@ -122,7 +122,11 @@ pub(crate) fn run_direct_rx(
     let ranges = RefCell::new(Vec::new());
     let dma = DeviceDma {
         smmu: None,
-        x86: built.x86.as_ref().map(|(p, _)| &**p),
+        x86: built
+            .queue
+            .as_ref()
+            .and_then(|q| q.x86_path())
+            .map(|p| &**p),
         path: &*built.path,
         device: &dev,
         ranges: &ranges,

@@ -7,7 +7,7 @@
 //! The functional models (`iolab_iommu::vtd`, `iolab_iommu::amdvi`) build the descriptors,
 //! apply them to the unit's caches and count what the driver wrote: descriptors or
 //! commands (waits included), tail writes and waits ([`QueueWork`]). `SimX86Queue` gives
-//! them their time, as `SimCmdq` (`crate::cmdq`) does for SMMUv3:
+//! them their time, as `SimCmdq` (`crate::iommu::cmdq`) does for SMMUv3:
 //!
 //! - The unit consumes descriptors one at a time at the profile's
 //!   `iommu.cmdq.command_consume`, in order, from when their tail write lands; a wait
@@ -35,9 +35,9 @@ use iolab_iommu::hw::{split_queue_work, QueueWork};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use crate::accounting::Account;
-use crate::cmdq::{CmdqError, CmdqStats};
 use crate::cost::PlatformProfile;
 use crate::engine::{Ctx, Handle, SimDuration, SimTime};
+use crate::iommu::cmdq::{CmdqError, CmdqStats};
 use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::trace::Track;
 
