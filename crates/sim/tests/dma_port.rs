@@ -25,16 +25,24 @@ struct Dma {
 }
 
 fn dma() -> impl Strategy<Value = Dma> {
-    (0.0..2_000.0f64, 1.0..20_000.0f64, 1u64..40, 0u64..40, 1u64..5, any::<bool>()).prop_map(
-        |(gap_ns, data_ns, pages, misses, reads_per_miss, write)| Dma {
-            gap_ns,
-            data_ns,
-            pages,
-            misses: misses.min(pages),
-            reads_per_miss,
-            write,
-        },
+    (
+        0.0..2_000.0f64,
+        1.0..20_000.0f64,
+        1u64..40,
+        0u64..40,
+        1u64..5,
+        any::<bool>(),
     )
+        .prop_map(
+            |(gap_ns, data_ns, pages, misses, reads_per_miss, write)| Dma {
+                gap_ns,
+                data_ns,
+                pages,
+                misses: misses.min(pages),
+                reads_per_miss,
+                write,
+            },
+        )
 }
 
 fn access(d: &Dma) -> Access {
@@ -57,7 +65,11 @@ fn stream(p: &DmaPort, link: DeviceLink, dmas: &[Dma], misses: bool) -> Vec<f64>
             let t = Translated {
                 pages: d.pages,
                 misses: if misses { d.misses } else { 0 },
-                walk_reads: if misses { d.misses * d.reads_per_miss } else { 0 },
+                walk_reads: if misses {
+                    d.misses * d.reads_per_miss
+                } else {
+                    0
+                },
             };
             let done = p.transfer(ready, d.data_ns, t, access(d), &on);
             free = if d.write && !link.relaxed_ordering {
@@ -164,7 +176,10 @@ fn a_posted_write_stream_pays_its_walks_in_series_as_f_and_s_fit_it() {
         for _ in 0..100 {
             free = p.transfer(free, 65.0, t, Access::Write, &on);
         }
-        assert!((free - 100.0 * (65.0 + 4.0 + 2.0 * 197.0)).abs() < 1e-6, "{free}");
+        assert!(
+            (free - 100.0 * (65.0 + 4.0 + 2.0 * 197.0)).abs() < 1e-6,
+            "{free}"
+        );
     }
 }
 
@@ -178,8 +193,7 @@ fn reads_overlap_their_walks_up_to_the_walker_count() {
         walk_reads: 32,
     };
     let on = |w| {
-        port(w).transfer(0.0, 32.0 * 65.0, t, Access::Read, &DmaStream::new(link(32)))
-            - 32.0 * 65.0
+        port(w).transfer(0.0, 32.0 * 65.0, t, Access::Read, &DmaStream::new(link(32))) - 32.0 * 65.0
     };
     let (one, eight) = (on(1), on(8));
     assert!(one >= 32.0 * 201.0 - 32.0 * 65.0, "{one}");
@@ -203,8 +217,7 @@ fn no_device_prices_translation_on_its_own() {
                     let text = std::fs::read_to_string(&path).unwrap();
                     for (n, line) in text.lines().enumerate() {
                         let code = line.split("//").next().unwrap_or("");
-                        if code.contains("translation_ns(") || code.contains("translation_ns_of(")
-                        {
+                        if code.contains("translation_ns(") || code.contains("translation_ns_of(") {
                             offenders.push(format!("{}:{}", path.display(), n + 1));
                         }
                     }

@@ -21,9 +21,9 @@ use iolab_iommu::work::WorkRecord;
 use iolab_sim::cost::{CpuCostModel, PlatformProfile};
 use iolab_sim::devices::nvme::{Nvme, NvmeParams};
 use iolab_sim::devices::PortedDma;
-use iolab_sim::iommu::port::{DmaPort, Translated};
 use iolab_sim::engine::{Ctx, Handle};
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport};
+use iolab_sim::iommu::port::{DmaPort, Translated};
 use iolab_sim::reproduce::{bundled, Experiment};
 use iolab_sim::workloads::fio::{
     self, BlockTarget, FioJob, GroupStats, IoCompletion, IoRequest, RwPattern, SharedStats,

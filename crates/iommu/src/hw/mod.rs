@@ -102,6 +102,28 @@ pub trait DmaPath: Send + Sync {
         access: Access,
         work: &mut WorkRecord,
     ) -> Result<Vec<PhysRange>, DmaFault>;
+
+    /// The device side as a device model drives it: `dev`'s access of `len` bytes at `dma`
+    /// translated into `out` (cleared first) through the unit's caches where the path
+    /// models them (an SMMUv3's or an x86 unit's IOTLB and walk caches, counting
+    /// `translations`, `iotlb_hits`, `iotlb_misses`, `iotlb_stale_hits` and `walk_reads`
+    /// in `work`); a fault is the unit's message. By default [`DmaPath::translate`].
+    fn device_translate_into(
+        &self,
+        dev: &Device,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), String> {
+        let ranges = self
+            .translate(dev, dma, len, access, work)
+            .map_err(|e| e.to_string())?;
+        out.clear();
+        out.extend(ranges);
+        Ok(())
+    }
 }
 
 /// The platform-specific part of a [`MappedBuffer`].

@@ -319,6 +319,20 @@ impl DmaPath for Smmuv3DevicePath {
         self.translate_stream(dev.id(), dma, len, access, work)
             .map_err(|f| dma_fault(dev.id(), access, f))
     }
+
+    fn device_translate_into(
+        &self,
+        _dev: &Device,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), String> {
+        // The SMMU's own model (the device is the path's stream).
+        Smmuv3DevicePath::device_translate_into(self, dma, len, access, out, work)
+            .map_err(|f| f.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -410,6 +410,19 @@ impl DmaPath for X86DevicePath {
             })?;
         Ok(out)
     }
+
+    fn device_translate_into(
+        &self,
+        _dev: &Device,
+        dma: DmaAddr,
+        len: u64,
+        access: Access,
+        out: &mut Vec<PhysRange>,
+        work: &mut WorkRecord,
+    ) -> Result<(), String> {
+        // The unit's own model (the device is the path's requester id).
+        X86DevicePath::device_translate_into(self, dma, len, access, out, work)
+    }
 }
 
 #[cfg(test)]

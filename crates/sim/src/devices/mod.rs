@@ -15,7 +15,7 @@ use std::cell::RefCell;
 
 use iolab_iommu::addr::{Access, DmaAddr};
 use iolab_iommu::dma::{Device, Direction, PhysRange};
-use iolab_iommu::hw::{DmaPath, Smmuv3DevicePath, X86DevicePath};
+use iolab_iommu::hw::DmaPath;
 use iolab_iommu::work::WorkRecord;
 
 use crate::iommu::port::{DmaPort, DmaStream, Translated};
@@ -131,7 +131,9 @@ impl PortedDma<'_> {
         let data_end = ready + data_ns;
         let link = stream.link();
         let done = match dma {
-            Some(d) => d.port.transfer(ready, data_ns, d.translated, access, stream),
+            Some(d) => d
+                .port
+                .transfer(ready, data_ns, d.translated, access, stream),
             None => data_end,
         };
         let ordered = access == Access::Write && !link.relaxed_ordering;
@@ -142,15 +144,12 @@ impl PortedDma<'_> {
     }
 }
 
-/// A device's DMA through the IOMMU: with an SMMUv3, through its IOTLB and walk cache (a
-/// walk on a miss), the physical ranges left in a reused buffer; otherwise through the DMA
-/// path's translation (or its bypass).
+/// A device's DMA through the IOMMU: the DMA path's device side
+/// ([`DmaPath::device_translate_into`]: an SMMUv3's or an x86 unit's IOTLB and walk caches,
+/// a walk on a miss; another path's translation or its bypass), the physical ranges left in
+/// a reused buffer.
 pub(crate) struct DeviceDma<'a> {
-    /// The SMMU the device's DMA goes through, if the path is the SMMUv3 model.
-    pub smmu: Option<&'a Smmuv3DevicePath>,
-    /// The VT-d unit or AMD-Vi IOMMU the device's DMA goes through, if the path is one.
-    pub x86: Option<&'a X86DevicePath>,
-    /// The DMA path otherwise.
+    /// The DMA path the device's accesses go through.
     pub path: &'a dyn DmaPath,
     /// The device.
     pub device: &'a Device,
@@ -200,20 +199,15 @@ impl DeviceDma<'_> {
         access: Access,
         tw: &mut WorkRecord,
     ) -> Result<(), String> {
-        if let Some(p) = self.x86 {
-            return p
-                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
-                .map_err(|e| format!("device DMA faulted: {e}"));
-        }
-        match self.smmu {
-            Some(p) => p
-                .device_translate_into(dma, len, access, &mut self.ranges.borrow_mut(), tw)
-                .map_err(|e| format!("device DMA faulted: {e}")),
-            None => self
-                .path
-                .translate(self.device, dma, len, access, tw)
-                .map(drop)
-                .map_err(|e| format!("device DMA faulted: {e}")),
-        }
+        self.path
+            .device_translate_into(
+                self.device,
+                dma,
+                len,
+                access,
+                &mut self.ranges.borrow_mut(),
+                tw,
+            )
+            .map_err(|e| format!("device DMA faulted: {e}"))
     }
 }

@@ -273,7 +273,10 @@ impl DmaPort {
                     .iter()
                     .map(|k| k.earliest(issue, walk))
                     .enumerate()
-                    .fold((0, f64::INFINITY), |b, (k, t)| if t < b.1 { (k, t) } else { b });
+                    .fold(
+                        (0, f64::INFINITY),
+                        |b, (k, t)| if t < b.1 { (k, t) } else { b },
+                    );
                 st.newest = st.newest.max(issue);
                 let newest = st.newest;
                 st.walkers[w].book(start, walk, newest);
@@ -325,7 +328,10 @@ mod tests {
             misses: 0,
             walk_reads: 0,
         };
-        assert_eq!(p.transfer(100.0, 800.0, t, Access::Write, &on(READS)), 900.0);
+        assert_eq!(
+            p.transfer(100.0, 800.0, t, Access::Write, &on(READS)),
+            900.0
+        );
         assert_eq!(p.transfer(100.0, 800.0, t, Access::Read, &on(READS)), 900.0);
     }
 

@@ -110,14 +110,6 @@ impl TimedQueue {
         }
     }
 
-    /// The VT-d unit or AMD-Vi IOMMU, when this is an x86 queue.
-    pub(crate) fn x86_path(&self) -> Option<&Arc<X86DevicePath>> {
-        match self {
-            TimedQueue::Smmuv3 { .. } => None,
-            TimedQueue::X86 { path, .. } => Some(path),
-        }
-    }
-
     /// The DMA domain the queue's invalidations are for (its flush queue, in lazy mode).
     pub(crate) fn domain(&self) -> &Arc<Domain> {
         match self {

@@ -48,8 +48,8 @@ use crate::devices::nvme::{Nvme, Post};
 use crate::devices::sas::SasHba;
 use crate::devices::usb::{sg_entries, IrqCpu};
 use crate::devices::{BlockDev, BlockIo, DeviceDma, PortedDma};
-use crate::iommu::port::{DmaPort, Translated};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
+use crate::iommu::port::{DmaPort, Translated};
 use crate::iommu::TimedQueue;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{LockKind, SpinLock, SpinParams};
@@ -846,12 +846,10 @@ impl Stack {
         &self.units[self.dev_unit[devno]]
     }
 
-    /// The device's DMA through the IOMMU instance `u` (SMMUv3: its IOTLB and walk cache,
-    /// into the stack's reused range buffer) or its bypass.
+    /// The device's DMA through the IOMMU instance `u` (its path's device side: the unit's
+    /// IOTLB and walk caches, into the stack's reused range buffer) or its bypass.
     fn device_dma<'a>(&'a self, u: &'a Unit) -> DeviceDma<'a> {
         DeviceDma {
-            smmu: u.queue.as_ref().and_then(|q| q.smmu_path()).map(|p| &**p),
-            x86: u.queue.as_ref().and_then(|q| q.x86_path()).map(|p| &**p),
             path: &*u.path,
             device: &self.device,
             ranges: &self.ranges,

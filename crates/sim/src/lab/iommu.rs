@@ -268,7 +268,7 @@ pub(crate) fn build_instance(
             .with_sync_wait(sync_wait(&s.profile));
             let path = Arc::new(path);
             Ok(IommuPath {
-                path: path.domain().clone(),
+                path: path.clone(),
                 queue: Some(TimedQueue::Smmuv3 {
                     path: path.clone(),
                     queue: q,

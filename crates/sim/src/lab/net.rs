@@ -121,12 +121,6 @@ pub(crate) fn run_direct_rx(
     let dev = iommu::lab_device(64)?;
     let ranges = RefCell::new(Vec::new());
     let dma = DeviceDma {
-        smmu: None,
-        x86: built
-            .queue
-            .as_ref()
-            .and_then(|q| q.x86_path())
-            .map(|p| &**p),
         path: &*built.path,
         device: &dev,
         ranges: &ranges,

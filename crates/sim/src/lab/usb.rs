@@ -10,8 +10,8 @@ use iolab_iommu::dma::Device;
 
 use super::LabError;
 use crate::devices::usb::{DmaSide, IrqCpu, UsbStats, UsbStorage, USB_LINK};
-use crate::iommu::port::DmaStream;
 use crate::engine::{Sim, SimConfig};
+use crate::iommu::port::DmaStream;
 use crate::metrics::CpuBreakdown;
 use crate::workloads::bonnie::{self, BonnieResult};
 

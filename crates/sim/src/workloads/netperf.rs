@@ -666,7 +666,9 @@ impl TxConnection {
         let at = ctx.now().0 as f64;
         let mut through = at;
         for m in &maps {
-            let t = s.dma.device_access(at, m.dma_addr().0, m.len(), Access::Read)?;
+            let t = s
+                .dma
+                .device_access(at, m.dma_addr().0, m.len(), Access::Read)?;
             through = through.max(t);
             s.hooks
                 .accessed(ctx, m.dma_addr().0, m.len(), Access::Read)?;
@@ -837,12 +839,8 @@ impl RxConnection {
             let room = rx.strides_per_page - rx.used_strides;
             let n = strides.min(room);
             let at = p.dma_addr().0 + rx.used_strides * c.rx_stride_bytes;
-            s.dma.device_access(
-                ctx.now().0 as f64,
-                at,
-                n * c.rx_stride_bytes,
-                Access::Write,
-            )?;
+            s.dma
+                .device_access(ctx.now().0 as f64, at, n * c.rx_stride_bytes, Access::Write)?;
             s.hooks
                 .accessed(ctx, at, n * c.rx_stride_bytes, Access::Write)?;
             rx.used_strides += n;

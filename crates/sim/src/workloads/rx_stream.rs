@@ -320,7 +320,10 @@ impl State<'_> {
         let per_page = (self.cfg.page_bytes / self.cfg.stride_bytes.max(1)).max(1);
         let slot = self.flows[f].rx_ring.front().map(|p| {
             let used = self.flows[f].front_used;
-            (p.dma_addr().0 + used * self.cfg.stride_bytes, used + 1 == per_page)
+            (
+                p.dma_addr().0 + used * self.cfg.stride_bytes,
+                used + 1 == per_page,
+            )
         });
         let delivered = match slot {
             None => {
