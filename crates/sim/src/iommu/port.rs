@@ -141,6 +141,10 @@ struct Walker {
 impl Walker {
     /// The earliest start at or after `at` with `len` ns free.
     fn earliest(&self, at: f64, len: f64) -> f64 {
+        // Free from `at` on: nothing booked ends after it (the common case).
+        if self.busy.back().is_none_or(|&(_, e)| e <= at) {
+            return at;
+        }
         let mut t = at;
         // The reservations ending after `at`, in order: slide past each one in the way.
         let first = self.busy.partition_point(|&(_, e)| e <= at);
@@ -155,8 +159,12 @@ impl Walker {
 
     /// Books `start..start + len` (free, as [`Walker::earliest`] found it).
     fn book(&mut self, start: f64, len: f64, newest: f64) {
-        let at = self.busy.partition_point(|&(s, _)| s < start);
-        self.busy.insert(at, (start, start + len));
+        if self.busy.back().is_none_or(|&(s, _)| s < start) {
+            self.busy.push_back((start, start + len));
+        } else {
+            let at = self.busy.partition_point(|&(s, _)| s < start);
+            self.busy.insert(at, (start, start + len));
+        }
         while self
             .busy
             .front()
@@ -176,6 +184,8 @@ struct PortState {
     stats: PortStats,
     /// Every walk's (start, end), when recording (tests).
     log: Option<Vec<(f64, f64)>>,
+    /// Scratch for the pages' finish times (kept to save an allocation per DMA).
+    finish: Vec<f64>,
 }
 
 /// One IOMMU unit's DMA port. Clones share the unit's walkers (every device behind the
@@ -196,6 +206,7 @@ impl DmaPort {
                 newest: 0.0,
                 stats: PortStats::default(),
                 log: None,
+                finish: Vec::new(),
             })),
         }
     }
@@ -252,7 +263,8 @@ impl DmaPort {
         let per_page = data_ns / n as f64;
         let window = link.window(access);
         // Page i's finish time; `finish[i - window]` frees the slot page i's request needs.
-        let mut finish: Vec<f64> = Vec::with_capacity(n);
+        let mut finish = std::mem::take(&mut st.finish);
+        finish.clear();
         let mut next_miss = 0usize;
         let mut last = ready;
         for i in 0..n {
@@ -268,15 +280,16 @@ impl DmaPort {
                 // In the stream's order; then the walker that can start it first (the
                 // lowest-numbered on a tie).
                 let issue = issue.max(stream.last_walk.get());
-                let (w, start) = st
-                    .walkers
-                    .iter()
-                    .map(|k| k.earliest(issue, walk))
-                    .enumerate()
-                    .fold(
-                        (0, f64::INFINITY),
-                        |b, (k, t)| if t < b.1 { (k, t) } else { b },
-                    );
+                let (mut w, mut start) = (0, f64::INFINITY);
+                for (k, walker) in st.walkers.iter().enumerate() {
+                    let t = walker.earliest(issue, walk);
+                    if t < start {
+                        (w, start) = (k, t);
+                        if t <= issue {
+                            break;
+                        }
+                    }
+                }
                 st.newest = st.newest.max(issue);
                 let newest = st.newest;
                 st.walkers[w].book(start, walk, newest);
@@ -294,6 +307,7 @@ impl DmaPort {
             last = last.max(translated) + per_page;
             finish.push(last);
         }
+        st.finish = finish;
         st.stats.stall_ns += (last - data_end).max(0.0);
         last.max(data_end)
     }
