@@ -125,6 +125,13 @@ impl Nvme {
         }
     }
 
+    /// The same device with its DMA running ahead at the IOMMU's port as `link` says
+    /// (default [`NVME_LINK`]).
+    pub fn with_dma_link(mut self, link: DeviceLink) -> Self {
+        self.stream = DmaStream::new(link);
+        self
+    }
+
     /// The same device with interrupt coalescing set (Set Features 08h); without it every
     /// completion raises an interrupt.
     pub fn with_coalescing(mut self, coalescing: InterruptCoalescing) -> Self {

@@ -1122,6 +1122,7 @@ pub(super) fn start_stack(
                     BlockDev::Nvme(
                         Nvme::new(p.params)
                             .with_coalescing(p.coalescing)
+                            .with_dma_link(p.dma_link)
                             .with_seed(stream),
                     ),
                     (0..p.params.io_queues).map(|q| q % s.cpus).collect(),

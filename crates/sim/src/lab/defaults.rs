@@ -110,6 +110,17 @@ pub const NVME_SUBMIT_NS: Sourced<u64> = (
     600,
     "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_queue_rq builds the command and PRP, copies it into the SQ (~1400 cycles); the doorbell is the profile's mmio.write",
 );
+/// NVMe and NIC `device.dma_outstanding_pages`: pages of read requests a device keeps in
+/// flight at the IOMMU's DMA port.
+pub const DMA_OUTSTANDING_PAGES: Sourced<u32> = (
+    32,
+    "assumption: 256 PCIe tags (Extended Tag, which Linux enables on capable devices; RESEARCH.md 'PCIe tags') of 512-byte read requests (a common MRRS): 128 KiB, 32 pages, of reads in flight",
+);
+/// NVMe and NIC `device.relaxed_ordering`.
+pub const DMA_RELAXED_ORDERING: Sourced<bool> = (
+    false,
+    "assumption: the device's writes to memory carry no Relaxed Ordering, so a write whose page misses the IOTLB holds the writes behind it for its walk (PCIe ordering: a posted write may not pass a posted write); F&S's serial model T = p / (l_0 + M * l_m) fits their ConnectX-5 receive runs on Cascade Lake (SOSP'24 §2.2)",
+);
 /// NVMe `device.dma_mask_bits`.
 pub const NVME_DMA_MASK_BITS: Sourced<u32> = (
     64,

@@ -40,9 +40,8 @@ use iolab_iommu::work::WorkRecord;
 
 use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
-use crate::devices::nic::NIC_LINK;
 use crate::devices::DeviceDma;
-use crate::iommu::port::{DmaPort, DmaStream, Translated};
+use crate::iommu::port::{DeviceLink, DmaPort, DmaStream, Translated};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -79,6 +78,8 @@ pub struct RxStreamConfig {
     pub burst_packets: u64,
     /// The NIC's receive FIFO, bytes.
     pub fifo_bytes: u64,
+    /// How far the NIC's DMA runs ahead at the IOMMU's port.
+    pub dma_link: DeviceLink,
     /// DMA engine time per 4 KiB moved, ns (without translation).
     pub dma_ns_per_4k: f64,
     /// Interrupt moderation: completions per interrupt.
@@ -548,7 +549,7 @@ pub(crate) fn run_rx_stream(
         link,
         costs,
         port: pricing.cost.dma_port(),
-        stream: DmaStream::new(NIC_LINK),
+        stream: DmaStream::new(cfg.dma_link),
         pricing,
         path,
         dma,

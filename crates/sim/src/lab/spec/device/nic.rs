@@ -42,6 +42,10 @@ pub(in crate::lab::spec) struct NicSpec {
     dma_ns_per_4k: Option<f64>,
     #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     rx_fifo_bytes: Option<u64>,
+    #[serde(default)]
+    dma_outstanding_pages: Option<u32>,
+    #[serde(default)]
+    relaxed_ordering: Option<bool>,
 }
 
 /// The NIC fields only the direct-DMA receive path (x86 IOMMUs or none) reads.
@@ -53,6 +57,8 @@ pub(in crate::lab::spec) struct NicDirect {
     pub dma_ns_per_4k: f64,
     /// Receive FIFO, bytes.
     pub rx_fifo_bytes: u64,
+    /// How far the NIC's DMA runs ahead at the IOMMU's port.
+    pub dma_link: crate::iommu::port::DeviceLink,
     /// The first of those fields the file gives (the POWER TCE path refuses them).
     pub given: Option<&'static str>,
 }
@@ -177,10 +183,24 @@ pub(in crate::lab::spec) fn nic(
             4096..=1 << 30,
             "bytes",
         )?,
+        dma_link: crate::iommu::port::DeviceLink {
+            outstanding_pages: dev.int(
+                "dma_outstanding_pages",
+                s.dma_outstanding_pages
+                    .unwrap_or(d::DMA_OUTSTANDING_PAGES.0),
+                1..=4096,
+                "pages",
+            )?,
+            relaxed_ordering: s.relaxed_ordering.unwrap_or(d::DMA_RELAXED_ORDERING.0),
+        },
         given: if s.dma_ns_per_4k.is_some() {
             Some("dma_ns_per_4k")
         } else if s.rx_fifo_bytes.is_some() {
             Some("rx_fifo_bytes")
+        } else if s.dma_outstanding_pages.is_some() {
+            Some("dma_outstanding_pages")
+        } else if s.relaxed_ordering.is_some() {
+            Some("relaxed_ordering")
         } else {
             None
         },

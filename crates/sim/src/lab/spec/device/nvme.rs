@@ -38,6 +38,10 @@ pub(in crate::lab::spec) struct NvmeSpec {
     coalesce_time_100us: Option<u64>,
     #[serde(default)]
     dma_mask_bits: Option<u32>,
+    #[serde(default)]
+    dma_outstanding_pages: Option<u32>,
+    #[serde(default)]
+    relaxed_ordering: Option<bool>,
     /// `[device.hostile]`: the device probes what it should not reach (see `hostile`).
     #[serde(default)]
     hostile: Option<HostileSpec>,
@@ -58,6 +62,9 @@ pub struct NvmeSetup {
     /// The controller's DMA mask, bits (`device[i].dma_mask_bits`; every NVMe device of a
     /// scenario states the same: they share one DMA domain).
     pub dma_mask_bits: u32,
+    /// How far the drive's DMA runs ahead at the IOMMU's port
+    /// (`device[i].dma_outstanding_pages`, `device[i].relaxed_ordering`).
+    pub dma_link: crate::iommu::port::DeviceLink,
 }
 
 impl BlockSpec for NvmeSpec {
@@ -186,11 +193,22 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
         32..=64,
         "bits",
     )?;
+    let dma_link = crate::iommu::port::DeviceLink {
+        outstanding_pages: dev.int(
+            "dma_outstanding_pages",
+            s.dma_outstanding_pages
+                .unwrap_or(d::DMA_OUTSTANDING_PAGES.0),
+            1..=4096,
+            "pages",
+        )?,
+        relaxed_ordering: s.relaxed_ordering.unwrap_or(d::DMA_RELAXED_ORDERING.0),
+    };
     Ok(NvmeSetup {
         params,
         coalescing,
         hostile,
         dma_mask_bits,
+        dma_link,
     })
 }
 

@@ -303,6 +303,7 @@ fn direct_rx(
             "packets",
         )?,
         fifo_bytes: n.rx_fifo_bytes,
+        dma_link: n.dma_link,
         dma_ns_per_4k: n.dma_ns_per_4k,
         coalesce_frames: stream.rx_coalescing.frames,
         coalesce_ns: stream.rx_coalescing.usecs * 1000,
