@@ -40,7 +40,7 @@ use iolab_iommu::work::WorkRecord;
 
 use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
-use crate::devices::DeviceDma;
+use crate::devices::{DeviceDma, PortTiming, PortedDma};
 use crate::iommu::port::{DeviceLink, DmaPort, DmaStream, Translated};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
@@ -294,8 +294,12 @@ impl State<'_> {
     }
 
     /// A DMA through the port whose data is ready at `ready` and takes `data_ns`.
-    fn ported(&self, ready: f64, data_ns: f64, t: Translated, access: Access) -> f64 {
-        self.port.transfer(ready, data_ns, t, access, &self.stream)
+    fn ported(&self, ready: f64, data_ns: f64, t: Translated, access: Access) -> PortTiming {
+        let dma = PortedDma {
+            port: &self.port,
+            translated: t,
+        };
+        PortedDma::time(Some(dma), ready, data_ns, access, &self.stream)
     }
 
     /// CPU time of the driver's map and unmap work `w`, ns.
@@ -355,11 +359,17 @@ impl State<'_> {
                 let t = self.device(buf_at, frame, Access::Write, now)?;
                 let data = self.cfg.dma_ns_per_4k * frame as f64 / 4096.0;
                 let framed = self.ported(start, data, t, Access::Write);
+                // The completion follows its frame; with Relaxed Ordering the next frames
+                // may pass a completion still waiting.
                 let at = self.flows[f].cq.dma_addr().0 + (idx % ring) * CQE_BYTES;
                 let t = self.device(at, CQE_BYTES, Access::Write, now)?;
-                let end = self.ported(framed, 0.0, t, Access::Write);
-                ns = end - start;
-                let done = end.ceil() as u64;
+                let cqe = self.ported(framed.done, 0.0, t, Access::Write);
+                ns = if self.cfg.dma_link.relaxed_ordering {
+                    framed.stream_free - start
+                } else {
+                    cqe.stream_free - start
+                };
+                let done = cqe.done.ceil() as u64;
                 self.flows[f].done.push_back((page, done, frame));
                 self.completion(f, done);
                 true
@@ -514,13 +524,13 @@ impl State<'_> {
         // device's write stream.
         let at = now as f64;
         let t = self.device(sq, TX_WQE_BYTES, Access::Read, now)?;
-        let wqe = self.ported(at, 0.0, t, Access::Read);
+        let wqe = self.ported(at, 0.0, t, Access::Read).done;
         let t = self.device(buf.dma_addr().0, ACK_BYTES, Access::Read, now)?;
         let data = self.cfg.dma_ns_per_4k * ACK_BYTES as f64 / 4096.0;
-        let frame = self.ported(at, 0.0, t, Access::Read).max(wqe);
+        let frame = self.ported(at, 0.0, t, Access::Read).done.max(wqe);
         let t = self.device(cq, CQE_BYTES, Access::Write, now)?;
         let start = self.dma_free.max(frame);
-        let end = self.ported(start, data, t, Access::Write);
+        let end = self.ported(start, data, t, Access::Write).stream_free;
         let dns = end - start;
         self.dma_free = end;
         if self.in_window(now) {
