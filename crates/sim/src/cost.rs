@@ -1780,7 +1780,7 @@ pub fn counter_charges_markdown() -> String {
     for (name, charge) in COUNTER_CHARGES {
         let (kind, what) = match charge {
             Charge::Cpu(p) => ("CPU (`cpu_ns`)", *p),
-            Charge::Translation(p) => ("translation (`translation_ns`)", *p),
+            Charge::Translation(p) => ("translation (DMA port)", *p),
             Charge::Hypervisor(p) => ("hypervisor (`hypervisor_ns`)", *p),
             Charge::Engine(p) => ("engine-modelled wait", *p),
             Charge::NotCharged(p) => ("not charged", *p),

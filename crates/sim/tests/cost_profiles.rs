@@ -407,8 +407,41 @@ mod cost {
     }
 
     #[test]
+    fn the_port_facts_are_checked_and_named() {
+        // A profile with `extra` added to its [iommu] group: the error's field.
+        let with = |extra: &str| {
+            let good = PlatformProfile::bundled_toml("intel-icelake-2s").unwrap();
+            let text = good
+                .lines()
+                .filter(|l| !(l.starts_with("walkers = ") && extra.starts_with("walkers")))
+                .collect::<Vec<_>>()
+                .join("\n");
+            text.replacen("[iommu]\n", &format!("[iommu]\n{extra}\n"), 1)
+        };
+        let walkers = |v: u32| with(&format!("walkers = {{ value = {v}, source = \"t\" }}"));
+        assert_eq!(load(&walkers(3)).unwrap().port_params().walkers, 3);
+        assert_eq!(field_error(&walkers(0)).0, "iommu.walkers.value");
+        let iotlb = |e: u32, w: u32, i: &str| {
+            with(&format!(
+                "iotlb = {{ entries = {e}, ways = {w}, index = \"{i}\", source = \"t\" }}"
+            ))
+        };
+        let p = load(&iotlb(128, 8, "folded")).unwrap();
+        let c = p.iommu.iotlb.as_ref().and_then(|g| g.config()).unwrap();
+        assert_eq!((c.entries, c.ways), (128, 8));
+        for (e, w, i) in [(64, 5, "folded"), (64, 4, "hashed"), (0, 1, "low-bits")] {
+            let (field, _, message) = field_error(&iotlb(e, w, i));
+            assert_eq!(field, "iommu.iotlb", "{message}");
+            assert!(message.contains("low-bits"), "{message}");
+        }
+    }
+
+    #[test]
     fn every_field_of_a_bundled_profile_is_required_or_named() {
-        // Dropping any one cost line from a bundled profile gives an error naming that cost.
+        // Dropping any one cost line from a bundled profile gives an error naming that cost;
+        // the optional facts (the DMA port's walkers, the IOTLB geometry) fall back to their
+        // stated defaults.
+        const OPTIONAL: &[&str] = &["walkers", "iotlb"];
         let good = PlatformProfile::bundled_toml("rcar-h3").unwrap();
         for (i, line) in good.lines().enumerate() {
             let Some((key, _)) = line.split_once(" = {") else {
@@ -420,6 +453,10 @@ mod cost {
                 .filter(|(j, _)| *j != i)
                 .map(|(_, l)| format!("{l}\n"))
                 .collect();
+            if OPTIONAL.contains(&key) {
+                assert!(load(&text).is_ok(), "dropping optional {key} refused");
+                continue;
+            }
             let (field, _, _) = field_error(&text);
             assert!(field.ends_with(key), "dropping {key}: error names {field}");
         }
