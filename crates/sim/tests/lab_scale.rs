@@ -9,12 +9,17 @@ use iolab_sim::lab::LabRun;
 
 /// fio 4 KiB random reads, 128 jobs at iodepth 32 on 128 CPUs of a D06 with 8 NVMe drives.
 fn d06_128(mode: &str, ramp_ms: u32, runtime_ms: u32) -> String {
+    d06_128_drives(mode, ramp_ms, runtime_ms, "")
+}
+
+/// [`d06_128`] with `device_extra` in every drive's table.
+fn d06_128_drives(mode: &str, ramp_ms: u32, runtime_ms: u32, device_extra: &str) -> String {
     let cmdq = if mode == "passthrough" {
         ""
     } else {
         "cmdq = \"lockfree\""
     };
-    let drives = "[[device]]\nkind = \"nvme\"\n".repeat(8);
+    let drives = format!("[[device]]\nkind = \"nvme\"\n{device_extra}\n").repeat(8);
     format!(
         r#"
 name = "d06-128-{mode}"
@@ -41,7 +46,7 @@ ramp_ms = {ramp_ms}
 }
 
 #[test]
-fn once_warm_lazy_is_close_to_passthrough_and_strict_far_below() {
+fn once_warm_strict_is_queue_bound_and_lazy_only_the_walks_from_passthrough() {
     let [strict, lazy, pt] = ["strict", "lazy", "passthrough"].map(|m| run(&d06_128(m, 30, 10)));
     let iops = |r: &LabRun| metric(r, "read.iops");
     let (s, l, p) = (iops(&strict), iops(&lazy), iops(&pt));
@@ -58,12 +63,18 @@ fn once_warm_lazy_is_close_to_passthrough_and_strict_far_below() {
         s <= queue_cap * 1.001,
         "strict {s} above the queue's {queue_cap}"
     );
-    assert!(s < 0.9 * l, "strict {s} should be well below lazy {l}");
-    assert!(
-        l >= 0.97 * p,
-        "lazy {l} should be within 3% of passthrough {p}"
-    );
+    assert!(s < 0.95 * l, "strict {s} should be below lazy {l}");
     assert!(l <= p * 1.01, "lazy {l} above passthrough {p}");
+    // Lazy's fresh IOVAs still miss the IOTLB, and each walk holds the drive's posted
+    // writes (docs/MODEL.md, "DMA port"): with Relaxed Ordering on the drives' writes the
+    // walks are all that separates lazy from passthrough, and it comes within 3%.
+    let ro = run(&d06_128_drives("lazy", 30, 10, "relaxed_ordering = true"));
+    let lr = iops(&ro);
+    assert!(l < lr, "lazy {l} should gain from relaxed ordering ({lr})");
+    assert!(
+        lr >= 0.97 * p,
+        "lazy with relaxed ordering {lr} should be within 3% of passthrough {p}"
+    );
     // Warm: the IOVA caches serve nearly every allocation, and nothing flags the window.
     let tree = metric(&lazy, "lock.iova_tree.acquisitions");
     let ios = l * 0.010;

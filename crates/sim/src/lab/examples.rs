@@ -92,6 +92,30 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/netperf-pseries-default.toml"),
     ),
     (
+        "netperf-rx-amdvi-lazy",
+        include_str!("../../../../scenarios/examples/netperf-rx-amdvi-lazy.toml"),
+    ),
+    (
+        "netperf-rx-amdvi-strict",
+        include_str!("../../../../scenarios/examples/netperf-rx-amdvi-strict.toml"),
+    ),
+    (
+        "netperf-rx-vtd-lazy",
+        include_str!("../../../../scenarios/examples/netperf-rx-vtd-lazy.toml"),
+    ),
+    (
+        "netperf-rx-vtd-passthrough",
+        include_str!("../../../../scenarios/examples/netperf-rx-vtd-passthrough.toml"),
+    ),
+    (
+        "netperf-rx-vtd-strict",
+        include_str!("../../../../scenarios/examples/netperf-rx-vtd-strict.toml"),
+    ),
+    (
+        "netperf-rx-x86-off",
+        include_str!("../../../../scenarios/examples/netperf-rx-x86-off.toml"),
+    ),
+    (
         "reaim-sas-smmuv3",
         include_str!("../../../../scenarios/examples/reaim-sas-smmuv3.toml"),
     ),
