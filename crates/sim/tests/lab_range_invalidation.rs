@@ -18,7 +18,10 @@ const GRACE_STRICT: &str =
 fn grace_64k(iommu: &str, kernel: &str) -> String {
     GRACE_STRICT
         .replace("bs = 4096", "bs = 65536")
-        .replace("kind = \"nvme\"", "kind = \"nvme\"\nrelaxed_ordering = true")
+        .replace(
+            "kind = \"nvme\"",
+            "kind = \"nvme\"\nrelaxed_ordering = true",
+        )
         .replace(
             "cmdq = \"lockfree\"",
             &format!("cmdq = \"lockfree\"\n{iommu}"),

@@ -380,6 +380,11 @@ pub const NETPERF_PAGE_BYTES: Sourced<u64> = (
     65536,
     "ppc64le distributions use 64 KiB kernel pages: page fragments and receive pages are 64 KiB",
 );
+/// netperf `workload.page_bytes` on the direct-DMA path (x86 IOMMUs or none).
+pub const NETPERF_DIRECT_PAGE_BYTES: Sourced<u64> = (
+    4096,
+    "x86-64 kernels use 4 KiB pages (PAGE_SIZE): receive pages and send fragments are 4 KiB",
+);
 /// netperf `workload.linear_bytes`.
 pub const NETPERF_LINEAR_BYTES: Sourced<u64> = (
     0,

@@ -116,6 +116,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/netperf-rx-x86-off.toml"),
     ),
     (
+        "netperf-tx-vtd-lazy",
+        include_str!("../../../../scenarios/examples/netperf-tx-vtd-lazy.toml"),
+    ),
+    (
+        "netperf-tx-vtd-strict",
+        include_str!("../../../../scenarios/examples/netperf-tx-vtd-strict.toml"),
+    ),
+    (
         "reaim-sas-smmuv3",
         include_str!("../../../../scenarios/examples/reaim-sas-smmuv3.toml"),
     ),

@@ -683,6 +683,9 @@ fn run_direct_rx(
     base: u64,
     runs: u32,
 ) -> Result<LabRun, LabError> {
+    if let Some(tx) = d.send {
+        return run_direct_tx(s, d, tx, link, base, runs);
+    }
     let c = &d.config;
     let secs = (c.run_ns - c.warmup_ns) as f64 / 1e9;
     let mut text = String::new();
@@ -773,6 +776,113 @@ fn run_direct_rx(
     }
     let title = format!(
         "iperf-like TCP receive, {} flows on a {:.0} Gb/s NIC (direct DMA), {} ({} CPUs)",
+        c.flows, link.gbps, s.profile.name, s.cpus
+    );
+    Ok(LabRun {
+        report: report(s, title, runs, text, measurements),
+        fio: None,
+        seed: base,
+        dma_maps: None,
+    })
+}
+
+/// The direct-DMA send test (x86 IOMMUs or none) `runs` times from seed `base`: an
+/// iperf-like table, and per run the throughput, the IOTLB misses, page-table reads and
+/// driver maps per 4 KiB sent, the NIC's read engine and the CPUs' busy shares.
+fn run_direct_tx(
+    s: &LabScenario,
+    d: &spec::DirectRx,
+    tx: crate::workloads::tx_stream::TxParams,
+    link: crate::devices::nic::LinkConfig,
+    base: u64,
+    runs: u32,
+) -> Result<LabRun, LabError> {
+    let c = &d.config;
+    let secs = (c.run_ns - c.warmup_ns) as f64 / 1e9;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "TCP SEND TEST (lab, iperf-like): {} flows, {:.0} Gb/s link, MTU {} B, {} KiB TSO skbs, {}",
+        c.flows,
+        link.gbps,
+        c.frame_bytes - crate::workloads::rx_stream::ETH_HEADER_BYTES,
+        tx.tso_max_bytes / 1024,
+        iommu_label(s)
+    );
+    let _ = writeln!(
+        text,
+        "Elapsed  Throughput  IOTLB misses  walk reads  maps       DMA busy  CPU busy  inval"
+    );
+    let _ = writeln!(
+        text,
+        "secs.    Gb/s        per 4 KiB     per 4 KiB   per 4 KiB  %         %         syncs"
+    );
+    let mut measurements = Vec::new();
+    for r in 0..runs {
+        let seed = run_seed(base, r);
+        let (out, protection) = net::run_direct_tx(s, d, tx, link)?;
+        let config = config_id(s, r, runs);
+        let t = &out.translation;
+        let lookups = t.iotlb_hits + t.iotlb_misses;
+        let m = base_attrs(s, Measurement::new(&config))
+            .attr("workload", "netperf")
+            .attr("direction", "write")
+            .attr("flows", c.flows)
+            .attr("seed", seed)
+            .attr("run", r)
+            .metric(Metric::new(
+                "net.throughput_gbps",
+                "Gb/s",
+                out.throughput_gbps,
+            ))
+            .metric(Metric::new("net.skbs", "count", out.skbs as f64))
+            .metric(Metric::new("dma.maps_per_4k", "count", out.maps_per_4k()))
+            .metric(Metric::new("cpu.busy_pct", "%", out.cpu_busy_pct))
+            .metric(Metric::new("link.busy_pct", "%", out.link_busy_pct))
+            .metric(Metric::new("dma.engine_busy_pct", "%", out.dma_busy_pct))
+            .metric(Metric::new(
+                "dma.inval_syncs",
+                "count",
+                out.dma_work.inval_syncs as f64,
+            ))
+            .metric(Metric::new(
+                "iotlb.misses_per_4k",
+                "count",
+                out.iotlb_misses_per_4k(),
+            ))
+            .metric(Metric::new(
+                "iotlb.walk_reads_per_4k",
+                "count",
+                out.walk_reads_per_4k(),
+            ))
+            .metric(Metric::new(
+                "iotlb.hit_pct",
+                "%",
+                per(t.iotlb_hits as f64 * 100.0, lookups),
+            ))
+            .metric(Metric::new("iotlb.misses", "count", t.iotlb_misses as f64))
+            .metric(Metric::new(
+                "iotlb.walk_reads",
+                "count",
+                t.walk_reads as f64,
+            ));
+        let m = with_protection(m, &protection);
+        let _ = writeln!(
+            text,
+            "{:<8.3} {:<11.2} {:<13.2} {:<11.2} {:<10.2} {:<9.1} {:<9.1} {}",
+            secs,
+            out.throughput_gbps,
+            out.iotlb_misses_per_4k(),
+            out.walk_reads_per_4k(),
+            out.maps_per_4k(),
+            out.dma_busy_pct,
+            out.cpu_busy_pct,
+            out.dma_work.inval_syncs
+        );
+        measurements.push(m);
+    }
+    let title = format!(
+        "iperf-like TCP send, {} flows on a {:.0} Gb/s NIC (direct DMA), {} ({} CPUs)",
         c.flows, link.gbps, s.profile.name, s.cpus
     );
     Ok(LabRun {

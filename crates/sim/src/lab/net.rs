@@ -138,3 +138,45 @@ pub(crate) fn run_direct_rx(
         built.protection.read(built.translated, d.config.run_ns),
     ))
 }
+
+/// Runs the direct-DMA send test of `s` (a netperf scenario with `direction = "write"` on an
+/// x86 IOMMU or none, [`crate::workloads::tx_stream`]) once: the driver's per-fragment maps
+/// and the completions' unmaps priced by the profile, the NIC's reads and writes through the
+/// unit the lab's IOMMU builder makes for `s`. Returns the result and the unit's protection
+/// report.
+pub(crate) fn run_direct_tx(
+    s: &LabScenario,
+    d: &crate::lab::spec::DirectRx,
+    tx: crate::workloads::tx_stream::TxParams,
+    link: LinkConfig,
+) -> Result<(crate::workloads::tx_stream::TxStreamResult, LabProtection), LabError> {
+    let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }))?;
+    let built = iommu::build(s, scratch.handle())?;
+    let dev = iommu::lab_device(64)?;
+    let ranges = RefCell::new(Vec::new());
+    let dma = DeviceDma {
+        path: &*built.path,
+        device: &dev,
+        ranges: &ranges,
+    };
+    let cost = s.profile.cpu_cost_model();
+    let wait = iommu::hardware_wait(s, built.poll_interval_ns);
+    let pricing = RxPricing {
+        cost: &cost,
+        hardware_wait: &*wait,
+    };
+    let out = crate::workloads::tx_stream::run_tx_stream(
+        &d.config,
+        tx,
+        link,
+        pricing,
+        &*built.path,
+        dma,
+        &dev,
+    )
+    .map_err(model_err)?;
+    Ok((
+        out,
+        built.protection.read(built.translated, d.config.run_ns),
+    ))
+}

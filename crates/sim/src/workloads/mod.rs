@@ -4,3 +4,4 @@ pub mod fio;
 pub mod netperf;
 pub mod reaim;
 pub mod rx_stream;
+pub mod tx_stream;

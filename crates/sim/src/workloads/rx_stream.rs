@@ -10,15 +10,16 @@
 //!   flows in turn. Packets wait in the NIC's receive FIFO (`fifo_bytes`); when it is full
 //!   the sender waits (a lossless stand-in for TCP's congestion control: throughput is what
 //!   the bottleneck passes, no drops or retransmissions are modelled).
-//! - **DMA engine**: one server in FIFO order, as Rubin et al.'s model (SOSP'24 §2.2) puts
-//!   it: each packet costs `dma_ns_per_4k` per 4 KiB moved plus the time of every IOMMU
-//!   translation the packet needs (the profile's `iommu.iotlb_lookup`,
-//!   `iommu.walk_cache_lookup` and `iommu.walk_read` per IOTLB lookup, miss and table
-//!   read). Per received packet the NIC reads its receive descriptor (one 64-byte line of
-//!   four 16-byte WQEs every fourth packet), writes the frame into the descriptor's buffer
-//!   and writes a 64-byte completion (CQE); per ACK it reads the send descriptor and the
-//!   ACK's header buffer and writes a send completion. Every one of those DMAs translates
-//!   through the unit (the devices module's `DeviceDma`): the misses and walk reads are the unit's own.
+//! - **DMA engine**: the NIC's writes to memory in order, `dma_ns_per_4k` per 4 KiB moved,
+//!   each DMA translated through the unit (the devices module's `DeviceDma`: the misses
+//!   and walk reads are the unit's own) and timed by the DMA port (`crate::iommu::port`):
+//!   a miss on a frame or completion holds the writes behind it for its walk, as Rubin et
+//!   al.'s serial model (SOSP'24 §2.2) has it, unless the NIC sets Relaxed Ordering. Per
+//!   received packet the NIC reads its receive descriptor (one 64-byte line of four 16-byte
+//!   WQEs every fourth packet, read ahead: its walk takes a walker, its latency is hidden),
+//!   writes the frame into the next `stride_bytes` fragment of a receive page and writes a
+//!   64-byte completion (CQE); per ACK it reads the send descriptor and the ACK's header
+//!   buffer (reads: their walks overlap) and writes a send completion.
 //! - **Receive processing**: per flow, completions raise an interrupt after
 //!   `coalesce_usecs` or `coalesce_frames`, whichever first (NAPI then polls until the
 //!   queue is empty). A poll on the flow's CPU processes its completed packets: GRO merges

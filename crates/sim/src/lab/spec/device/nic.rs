@@ -266,13 +266,5 @@ mod tests {
             "device[0].disks",
             "unknown field `disks`, expected one of `kind`, `link_gbps`",
         );
-        refused(
-            &NETPERF_NIC.replace(
-                "model = \"pseries\"\nmode = \"default-window\"",
-                "model = \"none\"",
-            ),
-            "workload.direction",
-            "the direct-DMA NIC path (x86 IOMMUs or none) models the receive side only: expected \"read\"",
-        );
     }
 }

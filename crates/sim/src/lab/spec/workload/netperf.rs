@@ -71,6 +71,9 @@ pub struct DirectRx {
     pub config: crate::workloads::rx_stream::RxStreamConfig,
     /// The receiving stack's CPU costs.
     pub costs: crate::workloads::rx_stream::RxCosts,
+    /// The send test's own parameters, when the scenario sends (`direction = "write"`):
+    /// then the test is `workloads::tx_stream`'s, on the same NIC and rings.
+    pub send: Option<crate::workloads::tx_stream::TxParams>,
 }
 
 /// The netperf `[workload]` table: threads, direction, message and skb sizes, the TCP byte
@@ -122,7 +125,11 @@ pub(in crate::lab::spec) fn netperf(
     )?;
     let page_bytes = wl.int(
         "page_bytes",
-        s.page_bytes.unwrap_or(d::NETPERF_PAGE_BYTES.0),
+        s.page_bytes.unwrap_or(if direct.is_some() {
+            d::NETPERF_DIRECT_PAGE_BYTES.0
+        } else {
+            d::NETPERF_PAGE_BYTES.0
+        }),
         4096..=1 << 16,
         "bytes (a kernel page size)",
     )?;
@@ -249,8 +256,8 @@ pub(in crate::lab::spec) fn netperf(
     })
 }
 
-/// The direct-DMA receive test of a netperf scenario on an x86 IOMMU (or none): receive
-/// direction only, one packet per receive buffer.
+/// The direct-DMA test of a netperf scenario on an x86 IOMMU (or none): the receive test,
+/// or with `direction = "write"` the send test on the same NIC.
 fn direct_rx(
     doc: &TomlDoc<'_>,
     s: &NetperfSpec,
@@ -262,12 +269,19 @@ fn direct_rx(
     use crate::workloads::netperf::StreamDirection;
     use crate::workloads::rx_stream::{RxCosts, RxStreamConfig, ETH_HEADER_BYTES};
     let wl = Fields::new(doc, "workload");
-    if stream.direction != StreamDirection::Read {
-        return Err(doc.field_error(
-            "workload.direction",
-            "the direct-DMA NIC path (x86 IOMMUs or none) models the receive side only: expected \"read\"",
-        ));
-    }
+    let send = (stream.direction == StreamDirection::Write).then(|| {
+        crate::workloads::tx_stream::TxParams {
+            tso_max_bytes: stream.tso_max_bytes,
+            linear_bytes: stream.linear_bytes,
+            inflight_bytes: stream.tx_inflight_bytes,
+            coalescing: stream.tx_coalescing,
+            per_skb_ns: costs.tx_per_skb_ns,
+            completion_ns: costs.tx_completion_ns,
+            doorbell_ns: costs.doorbell_ns,
+            irq_ns: costs.irq_ns,
+            copy_bytes_per_ns: costs.copy_bytes_per_ns,
+        }
+    });
     let frame = n.mtu + ETH_HEADER_BYTES;
     if frame > stream.page_bytes {
         return Err(doc.field_error(
@@ -319,7 +333,11 @@ fn direct_rx(
         ack_ns: wl.real("ack_ns", s.ack_ns.unwrap_or(d::NETPERF_ACK_NS.0), 0.0..=1e9)?,
         copy_bytes_per_ns: costs.copy_bytes_per_ns,
     };
-    Ok(DirectRx { config, costs })
+    Ok(DirectRx {
+        config,
+        costs,
+        send,
+    })
 }
 
 #[cfg(test)]
