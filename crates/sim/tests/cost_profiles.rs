@@ -413,7 +413,7 @@ mod cost {
             let good = PlatformProfile::bundled_toml("intel-icelake-2s").unwrap();
             let text = good
                 .lines()
-                .filter(|l| !(l.starts_with("walkers = ") && extra.starts_with("walkers")))
+                .filter(|l| l.split(" = ").next() != extra.split(" = ").next())
                 .collect::<Vec<_>>()
                 .join("\n");
             text.replacen("[iommu]\n", &format!("[iommu]\n{extra}\n"), 1)
