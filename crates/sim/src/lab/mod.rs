@@ -717,6 +717,7 @@ fn run_direct_rx(
             .attr("workload", "netperf")
             .attr("direction", "read")
             .attr("flows", c.flows)
+            .attr("threads", c.flows)
             .attr("seed", seed)
             .attr("run", r)
             .metric(Metric::new(
@@ -724,6 +725,7 @@ fn run_direct_rx(
                 "Gb/s",
                 out.throughput_gbps,
             ))
+            .cpu(direct_cpu(out.cpu_busy_pct, c, s.cpus))
             .metric(Metric::new("net.packets", "count", out.packets as f64))
             .metric(Metric::new("net.drops", "count", out.drops as f64))
             .metric(Metric::new(
@@ -786,6 +788,26 @@ fn run_direct_rx(
     })
 }
 
+/// The CPU breakdown of a direct-DMA test's window: the flows' CPUs busy `busy_pct` of the
+/// time in the kernel (the stack, the copies and the driver's maps and unmaps all run there),
+/// the machine's other CPUs idle.
+fn direct_cpu(
+    busy_pct: f64,
+    c: &crate::workloads::rx_stream::RxStreamConfig,
+    cpus: usize,
+) -> crate::metrics::CpuBreakdown {
+    let window = c.run_ns.saturating_sub(c.warmup_ns);
+    let used = c.cpus.min(c.flows).max(1) as f64;
+    let system_ns = (busy_pct / 100.0 * used * window as f64).round() as u64;
+    let all = window * cpus.max(1) as u64;
+    crate::metrics::CpuBreakdown {
+        user_ns: 0,
+        system_ns: system_ns.min(all),
+        spin_ns: 0,
+        idle_ns: all.saturating_sub(system_ns),
+    }
+}
+
 /// The direct-DMA send test (x86 IOMMUs or none) `runs` times from seed `base`: an
 /// iperf-like table, and per run the throughput, the IOTLB misses, page-table reads and
 /// driver maps per 4 KiB sent, the NIC's read engine and the CPUs' busy shares.
@@ -828,6 +850,7 @@ fn run_direct_tx(
             .attr("workload", "netperf")
             .attr("direction", "write")
             .attr("flows", c.flows)
+            .attr("threads", c.flows)
             .attr("seed", seed)
             .attr("run", r)
             .metric(Metric::new(
@@ -835,6 +858,7 @@ fn run_direct_tx(
                 "Gb/s",
                 out.throughput_gbps,
             ))
+            .cpu(direct_cpu(out.cpu_busy_pct, c, s.cpus))
             .metric(Metric::new("net.skbs", "count", out.skbs as f64))
             .metric(Metric::new("dma.maps_per_4k", "count", out.maps_per_4k()))
             .metric(Metric::new("cpu.busy_pct", "%", out.cpu_busy_pct))
