@@ -142,7 +142,7 @@ impl Walker {
     /// The earliest start at or after `at` with `len` ns free.
     fn earliest(&self, at: f64, len: f64) -> f64 {
         // Free from `at` on: nothing booked ends after it (the common case).
-        if self.busy.back().is_none_or(|&(_, e)| e <= at) {
+        if self.busy.back().map_or(true, |&(_, e)| e <= at) {
             return at;
         }
         let mut t = at;
@@ -159,7 +159,7 @@ impl Walker {
 
     /// Books `start..start + len` (free, as [`Walker::earliest`] found it).
     fn book(&mut self, start: f64, len: f64, newest: f64) {
-        if self.busy.back().is_none_or(|&(s, _)| s < start) {
+        if self.busy.back().map_or(true, |&(s, _)| s < start) {
             self.busy.push_back((start, start + len));
         } else {
             let at = self.busy.partition_point(|&(s, _)| s < start);

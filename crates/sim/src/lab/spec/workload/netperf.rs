@@ -269,7 +269,7 @@ fn direct_rx(
     use crate::workloads::netperf::StreamDirection;
     use crate::workloads::rx_stream::{RxCosts, RxStreamConfig, ETH_HEADER_BYTES};
     let wl = Fields::new(doc, "workload");
-    let send = (stream.direction == StreamDirection::Write).then(|| {
+    let send = (stream.direction == StreamDirection::Write).then_some(
         crate::workloads::tx_stream::TxParams {
             tso_max_bytes: stream.tso_max_bytes,
             linear_bytes: stream.linear_bytes,
@@ -280,8 +280,8 @@ fn direct_rx(
             doorbell_ns: costs.doorbell_ns,
             irq_ns: costs.irq_ns,
             copy_bytes_per_ns: costs.copy_bytes_per_ns,
-        }
-    });
+        },
+    );
     let frame = n.mtu + ETH_HEADER_BYTES;
     if frame > stream.page_bytes {
         return Err(doc.field_error(
