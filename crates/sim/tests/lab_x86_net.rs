@@ -224,3 +224,21 @@ fn two_frames_share_a_receive_page_at_mtu_1500() {
         "{pa} syncs per packet at MTU 1500 vs {pb} at MTU 4000"
     );
 }
+
+#[test]
+fn a_named_nic_sets_the_port_and_the_host_link() {
+    // A ConnectX-7 at 200 Gb/s on PCIe 5.0 x16: without an IOMMU the wire, not the DMA
+    // engine, is the bound (the default PCIe 3.0 figure would cap it near 128 Gb/s).
+    let text = rx("none", "off", 8, "model = \"connectx-7-200g\"")
+        .replace("link_gbps = 100\n", "")
+        .replace("mtu = 4000", "mtu = 1500")
+        .replace("rx_stride_bytes = 4096", "rx_stride_bytes = 2048");
+    let r = run(&text);
+    let g = metric(&r, "net.throughput_gbps");
+    assert!(g > 180.0, "{g} Gb/s");
+    let e = refused(&rx("none", "off", 8, "model = \"connectx-99\""));
+    assert!(
+        e.contains("device[0].model") && e.contains("connectx-7-400g"),
+        "{e}"
+    );
+}

@@ -46,6 +46,7 @@ pub mod examples;
 mod iommu;
 mod map_bench;
 mod net;
+pub(crate) mod presets;
 pub use net::{netperf_parts, NetperfParts};
 pub(crate) mod reaim;
 pub use reaim::{fit_task_scale, TaskScaleFit};

@@ -636,7 +636,7 @@ mod tests {
         refused(
             &with(FIO_NVME, "device", "disks = 8"),
             "device[0].disks",
-            "unknown field `disks`, expected one of `kind`, `io_queues`",
+            "unknown field `disks`, expected one of `kind`, `model`, `io_queues`",
         );
         refused(
             &with(FIO_NVME, "workload", "file_mib = 8"),

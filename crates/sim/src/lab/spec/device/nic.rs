@@ -13,6 +13,8 @@ pub(in crate::lab::spec) struct NicSpec {
     #[allow(dead_code)]
     kind: String,
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     link_gbps: Option<f64>,
     #[serde(default)]
     mtu: Option<u64>,
@@ -80,9 +82,26 @@ pub(in crate::lab::spec) fn nic(
     use crate::devices::nic::{Coalescing, LinkConfig};
     use crate::workloads::netperf::{StreamConfig, StreamDirection};
     let dev = Fields::new(doc, "device[0]");
+    // A named NIC gives the port's and the host link's defaults.
+    let preset = match s.model.as_deref() {
+        None => None,
+        Some(name) => {
+            use crate::lab::presets::{names, NIC};
+            Some(NIC.iter().find(|p| p.name == name).ok_or_else(|| {
+                doc.field_error(
+                    "device[0].model",
+                    format!(
+                        "unknown NIC \"{name}\": expected one of {}",
+                        names(NIC, |p| p.name)
+                    ),
+                )
+            })?)
+        }
+    };
     let gbps = dev.real(
         "link_gbps",
-        s.link_gbps.unwrap_or(d::NIC_LINK_GBPS.0),
+        s.link_gbps
+            .unwrap_or(preset.map_or(d::NIC_LINK_GBPS.0, |p| p.link_gbps.0)),
         0.001..=10_000.0,
     )?;
     let mtu = dev.int("mtu", s.mtu.unwrap_or(d::NIC_MTU.0), 576..=65_535, "bytes")?;
@@ -174,7 +193,8 @@ pub(in crate::lab::spec) fn nic(
         mtu,
         dma_ns_per_4k: dev.real(
             "dma_ns_per_4k",
-            s.dma_ns_per_4k.unwrap_or(d::NIC_DMA_NS_PER_4K.0),
+            s.dma_ns_per_4k
+                .unwrap_or(preset.map_or(d::NIC_DMA_NS_PER_4K.0, |p| p.dma_ns_per_4k.0)),
             0.0..=1e6,
         )?,
         rx_fifo_bytes: dev.int(
@@ -264,7 +284,7 @@ mod tests {
         refused(
             &with(NETPERF_NIC, "device", "disks = 1"),
             "device[0].disks",
-            "unknown field `disks`, expected one of `kind`, `link_gbps`",
+            "unknown field `disks`, expected one of `kind`, `model`, `link_gbps`",
         );
     }
 }

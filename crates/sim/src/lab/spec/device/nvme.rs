@@ -15,6 +15,8 @@ pub(in crate::lab::spec) struct NvmeSpec {
     #[allow(dead_code)]
     kind: String,
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     io_queues: Option<usize>,
     #[serde(default)]
     max_iops: Option<f64>,
@@ -142,26 +144,43 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
             ));
         }
     };
+    // A named drive gives the rated figures' defaults.
+    let (iops_d, bw_d, read_d, write_d) = match s.model.as_deref() {
+        None => (
+            d::NVME_MAX_IOPS,
+            d::NVME_BANDWIDTH_GB_PER_S,
+            d::NVME_READ_LATENCY_US,
+            d::NVME_WRITE_LATENCY_US,
+        ),
+        Some(name) => {
+            use crate::lab::presets::{names, NVME};
+            let p = NVME.iter().find(|p| p.name == name).ok_or_else(|| {
+                doc.field_error(
+                    &format!("device[{i}].model"),
+                    format!(
+                        "unknown NVMe drive \"{name}\": expected one of {}",
+                        names(NVME, |p| p.name)
+                    ),
+                )
+            })?;
+            (
+                p.max_iops,
+                p.bandwidth_gb_per_s,
+                p.read_latency_us,
+                p.write_latency_us,
+            )
+        }
+    };
     let [max_iops, bandwidth_gb_per_s, read_latency_us, write_latency_us] = dev.reals([
-        ("max_iops", s.max_iops, d::NVME_MAX_IOPS, 1.0..=1e8),
+        ("max_iops", s.max_iops, iops_d, 1.0..=1e8),
         (
             "bandwidth_gb_per_s",
             s.bandwidth_gb_per_s,
-            d::NVME_BANDWIDTH_GB_PER_S,
+            bw_d,
             0.001..=1000.0,
         ),
-        (
-            "read_latency_us",
-            s.read_latency_us,
-            d::NVME_READ_LATENCY_US,
-            0.0..=1e6,
-        ),
-        (
-            "write_latency_us",
-            s.write_latency_us,
-            d::NVME_WRITE_LATENCY_US,
-            0.0..=1e6,
-        ),
+        ("read_latency_us", s.read_latency_us, read_d, 0.0..=1e6),
+        ("write_latency_us", s.write_latency_us, write_d, 0.0..=1e6),
     ])?;
     // Media latency per command: drawn about its mean (the default), or fixed.
     let media_spread_pct = match s.latency_distribution.as_deref() {
@@ -305,6 +324,39 @@ mod tests {
     }
 
     #[test]
+    fn a_named_drive_gives_its_data_sheet_figures_and_fields_still_win() {
+        let d0 = nvme_of(&with(FIO_NVME, "device", "model = \"micron-9550\""))[0];
+        assert_eq!(d0.params.max_iops, 3_300_000.0);
+        assert_eq!(d0.params.bandwidth, 14.0e9);
+        assert_eq!(d0.params.read_latency_ns, 60_000);
+        assert_eq!(d0.params.write_latency_ns, 15_000);
+        let d0 = nvme_of(&with(
+            FIO_NVME,
+            "device",
+            "model = \"samsung-pm1743\"\nmax_iops = 2000000",
+        ))[0];
+        assert_eq!(d0.params.max_iops, 2_000_000.0);
+        assert_eq!(d0.params.bandwidth, 13.0e9);
+        // Every preset's figures pass the fields' own checks and have sources.
+        for p in crate::lab::presets::NVME {
+            let d0 = nvme_of(&with(
+                FIO_NVME,
+                "device",
+                &format!("model = \"{}\"", p.name),
+            ))[0];
+            assert_eq!(d0.params.max_iops, p.max_iops.0, "{}", p.name);
+            for src in [p.max_iops.1, p.bandwidth_gb_per_s.1, p.read_latency_us.1] {
+                assert!(!src.is_empty(), "{}", p.name);
+            }
+        }
+        refused(
+            &with(FIO_NVME, "device", "model = \"floppy\""),
+            "device[0].model",
+            "unknown NVMe drive \"floppy\": expected one of \"huawei-es3000-v2\", \"micron-9400\"",
+        );
+    }
+
+    #[test]
     fn nvme_fields_out_of_range_of_the_wrong_type_or_unknown_are_refused() {
         refused(
             &with(FIO_NVME, "device", "io_queues = 0"),
@@ -333,7 +385,7 @@ mod tests {
         refused(
             &with(FIO_NVME, "device", "namespaces = 2"),
             "device[0].namespaces",
-            "unknown field `namespaces`, expected one of `kind`, `io_queues`",
+            "unknown field `namespaces`, expected one of `kind`, `model`, `io_queues`",
         );
     }
 
