@@ -13,7 +13,9 @@
 //! - A page whose translation misses waits for a page walk: `walk_cache_lookup` plus its
 //!   share of the walk's dependent table reads at `walk_read` each. Walks run on the
 //!   unit's walkers (`iommu.walkers` in the profile), shared by every device behind the
-//!   unit; a walk takes the first walker free.
+//!   unit; a walk takes the walker that can start it first. Walkers keep their bookings
+//!   (devices time their DMAs ahead of the engine's clock, and not in time order across
+//!   devices), and one device stream's walks start in that stream's order ([`DmaStream`]).
 //! - How far the device's requests run ahead of a stalled page is its outstanding window:
 //!   a read of memory (a non-posted request) may have [`DeviceLink::outstanding_pages`]
 //!   pages' requests in flight, so their walks overlap each other and the data; a write to
@@ -24,9 +26,9 @@
 //!   is, plus its own data time.
 //!
 //! With no misses the port adds nothing (the transfer ends exactly when the data does, as
-//! with the IOMMU off). The port returns when the DMA's last byte is through; the device
-//! keeps that as its stream's next free time, so a stall delays what the device moves
-//! next. Every parameter's source is in docs/MODEL.md ("DMA port").
+//! with the IOMMU off). The port returns when the DMA's last byte is through; for ordered
+//! writes the device keeps that as its stream's next free time, so a stall delays what the
+//! device writes next (`devices::PortedDma::time` gives both times). Every parameter's source is in docs/MODEL.md ("DMA port").
 
 use std::cell::RefCell;
 use std::rc::Rc;
