@@ -109,7 +109,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
     if traces.is_empty() {
         eprintln!(
             "iolab trace: {origin}: its {} workload on a {} device ({}) runs in a model \
-             without the engine's timeline (the receive-stream model of x86 NICs), so there \
+             without the engine's timeline (the direct-DMA send and receive models of x86 NICs), so there \
              is nothing to record and nothing was written: expected a workload the engine \
              runs (fio, bonnie, reaim, dma_map_benchmark, or netperf on POWER)",
             scenario.workload.kind(),
