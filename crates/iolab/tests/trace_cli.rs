@@ -629,4 +629,14 @@ fn a_workload_without_an_engine_timeline_is_refused_and_nothing_is_written() {
         "{err}"
     );
     assert!(!trace.exists());
+    // The x86 NIC's send test runs outside the engine too.
+    let out = iolab()
+        .args(["trace", "--example", "netperf-tx-vtd-strict", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("send and receive models"), "{err}");
+    assert!(!trace.exists());
 }
