@@ -712,8 +712,6 @@ fn run_direct_rx(
         let seed = run_seed(base, r);
         let (out, protection) = net::run_direct_rx(s, d, link)?;
         let config = config_id(s, r, runs);
-        let t = &out.translation;
-        let lookups = t.iotlb_hits + t.iotlb_misses;
         let m = base_attrs(s, Measurement::new(&config))
             .attr("workload", "netperf")
             .attr("direction", "read")
@@ -733,36 +731,14 @@ fn run_direct_rx(
                 "net.acks_per_4k",
                 "count",
                 per(out.acks as f64 * 4096.0, out.rx_bytes),
-            ))
-            .metric(Metric::new("cpu.busy_pct", "%", out.cpu_busy_pct))
-            .metric(Metric::new("link.busy_pct", "%", out.link_busy_pct))
-            .metric(Metric::new("dma.engine_busy_pct", "%", out.dma_busy_pct))
-            .metric(Metric::new(
-                "dma.inval_syncs",
-                "count",
-                out.dma_work.inval_syncs as f64,
-            ))
-            .metric(Metric::new(
-                "iotlb.misses_per_4k",
-                "count",
-                out.iotlb_misses_per_4k(),
-            ))
-            .metric(Metric::new(
-                "iotlb.walk_reads_per_4k",
-                "count",
-                out.walk_reads_per_4k(),
-            ))
-            .metric(Metric::new(
-                "iotlb.hit_pct",
-                "%",
-                per(t.iotlb_hits as f64 * 100.0, lookups),
-            ))
-            .metric(Metric::new("iotlb.misses", "count", t.iotlb_misses as f64))
-            .metric(Metric::new(
-                "iotlb.walk_reads",
-                "count",
-                t.walk_reads as f64,
             ));
+        let m = nic_metrics(
+            m,
+            [out.cpu_busy_pct, out.link_busy_pct, out.dma_busy_pct],
+            &out.dma_work,
+            &out.translation,
+            [out.iotlb_misses_per_4k(), out.walk_reads_per_4k()],
+        );
         let m = with_protection(m, &protection);
         let _ = writeln!(
             text,
@@ -787,6 +763,40 @@ fn run_direct_rx(
         seed: base,
         dma_maps: None,
     })
+}
+
+/// The metrics a direct-DMA NIC test's measurement ends with: the CPUs', wire's and DMA
+/// engine's busy shares (`busy`), the driver's syncs (`work`), and the device's IOTLB
+/// figures (`t`, and its misses and walk reads per 4 KiB moved).
+fn nic_metrics(
+    m: Measurement,
+    busy: [f64; 3],
+    work: &iolab_iommu::work::WorkRecord,
+    t: &iolab_iommu::work::WorkRecord,
+    per_4k: [f64; 2],
+) -> Measurement {
+    let lookups = t.iotlb_hits + t.iotlb_misses;
+    m.metric(Metric::new("cpu.busy_pct", "%", busy[0]))
+        .metric(Metric::new("link.busy_pct", "%", busy[1]))
+        .metric(Metric::new("dma.engine_busy_pct", "%", busy[2]))
+        .metric(Metric::new(
+            "dma.inval_syncs",
+            "count",
+            work.inval_syncs as f64,
+        ))
+        .metric(Metric::new("iotlb.misses_per_4k", "count", per_4k[0]))
+        .metric(Metric::new("iotlb.walk_reads_per_4k", "count", per_4k[1]))
+        .metric(Metric::new(
+            "iotlb.hit_pct",
+            "%",
+            per(t.iotlb_hits as f64 * 100.0, lookups),
+        ))
+        .metric(Metric::new("iotlb.misses", "count", t.iotlb_misses as f64))
+        .metric(Metric::new(
+            "iotlb.walk_reads",
+            "count",
+            t.walk_reads as f64,
+        ))
 }
 
 /// The CPU breakdown of a direct-DMA test's window: the flows' CPUs busy `busy_pct` of the
@@ -845,8 +855,6 @@ fn run_direct_tx(
         let seed = run_seed(base, r);
         let (out, protection) = net::run_direct_tx(s, d, tx, link)?;
         let config = config_id(s, r, runs);
-        let t = &out.translation;
-        let lookups = t.iotlb_hits + t.iotlb_misses;
         let m = base_attrs(s, Measurement::new(&config))
             .attr("workload", "netperf")
             .attr("direction", "write")
@@ -861,36 +869,14 @@ fn run_direct_tx(
             ))
             .cpu(direct_cpu(out.cpu_busy_pct, c, s.cpus))
             .metric(Metric::new("net.skbs", "count", out.skbs as f64))
-            .metric(Metric::new("dma.maps_per_4k", "count", out.maps_per_4k()))
-            .metric(Metric::new("cpu.busy_pct", "%", out.cpu_busy_pct))
-            .metric(Metric::new("link.busy_pct", "%", out.link_busy_pct))
-            .metric(Metric::new("dma.engine_busy_pct", "%", out.dma_busy_pct))
-            .metric(Metric::new(
-                "dma.inval_syncs",
-                "count",
-                out.dma_work.inval_syncs as f64,
-            ))
-            .metric(Metric::new(
-                "iotlb.misses_per_4k",
-                "count",
-                out.iotlb_misses_per_4k(),
-            ))
-            .metric(Metric::new(
-                "iotlb.walk_reads_per_4k",
-                "count",
-                out.walk_reads_per_4k(),
-            ))
-            .metric(Metric::new(
-                "iotlb.hit_pct",
-                "%",
-                per(t.iotlb_hits as f64 * 100.0, lookups),
-            ))
-            .metric(Metric::new("iotlb.misses", "count", t.iotlb_misses as f64))
-            .metric(Metric::new(
-                "iotlb.walk_reads",
-                "count",
-                t.walk_reads as f64,
-            ));
+            .metric(Metric::new("dma.maps_per_4k", "count", out.maps_per_4k()));
+        let m = nic_metrics(
+            m,
+            [out.cpu_busy_pct, out.link_busy_pct, out.dma_busy_pct],
+            &out.dma_work,
+            &out.translation,
+            [out.iotlb_misses_per_4k(), out.walk_reads_per_4k()],
+        );
         let m = with_protection(m, &protection);
         let _ = writeln!(
             text,

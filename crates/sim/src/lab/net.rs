@@ -106,15 +106,19 @@ pub(crate) fn run_netperf(
     Ok((result, p.probe.read(p.translated, p.stream.run_ns)))
 }
 
-/// Runs the direct-DMA receive test of `s` (a netperf scenario on an x86 IOMMU or none,
-/// [`crate::workloads::rx_stream`]) once: the NIC's DMA through the unit the lab's IOMMU
-/// builder makes for `s` (its IOTLB and paging-structure caches), the driver's maps and
-/// unmaps priced by the profile. Returns the result and the unit's protection report.
-pub(crate) fn run_direct_rx(
+/// Builds the IOMMU the lab's builder makes for `s` (the NIC's DMA through its unit, the
+/// driver's maps and unmaps priced by the profile) and runs `test` on it; returns what the
+/// test gave and the unit's protection report over `run_ns`.
+fn direct_nic<R, E: std::fmt::Display>(
     s: &LabScenario,
-    d: &crate::lab::spec::DirectRx,
-    link: LinkConfig,
-) -> Result<(RxStreamResult, LabProtection), LabError> {
+    run_ns: u64,
+    test: impl FnOnce(
+        RxPricing<'_>,
+        &dyn iolab_iommu::hw::DmaPath,
+        DeviceDma<'_>,
+        &Device,
+    ) -> Result<R, E>,
+) -> Result<(R, LabProtection), LabError> {
     // The IOMMU model has no time of its own; a throw-away engine gives `build` a handle.
     let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }))?;
     let built = iommu::build(s, scratch.handle())?;
@@ -131,12 +135,22 @@ pub(crate) fn run_direct_rx(
         cost: &cost,
         hardware_wait: &*wait,
     };
-    let out = run_rx_stream(&d.config, link, d.costs, pricing, &*built.path, dma, &dev)
-        .map_err(model_err)?;
-    Ok((
-        out,
-        built.protection.read(built.translated, d.config.run_ns),
-    ))
+    let out = test(pricing, &*built.path, dma, &dev).map_err(model_err)?;
+    Ok((out, built.protection.read(built.translated, run_ns)))
+}
+
+/// Runs the direct-DMA receive test of `s` (a netperf scenario on an x86 IOMMU or none,
+/// [`crate::workloads::rx_stream`]) once: the NIC's DMA through the unit the lab's IOMMU
+/// builder makes for `s` (its IOTLB and paging-structure caches), the driver's maps and
+/// unmaps priced by the profile. Returns the result and the unit's protection report.
+pub(crate) fn run_direct_rx(
+    s: &LabScenario,
+    d: &crate::lab::spec::DirectRx,
+    link: LinkConfig,
+) -> Result<(RxStreamResult, LabProtection), LabError> {
+    direct_nic(s, d.config.run_ns, |pricing, path, dma, dev| {
+        run_rx_stream(&d.config, link, d.costs, pricing, path, dma, dev)
+    })
 }
 
 /// Runs the direct-DMA send test of `s` (a netperf scenario with `direction = "write"` on an
@@ -150,33 +164,7 @@ pub(crate) fn run_direct_tx(
     tx: crate::workloads::tx_stream::TxParams,
     link: LinkConfig,
 ) -> Result<(crate::workloads::tx_stream::TxStreamResult, LabProtection), LabError> {
-    let scratch = crate::trace::untraced(|| Sim::new(SimConfig { cpus: 1, seed: 1 }))?;
-    let built = iommu::build(s, scratch.handle())?;
-    let dev = iommu::lab_device(64)?;
-    let ranges = RefCell::new(Vec::new());
-    let dma = DeviceDma {
-        path: &*built.path,
-        device: &dev,
-        ranges: &ranges,
-    };
-    let cost = s.profile.cpu_cost_model();
-    let wait = iommu::hardware_wait(s, built.poll_interval_ns);
-    let pricing = RxPricing {
-        cost: &cost,
-        hardware_wait: &*wait,
-    };
-    let out = crate::workloads::tx_stream::run_tx_stream(
-        &d.config,
-        tx,
-        link,
-        pricing,
-        &*built.path,
-        dma,
-        &dev,
-    )
-    .map_err(model_err)?;
-    Ok((
-        out,
-        built.protection.read(built.translated, d.config.run_ns),
-    ))
+    direct_nic(s, d.config.run_ns, |pricing, path, dma, dev| {
+        crate::workloads::tx_stream::run_tx_stream(&d.config, tx, link, pricing, path, dma, dev)
+    })
 }

@@ -2,6 +2,7 @@
 pub mod bonnie;
 pub mod fio;
 pub mod netperf;
+pub(crate) mod nic_dma;
 pub mod reaim;
 pub mod rx_stream;
 pub mod tx_stream;

@@ -34,15 +34,16 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use iolab_iommu::addr::{Access, DmaAddr, PhysAddr};
+use iolab_iommu::addr::{Access, PhysAddr};
 use iolab_iommu::dma::{Device, Direction};
 use iolab_iommu::hw::{DmaPath, MappedBuffer};
 use iolab_iommu::work::WorkRecord;
 
 use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
-use crate::devices::{DeviceDma, PortTiming, PortedDma};
-use crate::iommu::port::{DeviceLink, DmaPort, DmaStream, Translated};
+use crate::devices::{DeviceDma, PortTiming};
+use crate::iommu::port::{DeviceLink, DmaStream, Translated};
+use crate::workloads::nic_dma::NicDma;
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -205,11 +206,10 @@ struct State<'a> {
     cfg: RxStreamConfig,
     link: LinkConfig,
     costs: RxCosts,
-    pricing: RxPricing<'a>,
     path: &'a dyn DmaPath,
-    dma: DeviceDma<'a>,
-    /// The unit's DMA port, and how far the NIC's requests run ahead.
-    port: DmaPort,
+    /// The NIC's DMA through the unit and its port, and the driver's priced work.
+    nic: NicDma<'a>,
+    /// How far the NIC's requests run ahead, and where its walks have got to.
     stream: DmaStream,
     dev: &'a Device,
     flows: Vec<Flow>,
@@ -240,7 +240,7 @@ impl State<'_> {
     }
 
     fn in_window(&self, t: u64) -> bool {
-        t >= self.cfg.warmup_ns && t < self.cfg.run_ns
+        self.nic.in_window(t)
     }
 
     fn fresh_pa(&mut self) -> PhysAddr {
@@ -274,8 +274,7 @@ impl State<'_> {
             .map_err(|r| dma_err(r.error))
     }
 
-    /// The device moves `len` bytes at `dma`: translated through the unit; returns what
-    /// the translation did, for the DMA port.
+    /// The device moves `len` bytes at `dma`: translated through the unit.
     fn device(
         &mut self,
         dma: u64,
@@ -283,34 +282,17 @@ impl State<'_> {
         access: Access,
         now: u64,
     ) -> Result<Translated, RxStreamError> {
-        let mut tw = WorkRecord::new();
-        let t = self
-            .dma
-            .translate(DmaAddr(dma), len, access, &mut tw)
-            .map_err(RxStreamError::Dma)?;
-        if self.in_window(now) {
-            self.out.translation += &tw;
-        }
-        Ok(t)
+        self.nic.translate(dma, len, access, now)
     }
 
     /// A DMA through the port whose data is ready at `ready` and takes `data_ns`.
     fn ported(&self, ready: f64, data_ns: f64, t: Translated, access: Access) -> PortTiming {
-        let dma = PortedDma {
-            port: &self.port,
-            translated: t,
-        };
-        PortedDma::time(Some(dma), ready, data_ns, access, &self.stream)
+        self.nic.timed(ready, data_ns, t, access, &self.stream)
     }
 
     /// CPU time of the driver's map and unmap work `w`, ns.
     fn work_ns(&mut self, w: &WorkRecord, now: u64) -> f64 {
-        if self.in_window(now) {
-            self.out.dma_work += w;
-        }
-        self.pricing.cost.cpu_ns(w)
-            + self.pricing.cost.locks_uncontended_ns(w)
-            + (self.pricing.hardware_wait)(w)
+        self.nic.work_ns(w, now)
     }
 
     fn flow_of(&self, packet: u64) -> usize {
@@ -559,11 +541,9 @@ pub(crate) fn run_rx_stream(
         cfg: *cfg,
         link,
         costs,
-        port: pricing.cost.dma_port(),
+        nic: NicDma::new(dma, pricing, cfg.warmup_ns, cfg.run_ns),
         stream: DmaStream::new(cfg.dma_link),
-        pricing,
         path,
-        dma,
         dev,
         flows: Vec::new(),
         core_free: vec![0; cfg.cpus.max(1)],
@@ -626,6 +606,8 @@ pub(crate) fn run_rx_stream(
     }
     let window = (cfg.run_ns - cfg.warmup_ns).max(1) as f64;
     let mut out = st.out;
+    out.translation = st.nic.translation;
+    out.dma_work = st.nic.dma_work;
     out.throughput_gbps = out.packets as f64 * link.mss as f64 * 8.0 / window;
     out.dma_busy_pct = (st.dma_busy / window * 100.0).min(100.0);
     out.link_busy_pct = (st.wire_busy / window * 100.0).min(100.0);

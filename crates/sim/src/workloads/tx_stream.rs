@@ -24,15 +24,16 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use iolab_iommu::addr::{Access, DmaAddr, PhysAddr};
+use iolab_iommu::addr::{Access, PhysAddr};
 use iolab_iommu::dma::{Device, Direction};
 use iolab_iommu::hw::{DmaPath, MappedBuffer};
 use iolab_iommu::work::WorkRecord;
 
 use crate::devices::nic::{Coalescing, LinkConfig};
-use crate::devices::{DeviceDma, PortTiming, PortedDma};
+use crate::devices::{DeviceDma, PortTiming};
 use crate::engine::SimTime;
-use crate::iommu::port::{DmaPort, DmaStream, Translated};
+use crate::iommu::port::{DmaStream, Translated};
+use crate::workloads::nic_dma::NicDma;
 use crate::workloads::rx_stream::{RxPricing, RxStreamConfig, RxStreamError};
 
 /// Bytes of one completion entry (mlx5 CQE).
@@ -149,10 +150,9 @@ struct Flow {
 struct State<'a> {
     cfg: RxStreamConfig,
     tx: TxParams,
-    pricing: RxPricing<'a>,
     path: &'a dyn DmaPath,
-    dma: DeviceDma<'a>,
-    port: DmaPort,
+    /// The NIC's DMA through the unit and its port, and the driver's priced work.
+    nic: NicDma<'a>,
     /// The NIC's read requests and its posted writes reach the unit as two streams (its
     /// reads run ahead of the wire, its completions follow it).
     reads: DmaStream,
@@ -183,7 +183,7 @@ impl State<'_> {
     }
 
     fn in_window(&self, t: u64) -> bool {
-        t >= self.cfg.warmup_ns && t < self.cfg.run_ns
+        self.nic.in_window(t)
     }
 
     fn map(
@@ -208,37 +208,21 @@ impl State<'_> {
         access: Access,
         now: u64,
     ) -> Result<Translated, RxStreamError> {
-        let mut tw = WorkRecord::new();
-        let t = self
-            .dma
-            .translate(DmaAddr(dma), len, access, &mut tw)
-            .map_err(RxStreamError::Dma)?;
-        if self.in_window(now) {
-            self.out.translation += &tw;
-        }
-        Ok(t)
+        self.nic.translate(dma, len, access, now)
     }
 
+    /// A DMA through the port on the NIC's read or write stream.
     fn ported(&self, ready: f64, data_ns: f64, t: Translated, access: Access) -> PortTiming {
-        let dma = PortedDma {
-            port: &self.port,
-            translated: t,
-        };
         let stream = match access {
             Access::Read => &self.reads,
             _ => &self.writes,
         };
-        PortedDma::time(Some(dma), ready, data_ns, access, stream)
+        self.nic.timed(ready, data_ns, t, access, stream)
     }
 
     /// CPU time of the driver's map and unmap work `w`, ns.
     fn work_ns(&mut self, w: &WorkRecord, now: u64) -> f64 {
-        if self.in_window(now) {
-            self.out.dma_work += w;
-        }
-        self.pricing.cost.cpu_ns(w)
-            + self.pricing.cost.locks_uncontended_ns(w)
-            + (self.pricing.hardware_wait)(w)
+        self.nic.work_ns(w, now)
     }
 
     /// Flow `f`'s CPU builds, maps and posts one skb at `now`, if TCP small queues and the
@@ -437,12 +421,10 @@ pub(crate) fn run_tx_stream(
     let mut st = State {
         cfg: *cfg,
         tx,
-        port: pricing.cost.dma_port(),
+        nic: NicDma::new(dma, pricing, cfg.warmup_ns, cfg.run_ns),
         reads: DmaStream::new(cfg.dma_link),
         writes: DmaStream::new(cfg.dma_link),
-        pricing,
         path,
-        dma,
         dev,
         flows: Vec::new(),
         core_free: vec![0; cfg.cpus.max(1)],
@@ -499,6 +481,8 @@ pub(crate) fn run_tx_stream(
     }
     let window = (cfg.run_ns - cfg.warmup_ns).max(1) as f64;
     let mut out = st.out;
+    out.translation = st.nic.translation;
+    out.dma_work = st.nic.dma_work;
     out.throughput_gbps = out.bytes as f64 * 8.0 / window;
     out.dma_busy_pct = (st.read_busy / window * 100.0).min(100.0);
     out.link_busy_pct = (st.wire.busy_ns() / cfg.run_ns.max(1) as f64 * 100.0).min(100.0);

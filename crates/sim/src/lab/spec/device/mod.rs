@@ -75,3 +75,23 @@ pub(super) fn one_device(doc: &TomlDoc<'_>, n: usize, workload: &str) -> Result<
     }
     Ok(())
 }
+
+/// A device's side of the DMA port from its `dma_outstanding_pages` and `relaxed_ordering`
+/// fields (defaults: [`crate::lab::defaults::DMA_OUTSTANDING_PAGES`] and
+/// [`crate::lab::defaults::DMA_RELAXED_ORDERING`]).
+pub(super) fn dma_link(
+    dev: &super::fields::Fields<'_, '_>,
+    outstanding_pages: Option<u32>,
+    relaxed_ordering: Option<bool>,
+) -> Result<crate::iommu::port::DeviceLink, InputError> {
+    use crate::lab::defaults as d;
+    Ok(crate::iommu::port::DeviceLink {
+        outstanding_pages: dev.int(
+            "dma_outstanding_pages",
+            outstanding_pages.unwrap_or(d::DMA_OUTSTANDING_PAGES.0),
+            1..=4096,
+            "pages",
+        )?,
+        relaxed_ordering: relaxed_ordering.unwrap_or(d::DMA_RELAXED_ORDERING.0),
+    })
+}

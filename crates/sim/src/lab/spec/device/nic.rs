@@ -203,16 +203,7 @@ pub(in crate::lab::spec) fn nic(
             4096..=1 << 30,
             "bytes",
         )?,
-        dma_link: crate::iommu::port::DeviceLink {
-            outstanding_pages: dev.int(
-                "dma_outstanding_pages",
-                s.dma_outstanding_pages
-                    .unwrap_or(d::DMA_OUTSTANDING_PAGES.0),
-                1..=4096,
-                "pages",
-            )?,
-            relaxed_ordering: s.relaxed_ordering.unwrap_or(d::DMA_RELAXED_ORDERING.0),
-        },
+        dma_link: super::dma_link(&dev, s.dma_outstanding_pages, s.relaxed_ordering)?,
         given: if s.dma_ns_per_4k.is_some() {
             Some("dma_ns_per_4k")
         } else if s.rx_fifo_bytes.is_some() {

@@ -212,16 +212,7 @@ fn nvme(doc: &TomlDoc<'_>, i: usize, s: &NvmeSpec, cpus: usize) -> Result<NvmeSe
         32..=64,
         "bits",
     )?;
-    let dma_link = crate::iommu::port::DeviceLink {
-        outstanding_pages: dev.int(
-            "dma_outstanding_pages",
-            s.dma_outstanding_pages
-                .unwrap_or(d::DMA_OUTSTANDING_PAGES.0),
-            1..=4096,
-            "pages",
-        )?,
-        relaxed_ordering: s.relaxed_ordering.unwrap_or(d::DMA_RELAXED_ORDERING.0),
-    };
+    let dma_link = super::dma_link(&dev, s.dma_outstanding_pages, s.relaxed_ordering)?;
     Ok(NvmeSetup {
         params,
         coalescing,
