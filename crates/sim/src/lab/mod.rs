@@ -711,27 +711,21 @@ fn run_direct_rx(
     for r in 0..runs {
         let seed = run_seed(base, r);
         let (out, protection) = net::run_direct_rx(s, d, link)?;
-        let config = config_id(s, r, runs);
-        let m = base_attrs(s, Measurement::new(&config))
-            .attr("workload", "netperf")
-            .attr("direction", "read")
-            .attr("flows", c.flows)
-            .attr("threads", c.flows)
-            .attr("seed", seed)
-            .attr("run", r)
-            .metric(Metric::new(
-                "net.throughput_gbps",
-                "Gb/s",
-                out.throughput_gbps,
-            ))
-            .cpu(direct_cpu(out.cpu_busy_pct, c, s.cpus))
-            .metric(Metric::new("net.packets", "count", out.packets as f64))
-            .metric(Metric::new("net.drops", "count", out.drops as f64))
-            .metric(Metric::new(
-                "net.acks_per_4k",
-                "count",
-                per(out.acks as f64 * 4096.0, out.rx_bytes),
-            ));
+        let m = nic_head(
+            s,
+            c,
+            "read",
+            (seed, r, runs),
+            out.throughput_gbps,
+            out.cpu_busy_pct,
+        )
+        .metric(Metric::new("net.packets", "count", out.packets as f64))
+        .metric(Metric::new("net.drops", "count", out.drops as f64))
+        .metric(Metric::new(
+            "net.acks_per_4k",
+            "count",
+            per(out.acks as f64 * 4096.0, out.rx_bytes),
+        ));
         let m = nic_metrics(
             m,
             [out.cpu_busy_pct, out.link_busy_pct, out.dma_busy_pct],
@@ -763,6 +757,27 @@ fn run_direct_rx(
         seed: base,
         dma_maps: None,
     })
+}
+
+/// The start of a direct-DMA NIC test's measurement: its attributes (`direction`, flows,
+/// `(seed, run, runs)`), throughput and CPU breakdown.
+fn nic_head(
+    s: &LabScenario,
+    c: &crate::workloads::rx_stream::RxStreamConfig,
+    direction: &str,
+    (seed, r, runs): (u64, u32, u32),
+    throughput_gbps: f64,
+    cpu_busy_pct: f64,
+) -> Measurement {
+    base_attrs(s, Measurement::new(&config_id(s, r, runs)))
+        .attr("workload", "netperf")
+        .attr("direction", direction)
+        .attr("flows", c.flows)
+        .attr("threads", c.flows)
+        .attr("seed", seed)
+        .attr("run", r)
+        .metric(Metric::new("net.throughput_gbps", "Gb/s", throughput_gbps))
+        .cpu(direct_cpu(cpu_busy_pct, c, s.cpus))
 }
 
 /// The metrics a direct-DMA NIC test's measurement ends with: the CPUs', wire's and DMA
@@ -854,22 +869,16 @@ fn run_direct_tx(
     for r in 0..runs {
         let seed = run_seed(base, r);
         let (out, protection) = net::run_direct_tx(s, d, tx, link)?;
-        let config = config_id(s, r, runs);
-        let m = base_attrs(s, Measurement::new(&config))
-            .attr("workload", "netperf")
-            .attr("direction", "write")
-            .attr("flows", c.flows)
-            .attr("threads", c.flows)
-            .attr("seed", seed)
-            .attr("run", r)
-            .metric(Metric::new(
-                "net.throughput_gbps",
-                "Gb/s",
-                out.throughput_gbps,
-            ))
-            .cpu(direct_cpu(out.cpu_busy_pct, c, s.cpus))
-            .metric(Metric::new("net.skbs", "count", out.skbs as f64))
-            .metric(Metric::new("dma.maps_per_4k", "count", out.maps_per_4k()));
+        let m = nic_head(
+            s,
+            c,
+            "write",
+            (seed, r, runs),
+            out.throughput_gbps,
+            out.cpu_busy_pct,
+        )
+        .metric(Metric::new("net.skbs", "count", out.skbs as f64))
+        .metric(Metric::new("dma.maps_per_4k", "count", out.maps_per_4k()));
         let m = nic_metrics(
             m,
             [out.cpu_busy_pct, out.link_busy_pct, out.dma_busy_pct],

@@ -89,3 +89,8 @@ impl<'a> NicDma<'a> {
             + (self.pricing.hardware_wait)(w)
     }
 }
+
+/// `count` per 4 KiB of `bytes` moved (0 when nothing moved).
+pub(crate) fn per_4k(count: u64, bytes: u64) -> f64 {
+    count as f64 / (bytes as f64 / 4096.0).max(f64::MIN_POSITIVE)
+}

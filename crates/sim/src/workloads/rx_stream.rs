@@ -43,7 +43,7 @@ use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
 use crate::devices::{DeviceDma, PortTiming};
 use crate::iommu::port::{DeviceLink, DmaStream, Translated};
-use crate::workloads::nic_dma::NicDma;
+use crate::workloads::nic_dma::{per_4k, NicDma};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -139,19 +139,14 @@ pub struct RxStreamResult {
 }
 
 impl RxStreamResult {
-    /// 4 KiB units of received frame data.
-    fn pages_of_data(&self) -> f64 {
-        (self.rx_bytes as f64 / 4096.0).max(f64::MIN_POSITIVE)
-    }
-
     /// IOTLB misses per 4 KiB of received data.
     pub fn iotlb_misses_per_4k(&self) -> f64 {
-        self.translation.iotlb_misses as f64 / self.pages_of_data()
+        per_4k(self.translation.iotlb_misses, self.rx_bytes)
     }
 
     /// Page-table memory reads per 4 KiB of received data.
     pub fn walk_reads_per_4k(&self) -> f64 {
-        self.translation.walk_reads as f64 / self.pages_of_data()
+        per_4k(self.translation.walk_reads, self.rx_bytes)
     }
 }
 

@@ -33,7 +33,7 @@ use crate::devices::nic::{Coalescing, LinkConfig};
 use crate::devices::{DeviceDma, PortTiming};
 use crate::engine::SimTime;
 use crate::iommu::port::{DmaStream, Translated};
-use crate::workloads::nic_dma::NicDma;
+use crate::workloads::nic_dma::{per_4k, NicDma};
 use crate::workloads::rx_stream::{RxPricing, RxStreamConfig, RxStreamError};
 
 /// Bytes of one completion entry (mlx5 CQE).
@@ -96,23 +96,19 @@ pub struct TxStreamResult {
 }
 
 impl TxStreamResult {
-    fn pages_of_data(&self) -> f64 {
-        (self.bytes as f64 / 4096.0).max(f64::MIN_POSITIVE)
-    }
-
     /// IOTLB misses per 4 KiB sent.
     pub fn iotlb_misses_per_4k(&self) -> f64 {
-        self.translation.iotlb_misses as f64 / self.pages_of_data()
+        per_4k(self.translation.iotlb_misses, self.bytes)
     }
 
     /// Page-table memory reads per 4 KiB sent.
     pub fn walk_reads_per_4k(&self) -> f64 {
-        self.translation.walk_reads as f64 / self.pages_of_data()
+        per_4k(self.translation.walk_reads, self.bytes)
     }
 
     /// Driver maps per 4 KiB sent.
     pub fn maps_per_4k(&self) -> f64 {
-        self.maps as f64 / self.pages_of_data()
+        per_4k(self.maps, self.bytes)
     }
 }
 
