@@ -769,7 +769,7 @@ fn nic_head(
     throughput_gbps: f64,
     cpu_busy_pct: f64,
 ) -> Measurement {
-    base_attrs(s, Measurement::new(&config_id(s, r, runs)))
+    base_attrs(s, Measurement::new(config_id(s, r, runs)))
         .attr("workload", "netperf")
         .attr("direction", direction)
         .attr("flows", c.flows)
