@@ -94,3 +94,8 @@ impl<'a> NicDma<'a> {
 pub(crate) fn per_4k(count: u64, bytes: u64) -> f64 {
     count as f64 / (bytes as f64 / 4096.0).max(f64::MIN_POSITIVE)
 }
+
+/// A refused map or unmap as the NIC tests report it.
+pub(crate) fn dma_err(e: impl std::fmt::Display) -> RxStreamError {
+    RxStreamError::Dma(e.to_string())
+}

@@ -43,7 +43,7 @@ use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
 use crate::devices::{DeviceDma, PortTiming};
 use crate::iommu::port::{DeviceLink, DmaStream, Translated};
-use crate::workloads::nic_dma::{per_4k, NicDma};
+use crate::workloads::nic_dma::{dma_err, per_4k, NicDma};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -222,10 +222,6 @@ struct State<'a> {
     wire_busy: f64,
     packet: u64,
     out: RxStreamResult,
-}
-
-fn dma_err(e: impl std::fmt::Display) -> RxStreamError {
-    RxStreamError::Dma(e.to_string())
 }
 
 impl State<'_> {

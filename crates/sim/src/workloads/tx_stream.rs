@@ -33,7 +33,7 @@ use crate::devices::nic::{Coalescing, LinkConfig};
 use crate::devices::{DeviceDma, PortTiming};
 use crate::engine::SimTime;
 use crate::iommu::port::{DmaStream, Translated};
-use crate::workloads::nic_dma::{per_4k, NicDma};
+use crate::workloads::nic_dma::{dma_err, per_4k, NicDma};
 use crate::workloads::rx_stream::{RxPricing, RxStreamConfig, RxStreamError};
 
 /// Bytes of one completion entry (mlx5 CQE).
@@ -166,10 +166,6 @@ struct State<'a> {
     heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     seq: u64,
     out: TxStreamResult,
-}
-
-fn dma_err(e: impl std::fmt::Display) -> RxStreamError {
-    RxStreamError::Dma(e.to_string())
 }
 
 impl State<'_> {
