@@ -51,6 +51,7 @@ pub mod cost;
 pub mod devices;
 pub mod engine;
 pub mod experiment;
+pub mod fit;
 pub mod iommu;
 pub mod lab;
 pub mod metrics;
