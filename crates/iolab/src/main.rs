@@ -20,6 +20,7 @@ mod runs;
 // sweeps, shard merging, host inspection
 mod dbmerge;
 mod fiojson;
+mod fit;
 mod host;
 mod host_x86;
 mod soak;
@@ -62,6 +63,7 @@ impl Command {
             Command::Compare { store, .. }
             | Command::Import { store, .. }
             | Command::Report { store, .. }
+            | Command::Fit { store, .. }
             | Command::Runs { store, .. } => Some((store.db.as_deref(), false)),
             _ => None,
         }
@@ -365,6 +367,56 @@ enum Command {
         /// for every workload but netperf on POWER, which may start more).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
         sims: u64,
+    },
+    /// Fit a scenario's unknown fields to stored runs (your imported fio runs) and write the fitted scenario.
+    ///
+    /// Each --to RUN[:CONFIG] is a stored measurement (`iolab runs list`), typically a real
+    /// tool's output brought in by `iolab import`. Its lab twin is the scenario, with a fio
+    /// run's own job options (rw, rwmixread, bs, iodepth, numjobs) set on the fio workload
+    /// (a synchronous engine such as psync runs at iodepth 1, as fio caps it); --as-is keeps
+    /// the scenario's workload. The figures are the --metric names (default: the runs'
+    /// read.iops and write.iops). Each --unknown FIELD=LO..HI is a scenario field (a dotted
+    /// path, as sweeps take it: device[0].read_latency_us, kernel.block_complete_ns,
+    /// machine.costs."iommu.cmdq.sync_latency".value) searched within its range: a grid,
+    /// then golden-section coordinate search, deterministic, every point a lab run of every
+    /// --to scenario with one seed, in parallel on --jobs threads. Printed: each fitted value
+    /// and whether the figures identify it (elasticities; flat or bound-hitting fits are
+    /// named), each figure's residual, and with several runs the leave-one-out errors (each
+    /// run left out of the fit, then predicted). Written (-o): the fitted scenario, with a
+    /// [[fitted]] entry per value naming the runs; `iolab run` it with another IOMMU mode,
+    /// kernel or queue for the what-if, and `iolab compare` it with the import.
+    /// See docs/EXPERIMENTS.md, "Fitting the lab to your machine".
+    Fit {
+        /// The base workload scenario file (TOML; docs/SCENARIOS.md).
+        #[arg(required_unless_present = "example")]
+        scenario: Option<std::path::PathBuf>,
+        /// Use a bundled example workload scenario instead of a file.
+        #[arg(long, value_name = "NAME", conflicts_with = "scenario")]
+        example: Option<String>,
+        /// A stored run to fit to: its id, and `:CONFIG` when it has several configurations
+        /// (a fio job's name). Repeat for several runs, fitted together.
+        #[arg(long = "to", value_name = "RUN[:CONFIG]", required = true)]
+        to: Vec<String>,
+        /// A metric to fit (repeatable; default: read.iops and write.iops where the run has them).
+        #[arg(long = "metric", value_name = "METRIC")]
+        metric: Vec<String>,
+        /// An unknown scenario field and its range (repeatable, at most 4).
+        #[arg(long = "unknown", value_name = "FIELD=LO..HI", required = true)]
+        unknown: Vec<String>,
+        /// The fitted scenario to write.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: std::path::PathBuf,
+        /// Worker threads (default: the available cores). The result does not depend on it.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        jobs: Option<u32>,
+        /// The lab's seed (default: the scenario's `seed`, else 1).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Keep the scenario's workload for every run (do not set it from the runs' job options).
+        #[arg(long)]
+        as_is: bool,
+        #[command(flatten)]
+        store: DbArg,
     },
     /// List, show or remove the runs stored in the results database.
     Runs {
@@ -675,6 +727,35 @@ fn main() -> ExitCode {
             to_ns: to.unwrap_or(u64::MAX),
             sims: sims as usize,
         }),
+        Command::Fit {
+            scenario,
+            example,
+            to,
+            metric,
+            unknown,
+            output,
+            jobs,
+            seed,
+            as_is,
+            ..
+        } => match db_path {
+            Some(path) => fit::run(&fit::FitArgs {
+                scenario: scenario.as_deref(),
+                example: example.as_deref(),
+                to: &to,
+                metrics: &metric,
+                unknowns: &unknown,
+                output: &output,
+                jobs: jobs.map(|j| j as usize),
+                seed,
+                as_is,
+                db: path,
+            }),
+            None => {
+                eprintln!("iolab fit: --no-db leaves no results database to read the runs from");
+                ExitCode::from(2)
+            }
+        },
         Command::Runs { action, .. } => match db_path {
             Some(path) => runs::run(path, action),
             None => {

@@ -149,46 +149,61 @@ fn stored_value(
     from: &reproduce::PublishedFrom,
     metric: &str,
 ) -> Result<f64, String> {
-    if !db.has_run(from.run).map_err(|e| e.to_string())? {
+    let m = stored_measurement(db, from.run, from.config.as_deref())?;
+    metric_value(&m, from.run, metric)
+}
+
+/// Stored run `run`'s configuration `config` (or its only one), with a message naming what
+/// is there when it is not.
+pub(crate) fn stored_measurement(
+    db: &ResultsDb,
+    run: i64,
+    config: Option<&str>,
+) -> Result<iolab_sim::metrics::Measurement, String> {
+    if !db.has_run(run).map_err(|e| e.to_string())? {
         return Err(format!(
-            "run {} is not in {} (`iolab runs list` shows what is)",
-            from.run,
+            "run {run} is not in {} (`iolab runs list` shows what is)",
             db.path().display()
         ));
     }
-    let ms = db.measurements(from.run).map_err(|e| e.to_string())?;
-    let configs = || {
+    let mut ms = db.measurements(run).map_err(|e| e.to_string())?;
+    let configs = |ms: &[iolab_sim::metrics::Measurement]| {
         ms.iter()
             .map(|m| format!("\"{}\"", m.config))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let m = match &from.config {
-        Some(c) => ms.iter().find(|m| &m.config == c).ok_or_else(|| {
-            format!(
-                "run {} has no configuration \"{c}\": it has {}",
-                from.run,
-                configs()
-            )
-        })?,
-        None if ms.len() == 1 => &ms[0],
-        None => {
-            return Err(format!(
-                "run {} has {} configurations: say which with `config` (one of {})",
-                from.run,
-                ms.len(),
-                configs()
-            ))
-        }
-    };
+    match config {
+        Some(c) => match ms.iter().position(|m| m.config == c) {
+            Some(i) => Ok(ms.swap_remove(i)),
+            None => Err(format!(
+                "run {run} has no configuration \"{c}\": it has {}",
+                configs(&ms)
+            )),
+        },
+        None if ms.len() == 1 => Ok(ms.remove(0)),
+        None => Err(format!(
+            "run {run} has {} configurations: say which with `config` (one of {})",
+            ms.len(),
+            configs(&ms)
+        )),
+    }
+}
+
+/// The value of `metric` in `m` (of stored run `run`), with a message naming the metrics
+/// there when it is not.
+pub(crate) fn metric_value(
+    m: &iolab_sim::metrics::Measurement,
+    run: i64,
+    metric: &str,
+) -> Result<f64, String> {
     m.metrics
         .iter()
         .find(|x| x.name == metric)
         .map(|x| x.value)
         .ok_or_else(|| {
             format!(
-                "run {} configuration \"{}\" has no metric `{metric}`: it has {}",
-                from.run,
+                "run {run} configuration \"{}\" has no metric `{metric}`: it has {}",
                 m.config,
                 m.metrics
                     .iter()

@@ -484,7 +484,7 @@ impl Shard {
 
 /// Runs one point's workload scenario (docs/SCENARIOS.md): validated whole, then run. The
 /// one place a sweep calls the lab, so the entry point can change in one line.
-fn run_scenario_text(
+pub(crate) fn run_scenario_text(
     text: &str,
     origin: &str,
     options: &ExperimentOptions,

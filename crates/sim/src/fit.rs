@@ -106,7 +106,10 @@ impl Unknown {
     /// Checks the range: finite, `lo < hi`, and for an integer unknown whole ends.
     pub fn check(&self) -> Result<(), String> {
         if !self.lo.is_finite() || !self.hi.is_finite() {
-            return Err(format!("{}: the range's ends must be finite numbers", self.name));
+            return Err(format!(
+                "{}: the range's ends must be finite numbers",
+                self.name
+            ));
         }
         if self.lo >= self.hi {
             return Err(format!(
@@ -224,7 +227,11 @@ pub struct Fitter<'a, E: Evaluate> {
 impl<'a, E: Evaluate> Fitter<'a, E> {
     /// A fitter; checks the unknowns' ranges and that every observed value is finite and
     /// non-zero.
-    pub fn new(unknowns: Vec<Unknown>, targets: Vec<Target>, lab: &'a mut E) -> Result<Self, String> {
+    pub fn new(
+        unknowns: Vec<Unknown>,
+        targets: Vec<Target>,
+        lab: &'a mut E,
+    ) -> Result<Self, String> {
         if unknowns.is_empty() {
             return Err("expected at least one unknown".to_owned());
         }
@@ -513,7 +520,11 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
                     // Relative change of the figure per relative change of the unknown,
                     // both against the fit (central where the probe could go both ways).
                     let dy = (up[i] - down[i]) / lab[i];
-                    let scale = if values[j] != 0.0 { values[j] } else { k.hi - k.lo };
+                    let scale = if values[j] != 0.0 {
+                        values[j]
+                    } else {
+                        k.hi - k.lo
+                    };
                     dy / ((xu - xd) / scale)
                 })
                 .collect();
@@ -602,7 +613,11 @@ mod tests {
         )
         .unwrap();
         let fit = fitter.fit().unwrap();
-        assert!((fit.values[0] / 150.0 - 1.0).abs() < 0.005, "{:?}", fit.values);
+        assert!(
+            (fit.values[0] / 150.0 - 1.0).abs() < 0.005,
+            "{:?}",
+            fit.values
+        );
         assert_eq!(fit.sensitivity[0].verdict, Verdict::Identified);
         let e = fit.sensitivity[0].elasticity[0];
         assert!((e + 150.0 / 158.0).abs() < 0.02, "elasticity {e}");
@@ -626,7 +641,11 @@ mod tests {
         )
         .unwrap();
         let fit = fitter.fit().unwrap();
-        assert!((fit.values[0] / 100.0 - 1.0).abs() < 0.005, "{:?}", fit.values);
+        assert!(
+            (fit.values[0] / 100.0 - 1.0).abs() < 0.005,
+            "{:?}",
+            fit.values
+        );
         assert_eq!(fit.sensitivity[0].verdict, Verdict::Identified);
         assert_eq!(fit.sensitivity[1].verdict, Verdict::Flat);
     }
@@ -667,7 +686,10 @@ mod tests {
         let obs = (lab.f)(&[r, w]);
         let mut fitter = Fitter::new(
             vec![unknown("read", 10.0, 500.0), unknown("write", 1.0, 200.0)],
-            vec![target("read.iops", obs[0], 0), target("write.iops", obs[1], 1)],
+            vec![
+                target("read.iops", obs[0], 0),
+                target("write.iops", obs[1], 1),
+            ],
             &mut lab,
         )
         .unwrap();
@@ -730,13 +752,21 @@ mod tests {
             batch_sizes: vec![],
             f: |p| vec![p[0]],
         };
-        let e = Fitter::new(vec![unknown("a", 5.0, 5.0)], vec![target("x", 1.0, 0)], &mut lab)
-            .err()
-            .unwrap();
+        let e = Fitter::new(
+            vec![unknown("a", 5.0, 5.0)],
+            vec![target("x", 1.0, 0)],
+            &mut lab,
+        )
+        .err()
+        .unwrap();
         assert!(e.contains("LO < HI"), "{e}");
-        let e = Fitter::new(vec![unknown("a", 1.0, 5.0)], vec![target("x", 0.0, 0)], &mut lab)
-            .err()
-            .unwrap();
+        let e = Fitter::new(
+            vec![unknown("a", 1.0, 5.0)],
+            vec![target("x", 0.0, 0)],
+            &mut lab,
+        )
+        .err()
+        .unwrap();
         assert!(e.contains("non-zero"), "{e}");
         let e = Fitter::new(vec![unknown("a", 1.0, 5.0)], vec![], &mut lab)
             .err()

@@ -92,6 +92,22 @@ pub fn render_steps(steps: &[Step]) -> String {
     s
 }
 
+/// The value at `steps` in `table`, if present.
+pub fn get_field<'t>(table: &'t toml::Table, steps: &[Step]) -> Option<&'t toml::Value> {
+    let (Step::Key(first), rest) = steps.split_first()? else {
+        return None;
+    };
+    let mut cur = table.get(first)?;
+    for step in rest {
+        cur = match (step, cur) {
+            (Step::Key(k), toml::Value::Table(t)) => t.get(k)?,
+            (Step::Index(i), toml::Value::Array(a)) => a.get(*i)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
 /// Sets the field at `steps` in `table` to `value`; the error says which prefix is missing.
 /// With `create`, missing table keys are added (an optional field the base scenario leaves
 /// out; the scenario's own validation then judges the field), array indices never are.

@@ -90,6 +90,79 @@ struct File<D, W> {
     kernel: KernelSpec,
     device: Vec<D>,
     workload: W,
+    /// Provenance only; checked by [`check_fitted`] before this pass.
+    #[serde(default, rename = "fitted")]
+    _fitted: Vec<toml::Value>,
+}
+
+/// A `[[fitted]]` entry: where one field's value came from (written by `iolab fit`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FittedSpec {
+    field: String,
+    value: f64,
+    source: String,
+}
+
+/// Checks every `[[fitted]]` entry against the scenario: its field is present and holds the
+/// value the entry states, so a provenance note cannot outlive an edit of the value.
+fn check_fitted(doc: &TomlDoc<'_>) -> Result<(), InputError> {
+    #[derive(Deserialize)]
+    struct Only {
+        #[serde(default)]
+        fitted: Vec<toml::Value>,
+    }
+    let only: Only = doc.deserialize()?;
+    if only.fitted.is_empty() {
+        return Ok(());
+    }
+    let table: toml::Table = doc.deserialize()?;
+    for (i, entry) in only.fitted.iter().enumerate() {
+        let at = format!("fitted[{i}]");
+        let e: FittedSpec = entry.clone().try_into().map_err(|e: toml::de::Error| {
+            doc.field_error(
+                &at,
+                format!(
+                    "expected {{ field = \"PATH\", value = NUMBER, source = \"...\" }}: {}",
+                    e.message()
+                ),
+            )
+        })?;
+        if e.source.trim().is_empty() {
+            return Err(doc.field_error(&format!("{at}.source"), "expected a non-empty source"));
+        }
+        let steps = crate::tomlpatch::parse_path(&e.field)
+            .map_err(|p| doc.field_error(&format!("{at}.field"), p))?;
+        let held = crate::tomlpatch::get_field(&table, &steps).and_then(|v| match v {
+            toml::Value::Integer(n) => Some(*n as f64),
+            toml::Value::Float(f) => Some(*f),
+            toml::Value::Table(t) => match t.get("value") {
+                Some(toml::Value::Integer(n)) => Some(*n as f64),
+                Some(toml::Value::Float(f)) => Some(*f),
+                _ => None,
+            },
+            _ => None,
+        });
+        match held {
+            None => {
+                return Err(doc.field_error(
+                    &format!("{at}.field"),
+                    format!("the scenario has no number at `{}` to say where it came from", e.field),
+                ))
+            }
+            Some(v) if v != e.value => {
+                return Err(doc.field_error(
+                    &format!("{at}.value"),
+                    format!(
+                        "the scenario's `{}` is {v}, the fit gave {}: refit, or remove this entry if the value was changed on purpose",
+                        e.field, e.value
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// A validated workload scenario: everything a run needs.
@@ -166,6 +239,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             .into());
     };
     let wkind = kind_of(&doc, "workload", &workload, &WORKLOAD_KINDS)?;
+    check_fitted(&doc)?;
     if devices.is_empty() {
         return Err(doc
             .field_error("device", "expected at least one [[device]]")
