@@ -552,13 +552,13 @@ fn lab_measurement(
     }
 }
 
-fn pct(x: f64) -> String {
+pub(crate) fn pct(x: f64) -> String {
     let p = x * 100.0;
     // No "-0.00%": a residual that rounds to zero prints unsigned zero's way.
     format!("{:+.2}%", if p.abs() < 0.005 { 0.0 } else { p })
 }
 
-fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     if x.abs() >= 1e5 {
         format!("{x:.0}")
     } else if x.abs() >= 100.0 {
@@ -587,6 +587,46 @@ fn render(
         .map(|r| format!("run {} ({})", r.run, r.config))
         .collect();
     s.push_str(&format!("fit of {origin} to {}\n\n", to.join(", ")));
+    s.push_str(&fit_table(unknowns, targets, fit));
+    if !loo.is_empty() {
+        s.push_str("\nleave-one-out (each run left out of the fit, then predicted):\n");
+        for l in loo {
+            let r = &runs[l.group];
+            let vals: Vec<String> = unknowns
+                .iter()
+                .zip(&l.values)
+                .map(|(u, v)| format!("{} = {}", u.name, num_exact(u, *v)))
+                .collect();
+            s.push_str(&format!(
+                "  without run {} ({}): {}\n",
+                r.run,
+                r.config,
+                vals.join(", ")
+            ));
+            for &(i, lab) in &l.predicted {
+                let t = &targets[i];
+                s.push_str(&format!(
+                    "    {:<30} observed {:>12}  predicted {:>12}  error {}\n",
+                    t.name,
+                    num(t.observed),
+                    num(lab),
+                    pct(lab / t.observed - 1.0)
+                ));
+            }
+        }
+    }
+    s.push_str(&format!(
+        "\n{lab_runs} lab runs: {points} points x {} run scenario{}, seed {seed}\n",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" }
+    ));
+    s
+}
+
+/// The fitted unknowns (value, identifiability, elasticities) and each figure's residual:
+/// what `iolab fit` and `iolab reproduce --refit` print.
+pub(crate) fn fit_table(unknowns: &[Unknown], targets: &[Target], fit: &Fit) -> String {
+    let mut s = String::new();
     s.push_str(&format!(
         "{:<34} {:>16} {:>12}  {}\n",
         "unknown", "range", "fitted", "identifiability"
@@ -639,38 +679,6 @@ fn render(
             targets.len()
         ));
     }
-    if !loo.is_empty() {
-        s.push_str("\nleave-one-out (each run left out of the fit, then predicted):\n");
-        for l in loo {
-            let r = &runs[l.group];
-            let vals: Vec<String> = unknowns
-                .iter()
-                .zip(&l.values)
-                .map(|(u, v)| format!("{} = {}", u.name, num_exact(u, *v)))
-                .collect();
-            s.push_str(&format!(
-                "  without run {} ({}): {}\n",
-                r.run,
-                r.config,
-                vals.join(", ")
-            ));
-            for &(i, lab) in &l.predicted {
-                let t = &targets[i];
-                s.push_str(&format!(
-                    "    {:<30} observed {:>12}  predicted {:>12}  error {}\n",
-                    t.name,
-                    num(t.observed),
-                    num(lab),
-                    pct(lab / t.observed - 1.0)
-                ));
-            }
-        }
-    }
-    s.push_str(&format!(
-        "\n{lab_runs} lab runs: {points} points x {} run scenario{}, seed {seed}\n",
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" }
-    ));
     s
 }
 

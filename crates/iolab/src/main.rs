@@ -138,6 +138,21 @@ enum Command {
         /// DIR/EXPERIMENT/CELL.toml, that `iolab run` accepts, instead of running them.
         #[arg(long, value_name = "DIR")]
         emit_scenarios: Option<std::path::PathBuf>,
+        /// Fit each experiment's declared unknowns (calibrations with a `range`) to the
+        /// figures they list, print the fit (values, residuals, identifiability) and write
+        /// the lock file NAME.fit.toml beside the experiment file, instead of the report. A
+        /// bundled experiment's lock is written to scenarios/experiments/ under the current
+        /// directory (the repository's), and bundled by the next build.
+        #[arg(long, conflicts_with_all = ["emit_scenarios", "cross_validate"])]
+        refit: bool,
+        /// Refit with each calibration figure left out in turn and report how well the lab
+        /// then predicts it, instead of the report.
+        #[arg(long, conflicts_with = "emit_scenarios")]
+        cross_validate: bool,
+        /// Worker threads for --refit and --cross-validate (default: the available cores).
+        /// The result does not depend on it.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        jobs: Option<u32>,
         #[command(flatten)]
         store: StoreArgs,
     },
@@ -581,6 +596,20 @@ fn main() -> ExitCode {
             println!("iolab {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Reproduce {
+            names,
+            seed,
+            refit,
+            cross_validate,
+            jobs,
+            ..
+        } if refit || cross_validate => reproduce::refit(
+            &names,
+            seed,
+            jobs.map(|j| j as usize),
+            refit,
+            db_path,
+        ),
         Command::Reproduce {
             names,
             runs,

@@ -340,6 +340,203 @@ pub fn reproduce(
     print_reports(&reports, &spreads, json, summary)
 }
 
+/// `iolab reproduce --refit` (`write_lock`) or `--cross-validate`: fits each selected
+/// experiment's declared unknowns ([`reproduce::refit`]) and writes its lock file, or
+/// reports the leave-one-out predictions of its calibration figures.
+pub fn refit(
+    names: &[String],
+    seed: u64,
+    jobs: Option<usize>,
+    write_lock: bool,
+    db_path: Option<&Path>,
+) -> ExitCode {
+    let wanted: Vec<String> = if names.is_empty() {
+        reproduce::default_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    } else {
+        names.to_vec()
+    };
+    let jobs = jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    for name in &wanted {
+        let selected = match select(name, db_path) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("iolab reproduce: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let exp = &selected.experiment;
+        let code = if write_lock {
+            refit_one(exp, &selected.text, seed, jobs)
+        } else {
+            cross_validate_one(exp, seed, jobs)
+        };
+        if code != ExitCode::SUCCESS {
+            return code;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn refit_one(exp: &reproduce::Experiment, text: &str, seed: u64, jobs: usize) -> ExitCode {
+    let lock_file = match lock_destination(exp, text) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("iolab reproduce: --refit {}: {e}", exp.refit_name());
+            return ExitCode::from(2);
+        }
+    };
+    let count = exp.unknowns().len();
+    if count == 0 {
+        println!("{}: no declared unknowns (no calibration has a `range`): nothing to fit\n", exp.name());
+        return ExitCode::SUCCESS;
+    }
+    let bar = progress::bar(0, "{spinner} fitting {prefix}: {pos} points, {elapsed} elapsed: {msg}");
+    bar.set_prefix(exp.name().to_owned());
+    let bar_in = bar.clone();
+    let observer: reproduce::refit::Observer<'_> = Box::new(move |n, best| {
+        bar_in.set_position(n as u64);
+        bar_in.set_message(format!("best objective {best:.3e}"));
+    });
+    let result = reproduce::refit::refit(exp, seed, jobs, Some(observer));
+    bar.finish_and_clear();
+    let r = match result {
+        Ok(Some(r)) => r,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iolab reproduce: --refit {}: {e}", exp.refit_name());
+            return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+        }
+    };
+    println!(
+        "refit of {} ({}), seed {seed}: {} declared unknown{}, {} figure{}",
+        exp.name(),
+        exp.origin(),
+        count,
+        if count == 1 { "" } else { "s" },
+        r.targets.len(),
+        if r.targets.len() == 1 { "" } else { "s" }
+    );
+    println!();
+    print!("{}", crate::fit::fit_table(&r.unknowns, &r.targets, &r.fit));
+    println!(
+        "{} lab runs of cells ({} points)",
+        r.lock.lab_runs, r.points
+    );
+    println!();
+    let text = reproduce::refit::lock_text(&r.lock, exp.origin());
+    let tmp = lock_file.with_extension("toml.tmp");
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &lock_file)) {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!("iolab reproduce: cannot write {}: {e}", lock_file.display());
+        return ExitCode::from(1);
+    }
+    eprintln!("iolab reproduce: wrote {}", lock_file.display());
+    ExitCode::SUCCESS
+}
+
+/// Where `--refit` writes an experiment's lock file: beside a file; for a bundled
+/// experiment, beside its source in scenarios/experiments/ under the current directory,
+/// which must hold the same text.
+fn lock_destination(exp: &reproduce::Experiment, text: &str) -> Result<std::path::PathBuf, String> {
+    if exp.origin().ends_with(" (bundled)") {
+        let source = Path::new("scenarios/experiments").join(format!("{}.toml", exp.name()));
+        let on_disk = std::fs::read_to_string(&source).map_err(|_| {
+            format!(
+                "a bundled experiment's lock file is written beside its source, {}, which is not under the current directory: run from the iolab repository, or give the path of a copy of the experiment file",
+                source.display()
+            )
+        })?;
+        if on_disk != text {
+            return Err(format!(
+                "{} differs from the bundled experiment: rebuild iolab, or give the file's path",
+                source.display()
+            ));
+        }
+        Ok(reproduce::refit::lock_path(&source))
+    } else {
+        Ok(reproduce::refit::lock_path(Path::new(exp.origin())))
+    }
+}
+
+fn cross_validate_one(exp: &reproduce::Experiment, seed: u64, jobs: usize) -> ExitCode {
+    let out = match reproduce::refit::cross_validate(exp, seed, jobs) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("iolab reproduce: --cross-validate {}: {e}", exp.refit_name());
+            return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
+        }
+    };
+    println!(
+        "cross-validation of {} ({}), seed {seed}: each calibration figure left out of the fit, then predicted",
+        exp.name(),
+        exp.origin()
+    );
+    if out.is_empty() {
+        println!("no declared unknowns (no calibration has a `range`): nothing to cross-validate\n");
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<36} {:>14} {:>14} {:>10}",
+        "figure", "published", "predicted", "error"
+    );
+    for c in &out {
+        match c.predicted {
+            Some(p) => println!(
+                "{:<36} {:>14} {:>14} {:>10}",
+                c.id,
+                crate::fit::num(c.observed),
+                crate::fit::num(p),
+                crate::fit::pct(p / c.observed - 1.0)
+            ),
+            None if out.len() < 2 => println!(
+                "{:<36} {:>14} {:>14} {:>10}  (the only calibration figure: nothing is left to fit)",
+                c.id,
+                crate::fit::num(c.observed),
+                "-",
+                "-"
+            ),
+            None => println!(
+                "{:<36} {:>14} {:>14} {:>10}  (without it nothing fits {})",
+                c.id,
+                crate::fit::num(c.observed),
+                "-",
+                "-",
+                c.unidentified.join(", ")
+            ),
+        }
+    }
+    println!("(an effect's values are ratios: 1 + change / 100)");
+    println!();
+    ExitCode::SUCCESS
+}
+
+/// Each fitted figure or effect with the lab's residual against its published value:
+/// `d05_sas8.off +0.01%`, `ddw_1t_write +20.5% vs +20.4%`.
+fn fitted_residuals(r: &ExperimentReport, ids: &[String]) -> Vec<String> {
+    ids.iter()
+        .map(|id| {
+            if let Some(f) = r.figures.iter().find(|f| &f.id == id) {
+                match f.error_pct() {
+                    Some(e) => format!("{id} {e:+.2}%"),
+                    None => id.clone(),
+                }
+            } else if let Some(e) = r.effects.iter().find(|e| &e.id == id) {
+                format!(
+                    "{id} lab {:+.1}% vs published {:+.1}%",
+                    e.lab_pct, e.published_pct
+                )
+            } else {
+                id.clone()
+            }
+        })
+        .collect()
+}
+
 /// Runs one scenario file: an experiment file (docs/EXPERIMENTS.md) as `iolab reproduce
 /// FILE` does, any other file as a workload scenario ([`iolab_sim::lab`]). The report is
 /// stored in the results database at `db_path` when given.
@@ -688,11 +885,18 @@ fn print_reports(
             } else {
                 format!(" = {}", c.value)
             };
-            println!(
-                "calibrated: {}{value} (fitted to {})",
-                c.parameter,
-                c.fitted_to.join(", ")
-            );
+            match (c.range, &c.identifiability) {
+                (Some([lo, hi]), Some(how)) => println!(
+                    "calibrated: {}{value} (fitted by the tool in {lo}..{hi} to {}; {how})",
+                    c.parameter,
+                    fitted_residuals(r, &c.fitted_to).join(", ")
+                ),
+                _ => println!(
+                    "calibrated: {}{value} (fitted to {})",
+                    c.parameter,
+                    c.fitted_to.join(", ")
+                ),
+            }
         }
         for n in &r.notes {
             println!("note: {n}");

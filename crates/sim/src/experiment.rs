@@ -154,6 +154,13 @@ pub struct Calibrated {
     pub value: f64,
     /// The figure id(s) it was fitted against.
     pub fitted_to: Vec<String>,
+    /// A declared unknown's range (the tool fitted the value within it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f64; 2]>,
+    /// A declared unknown's identifiability at the fit (`identified`, `flat`,
+    /// `at-lower-bound`, `at-upper-bound`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identifiability: Option<String>,
 }
 
 /// What one experiment produced.

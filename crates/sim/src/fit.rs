@@ -13,10 +13,10 @@
 //! - **Objective.** The sum over the targets of the squared relative residual
 //!   `(lab / observed - 1)^2`, so IOPS and microseconds weigh alike.
 //! - **Search.** A fixed grid first (9 points for one unknown, 5 per axis for two, 3 for
-//!   three or four), evaluated as one batch, finds the basin; then cyclic coordinate search,
-//!   each step a golden-section line search on one unknown within a grid step of the best
-//!   point, until no unknown moves by more than [`TOLERANCE`] of its range or after
-//!   [`MAX_CYCLES`]. Nothing is random and the batches do not depend on how many threads
+//!   three or four; the centre alone for five or more), evaluated as one batch, finds the
+//!   basin; then cyclic coordinate search, each step a golden-section line search on one
+//!   unknown within a grid step of the best point (the whole range from the centre), until
+//!   no unknown moves by more than [`TOLERANCE`] of its range or after [`MAX_CYCLES`]. Nothing is random and the batches do not depend on how many threads
 //!   run them, so a fit is a pure function of its targets and the lab.
 //! - **Identifiability.** At the fit each unknown is moved by [`PROBE`] of its range either
 //!   way (an integer one by 1) and each target's elasticity measured: the percent change of
@@ -43,8 +43,8 @@ pub const PROBE: f64 = 0.02;
 pub const FLAT: f64 = 0.05;
 /// A fit within this fraction of the range from an end is reported as bound-hitting.
 pub const AT_BOUND: f64 = 0.005;
-/// Unknowns in one fit at most (the grid has 3^4 = 81 points at four).
-pub const MAX_UNKNOWNS: usize = 4;
+/// Unknowns in one fit at most.
+pub const MAX_UNKNOWNS: usize = 8;
 
 const GOLDEN: f64 = 0.618_033_988_749_894_8;
 
@@ -404,7 +404,11 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
                     .map(|_| {
                         let i = k % side;
                         k /= side;
-                        i as f64 / (side - 1) as f64
+                        if side == 1 {
+                            0.5
+                        } else {
+                            i as f64 / (side - 1) as f64
+                        }
                     })
                     .collect()
             })
@@ -419,7 +423,7 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
         }
         let mut u = grid[best].clone();
         let mut score = scores[best];
-        let mut step = vec![1.0 / (side - 1) as f64; d];
+        let mut step = vec![if side == 1 { 0.5 } else { 1.0 / (side - 1) as f64 }; d];
         let cycles = if d == 1 { 1 } else { MAX_CYCLES };
         for _ in 0..cycles {
             let mut moved: f64 = 0.0;
@@ -509,7 +513,8 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
         }
         let labs = self.lab_at(&probes)?;
         let mut out = Vec::with_capacity(d);
-        for (j, k) in self.unknowns.iter().enumerate() {
+        let unknowns = self.unknowns.clone();
+        for (j, k) in unknowns.iter().enumerate() {
             let (down, up) = (&labs[2 * j], &labs[2 * j + 1]);
             let (xd, xu) = (probes[2 * j][j], probes[2 * j + 1][j]);
             let elasticity: Vec<f64> = (0..self.targets.len())
@@ -533,11 +538,27 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
                 .filter(|e| e.is_finite())
                 .fold(0.0f64, |m, e| m.max(e.abs()));
             let u = k.position(values[j]);
-            let verdict = if largest < FLAT {
+            let at_low = u <= AT_BOUND;
+            let at_high = u >= 1.0 - AT_BOUND;
+            // At an end, a figure flat there may still respond further in (the other end of
+            // the range tells): then the fit
+            // wants a value beyond the range (a bound-hitting fit), not no value at all.
+            let responds_inside = if (at_low || at_high) && largest < FLAT {
+                let mut p = values.to_vec();
+                p[j] = k.at(if at_low { 1.0 } else { 0.0 });
+                let inside = self.lab_at(std::slice::from_ref(&p))?.remove(0);
+                inside
+                    .iter()
+                    .zip(lab)
+                    .any(|(a, b)| ((a - b) / b).abs() > 0.01)
+            } else {
+                largest >= FLAT
+            };
+            let verdict = if !responds_inside {
                 Verdict::Flat
-            } else if u <= AT_BOUND {
+            } else if at_low {
                 Verdict::AtLowerBound
-            } else if u >= 1.0 - AT_BOUND {
+            } else if at_high {
                 Verdict::AtUpperBound
             } else {
                 Verdict::Identified
@@ -556,7 +577,8 @@ fn grid_side(d: usize) -> usize {
     match d {
         1 => 9,
         2 => 5,
-        _ => 3,
+        3 | 4 => 3,
+        _ => 1,
     }
 }
 
@@ -670,6 +692,25 @@ mod tests {
     }
 
     #[test]
+    fn a_fit_at_an_end_where_the_figure_turns_flat_is_bound_hitting_not_flat() {
+        // Flat below 300, falling above: the observation asks more than the model gives.
+        let mut lab = Toy {
+            runs: 0,
+            batch_sizes: vec![],
+            f: |p| vec![1000.0 - (p[0] - 300.0).max(0.0)],
+        };
+        let mut fitter = Fitter::new(
+            vec![unknown("sync", 0.0, 1000.0)],
+            vec![target("iops", 1100.0, 0)],
+            &mut lab,
+        )
+        .unwrap();
+        let fit = fitter.fit().unwrap();
+        assert_eq!(fit.values[0], 0.0);
+        assert_eq!(fit.sensitivity[0].verdict, Verdict::AtLowerBound);
+    }
+
+    #[test]
     fn two_unknowns_and_two_figures_are_recovered_together() {
         // A read and a write figure, each led by its own latency, sharing CPU time.
         let mut lab = Toy {
@@ -772,6 +813,27 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.contains("at least one figure"), "{e}");
+    }
+
+    #[test]
+    fn five_unknowns_start_from_the_centre_and_are_recovered() {
+        let mut lab = Toy {
+            runs: 0,
+            batch_sizes: vec![],
+            f: |p| p.iter().map(|x| 1e3 / (x + 1.0)).collect(),
+        };
+        let truth = [3.0, 7.0, 20.0, 40.0, 90.0];
+        let targets = (0..5)
+            .map(|i| target(&format!("t{i}"), 1e3 / (truth[i] + 1.0), i))
+            .collect();
+        let unknowns = (0..5).map(|i| unknown(&format!("u{i}"), 1.0, 100.0)).collect();
+        let mut fitter = Fitter::new(unknowns, targets, &mut lab).unwrap();
+        let fit = fitter.fit().unwrap();
+        drop(fitter);
+        assert_eq!(lab.batch_sizes[0], 1, "the centre alone");
+        for (v, t) in fit.values.iter().zip(truth) {
+            assert!((v / t - 1.0).abs() < 0.01, "{:?}", fit.values);
+        }
     }
 
     #[test]

@@ -33,6 +33,16 @@ const BUNDLED: &[(&str, &str)] = &[
     ),
 ];
 
+/// `(name, lock file text)` of the bundled experiments with declared unknowns: their
+/// fitted values (`scenarios/experiments/NAME.fit.toml`, written by
+/// `iolab reproduce --refit NAME`; see [`super::refit`]).
+const LOCKS: &[(&str, &str)] = &[];
+
+/// The lock file of bundled experiment `name`, if it has one.
+pub fn lock(name: &str) -> Option<&'static str> {
+    LOCKS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
 /// The text of bundled experiment file `name`, if there is one.
 pub fn text(name: &str) -> Option<&'static str> {
     BUNDLED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)

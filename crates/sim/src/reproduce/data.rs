@@ -80,7 +80,10 @@ pub struct RowSpec {
     pub unset: Vec<String>,
 }
 
-/// A declared calibration: one value fitted against published figures.
+/// A declared calibration: one parameter fitted against published figures. Either a
+/// declared unknown (`range`: the tool fits it, `iolab reproduce --refit`, and keeps the
+/// value in the file's lock file beside it) or a given `value` (a value taken over as
+/// published, or one that is not a number, such as a workfile's name).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CalibrationSpec {
@@ -90,8 +93,13 @@ pub struct CalibrationSpec {
     /// a profile cost path (`iommu.cmdq.sync_latency`), applied as `machine.costs`.
     #[serde(default)]
     pub cost: Option<String>,
-    /// The value.
-    pub value: toml::Value,
+    /// The value, when given rather than fitted.
+    #[serde(default)]
+    pub value: Option<toml::Value>,
+    /// The plausible range `[lo, hi]` of a declared unknown, which the tool fits; `source`
+    /// says where the range comes from.
+    #[serde(default)]
+    pub range: Option<[f64; 2]>,
     /// For a cost: `ns` or `cycles` (default: the profile's unit for that cost).
     #[serde(default)]
     pub unit: Option<String>,
@@ -104,9 +112,10 @@ pub struct CalibrationSpec {
     /// Only these cells.
     #[serde(default)]
     pub cells: Option<Vec<String>>,
-    /// The figures it was fitted to (each with `role = "calibration"`).
+    /// The figures it was fitted to (each with `role = "calibration"`), or effects (the
+    /// published change between two calibration figures).
     pub fitted_to: Vec<String>,
-    /// How it was fitted, with its source.
+    /// How it was fitted, with its source; for a declared unknown, the range's source.
     pub source: String,
 }
 
@@ -119,8 +128,8 @@ impl CalibrationSpec {
             .clone()
             .or_else(|| self.cost.clone())
             .unwrap_or_default();
-        if self.numeric_value().is_nan() {
-            base = format!("{base} = {}", self.value);
+        if let Some(v) = self.value.as_ref().filter(|_| self.numeric_value().is_nan()) {
+            base = format!("{base} = {v}");
         }
         match &self.platforms {
             Some(p) => format!("{base} ({})", p.join(", ")),
@@ -128,14 +137,20 @@ impl CalibrationSpec {
         }
     }
 
-    /// The value as a number for the report (booleans as 0/1; text has none).
+    /// The given value as a number for the report (booleans as 0/1; text, and a declared
+    /// unknown, have none).
     pub fn numeric_value(&self) -> f64 {
         match &self.value {
-            toml::Value::Integer(i) => *i as f64,
-            toml::Value::Float(f) => *f,
-            toml::Value::Boolean(b) => f64::from(u8::from(*b)),
+            Some(toml::Value::Integer(i)) => *i as f64,
+            Some(toml::Value::Float(f)) => *f,
+            Some(toml::Value::Boolean(b)) => f64::from(u8::from(*b)),
             _ => f64::NAN,
         }
+    }
+
+    /// Whether the tool fits it (a `range`, no `value`).
+    pub fn is_unknown(&self) -> bool {
+        self.range.is_some()
     }
 }
 
@@ -540,7 +555,7 @@ impl ExperimentFile {
                         ),
                     ));
                 }
-                if !c.value.is_integer() && !c.value.is_float() {
+                if c.value.as_ref().is_some_and(|v| !v.is_integer() && !v.is_float()) {
                     return Err(doc.field_error(&at("value"), "expected a number for a cost"));
                 }
                 if let Some(u) = &c.unit {
@@ -550,6 +565,23 @@ impl ExperimentFile {
                 }
             } else if c.unit.is_some() {
                 return Err(doc.field_error(&at("unit"), "`unit` applies to a `cost` only"));
+            }
+            match (&c.value, &c.range) {
+                (Some(_), None) => {}
+                (None, Some([lo, hi])) => {
+                    if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                        return Err(doc.field_error(
+                            &at("range"),
+                            format!("expected [LO, HI] with LO < HI, found [{lo}, {hi}]"),
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(doc.field_error(
+                        &format!("calibrations[{i}]"),
+                        "expected exactly one of `range` (a declared unknown the tool fits, `iolab reproduce --refit`) or `value` (a value given with its source)",
+                    ))
+                }
             }
             if c.source.trim().is_empty() {
                 return Err(doc.field_error(
@@ -584,11 +616,30 @@ impl ExperimentFile {
                 ));
             }
             for (k, id) in c.fitted_to.iter().enumerate() {
+                if let Some(e) = self.effects.iter().find(|e| &e.id == id) {
+                    // An effect: its two figures are what was fitted.
+                    for fig in [&e.base, &e.new] {
+                        match self.figures.iter().find(|f| f.id() == fig) {
+                            Some(f) if f.role == Some(Role::Calibration) => {
+                                fitted.insert(f.id());
+                            }
+                            _ => {
+                                return Err(doc.field_error(
+                                    &format!("calibrations[{i}].fitted_to[{k}]"),
+                                    format!(
+                                        "effect \"{id}\" was fitted to, so its figure \"{fig}\" must say role = \"calibration\""
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                    continue;
+                }
                 match self.figures.iter().find(|f| f.id() == id) {
                     None => {
                         return Err(doc.field_error(
                             &format!("calibrations[{i}].fitted_to[{k}]"),
-                            format!("unknown figure \"{id}\""),
+                            format!("unknown figure or effect \"{id}\""),
                         ))
                     }
                     Some(f) if f.role != Some(Role::Calibration) => {

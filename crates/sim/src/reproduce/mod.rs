@@ -10,6 +10,7 @@
 pub mod bundled;
 pub mod data;
 pub mod layout;
+pub mod refit;
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,7 @@ use crate::tomlfile::{InputError, TomlDoc};
 use crate::tomlpatch;
 
 pub use data::{CellRef, ExperimentFile, PublishedFrom};
+pub use refit::{FitLock, LockedValue};
 
 /// The published experiments (SEEDS.md), in the order `iolab reproduce` runs them when no
 /// name is given. Each is a bundled experiment file ([`bundled::names`]).
@@ -125,6 +127,12 @@ pub struct Experiment {
     text: String,
     origin: String,
     base_dir: Option<PathBuf>,
+    /// Per calibration: the fitted value of a declared unknown, from the lock file.
+    fitted: Vec<Option<LockedValue>>,
+    /// Per calibration: whether a declared unknown takes whole numbers only.
+    integer: Vec<bool>,
+    /// Why declared unknowns have no fitted value (no lock file, or a stale one).
+    lock_problem: Option<String>,
 }
 
 /// One cell's outcome.
@@ -171,22 +179,69 @@ impl Experiment {
             .parent()
             .filter(|p| p.is_dir())
             .map(Path::to_path_buf);
-        let e = Self {
+        let n = file.calibrations.len();
+        let mut e = Self {
             file,
             text: text.to_owned(),
             origin: origin.to_owned(),
             base_dir,
+            fitted: vec![None; n],
+            integer: vec![false; n],
+            lock_problem: None,
         };
-        // Every cell's scenario must be one the lab accepts before anything runs.
-        let mut applied = vec![false; e.file.calibrations.len()];
-        for cell in e.file.cells() {
-            let (table, which) = e.build_cell(&cell, 1)?;
-            e.validate_cell(&cell, &table)?;
-            e.check_calibration_overlap(&cell, &which)?;
-            for i in which {
-                applied[i] = true;
+        // Every cell's scenario must be one the lab accepts before anything runs; a declared
+        // unknown is tried at both ends of its range.
+        let ends = |pick: fn(&[f64; 2]) -> f64| -> Vec<(usize, f64)> {
+            e.file
+                .calibrations
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.range.as_ref().map(|r| (i, pick(r))))
+                .collect()
+        };
+        let (low, high) = (ends(|r| r[0]), ends(|r| r[1]));
+        // Whole ends are tried as integers (a float field takes them too); whether the
+        // field refuses fractions is decided below.
+        for (i, c) in e.file.calibrations.iter().enumerate() {
+            if let Some([lo, hi]) = c.range {
+                e.integer[i] = lo.fract() == 0.0 && hi.fract() == 0.0 && hi - lo >= 1.0;
             }
         }
+        let mut applied = vec![false; n];
+        let mut first_cell: Vec<Option<CellRef>> = vec![None; n];
+        for cell in e.file.cells() {
+            let (table, which) = e.build_cell_with(&cell, 1, &low)?;
+            e.validate_cell(&cell, &table)?;
+            e.check_calibration_overlap(&cell, &which)?;
+            if which.iter().any(|&i| e.file.calibrations[i].is_unknown()) {
+                let (table, _) = e.build_cell_with(&cell, 1, &high)?;
+                e.validate_cell(&cell, &table)?;
+            }
+            for i in which {
+                applied[i] = true;
+                first_cell[i].get_or_insert_with(|| cell.clone());
+            }
+        }
+        // An unknown takes whole numbers when its ends are whole and its field refuses a
+        // fraction.
+        for (i, c) in e.file.calibrations.iter().enumerate() {
+            let (Some([lo, hi]), Some(cell)) = (c.range, &first_cell[i]) else {
+                continue;
+            };
+            if lo.fract() != 0.0 || hi.fract() != 0.0 || hi - lo < 1.0 {
+                continue;
+            }
+            let mut probe = low.clone();
+            if let Some(p) = probe.iter_mut().find(|(k, _)| *k == i) {
+                p.1 = lo + 0.5;
+            }
+            e.integer[i] = false;
+            let (table, _) = e.build_cell_with(cell, 1, &probe)?;
+            if let Err(err) = e.validate_cell(cell, &table) {
+                e.integer[i] = err.to_string().contains("integer");
+            }
+        }
+        e.load_lock();
         // A calibration whose filters match no cell (a misspelt platform, say) would change
         // nothing while the report declares it.
         if let Some(i) = applied.iter().position(|a| !a) {
@@ -316,14 +371,65 @@ impl Experiment {
 
     /// The scenario of `cell` as a TOML table, with `seed` set.
     pub fn cell_table(&self, cell: &CellRef, seed: u64) -> Result<toml::Table, ReproduceError> {
-        Ok(self.build_cell(cell, seed)?.0)
+        Ok(self.build_cell_with(cell, seed, &[])?.0)
     }
 
-    /// The scenario of `cell` with `seed` set, and the calibrations applied to it.
-    fn build_cell(
+    /// The scenario of `cell` with `seed` set and the calibrations applied to it, declared
+    /// unknowns at `overrides` (calibration index, value) or else at their fitted values.
+    pub fn cell_table_with(
         &self,
         cell: &CellRef,
         seed: u64,
+        overrides: &[(usize, f64)],
+    ) -> Result<toml::Table, ReproduceError> {
+        Ok(self.build_cell_with(cell, seed, overrides)?.0)
+    }
+
+    /// The value calibration `i` sets: its given value, or a declared unknown's override or
+    /// fitted value.
+    fn calibration_value(
+        &self,
+        doc: &TomlDoc<'_>,
+        i: usize,
+        overrides: &[(usize, f64)],
+    ) -> Result<toml::Value, InputError> {
+        let k = &self.file.calibrations[i];
+        if let Some(v) = &k.value {
+            return Ok(v.clone());
+        }
+        let x = overrides
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map(|(_, x)| *x)
+            .or_else(|| self.fitted[i].as_ref().map(|l| l.value));
+        match x {
+            Some(x) if self.integer[i] => Ok(toml::Value::Integer(x.round() as i64)),
+            Some(x) => Ok(toml::Value::Float(x)),
+            None => Err(doc.field_error(
+                &format!("calibrations[{i}].range"),
+                format!(
+                    "a declared unknown with no fitted value ({}): run `iolab reproduce --refit {}`, which fits it and writes the lock file beside the experiment file",
+                    self.lock_problem.as_deref().unwrap_or("no lock file"),
+                    self.refit_name()
+                ),
+            )),
+        }
+    }
+
+    /// How `iolab reproduce --refit` names this experiment: its bundled name or its path.
+    pub fn refit_name(&self) -> String {
+        match self.origin.strip_suffix(" (bundled)") {
+            Some(_) => self.file.experiment.clone(),
+            None => self.origin.clone(),
+        }
+    }
+
+    /// The scenario of `cell` with `seed` set, and the calibrations applied to it.
+    fn build_cell_with(
+        &self,
+        cell: &CellRef,
+        seed: u64,
+        overrides: &[(usize, f64)],
     ) -> Result<(toml::Table, Vec<usize>), ReproduceError> {
         let doc = self.doc();
         let f = &self.file;
@@ -344,15 +450,16 @@ impl Experiment {
         for &i in &which {
             let k = &f.calibrations[i];
             let at = format!("calibrations[{i}]");
+            let value = self.calibration_value(&doc, i, overrides)?;
             if let Some(field) = &k.field {
                 let steps = tomlpatch::parse_path(field)
                     .map_err(|e| doc.field_error(&format!("{at}.field"), e))?;
-                tomlpatch::set_field(&mut t, &steps, k.value.clone(), true)
+                tomlpatch::set_field(&mut t, &steps, value.clone(), true)
                     .map_err(|e| doc.field_error(&format!("{at}.field"), e))?;
             }
             if let Some(cost) = &k.cost {
                 let mut entry = toml::Table::new();
-                entry.insert("value".into(), k.value.clone());
+                entry.insert("value".into(), value);
                 if let Some(u) = &k.unit {
                     entry.insert("unit".into(), toml::Value::String(u.clone()));
                 }
@@ -524,10 +631,15 @@ impl Experiment {
             .file
             .calibrations
             .iter()
-            .map(|c| Calibrated {
+            .enumerate()
+            .map(|(i, c)| Calibrated {
                 parameter: c.parameter(),
-                value: c.numeric_value(),
+                value: self.fitted[i]
+                    .as_ref()
+                    .map_or_else(|| c.numeric_value(), |l| l.value),
                 fitted_to: c.fitted_to.clone(),
+                range: c.range,
+                identifiability: self.fitted[i].as_ref().map(|l| l.identifiability.clone()),
             })
             .collect();
         let notes = self
