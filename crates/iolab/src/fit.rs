@@ -672,6 +672,12 @@ pub(crate) fn fit_table(unknowns: &[Unknown], targets: &[Target], fit: &Fit) -> 
         "RMS residual {}\n",
         pct(rms).trim_start_matches('+')
     ));
+    for &(a, b) in &fit.confounded {
+        s.push_str(&format!(
+            "note: {} and {} move the figures alike: the figures identify a combination of the two, not each\n",
+            unknowns[a].name, unknowns[b].name
+        ));
+    }
     if targets.len() < unknowns.len() {
         s.push_str(&format!(
             "note: {} unknowns from {} figures: the fit is under-determined\n",

@@ -603,13 +603,9 @@ fn main() -> ExitCode {
             cross_validate,
             jobs,
             ..
-        } if refit || cross_validate => reproduce::refit(
-            &names,
-            seed,
-            jobs.map(|j| j as usize),
-            refit,
-            db_path,
-        ),
+        } if refit || cross_validate => {
+            reproduce::refit(&names, seed, jobs.map(|j| j as usize), refit, db_path)
+        }
         Command::Reproduce {
             names,
             runs,

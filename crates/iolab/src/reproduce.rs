@@ -392,10 +392,16 @@ fn refit_one(exp: &reproduce::Experiment, text: &str, seed: u64, jobs: usize) ->
     };
     let count = exp.unknowns().len();
     if count == 0 {
-        println!("{}: no declared unknowns (no calibration has a `range`): nothing to fit\n", exp.name());
+        println!(
+            "{}: no declared unknowns (no calibration has a `range`): nothing to fit\n",
+            exp.name()
+        );
         return ExitCode::SUCCESS;
     }
-    let bar = progress::bar(0, "{spinner} fitting {prefix}: {pos} points, {elapsed} elapsed: {msg}");
+    let bar = progress::bar(
+        0,
+        "{spinner} fitting {prefix}: {pos} points, {elapsed} elapsed: {msg}",
+    );
     bar.set_prefix(exp.name().to_owned());
     let bar_in = bar.clone();
     let observer: reproduce::refit::Observer<'_> = Box::new(move |n, best| {
@@ -428,7 +434,16 @@ fn refit_one(exp: &reproduce::Experiment, text: &str, seed: u64, jobs: usize) ->
         r.lock.lab_runs, r.points
     );
     println!();
-    let text = reproduce::refit::lock_text(&r.lock, exp.origin());
+    // The header names the experiment file as it sits beside the lock (no absolute path).
+    let named = if exp.origin().ends_with(" (bundled)") {
+        format!("scenarios/experiments/{}.toml", exp.name())
+    } else {
+        Path::new(exp.origin()).file_name().map_or_else(
+            || exp.origin().to_owned(),
+            |f| f.to_string_lossy().into_owned(),
+        )
+    };
+    let text = reproduce::refit::lock_text(&r.lock, &named);
     let tmp = lock_file.with_extension("toml.tmp");
     if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &lock_file)) {
         let _ = std::fs::remove_file(&tmp);
@@ -467,7 +482,10 @@ fn cross_validate_one(exp: &reproduce::Experiment, seed: u64, jobs: usize) -> Ex
     let out = match reproduce::refit::cross_validate(exp, seed, jobs) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("iolab reproduce: --cross-validate {}: {e}", exp.refit_name());
+            eprintln!(
+                "iolab reproduce: --cross-validate {}: {e}",
+                exp.refit_name()
+            );
             return ExitCode::from(if e.is_bad_input() { 2 } else { 1 });
         }
     };
@@ -477,7 +495,9 @@ fn cross_validate_one(exp: &reproduce::Experiment, seed: u64, jobs: usize) -> Ex
         exp.origin()
     );
     if out.is_empty() {
-        println!("no declared unknowns (no calibration has a `range`): nothing to cross-validate\n");
+        println!(
+            "no declared unknowns (no calibration has a `range`): nothing to cross-validate\n"
+        );
         return ExitCode::SUCCESS;
     }
     println!(
@@ -522,7 +542,7 @@ fn fitted_residuals(r: &ExperimentReport, ids: &[String]) -> Vec<String> {
         .map(|id| {
             if let Some(f) = r.figures.iter().find(|f| &f.id == id) {
                 match f.error_pct() {
-                    Some(e) => format!("{id} {e:+.2}%"),
+                    Some(e) => format!("{id} {}", crate::fit::pct(e / 100.0)),
                     None => id.clone(),
                 }
             } else if let Some(e) = r.effects.iter().find(|e| &e.id == id) {

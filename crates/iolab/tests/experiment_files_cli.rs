@@ -59,6 +59,20 @@ fn the_worked_example_holds_the_lab_against_an_imported_fio_run() {
         fig("vm.vtd_strict.iops")["published"],
         serde_json::Value::Null
     );
+    // The lock file beside the example holds the fit: refitting a copy gives its values.
+    let copy = dir.join("vm-disk-experiment.toml");
+    std::fs::copy(WORKED_EXAMPLE, &copy).unwrap();
+    let out = iolab(&["--db", s(&db), "reproduce", "--refit", s(&copy)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let values = |path: &std::path::Path| {
+        let t: toml::Table = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        t["fitted"].clone()
+    };
+    assert_eq!(
+        values(&dir.join("vm-disk-experiment.fit.toml")),
+        values(std::path::Path::new(&WORKED_EXAMPLE.replace(".toml", ".fit.toml"))),
+        "docs/examples/vm-disk-experiment.fit.toml is no longer the fit: refit it (docs/EXPERIMENTS.md)"
+    );
     // Without the database the stored values cannot be read: a clear refusal.
     let out = iolab(&["--no-db", "reproduce", WORKED_EXAMPLE]);
     assert_eq!(out.status.code(), Some(2));

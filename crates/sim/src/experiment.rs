@@ -157,8 +157,9 @@ pub struct Calibrated {
     /// A declared unknown's range (the tool fitted the value within it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<[f64; 2]>,
-    /// A declared unknown's identifiability at the fit (`identified`, `flat`,
-    /// `at-lower-bound`, `at-upper-bound`).
+    /// A declared unknown's identifiability at the fit (`identified`, `flat`, `plateau`,
+    /// `at-lower-bound`, `at-upper-bound`; with `, confounded with ...` when another
+    /// unknown moves its figures alike).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identifiability: Option<String>,
 }

@@ -43,6 +43,9 @@ pub const PROBE: f64 = 0.02;
 pub const FLAT: f64 = 0.05;
 /// A fit within this fraction of the range from an end is reported as bound-hitting.
 pub const AT_BOUND: f64 = 0.005;
+/// Two unknowns whose elasticity vectors have a |cosine| above this are reported as
+/// confounded.
+pub const CONFOUNDED: f64 = 0.995;
 /// Unknowns in one fit at most.
 pub const MAX_UNKNOWNS: usize = 8;
 
@@ -152,8 +155,12 @@ pub trait Evaluate {
 pub enum Verdict {
     /// Some target responds to it and the fit is inside its range.
     Identified,
-    /// No target responds to it (largest |elasticity| below [`FLAT`]).
+    /// No target responds to it anywhere in its range (largest |elasticity| below
+    /// [`FLAT`] at the fit, and no figure moves by 1% at either end).
     Flat,
+    /// The targets do not respond to it near the fit but do elsewhere in its range: the fit
+    /// sits on a plateau where nearby values fit as well.
+    Plateau,
     /// The fit sits at the low end of the range.
     AtLowerBound,
     /// The fit sits at the high end of the range.
@@ -166,6 +173,9 @@ impl Verdict {
         match self {
             Verdict::Identified => "identified",
             Verdict::Flat => "NOT identifiable: no figure responds to it",
+            Verdict::Plateau => {
+                "NOT identified: on a plateau (the figures respond only further away)"
+            }
             Verdict::AtLowerBound => "at the range's low end: widen it, or a mechanism is missing",
             Verdict::AtUpperBound => "at the range's high end: widen it, or a mechanism is missing",
         }
@@ -193,6 +203,9 @@ pub struct Fit {
     pub objective: f64,
     /// Each unknown's sensitivity (empty when not measured).
     pub sensitivity: Vec<Sensitivity>,
+    /// Pairs of unknowns (indices) that move the figures alike (elasticity vectors within
+    /// [`CONFOUNDED`] of parallel): the figures identify a combination of the two, not each.
+    pub confounded: Vec<(usize, usize)>,
 }
 
 impl Fit {
@@ -358,11 +371,13 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
         let lab = self.lab_at(std::slice::from_ref(&values))?.remove(0);
         let objective = self.objective(&lab, &active);
         let sensitivity = self.sensitivity(&values, &lab)?;
+        let confounded = confounded(&sensitivity);
         Ok(Fit {
             values,
             lab,
             objective,
             sensitivity,
+            confounded,
         })
     }
 
@@ -423,7 +438,14 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
         }
         let mut u = grid[best].clone();
         let mut score = scores[best];
-        let mut step = vec![if side == 1 { 0.5 } else { 1.0 / (side - 1) as f64 }; d];
+        let mut step = vec![
+            if side == 1 {
+                0.5
+            } else {
+                1.0 / (side - 1) as f64
+            };
+            d
+        ];
         let cycles = if d == 1 { 1 } else { MAX_CYCLES };
         for _ in 0..cycles {
             let mut moved: f64 = 0.0;
@@ -540,26 +562,32 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
             let u = k.position(values[j]);
             let at_low = u <= AT_BOUND;
             let at_high = u >= 1.0 - AT_BOUND;
-            // At an end, a figure flat there may still respond further in (the other end of
-            // the range tells): then the fit
-            // wants a value beyond the range (a bound-hitting fit), not no value at all.
-            let responds_inside = if (at_low || at_high) && largest < FLAT {
-                let mut p = values.to_vec();
-                p[j] = k.at(if at_low { 1.0 } else { 0.0 });
-                let inside = self.lab_at(std::slice::from_ref(&p))?.remove(0);
-                inside
+            // A figure flat here may still respond elsewhere in the range (both ends tell):
+            // at an end, the fit then wants a value beyond the range; inside, the fit sits
+            // on a plateau where any nearby value fits as well.
+            let responds_elsewhere = if largest < FLAT {
+                let ends: Vec<Vec<f64>> = [0.0, 1.0]
                     .iter()
-                    .zip(lab)
-                    .any(|(a, b)| ((a - b) / b).abs() > 0.01)
+                    .map(|&e| {
+                        let mut p = values.to_vec();
+                        p[j] = k.at(e);
+                        p
+                    })
+                    .collect();
+                let far = self.lab_at(&ends)?;
+                far.iter()
+                    .any(|f| f.iter().zip(lab).any(|(a, b)| ((a - b) / b).abs() > 0.01))
             } else {
-                largest >= FLAT
+                false
             };
-            let verdict = if !responds_inside {
+            let verdict = if largest < FLAT && !responds_elsewhere {
                 Verdict::Flat
             } else if at_low {
                 Verdict::AtLowerBound
             } else if at_high {
                 Verdict::AtUpperBound
+            } else if largest < FLAT {
+                Verdict::Plateau
             } else {
                 Verdict::Identified
             };
@@ -570,6 +598,38 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
         }
         Ok(out)
     }
+}
+
+/// The pairs of identified-or-bound unknowns whose elasticity vectors are near parallel.
+fn confounded(sensitivity: &[Sensitivity]) -> Vec<(usize, usize)> {
+    let norm = |v: &[f64]| {
+        v.iter()
+            .filter(|x| x.is_finite())
+            .map(|x| x * x)
+            .sum::<f64>()
+            .sqrt()
+    };
+    let mut out = Vec::new();
+    for a in 0..sensitivity.len() {
+        for b in a + 1..sensitivity.len() {
+            let (sa, sb) = (&sensitivity[a], &sensitivity[b]);
+            if sa.verdict == Verdict::Flat || sb.verdict == Verdict::Flat {
+                continue;
+            }
+            let dot: f64 = sa
+                .elasticity
+                .iter()
+                .zip(&sb.elasticity)
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .map(|(x, y)| x * y)
+                .sum();
+            let (na, nb) = (norm(&sa.elasticity), norm(&sb.elasticity));
+            if na > 0.0 && nb > 0.0 && (dot / (na * nb)).abs() > CONFOUNDED {
+                out.push((a, b));
+            }
+        }
+    }
+    out
 }
 
 /// Grid points per axis for `d` unknowns.
@@ -737,9 +797,29 @@ mod tests {
         let fit = fitter.fit().unwrap();
         assert!((fit.values[0] / r - 1.0).abs() < 0.01, "{:?}", fit.values);
         assert!((fit.values[1] / w - 1.0).abs() < 0.01, "{:?}", fit.values);
+        assert!(fit.confounded.is_empty());
         let loo = fitter.leave_one_out().unwrap();
         assert_eq!(loo.len(), 2);
         assert_eq!(loo[0].predicted.len(), 1);
+    }
+
+    #[test]
+    fn two_unknowns_the_figures_see_only_as_a_product_are_confounded() {
+        let mut lab = Toy {
+            runs: 0,
+            batch_sizes: vec![],
+            f: |p| vec![10.0 * p[0] * p[1], 12.0 * p[0] * p[1]],
+        };
+        let mut fitter = Fitter::new(
+            vec![unknown("jobs", 1.0, 64.0), unknown("depth", 1.0, 128.0)],
+            vec![target("a", 4000.0, 0), target("b", 4800.0, 1)],
+            &mut lab,
+        )
+        .unwrap();
+        let fit = fitter.fit().unwrap();
+        assert_eq!(fit.confounded, vec![(0, 1)]);
+        let product = fit.values[0] * fit.values[1];
+        assert!((product / 400.0 - 1.0).abs() < 0.01, "{:?}", fit.values);
     }
 
     #[test]
@@ -826,7 +906,9 @@ mod tests {
         let targets = (0..5)
             .map(|i| target(&format!("t{i}"), 1e3 / (truth[i] + 1.0), i))
             .collect();
-        let unknowns = (0..5).map(|i| unknown(&format!("u{i}"), 1.0, 100.0)).collect();
+        let unknowns = (0..5)
+            .map(|i| unknown(&format!("u{i}"), 1.0, 100.0))
+            .collect();
         let mut fitter = Fitter::new(unknowns, targets, &mut lab).unwrap();
         let fit = fitter.fit().unwrap();
         drop(fitter);

@@ -36,7 +36,24 @@ const BUNDLED: &[(&str, &str)] = &[
 /// `(name, lock file text)` of the bundled experiments with declared unknowns: their
 /// fitted values (`scenarios/experiments/NAME.fit.toml`, written by
 /// `iolab reproduce --refit NAME`; see [`super::refit`]).
-const LOCKS: &[(&str, &str)] = &[];
+const LOCKS: &[(&str, &str)] = &[
+    (
+        "ipmmu-usb",
+        include_str!("../../../../scenarios/experiments/ipmmu-usb.fit.toml"),
+    ),
+    (
+        "smmuv3-cmdq",
+        include_str!("../../../../scenarios/experiments/smmuv3-cmdq.fit.toml"),
+    ),
+    (
+        "sba-vmerge",
+        include_str!("../../../../scenarios/experiments/sba-vmerge.fit.toml"),
+    ),
+    (
+        "pseries-ddw",
+        include_str!("../../../../scenarios/experiments/pseries-ddw.fit.toml"),
+    ),
+];
 
 /// The lock file of bundled experiment `name`, if it has one.
 pub fn lock(name: &str) -> Option<&'static str> {

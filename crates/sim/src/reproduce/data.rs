@@ -128,7 +128,11 @@ impl CalibrationSpec {
             .clone()
             .or_else(|| self.cost.clone())
             .unwrap_or_default();
-        if let Some(v) = self.value.as_ref().filter(|_| self.numeric_value().is_nan()) {
+        if let Some(v) = self
+            .value
+            .as_ref()
+            .filter(|_| self.numeric_value().is_nan())
+        {
             base = format!("{base} = {v}");
         }
         match &self.platforms {
@@ -555,7 +559,10 @@ impl ExperimentFile {
                         ),
                     ));
                 }
-                if c.value.as_ref().is_some_and(|v| !v.is_integer() && !v.is_float()) {
+                if c.value
+                    .as_ref()
+                    .is_some_and(|v| !v.is_integer() && !v.is_float())
+                {
                     return Err(doc.field_error(&at("value"), "expected a number for a cost"));
                 }
                 if let Some(u) = &c.unit {

@@ -639,7 +639,17 @@ impl Experiment {
                     .map_or_else(|| c.numeric_value(), |l| l.value),
                 fitted_to: c.fitted_to.clone(),
                 range: c.range,
-                identifiability: self.fitted[i].as_ref().map(|l| l.identifiability.clone()),
+                identifiability: self.fitted[i].as_ref().map(|l| {
+                    if l.confounded_with.is_empty() {
+                        l.identifiability.clone()
+                    } else {
+                        format!(
+                            "{}, confounded with {}",
+                            l.identifiability,
+                            l.confounded_with.join(", ")
+                        )
+                    }
+                }),
             })
             .collect();
         let notes = self

@@ -51,10 +51,13 @@ pub struct LockedValue {
     pub fitted_to: Vec<String>,
     /// The fitted value.
     pub value: f64,
-    /// `identified`, `flat`, `at-lower-bound` or `at-upper-bound`.
+    /// `identified`, `flat`, `plateau`, `at-lower-bound` or `at-upper-bound`.
     pub identifiability: String,
     /// Per fitted figure: percent change of the figure per percent change of the value.
     pub elasticity: BTreeMap<String, f64>,
+    /// The other unknowns that move the figures alike (the figures identify a combination).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confounded_with: Vec<String>,
 }
 
 /// The lock file's name beside an experiment file: `NAME.fit.toml` for `NAME.toml`.
@@ -80,6 +83,7 @@ fn verdict_key(v: Verdict) -> &'static str {
     match v {
         Verdict::Identified => "identified",
         Verdict::Flat => "flat",
+        Verdict::Plateau => "plateau",
         Verdict::AtLowerBound => "at-lower-bound",
         Verdict::AtUpperBound => "at-upper-bound",
     }
@@ -106,7 +110,10 @@ impl Experiment {
             None => match super::bundled::lock(&self.file.experiment) {
                 Some(t) => (
                     t.to_owned(),
-                    format!("scenarios/experiments/{}.fit.toml (bundled)", self.file.experiment),
+                    format!(
+                        "scenarios/experiments/{}.fit.toml (bundled)",
+                        self.file.experiment
+                    ),
                 ),
                 None => {
                     self.lock_problem = Some(format!(
@@ -205,7 +212,10 @@ impl Experiment {
                 let (kind, observed) = if let Some(e) =
                     self.file.effects.iter().position(|e| &e.id == id)
                 {
-                    (TargetKind::Effect(e), 1.0 + self.file.effects[e].published_pct / 100.0)
+                    (
+                        TargetKind::Effect(e),
+                        1.0 + self.file.effects[e].published_pct / 100.0,
+                    )
                 } else {
                     let f = self
                         .file
@@ -309,12 +319,17 @@ impl Experiment {
     ) -> Result<CellResult, ReproduceError> {
         let table = self.cell_table_with(cell, seed, overrides)?;
         let scenario = self.validate_cell(cell, &table)?;
-        let run = lab::run(&scenario, &LabOptions { runs: 1, seed: None }).map_err(|source| {
-            ReproduceError::Cell {
-                origin: self.origin.clone(),
-                cell: cell.id.clone(),
-                source: Box::new(source),
-            }
+        let run = lab::run(
+            &scenario,
+            &LabOptions {
+                runs: 1,
+                seed: None,
+            },
+        )
+        .map_err(|source| ReproduceError::Cell {
+            origin: self.origin.clone(),
+            cell: cell.id.clone(),
+            source: Box::new(source),
         })?;
         Ok(CellResult {
             cell: cell.clone(),
@@ -368,7 +383,13 @@ impl Evaluate for ExperimentLab<'_> {
         let next = AtomicUsize::new(0);
         let overrides: Vec<Vec<(usize, f64)>> = points
             .iter()
-            .map(|p| self.unknowns.iter().copied().zip(p.iter().copied()).collect())
+            .map(|p| {
+                self.unknowns
+                    .iter()
+                    .copied()
+                    .zip(p.iter().copied())
+                    .collect()
+            })
             .collect();
         std::thread::scope(|s| {
             for _ in 0..self.jobs.clamp(1, tasks.len().max(1)) {
@@ -422,7 +443,11 @@ pub struct Refit {
 /// Progress of a fit: (points evaluated, best objective).
 pub type Observer<'o> = Box<dyn FnMut(usize, f64) + 'o>;
 
-fn lab_for<'e>(exp: &'e Experiment, seed: u64, jobs: usize) -> Result<Option<ExperimentLab<'e>>, ReproduceError> {
+fn lab_for<'e>(
+    exp: &'e Experiment,
+    seed: u64,
+    jobs: usize,
+) -> Result<Option<ExperimentLab<'e>>, ReproduceError> {
     let unknowns = exp.unknowns();
     if unknowns.is_empty() {
         return Ok(None);
@@ -492,6 +517,16 @@ pub fn refit(
                     .zip(&fit.sensitivity[j].elasticity)
                     .filter(|(t, _)| t.calibrations.contains(i))
                     .map(|(t, e)| (t.id.clone(), if e.is_finite() { round3(*e) } else { 0.0 }))
+                    .collect(),
+                confounded_with: fit
+                    .confounded
+                    .iter()
+                    .filter_map(|&(a, b)| {
+                        (a == j)
+                            .then_some(b)
+                            .or((b == j).then_some(a))
+                            .map(|o| unknowns[o].name.clone())
+                    })
                     .collect(),
             }
         })
