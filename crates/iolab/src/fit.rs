@@ -357,7 +357,7 @@ fn workload_of(
     let sync = m
         .attrs
         .get("ioengine")
-        .filter(|e| SYNC_ENGINES.contains(&e.as_str()));
+        .filter(|_| iolab::vocab::fio_engine_is_sync(&m.attrs));
     let mut set = Vec::new();
     for key in ["rw", "rwmixread", "bs", "iodepth", "numjobs"] {
         let Some(v) = m.attrs.get(key) else { continue };

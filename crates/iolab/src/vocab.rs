@@ -97,7 +97,8 @@ pub fn canonical_metric<'a>(name: &'a str, unit: &'a str, value: f64) -> (&'a st
 
 /// The attributes by which configurations of a workload pair up in `iolab compare` when
 /// their names differ: a configuration's *pairing key* is its `workload` and these
-/// attributes (the job as the tool was told it), compared as typed values. Workloads not
+/// attributes (the job as the tool ran it: a fio job on a synchronous engine at iodepth 1),
+/// compared as typed values. Workloads not
 /// listed pair by name only.
 pub const PAIRING_ATTRS: [(&str, &[&str]); 3] = [
     ("fio", &["rw", "bs", "iodepth", "numjobs"]),
@@ -172,9 +173,28 @@ pub fn pairing_key(attrs: &BTreeMap<String, String>) -> Option<Vec<(String, Valu
     let (_, keys) = PAIRING_ATTRS.iter().find(|(w, _)| *w == workload)?;
     let mut key = vec![("workload".to_owned(), Value::from(workload))];
     for k in keys.iter() {
-        key.push(((*k).to_owned(), typed(k, attrs.get(*k)?)));
+        // A fio job on a synchronous engine runs at depth 1 whatever its iodepth says.
+        let value = if workload == "fio" && *k == "iodepth" && fio_engine_is_sync(attrs) {
+            Value::from(1u64)
+        } else {
+            typed(k, attrs.get(*k)?)
+        };
+        key.push(((*k).to_owned(), value));
     }
     Some(key)
+}
+
+/// fio's engines that complete each I/O before issuing the next (`FIO_SYNCIO` in fio's
+/// engines/sync.c, mmap.c, splice.c): fio caps their queue depth at 1 and says so.
+pub const FIO_SYNC_ENGINES: [&str; 7] = [
+    "sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice",
+];
+
+/// Whether a fio configuration's `ioengine` is synchronous ([`FIO_SYNC_ENGINES`]).
+pub fn fio_engine_is_sync(attrs: &BTreeMap<String, String>) -> bool {
+    attrs
+        .get("ioengine")
+        .is_some_and(|e| FIO_SYNC_ENGINES.contains(&e.as_str()))
 }
 
 /// Whether two configurations agree on every attribute both carry (typed, aliases folded),

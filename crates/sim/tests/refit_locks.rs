@@ -53,3 +53,42 @@ fn every_bundled_calibration_with_a_number_is_a_declared_unknown_or_says_why_not
         }
     }
 }
+
+/// The lab's bonnie++ and USB defaults are the ipmmu-usb experiment's fit (their sources say
+/// so): a refit that moves the fit fails here until the defaults follow it.
+#[test]
+fn the_bonnie_and_usb_defaults_are_the_ipmmu_usb_fit() {
+    use iolab_sim::lab::defaults as d;
+    let lock: FitLock = toml::from_str(bundled::lock("ipmmu-usb").unwrap()).unwrap();
+    let fitted = |p: &str| {
+        lock.fitted
+            .iter()
+            .find(|l| l.parameter == p)
+            .map(|l| l.value)
+            .unwrap_or_else(|| panic!("no fitted {p}"))
+    };
+    assert_eq!(
+        d::BONNIE_PUTC_NS_PER_BYTE.0,
+        fitted("workload.putc_ns_per_byte")
+    );
+    assert_eq!(
+        d::BONNIE_GETC_NS_PER_BYTE.0,
+        fitted("workload.getc_ns_per_byte")
+    );
+    assert_eq!(
+        d::BONNIE_WRITE_PAGE_NS.0 as f64,
+        fitted("workload.write_page_ns")
+    );
+    assert_eq!(
+        d::BONNIE_READ_PAGE_NS.0 as f64,
+        fitted("workload.read_page_ns")
+    );
+    assert_eq!(
+        d::USB_SUPERSPEED.protocol_efficiency.0,
+        fitted("device[0].protocol_efficiency")
+    );
+    assert_eq!(
+        d::USB_COMMAND_OVERHEAD_NS.0 as f64,
+        fitted("device[0].command_overhead_ns")
+    );
+}

@@ -483,27 +483,27 @@ pub const BONNIE_CPU: Sourced<usize> = (
 pub const BONNIE_FLUSHER_CPU: Sourced<usize> = (2, "assumption: the flusher thread on CPU 2");
 /// bonnie `workload.putc_ns_per_byte`.
 pub const BONNIE_PUTC_NS_PER_BYTE: Sourced<f64> = (
-    9.6,
-    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu out_char (82598 K/s at 99% CPU) after the write() costs",
+    9.243,
+    "calibrated (ipmmu-usb, a declared unknown the tool fits: scenarios/experiments/ipmmu-usb.fit.toml): superspeed.no_iommu out_char (82598 K/s at 99% CPU) after the write() costs",
 );
 /// bonnie `workload.getc_ns_per_byte`.
 pub const BONNIE_GETC_NS_PER_BYTE: Sourced<f64> = (
-    11.7,
-    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu in_char (73719 K/s at 98% CPU) after the read() costs",
+    11.82,
+    "calibrated (ipmmu-usb, a declared unknown the tool fits: scenarios/experiments/ipmmu-usb.fit.toml): superspeed.no_iommu in_char (73719 K/s at 98% CPU) after the read() costs",
 );
 /// bonnie `workload.write_page_ns`.
 pub const BONNIE_WRITE_PAGE_NS: Sourced<u64> = (
-    8000,
-    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu out_block %CPU (58%): ext4 write_begin/write_end with delayed allocation, page allocation under reclaim, dirty accounting",
+    8474,
+    "calibrated (ipmmu-usb, a declared unknown the tool fits: scenarios/experiments/ipmmu-usb.fit.toml): superspeed.no_iommu out_block %CPU (58%): ext4 write_begin/write_end with delayed allocation, page allocation under reclaim, dirty accounting",
 );
 /// bonnie `workload.read_page_ns`.
 pub const BONNIE_READ_PAGE_NS: Sourced<u64> = (
-    4000,
-    "calibrated (ipmmu-usb): fitted to superspeed.no_iommu in_block %CPU (32%): readahead page allocation, LRU insertion, page lookup",
+    4163,
+    "calibrated (ipmmu-usb, a declared unknown the tool fits: scenarios/experiments/ipmmu-usb.fit.toml): superspeed.no_iommu in_block %CPU (32%): readahead page allocation, LRU insertion, page lookup",
 );
 /// bonnie `workload.overwrite_page_ns`: derived, `write_page_ns - read_page_ns` (of the
 /// values in effect), so this is only the rule's statement.
-pub const BONNIE_OVERWRITE_PAGE_RULE: &str = "derived: write_page_ns - read_page_ns (4 us by default): a write() into a page already in the page cache (bonnie's rewrite writes back the chunk its read() just brought in; a seek update likewise) skips the page allocation and LRU insertion a new page pays, taken to be what read_page_ns charges a readahead page";
+pub const BONNIE_OVERWRITE_PAGE_RULE: &str = "derived: write_page_ns - read_page_ns (4.3 us by default): a write() into a page already in the page cache (bonnie's rewrite writes back the chunk its read() just brought in; a seek update likewise) skips the page allocation and LRU insertion a new page pays, taken to be what read_page_ns charges a readahead page";
 /// bonnie `workload.writeback_page_ns`.
 pub const BONNIE_WRITEBACK_PAGE_NS: Sourced<u64> = (
     300,
@@ -627,8 +627,8 @@ pub const SWIOTLB_END_WITHOUT_BANKS: Sourced<u64> = (
 
 /// usb `device.command_overhead_ns`.
 pub const USB_COMMAND_OVERHEAD_NS: Sourced<u64> = (
-    30_000,
-    "calibrated (ipmmu-usb; chosen with the SuperSpeed protocol_efficiency against superspeed.no_iommu, but not identified by that row): BOT command handling in host, bridge and SSD besides the link phases (docs/model/ipmmu-usb.md, Calibration)",
+    5004,
+    "calibrated (ipmmu-usb, a declared unknown the tool fits: scenarios/experiments/ipmmu-usb.fit.toml): BOT command handling in host, bridge and SSD besides the link phases; the fit sits at its range's low end (5 us): superspeed.no_iommu's block write asks less per command than any plausible value (docs/model/ipmmu-usb.md, Calibration)",
 );
 /// usb `device.per_segment_ns`.
 pub const USB_PER_SEGMENT_NS: Sourced<u64> = (
@@ -701,8 +701,8 @@ pub const USB_SUPERSPEED: UsbLinkDefaults = UsbLinkDefaults {
     signal_bits_per_s: (5e9, "USB 3.0 SuperSpeed: 5 Gb/s signalling"),
     encoding: (0.8, "USB 3.0: 8b/10b line code"),
     protocol_efficiency: (
-        0.60,
-        "calibrated (ipmmu-usb): fitted to superspeed.no_iommu in_block K/s with command_overhead_ns (30 us) and per_segment_ns (0.5 us) held; it stands for the data phase (packet framing, link commands, burst flow control) and any per-byte device time the model has no mechanism for. The sourced practical bulk ceiling is ~400 MB/s = 0.80 (J. Axelson, USB Complete 4th ed., p. 437); docs/model/ipmmu-usb.md, Calibration",
+        0.56,
+        "calibrated (ipmmu-usb, a declared unknown the tool fits: scenarios/experiments/ipmmu-usb.fit.toml): superspeed.no_iommu in_block K/s, fitted with command_overhead_ns, per_segment_ns (0.5 us) held; it stands for the data phase (packet framing, link commands, burst flow control) and any per-byte device time the model has no mechanism for. The sourced practical bulk ceiling is ~400 MB/s = 0.80 (J. Axelson, USB Complete 4th ed., p. 437); docs/model/ipmmu-usb.md, Calibration",
     ),
     phase_latency_ns: (
         2000,

@@ -143,16 +143,27 @@ impl Experiment {
         let mut problem = None;
         for (i, c) in self.file.calibrations.iter().enumerate() {
             let Some(range) = c.range else { continue };
-            match lock.fitted.iter().find(|l| l.calibration == i) {
-                Some(l)
-                    if l.parameter == c.parameter()
-                        && l.range == range
-                        && l.fitted_to == c.fitted_to
-                        && (range[0]..=range[1]).contains(&l.value) =>
-                {
+            // The entry fitted for this declaration (parameter, range, figures); among
+            // several, the one at this index (an edited copy may have moved it).
+            let same = |l: &&LockedValue| {
+                l.parameter == c.parameter() && l.range == range && l.fitted_to == c.fitted_to
+            };
+            let matching: Vec<&LockedValue> = lock.fitted.iter().filter(same).collect();
+            let entry = match matching.as_slice() {
+                [one] => Some(*one),
+                [] => None,
+                several => several.iter().find(|l| l.calibration == i).copied(),
+            };
+            match entry {
+                Some(l) if (range[0]..=range[1]).contains(&l.value) => {
                     self.fitted[i] = Some(l.clone());
                 }
                 Some(_) => {
+                    problem.get_or_insert(format!(
+                        "calibrations[{i}]'s locked value is outside its range"
+                    ));
+                }
+                None if lock.fitted.iter().any(|l| l.calibration == i) => {
                     problem.get_or_insert(format!(
                         "calibrations[{i}] was fitted for another declaration (parameter, range or fitted_to changed)"
                     ));
