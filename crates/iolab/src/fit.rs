@@ -32,11 +32,6 @@ use iolab_sim::tomlpatch::{get_field, parse_path, set_field, Step};
 
 use crate::db::ResultsDb;
 
-/// fio's engines that complete each I/O before issuing the next (`FIO_SYNCIO`).
-const SYNC_ENGINES: [&str; 7] = [
-    "sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice",
-];
-
 /// What `iolab fit` was asked.
 pub struct FitArgs<'a> {
     /// The base scenario file, or

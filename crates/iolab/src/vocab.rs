@@ -274,6 +274,38 @@ mod tests {
     }
 
     #[test]
+    fn a_synchronous_engine_counts_as_depth_one() {
+        let job = |engine: &str| {
+            attrs(&[
+                ("workload", "fio"),
+                ("rw", "randread"),
+                ("bs", "4k"),
+                ("iodepth", "8"),
+                ("numjobs", "2"),
+                ("ioengine", engine),
+            ])
+        };
+        let lab = |depth: &str| {
+            attrs(&[
+                ("workload", "fio"),
+                ("rw", "randread"),
+                ("bs", "4096"),
+                ("iodepth", depth),
+                ("numjobs", "2"),
+            ])
+        };
+        for engine in FIO_SYNC_ENGINES {
+            assert_eq!(
+                pairing_key(&job(engine)),
+                pairing_key(&lab("1")),
+                "{engine}"
+            );
+        }
+        assert_eq!(pairing_key(&job("libaio")), pairing_key(&lab("8")));
+        assert_ne!(pairing_key(&job("psync")), pairing_key(&lab("8")));
+    }
+
+    #[test]
     fn an_import_and_a_lab_run_of_one_job_have_one_key() {
         let import = attrs(&[
             ("workload", "fio"),
@@ -281,7 +313,7 @@ mod tests {
             ("bs", "4k"),
             ("iodepth", "8"),
             ("numjobs", "2"),
-            ("ioengine", "psync"),
+            ("ioengine", "libaio"),
         ]);
         let lab = attrs(&[
             ("workload", "fio"),
