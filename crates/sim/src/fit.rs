@@ -390,23 +390,27 @@ impl<'a, E: Evaluate> Fitter<'a, E> {
         if groups.len() < 2 {
             return Ok(Vec::new());
         }
-        let mut out = Vec::new();
-        for g in groups {
-            let active: Vec<bool> = self.targets.iter().map(|t| t.group != g).collect();
-            let u = self.minimise(&active)?;
-            let values = self.values_at(&u);
-            let lab = self.lab_at(std::slice::from_ref(&values))?.remove(0);
-            let predicted = (0..self.targets.len())
-                .filter(|&i| !active[i])
-                .map(|i| (i, lab[i]))
-                .collect();
-            out.push(LeftOut {
-                group: g,
-                values,
-                predicted,
-            });
-        }
-        Ok(out)
+        groups
+            .into_iter()
+            .map(|g| self.leave_group_out(g))
+            .collect()
+    }
+
+    /// Refits without the targets of group `group` and predicts them.
+    pub fn leave_group_out(&mut self, group: usize) -> Result<LeftOut, E::Error> {
+        let active: Vec<bool> = self.targets.iter().map(|t| t.group != group).collect();
+        let u = self.minimise(&active)?;
+        let values = self.values_at(&u);
+        let lab = self.lab_at(std::slice::from_ref(&values))?.remove(0);
+        let predicted = (0..self.targets.len())
+            .filter(|&i| !active[i])
+            .map(|i| (i, lab[i]))
+            .collect();
+        Ok(LeftOut {
+            group,
+            values,
+            predicted,
+        })
     }
 
     /// The best position found for the active targets.

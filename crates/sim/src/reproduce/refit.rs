@@ -589,10 +589,10 @@ pub fn cross_validate(
     let plain: Vec<Unknown> = unknowns.iter().map(|(_, u)| u.clone()).collect();
     let mut fitter = Fitter::new(plain, targets.clone(), &mut lab)
         .map_err(|e| ReproduceError::from(exp.doc().field_error("calibrations", e)))?;
-    let left = fitter.leave_one_out()?;
     let mut out = Vec::new();
     for (g, t) in fit_targets.iter().enumerate() {
-        // The unknowns with no other target once this one is out.
+        // The unknowns with no other target once this one is out: refitting would only
+        // guess them, so nothing is predicted.
         let unidentified: Vec<String> = unknowns
             .iter()
             .filter(|(i, _)| {
@@ -603,11 +603,11 @@ pub fn cross_validate(
             })
             .map(|(_, u)| u.name.clone())
             .collect();
-        let predicted = left
-            .iter()
-            .find(|l| l.group == g)
-            .and_then(|l| l.predicted.first().map(|p| p.1))
-            .filter(|_| unidentified.is_empty());
+        let predicted = if unidentified.is_empty() && fit_targets.len() > 1 {
+            fitter.leave_group_out(g)?.predicted.first().map(|p| p.1)
+        } else {
+            None
+        };
         out.push(CrossValidated {
             id: t.id.clone(),
             observed: t.observed,
