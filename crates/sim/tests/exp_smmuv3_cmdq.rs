@@ -226,7 +226,7 @@ fn calibrations_name_a_known_cost_apply_somewhere_and_once_per_cell() {
     let dup = "[[calibrations]]\ncost = \"iommu.cmdq.sync_latency\"\nvalue = 100\n\
                fitted_to = [\"d05_sas8.spinlock\"]\nsource = \"x\"\n\n[[figures]]";
     let t = short().replacen("[[figures]]", dup, 1);
-    let msg = refused(&t, "calibrations[4].cost");
+    let msg = refused(&t, "calibrations[5].cost");
     assert!(msg.contains("calibrations[1]"), "{msg}");
     // Both a field and a cost, or neither.
     let t = replace_once(
@@ -704,8 +704,8 @@ fn uncalibrated(text: &str) -> String {
 #[test]
 fn calibrated_sync_latency_reproduces_the_spinlock_baseline() {
     // Full-length run of the bundled file: the fitted D05 sync latency brings the SAS
-    // spinlock figure as close to the published 839K as the model allows (~6.6% low, on
-    // the plateau below which a shorter sync gains nothing, docs/model/smmuv3-cmdq.md),
+    // spinlock figure as close to the published 839K as the model allows (~6.6% low: below
+    // ~330 ns a shorter sync gains the SAS row nothing, docs/model/smmuv3-cmdq.md),
     // where the profile's 500 ns makes the lock bind and misses by more than 15%.
     let report = run(bundled_text());
     let spin = report
@@ -776,7 +776,7 @@ fn calibration_touches_only_the_declared_parameter_and_platform() {
         let fitted = locked("device[0].hba_command_ns");
         assert_eq!(hba, id.starts_with("d05_sas8").then_some(fitted), "{id}");
     }
-    // The report declares exactly the four fitted parameters.
+    // The report declares exactly the five fitted parameters.
     let mut params: Vec<&str> = with
         .calibrated
         .iter()
@@ -788,6 +788,7 @@ fn calibration_touches_only_the_declared_parameter_and_platform() {
         [
             "device[0].hba_command_ns",
             "iommu.cmdq.sync_latency (hisilicon-d05)",
+            "workload.first_cpu",
             "workload.iodepth",
             "workload.numjobs"
         ]
