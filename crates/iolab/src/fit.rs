@@ -69,7 +69,11 @@ struct RunTarget {
     config: String,
     table: toml::Table,
     origin: String,
+    /// The run's figures: (its metric name, observed value).
     metrics: Vec<(String, f64)>,
+    /// Each figure's name in the lab's measurement (a re-aim row's `reaim.jobs_per_min` is
+    /// the lab's `reaim.usersN.jpm`).
+    lab_names: Vec<String>,
     notes: Vec<String>,
 }
 
@@ -123,12 +127,19 @@ fn fit(args: &FitArgs<'_>) -> Result<(), Stop> {
         }
     }
 
+    // A run given twice (two of its configurations) names the configuration too.
+    let shared = |id: i64| runs.iter().filter(|r| r.run == id).count() > 1;
     let targets: Vec<Target> = runs
         .iter()
         .enumerate()
         .flat_map(|(g, r)| {
+            let who = if shared(r.run) {
+                format!("run {}:{}", r.run, r.config)
+            } else {
+                format!("run {}", r.run)
+            };
             r.metrics.iter().map(move |(m, v)| Target {
-                name: format!("run {} {m}", r.run),
+                name: format!("{who} {m}"),
                 observed: *v,
                 group: g,
             })
@@ -285,14 +296,14 @@ fn run_target(
     let m = crate::reproduce::stored_measurement(db, run, config)
         .map_err(|e| bad(format!("--to {spec}: {e}")))?;
     let names: Vec<String> = if args.metrics.is_empty() {
-        let defaults: Vec<String> = ["read.iops", "write.iops"]
+        let defaults: Vec<String> = ["read.iops", "write.iops", "reaim.jobs_per_min"]
             .iter()
             .filter(|n| m.get(n).is_some())
             .map(|n| (*n).to_owned())
             .collect();
         if defaults.is_empty() {
             return Err(bad(format!(
-                "--to {spec}: run {run} has no read.iops or write.iops to fit to by default: name the figures with --metric (it has {})",
+                "--to {spec}: run {run} has no read.iops, write.iops or reaim.jobs_per_min to fit to by default: name the figures with --metric (it has {})",
                 metric_names(&m)
             )));
         }
@@ -316,12 +327,24 @@ fn run_target(
     if !args.as_is {
         workload_of(&m, &mut table, &mut notes).map_err(|e| bad(format!("--to {spec}: {e}")))?;
     }
+    // A re-aim row (one user count) is the lab run's row of that count.
+    let users = (m.attrs.get("workload").map(String::as_str) == Some("reaim"))
+        .then(|| m.attrs.get("users").and_then(|u| u.parse::<u64>().ok()))
+        .flatten();
+    let lab_names = metrics
+        .iter()
+        .map(|(name, _)| match users {
+            Some(n) => iolab::vocab::reaim_row_metric(n, name),
+            None => name.clone(),
+        })
+        .collect();
     Ok(RunTarget {
         run,
         config: m.config.clone(),
         table,
         origin: format!("{origin} (as run {run}, {})", m.config),
         metrics,
+        lab_names,
         notes,
     })
 }
@@ -334,19 +357,33 @@ fn metric_names(m: &Measurement) -> String {
         .join(", ")
 }
 
-/// Sets the fio workload's fields from a fio run's job options.
+/// Sets the scenario's workload from the run's own: a fio job's options, or a re-aim row's
+/// user count (the ramp becomes that one count).
 fn workload_of(
     m: &Measurement,
     table: &mut toml::Table,
     notes: &mut Vec<String>,
 ) -> Result<(), String> {
-    let is_fio = |t: &toml::Table| {
+    let kind = |t: &toml::Table| {
         t.get("workload")
             .and_then(|w| w.get("kind"))
             .and_then(toml::Value::as_str)
-            == Some("fio")
+            .map(str::to_owned)
     };
-    if m.attrs.get("workload").map(String::as_str) != Some("fio") || !is_fio(table) {
+    let run_kind = m.attrs.get("workload").map(String::as_str);
+    if run_kind == Some("reaim") && kind(table).as_deref() == Some("reaim") {
+        if let Some(users) = m.attrs.get("users").and_then(|u| u.parse::<i64>().ok()) {
+            for key in ["start", "end"] {
+                let steps = parse_path(&format!("workload.{key}")).map_err(|e| e.to_string())?;
+                set_field(table, &steps, toml::Value::Integer(users), true)?;
+            }
+            notes.push(format!(
+                "its row of {users} users set workload.start = workload.end = {users}"
+            ));
+        }
+        return Ok(());
+    }
+    if run_kind != Some("fio") || kind(table).as_deref() != Some("fio") {
         return Ok(());
     }
     let sync = m
@@ -496,7 +533,7 @@ impl Evaluate for LabRuns<'_> {
                     let out = crate::sweep::run_scenario_text(text, &run.origin, &options)
                         .map_err(|e| Stop(if e.is_bad_input() { 2 } else { 1 }, e.to_string()))
                         .and_then(|report| {
-                            lab_measurement(report.measurements, &run.metrics, &run.origin)
+                            lab_measurement(report.measurements, &run.lab_names, &run.origin)
                         });
                     if out.is_err() {
                         stop.store(true, Ordering::Relaxed);
@@ -515,7 +552,7 @@ impl Evaluate for LabRuns<'_> {
                 .flatten()
                 .unwrap_or_else(|| Err(Stop(1, "a lab run stopped early".to_owned())))?;
             self.lab_runs += 1;
-            for (name, _) in &self.runs[*r].metrics {
+            for name in &self.runs[*r].lab_names {
                 out[*p].push(m.get(name).map_or(f64::NAN, |x| x.value));
             }
         }
@@ -526,17 +563,17 @@ impl Evaluate for LabRuns<'_> {
 /// The lab measurement holding every metric fitted (the first that does).
 fn lab_measurement(
     ms: Vec<Measurement>,
-    metrics: &[(String, f64)],
+    names: &[String],
     origin: &str,
 ) -> Result<Measurement, Stop> {
-    let has_all = |m: &Measurement| metrics.iter().all(|(n, _)| m.get(n).is_some());
+    let has_all = |m: &Measurement| names.iter().all(|n| m.get(n).is_some());
     match ms.iter().position(has_all) {
         Some(i) => Ok(ms.into_iter().nth(i).expect("index from position")),
         None => {
-            let missing: Vec<&str> = metrics
+            let missing: Vec<&str> = names
                 .iter()
-                .filter(|(n, _)| !ms.first().is_some_and(|m| m.get(n).is_some()))
-                .map(|(n, _)| n.as_str())
+                .filter(|n| !ms.first().is_some_and(|m| m.get(n).is_some()))
+                .map(String::as_str)
                 .collect();
             Err(bad(format!(
                 "--metric {}: the lab's run of {origin} has no such metric (it has {})",

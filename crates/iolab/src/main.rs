@@ -388,9 +388,10 @@ enum Command {
     /// Each --to RUN[:CONFIG] is a stored measurement (`iolab runs list`), typically a real
     /// tool's output brought in by `iolab import`. Its lab twin is the scenario, with a fio
     /// run's own job options (rw, rwmixread, bs, iodepth, numjobs) set on the fio workload
-    /// (a synchronous engine such as psync runs at iodepth 1, as fio caps it); --as-is keeps
-    /// the scenario's workload. The figures are the --metric names (default: the runs'
-    /// read.iops and write.iops). Each --unknown FIELD=LO..HI is a scenario field (a dotted
+    /// (a synchronous engine such as psync runs at iodepth 1, as fio caps it), or a re-aim
+    /// row's user count as the ramp; --as-is keeps the scenario's workload. The figures are
+    /// the --metric names (default: the runs' read.iops, write.iops or reaim.jobs_per_min;
+    /// a re-aim row's metric is the lab row's of its user count). Each --unknown FIELD=LO..HI is a scenario field (a dotted
     /// path, as sweeps take it: device[0].read_latency_us, kernel.block_complete_ns,
     /// machine.costs."iommu.cmdq.sync_latency".value) searched within its range: a grid,
     /// then golden-section coordinate search, deterministic, every point a lab run of every
@@ -412,7 +413,7 @@ enum Command {
         /// (a fio job's name). Repeat for several runs, fitted together.
         #[arg(long = "to", value_name = "RUN[:CONFIG]", required = true)]
         to: Vec<String>,
-        /// A metric to fit (repeatable; default: read.iops and write.iops where the run has them).
+        /// A metric to fit (repeatable; default: read.iops, write.iops and reaim.jobs_per_min where the run has them).
         #[arg(long = "metric", value_name = "METRIC")]
         metric: Vec<String>,
         /// An unknown scenario field and its range (repeatable, at most 4).

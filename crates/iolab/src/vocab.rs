@@ -184,6 +184,22 @@ pub fn pairing_key(attrs: &BTreeMap<String, String>) -> Option<Vec<(String, Valu
     Some(key)
 }
 
+/// The name a lab re-aim run gives to metric `metric` of the row of `users` users, as `iolab
+/// import reaim` names it in that row: `reaim.jobs_per_min` -> `reaim.users100.jpm`,
+/// `reaim.jobs_per_min_per_child` -> `reaim.users100.jpm_per_child`, `reaim.X` ->
+/// `reaim.users100.X` (a lab run holds every row in one measurement).
+pub fn reaim_row_metric(users: u64, metric: &str) -> String {
+    let Some(what) = metric.strip_prefix("reaim.") else {
+        return metric.to_owned();
+    };
+    let lab = match what {
+        "jobs_per_min" => "jpm",
+        "jobs_per_min_per_child" => "jpm_per_child",
+        w => w,
+    };
+    format!("reaim.users{users}.{lab}")
+}
+
 /// fio's engines that complete each I/O before issuing the next (`FIO_SYNCIO` in fio's
 /// engines/sync.c, mmap.c, splice.c): fio caps their queue depth at 1 and says so.
 pub const FIO_SYNC_ENGINES: [&str; 7] = [
@@ -271,6 +287,23 @@ mod tests {
         assert_eq!(typed("something", "2.5"), Value::from(2.5));
         assert_eq!(typed("something", "x"), Value::from("x"));
         assert_eq!(typed("bs", "odd"), Value::from("odd"));
+    }
+
+    #[test]
+    fn a_reaim_row_metric_is_the_lab_runs_row_metric() {
+        assert_eq!(
+            reaim_row_metric(100, "reaim.jobs_per_min"),
+            "reaim.users100.jpm"
+        );
+        assert_eq!(
+            reaim_row_metric(200, "reaim.jobs_per_min_per_child"),
+            "reaim.users200.jpm_per_child"
+        );
+        assert_eq!(
+            reaim_row_metric(300, "reaim.child_sys_s"),
+            "reaim.users300.child_sys_s"
+        );
+        assert_eq!(reaim_row_metric(300, "cpu.sys_pct"), "cpu.sys_pct");
     }
 
     #[test]

@@ -304,3 +304,49 @@ fn bad_input_is_refused_naming_it() {
         assert!(!o.exists(), "{args:?} wrote a file");
     }
 }
+
+#[test]
+fn a_reaim_row_is_fitted_to_the_lab_run_of_its_user_count() {
+    let dir = temp_dir("fit-reaim");
+    let db = dir.join("r.db");
+    let data =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reaim-sba-vmerge-novmerge.txt");
+    let out = iolab(&["--db", s(&db), "import", "reaim", s(&data)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = fit(
+        &db,
+        &[
+            "--example",
+            "reaim-scsi-sba",
+            "--to",
+            "1:users_100",
+            "--to",
+            "1:users_200",
+            "--unknown",
+            "workload.user_scale=1..100",
+            "-o",
+            s(&dir.join("f.toml")),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    // Each row's own user count ran, and its jobs per minute is the figure.
+    assert!(
+        stderr(&out).contains("workload.start = workload.end = 200"),
+        "{}",
+        stderr(&out)
+    );
+    let residuals: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("run 1:users_") && l.contains("reaim.jobs_per_min"))
+        .map(|l| {
+            l.split_whitespace()
+                .last()
+                .and_then(|r| r.trim_end_matches('%').parse().ok())
+                .unwrap_or_else(|| panic!("{l}"))
+        })
+        .collect();
+    assert_eq!(residuals.len(), 2, "{text}");
+    assert!(residuals.iter().all(|r| r.abs() < 5.0), "{text}");
+    assert!(text.contains("identified"), "{text}");
+}
