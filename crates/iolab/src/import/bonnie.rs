@@ -99,6 +99,13 @@ const V198: Layout = Layout {
 
 /// Parses bonnie++ CSV output.
 pub fn parse(text: &str) -> Result<Vec<Measurement>, ImportError> {
+    // bonnie++ without -q prints its human-readable table before the CSV line: the table's
+    // lines (no commas) are skipped, and a file of the table alone is named as such rather
+    // than called a truncated CSV.
+    let text_report = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .filter(|l| l.split_whitespace().next() == Some("Version") && !l.contains(','));
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -106,7 +113,16 @@ pub fn parse(text: &str) -> Result<Vec<Measurement>, ImportError> {
         if l.trim().is_empty() || l.starts_with("name,") || l.starts_with("format_version,") {
             continue;
         }
+        if text_report.is_some() && !l.contains(',') {
+            continue;
+        }
         out.push(row(l, line)?);
+    }
+    if let (true, Some(first)) = (out.is_empty(), text_report) {
+        return Err(ImportError::Empty(format!(
+            "this is bonnie++'s text report (`{}`) without its CSV line: import the CSV line bonnie++ prints after the table (with -q it prints only that)",
+            first.trim()
+        )));
     }
     if out.is_empty() {
         return Err(ImportError::Empty(
@@ -266,6 +282,21 @@ fn latency_ns(field: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_text_report_is_named_as_such() {
+        let text = "Version  2.00a      ------Sequential Output------ --Sequential Input- --Random-\n\
+                    -Per Chr- --Block-- -Rewrite- -Per Chr- --Block-- --Seeks--\n";
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.contains("text report") && e.contains("CSV"), "{e}");
+        assert!(!e.contains("truncated"), "{e}");
+        // The whole standard output (table, then the CSV line) imports the CSV line.
+        let both = format!(
+            "{text}host,512M,82598,99,242161,58,102489,25,73719,98,254089,32,2133.3,6,\
+             16,385,20,+++++,+++,390,15,380,19,+++++,+++,300,12\n"
+        );
+        assert_eq!(parse(&both).unwrap().len(), 1);
+    }
 
     #[test]
     fn a_103_row_with_plus_fields_has_those_metrics_absent() {
