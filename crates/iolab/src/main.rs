@@ -261,10 +261,12 @@ enum Command {
         #[arg(long)]
         label: Option<String>,
         /// An attribute of every imported configuration, saying what the real machine and
-        /// run were (`--attr iommu_mode=off --attr virt_merge=false`; repeat for several).
-        /// `iolab compare` breaks a tie between lab configurations of the same job by the
-        /// attributes both sides carry (docs/VOCABULARY.md, Pairing).
-        #[arg(long = "attr", value_name = "KEY=VALUE")]
+        /// run were (`--attr iommu_mode=off --attr virt_merge=false`; repeat for several),
+        /// or with `CONFIG:` of one configuration only (a row of a multi-row bonnie++ CSV:
+        /// `--attr superspeed:usb_speed=superspeed`). `iolab compare` breaks a tie between
+        /// lab configurations of the same job by the attributes both sides carry
+        /// (docs/VOCABULARY.md, Pairing).
+        #[arg(long = "attr", value_name = "[CONFIG:]KEY=VALUE")]
         attrs: Vec<String>,
         #[command(flatten)]
         store: DbArg,

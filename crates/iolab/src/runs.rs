@@ -35,11 +35,22 @@ impl ImportTool {
     }
 }
 
-/// One `--attr KEY=VALUE`: a key of lowercase letters, digits, `_` and `.`, and a value.
-fn parse_attr(text: &str) -> Result<(String, String), String> {
-    let (k, v) = text
-        .split_once('=')
-        .ok_or_else(|| format!("--attr `{text}`: expected KEY=VALUE (e.g. iommu_mode=off)"))?;
+/// One `--attr [CONFIG:]KEY=VALUE`: an optional configuration it is limited to (a row of
+/// a multi-row file, by the name the import gives it), a key of lowercase letters, digits,
+/// `_` and `.`, and a value.
+fn parse_attr(text: &str) -> Result<(Option<String>, String, String), String> {
+    let (k, v) = text.split_once('=').ok_or_else(|| {
+        format!("--attr `{text}`: expected [CONFIG:]KEY=VALUE (e.g. iommu_mode=off, superspeed:usb_speed=superspeed)")
+    })?;
+    let (config, k) = match k.rsplit_once(':') {
+        Some((c, k)) if !c.trim().is_empty() => (Some(c.trim().to_owned()), k),
+        Some(_) => {
+            return Err(format!(
+                "--attr `{text}`: expected a configuration name before `:`"
+            ))
+        }
+        None => (None, k),
+    };
     let k = k.trim();
     let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.';
     if k.is_empty() || !k.chars().all(ok) {
@@ -50,12 +61,12 @@ fn parse_attr(text: &str) -> Result<(String, String), String> {
     if v.trim().is_empty() {
         return Err(format!("--attr `{text}`: expected a value after `=`"));
     }
-    Ok((k.to_owned(), v.trim().to_owned()))
+    Ok((config, k.to_owned(), v.trim().to_owned()))
 }
 
 /// `iolab import TOOL FILE`: parses the whole file first, then stores it in one
 /// transaction; a bad file stores nothing (exit code 2). `attrs` (`KEY=VALUE`) are added
-/// to every imported configuration.
+/// to every imported configuration, `CONFIG:KEY=VALUE` to configuration `CONFIG` only.
 pub fn import(
     db_path: &Path,
     tool: ImportTool,
@@ -90,9 +101,22 @@ pub fn import(
     };
     let measurements = match parsed {
         Ok(mut m) => {
-            for x in &mut m {
-                for (k, v) in &extra {
-                    x.attrs.insert(k.clone(), v.clone());
+            for (config, k, v) in &extra {
+                if let Some(c) = config {
+                    if !m.iter().any(|x| &x.config == c) {
+                        let names: Vec<String> =
+                            m.iter().map(|x| format!("\"{}\"", x.config)).collect();
+                        eprintln!(
+                            "iolab import {name}: --attr {c}:{k}={v}: {shown} has no configuration \"{c}\" (it has {}); nothing stored",
+                            names.join(", ")
+                        );
+                        return ExitCode::from(2);
+                    }
+                }
+                for x in &mut m {
+                    if config.as_ref().map_or(true, |c| c == &x.config) {
+                        x.attrs.insert(k.clone(), v.clone());
+                    }
                 }
             }
             m

@@ -290,3 +290,56 @@ fn a_bonnie_metric_has_one_unit_in_lab_runs_imports_and_experiment_figures() {
     assert!(!text.contains("unit = \"K/s\""));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn each_row_of_a_multi_row_bonnie_csv_pairs_by_its_own_attributes() {
+    let dir = temp_dir("bonnie-rows");
+    let db = dir.join("r.db");
+    let csv = data("bonnie-1.03-ipmmu-usb-noiommu.csv");
+    ok(&iolab(&[
+        "--db",
+        s(&db),
+        "import",
+        "bonnie",
+        s(&csv),
+        "--attr",
+        "iommu_mode=off",
+        "--attr",
+        "superspeed:usb_speed=superspeed",
+        "--attr",
+        "highspeed:usb_speed=highspeed",
+    ]));
+    ok(&iolab(&["--db", s(&db), "reproduce", "ipmmu-usb"]));
+    let json = compare(&db, "g1", "3");
+    let pairs = json["paired_by_attributes"].as_array().expect("pairs");
+    let pair = |a: &str| {
+        pairs
+            .iter()
+            .find(|p| p["a"] == a)
+            .unwrap_or_else(|| panic!("{a} unpaired: {json}"))["b"]
+            .clone()
+    };
+    assert_eq!(pair("superspeed"), "superspeed.no_iommu");
+    assert_eq!(pair("highspeed"), "highspeed.no_iommu");
+    // A row the file does not have is refused, and nothing is stored.
+    let out = iolab(&[
+        "--db",
+        s(&db),
+        "import",
+        "bonnie",
+        s(&csv),
+        "--attr",
+        "superfast:usb_speed=x",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no configuration \"superfast\""),
+        "{}",
+        stderr(&out)
+    );
+    let listed = iolab(&["--db", s(&db), "runs", "list"]);
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).lines().count(),
+        1 + 3
+    );
+}

@@ -285,7 +285,8 @@ mod tests {
 
     #[test]
     fn the_text_report_is_named_as_such() {
-        let text = "Version  2.00a      ------Sequential Output------ --Sequential Input- --Random-\n\
+        let text =
+            "Version  2.00a      ------Sequential Output------ --Sequential Input- --Random-\n\
                     -Per Chr- --Block-- -Rewrite- -Per Chr- --Block-- --Seeks--\n";
         let e = parse(text).unwrap_err().to_string();
         assert!(e.contains("text report") && e.contains("CSV"), "{e}");
