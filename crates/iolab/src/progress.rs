@@ -1,7 +1,9 @@
 //! Progress bars with an ETA on standard error (`indicatif`), for the commands that can run
-//! longer than a few seconds: `soak`, `sweep`, `reproduce` and `run` with `--runs N`; a
-//! workload run (`run`, a repetition) also says how much of its virtual time is done (fio
-//! workloads; `iolab_sim::progress`), or off a terminal prints that once a minute.
+//! longer than a few seconds: `soak`, `sweep`, `reproduce`, `fit` and `run` with `--runs N`;
+//! a workload run (`run`, a repetition) also says how much of its virtual time is done (fio,
+//! netperf on POWER and dma_map_benchmark workloads, which run to a set virtual time;
+//! `iolab_sim::progress`), or off a terminal prints that once a minute. bonnie++ and re-aim
+//! runs end when their work does, so they show the elapsed time only.
 //!
 //! A bar is drawn only when standard error is a terminal and `--quiet` was not given;
 //! otherwise it is hidden and costs nothing, so redirected output and scripts see only the

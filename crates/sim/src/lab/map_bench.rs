@@ -187,7 +187,7 @@ pub(crate) fn run(
         sim.spawn_on(i % s.cpus, move |ctx| thread_loop(ctx, sh, i as u64))?;
     }
     let before = sim.report();
-    let after = sim.run_until(end)?;
+    let after = sim.run_until_observed(end, end)?;
     let end_ns = sim.run()?.end.as_ns();
     if let Some(e) = stack.error.borrow().clone() {
         return Err(LabError::Model(e));

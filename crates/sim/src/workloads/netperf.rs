@@ -481,7 +481,8 @@ pub fn run_stream(
             }
         }
     }
-    let report = sim.run_until(SimTime(cfg.run_ns + 1_000_000))?;
+    let end = SimTime(cfg.run_ns + 1_000_000);
+    let report = sim.run_until_observed(end, end)?;
     // The remaining queues' pages stay mapped to the end (the model is dropped with them).
     drop(rings);
     let mut meas = shared.hooks.meas.borrow_mut();
