@@ -302,7 +302,9 @@ mod vtd {
         // IQA: the base, 128-bit descriptors, QS 0 (one page of 256).
         assert_eq!(d.iqa(), q);
         assert_eq!(d.fsts() & fsts::IQE, fsts::IQE);
-        assert_eq!(d.iqercd() & 0xF, 1);
+        // IQEI 3: invalid descriptor type (Intel's IQERCD_REG reference: 1 invalid tail
+        // pointer, 2 fetch error, 3 invalid type, 4 reserved field, 5 invalid width).
+        assert_eq!(d.iqercd() & 0xF, 3);
         assert_eq!((status_of(1), status_of(2)), (1, 0));
         // Stalled while IQE is set, even with the descriptor fixed.
         put(
@@ -316,10 +318,10 @@ mod vtd {
         assert_eq!(d.process_queue(), 2);
         assert_eq!(status_of(2), 2);
         assert_eq!(d.iqh(), d.iqt());
-        // A misaligned tail is an error too (IQEI 2).
+        // A misaligned tail is an error too (IQEI 1: invalid tail pointer).
         d.write_iqt(3 * 16 + 8, &mut w);
         assert_eq!(d.fsts() & fsts::IQE, fsts::IQE);
-        assert_eq!(d.iqercd() & 0xF, 2);
+        assert_eq!(d.iqercd() & 0xF, 1);
         assert_eq!(d.stats().queue_errors, 2);
     }
 

@@ -56,9 +56,10 @@
 //! - wait: with SW, writes STDATA to STADDR; with IF, sets ICS.IWC.
 //!
 //! A descriptor that does not decode (unknown type, reserved bits, reserved granularity)
-//! stops the queue: FSTS.IQE set, IQERCD.IQEI = 1, IQH left pointing at it, and nothing
-//! more is fetched until software clears IQE. A tail that is not a multiple of 16 sets IQE
-//! with IQEI = 2.
+//! stops the queue: FSTS.IQE set, IQERCD.IQEI = 3 (a type the model does not implement) or
+//! 4 (reserved bits or granularity; `spec::iqei`), IQH left pointing at it, and nothing
+//! more is fetched until software clears IQE. A tail that is not a multiple of 16, or lies
+//! beyond the queue, sets IQE with IQEI = 1 (invalid tail pointer).
 //!
 //! The hardware runs only when asked ([`Dmar::process_queue`]): the driver
 //! ([`Dmar::qi_submit_sync`], in `invalidator`) asks between its polls, which stands for
@@ -604,14 +605,14 @@ impl Dmar {
         r.fsts &= !(w1c & (fsts::PFO | fsts::IQE | fsts::ICE | fsts::ITE));
     }
 
-    /// Software writes IQT: one `mmio_writes`. A tail not aligned to a 128-bit descriptor
-    /// raises IQE (IQEI 2).
+    /// Software writes IQT: one `mmio_writes`. A tail not aligned to a 128-bit descriptor, or
+    /// beyond the queue, raises IQE (IQEI 1, invalid tail pointer).
     pub fn write_iqt(&self, tail: u64, work: &mut WorkRecord) {
         work.mmio_writes += 1;
         let mut r = self.regs.lock();
         if tail % 16 != 0 || tail >= self.config.qi_entries as u64 * 16 {
             r.fsts |= fsts::IQE;
-            r.iqercd = spec::iqercd_encode(iqei::TAIL_MISALIGNED, 0, 0);
+            r.iqercd = spec::iqercd_encode(iqei::INVALID_TAIL, 0, 0);
             self.stats.lock().queue_errors += 1;
             return;
         }
@@ -1091,7 +1092,7 @@ impl Dmar {
     // -----------------------------------------------------------------------------------
 
     /// The hardware consumes descriptors from IQH to IQT, in order, until the queue is
-    /// empty or a descriptor does not decode (then FSTS.IQE, IQERCD.IQEI = 1, IQH left at
+    /// empty or a descriptor does not decode (then FSTS.IQE, IQERCD.IQEI 3 or 4, IQH left at
     /// it). Nothing is fetched while IQE is set. Returns the descriptors completed.
     pub fn process_queue(&self) -> usize {
         let mut r = self.regs.lock();
@@ -1106,9 +1107,9 @@ impl Dmar {
                     r.iqh = (r.iqh + 16) % size;
                     done += 1;
                 }
-                Err(_) => {
+                Err(e) => {
                     r.fsts |= fsts::IQE;
-                    r.iqercd = spec::iqercd_encode(iqei::INVALID_DESCRIPTOR, 0, 0);
+                    r.iqercd = spec::iqercd_encode(iqei::of(&e), 0, 0);
                     self.stats.lock().queue_errors += 1;
                 }
             }

@@ -1544,13 +1544,34 @@ pub const fn iqercd_encode(iqei: u8, itesid: u16, icesid: u16) -> u64 {
     (iqei as u64 & 0xF) | ((itesid as u64) << 32) | ((icesid as u64) << 48)
 }
 
-/// IQEI codes the model sets.
+/// IQEI codes (IQERCD bits 3:0), as Intel's register reference for VT-d units gives them
+/// (e.g. "IQ Error Info register (IQERCD_REG)", 14th Generation Intel Core processors,
+/// CFG and MEM registers): 0 info not available (older hardware), 1 invalid tail pointer,
+/// 2 descriptor fetch error, 3 invalid descriptor type, 4 reserved-field violation in a
+/// valid descriptor type, 5 invalid descriptor width in IQA. Linux prints the value raw
+/// (`qi_dump_fault`: "Invalidation Queue Error: Reason %llx") and defines no names.
 pub mod iqei {
-    /// 1: the descriptor at IQH has an invalid type or reserved bits set (VT-d spec 11.4.9.9:
-    /// "invalid information in descriptor"; from memory, unverified).
-    pub const INVALID_DESCRIPTOR: u8 = 1;
-    /// 2: IQT is not aligned for the descriptor width (from memory, unverified).
-    pub const TAIL_MISALIGNED: u8 = 2;
+    /// 0: no detail (hardware before the field existed).
+    pub const INFO_NOT_AVAILABLE: u8 = 0;
+    /// 1: the tail pointer is invalid (beyond the queue, or not aligned to a descriptor).
+    pub const INVALID_TAIL: u8 = 1;
+    /// 2: fetching the descriptor failed.
+    pub const FETCH_ERROR: u8 = 2;
+    /// 3: the descriptor's type is invalid (here: one the model does not implement).
+    pub const INVALID_TYPE: u8 = 3;
+    /// 4: a valid descriptor type with a reserved field set (a reserved granularity too).
+    pub const RESERVED_FIELD: u8 = 4;
+    /// 5: the descriptor width programmed in IQA is invalid.
+    pub const INVALID_WIDTH: u8 = 5;
+
+    /// The code for a descriptor that does not decode.
+    pub fn of(error: &super::DescDecodeError) -> u8 {
+        match error {
+            super::DescDecodeError::UnknownType { .. } => INVALID_TYPE,
+            super::DescDecodeError::BadGranularity { .. }
+            | super::DescDecodeError::Reserved { .. } => RESERVED_FIELD,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -2034,8 +2055,32 @@ mod tests {
         assert_eq!(iqa_encode(0x8000_0000, false, 0), 0x8000_0000);
         assert_eq!(iqa_encode(0x8000_0000, true, 1), 0x8000_0801);
         assert_eq!(
-            iqercd_encode(iqei::INVALID_DESCRIPTOR, 0x0100, 0x0200),
-            0x0200_0100_0000_0001
+            iqercd_encode(iqei::RESERVED_FIELD, 0x0100, 0x0200),
+            0x0200_0100_0000_0004
+        );
+        // Intel's IQERCD_REG values (see `iqei`), not a round trip of the constants.
+        assert_eq!(
+            [
+                iqei::INFO_NOT_AVAILABLE,
+                iqei::INVALID_TAIL,
+                iqei::FETCH_ERROR,
+                iqei::INVALID_TYPE,
+                iqei::RESERVED_FIELD,
+                iqei::INVALID_WIDTH
+            ],
+            [0, 1, 2, 3, 4, 5]
+        );
+        assert_eq!(
+            iqei::of(&DescDecodeError::UnknownType { ty: 9 }),
+            iqei::INVALID_TYPE
+        );
+        assert_eq!(
+            iqei::of(&DescDecodeError::Reserved {
+                ty: 2,
+                word: 0,
+                bits: 1 << 20
+            }),
+            iqei::RESERVED_FIELD
         );
     }
 }
