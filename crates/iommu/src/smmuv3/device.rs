@@ -508,6 +508,8 @@ impl Smmuv3 {
             ttb: lpae.root_pa(),
             granule: table.granule,
             t0sz: (64 - table.ias) as u8,
+            oas: table.oas,
+            coherent_walk: table.coherent_walk,
         };
         let granule_shift = lpae.granule_shift();
         let wrapper = Smmuv3PageTable {
