@@ -279,14 +279,7 @@ pub fn reproduce(
     db_path: Option<&Path>,
     emit: Option<&Path>,
 ) -> ExitCode {
-    let wanted: Vec<String> = if names.is_empty() {
-        reproduce::default_names()
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
-    } else {
-        names.to_vec()
-    };
+    let wanted = wanted_names(names);
     let mut selected = Vec::with_capacity(wanted.len());
     for name in &wanted {
         match select(name, db_path) {
@@ -340,6 +333,18 @@ pub fn reproduce(
     print_reports(&reports, &spreads, json, summary)
 }
 
+/// The experiments named on the command line, or the published ones when none is.
+fn wanted_names(names: &[String]) -> Vec<String> {
+    if names.is_empty() {
+        reproduce::default_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    } else {
+        names.to_vec()
+    }
+}
+
 /// `iolab reproduce --refit` (`write_lock`) or `--cross-validate`: fits each selected
 /// experiment's declared unknowns ([`reproduce::refit`]) and writes its lock file, or
 /// reports the leave-one-out predictions of its calibration figures.
@@ -350,14 +355,7 @@ pub fn refit(
     write_lock: bool,
     db_path: Option<&Path>,
 ) -> ExitCode {
-    let wanted: Vec<String> = if names.is_empty() {
-        reproduce::default_names()
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
-    } else {
-        names.to_vec()
-    };
+    let wanted = wanted_names(names);
     let jobs = jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);

@@ -10,6 +10,7 @@
 
 mod common;
 use common::value;
+use common::with_calibration_value;
 
 use std::sync::OnceLock;
 
@@ -40,22 +41,6 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
         "the experiment file no longer has `{from}` once"
     );
     text.replacen(from, to, 1)
-}
-
-/// `text` with declared unknown `field` (a calibration with a `range`) given as `value`
-/// instead: what the calibration's value would be if the fit had found it.
-fn with_calibration_value(text: &str, field: &str, value: &str) -> String {
-    let at = format!("field = \"{field}\"\nrange = [");
-    let start = text
-        .find(&at)
-        .unwrap_or_else(|| panic!("the experiment file no longer declares `{field}` unknown"));
-    let range_start = start + at.len() - "range = [".len();
-    let range_end = range_start + text[range_start..].find('\n').expect("a line");
-    format!(
-        "{}value = {value}{}",
-        &text[..range_start],
-        &text[range_end..]
-    )
 }
 
 /// `text` with `line` added to the base workload (`[base.workload]`).

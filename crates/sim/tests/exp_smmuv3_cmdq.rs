@@ -5,6 +5,7 @@
 
 mod common;
 use common::value as v;
+use common::with_calibration_value;
 
 use iolab_sim::cost::PlatformProfile;
 use iolab_sim::experiment::{ExperimentOptions, ExperimentReport, Role};
@@ -25,22 +26,6 @@ fn replace_n(text: &str, from: &str, to: &str, n: usize) -> String {
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     replace_n(text, from, to, 1)
-}
-
-/// `text` with declared unknown `field` (a calibration with a `range`) given as `value`
-/// instead of its fit.
-fn with_calibration_value(text: &str, field: &str, value: &str) -> String {
-    let at = format!("field = \"{field}\"\nrange = [");
-    let start = text
-        .find(&at)
-        .unwrap_or_else(|| panic!("the experiment file no longer declares `{field}` unknown"));
-    let range_start = start + at.len() - "range = [".len();
-    let range_end = range_start + text[range_start..].find('\n').expect("a line");
-    format!(
-        "{}value = {value}{}",
-        &text[..range_start],
-        &text[range_end..]
-    )
 }
 
 /// `text` with the NVMe rows' fio job given (it is a declared unknown of the file): jobs x

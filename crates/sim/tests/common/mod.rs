@@ -30,3 +30,19 @@ pub fn value(m: &Measurement, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{}: metric {name} missing", m.config))
         .value
 }
+
+/// Experiment-file `text` with declared unknown `field` (a calibration with a `range`) given
+/// as `value` instead: what the calibration would be if the fit had found that value.
+pub fn with_calibration_value(text: &str, field: &str, value: &str) -> String {
+    let at = format!("field = \"{field}\"\nrange = [");
+    let start = text
+        .find(&at)
+        .unwrap_or_else(|| panic!("the experiment file no longer declares `{field}` unknown"));
+    let range_start = start + at.len() - "range = [".len();
+    let range_end = range_start + text[range_start..].find('\n').expect("a line");
+    format!(
+        "{}value = {value}{}",
+        &text[..range_start],
+        &text[range_end..]
+    )
+}
