@@ -293,7 +293,7 @@ fn run_target(
             "--to {spec}: expected RUN or RUN:CONFIG with RUN a stored run id (`iolab runs list`)"
         ))
     })?;
-    let m = crate::reproduce::stored_measurement(db, run, config)
+    let m = crate::reproduce::stored_measurement(db, run, config, "as --to RUN:CONFIG")
         .map_err(|e| bad(format!("--to {spec}: {e}")))?;
     let names: Vec<String> = if args.metrics.is_empty() {
         let defaults: Vec<String> = ["read.iops", "write.iops", "reaim.jobs_per_min"]

@@ -149,16 +149,18 @@ fn stored_value(
     from: &reproduce::PublishedFrom,
     metric: &str,
 ) -> Result<f64, String> {
-    let m = stored_measurement(db, from.run, from.config.as_deref())?;
+    let m = stored_measurement(db, from.run, from.config.as_deref(), "with `config`")?;
     metric_value(&m, from.run, metric)
 }
 
 /// Stored run `run`'s configuration `config` (or its only one), with a message naming what
-/// is there when it is not.
+/// is there when it is not; `how` says how the caller names a configuration (`with
+/// `config``, `as --to RUN:CONFIG`).
 pub(crate) fn stored_measurement(
     db: &ResultsDb,
     run: i64,
     config: Option<&str>,
+    how: &str,
 ) -> Result<iolab_sim::metrics::Measurement, String> {
     if !db.has_run(run).map_err(|e| e.to_string())? {
         return Err(format!(
@@ -183,7 +185,7 @@ pub(crate) fn stored_measurement(
         },
         None if ms.len() == 1 => Ok(ms.remove(0)),
         None => Err(format!(
-            "run {run} has {} configurations: say which with `config` (one of {})",
+            "run {run} has {} configurations: say which {how} (one of {})",
             ms.len(),
             configs(&ms)
         )),
