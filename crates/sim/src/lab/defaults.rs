@@ -165,7 +165,7 @@ pub const SAS_COMPLETION_QUEUES: Sourced<usize> = (
 /// SAS `device.hba_command_ns`.
 pub const SAS_HBA_COMMAND_NS: Sourced<f64> = (
     400.0,
-    "assumption: hisi_sas v2 per-command processing ~0.4 us (the smmuv3-cmdq experiment fits 1089 ns for its D05 array instead, scenarios/experiments/smmuv3-cmdq.toml)",
+    "assumption: hisi_sas v2 per-command processing ~0.4 us (the smmuv3-cmdq experiment fits its D05 array's instead: 1075 ns, scenarios/experiments/smmuv3-cmdq.fit.toml)",
 );
 /// SAS `device.disk_read_latency_us`.
 pub const SAS_DISK_READ_LATENCY_US: Sourced<f64> = (
