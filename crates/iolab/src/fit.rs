@@ -22,11 +22,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use iolab_sim::experiment::ExperimentOptions;
-use iolab_sim::fit::{Evaluate, Fit, Fitter, LeftOut, Target, Unknown};
+use iolab_sim::fit::{in_parallel, Evaluate, Fit, Fitter, LeftOut, Target, Unknown};
 use iolab_sim::metrics::Measurement;
 use iolab_sim::tomlpatch::{get_field, parse_path, set_field, Step};
 
@@ -501,7 +500,7 @@ impl Evaluate for LabRuns<'_> {
     type Error = Stop;
 
     fn evaluate(&mut self, points: &[Vec<f64>]) -> Result<Vec<Vec<f64>>, Stop> {
-        // One task per (point, run), in a fixed order; results land in their own slot.
+        // One task per (point, run), in a fixed order; results come back in that order.
         let mut tasks = Vec::new();
         for (p, values) in points.iter().enumerate() {
             for (r, run) in self.runs.iter().enumerate() {
@@ -511,46 +510,21 @@ impl Evaluate for LabRuns<'_> {
                 tasks.push((p, r, text));
             }
         }
-        let slots: Vec<Mutex<Option<Result<Measurement, Stop>>>> =
-            tasks.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
         let options = ExperimentOptions {
             runs: 1,
             seed: self.seed,
         };
-        std::thread::scope(|s| {
-            for _ in 0..self.jobs.min(tasks.len()) {
-                s.spawn(|| loop {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((_, r, text)) = tasks.get(i) else {
-                        break;
-                    };
-                    let run = &self.runs[*r];
-                    let out = crate::sweep::run_scenario_text(text, &run.origin, &options)
-                        .map_err(|e| Stop(if e.is_bad_input() { 2 } else { 1 }, e.to_string()))
-                        .and_then(|report| {
-                            lab_measurement(report.measurements, &run.lab_names, &run.origin)
-                        });
-                    if out.is_err() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    if let Ok(mut slot) = slots[i].lock() {
-                        *slot = Some(out);
-                    }
-                });
-            }
+        let results = in_parallel(self.jobs, &tasks, |(_, r, text)| {
+            let run = &self.runs[*r];
+            crate::sweep::run_scenario_text(text, &run.origin, &options)
+                .map_err(|e| Stop(if e.is_bad_input() { 2 } else { 1 }, e.to_string()))
+                .and_then(|report| {
+                    lab_measurement(report.measurements, &run.lab_names, &run.origin)
+                })
         });
         let mut out = vec![Vec::new(); points.len()];
-        for ((p, r, _), slot) in tasks.iter().zip(slots) {
-            let m = slot
-                .into_inner()
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| Err(Stop(1, "a lab run stopped early".to_owned())))?;
+        for ((p, r, _), result) in tasks.iter().zip(results) {
+            let m = result?;
             self.lab_runs += 1;
             for name in &self.runs[*r].lab_names {
                 out[*p].push(m.get(name).map_or(f64::NAN, |x| x.value));

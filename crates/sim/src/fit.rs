@@ -636,6 +636,40 @@ fn confounded(sensitivity: &[Sensitivity]) -> Vec<(usize, usize)> {
     out
 }
 
+/// `f` of every item, on up to `jobs` threads, results in the items' order: how an
+/// [`Evaluate`] runs a batch's lab runs (each a single-threaded, independent simulation).
+pub fn in_parallel<T: Sync, R: Send>(
+    jobs: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let out = f(item);
+                if let Ok(mut slot) = slots[i].lock() {
+                    *slot = Some(out);
+                }
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .ok()
+                .flatten()
+                .expect("every item ran to a result")
+        })
+        .collect()
+}
+
 /// Grid points per axis for `d` unknowns.
 fn grid_side(d: usize) -> usize {
     match d {
@@ -920,6 +954,16 @@ mod tests {
         for (v, t) in fit.values.iter().zip(truth) {
             assert!((v / t - 1.0).abs() < 0.01, "{:?}", fit.values);
         }
+    }
+
+    #[test]
+    fn in_parallel_keeps_the_items_order_at_any_thread_count() {
+        let items: Vec<u64> = (0..37).collect();
+        let square = |x: &u64| x * x;
+        let one = in_parallel(1, &items, square);
+        assert_eq!(one, items.iter().map(square).collect::<Vec<_>>());
+        assert_eq!(in_parallel(4, &items, square), one);
+        assert!(in_parallel(3, &[] as &[u64], square).is_empty());
     }
 
     #[test]

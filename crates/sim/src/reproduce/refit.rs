@@ -14,13 +14,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 use super::{CellRef, CellResult, Experiment, ReproduceError};
-use crate::fit::{Evaluate, Fit, Fitter, Target, Unknown, Verdict};
+use crate::fit::{in_parallel, Evaluate, Fit, Fitter, Target, Unknown, Verdict};
 use crate::lab::{self, LabOptions};
 
 /// The fitted values of one experiment file's declared unknowns (`NAME.fit.toml`).
@@ -389,9 +387,6 @@ impl Evaluate for ExperimentLab<'_> {
         let tasks: Vec<(usize, usize)> = (0..points.len())
             .flat_map(|p| (0..self.cells.len()).map(move |c| (p, c)))
             .collect();
-        let slots: Vec<Mutex<Option<Result<CellResult, ReproduceError>>>> =
-            tasks.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
         let overrides: Vec<Vec<(usize, f64)>> = points
             .iter()
             .map(|p| {
@@ -402,27 +397,13 @@ impl Evaluate for ExperimentLab<'_> {
                     .collect()
             })
             .collect();
-        std::thread::scope(|s| {
-            for _ in 0..self.jobs.clamp(1, tasks.len().max(1)) {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(p, c)) = tasks.get(i) else { break };
-                    let out = self.exp.run_cell(&self.cells[c], self.seed, &overrides[p]);
-                    if let Ok(mut slot) = slots[i].lock() {
-                        *slot = Some(out);
-                    }
-                });
-            }
+        let results = in_parallel(self.jobs, &tasks, |&(p, c)| {
+            self.exp.run_cell(&self.cells[c], self.seed, &overrides[p])
         });
         let mut per_point: Vec<Vec<CellResult>> = vec![Vec::new(); points.len()];
-        for (&(p, _), slot) in tasks.iter().zip(slots) {
-            let result = slot
-                .into_inner()
-                .ok()
-                .flatten()
-                .expect("every task ran to a result")?;
+        for (&(p, _), result) in tasks.iter().zip(results) {
             self.lab_runs += 1;
-            per_point[p].push(result);
+            per_point[p].push(result?);
         }
         per_point
             .iter()
