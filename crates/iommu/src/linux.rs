@@ -4,7 +4,8 @@
 //! says which variant of each changed algorithm that kernel runs: the IOVA rcache depot, what
 //! an exhausted allocation flushes, the flush-queue shapes and sizes, where the timer path
 //! frees, the PCI 32-bit-first allocation, the IOVA tree's retry and fast-fail, the SMMUv3
-//! command-queue producer and range invalidation, and the default DMA mode per architecture.
+//! command-queue producer and range invalidation, what VT-d writes for execute control in
+//! first-stage domains (XD, NXE), and the default DMA mode per architecture.
 //!
 //! The answer comes from one table, [`KERNEL_CHANGES`]: the Linux 4.19 baseline is changed by
 //! every entry whose release is at or below the version asked for, in release order. Each
@@ -39,6 +40,7 @@ use crate::dma::DomainMode;
 use crate::iova::linux::LinuxTreeVariant;
 use crate::iova::magazine::{DepotKind, ExhaustionFlush, MagazineConfig};
 use crate::smmuv3::cmdq::ProducerKind;
+use crate::vtd::spec::FlExecControl;
 
 /// A Linux release, `major.minor` (patch levels do not change the DMA path here).
 ///
@@ -205,6 +207,11 @@ pub struct DmaPathVariants {
     pub range_invalidation: bool,
     /// Whether arm64 (dma-iommu on SMMU) can run in lazy mode at all (`iommu.strict=0`).
     pub arm64_lazy_available: bool,
+    /// What intel-iommu writes for execute control in a first-stage DMA domain: XD on its
+    /// page-table entries, NXE in its PASID-table entry (`vtd::DmarConfig::with_fl_exec`).
+    /// First-stage DMA domains arrived in 5.6; for 4.19 to 5.5, which have none, the model
+    /// writes 5.6's encoding.
+    pub vtd_first_stage: FlExecControl,
 }
 
 impl DmaPathVariants {
@@ -223,6 +230,7 @@ impl DmaPathVariants {
             cmdq: ProducerKind::Spinlock,
             range_invalidation: false,
             arm64_lazy_available: false,
+            vtd_first_stage: FlExecControl::LINUX_5_6,
         }
     }
 
@@ -340,8 +348,9 @@ pub struct KernelChange {
 /// 32-magazine bounded depot, exhaustion flushing CPU caches only, per-CPU flush queues of
 /// 256 slots and 10 ms whose timer frees on its own CPU, PCI 32-bit-first on every
 /// allocation, no tree retry or 32-bit fast-fail, the spinlock SMMUv3 command queue, no range
-/// invalidation, no lazy mode on arm64.
-pub static KERNEL_CHANGES: [KernelChange; 8] = [
+/// invalidation, no lazy mode on arm64, XD without NXE on VT-d first-stage domains (5.6's
+/// encoding: 4.19 has no first-stage DMA domains).
+pub static KERNEL_CHANGES: [KernelChange; 10] = [
     // Zhen Lei's non-strict series for dma-iommu and SMMUv3 (authored 2018-09, merged
     // after 4.19).
     KernelChange {
@@ -389,6 +398,15 @@ pub static KERNEL_CHANGES: [KernelChange; 8] = [
             v.exhaustion_flush = ExhaustionFlush::CpusAndDepots;
         },
     },
+    // Lu Baolu's VT-d batch posted 2023-01-31 (Fixes: ddf09b6d43ec); applied to the IOMMU
+    // tree for the 6.3 merge window (in linux-next with the VT-d perfmon series, 2023-02).
+    KernelChange {
+        since: KernelVersion::new(6, 3),
+        subject: "iommu/vt-d: Set No Execute Enable bit in PASID table entry",
+        commit: "e06d24435596",
+        effect: "VT-d first-stage PASID entries set NXE (bit 133) to go with XD on the entries",
+        apply: |v| v.vtd_first_stage = FlExecControl::LINUX_6_3,
+    },
     // Robin Murphy; applied to the IOMMU core branch on 2023-07-14, after the 6.5 merge
     // window.
     KernelChange {
@@ -416,6 +434,15 @@ pub static KERNEL_CHANGES: [KernelChange; 8] = [
         commit: "32d5bc8b09c7, 9f5b681e2a3f",
         effect: "a single flush queue of 32768 slots and 1 s, for shadow_on_flush IOMMUs",
         apply: |v| v.single_flush_queue = Some(FlushQueueConfig::LINUX_SINGLE),
+    },
+    // Lu Baolu, posted 2024-07-02 and applied to iommu (intel/vt-d) for the 6.11 merge
+    // window (the VT-d specification dropped Execute-Requested, NXE and XD).
+    KernelChange {
+        since: KernelVersion::new(6, 11),
+        subject: "iommu/vt-d: Remove control over Execute-Requested requests",
+        commit: "e995fcde6070",
+        effect: "VT-d first-stage entries lose XD (bit 63) and PASID entries NXE",
+        apply: |v| v.vtd_first_stage = FlExecControl::LINUX_6_11,
     },
 ];
 
@@ -566,6 +593,79 @@ mod tests {
         // Before 6.7 a single queue is not there to ask for.
         let old = DmaPathVariants::for_kernel(kv("6.1")).unwrap();
         assert_eq!(old.flush_queue_for(true).1.shape, FlushQueueShape::PerCpu);
+    }
+
+    /// Linux's intel-iommu macros, written out: the test vectors, not the model's constants.
+    /// iommu.h: `DMA_PTE_READ` BIT(0), `DMA_PTE_WRITE` BIT(1), `DMA_PTE_LARGE_PAGE`
+    /// BIT_ULL(7), `DMA_FL_PTE_PRESENT` BIT_ULL(0), `DMA_FL_PTE_US` BIT_ULL(2),
+    /// `DMA_FL_PTE_ACCESS` BIT_ULL(5), `DMA_FL_PTE_DIRTY` BIT_ULL(6), `DMA_FL_PTE_XD`
+    /// BIT_ULL(63) (gone in 6.11). pasid.h: `pasid_set_flptr` puts the table in `val[2]`
+    /// under `VTD_PAGE_MASK`, `pasid_set_flpm` in GENMASK_ULL(3, 2), `pasid_set_nxe` sets
+    /// `val[2]` bit 5 (6.3 to 6.10).
+    mod intel {
+        pub const PTE_READ: u64 = 1;
+        pub const PTE_WRITE: u64 = 1 << 1;
+        pub const PTE_LARGE_PAGE: u64 = 1 << 7;
+        pub const FL_PRESENT: u64 = 1;
+        pub const FL_US: u64 = 1 << 2;
+        pub const FL_ACCESS: u64 = 1 << 5;
+        pub const FL_DIRTY: u64 = 1 << 6;
+        pub const FL_XD: u64 = 1 << 63;
+        pub const PASID_NXE: u64 = 1 << 5;
+    }
+
+    /// What each release writes for a first-stage DMA domain, against words built from the
+    /// kernel's macros (`__domain_mapping`'s `attr`, `pfn_to_dma_pte`'s `pteval`,
+    /// `intel_pasid_setup_first_level`'s `val[2]`), on both sides of 6.3 and 6.11.
+    #[test]
+    fn vtd_first_stage_words_follow_the_release() {
+        use crate::vtd::spec::{FlPte, PasidEntry, Pgtt};
+        use intel::*;
+        // A writable 4 KiB leaf at 0x1234_5000: READ | WRITE | PRESENT | US | ACCESS | DIRTY.
+        let rw_4k = 0x1234_5000 | PTE_READ | PTE_WRITE | FL_PRESENT | FL_US | FL_ACCESS | FL_DIRTY;
+        assert_eq!(rw_4k, 0x1234_5067);
+        // A read-only 2 MiB leaf at 0x4020_0000: READ | PRESENT | US | ACCESS | LARGE_PAGE.
+        let ro_2m = 0x4020_0000 | PTE_READ | FL_PRESENT | FL_US | FL_ACCESS | PTE_LARGE_PAGE;
+        assert_eq!(ro_2m, 0x4020_00A5);
+        // A table entry for the page at 0x7_6000: READ | WRITE | US | ACCESS.
+        let table = 0x7_6000 | PTE_READ | PTE_WRITE | FL_US | FL_ACCESS;
+        assert_eq!(table, 0x7_6027);
+        // PASID entry word 2 of a 4-level domain whose table is at 0x1_2345_6000.
+        let w2 = 0x1_2345_6000u64;
+        #[rustfmt::skip]
+        let rows: [(&str, u64, u64, u64, u64); 6] = [
+            // release, 4 KiB leaf, 2 MiB leaf, table entry, PASID word 2
+            ("5.15", 0x8000_0000_1234_5067, 0x8000_0000_4020_00A5, 0x8000_0000_0007_6027, 0x1_2345_6000),
+            ("6.2", rw_4k | FL_XD, ro_2m | FL_XD, table | FL_XD, w2),
+            ("6.3", rw_4k | FL_XD, ro_2m | FL_XD, table | FL_XD, w2 | PASID_NXE),
+            ("6.10", 0x8000_0000_1234_5067, 0x8000_0000_4020_00A5, 0x8000_0000_0007_6027, 0x1_2345_6020),
+            ("6.11", rw_4k, ro_2m, table, w2),
+            ("6.12", 0x1234_5067, 0x4020_00A5, 0x7_6027, 0x1_2345_6000),
+        ];
+        for (v, leaf, big, tab, word2) in rows {
+            let exec = DmaPathVariants::for_kernel(kv(v)).unwrap().vtd_first_stage;
+            assert_eq!(
+                FlPte::leaf_with(0x1234_5000, true, false, exec),
+                leaf,
+                "{v}"
+            );
+            assert_eq!(FlPte::leaf_with(0x4020_0000, false, true, exec), big, "{v}");
+            assert_eq!(FlPte::table_with(0x7_6000, exec), tab, "{v}");
+            let pe = PasidEntry {
+                present: true,
+                pgtt: Pgtt::FirstStage,
+                flptptr: 0x1_2345_6000,
+                nxe: exec.nxe,
+                did: 2,
+                ..PasidEntry::default()
+            };
+            assert_eq!(pe.encode()[2], word2, "{v}");
+        }
+        // The newest release is the encoders' default.
+        let newest = DmaPathVariants::for_kernel(KernelVersion::NEWEST).unwrap();
+        assert_eq!(newest.vtd_first_stage, FlExecControl::default());
+        assert_eq!(FlPte::leaf(0x1234_5000, true, false), rw_4k);
+        assert_eq!(FlPte::table(0x7_6000), table);
     }
 
     /// The depot change seen through the version: 64 CPUs, each round 32 of them allocating

@@ -751,6 +751,64 @@ mod vtd_sm {
         assert_eq!(f.reason, reason::SM_CONTEXT_NOT_PRESENT);
     }
 
+    /// A first-stage domain's words in memory follow the release's execute control: XD on
+    /// every table entry and leaf in 6.2 and 6.10, NXE in the PASID entry in 6.10 only,
+    /// neither in 6.12; the walk translates the same either way.
+    #[test]
+    fn vtd_sm_first_stage_domain_writes_the_release_s_xd_and_nxe() {
+        use iolab_iommu::linux::DmaPathVariants;
+        for (v, xd, nxe) in [
+            ("6.2", true, false),
+            ("6.10", true, true),
+            ("6.12", false, false),
+        ] {
+            let exec = DmaPathVariants::for_kernel(v.parse().unwrap())
+                .unwrap()
+                .vtd_first_stage;
+            let cfg = sm_config(VtdTranslation::ScalableFirstStage).with_fl_exec(exec);
+            let d = Dmar::new(cfg, alloc()).unwrap();
+            let iovas = Arc::new(
+                LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap(),
+            );
+            let dom = d
+                .new_domain(2, DomainConfig::new(DomainId(1), DomainMode::Strict), iovas)
+                .unwrap();
+            d.attach(SID, &dom, &mut WorkRecord::new()).unwrap();
+            let dev = Device::new(1, 64).unwrap();
+            let m = dom
+                .domain()
+                .map_page(
+                    &dev,
+                    PhysAddr::new(0x12_3000),
+                    SZ_4K,
+                    Direction::Bidirectional,
+                    0,
+                    &mut WorkRecord::new(),
+                )
+                .unwrap();
+            let iova = m.dma_addr().0;
+            // The PASID entry at RID_PASID 0: word 2 bit 5 is NXE.
+            let ce = d.read_sm_context(SID).unwrap();
+            let de = PasidDirEntry::decode(read(&d, ce.pasid_dir)).unwrap();
+            let words: Vec<u64> = (0..8).map(|i| read(&d, de.table + 8 * i)).collect();
+            let pe = PasidEntry::decode(words.clone().try_into().unwrap()).unwrap();
+            assert_eq!((words[2] >> 5 & 1 == 1, pe.nxe), (nxe, nxe), "{v}");
+            // Every entry on the walk, three tables and the leaf, has XD or not.
+            let mut table = pe.flptptr;
+            for level in (1..=4).rev() {
+                let idx = (iova >> (12 + 9 * (level - 1))) & 511;
+                let e = read(&d, table + 8 * idx);
+                assert_eq!(e & spec::fl::XD != 0, xd, "{v} level {level}");
+                table = e & spec::PTE_ADDR_MASK;
+            }
+            assert_eq!(table, 0x12_3000);
+            let t = d
+                .translate(SID, Iova::new(iova), Access::Write, &mut WorkRecord::new())
+                .unwrap();
+            assert_eq!(t.pa, PhysAddr::new(0x12_3000), "{v}");
+        }
+    }
+
     #[test]
     fn vtd_sm_second_stage_domain_with_caching_mode_flushes_on_attach_and_map() {
         let cfg = sm_config(VtdTranslation::ScalableSecondStage).caching_mode();

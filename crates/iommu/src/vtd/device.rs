@@ -77,7 +77,8 @@ use super::pgtable::{read_u64, VtdPageTable, VtdStage, VtdTableConfig, VtdTableE
 use super::scalable::{SmCaches, VtdRequest, VtdTranslation};
 use super::spec::{
     self, fsts, iqei, psi_range, reason, Cap, CcGranularity, ContextEntry, Ecap, FaultRecord,
-    InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SmContextEntry, TranslationType,
+    FlExecControl, InvDesc, IotlbGranularity, PasidIotlbGranularity, RootEntry, SmContextEntry,
+    TranslationType,
 };
 use crate::addr::{Access, Iova, PhysAddr, Prot, SZ_4K};
 use crate::dma::{DmaError, Domain, DomainConfig, DomainId, DomainMode};
@@ -111,6 +112,10 @@ pub struct DmarConfig {
     pub translation: VtdTranslation,
     /// PASID-cache entries (scalable mode; not published, default 64).
     pub pasid_cache: usize,
+    /// What the driver writes for execute control in first-stage domains: XD on their
+    /// entries, NXE in their PASID-table entry. Default: Linux 6.12's, neither; a scenario's
+    /// release gives its own (`linux::DmaPathVariants::vtd_first_stage`).
+    pub fl_exec: FlExecControl,
 }
 
 impl DmarConfig {
@@ -133,6 +138,7 @@ impl DmarConfig {
             qi_entries: 256,
             translation: VtdTranslation::Legacy,
             pasid_cache: 64,
+            fl_exec: FlExecControl::LINUX_6_11,
         }
     }
 
@@ -140,6 +146,13 @@ impl DmarConfig {
     /// [`Dmar::new`] checks ECAP.SMTS and ECAP.FLTS / SLTS.
     pub fn with_translation(mut self, translation: VtdTranslation) -> Self {
         self.translation = translation;
+        self
+    }
+
+    /// The same unit driven by a kernel that writes first-stage execute control as `exec`
+    /// (XD on first-stage entries, NXE in the PASID entry: [`DmarConfig::fl_exec`]).
+    pub fn with_fl_exec(mut self, exec: FlExecControl) -> Self {
+        self.fl_exec = exec;
         self
     }
 
@@ -708,7 +721,7 @@ impl Dmar {
             } else {
                 4
             };
-            VtdTableConfig::first_stage(levels, cap.fl1gp())
+            VtdTableConfig::first_stage(levels, cap.fl1gp()).with_exec_control(self.config.fl_exec)
         } else {
             VtdTableConfig::second_stage(self.levels).with_large_pages(cap.sllps())
         };
@@ -772,6 +785,7 @@ impl Dmar {
             agaw,
             stage: table.stage,
             levels: table.levels,
+            exec: table.exec,
             invalidator,
             unit: Arc::as_ptr(self) as usize,
         })
@@ -1276,6 +1290,8 @@ pub struct DmarDomain {
     pub(super) agaw: u8,
     pub(super) stage: VtdStage,
     pub(super) levels: u32,
+    /// First stage: the execute control its entries were written with (NXE follows it).
+    pub(super) exec: FlExecControl,
     pub(super) invalidator: Arc<VtdInvalidator>,
     pub(super) unit: usize,
 }

@@ -12,7 +12,8 @@
 //! remapping unit ([`Dmar`](super::Dmar)) walks the same bytes from the context entry's
 //! pointer. Entries are encoded as Linux does: second-stage non-leaf entries carry R and W,
 //! leaves R/W from the mapping and PS above level 1; first-stage entries pre-set A, U/S and
-//! (writable leaves) D, with XD on leaves.
+//! (writable leaves) D, and XD on every entry when the table's [`FlExecControl`] says
+//! (Linux 5.6 to 6.10; not by default, as Linux 6.12).
 //!
 //! - Map picks, for each piece, the largest page the alignment of IOVA and physical address
 //!   and the remaining length allow (Linux `hardware_largepage_caps`). A superpage slot that
@@ -34,7 +35,7 @@
 
 use std::sync::Arc;
 
-use super::spec::{self, FlPte, SlPte};
+use super::spec::{self, FlExecControl, FlPte, SlPte};
 use crate::addr::{Iova, PhysAddr, Prot, SZ_1G, SZ_2M, SZ_4K};
 use crate::mem::{MemError, PhysAllocator, PhysMemory};
 use crate::pgtable::{FreedTable, IoPageTable, PgTableError, Translation, UnmapGather};
@@ -66,6 +67,9 @@ pub struct VtdTableConfig {
     pub large_pages: u32,
     /// Most table pages in use at once, the root included.
     pub max_table_pages: usize,
+    /// First stage: whether entries carry XD, as the modelled Linux release writes them
+    /// (default: Linux 6.12's, no XD). Ignored for the second stage.
+    pub exec: FlExecControl,
 }
 
 impl VtdTableConfig {
@@ -77,6 +81,7 @@ impl VtdTableConfig {
             levels,
             large_pages: 0b11,
             max_table_pages: 1 << 20,
+            exec: FlExecControl::LINUX_6_11,
         }
     }
 
@@ -87,7 +92,15 @@ impl VtdTableConfig {
             levels,
             large_pages: if fl1gp { 0b11 } else { 0b01 },
             max_table_pages: 1 << 20,
+            exec: FlExecControl::LINUX_6_11,
         }
+    }
+
+    /// The same with first-stage entries encoded per `exec` (XD or not; NXE belongs to the
+    /// PASID entry, which [`Dmar::attach`](super::Dmar::attach) writes from it).
+    pub const fn with_exec_control(mut self, exec: FlExecControl) -> Self {
+        self.exec = exec;
+        self
     }
 
     /// The same with superpages limited to `sllps` (as a unit's CAP.SLLPS, or 0 for
@@ -232,14 +245,14 @@ impl VtdPageTable {
     fn leaf_bits(&self, pa: u64, prot: Prot, level: u32) -> u64 {
         match self.config.stage {
             VtdStage::Second => SlPte::leaf(pa, prot, level > 1),
-            VtdStage::First => FlPte::leaf(pa, prot.write, level > 1),
+            VtdStage::First => FlPte::leaf_with(pa, prot.write, level > 1, self.config.exec),
         }
     }
 
     fn table_bits(&self, next: u64) -> u64 {
         match self.config.stage {
             VtdStage::Second => SlPte::table(next),
-            VtdStage::First => FlPte::table(next),
+            VtdStage::First => FlPte::table_with(next, self.config.exec),
         }
     }
 
@@ -812,6 +825,27 @@ mod tests {
         assert_eq!(l2, FlPte::leaf(SZ_2M, true, true));
         let tr = t.translate(Iova::new(0x1000), &mut w).unwrap();
         assert_eq!(tr.prot, Prot::READ_WRITE);
+        // With Linux 6.3's encoding every entry carries XD, and the walk reads through it.
+        let cfg = VtdTableConfig::first_stage(4, false).with_exec_control(FlExecControl::LINUX_6_3);
+        let mut x = VtdPageTable::new(cfg, a.clone()).unwrap();
+        x.map(
+            Iova::new(0),
+            PhysAddr::new(SZ_2M),
+            SZ_2M,
+            Prot::WRITE,
+            &mut w,
+        )
+        .unwrap();
+        let l4 = read_u64(a.memory(), x.root_pa().get());
+        let l3 = read_u64(a.memory(), l4 & spec::PTE_ADDR_MASK);
+        let l2 = read_u64(a.memory(), l3 & spec::PTE_ADDR_MASK);
+        assert_eq!(l4 & !spec::PTE_ADDR_MASK, spec::fl::XD | 0x27);
+        assert_eq!(l2, spec::fl::XD | FlPte::leaf(SZ_2M, true, true));
+        let tr = x.translate(Iova::new(0x1000), &mut w).unwrap();
+        assert_eq!(
+            (tr.pa, tr.prot),
+            (PhysAddr::new(SZ_2M + 0x1000), Prot::READ_WRITE)
+        );
         assert!(matches!(
             t.map(
                 Iova::new(1 << 47),

@@ -24,7 +24,9 @@
 //!    - first stage (PGTT 1): x86-64 paging at FLPTPTR, 4 levels (FLPM 0) or 5 (FLPM 1),
 //!      4 KiB / 2 MiB / 1 GiB leaves. A non-canonical input faults 0x80, a clear P 0x71.
 //!      Write needs R/W on every level (else 0x85); reads need only P. A user request
-//!      needs U/S on every level (else 0x81). XD is ignored (no execute requests).
+//!      needs U/S on every level (else 0x81). XD is ignored, NXE or not (no execute
+//!      requests); whether Linux writes them is the domain's
+//!      [`FlExecControl`](super::spec::FlExecControl).
 //!      Not-present first-stage entries are never cached, Caching Mode or not (VT-d §6.1
 //!      exempts first-stage updates from explicit invalidation, X86.md §1.7).
 //!    - nested (PGTT 3): the first-stage walk where FLPTPTR, every next-table pointer and
@@ -766,6 +768,7 @@ impl Dmar {
             slptptr: if first { 0 } else { domain.root.get() },
             flptptr: if first { domain.root.get() } else { 0 },
             flpm: u8::from(first && domain.levels == 5),
+            nxe: first && domain.exec.nxe,
             did: domain.did,
             ..PasidEntry::default()
         };

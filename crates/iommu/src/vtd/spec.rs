@@ -594,8 +594,8 @@ impl Pgtt {
 
 /// A PASID-table entry (512 bits; the fields the model uses). Word 0: P b0, FPD b1, AW b4:2,
 /// SLEE b5, PGTT b8:6, SLADE b9, SLPTPTR b63:12. Word 1: DID b79:64, PWSNP b87, PGSNP b88.
-/// Word 2: SRE b128, FLPM b131:130 (0 = 4-level, 1 = 5-level), WPE b132, EAFE b135,
-/// FLPTPTR b191:140.
+/// Word 2: SRE b128, FLPM b131:130 (0 = 4-level, 1 = 5-level), WPE b132, NXE b133,
+/// EAFE b135, FLPTPTR b191:140.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PasidEntry {
     /// P.
@@ -620,6 +620,9 @@ pub struct PasidEntry {
     pub flpm: u8,
     /// WPE: write-protect enable.
     pub wpe: bool,
+    /// NXE: no-execute enable, which lets first-stage entries use XD (bit 63). Linux sets
+    /// it for first-stage domains in 6.3 to 6.10 only ([`FlExecControl`]).
+    pub nxe: bool,
     /// First-stage table root (4 KiB aligned).
     pub flptptr: u64,
 }
@@ -635,6 +638,7 @@ impl PasidEntry {
             | self.present as u64;
         let w1 = (self.did as u64) | ((self.pgsnp as u64) << 24);
         let w2 = (self.flptptr & ADDR_MASK_63_12)
+            | ((self.nxe as u64) << 5)
             | ((self.wpe as u64) << 4)
             | ((self.flpm as u64 & 0x3) << 2)
             | self.sre as u64;
@@ -665,6 +669,7 @@ impl PasidEntry {
             sre: bit(raw[2], 0),
             flpm,
             wpe: bit(raw[2], 4),
+            nxe: bit(raw[2], 5),
             flptptr: raw[2] & ADDR_MASK_63_12,
         })
     }
@@ -770,8 +775,59 @@ pub mod fl {
     pub const PS: u64 = 1 << 7;
     /// EA, bit 10: extended accessed.
     pub const EA: u64 = 1 << 10;
-    /// XD, bit 63: execute disable.
+    /// XD, bit 63: execute disable (used only with the PASID entry's NXE).
     pub const XD: u64 = 1 << 63;
+}
+
+/// The execute-control bits Linux writes for a first-stage DMA domain, which changed
+/// between releases (`linux::DmaPathVariants::vtd_first_stage`; docs/model/vtd.md):
+///
+/// | Linux | XD on first-stage entries | NXE in the PASID entry |
+/// |---|---|---|
+/// | 5.6 to 6.2 | yes | no |
+/// | 6.3 to 6.10 | yes | yes |
+/// | 6.11 and later | no | no |
+///
+/// The default is Linux 6.12's: neither. The model's walk ignores both (no execute
+/// requests), so the choice changes the words in memory, not a translation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FlExecControl {
+    /// XD (bit 63) on every first-stage entry, table and leaf (`DMA_FL_PTE_XD` in
+    /// `__domain_mapping` and `pfn_to_dma_pte`).
+    pub xd: bool,
+    /// NXE (bit 133: word 2 bit 5) in the domain's PASID-table entry (`pasid_set_nxe` in
+    /// `intel_pasid_setup_first_level`).
+    pub nxe: bool,
+}
+
+impl FlExecControl {
+    /// Linux 5.6 to 6.2: XD on every first-stage entry, NXE clear ("iommu/vt-d: Setup
+    /// pasid entries for iova over first level", ddf09b6d43ec).
+    pub const LINUX_5_6: Self = Self {
+        xd: true,
+        nxe: false,
+    };
+    /// Linux 6.3 to 6.10: XD, and NXE set ("iommu/vt-d: Set No Execute Enable bit in PASID
+    /// table entry", e06d24435596).
+    pub const LINUX_6_3: Self = Self {
+        xd: true,
+        nxe: true,
+    };
+    /// Linux 6.11 and later: neither ("iommu/vt-d: Remove control over Execute-Requested
+    /// requests", e995fcde6070). The default.
+    pub const LINUX_6_11: Self = Self {
+        xd: false,
+        nxe: false,
+    };
+
+    /// XD when [`FlExecControl::xd`], else 0.
+    const fn xd_bit(self) -> u64 {
+        if self.xd {
+            fl::XD
+        } else {
+            0
+        }
+    }
 }
 
 /// A decoded first-stage PTE.
@@ -796,19 +852,30 @@ pub enum FlPte {
 }
 
 impl FlPte {
-    /// Encodes a non-leaf entry as Linux does: P, R/W, U/S and A pre-set.
+    /// Encodes a non-leaf entry as Linux 6.12 does: P, R/W, U/S and A pre-set
+    /// ([`FlPte::table_with`] the default [`FlExecControl`]).
     pub const fn table(next: u64) -> u64 {
-        (next & PTE_ADDR_MASK) | fl::P | fl::RW | fl::US | fl::A
+        Self::table_with(next, FlExecControl::LINUX_6_11)
     }
 
-    /// Encodes a leaf as Linux does: P, U/S and A always, R/W and D for a writable one,
-    /// XD (no execute), PS for a superpage.
+    /// Encodes a non-leaf entry as Linux does: P, R/W, U/S and A, and XD when `exec` says.
+    pub const fn table_with(next: u64, exec: FlExecControl) -> u64 {
+        (next & PTE_ADDR_MASK) | fl::P | fl::RW | fl::US | fl::A | exec.xd_bit()
+    }
+
+    /// Encodes a leaf as Linux 6.12 does: P, U/S and A always, R/W and D for a writable
+    /// one, PS for a superpage, no XD ([`FlPte::leaf_with`] the default [`FlExecControl`]).
     pub const fn leaf(pa: u64, write: bool, superpage: bool) -> u64 {
+        Self::leaf_with(pa, write, superpage, FlExecControl::LINUX_6_11)
+    }
+
+    /// Encodes a leaf as Linux does: as [`FlPte::leaf`], with XD when `exec` says.
+    pub const fn leaf_with(pa: u64, write: bool, superpage: bool, exec: FlExecControl) -> u64 {
         (pa & PTE_ADDR_MASK)
             | fl::P
             | fl::US
             | fl::A
-            | fl::XD
+            | exec.xd_bit()
             | if write { fl::RW | fl::D } else { 0 }
             | if superpage { fl::PS } else { 0 }
     }
@@ -1708,6 +1775,10 @@ mod tests {
         let mut bad = raw;
         bad[0] = 0x9001 | (5 << 6); // PGTT 5 reserved.
         assert_eq!(PasidEntry::decode(bad), None);
+        // NXE is word 2 bit 5 (bit 133 of the entry).
+        let n = PasidEntry { nxe: true, ..p };
+        assert_eq!(n.encode()[2], 0xA025);
+        assert_eq!(PasidEntry::decode(n.encode()), Some(n));
     }
 
     #[test]
@@ -1735,10 +1806,28 @@ mod tests {
                 prot: Prot::READ_WRITE
             }
         );
-        // First stage: P | US | A | XD, plus RW | D when writable.
-        assert_eq!(FlPte::leaf(0x5000, false, false), 0x8000_0000_0000_5025);
-        assert_eq!(FlPte::leaf(0x20_0000, true, true), 0x8000_0000_0020_00E7);
+        // First stage (Linux 6.12): P | US | A, plus RW | D when writable; no XD.
+        assert_eq!(FlPte::leaf(0x5000, false, false), 0x5025);
+        assert_eq!(FlPte::leaf(0x20_0000, true, true), 0x20_00E7);
         assert_eq!(FlPte::table(0x6000), 0x6027);
+        // Linux 5.6 to 6.10: XD on leaves and tables too; the decode ignores it.
+        let xd = FlExecControl::LINUX_6_3;
+        assert_eq!(
+            FlPte::leaf_with(0x5000, false, false, xd),
+            0x8000_0000_0000_5025
+        );
+        assert_eq!(FlPte::table_with(0x6000, xd), 0x8000_0000_0000_6027);
+        assert_eq!(
+            FlPte::leaf_with(0x5000, false, false, FlExecControl::LINUX_6_11),
+            0x5025
+        );
+        assert_eq!(
+            FlPte::decode(0x8000_0000_0000_6027, 3),
+            FlPte::Table {
+                next: 0x6000,
+                write: true
+            }
+        );
         assert_eq!(
             FlPte::decode(0x8000_0000_0020_00E7, 2),
             FlPte::Leaf {
