@@ -207,6 +207,10 @@ pub struct DmaPathVariants {
     pub range_invalidation: bool,
     /// Whether arm64 (dma-iommu on SMMU) can run in lazy mode at all (`iommu.strict=0`).
     pub arm64_lazy_available: bool,
+    /// Whether the SMMUv3 driver uses E2H (EL2 stage-1 streams, `CMD_TLBI_EL2_*`) when the
+    /// SMMU has `IDR0.HYP` and the kernel runs at EL2 with VHE
+    /// (`smmuv3::Smmuv3Config::driver_e2h`; 5.12 and later).
+    pub smmuv3_e2h: bool,
     /// What intel-iommu writes for execute control in a first-stage DMA domain: XD on its
     /// page-table entries, NXE in its PASID-table entry (`vtd::DmarConfig::with_fl_exec`).
     /// First-stage DMA domains arrived in 5.6; for 4.19 to 5.5, which have none, the model
@@ -230,6 +234,7 @@ impl DmaPathVariants {
             cmdq: ProducerKind::Spinlock,
             range_invalidation: false,
             arm64_lazy_available: false,
+            smmuv3_e2h: false,
             vtd_first_stage: FlExecControl::LINUX_5_6,
         }
     }
@@ -348,9 +353,9 @@ pub struct KernelChange {
 /// 32-magazine bounded depot, exhaustion flushing CPU caches only, per-CPU flush queues of
 /// 256 slots and 10 ms whose timer frees on its own CPU, PCI 32-bit-first on every
 /// allocation, no tree retry or 32-bit fast-fail, the spinlock SMMUv3 command queue, no range
-/// invalidation, no lazy mode on arm64, XD without NXE on VT-d first-stage domains (5.6's
-/// encoding: 4.19 has no first-stage DMA domains).
-pub static KERNEL_CHANGES: [KernelChange; 10] = [
+/// invalidation, no lazy mode on arm64, no SMMUv3 E2H, and XD without NXE on VT-d first-stage
+/// domains (5.6's encoding: 4.19 has no first-stage DMA domains).
+pub static KERNEL_CHANGES: [KernelChange; 11] = [
     // Zhen Lei's non-strict series for dma-iommu and SMMUv3 (authored 2018-09, merged
     // after 4.19).
     KernelChange {
@@ -397,6 +402,15 @@ pub static KERNEL_CHANGES: [KernelChange; 10] = [
             v.iova_retry_from_limit = true;
             v.exhaustion_flush = ExhaustionFlush::CpusAndDepots;
         },
+    },
+    // Jean-Philippe Brucker's SVA groundwork, in "IOMMU Updates for Linux v5.12" ("Virtualization
+    // Host Extension support for SMMUv3 (SVA)").
+    KernelChange {
+        since: KernelVersion::new(5, 12),
+        subject: "iommu/arm-smmu-v3: Add support for VHE",
+        commit: "9111aebf770d",
+        effect: "with IDR0.HYP and a VHE host, SMMUv3 stage-1 STEs use STRW=EL2 and TLBI_EL2_*",
+        apply: |v| v.smmuv3_e2h = true,
     },
     // Lu Baolu's VT-d batch posted 2023-01-31 (Fixes: ddf09b6d43ec); applied to the IOMMU
     // tree for the 6.3 merge window (in linux-next with the VT-d perfmon series, 2023-02).
@@ -593,6 +607,19 @@ mod tests {
         // Before 6.7 a single queue is not there to ask for.
         let old = DmaPathVariants::for_kernel(kv("6.1")).unwrap();
         assert_eq!(old.flush_queue_for(true).1.shape, FlushQueueShape::PerCpu);
+    }
+
+    #[test]
+    fn smmuv3_e2h_arrives_in_5_12() {
+        let at = |v: &str| DmaPathVariants::for_kernel(kv(v)).unwrap().smmuv3_e2h;
+        assert!(!at("5.10") && !at("5.11"));
+        assert!(at("5.12") && at("5.15") && at("6.12"));
+        let c = crate::smmuv3::Smmuv3Config::default();
+        assert_eq!(
+            c.driver_e2h,
+            at("6.12"),
+            "the default is the newest release's"
+        );
     }
 
     /// Linux's intel-iommu macros, written out: the test vectors, not the model's constants.

@@ -298,6 +298,75 @@ mod smmuv3 {
         }
     }
 
+    /// E2H needs both `IDR0.HYP` and the kernel at EL2 with VHE. With it the stage-1 STE
+    /// says `STRW` = EL2, the entries are EL2-E2H ones, and a strict unmap's and a lazy
+    /// flush's TLBIs are the EL2 forms that reach them; without it, the NH forms as before.
+    #[test]
+    fn smmu_e2h_domains_invalidate_with_el2_tlbis_and_others_with_nh_ones() {
+        use iolab_iommu::smmuv3::spec::IDR0_HYP;
+        for (hyp, host_vhe) in [(false, false), (true, false), (false, true), (true, true)] {
+            let e2h = hyp && host_vhe;
+            let s = Smmuv3::new(Smmuv3Config {
+                hyp,
+                host_vhe,
+                range_invalidation: false,
+                ..Smmuv3Config::default()
+            })
+            .unwrap();
+            assert_eq!((s.idr0() & IDR0_HYP != 0, s.uses_e2h()), (hyp, e2h));
+            let d = domain(&s, DomainMode::Strict);
+            // STRTAB_STE_1_STRW_EL2 (2) in GENMASK_ULL(31, 30), or NSEL1 (0).
+            let strw = if e2h { 2u64 << 30 } else { 0 };
+            assert_eq!(s.ste(SID).unwrap().encode_word1(), strw);
+            let m = map(&d, 0x10_0000, 2 * SZ_4K, Direction::Bidirectional);
+            let at = iova(&m);
+            s.translate(SID, at, 2 * SZ_4K, Access::Read, &mut WorkRecord::new())
+                .unwrap();
+            let before = s.sink_stats();
+            d.domain()
+                .unmap_page(m, 0, 0, &mut WorkRecord::new())
+                .unwrap();
+            let st = s.sink_stats();
+            // Two single-page TLBIs, EL2 ones with E2H.
+            assert_eq!(st.tlbi_va - before.tlbi_va, 2);
+            assert_eq!(st.tlbi_el2 - before.tlbi_el2, if e2h { 2 } else { 0 });
+            assert_eq!(
+                st.iotlb_removed - before.iotlb_removed,
+                2,
+                "the TLBIs reached"
+            );
+            let f = s
+                .translate(SID, at, 64, Access::Read, &mut WorkRecord::new())
+                .unwrap_err();
+            assert_eq!(f.reason, SmmuFaultReason::Translation);
+            assert_eq!(s.caches().lock().iotlb.count_stale(), 0);
+        }
+        // Lazy: the flush is one CMD_TLBI_EL2_ASID, and it removes the stale entry.
+        let s = Smmuv3::new(Smmuv3Config {
+            hyp: true,
+            host_vhe: true,
+            ..Smmuv3Config::default()
+        })
+        .unwrap();
+        let d = domain(&s, DomainMode::Lazy);
+        let m = map(&d, 0x10_0000, SZ_4K, Direction::Bidirectional);
+        let at = iova(&m);
+        s.translate(SID, at, 64, Access::Read, &mut WorkRecord::new())
+            .unwrap();
+        d.domain()
+            .unmap_page(m, 0, 0, &mut WorkRecord::new())
+            .unwrap();
+        assert!(s
+            .translate(SID, at, 64, Access::Read, &mut WorkRecord::new())
+            .is_ok());
+        assert!(d.domain().poll_timeout(TEN_MS, &mut WorkRecord::new()));
+        let st = s.sink_stats();
+        assert_eq!((st.tlbi_asid, st.tlbi_el2), (1, 1));
+        assert!(s
+            .translate(SID, at, 64, Access::Read, &mut WorkRecord::new())
+            .is_err());
+    }
+
     #[test]
     fn smmu_permission_fault_records_f_permission() {
         let s = smmu();

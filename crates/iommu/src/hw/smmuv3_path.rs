@@ -2,9 +2,9 @@
 //! through the SMMU's caches.
 //!
 //! [`Smmuv3DevicePath`] builds a translated [`Domain`] on an [`Smmuv3`] (so every unmap's
-//! invalidation is a real `CMD_TLBI_NH_VA` / `CMD_TLBI_NH_ASID` plus `CMD_SYNC` that the
-//! queue's consumer applies to the IOTLB and walk cache) and attaches the device's stream to
-//! it. The device's DMA then translates through [`Smmuv3::translate`]: an IOTLB hit, or a
+//! invalidation is a real `CMD_TLBI_NH_VA` / `CMD_TLBI_NH_ASID`, or their EL2 forms with
+//! E2H, plus `CMD_SYNC` that the queue's consumer applies to the IOTLB and walk cache) and
+//! attaches the device's stream to it. The device's DMA then translates through [`Smmuv3::translate`]: an IOTLB hit, or a
 //! walk that starts at the deepest walk-cache entry and counts one `walk_reads` per table
 //! read it still has to make. In strict mode an unmap evicts the entries before it returns;
 //! in lazy mode they stay (and a device can still hit them) until the flush queue's

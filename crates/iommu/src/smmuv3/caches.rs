@@ -1,14 +1,30 @@
 //! The SMMU's translation caches (an [`Iotlb`] and a [`WalkCache`]) and the command-queue
 //! consumer's effect on them ([`TlbCaches`] is the queue's [`CommandSink`]).
+//!
+//! Entries are tagged by ASID and translation regime ([`tlb_tag`]): a stream whose STE says
+//! `STRW` = EL2 fills EL2-E2H entries, which only the EL2 TLBIs reach, and the NH TLBIs
+//! only reach NS-EL1 entries. The two "all" commands (`CMD_TLBI_NSNH_ALL`,
+//! `CMD_TLBI_EL2_ALL`) drop every entry, of both regimes (an over-invalidation, which no
+//! path of Linux's relies on or suffers from).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
 use super::cmdq::CommandSink;
-use super::spec::Command;
+use super::spec::{Command, StreamWorld};
 use crate::addr::Iova;
 use crate::iotlb::{Asid, CacheConfigError, Iotlb, IotlbConfig, WalkCache, WalkCacheConfig};
+
+/// The cache tag of `asid`'s entries in `world`: the ASID, with bit 16 set for EL2-E2H
+/// entries (ASIDs are 16 bits, so the two regimes never share a tag).
+#[inline]
+pub fn tlb_tag(asid: u16, world: StreamWorld) -> Asid {
+    match world {
+        StreamWorld::NsEl1 => Asid(u32::from(asid)),
+        StreamWorld::El2 => Asid(u32::from(asid) | 1 << 16),
+    }
+}
 
 /// The IOTLB and walk cache, behind one lock.
 #[derive(Debug)]
@@ -22,14 +38,16 @@ pub struct Caches {
 /// What the consumer has applied to the caches.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct SinkStats {
-    /// `CMD_TLBI_NH_VA` commands applied (single-page and range).
+    /// `CMD_TLBI_NH_VA` and `CMD_TLBI_EL2_VA` commands applied (single-page and range).
     pub tlbi_va: u64,
-    /// `CMD_TLBI_NH_VA` range commands (`TG != 0`) among them.
+    /// Range commands (`TG != 0`) among them.
     pub tlbi_va_ranges: u64,
-    /// `CMD_TLBI_NH_ASID` commands applied.
+    /// `CMD_TLBI_NH_ASID` and `CMD_TLBI_EL2_ASID` commands applied.
     pub tlbi_asid: u64,
-    /// `CMD_TLBI_NSNH_ALL` commands applied.
+    /// `CMD_TLBI_NSNH_ALL` and `CMD_TLBI_EL2_ALL` commands applied.
     pub tlbi_all: u64,
+    /// The EL2 forms among the TLBIs above (`CMD_TLBI_EL2_*`).
+    pub tlbi_el2: u64,
     /// `CMD_CFGI_STE` and `CMD_CFGI_CD` commands (no configuration cache is modelled).
     pub cfgi: u64,
     /// `CMD_SYNC` commands.
@@ -49,6 +67,7 @@ pub struct TlbCaches {
     tlbi_va_ranges: AtomicU64,
     tlbi_asid: AtomicU64,
     tlbi_all: AtomicU64,
+    tlbi_el2: AtomicU64,
     cfgi: AtomicU64,
     syncs: AtomicU64,
     iotlb_removed: AtomicU64,
@@ -67,6 +86,7 @@ impl TlbCaches {
             tlbi_va_ranges: AtomicU64::new(0),
             tlbi_asid: AtomicU64::new(0),
             tlbi_all: AtomicU64::new(0),
+            tlbi_el2: AtomicU64::new(0),
             cfgi: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             iotlb_removed: AtomicU64::new(0),
@@ -87,6 +107,7 @@ impl TlbCaches {
             tlbi_va_ranges: l(&self.tlbi_va_ranges),
             tlbi_asid: l(&self.tlbi_asid),
             tlbi_all: l(&self.tlbi_all),
+            tlbi_el2: l(&self.tlbi_el2),
             cfgi: l(&self.cfgi),
             syncs: l(&self.syncs),
             iotlb_removed: l(&self.iotlb_removed),
@@ -108,6 +129,13 @@ impl TlbCaches {
         let bump = |a: &AtomicU64| {
             a.fetch_add(1, Ordering::Relaxed);
         };
+        let world = match *cmd {
+            Command::TlbiEl2Va { .. } | Command::TlbiEl2Asid { .. } | Command::TlbiEl2All => {
+                bump(&self.tlbi_el2);
+                StreamWorld::El2
+            }
+            _ => StreamWorld::NsEl1,
+        };
         match *cmd {
             Command::TlbiNhVa {
                 asid,
@@ -115,9 +143,16 @@ impl TlbCaches {
                 leaf,
                 tg,
                 ..
+            }
+            | Command::TlbiEl2Va {
+                asid,
+                addr,
+                leaf,
+                tg,
+                ..
             } => {
                 bump(&self.tlbi_va);
-                let (asid, va) = (Asid(u32::from(asid)), Iova::new(addr));
+                let (asid, va) = (tlb_tag(asid, world), Iova::new(addr));
                 let mut c = self.caches.lock();
                 let (i, w) = if tg == 0 {
                     (
@@ -138,15 +173,15 @@ impl TlbCaches {
                 drop(c);
                 self.removed(i, w);
             }
-            Command::TlbiNhAsid { asid, .. } => {
+            Command::TlbiNhAsid { asid, .. } | Command::TlbiEl2Asid { asid } => {
                 bump(&self.tlbi_asid);
-                let asid = Asid(u32::from(asid));
+                let asid = tlb_tag(asid, world);
                 let mut c = self.caches.lock();
                 let (i, w) = (c.iotlb.invalidate_asid(asid), c.walk.invalidate_asid(asid));
                 drop(c);
                 self.removed(i, w);
             }
-            Command::TlbiNsnhAll => {
+            Command::TlbiNsnhAll | Command::TlbiEl2All => {
                 bump(&self.tlbi_all);
                 let mut c = self.caches.lock();
                 let (i, w) = (c.iotlb.invalidate_all(), c.walk.invalidate_all());
@@ -170,7 +205,12 @@ impl CommandSink for TlbCaches {
             Command::Sync { .. } => {
                 self.syncs.fetch_add(1, Ordering::Relaxed);
             }
-            Command::TlbiNhVa { .. } | Command::TlbiNhAsid { .. } | Command::TlbiNsnhAll => {
+            Command::TlbiNhVa { .. }
+            | Command::TlbiNhAsid { .. }
+            | Command::TlbiNsnhAll
+            | Command::TlbiEl2Va { .. }
+            | Command::TlbiEl2Asid { .. }
+            | Command::TlbiEl2All => {
                 self.apply_invalidation(cmd);
             }
         }
@@ -234,6 +274,35 @@ mod tests {
         assert_eq!(c.lock().iotlb.count_asid(Asid(2)), 3);
         assert_eq!(c.lock().iotlb.count_asid(Asid(1)), 0);
         c.apply(&Command::TlbiNsnhAll);
+        assert!(c.lock().iotlb.is_empty());
+    }
+
+    /// NH TLBIs reach NS-EL1 entries only, EL2 TLBIs EL2-E2H entries only.
+    #[test]
+    fn tlbis_reach_their_own_world_only() {
+        let c = caches();
+        let el2 = tlb_tag(1, StreamWorld::El2);
+        fill(&c, 1, 2);
+        fill(&c, el2.0, 2);
+        c.apply(&Command::TlbiNhAsid { vmid: 0, asid: 1 });
+        assert_eq!(c.lock().iotlb.count_asid(Asid(1)), 0);
+        assert_eq!(c.lock().iotlb.count_asid(el2), 2);
+        c.apply(&Command::TlbiEl2Va {
+            asid: 1,
+            addr: 0,
+            leaf: true,
+            ttl: 0,
+            tg: 0,
+            num: 0,
+            scale: 0,
+        });
+        assert_eq!(c.lock().iotlb.count_asid(el2), 1);
+        c.apply(&Command::TlbiEl2Asid { asid: 1 });
+        assert!(c.lock().iotlb.is_empty());
+        let s = c.stats();
+        assert_eq!((s.tlbi_va, s.tlbi_asid, s.tlbi_el2), (1, 2, 2));
+        fill(&c, el2.0, 2);
+        c.apply(&Command::TlbiEl2All);
         assert!(c.lock().iotlb.is_empty());
     }
 }

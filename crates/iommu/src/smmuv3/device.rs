@@ -45,11 +45,11 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::caches::{Caches, SinkStats, TlbCaches};
+use super::caches::{tlb_tag, Caches, SinkStats, TlbCaches};
 use super::cmdq::{CmdqConfig, CmdqError, CmdqProducer, ProducerKind};
 use super::events::{EventId, EventQueue, EventRecord, MAX_EVTQ_LOG2SIZE, MIN_EVTQ_LOG2SIZE};
 use super::invalidator::Smmuv3Invalidator;
-use super::spec::Command;
+use super::spec::{Command, StreamWorld};
 use super::stream::{ContextDescriptor, Ste, SteConfig, CD_BYTES};
 use crate::addr::{Access, Iova, PhysAddr, Prot};
 use crate::dma::{DmaError, Domain, DomainConfig, DomainMode, PhysRange};
@@ -93,6 +93,17 @@ pub struct Smmuv3Config {
     /// commands by one `CMD_TLBI_NH_ASID` (Linux's `CMDQ_MAX_TLBI_OPS`, 512, used for SVA).
     /// `None` (default): always per page, as Linux's DMA path.
     pub max_tlbi_ops: Option<u64>,
+    /// Whether the SMMU supports hypervisor stage-1 contexts (`IDR0.HYP`, bit 9): what
+    /// [`Smmuv3::idr0`] advertises. Default: no.
+    pub hyp: bool,
+    /// Whether the kernel runs at EL2 with VHE (arm64 `ARM64_HAS_VIRT_HOST_EXTN`, as a KVM
+    /// host on ARMv8.1+). With [`Smmuv3Config::hyp`] it gives the driver E2H
+    /// ([`Smmuv3::uses_e2h`]). Default: no.
+    pub host_vhe: bool,
+    /// Whether the driver uses E2H when the SMMU and the kernel allow it (Linux 5.12 and
+    /// later: "iommu/arm-smmu-v3: Add support for VHE";
+    /// `linux::DmaPathVariants::smmuv3_e2h`). Default: yes.
+    pub driver_e2h: bool,
 }
 
 impl Default for Smmuv3Config {
@@ -109,6 +120,9 @@ impl Default for Smmuv3Config {
             driver_range_invalidation: true,
             evtq_log2size: 7,
             max_tlbi_ops: None,
+            hyp: false,
+            host_vhe: false,
+            driver_e2h: true,
         }
     }
 }
@@ -268,6 +282,7 @@ enum Target<'a> {
     Bypass,
     Translate {
         asid: u16,
+        world: StreamWorld,
         input_bits: u32,
         table: &'a RwLock<LpaeTable>,
     },
@@ -292,6 +307,7 @@ impl std::fmt::Debug for Smmuv3 {
                 "driver_range_invalidation",
                 &self.config.driver_range_invalidation,
             )
+            .field("e2h", &self.uses_e2h())
             .field("contexts", &self.streams.read().contexts.len())
             .finish_non_exhaustive()
     }
@@ -455,6 +471,34 @@ impl Smmuv3 {
         }
     }
 
+    /// `SMMU_IDR0` as the driver reads it: [`IDR0_HYP`](super::spec::IDR0_HYP) when the SMMU
+    /// supports hypervisor contexts (the register's other fields are not modelled).
+    pub fn idr0(&self) -> u32 {
+        if self.config.hyp {
+            super::spec::IDR0_HYP
+        } else {
+            0
+        }
+    }
+
+    /// Whether the driver uses E2H (Linux `ARM_SMMU_FEAT_E2H`): the SMMU advertises
+    /// `IDR0.HYP`, the kernel runs at EL2 with VHE ([`Smmuv3Config::host_vhe`]) and the
+    /// driver has E2H support ([`Smmuv3Config::driver_e2h`], 5.12 and later). Then stage-1
+    /// STEs say `STRW` = EL2 and the domains' TLBIs take their EL2 forms.
+    pub fn uses_e2h(&self) -> bool {
+        self.idr0() & super::spec::IDR0_HYP != 0 && self.config.host_vhe && self.config.driver_e2h
+    }
+
+    /// The regime of this SMMU's stage-1 streams as the driver configures them:
+    /// [`StreamWorld::El2`] with E2H, else [`StreamWorld::NsEl1`].
+    pub fn stream_world(&self) -> StreamWorld {
+        if self.uses_e2h() {
+            StreamWorld::El2
+        } else {
+            StreamWorld::NsEl1
+        }
+    }
+
     /// Whether the driver invalidates ranges with range commands: the SMMU advertises
     /// `IDR3.RIL` and the driver uses it ([`Smmuv3Config::driver_range_invalidation`]).
     pub fn uses_range_invalidation(&self) -> bool {
@@ -512,22 +556,26 @@ impl Smmuv3 {
             coherent_walk: table.coherent_walk,
         };
         let granule_shift = lpae.granule_shift();
+        let world = self.stream_world();
         let wrapper = Smmuv3PageTable {
             name: lpae.format_name(),
             bitmap: lpae.page_size_bitmap(),
             range: lpae.iova_range(),
             table: Arc::new(RwLock::new(lpae)),
             caches: self.caches.clone(),
-            asid: Asid(u32::from(asid)),
+            asid: tlb_tag(asid, world),
         };
         let table = wrapper.table.clone();
-        let invalidator = Arc::new(Smmuv3Invalidator::new(
-            asid,
-            granule_shift,
-            self.uses_range_invalidation(),
-            self.config.max_tlbi_ops,
-            self.cmdq.clone(),
-        ));
+        let invalidator = Arc::new(
+            Smmuv3Invalidator::new(
+                asid,
+                granule_shift,
+                self.uses_range_invalidation(),
+                self.config.max_tlbi_ops,
+                self.cmdq.clone(),
+            )
+            .with_world(world),
+        );
         let domain = Domain::translated(config, Box::new(wrapper), allocator, invalidator.clone())?;
         let mut streams = self.streams.write();
         if !streams.asids.insert(asid) {
@@ -548,8 +596,9 @@ impl Smmuv3 {
         })
     }
 
-    /// Points stream `sid` at `domain` (a stage-1 STE with the domain's context descriptor),
-    /// then issues `CMD_CFGI_STE` and a `CMD_SYNC` as a driver does after writing an STE.
+    /// Points stream `sid` at `domain` (a stage-1 STE with the domain's context descriptor,
+    /// `STRW` = EL2 with E2H, else NS-EL1), then issues `CMD_CFGI_STE` and a `CMD_SYNC` as a
+    /// driver does after writing an STE.
     pub fn attach(
         &self,
         sid: u32,
@@ -574,6 +623,7 @@ impl Smmuv3 {
                 config: SteConfig::Translate {
                     cd: domain.cd,
                     cd_addr,
+                    strw: self.stream_world(),
                 },
             },
             work,
@@ -651,10 +701,11 @@ impl Smmuv3 {
         match ste.config {
             SteConfig::Abort => Err(SmmuFaultReason::Aborted),
             SteConfig::Bypass => Ok(Target::Bypass),
-            SteConfig::Translate { cd, .. } => {
+            SteConfig::Translate { cd, strw, .. } => {
                 let c = streams.contexts.get(cd).ok_or(SmmuFaultReason::BadSte)?;
                 Ok(Target::Translate {
                     asid: c.cd.asid,
+                    world: strw,
                     input_bits: c.cd.input_bits(),
                     table: &c.table,
                 })
@@ -800,10 +851,11 @@ impl Smmuv3 {
             }
             Target::Translate {
                 asid,
+                world,
                 input_bits,
                 table,
             } => {
-                let tag = Asid(u32::from(asid));
+                let tag = tlb_tag(asid, world);
                 let limit = 1u64 << input_bits;
                 let needed = access.prot();
                 let mut cur = iova.get();

@@ -11,6 +11,11 @@
 //! - A whole-domain invalidation (the lazy flush) is one `CMD_TLBI_NH_ASID`.
 //! - [`Invalidator::sync`] issues the calling thread's pending commands followed by one
 //!   `CMD_SYNC` and waits for it.
+//! - On an SMMU with E2H (`IDR0.HYP` and the kernel at EL2 with VHE:
+//!   [`Smmuv3::uses_e2h`](super::Smmuv3::uses_e2h)) the domain's streams are in the EL2
+//!   world, and every TLBI above takes its EL2 form (`CMD_TLBI_EL2_VA`, `CMD_TLBI_EL2_ASID`),
+//!   as Linux's `arm_smmu_tlb_inv_range_domain` and `arm_smmu_tlb_inv_asid` choose them
+//!   with `ARM_SMMU_FEAT_E2H` (since 5.12).
 //!
 //! Commands wait in a per-thread batch until the thread's next `sync` (the trait's contract:
 //! requests are only known complete once `sync` returns), so a strict unmap issues its TLBIs
@@ -31,7 +36,7 @@ use std::sync::Arc;
 use super::batch::CMDQ_BATCH_ENTRIES;
 use super::caches::TlbCaches;
 use super::cmdq::CmdqProducer;
-use super::spec::Command;
+use super::spec::{Command, StreamWorld};
 use crate::dma::{DomainId, Invalidator};
 use crate::pgtable::{FreedTable, GatherRange};
 use crate::work::WorkRecord;
@@ -117,6 +122,17 @@ pub fn tlbi_va_commands(
         out.push(with(addr, ttl, tg, (num - 1) as u8, scale as u8));
         left -= num << scale;
         addr = addr.wrapping_add((num << scale) << granule_shift);
+    }
+}
+
+/// Rewrites `cmds` into the TLBI forms that reach `world` ([`Command::in_world`]); nothing
+/// to do for [`StreamWorld::NsEl1`], whose forms the builders above produce.
+#[inline]
+fn into_world(cmds: &mut [Command], world: StreamWorld) {
+    if world != StreamWorld::NsEl1 {
+        for c in cmds {
+            *c = c.in_world(world);
+        }
     }
 }
 
@@ -258,6 +274,7 @@ pub struct Smmuv3Invalidator {
     range: bool,
     max_tlbi_ops: Option<u64>,
     limit: usize,
+    world: StreamWorld,
     cmdq: Arc<dyn CmdqProducer<Sink = Arc<TlbCaches>>>,
     errors: AtomicU64,
 }
@@ -267,6 +284,7 @@ impl std::fmt::Debug for Smmuv3Invalidator {
         f.debug_struct("Smmuv3Invalidator")
             .field("asid", &self.asid)
             .field("range", &self.range)
+            .field("world", &self.world)
             .field("producer", &self.cmdq.kind())
             .finish_non_exhaustive()
     }
@@ -291,14 +309,27 @@ impl Smmuv3Invalidator {
             range,
             max_tlbi_ops,
             limit,
+            world: StreamWorld::NsEl1,
             cmdq,
             errors: AtomicU64::new(0),
         }
     }
 
+    /// The same invalidating the entries of streams in `world` (the TLBI forms that reach
+    /// it: NH for NS-EL1, the default; EL2 for EL2-E2H).
+    pub(crate) fn with_world(mut self, world: StreamWorld) -> Self {
+        self.world = world;
+        self
+    }
+
     /// The ASID it invalidates.
     pub fn asid(&self) -> u16 {
         self.asid
+    }
+
+    /// The translation regime whose entries it invalidates, and so its TLBIs' forms.
+    pub fn world(&self) -> StreamWorld {
+        self.world
     }
 
     /// Issues that the queue refused (never expected: commands are built valid and
@@ -437,12 +468,16 @@ impl Smmuv3Invalidator {
         let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
         if !range && size != 0 && size <= step && start < start.saturating_add(size) {
             // One page: the one command `tlbi_va_commands` would build, pushed directly.
-            self.push_one(work, single_page_command(asid, start, leaf));
+            let cmd = single_page_command(asid, start, leaf).in_world(self.world);
+            self.push_one(work, cmd);
             return;
         }
+        let world = self.world;
         // `move`: the closure holds the values, not references to them.
         self.push_with(work, move |out| {
+            let from = out.len();
             tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
+            into_world(&mut out[from..], world);
         });
     }
 
@@ -466,7 +501,9 @@ impl Smmuv3Invalidator {
             return;
         }
         let (asid, granule_shift, range) = (self.asid, self.granule_shift, self.range);
+        let from = out.len();
         tlbi_va_commands(asid, start, size, step, granule_shift, leaf, range, out);
+        into_world(&mut out[from..], self.world);
     }
 
     /// [`Invalidator::invalidate_range_and_sync`] on the thread's batch `p`: when nothing
@@ -507,6 +544,7 @@ impl Smmuv3Invalidator {
             vmid: 0,
             asid: self.asid,
         }
+        .in_world(self.world)
     }
 }
 
@@ -756,6 +794,83 @@ mod tests {
             }
             proptest::prop_assert_eq!(&*rec.log.lock().unwrap(), &reference.log);
         }
+    }
+
+    /// The opcodes an invalidator in `world` issues for: a one-page range, a 16-page range,
+    /// a freed table and a whole-domain flush (each synced), with or without range
+    /// invalidation.
+    fn opcodes_in(world: StreamWorld, range: bool) -> Vec<u8> {
+        use super::super::spec::opcode;
+        let rec = Recorder::with_log2size(8);
+        let inv = Smmuv3Invalidator::new(3, 12, range, None, rec.clone()).with_world(world);
+        assert_eq!(inv.world(), world);
+        let mut work = WorkRecord::new();
+        let r = |pages| GatherRange {
+            start: crate::addr::Iova::new(0x10_0000),
+            size: pages * SZ_4K,
+            page_size: SZ_4K,
+        };
+        inv.invalidate_range_and_sync(DomainId(1), &r(1), &mut work);
+        inv.invalidate_range(DomainId(1), &r(16), &mut work);
+        inv.sync(&mut work);
+        let freed = FreedTable {
+            table_pa: crate::addr::PhysAddr::new(0x8000),
+            level: 2,
+            iova: crate::addr::Iova::new(0),
+            size: SZ_2M,
+        };
+        inv.invalidate_walk(DomainId(1), &freed, &mut work);
+        inv.invalidate_domain(DomainId(1), &mut work);
+        inv.sync(&mut work);
+        let log = std::mem::take(&mut *rec.log.lock().unwrap());
+        let ops: Vec<u8> = log
+            .iter()
+            .flat_map(|(c, _)| c)
+            .map(|c| c.opcode())
+            .collect();
+        // Every command encodes (the EL2 forms have no VMID to carry).
+        for (cmds, _) in &log {
+            for c in cmds {
+                assert!(c.encode().is_ok(), "{c:?}");
+            }
+        }
+        assert!(ops.iter().all(|&o| o != opcode::CMD_SYNC));
+        ops
+    }
+
+    /// On an E2H SMMU (the domain's streams in the EL2 world) every TLBI takes its EL2
+    /// form, `CMD_TLBI_EL2_VA` (0x22) and `CMD_TLBI_EL2_ASID` (0x21); otherwise the NH forms
+    /// (0x12, 0x11), the same number of them.
+    #[test]
+    fn e2h_domains_issue_el2_tlbis_and_others_nh_ones() {
+        for range in [false, true] {
+            let nh = opcodes_in(StreamWorld::NsEl1, range);
+            let el2 = opcodes_in(StreamWorld::El2, range);
+            assert_eq!(nh.len(), el2.len());
+            assert_eq!(*nh.last().unwrap(), 0x11);
+            assert_eq!(*el2.last().unwrap(), 0x21);
+            assert!(nh[..nh.len() - 1].iter().all(|&o| o == 0x12), "{nh:x?}");
+            assert!(el2[..el2.len() - 1].iter().all(|&o| o == 0x22), "{el2:x?}");
+            if range {
+                // One page, 16 pages, the freed table's span: one range command each.
+                assert_eq!(el2.len(), 4);
+            } else {
+                // 1 + 16 single pages, 512 granules of the freed table, the ASID.
+                assert_eq!(el2.len(), 1 + 16 + 512 + 1);
+            }
+        }
+        // The by-ASID replacement of a long range takes the EL2 form too.
+        let rec = Recorder::with_log2size(8);
+        let inv =
+            Smmuv3Invalidator::new(3, 12, false, Some(8), rec.clone()).with_world(StreamWorld::El2);
+        let r = GatherRange {
+            start: crate::addr::Iova::new(0),
+            size: 8 * SZ_4K,
+            page_size: SZ_4K,
+        };
+        inv.invalidate_range_and_sync(DomainId(1), &r, &mut WorkRecord::new());
+        let log = std::mem::take(&mut *rec.log.lock().unwrap());
+        assert_eq!(log, vec![(vec![Command::TlbiEl2Asid { asid: 3 }], true)]);
     }
 
     proptest::proptest! {

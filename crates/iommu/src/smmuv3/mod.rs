@@ -84,7 +84,7 @@ pub use device::{
 pub use events::{EventId, EventQueue, EventRecord};
 pub use invalidator::Smmuv3Invalidator;
 pub use lockfree::LockFreeCmdq;
-pub use spec::{Command, CommandDecodeError, CommandEncodeError, SyncCs};
+pub use spec::{Command, CommandDecodeError, CommandEncodeError, StreamWorld, SyncCs};
 pub use spinlock::SpinlockCmdq;
 pub use stream::{ContextDescriptor, Ste, SteConfig};
 

@@ -10,10 +10,18 @@
 //! | all | `[7:0]` opcode | |
 //! | `CMD_TLBI_NH_VA` (0x12) | `[16:12]` NUM, `[24:20]` SCALE, `[47:32]` VMID, `[63:48]` ASID | `[0]` LEAF, `[9:8]` TTL, `[11:10]` TG, `[63:12]` VA |
 //! | `CMD_TLBI_NH_ASID` (0x11) | `[47:32]` VMID, `[63:48]` ASID | |
+//! | `CMD_TLBI_EL2_ALL` (0x20) | | |
+//! | `CMD_TLBI_EL2_ASID` (0x21) | `[63:48]` ASID | |
+//! | `CMD_TLBI_EL2_VA` (0x22) | `[16:12]` NUM, `[24:20]` SCALE, `[63:48]` ASID | `[0]` LEAF, `[9:8]` TTL, `[11:10]` TG, `[63:12]` VA |
 //! | `CMD_TLBI_NSNH_ALL` (0x30) | | |
 //! | `CMD_CFGI_STE` (0x03) | `[63:32]` SID | `[0]` LEAF |
 //! | `CMD_CFGI_CD` (0x05) | `[31:12]` SSID, `[63:32]` SID | `[0]` LEAF |
 //! | `CMD_SYNC` (0x46) | `[13:12]` CS, `[23:22]` MSH, `[27:24]` MSIATTR, `[63:32]` MSIDATA | `[51:2]` MSIADDR |
+//!
+//! The EL2 forms are the NH ones without VMID (Linux's `arm_smmu_cmdq_build_cmd` builds
+//! `CMDQ_OP_TLBI_EL2_VA` as `CMDQ_OP_TLBI_NH_VA` less the VMID, and `CMDQ_OP_TLBI_EL2_ASID`
+//! with the ASID alone); they reach the stage-1 entries of streams whose STE has
+//! `STRW` = EL2 ([`StreamWorld::El2`]), which Linux writes when the SMMU has E2H.
 //!
 //! Every other bit is reserved (RES0 in the spec). [`Command::decode`] rejects a word with a
 //! reserved bit set or an unknown opcode with a [`CommandDecodeError`]; it never panics, so a
@@ -28,6 +36,34 @@ pub const CMD_BYTES: u64 = 16;
 /// `CMD_TLBI_*` commands with `TG != 0` invalidate `(NUM + 1) << SCALE` granules.
 pub const IDR3_RIL: u32 = 1 << 10;
 
+/// `SMMU_IDR0.HYP` (bit 9): the SMMU supports hypervisor (EL2) stage-1 contexts. Linux
+/// sets `ARM_SMMU_FEAT_HYP` from it, and `ARM_SMMU_FEAT_E2H` when the CPU also runs the
+/// kernel at EL2 with VHE (`ARM64_HAS_VIRT_HOST_EXTN`); there is no separate E2H bit.
+pub const IDR0_HYP: u32 = 1 << 9;
+
+/// The translation regime a stream's stage-1 TLB entries belong to: the STE's `STRW`
+/// (StreamWorld, word 1 bits `[31:30]`). TLBI commands reach one regime only: the NH forms
+/// [`StreamWorld::NsEl1`], the EL2 forms [`StreamWorld::El2`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum StreamWorld {
+    /// `STRTAB_STE_1_STRW_NSEL1` (0): non-secure EL1; what Linux writes without E2H.
+    #[default]
+    NsEl1,
+    /// `STRTAB_STE_1_STRW_EL2` (2): EL2, which is EL2-E2H with `SMMU_CR2.E2H` set; what
+    /// Linux writes on an SMMU with `ARM_SMMU_FEAT_E2H`.
+    El2,
+}
+
+impl StreamWorld {
+    /// The `STRW` field value.
+    pub const fn strw(self) -> u64 {
+        match self {
+            StreamWorld::NsEl1 => 0,
+            StreamWorld::El2 => 2,
+        }
+    }
+}
+
 /// One encoded command: word 0 (bytes 0..8) and word 1 (bytes 8..16).
 pub type RawCommand = [u64; 2];
 
@@ -41,6 +77,12 @@ pub mod opcode {
     pub const TLBI_NH_ASID: u8 = 0x11;
     /// `CMD_TLBI_NH_VA`: invalidate stage-1 TLB entries by address (or address range).
     pub const TLBI_NH_VA: u8 = 0x12;
+    /// `CMD_TLBI_EL2_ALL`: invalidate all EL2 (and EL2-E2H) TLB entries.
+    pub const TLBI_EL2_ALL: u8 = 0x20;
+    /// `CMD_TLBI_EL2_ASID`: invalidate every EL2-E2H stage-1 TLB entry of one ASID.
+    pub const TLBI_EL2_ASID: u8 = 0x21;
+    /// `CMD_TLBI_EL2_VA`: invalidate EL2-E2H stage-1 TLB entries by address (or range).
+    pub const TLBI_EL2_VA: u8 = 0x22;
     /// `CMD_TLBI_NSNH_ALL`: invalidate all non-secure, non-hypervisor TLB entries.
     pub const TLBI_NSNH_ALL: u8 = 0x30;
     /// `CMD_SYNC`: completes once every earlier command has completed.
@@ -124,7 +166,12 @@ const fn defined_bits(op: u8) -> Option<[u64; 2]> {
             TLBI_1_LEAF.mask() | TLBI_1_TTL.mask() | TLBI_1_TG.mask() | TLBI_1_VA.mask(),
         ]),
         opcode::TLBI_NH_ASID => Some([op_bits | TLBI_0_VMID.mask() | TLBI_0_ASID.mask(), 0]),
-        opcode::TLBI_NSNH_ALL => Some([op_bits, 0]),
+        opcode::TLBI_EL2_VA => Some([
+            op_bits | TLBI_0_NUM.mask() | TLBI_0_SCALE.mask() | TLBI_0_ASID.mask(),
+            TLBI_1_LEAF.mask() | TLBI_1_TTL.mask() | TLBI_1_TG.mask() | TLBI_1_VA.mask(),
+        ]),
+        opcode::TLBI_EL2_ASID => Some([op_bits | TLBI_0_ASID.mask(), 0]),
+        opcode::TLBI_EL2_ALL | opcode::TLBI_NSNH_ALL => Some([op_bits, 0]),
         opcode::CFGI_STE => Some([op_bits | CFGI_0_SID.mask(), CFGI_1_LEAF.mask()]),
         opcode::CFGI_CD => Some([
             op_bits | CFGI_0_SSID.mask() | CFGI_0_SID.mask(),
@@ -208,6 +255,33 @@ pub enum Command {
     },
     /// `CMD_TLBI_NSNH_ALL`: invalidate all non-secure, non-hypervisor TLB entries.
     TlbiNsnhAll,
+    /// `CMD_TLBI_EL2_VA`: invalidate EL2-E2H stage-1 entries for `addr` (or a range from
+    /// `addr`); the fields are those of [`Command::TlbiNhVa`] but VMID, which the EL2 form
+    /// lacks.
+    TlbiEl2Va {
+        /// Address space id.
+        asid: u16,
+        /// The virtual address, 4 KiB aligned.
+        addr: u64,
+        /// Only leaf (last-level) entries need invalidating; walk caches may stay.
+        leaf: bool,
+        /// Translation table level hint of the leaf (0: unknown, 1..=3), 2 bits.
+        ttl: u8,
+        /// Translation granule of a range invalidation (0: not a range), 2 bits.
+        tg: u8,
+        /// Range NUM field, 5 bits: `num + 1` units.
+        num: u8,
+        /// Range SCALE field, 5 bits: each unit is `1 << scale` granules.
+        scale: u8,
+    },
+    /// `CMD_TLBI_EL2_ASID`: invalidate every EL2-E2H stage-1 entry of one ASID.
+    TlbiEl2Asid {
+        /// Address space id.
+        asid: u16,
+    },
+    /// `CMD_TLBI_EL2_ALL`: invalidate all EL2 and EL2-E2H entries (Linux issues it once at
+    /// reset on an SMMU with `IDR0.HYP`).
+    TlbiEl2All,
     /// `CMD_CFGI_STE`: invalidate the cached stream table entry of `sid`.
     CfgiSte {
         /// StreamID.
@@ -336,6 +410,9 @@ impl Command {
             Command::TlbiNhVa { .. } => opcode::TLBI_NH_VA,
             Command::TlbiNhAsid { .. } => opcode::TLBI_NH_ASID,
             Command::TlbiNsnhAll => opcode::TLBI_NSNH_ALL,
+            Command::TlbiEl2Va { .. } => opcode::TLBI_EL2_VA,
+            Command::TlbiEl2Asid { .. } => opcode::TLBI_EL2_ASID,
+            Command::TlbiEl2All => opcode::TLBI_EL2_ALL,
             Command::CfgiSte { .. } => opcode::CFGI_STE,
             Command::CfgiCd { .. } => opcode::CFGI_CD,
             Command::Sync { .. } => opcode::CMD_SYNC,
@@ -347,12 +424,72 @@ impl Command {
         matches!(self, Command::Sync { .. })
     }
 
-    /// For a `CMD_TLBI_NH_VA`, the bytes it invalidates from `addr`: one 4 KiB page without
-    /// a range (`tg == 0`), else `(num + 1) << scale` granules of 4 KiB, 16 KiB or 64 KiB.
-    /// `None` for other commands.
+    /// The same invalidation in the TLBI forms that reach `world`'s entries: for
+    /// [`StreamWorld::El2`], `CMD_TLBI_NH_VA` becomes `CMD_TLBI_EL2_VA` (its VMID dropped),
+    /// `CMD_TLBI_NH_ASID` `CMD_TLBI_EL2_ASID` and `CMD_TLBI_NSNH_ALL` `CMD_TLBI_EL2_ALL`;
+    /// for [`StreamWorld::NsEl1`] the reverse (VMID 0). Other commands are unchanged.
+    #[inline]
+    pub const fn in_world(self, world: StreamWorld) -> Command {
+        match (self, world) {
+            (
+                Command::TlbiNhVa {
+                    asid,
+                    addr,
+                    leaf,
+                    ttl,
+                    tg,
+                    num,
+                    scale,
+                    ..
+                },
+                StreamWorld::El2,
+            ) => Command::TlbiEl2Va {
+                asid,
+                addr,
+                leaf,
+                ttl,
+                tg,
+                num,
+                scale,
+            },
+            (Command::TlbiNhAsid { asid, .. }, StreamWorld::El2) => Command::TlbiEl2Asid { asid },
+            (Command::TlbiNsnhAll, StreamWorld::El2) => Command::TlbiEl2All,
+            (
+                Command::TlbiEl2Va {
+                    asid,
+                    addr,
+                    leaf,
+                    ttl,
+                    tg,
+                    num,
+                    scale,
+                },
+                StreamWorld::NsEl1,
+            ) => Command::TlbiNhVa {
+                vmid: 0,
+                asid,
+                addr,
+                leaf,
+                ttl,
+                tg,
+                num,
+                scale,
+            },
+            (Command::TlbiEl2Asid { asid }, StreamWorld::NsEl1) => {
+                Command::TlbiNhAsid { vmid: 0, asid }
+            }
+            (Command::TlbiEl2All, StreamWorld::NsEl1) => Command::TlbiNsnhAll,
+            (cmd, _) => cmd,
+        }
+    }
+
+    /// For a `CMD_TLBI_NH_VA` or `CMD_TLBI_EL2_VA`, the bytes it invalidates from `addr`:
+    /// one 4 KiB page without a range (`tg == 0`), else `(num + 1) << scale` granules of
+    /// 4 KiB, 16 KiB or 64 KiB. `None` for other commands.
     pub fn tlbi_range_bytes(&self) -> Option<u64> {
         match *self {
-            Command::TlbiNhVa { tg, num, scale, .. } => {
+            Command::TlbiNhVa { tg, num, scale, .. }
+            | Command::TlbiEl2Va { tg, num, scale, .. } => {
                 let granule_shift = match tg {
                     0 => return Some(1 << 12),
                     1 => 12,
@@ -455,7 +592,25 @@ impl Command {
                 op | TLBI_0_VMID.put(vmid.into()) | TLBI_0_ASID.put(asid.into()),
                 0,
             ],
-            Command::TlbiNsnhAll => [op, 0],
+            Command::TlbiNsnhAll | Command::TlbiEl2All => [op, 0],
+            Command::TlbiEl2Va {
+                asid,
+                addr,
+                leaf,
+                ttl,
+                tg,
+                num,
+                scale,
+            } => [
+                op | check_fits("NUM", TLBI_0_NUM, num.into())?
+                    | check_fits("SCALE", TLBI_0_SCALE, scale.into())?
+                    | TLBI_0_ASID.put(asid.into()),
+                TLBI_1_LEAF.put(leaf.into())
+                    | check_fits("TTL", TLBI_1_TTL, ttl.into())?
+                    | check_fits("TG", TLBI_1_TG, tg.into())?
+                    | check_addr("VA", TLBI_1_VA, addr)?,
+            ],
+            Command::TlbiEl2Asid { asid } => [op | TLBI_0_ASID.put(asid.into()), 0],
             Command::CfgiSte { sid, leaf } => [
                 op | CFGI_0_SID.put(sid.into()),
                 CFGI_1_LEAF.put(leaf.into()),
@@ -502,6 +657,28 @@ impl Command {
             opcode::TLBI_NSNH_ALL => {
                 check_reserved(opcode::TLBI_NSNH_ALL, raw)?;
                 Command::TlbiNsnhAll
+            }
+            opcode::TLBI_EL2_VA => {
+                check_reserved(opcode::TLBI_EL2_VA, raw)?;
+                Command::TlbiEl2Va {
+                    asid: TLBI_0_ASID.get(w0) as u16,
+                    addr: w1 & TLBI_1_VA.mask(),
+                    leaf: TLBI_1_LEAF.get(w1) != 0,
+                    ttl: TLBI_1_TTL.get(w1) as u8,
+                    tg: TLBI_1_TG.get(w1) as u8,
+                    num: TLBI_0_NUM.get(w0) as u8,
+                    scale: TLBI_0_SCALE.get(w0) as u8,
+                }
+            }
+            opcode::TLBI_EL2_ASID => {
+                check_reserved(opcode::TLBI_EL2_ASID, raw)?;
+                Command::TlbiEl2Asid {
+                    asid: TLBI_0_ASID.get(w0) as u16,
+                }
+            }
+            opcode::TLBI_EL2_ALL => {
+                check_reserved(opcode::TLBI_EL2_ALL, raw)?;
+                Command::TlbiEl2All
             }
             opcode::CFGI_STE => {
                 check_reserved(opcode::CFGI_STE, raw)?;
@@ -666,6 +843,119 @@ mod tests {
             },
             [0xbeef_0005_0000_0011, 0],
         );
+    }
+
+    /// Linux's `CMDQ_*` macros (arm-smmu-v3.h) for the EL2 TLBIs, written out: the test
+    /// vectors, not the model's own constants.
+    mod linux {
+        pub const OP_TLBI_EL2_ALL: u64 = 0x20; // CMDQ_OP_TLBI_EL2_ALL
+        pub const OP_TLBI_EL2_ASID: u64 = 0x21; // CMDQ_OP_TLBI_EL2_ASID
+        pub const OP_TLBI_EL2_VA: u64 = 0x22; // CMDQ_OP_TLBI_EL2_VA
+                                              // CMDQ_TLBI_0_NUM GENMASK_ULL(16, 12)
+        pub const NUM: fn(u64) -> u64 = |v| (v & 0x1f) << 12;
+        // CMDQ_TLBI_0_SCALE GENMASK_ULL(24, 20)
+        pub const SCALE: fn(u64) -> u64 = |v| (v & 0x1f) << 20;
+        // CMDQ_TLBI_0_ASID GENMASK_ULL(63, 48)
+        pub const ASID: fn(u64) -> u64 = |v| (v & 0xffff) << 48;
+        pub const LEAF: u64 = 1; // CMDQ_TLBI_1_LEAF (1UL << 0)
+        pub const TTL: fn(u64) -> u64 = |v| (v & 3) << 8; // CMDQ_TLBI_1_TTL GENMASK_ULL(9, 8)
+        pub const TG: fn(u64) -> u64 = |v| (v & 3) << 10; // CMDQ_TLBI_1_TG GENMASK_ULL(11, 10)
+        pub const VA_MASK: u64 = !0xfff; // CMDQ_TLBI_1_VA_MASK GENMASK_ULL(63, 12)
+    }
+
+    #[test]
+    fn tlbi_el2_va_layout_from_the_driver_macros() {
+        // arm_smmu_cmdq_build_cmd for CMDQ_OP_TLBI_EL2_VA: NUM, SCALE, ASID in word 0 (no
+        // VMID), LEAF, TTL, TG and the VA in word 1.
+        let want = [
+            linux::OP_TLBI_EL2_VA | linux::NUM(31) | linux::SCALE(2) | linux::ASID(0x1234),
+            linux::LEAF | linux::TTL(3) | linux::TG(1) | (0xffff_8000_1234_5000 & linux::VA_MASK),
+        ];
+        assert_eq!(want, [0x1234_0000_0021_f022, 0xffff_8000_1234_5701]);
+        round_trip(
+            Command::TlbiEl2Va {
+                asid: 0x1234,
+                addr: 0xffff_8000_1234_5000,
+                leaf: true,
+                ttl: 3,
+                tg: 1,
+                num: 31,
+                scale: 2,
+            },
+            want,
+        );
+        // A single page, not a leaf: opcode, ASID and the VA alone.
+        let single = [linux::OP_TLBI_EL2_VA | linux::ASID(1), 0x4000_0000];
+        assert_eq!(single, [0x0001_0000_0000_0022, 0x4000_0000]);
+        round_trip(
+            Command::TlbiEl2Va {
+                asid: 1,
+                addr: 0x4000_0000,
+                leaf: false,
+                ttl: 0,
+                tg: 0,
+                num: 0,
+                scale: 0,
+            },
+            single,
+        );
+        // VMID's bits [47:32] are reserved in the EL2 form.
+        assert_eq!(
+            Command::decode([0x0001_0005_0000_0022, 0]),
+            Err(CommandDecodeError::ReservedBits {
+                opcode: 0x22,
+                word: 0,
+                bits: 0x5_0000_0000
+            })
+        );
+    }
+
+    #[test]
+    fn tlbi_el2_asid_and_all_layout_from_the_driver_macros() {
+        // CMDQ_OP_TLBI_EL2_ASID: the ASID alone.
+        let want = [linux::OP_TLBI_EL2_ASID | linux::ASID(0xbeef), 0];
+        assert_eq!(want, [0xbeef_0000_0000_0021, 0]);
+        round_trip(Command::TlbiEl2Asid { asid: 0xbeef }, want);
+        round_trip(Command::TlbiEl2All, [linux::OP_TLBI_EL2_ALL, 0]);
+        assert_eq!(
+            Command::decode([0xbeef_0005_0000_0021, 0]),
+            Err(CommandDecodeError::ReservedBits {
+                opcode: 0x21,
+                word: 0,
+                bits: 0x5_0000_0000
+            })
+        );
+    }
+
+    #[test]
+    fn commands_move_between_worlds() {
+        let nh = Command::TlbiNhVa {
+            vmid: 0,
+            asid: 7,
+            addr: 0x5000,
+            leaf: true,
+            ttl: 3,
+            tg: 1,
+            num: 0,
+            scale: 0,
+        };
+        let el2 = nh.in_world(StreamWorld::El2);
+        assert_eq!(el2.opcode(), opcode::TLBI_EL2_VA);
+        assert_eq!(el2.tlbi_range_bytes(), nh.tlbi_range_bytes());
+        assert_eq!(el2.in_world(StreamWorld::NsEl1), nh);
+        assert_eq!(nh.in_world(StreamWorld::NsEl1), nh);
+        let asid = Command::TlbiNhAsid { vmid: 0, asid: 7 };
+        assert_eq!(
+            asid.in_world(StreamWorld::El2),
+            Command::TlbiEl2Asid { asid: 7 }
+        );
+        assert_eq!(
+            Command::TlbiNsnhAll.in_world(StreamWorld::El2),
+            Command::TlbiEl2All
+        );
+        let sync = Command::sync_msi(0x1000, 1);
+        assert_eq!(sync.in_world(StreamWorld::El2), sync);
+        assert_eq!((StreamWorld::NsEl1.strw(), StreamWorld::El2.strw()), (0, 2));
     }
 
     #[test]
@@ -861,6 +1151,28 @@ mod tests {
             (any::<u16>(), any::<u16>())
                 .prop_map(|(vmid, asid)| Command::TlbiNhAsid { vmid, asid }),
             Just(Command::TlbiNsnhAll),
+            (
+                any::<u16>(),
+                any::<u64>(),
+                any::<bool>(),
+                0u8..4,
+                0u8..4,
+                0u8..32,
+                0u8..32
+            )
+                .prop_map(|(asid, addr, leaf, ttl, tg, num, scale)| {
+                    Command::TlbiEl2Va {
+                        asid,
+                        addr: addr & !0xfff,
+                        leaf,
+                        ttl,
+                        tg,
+                        num,
+                        scale,
+                    }
+                }),
+            any::<u16>().prop_map(|asid| Command::TlbiEl2Asid { asid }),
+            Just(Command::TlbiEl2All),
             (any::<u32>(), any::<bool>()).prop_map(|(sid, leaf)| Command::CfgiSte { sid, leaf }),
             (any::<u32>(), 0u32..(1 << 20), any::<bool>())
                 .prop_map(|(sid, ssid, leaf)| Command::CfgiCd { sid, ssid, leaf }),
@@ -945,10 +1257,10 @@ mod tests {
         fn decode_never_panics_and_accepted_words_round_trip(
             w0 in any::<u64>(),
             w1 in any::<u64>(),
-            op in 0usize..7,
+            op in 0usize..10,
         ) {
             // Bias the opcode towards the known ones so the reserved-bit paths are hit.
-            let ops = [0x03u64, 0x05, 0x11, 0x12, 0x30, 0x46, w0 & 0xff];
+            let ops = [0x03u64, 0x05, 0x11, 0x12, 0x20, 0x21, 0x22, 0x30, 0x46, w0 & 0xff];
             let w0 = (w0 & !0xff) | ops[op];
             if let Ok(cmd) = Command::decode([w0, w1]) {
                 prop_assert_eq!(cmd.encode(), Ok([w0, w1]));
@@ -968,10 +1280,10 @@ mod tests {
         fn per_opcode_decoding_matches_decode(
             w0 in any::<u64>(),
             w1 in any::<u64>(),
-            op in 0usize..7,
+            op in 0usize..10,
             clean in any::<bool>(),
         ) {
-            let ops = [0x03u64, 0x05, 0x11, 0x12, 0x30, 0x46, w0 & 0xff];
+            let ops = [0x03u64, 0x05, 0x11, 0x12, 0x20, 0x21, 0x22, 0x30, 0x46, w0 & 0xff];
             let mut raw = [(w0 & !0xff) | ops[op], w1];
             if clean {
                 // Mostly legal words, so the field paths are hit too.

@@ -13,6 +13,7 @@
 //! | STE | 0 | `[0]` | V |
 //! | STE | 0 | `[3:1]` | Config: 0b000 abort, 0b100 bypass, 0b101 stage-1 translate |
 //! | STE | 0 | `[51:6]` | S1ContextPtr (64-byte aligned CD address) |
+//! | STE | 1 | `[31:30]` | STRW (StreamWorld): 0 NS-EL1, 2 EL2 (EL2-E2H with E2H) |
 //! | CD | 0 | `[5:0]` | T0SZ (64 - input size) |
 //! | CD | 0 | `[7:6]` | TG0: 0 4 KiB, 1 64 KiB, 2 16 KiB |
 //! | CD | 0 | `[9:8]`, `[11:10]` | IRGN0, ORGN0: 1 write-back write-allocate (coherent walk), 0 non-cacheable |
@@ -32,6 +33,7 @@
 //! (`arm_64_lpae_alloc_pgtable_s1`), and word 3 is io-pgtable-arm's MAIR
 //! (`ARM_LPAE_MAIR_ATTR_*`). Words 2 and 4-7 are zero.
 
+use super::spec::StreamWorld;
 use crate::addr::PhysAddr;
 
 /// Size of one context descriptor in bytes.
@@ -43,6 +45,7 @@ const STE_0_CFG_ABORT: u64 = 0b000;
 const STE_0_CFG_BYPASS: u64 = 0b100;
 const STE_0_CFG_S1_TRANS: u64 = 0b101;
 const STE_0_S1CTXPTR_MASK: u64 = ((1 << 52) - 1) & !((1 << 6) - 1);
+const STE_1_STRW_SHIFT: u32 = 30;
 
 const CD_0_T0SZ_MASK: u64 = 0x3f;
 const CD_0_TG0_SHIFT: u32 = 6;
@@ -169,6 +172,9 @@ pub enum SteConfig {
         cd: usize,
         /// The descriptor's simulated physical address (`S1ContextPtr`).
         cd_addr: PhysAddr,
+        /// `STRW`: the regime the stream's TLB entries belong to, and so which TLBIs reach
+        /// them.
+        strw: StreamWorld,
     },
 }
 
@@ -199,6 +205,15 @@ impl Ste {
         };
         (u64::from(self.valid) * STE_0_V) | (cfg << STE_0_CFG_SHIFT) | ptr
     }
+
+    /// Word 1 of the entry: `STRW` of a stage-1 entry (the word's other fields are not
+    /// modelled), 0 otherwise.
+    pub fn encode_word1(&self) -> u64 {
+        match self.config {
+            SteConfig::Translate { strw, .. } => strw.strw() << STE_1_STRW_SHIFT,
+            SteConfig::Abort | SteConfig::Bypass => 0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -218,9 +233,29 @@ mod tests {
             config: SteConfig::Translate {
                 cd: 3,
                 cd_addr: PhysAddr::new(0x8000_00c0),
+                strw: StreamWorld::NsEl1,
             },
         };
         assert_eq!(s1.encode_word0(), 0x8000_00c0 | 0b1011);
+        assert_eq!(s1.encode_word1(), 0);
+        assert_eq!(bypass.encode_word1(), 0);
+    }
+
+    /// Linux's `STRTAB_STE_1_STRW` (GENMASK_ULL(31, 30)) with `STRTAB_STE_1_STRW_EL2` (2),
+    /// what `arm_smmu_make_cdtable_ste` writes with `ARM_SMMU_FEAT_E2H`.
+    #[test]
+    fn ste_word1_strw_el2_is_linux_s() {
+        let strw_el2: u64 = 2 << 30;
+        assert_eq!(strw_el2, 0x8000_0000);
+        let s1 = Ste {
+            valid: true,
+            config: SteConfig::Translate {
+                cd: 0,
+                cd_addr: PhysAddr::new(0x3000_0000),
+                strw: StreamWorld::El2,
+            },
+        };
+        assert_eq!(s1.encode_word1(), strw_el2);
     }
 
     /// Linux's `CTXDESC_CD_0_*` macros (arm-smmu-v3.h) and io-pgtable-arm's TCR and MAIR
