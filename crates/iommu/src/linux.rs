@@ -4,8 +4,8 @@
 //! says which variant of each changed algorithm that kernel runs: the IOVA rcache depot, what
 //! an exhausted allocation flushes, the flush-queue shapes and sizes, where the timer path
 //! frees, the PCI 32-bit-first allocation, the IOVA tree's retry and fast-fail, the SMMUv3
-//! command-queue producer and range invalidation, what VT-d writes for execute control in
-//! first-stage domains (XD, NXE), and the default DMA mode per architecture.
+//! command-queue producer, range invalidation and E2H support, what VT-d writes for execute
+//! control in first-stage domains (XD, NXE), and the default DMA mode per architecture.
 //!
 //! The answer comes from one table, [`KERNEL_CHANGES`]: the Linux 4.19 baseline is changed by
 //! every entry whose release is at or below the version asked for, in release order. Each
