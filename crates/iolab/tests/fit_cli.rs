@@ -24,6 +24,7 @@ kind = "nvme"
 latency_distribution = "fixed"
 {latency}[workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = "4k"
 iodepth = 1

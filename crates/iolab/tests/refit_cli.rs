@@ -26,6 +26,7 @@ kind = "nvme"
 latency_distribution = "fixed"
 [base.workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = 1

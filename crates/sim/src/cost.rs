@@ -454,6 +454,52 @@ cost_group! {
 }
 
 cost_group! {
+    /// The kernel's and fio's per-I/O costs on the block path, around the DMA mapping and
+    /// the device (docs/model/io-path.md). `block_submit` and `block_complete` are totals
+    /// for libaio on a direct-I/O file; `aio_submit`, `file_ref` and `page_pin` are shares
+    /// of `block_submit`, and `wakeup` a share of `block_complete`, that other I/O engines
+    /// replace or save (`workload.ioengine`).
+    pub struct IoPathCosts {
+        plain {}
+        costs {
+            /// The kernel's submission of one I/O below the system call's entry, for libaio:
+            /// the iocb, the file reference, pinning the user buffer, the direct-I/O bio
+            /// and the blk-mq request (the driver's own work is `nvme_submit`).
+            block_submit,
+            /// The kernel's completion of one I/O above the driver: blk-mq completion, bio
+            /// end and unpin, the completion event, and waking the waiting thread.
+            block_complete,
+            /// libaio's own share of `block_submit` (copying the iocb, the kiocb, posting and
+            /// copying out the event): what psync does not do and io_uring replaces.
+            aio_submit,
+            /// io_uring's own per-I/O work in place of `aio_submit` (the SQE, the request
+            /// from its cache, the CQE).
+            uring_submit,
+            /// The share of `block_submit` that takes and drops the file reference, which
+            /// io_uring's `registerfiles` saves.
+            file_ref,
+            /// The share of `block_submit` that pins and later unpins the user buffer, which
+            /// io_uring's `fixedbufs` saves.
+            page_pin,
+            /// The share of `block_complete` that wakes the sleeping thread and switches to
+            /// it, which polled completions (`hipri`) save.
+            wakeup,
+            /// Entry into and exit from one completion interrupt.
+            irq_entry,
+            /// One completion found by polling the queue (`hipri`), in place of an interrupt.
+            poll_check,
+            /// fio's own user-space work per I/O step, charged once at issue and once at reap.
+            fio_user,
+            /// The NVMe driver's submission of one command (`nvme_queue_rq`: the command and
+            /// its PRPs, the copy into the submission queue); the doorbell is `mmio.write`.
+            nvme_submit,
+            /// The NVMe driver's handling of one completion entry.
+            nvme_complete,
+        }
+    }
+}
+
+cost_group! {
     /// Memory.
     pub struct MemoryCosts {
         plain {
@@ -461,6 +507,38 @@ cost_group! {
             memcpy_bandwidth: Bandwidth,
         }
         costs {}
+    }
+}
+
+impl IoPathCosts {
+    /// Checks that the shares fit in their totals: `aio_submit + file_ref + page_pin <=
+    /// block_submit` and `wakeup <= block_complete` (compared in ns at `clock_ghz`).
+    fn check_shares(&self, clock_ghz: f64) -> Result<(), (String, String)> {
+        let ns = |c: &Cost| match c.unit {
+            Unit::Ns => c.value,
+            Unit::Cycles => c.value / clock_ghz,
+        };
+        let shares = ns(&self.aio_submit) + ns(&self.file_ref) + ns(&self.page_pin);
+        if shares > ns(&self.block_submit) + 1e-9 {
+            return Err((
+                "io_path.block_submit.value".into(),
+                format!(
+                    "expected at least its shares aio_submit + file_ref + page_pin ({shares:.1} ns), found {:.1} ns",
+                    ns(&self.block_submit)
+                ),
+            ));
+        }
+        if ns(&self.wakeup) > ns(&self.block_complete) + 1e-9 {
+            return Err((
+                "io_path.block_complete.value".into(),
+                format!(
+                    "expected at least its share wakeup ({:.1} ns), found {:.1} ns",
+                    ns(&self.wakeup),
+                    ns(&self.block_complete)
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -547,6 +625,8 @@ pub struct PlatformProfile {
     pub hypervisor: Option<HypervisorCosts>,
     /// Memory bandwidth.
     pub memory: MemoryCosts,
+    /// The kernel's and fio's per-I/O costs on the block path.
+    pub io_path: IoPathCosts,
     /// Where the profile was read from (file name or `bundled:NAME`).
     #[serde(skip)]
     origin: String,
@@ -799,6 +879,7 @@ impl PlatformProfile {
             "iommu.cmdq" => self.iommu.cmdq.as_mut()?.entries_mut(),
             "iommu.register_flush" => self.iommu.register_flush.as_mut()?.entries_mut(),
             "hypervisor" => self.hypervisor.as_mut()?.entries_mut(),
+            "io_path" => self.io_path.entries_mut(),
             _ => return None,
         };
         entries
@@ -829,12 +910,13 @@ impl PlatformProfile {
         if let Some(h) = &self.hypervisor {
             collect(&mut out, "hypervisor", h.entries());
         }
+        collect(&mut out, "io_path", self.io_path.entries());
         out
     }
 
     /// The dotted path of every cost field a profile can have (optional groups included).
     pub fn cost_paths() -> Vec<String> {
-        let groups: [(&str, &[&str]); 9] = [
+        let groups: [(&str, &[&str]); 10] = [
             ("cpu", CpuCosts::FIELDS),
             ("sync", SyncCosts::FIELDS),
             ("sync.far_atomics", FarAtomicCosts::FIELDS),
@@ -844,6 +926,7 @@ impl PlatformProfile {
             ("iommu.cmdq", CmdqCosts::FIELDS),
             ("iommu.register_flush", RegisterFlushCosts::FIELDS),
             ("hypervisor", HypervisorCosts::FIELDS),
+            ("io_path", IoPathCosts::FIELDS),
         ];
         groups
             .iter()
@@ -967,7 +1050,7 @@ impl PlatformProfile {
             }
             non_empty(&format!("{path}.source"), &cost.source)?;
         }
-        Ok(())
+        self.io_path.check_shares(clock)
     }
 
     /// Fills every cost's nanosecond value (cycles at the CPU clock).
@@ -1000,6 +1083,7 @@ impl PlatformProfile {
         if let Some(h) = &mut self.hypervisor {
             resolve(h.entries_mut());
         }
+        resolve(self.io_path.entries_mut());
     }
 
     /// The precomputed per-counter weights for converting work records.

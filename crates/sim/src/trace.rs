@@ -538,7 +538,7 @@ mod tests {
         let fio = |iommu: &str| {
             format!(
                 "name = \"t\"\n[machine]\nplatform = \"hisilicon-d06\"\ncpus = 4\n\
-                 [iommu]\n{iommu}\n[[device]]\nkind = \"nvme\"\n[workload]\nkind = \"fio\"\n\
+                 [iommu]\n{iommu}\n[[device]]\nkind = \"nvme\"\n[workload]\nkind = \"fio\"\nioengine = \"libaio\"\n\
                  rw = \"randread\"\niodepth = 4\nnumjobs = 2\nruntime_ms = 1\nramp_ms = 0\n"
             )
         };

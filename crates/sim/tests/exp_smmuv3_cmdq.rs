@@ -629,7 +629,7 @@ fn nvme_interrupt_coalescing_trades_latency_for_interrupts_and_cpu() {
 fn coalescing_fields_are_checked_by_the_lab() {
     let base = "name = \"c\"\n[machine]\nplatform = \"hisilicon-d05\"\ncpus = 4\n\
                 [iommu]\nmodel = \"smmuv3\"\nmode = \"strict\"\n\
-                [workload]\nkind = \"fio\"\nrw = \"randread\"\nnumjobs = 2\nruntime_ms = 1\n";
+                [workload]\nkind = \"fio\"\nioengine = \"libaio\"\nrw = \"randread\"\nnumjobs = 2\nruntime_ms = 1\n";
     let with = |device: &str| format!("{base}[[device]]\n{device}\n");
     let ok = with("kind = \"nvme\"\ncoalesce_threshold = 255\ncoalesce_time_100us = 0");
     lab::validate(&ok, "c.toml", None).expect("the feature's full range");

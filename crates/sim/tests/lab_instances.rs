@@ -29,6 +29,7 @@ cmdq = "lockfree"
 {drives}
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = 32

@@ -296,6 +296,8 @@ fn run_machine(cpus: usize, bs: u64, max_iops: f64, bandwidth: f64, runtime_ms: 
         cpus: (0..cpus).collect(),
         user_ns_per_io: 500,
         syscall_ns: 300,
+        engine: fio::IoEngine::plain(fio::EngineKind::Libaio),
+        sq_cpus: Vec::new(),
     });
     let stats: SharedStats = Rc::new(RefCell::new(GroupStats::default()));
     let target = Rc::new(Target(machine.clone()));

@@ -313,6 +313,7 @@ mode = "strict"
 kind = "nvme"
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 runtime_ms = 1
 "#;

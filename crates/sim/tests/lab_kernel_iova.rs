@@ -25,6 +25,7 @@ mode = "strict"
 {drive}{drive}
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 1048576
 iodepth = 128

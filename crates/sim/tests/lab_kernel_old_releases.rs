@@ -39,6 +39,7 @@ mode = "strict"
 kind = "nvme"
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = 4

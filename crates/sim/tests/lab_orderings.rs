@@ -61,6 +61,7 @@ mode = "{mode}"
 {drives}
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = {iodepth}

@@ -165,6 +165,7 @@ mode = "strict"
 kind = "nvme"
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = {bs}
 iodepth = 4

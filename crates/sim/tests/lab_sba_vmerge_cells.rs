@@ -435,6 +435,7 @@ FIELD
 kind = "sas"
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 runtime_ms = 1
 "#;

@@ -28,6 +28,7 @@ max_iops = 20000000
 bandwidth_gb_per_s = 100
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = 32

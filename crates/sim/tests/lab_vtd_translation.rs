@@ -27,6 +27,7 @@ mode = "{mode}"
 kind = "nvme"
 [workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = 8

@@ -14,6 +14,7 @@ model = "smmuv3"
 mode = "{mode}"
 {cmdq}{devs}[workload]
 kind = "fio"
+ioengine = "libaio"
 rw = "randread"
 bs = 4096
 iodepth = 32

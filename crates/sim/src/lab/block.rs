@@ -1069,6 +1069,8 @@ pub(crate) fn fio_job(s: &LabScenario, f: &FioSetup) -> FioJob {
         cpus: (f.first_cpu..f.first_cpu + f.numjobs as usize).collect(),
         user_ns_per_io: f.user_ns_per_io,
         syscall_ns: s.profile.cpu.syscall.ns().round() as u64,
+        engine: f.engine,
+        sq_cpus: f.sq_cpus.clone(),
     }
 }
 
@@ -1238,18 +1240,37 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     let target = Rc::new(Target(stack.clone()));
     for j in 0..spec.numjobs as usize {
         let cpu = spec.cpus[j % spec.cpus.len()];
-        let (spec, target, stats) = (spec.clone(), target.clone(), stats.clone());
-        sim.spawn_on(cpu, move |ctx| fio::run_job(ctx, spec, j, target, stats))?;
+        let (job_spec, stats) = (spec.clone(), stats.clone());
+        if spec.engine.sqthread_poll {
+            // The job places its requests in its ring; its polling thread submits them.
+            let ring = Rc::new(fio::SqRing::new(sim.handle(), spec.iodepth as usize));
+            let (r, t, st) = (ring.clone(), target.clone(), stats.clone());
+            sim.spawn_on(spec.sq_cpus[j], move |ctx| fio::run_sq_thread(ctx, r, t, st))?;
+            sim.spawn_on(cpu, move |ctx| fio::run_job(ctx, job_spec, j, ring, stats))?;
+        } else {
+            let target = target.clone();
+            sim.spawn_on(cpu, move |ctx| fio::run_job(ctx, job_spec, j, target, stats))?;
+        }
     }
     let t0 = SimTime::ZERO + spec.ramp;
     let t1 = t0 + spec.runtime;
     let t_mid = t0 + SimDuration::ns(spec.runtime.as_ns() / 2);
     stack.start_event_threads(s.iommu.evtq_drain_ns, t1.as_ns())?;
     let counted = |g: &GroupStats| (g.read.clat_ns.len() + g.write.clat_ns.len()) as u64;
-    let before: RunReport = sim.run_until_observed(t0, t1)?;
-    let mid: RunReport = sim.run_until_observed(t_mid, t1)?;
+    // CPUs that poll never idle: the jobs' with polled completions, the submission threads'.
+    let mut polling: Vec<usize> = Vec::new();
+    if s.kernel.polled {
+        polling.extend(&spec.cpus);
+    }
+    polling.extend(&spec.sq_cpus);
+    let polled = |mut r: RunReport| {
+        polling_is_busy(&mut r, &polling);
+        r
+    };
+    let before: RunReport = polled(sim.run_until_observed(t0, t1)?);
+    let mid: RunReport = polled(sim.run_until_observed(t_mid, t1)?);
     let ios_first = counted(&stats.borrow());
-    let after: RunReport = sim.run_until_observed(t1, t1)?;
+    let after: RunReport = polled(sim.run_until_observed(t1, t1)?);
     let end = sim.run()?.end.as_ns();
     if let Some(e) = stack
         .error
@@ -1514,6 +1535,21 @@ pub(crate) fn kernel_lock_kind(s: &LabScenario) -> LockKind {
         LockKind::Ticket
     } else {
         LockKind::Queued
+    }
+}
+
+/// Counts the idle time of `cpus` (each once) as system time: a CPU that polls a queue
+/// spins in the kernel while it waits, as `top` and fio's `sys_cpu` show it.
+fn polling_is_busy(r: &mut RunReport, cpus: &[usize]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for &c in cpus {
+        if !seen.insert(c) {
+            continue;
+        }
+        if let Some(t) = r.cpus.get_mut(c) {
+            t.system += t.idle;
+            t.idle = 0;
+        }
     }
 }
 

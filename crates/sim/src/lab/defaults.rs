@@ -57,21 +57,6 @@ pub const FLUSH_TIMEOUT_MS: Sourced<u64> = (
     "Linux drivers/iommu/dma-iommu.c IOVA_FQ_TIMEOUT = 10 ms",
 );
 
-/// `kernel.block_submit_ns`.
-pub const BLOCK_SUBMIT_NS: Sourced<u64> = (
-    2500,
-    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): io_submit per iocb: aio set-up, direct-I/O bio build, blk-mq tag and request set-up, ~6000 cycles on Cortex-A72",
-);
-/// `kernel.block_complete_ns`.
-pub const BLOCK_COMPLETE_NS: Sourced<u64> = (
-    3000,
-    "assumption (as scenarios/experiments/smmuv3-cmdq.toml, docs/model/smmuv3-cmdq.md finding 1): request completion, bio end, aio completion and wake-up of the fio thread, ~7200 cycles on Cortex-A72 at 2.4 GHz",
-);
-/// `kernel.irq_entry_ns`.
-pub const IRQ_ENTRY_NS: Sourced<u64> = (
-    1000,
-    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): GICv3 interrupt entry, acknowledge, dispatch and exit, ~2400 cycles",
-);
 
 /// NVMe `device.io_queues`.
 pub const NVME_IO_QUEUES: Sourced<usize> = (
@@ -105,11 +90,6 @@ pub const NVME_WRITE_LATENCY_US: Sourced<f64> = (
     20.0,
     "assumption: writes complete from the controller's protected DRAM cache",
 );
-/// NVMe `device.submit_ns`.
-pub const NVME_SUBMIT_NS: Sourced<u64> = (
-    600,
-    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_queue_rq builds the command and PRP, copies it into the SQ (~1400 cycles); the doorbell is the profile's mmio.write",
-);
 /// NVMe and NIC `device.dma_outstanding_pages`: pages of read requests a device keeps in
 /// flight at the IOMMU's DMA port.
 pub const DMA_OUTSTANDING_PAGES: Sourced<u32> = (
@@ -125,11 +105,6 @@ pub const DMA_RELAXED_ORDERING: Sourced<bool> = (
 pub const NVME_DMA_MASK_BITS: Sourced<u32> = (
     64,
     "Linux nvme-pci: dma_set_mask_and_coherent(DMA_BIT_MASK(64)) in nvme_pci_enable",
-);
-/// NVMe `device.complete_ns`.
-pub const NVME_COMPLETE_NS: Sourced<u64> = (
-    500,
-    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): nvme_process_cq per entry (~1200 cycles)",
 );
 
 /// NVMe `device.coalesce_threshold` and `device.coalesce_time_100us`: Interrupt
@@ -207,10 +182,10 @@ pub const FIO_RAMP_MS: Sourced<u64> = (
     5,
     "assumption: long enough for every job to fill its queue before measuring",
 );
-/// fio `workload.user_ns_per_io`.
-pub const FIO_USER_NS_PER_IO: Sourced<u64> = (
-    500,
-    "assumption (as scenarios/experiments/smmuv3-cmdq.toml): fio's own issue and reap bookkeeping per I/O, ~1200 cycles",
+/// fio `workload.ioengine`.
+pub const FIO_IOENGINE: Sourced<&str> = (
+    "psync",
+    "fio's default ioengine on Linux (fio HOWTO, ioengine: psync is the default on all supported systems but Windows)",
 );
 
 /// SBA `iommu.delayed_frees`.

@@ -22,6 +22,7 @@
 //! kind = "nvme"
 //! [workload]
 //! kind = "fio"
+//! ioengine = "libaio"
 //! rw = "randread"
 //! iodepth = 8
 //! numjobs = 4

@@ -70,6 +70,94 @@ impl RwPattern {
     }
 }
 
+/// fio's `ioengine`: how a job issues its I/O and learns of its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum EngineKind {
+    /// `psync`: one `pread`/`pwrite` per I/O, the thread asleep until it completes (fio's
+    /// default; one I/O in flight per job whatever `iodepth` says).
+    Psync,
+    /// `libaio`: `io_submit` per batch, `io_getevents` per reap.
+    Libaio,
+    /// `io_uring`: `io_uring_enter` per batch submitted; completions read from the ring,
+    /// with a system call only when the job must wait for one.
+    IoUring,
+}
+
+impl EngineKind {
+    /// Parses fio's spelling (`psync`, `libaio`, `io_uring`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "psync" => EngineKind::Psync,
+            "libaio" => EngineKind::Libaio,
+            "io_uring" => EngineKind::IoUring,
+            _ => return None,
+        })
+    }
+
+    /// fio's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Psync => "psync",
+            EngineKind::Libaio => "libaio",
+            EngineKind::IoUring => "io_uring",
+        }
+    }
+}
+
+/// fio's `ioengine` with the io_uring engine's options (fio's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IoEngine {
+    /// The engine.
+    pub kind: EngineKind,
+    /// `hipri`: polled completions (`IORING_SETUP_IOPOLL`): no interrupt, the job's CPU
+    /// spins on the queue.
+    pub hipri: bool,
+    /// `sqthread_poll`: a kernel thread polls the submission ring, so the job makes no
+    /// system call to submit; the thread's CPU is never idle.
+    pub sqthread_poll: bool,
+    /// `fixedbufs`: buffers registered once, so no page pinning per I/O.
+    pub fixedbufs: bool,
+    /// `registerfiles`: the file registered once, so no file reference per I/O.
+    pub registerfiles: bool,
+}
+
+impl IoEngine {
+    /// An engine with none of io_uring's options.
+    pub const fn plain(kind: EngineKind) -> Self {
+        Self {
+            kind,
+            hipri: false,
+            sqthread_poll: false,
+            fixedbufs: false,
+            registerfiles: false,
+        }
+    }
+
+    /// Whether the engine is synchronous (one I/O in flight per job).
+    pub fn is_sync(&self) -> bool {
+        self.kind == EngineKind::Psync
+    }
+
+    /// fio's name with the options set, e.g. `io_uring (hipri, fixedbufs)`.
+    pub fn label(&self) -> String {
+        let opts: Vec<&str> = [
+            (self.hipri, "hipri"),
+            (self.sqthread_poll, "sqthread_poll"),
+            (self.fixedbufs, "fixedbufs"),
+            (self.registerfiles, "registerfiles"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| *n)
+        .collect();
+        if opts.is_empty() {
+            self.kind.name().to_owned()
+        } else {
+            format!("{} ({})", self.kind.name(), opts.join(", "))
+        }
+    }
+}
+
 /// One fio job group (`numjobs` identical jobs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FioJob {
@@ -101,6 +189,10 @@ pub struct FioJob {
     pub user_ns_per_io: u64,
     /// System-call entry and exit (one per `io_submit` and per `io_getevents`).
     pub syscall_ns: u64,
+    /// fio's `ioengine`: which system calls the job makes.
+    pub engine: IoEngine,
+    /// The CPU of job `j`'s submission-polling thread (`engine.sqthread_poll`), by job.
+    pub sq_cpus: Vec<usize>,
 }
 
 /// One I/O handed to a [`BlockTarget`].
@@ -204,6 +296,56 @@ pub trait BlockTarget {
     }
 }
 
+/// io_uring's submission ring under a polling kernel thread (`sqthread_poll`): the job
+/// places each request in the ring, with no system call; [`run_sq_thread`] submits them to
+/// the block target on the thread's own CPU.
+pub struct SqRing {
+    ring: Channel<IoRequest>,
+}
+
+impl SqRing {
+    /// A ring of `entries` slots (the job's `iodepth`).
+    pub fn new(h: &crate::engine::Handle, entries: usize) -> Self {
+        Self {
+            ring: Channel::new(h, entries.max(1)),
+        }
+    }
+}
+
+impl BlockTarget for SqRing {
+    fn submit<'a>(
+        &'a self,
+        _ctx: &'a Ctx,
+        req: IoRequest,
+    ) -> impl Future<Output = Result<(), String>> + 'a {
+        let placed = self
+            .ring
+            .send(req)
+            .map_err(|_| "io_uring submission ring full (more I/Os than iodepth)".to_owned());
+        std::future::ready(placed)
+    }
+}
+
+/// The submission-polling kernel thread of one job's ring, on `ctx`'s CPU: takes each
+/// request placed in `ring` and submits it to `target` (the block layer's work is charged
+/// here, not on the job's CPU). An error stops the job as a failed submission would.
+pub async fn run_sq_thread<T: BlockTarget + ?Sized>(
+    ctx: Ctx,
+    ring: Rc<SqRing>,
+    target: Rc<T>,
+    stats: SharedStats,
+) {
+    loop {
+        let req = ring.ring.recv(&ctx).await;
+        if let Err(e) = target.submit(&ctx, req).await {
+            let mut s = stats.borrow_mut();
+            if s.error.is_none() {
+                s.error = Some(e);
+            }
+        }
+    }
+}
+
 /// Completions and latencies of one direction, measured in the window.
 #[derive(Clone, Debug, Default)]
 pub struct DirStats {
@@ -264,7 +406,11 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
             // Submit in batches until the queue is full.
             while !free.is_empty() {
                 let n = (free.len() as u32).min(spec.batch_submit.max(1));
-                ctx.cpu().defer(syscall, Account::System);
+                // One system call per batch (psync's `pread` is the I/O's whole call), none
+                // when a kernel thread polls the submission ring.
+                if !spec.engine.sqthread_poll {
+                    ctx.cpu().defer(syscall, Account::System);
+                }
                 for _ in 0..n {
                     let Some(slot) = free.pop() else { break };
                     ctx.cpu().defer(user, Account::User);
@@ -317,13 +463,25 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
         // Reap: io_getevents(min_nr, nr = iodepth).
         let min = spec.batch_complete_min.clamp(1, inflight);
         got.clear();
+        while let Some(c) = done.try_recv() {
+            got.push(c);
+        }
+        // libaio reaps with `io_getevents`; io_uring reads its completion ring and enters
+        // the kernel only to wait (or, polled, to poll); psync's call already returned.
+        let reap_call = match spec.engine.kind {
+            EngineKind::Libaio => true,
+            EngineKind::IoUring => (got.len() as u32) < min || spec.engine.hipri,
+            EngineKind::Psync => false,
+        };
         while (got.len() as u32) < min {
             got.push(done.recv(&ctx).await);
         }
         while let Some(c) = done.try_recv() {
             got.push(c);
         }
-        ctx.cpu().defer(syscall, Account::System);
+        if reap_call {
+            ctx.cpu().defer(syscall, Account::System);
+        }
         let now = ctx.local_now();
         for c in got.drain(..) {
             ctx.cpu().defer(user, Account::User);

@@ -4,7 +4,9 @@
 use iolab_iommu::linux::{DmaPathVariants, KernelVersion};
 use serde::Deserialize;
 
+use crate::cost::{Cost, IoPathCosts, PlatformProfile};
 use crate::lab::defaults as d;
+use crate::workloads::fio::{EngineKind, IoEngine};
 use crate::lab::spec::fields::Fields;
 use crate::tomlfile::{InputError, TomlDoc};
 
@@ -87,6 +89,9 @@ pub struct BlockKernel {
     pub driver_submit_ns: u64,
     /// The driver's completion path per command.
     pub driver_complete_ns: u64,
+    /// Completions are found by polling (fio's `hipri`), not by interrupts: `irq_entry_ns`
+    /// is then the poll check per pass, and the CPUs waiting on them never idle.
+    pub polled: bool,
 }
 
 /// IOMMU models whose Linux DMA path has no release variants in the lab (their own IOMMU
@@ -170,9 +175,13 @@ pub(super) fn applicable_fields(
     Ok(())
 }
 
+/// The block path's per-I/O kernel costs: the scenario's `[kernel]` fields, else the platform
+/// profile's `io_path` (libaio's totals; [`BlockKernel::for_engine`] adjusts them to fio's
+/// engine).
 pub(super) fn kernel(
     doc: &TomlDoc<'_>,
     k: &KernelSpec,
+    profile: &PlatformProfile,
     driver_submit_ns: u64,
     driver_complete_ns: u64,
 ) -> Result<BlockKernel, InputError> {
@@ -180,23 +189,60 @@ pub(super) fn kernel(
     let ns = |t: &Fields<'_, '_>, field: &str, v: Option<u64>, default: u64| {
         t.int(field, v.unwrap_or(default), 0..=1_000_000, "ns")
     };
+    let io = &profile.io_path;
+    let of = |c: &Cost| c.ns().round() as u64;
     Ok(BlockKernel {
         block_submit_ns: ns(
             &kernel,
             "block_submit_ns",
             k.block_submit_ns,
-            d::BLOCK_SUBMIT_NS.0,
+            of(&io.block_submit),
         )?,
         block_complete_ns: ns(
             &kernel,
             "block_complete_ns",
             k.block_complete_ns,
-            d::BLOCK_COMPLETE_NS.0,
+            of(&io.block_complete),
         )?,
-        irq_entry_ns: ns(&kernel, "irq_entry_ns", k.irq_entry_ns, d::IRQ_ENTRY_NS.0)?,
+        irq_entry_ns: ns(&kernel, "irq_entry_ns", k.irq_entry_ns, of(&io.irq_entry))?,
         driver_submit_ns: ns(&dev, "submit_ns", Some(driver_submit_ns), 0)?,
         driver_complete_ns: ns(&dev, "complete_ns", Some(driver_complete_ns), 0)?,
+        polled: false,
     })
+}
+
+impl BlockKernel {
+    /// These costs as fio's `engine` pays them, from libaio's totals and the profile's
+    /// shares (`io_path`, docs/model/io-path.md): psync does no aio work; io_uring does its
+    /// own in place of aio's and saves the file reference (`registerfiles`) and the page
+    /// pinning (`fixedbufs`); polled completions (`hipri`) replace the interrupt by a poll
+    /// check and save the wake-up.
+    pub fn for_engine(self, engine: &IoEngine, io: &IoPathCosts) -> BlockKernel {
+        let of = |c: &Cost| c.ns().round() as u64;
+        let mut k = self;
+        match engine.kind {
+            EngineKind::Psync => {
+                k.block_submit_ns = k.block_submit_ns.saturating_sub(of(&io.aio_submit));
+            }
+            EngineKind::Libaio => {}
+            EngineKind::IoUring => {
+                let mut saved = of(&io.aio_submit);
+                if engine.fixedbufs {
+                    saved += of(&io.page_pin);
+                }
+                if engine.registerfiles {
+                    saved += of(&io.file_ref);
+                }
+                k.block_submit_ns = k.block_submit_ns.saturating_sub(saved) + of(&io.uring_submit);
+                if engine.hipri {
+                    k.block_complete_ns = k.block_complete_ns.saturating_sub(of(&io.wakeup));
+                    k.irq_entry_ns = of(&io.poll_check);
+                    k.polled = true;
+                }
+            }
+        }
+        k
+    }
 }
 
 #[cfg(test)]
@@ -204,19 +250,32 @@ mod tests {
     use super::*;
     use crate::lab::spec::testing::*;
 
+    /// The profile's cost at `path`, ns, rounded as the lab takes it.
+    fn profile_ns(platform: &str, path: &str) -> u64 {
+        let p = PlatformProfile::bundled(platform).unwrap();
+        p.cost(path).unwrap().ns().round() as u64
+    }
+
     #[test]
-    fn block_kernel_costs_default_and_take_the_driver_s() {
-        let s = ok(FIO_NVME);
+    fn block_kernel_costs_default_to_the_profile_s_and_take_the_driver_s() {
+        let libaio = FIO_NVME;
+        let s = ok(libaio);
+        let d06 = |path: &str| profile_ns("hisilicon-d06", path);
         assert_eq!(
             s.kernel,
             BlockKernel {
-                block_submit_ns: d::BLOCK_SUBMIT_NS.0,
-                block_complete_ns: d::BLOCK_COMPLETE_NS.0,
-                irq_entry_ns: d::IRQ_ENTRY_NS.0,
-                driver_submit_ns: d::NVME_SUBMIT_NS.0,
-                driver_complete_ns: d::NVME_COMPLETE_NS.0,
+                block_submit_ns: d06("io_path.block_submit"),
+                block_complete_ns: d06("io_path.block_complete"),
+                irq_entry_ns: d06("io_path.irq_entry"),
+                driver_submit_ns: d06("io_path.nvme_submit"),
+                driver_complete_ns: d06("io_path.nvme_complete"),
+                polled: false,
             }
         );
+        // Another platform, other costs: Ice Lake's are cycles at 2.8 GHz.
+        let icx = ok(&libaio.replace("hisilicon-d06", "intel-icelake-2s").replace("\"smmuv3\"", "\"vtd\""));
+        assert_eq!(icx.kernel.block_submit_ns, profile_ns("intel-icelake-2s", "io_path.block_submit"));
+        assert_eq!(icx.kernel.block_submit_ns, (3200.0f64 / 2.8).round() as u64);
         let s = ok(&with(
             &with(FIO_SAS, "kernel", "block_submit_ns = 111\nirq_entry_ns = 0"),
             "device",
@@ -228,6 +287,41 @@ mod tests {
             (d::SAS_SUBMIT_NS.0, 222)
         );
         assert_eq!(s.iommu.kernel.kernel.to_string(), d::KERNEL_VERSION.0);
+    }
+
+    #[test]
+    fn each_engine_pays_its_own_share_of_the_block_path() {
+        let d06 = |path: &str| profile_ns("hisilicon-d06", path);
+        let engine = |fields: &str| {
+            ok(&FIO_NVME.replace("ioengine = \"libaio\"", fields)).kernel
+        };
+        let (submit, complete) = (d06("io_path.block_submit"), d06("io_path.block_complete"));
+        // psync (fio's default): no aio work.
+        let psync = ok(&FIO_NVME.replace("ioengine = \"libaio\"\n", "")).kernel;
+        assert_eq!(psync.block_submit_ns, submit - d06("io_path.aio_submit"));
+        assert_eq!((psync.block_complete_ns, psync.polled), (complete, false));
+        // io_uring: its own work in place of aio's; registered files and buffers save theirs.
+        let uring = engine("ioengine = \"io_uring\"");
+        let own = submit - d06("io_path.aio_submit") + d06("io_path.uring_submit");
+        assert_eq!(uring.block_submit_ns, own);
+        let lean = engine("ioengine = \"io_uring\"\nfixedbufs = true\nregisterfiles = true");
+        assert_eq!(
+            lean.block_submit_ns,
+            own - d06("io_path.page_pin") - d06("io_path.file_ref")
+        );
+        // Polled: a poll check in place of the interrupt, no wake-up.
+        let hipri = engine("ioengine = \"io_uring\"\nhipri = true");
+        assert!(hipri.polled);
+        assert_eq!(hipri.irq_entry_ns, d06("io_path.poll_check"));
+        assert_eq!(hipri.block_complete_ns, complete - d06("io_path.wakeup"));
+        // A scenario's own total is the libaio total the shares come out of.
+        let given = ok(&with(
+            &FIO_NVME.replace("ioengine = \"libaio\"", "ioengine = \"psync\""),
+            "kernel",
+            "block_submit_ns = 2000",
+        ))
+        .kernel;
+        assert_eq!(given.block_submit_ns, 2000 - d06("io_path.aio_submit"));
     }
 
     #[test]

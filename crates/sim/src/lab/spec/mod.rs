@@ -304,7 +304,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let mut scsi = scsi(&doc, &f.device[0], &common.profile)?;
             virt_merge(&doc, &f.kernel, &common.iommu, &mut scsi)?;
             let bonnie = bonnie(&doc, &f.workload, &f.kernel, &common, scsi.limits)?;
-            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            let kernel = kernel(&doc, &f.kernel, &common.profile, 0, 0)?;
             Ok(common.finish(kernel, Devices::Scsi(Box::new(scsi)), Workload::Bonnie(Box::new(bonnie))))
         }
         ("bonnie", "usb") => {
@@ -344,7 +344,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 first.0 += usb.swiotlb.bytes;
                 first.1 -= usb.swiotlb.bytes;
             }
-            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            let kernel = kernel(&doc, &f.kernel, &common.profile, 0, 0)?;
             Ok(common.finish(kernel, Devices::Usb(Box::new(usb)), Workload::Bonnie(Box::new(bonnie))))
         }
         ("netperf", "nic") => {
@@ -384,7 +384,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
                 }
             };
             let netperf = netperf(&doc, &f.workload, &common, nic, direct)?;
-            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            let kernel = kernel(&doc, &f.kernel, &common.profile, 0, 0)?;
             Ok(common.finish(kernel, Devices::Nic(link), Workload::Netperf(Box::new(netperf))))
         }
         ("reaim", "scsi") => {
@@ -395,7 +395,7 @@ pub fn validate(text: &str, origin: &str, base: Option<&Path>) -> Result<LabScen
             let mut scsi = scsi(&doc, &f.device[0], &common.profile)?;
             virt_merge(&doc, &f.kernel, &common.iommu, &mut scsi)?;
             let reaim = reaim(&doc, &f.workload, &f.kernel, &common, &scsi)?;
-            let kernel = kernel(&doc, &f.kernel, 0, 0)?;
+            let kernel = kernel(&doc, &f.kernel, &common.profile, 0, 0)?;
             Ok(common.finish(kernel, Devices::Scsi(Box::new(scsi)), Workload::Reaim(Box::new(reaim))))
         }
         (w, dv) => Err(doc
@@ -427,8 +427,8 @@ fn block_parts<D: BlockSpec, W: DeserializeOwned>(
     let devices = D::devices(doc, &f.device, common.cpus)?;
     let named: Vec<Option<usize>> = f.device.iter().map(|d| d.iommu_instance()).collect();
     common.iommu.device_instance = instances(doc, &common.iommu, &named)?;
-    let (drv_s, drv_c) = f.device[0].driver_ns();
-    let kernel = kernel(doc, &f.kernel, drv_s, drv_c)?;
+    let (drv_s, drv_c) = f.device[0].driver_ns(&common.profile);
+    let kernel = kernel(doc, &f.kernel, &common.profile, drv_s, drv_c)?;
     Ok((f, common, devices, kernel))
 }
 
@@ -436,6 +436,7 @@ fn block_parts<D: BlockSpec, W: DeserializeOwned>(
 fn fio_on<D: BlockSpec>(doc: &TomlDoc<'_>, base: Option<&Path>) -> Result<LabScenario, LabError> {
     let (f, common, devices, kernel) = block_parts::<D, FioSpec>(doc, base, None)?;
     let fio = fio(doc, &f.workload, &common)?;
+    let kernel = kernel.for_engine(&fio.engine, &common.profile.io_path);
     Ok(common.finish(kernel, devices, Workload::Fio(fio)))
 }
 
@@ -578,9 +579,9 @@ pub(super) mod testing {
     pub(in crate::lab::spec) use variant;
 
     /// fio on one NVMe SSD behind an SMMUv3 in strict mode.
-    pub const FIO_NVME: &str = "[machine]\nplatform = \"hisilicon-d06\"\ncpus = 8\nmemory_gib = 16\n\n[iommu]\nmodel = \"smmuv3\"\nmode = \"strict\"\n\n[[device]]\nkind = \"nvme\"\n\n[workload]\nkind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10\n";
+    pub const FIO_NVME: &str = "[machine]\nplatform = \"hisilicon-d06\"\ncpus = 8\nmemory_gib = 16\n\n[iommu]\nmodel = \"smmuv3\"\nmode = \"strict\"\n\n[[device]]\nkind = \"nvme\"\n\n[workload]\nkind = \"fio\"\nioengine = \"libaio\"\nrw = \"randread\"\nruntime_ms = 10\n";
     /// fio on one SAS HBA without an IOMMU.
-    pub const FIO_SAS: &str = "[machine]\nplatform = \"hisilicon-d05\"\ncpus = 16\nmemory_gib = 16\n\n[iommu]\nmodel = \"none\"\n\n[[device]]\nkind = \"sas\"\n\n[workload]\nkind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10\n";
+    pub const FIO_SAS: &str = "[machine]\nplatform = \"hisilicon-d05\"\ncpus = 16\nmemory_gib = 16\n\n[iommu]\nmodel = \"none\"\n\n[[device]]\nkind = \"sas\"\n\n[workload]\nkind = \"fio\"\nioengine = \"libaio\"\nrw = \"randread\"\nruntime_ms = 10\n";
     /// bonnie++ on a USB disk behind the R-Car IPMMU.
     pub const BONNIE_USB: &str = "[machine]\nplatform = \"rcar-h3\"\ncpus = 4\nmemory_gib = 8\n\n[iommu]\nmodel = \"ipmmu\"\nmode = \"strict\"\n\n[[device]]\nkind = \"usb\"\n\n[workload]\nkind = \"bonnie\"\nfile_mib = 16\n";
     /// bonnie++ on a SCSI disk behind the SBA.

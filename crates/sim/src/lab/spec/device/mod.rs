@@ -60,8 +60,9 @@ impl Devices {
 pub(super) trait BlockSpec: DeserializeOwned {
     /// Validates every table (device `i` names `device[i]` in errors).
     fn devices(doc: &TomlDoc<'_>, specs: &[Self], cpus: usize) -> Result<Devices, InputError>;
-    /// The driver's submit and complete costs of the first device, ns (defaults applied).
-    fn driver_ns(&self) -> (u64, u64);
+    /// The driver's submit and complete costs of the first device, ns (defaults applied:
+    /// the NVMe driver's from the platform profile's `io_path`, the SAS HBA's the lab's).
+    fn driver_ns(&self, profile: &crate::cost::PlatformProfile) -> (u64, u64);
     /// The IOMMU instance the table names (`iommu_instance`), if it does.
     fn iommu_instance(&self) -> Option<usize>;
 }

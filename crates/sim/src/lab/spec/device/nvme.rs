@@ -91,10 +91,11 @@ impl BlockSpec for NvmeSpec {
         Ok(Devices::Nvme(devs))
     }
 
-    fn driver_ns(&self) -> (u64, u64) {
+    fn driver_ns(&self, profile: &crate::cost::PlatformProfile) -> (u64, u64) {
+        let ns = |c: &crate::cost::Cost| c.ns().round() as u64;
         (
-            self.submit_ns.unwrap_or(d::NVME_SUBMIT_NS.0),
-            self.complete_ns.unwrap_or(d::NVME_COMPLETE_NS.0),
+            self.submit_ns.unwrap_or(ns(&profile.io_path.nvme_submit)),
+            self.complete_ns.unwrap_or(ns(&profile.io_path.nvme_complete)),
         )
     }
 

@@ -45,7 +45,7 @@ impl BlockSpec for SasSpec {
         Ok(Devices::Sas(devs))
     }
 
-    fn driver_ns(&self) -> (u64, u64) {
+    fn driver_ns(&self, _profile: &crate::cost::PlatformProfile) -> (u64, u64) {
         (
             self.submit_ns.unwrap_or(d::SAS_SUBMIT_NS.0),
             self.complete_ns.unwrap_or(d::SAS_COMPLETE_NS.0),

@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(b.config.ram_banks, vec![(d::PAGE_CACHE_BASE.0, 1 << 30)]);
         // On a block device the page cache writes back through the device's queue limits.
         let s = ok(&FIO_SAS.replace(
-            "kind = \"fio\"\nrw = \"randread\"\nruntime_ms = 10",
+            "kind = \"fio\"\nioengine = \"libaio\"\nrw = \"randread\"\nruntime_ms = 10",
             "kind = \"bonnie\"\nfile_mib = 16",
         ));
         assert_eq!(s.workload.kind(), "bonnie");

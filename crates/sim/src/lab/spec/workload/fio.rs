@@ -7,7 +7,7 @@ use crate::lab::defaults as d;
 use crate::lab::spec::fields::Fields;
 use crate::lab::spec::{Common, BUFFER_BASE};
 use crate::tomlfile::{InputError, TomlDoc};
-use crate::workloads::fio::RwPattern;
+use crate::workloads::fio::{EngineKind, IoEngine, RwPattern};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +36,18 @@ pub(in crate::lab::spec) struct FioSpec {
     ramp_ms: Option<u64>,
     #[serde(default)]
     user_ns_per_io: Option<u64>,
+    #[serde(default)]
+    ioengine: Option<String>,
+    #[serde(default)]
+    hipri: Option<bool>,
+    #[serde(default)]
+    sqthread_poll: Option<bool>,
+    #[serde(default)]
+    sqthread_poll_cpu: Option<usize>,
+    #[serde(default)]
+    fixedbufs: Option<bool>,
+    #[serde(default)]
+    registerfiles: Option<bool>,
 }
 
 /// A validated fio workload.
@@ -63,8 +75,12 @@ pub struct FioSetup {
     pub runtime_ns: u64,
     /// Ramp time, ns.
     pub ramp_ns: u64,
-    /// fio's own user time per I/O, ns.
+    /// fio's own user time per I/O step, ns.
     pub user_ns_per_io: u64,
+    /// `ioengine` and its options.
+    pub engine: IoEngine,
+    /// The CPU of each job's submission-polling thread (`sqthread_poll`; empty without).
+    pub sq_cpus: Vec<usize>,
 }
 
 pub(in crate::lab::spec) fn fio(
@@ -105,6 +121,17 @@ pub(in crate::lab::spec) fn fio(
         1..=MAX_IODEPTH,
         "(cap MAX_IODEPTH)",
     )?;
+    let engine = engine(doc, s, c)?;
+    if engine.is_sync() && iodepth > 1 {
+        return Err(doc.field_error(
+            "workload.iodepth",
+            format!(
+                "{iodepth} with ioengine = \"{}\"{}: a synchronous engine keeps one I/O in flight per job (fio ignores iodepth); set workload.ioengine = \"libaio\" or \"io_uring\" for depth",
+                engine.kind.name(),
+                if s.ioengine.is_none() { " (fio's default)" } else { "" }
+            ),
+        ));
+    }
     let first_cpu = s.first_cpu.unwrap_or(0);
     if first_cpu >= c.cpus {
         return Err(doc.field_error(
@@ -173,10 +200,46 @@ pub(in crate::lab::spec) fn fio(
     )?;
     let user_ns_per_io = wl.int(
         "user_ns_per_io",
-        s.user_ns_per_io.unwrap_or(d::FIO_USER_NS_PER_IO.0),
+        s.user_ns_per_io
+            .unwrap_or(c.profile.io_path.fio_user.ns().round() as u64),
         0..=1_000_000,
         "ns",
     )?;
+    let sq_cpus = if engine.sqthread_poll {
+        match s.sqthread_poll_cpu {
+            Some(cpu) => {
+                if cpu >= c.cpus {
+                    return Err(doc.field_error(
+                        "workload.sqthread_poll_cpu",
+                        format!("expected 0..{} (machine.cpus = {})", c.cpus, c.cpus),
+                    ));
+                }
+                vec![cpu; numjobs as usize]
+            }
+            None => {
+                // Each job's thread on a CPU of its own after the jobs' CPUs.
+                let last = first_cpu + 2 * numjobs as usize;
+                if last > c.cpus {
+                    return Err(doc.field_error(
+                        "workload.sqthread_poll",
+                        format!(
+                            "needs a CPU per job for its polling thread after the jobs' (first_cpu + 2 x numjobs = {last} > machine.cpus = {}): set workload.sqthread_poll_cpu or use fewer jobs",
+                            c.cpus
+                        ),
+                    ));
+                }
+                (first_cpu + numjobs as usize..last).collect()
+            }
+        }
+    } else {
+        if s.sqthread_poll_cpu.is_some() {
+            return Err(doc.field_error(
+                "workload.sqthread_poll_cpu",
+                "applies with sqthread_poll = true only",
+            ));
+        }
+        Vec::new()
+    };
     Ok(FioSetup {
         rw,
         rwmixread,
@@ -190,6 +253,54 @@ pub(in crate::lab::spec) fn fio(
         runtime_ns: runtime_ms * 1_000_000,
         ramp_ns: ramp_ms * 1_000_000,
         user_ns_per_io,
+        engine,
+        sq_cpus,
+    })
+}
+
+/// First Linux release with io_uring (and its polled and SQ-thread modes).
+const IO_URING_SINCE: iolab_iommu::linux::KernelVersion =
+    iolab_iommu::linux::KernelVersion::new(5, 1);
+
+/// `workload.ioengine` (fio's default `psync`) and the io_uring options.
+fn engine(doc: &TomlDoc<'_>, s: &FioSpec, c: &Common) -> Result<IoEngine, InputError> {
+    let name = s.ioengine.as_deref().unwrap_or(d::FIO_IOENGINE.0);
+    let kind = EngineKind::parse(name).ok_or_else(|| {
+        doc.field_error(
+            "workload.ioengine",
+            format!("unknown engine \"{name}\": expected psync, libaio or io_uring"),
+        )
+    })?;
+    let options = [
+        ("hipri", s.hipri),
+        ("sqthread_poll", s.sqthread_poll),
+        ("fixedbufs", s.fixedbufs),
+        ("registerfiles", s.registerfiles),
+    ];
+    if kind != EngineKind::IoUring {
+        if let Some((field, _)) = options.iter().find(|(_, v)| v.is_some()) {
+            return Err(doc.field_error(
+                &format!("workload.{field}"),
+                format!(
+                    "is an option of ioengine = \"io_uring\", not of \"{}\"",
+                    kind.name()
+                ),
+            ));
+        }
+    }
+    let release = c.iommu.kernel.kernel;
+    if kind == EngineKind::IoUring && release < IO_URING_SINCE {
+        return Err(doc.field_error(
+            "workload.ioengine",
+            format!("io_uring arrived in Linux {IO_URING_SINCE}; kernel.version is {release}"),
+        ));
+    }
+    Ok(IoEngine {
+        kind,
+        hipri: s.hipri.unwrap_or(false),
+        sqthread_poll: s.sqthread_poll.unwrap_or(false),
+        fixedbufs: s.fixedbufs.unwrap_or(false),
+        registerfiles: s.registerfiles.unwrap_or(false),
     })
 }
 
