@@ -246,6 +246,9 @@ pub(crate) fn build_instance(
                 range_invalidation: s.iommu.range_invalidation,
                 driver_range_invalidation: s.iommu.kernel.range_invalidation,
                 evtq_log2size: s.iommu.evtq_log2size,
+                // The release's driver uses the EL2 forms on an E2H-capable SMMU under a VHE
+                // host (5.12+); the lab's SMMU and host are neither, so this stays NH.
+                driver_e2h: s.iommu.kernel.smmuv3_e2h,
                 ..Smmuv3Config::default()
             };
             let path = Smmuv3DevicePath::new(
@@ -376,6 +379,10 @@ fn x86(
     };
     // The profile's IOTLB geometry, where it gives one (validated when loaded).
     let mut unit = unit;
+    // First-stage XD and PASID NXE as the scenario's release writes them.
+    if let X86Unit::Vtd(d) = &mut unit {
+        d.fl_exec = s.iommu.kernel.vtd_first_stage;
+    }
     if let Some(c) = s.profile.iommu.iotlb.as_ref().and_then(|g| g.config()) {
         match &mut unit {
             X86Unit::Vtd(d) => d.iotlb = c,
