@@ -236,7 +236,17 @@ fn job(r: &Repetition<'_>) -> Job {
     options.insert("bs", f.bs.to_string());
     options.insert("iodepth", f.iodepth.to_string());
     options.insert("numjobs", f.numjobs.to_string());
-    options.insert("ioengine", "libaio".to_owned());
+    options.insert("ioengine", f.engine.kind.name().to_owned());
+    for (on, option) in [
+        (f.engine.hipri, "hipri"),
+        (f.engine.sqthread_poll, "sqthread_poll"),
+        (f.engine.fixedbufs, "fixedbufs"),
+        (f.engine.registerfiles, "registerfiles"),
+    ] {
+        if on {
+            options.insert(option, "1".to_owned());
+        }
+    }
     options.insert("runtime", format!("{}ms", f.runtime_ns / 1_000_000));
     options.insert("ramp_time", format!("{}ms", f.ramp_ns / 1_000_000));
     if f.rw.name() == "randrw" {

@@ -385,10 +385,12 @@ fn workload_of(
     if run_kind != Some("fio") || kind(table).as_deref() != Some("fio") {
         return Ok(());
     }
-    let sync = m
-        .attrs
-        .get("ioengine")
-        .filter(|_| iolab::vocab::fio_engine_is_sync(&m.attrs));
+    // A job that names no engine ran fio's default, psync.
+    let sync = match m.attrs.get("ioengine") {
+        None => Some("psync (fio's default)"),
+        Some(e) if iolab::vocab::fio_engine_is_sync(&m.attrs) => Some(e.as_str()),
+        Some(_) => None,
+    };
     let mut set = Vec::new();
     for key in ["rw", "rwmixread", "bs", "iodepth", "numjobs"] {
         let Some(v) = m.attrs.get(key) else { continue };
@@ -410,6 +412,37 @@ fn workload_of(
             _ => format!("{field} = {value}"),
         };
         set.push(shown);
+    }
+    // The engine: fio's default psync when the job names none; the other synchronous
+    // engines run as psync does; io_uring's options where the job sets them.
+    let engine = m.attrs.get("ioengine").map_or("psync", String::as_str);
+    let lab_engine = match engine {
+        "psync" | "libaio" | "io_uring" => Some(engine),
+        e if iolab::vocab::FIO_SYNC_ENGINES.contains(&e) => Some("psync"),
+        _ => None,
+    };
+    match lab_engine {
+        Some(e) => {
+            let steps = parse_path("workload.ioengine").map_err(|e| e.to_string())?;
+            set_field(table, &steps, toml::Value::String(e.to_owned()), true)?;
+            set.push(if e == engine {
+                format!("workload.ioengine = \"{e}\"")
+            } else {
+                format!("workload.ioengine = \"{e}\" (for {engine}, synchronous as psync is)")
+            });
+        }
+        None => notes.push(format!(
+            "its ioengine {engine} is not one the lab models (psync, libaio, io_uring): the scenario's engine stands"
+        )),
+    }
+    if lab_engine == Some("io_uring") {
+        for option in ["hipri", "sqthread_poll", "fixedbufs", "registerfiles"] {
+            let Some(v) = m.attrs.get(option) else { continue };
+            let on = !matches!(v.trim(), "0" | "false" | "");
+            let steps = parse_path(&format!("workload.{option}")).map_err(|e| e.to_string())?;
+            set_field(table, &steps, toml::Value::Boolean(on), true)?;
+            set.push(format!("workload.{option} = {on}"));
+        }
     }
     if !set.is_empty() {
         notes.push(format!("the job's options set {}", set.join(", ")));

@@ -31,7 +31,14 @@ mod cost {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for path in PlatformProfile::cost_paths() {
             let (group, field) = path.rsplit_once('.').unwrap();
-            let v = value(&path, "{ value = 1, source = \"test\" }");
+            // The block path's totals hold their shares (1 ns each).
+            let default = match path.as_str() {
+                "io_path.block_submit" | "io_path.block_complete" => {
+                    "{ value = 10, source = \"test\" }"
+                }
+                _ => "{ value = 1, source = \"test\" }",
+            };
+            let v = value(&path, default);
             groups
                 .entry(group.to_owned())
                 .or_default()
@@ -72,6 +79,7 @@ mod cost {
                 "{ gb_per_s = 4, source = \"test\" }"
             )
         );
+        t += &format!("\n[io_path]\n{}\n", groups["io_path"].join("\n"));
         t
     }
 
@@ -97,6 +105,40 @@ mod cost {
     // ---------------------------------------------------------------------------------------------
     // Bundled profiles
     // ---------------------------------------------------------------------------------------------
+
+    #[test]
+    fn every_bundled_profile_has_every_io_path_cost_and_lacking_one_is_refused_by_name() {
+        use iolab_sim::cost::IoPathCosts;
+        for name in PlatformProfile::bundled_names() {
+            let text = PlatformProfile::bundled_toml(name).unwrap();
+            let p = PlatformProfile::bundled(name).unwrap();
+            for field in IoPathCosts::FIELDS {
+                let path = format!("io_path.{field}");
+                let c = p.cost(&path).unwrap_or_else(|| panic!("{name}: no {path}"));
+                assert!(c.ns() > 0.0, "{name}: {path} is {} ns", c.ns());
+                assert!(!c.source.trim().is_empty(), "{name}: {path} has no source");
+                // The same profile without that line is refused, naming the cost.
+                assert!(text.contains("\n[io_path]\n"), "{name}: no [io_path] group");
+                let without: String = text
+                    .lines()
+                    .filter(|l| !l.starts_with(&format!("{field} = ")))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let err = load(&without).expect_err(&format!("{name} without {path}"));
+                assert!(
+                    err.to_string().contains(field),
+                    "{name} without {path}: {err}"
+                );
+            }
+        }
+        // A share larger than its total is refused, naming the total.
+        let (field, _, msg) = field_error(&uniform_profile(&[(
+            "io_path.block_submit",
+            "{ value = 2, source = \"s\" }",
+        )]));
+        assert_eq!(field, "io_path.block_submit.value");
+        assert!(msg.contains("aio_submit + file_ref + page_pin"), "{msg}");
+    }
 
     #[test]
     fn bundled_profiles_parse_validate_and_carry_sources() {

@@ -332,7 +332,7 @@ runtime_ms = 1
         "kernel.readahead_kib"
     );
     let bonnie_nvme = fio.replace(
-        "kind = \"fio\"\nrw = \"randread\"\nruntime_ms = 1",
+        "kind = \"fio\"\nioengine = \"libaio\"\nrw = \"randread\"\nruntime_ms = 1",
         "kind = \"bonnie\"",
     );
     assert!(validate(&bonnie_nvme, "b.toml", None).is_ok());

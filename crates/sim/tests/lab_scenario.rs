@@ -79,7 +79,7 @@ fn a_misspelt_workload_field_is_named_with_its_line() {
     let text = base().replace("iodepth = 32", "iodepht = 32");
     let (field, line, msg) = refused(&text);
     assert_eq!(field, "workload.iodepht");
-    assert_eq!(line, Some(19));
+    assert_eq!(line, Some(20));
     assert!(msg.contains("bad.toml"), "{msg}");
     assert!(
         msg.contains("iodepth"),

@@ -18,8 +18,9 @@
 //! direction become the measurement's [`LatencyHistogram`]; each of fio's buckets is counted
 //! in the lab histogram's bucket that holds its value, so percentiles stay within the lab
 //! histogram's 1/16 precision. Attributes: `workload = fio`, `fio_version`, `jobname`,
-//! `groupid` and `rw`, `rwmixread`, `bs`, `iodepth`, `numjobs`, `ioengine` where the job (or global)
-//! options give them. A document written by `iolab run --format json` also carries an
+//! `groupid` and `rw`, `rwmixread`, `bs`, `iodepth`, `numjobs`, `ioengine` (with io_uring's
+//! `hipri`, `sqthread_poll`, `fixedbufs`, `registerfiles`) where the job (or global) options
+//! give them. A document written by `iolab run --format json` also carries an
 //! `iolab` object per job: its attributes and metrics are imported too. Text before the JSON document (fio prints notes there on standard
 //! output) is skipped.
 
@@ -31,7 +32,18 @@ use serde_json::Value;
 use super::ImportError;
 
 /// Job options copied into the measurement's attributes.
-const OPTION_ATTRS: [&str; 6] = ["rw", "rwmixread", "bs", "iodepth", "numjobs", "ioengine"];
+const OPTION_ATTRS: [&str; 10] = [
+    "rw",
+    "rwmixread",
+    "bs",
+    "iodepth",
+    "numjobs",
+    "ioengine",
+    "hipri",
+    "sqthread_poll",
+    "fixedbufs",
+    "registerfiles",
+];
 
 /// Parses fio JSON or JSON+ output.
 pub fn parse(text: &str) -> Result<Vec<Measurement>, ImportError> {

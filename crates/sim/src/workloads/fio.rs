@@ -744,7 +744,18 @@ pub fn measurement(
         .attr("rw", spec.rw.name())
         .attr("bs", spec.bs)
         .attr("iodepth", spec.iodepth)
-        .attr("numjobs", spec.numjobs);
+        .attr("numjobs", spec.numjobs)
+        .attr("ioengine", spec.engine.kind.name());
+    for (on, option) in [
+        (spec.engine.hipri, "hipri"),
+        (spec.engine.sqthread_poll, "sqthread_poll"),
+        (spec.engine.fixedbufs, "fixedbufs"),
+        (spec.engine.registerfiles, "registerfiles"),
+    ] {
+        if on {
+            m = m.attr(option, 1);
+        }
+    }
     let mut lat = LatencyHistogram::from_samples(&stats.read.clat_ns);
     lat.merge(&LatencyHistogram::from_samples(&stats.write.clat_ns));
     for (dir, d) in [("read", &j.read), ("write", &j.write)] {
