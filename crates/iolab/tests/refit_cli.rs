@@ -8,7 +8,7 @@ use common::{iolab, s, stderr, temp_dir};
 
 /// An experiment with one declared unknown (the device's read latency) fitted to the QD1
 /// row's IOPS, and a QD4 row whose IOPS is a prediction; `published` values come from a
-/// lab run with a 150 us latency (6,040 and 24,160 IOPS at 2 CPUs).
+/// lab run with a 150 us latency (6,510 and 26,040 IOPS at 2 CPUs).
 fn experiment(range: &str, fitted_to: &str) -> String {
     format!(
         r#"experiment = "tiny"
@@ -65,7 +65,7 @@ published = {qd4}
 }
 
 /// The lab's IOPS at QD1 and QD4 with `read_latency_us = 150` (measured below, once).
-const TRUTH: (f64, f64) = (6240.0, 23200.0);
+const TRUTH: (f64, f64) = (6510.0, 26040.0);
 
 #[test]
 fn a_refit_writes_the_lock_beside_the_file_and_the_report_uses_it() {
@@ -115,10 +115,9 @@ fn cross_validation_predicts_each_figure_left_out() {
     let dir = temp_dir("crossval");
     let file = dir.join("tiny.toml");
     // Fitted to both rows: each left out is predicted from the other.
-    let text = experiment("[10, 500]", r#"["qd1", "qd4"]"#).replace(
-        "published = 23200\n",
-        "published = 23200\nrole = \"calibration\"\n",
-    );
+    let qd4 = format!("published = {}\n", TRUTH.1);
+    let text = experiment("[10, 500]", r#"["qd1", "qd4"]"#)
+        .replace(&qd4, &format!("{qd4}role = \"calibration\"\n"));
     std::fs::write(&file, text).unwrap();
     let out = iolab(&["--no-db", "reproduce", "--cross-validate", s(&file)]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -24,7 +24,7 @@ fn a_bad_scenario_is_bad_input_naming_file_line_and_field_and_stores_nothing() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("bad.toml"), "{err}");
-    assert!(err.contains("at line 22"), "{err}");
+    assert!(err.contains("at line 23"), "{err}");
     assert!(err.contains("workload.bs"), "{err}");
     assert!(err.contains("multiple of 512"), "{err}");
     assert_eq!(err.lines().count(), 1, "one message: {err}");
@@ -287,7 +287,7 @@ fn a_bad_size_is_bad_input_naming_the_field() {
         assert_eq!(out.status.code(), Some(2), "{written}: {}", stderr(&out));
         let err = stderr(&out);
         assert!(err.contains("workload.bs"), "{written}: {err}");
-        assert!(err.contains("at line 22"), "{written}: {err}");
+        assert!(err.contains("at line 23"), "{written}: {err}");
         assert!(err.contains(says), "{written}: {err}");
         assert_eq!(err.lines().count(), 1, "one message: {err}");
     }

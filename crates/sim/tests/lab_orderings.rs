@@ -1,5 +1,7 @@
 //! Orderings users can trust (issue 17, item 6), as property tests over a small grid of
-//! machines: 1-256 CPUs, 1-16 NVMe drives, iodepth 1-128, both SMMUv3 command queues.
+//! machines: 1-256 CPUs, 1-16 NVMe drives, iodepth 1-128, both SMMUv3 command queues, and
+//! fio's engines (psync at depth 1, libaio, io_uring, io_uring polled with registered files
+//! and buffers).
 //!
 //! For every point, once the DMA path is warm (a ramp that covers the lazy flush queues'
 //! first fill, docs/model/scale.md):
@@ -33,6 +35,27 @@ struct Point {
     drives: u32,
     iodepth: u32,
     lockfree: bool,
+    /// The `[workload]` lines of fio's engine.
+    engine: &'static str,
+}
+
+/// fio's engines the grid covers.
+const ENGINES: [&str; 4] = [
+    "ioengine = \"psync\"",
+    "ioengine = \"libaio\"",
+    "ioengine = \"io_uring\"",
+    "ioengine = \"io_uring\"\nhipri = true\nfixedbufs = true\nregisterfiles = true",
+];
+
+impl Point {
+    /// The depth the jobs run at: a synchronous engine keeps one I/O in flight.
+    fn depth(&self) -> u32 {
+        if self.engine.contains("psync") {
+            1
+        } else {
+            self.iodepth
+        }
+    }
 }
 
 fn scenario(p: Point, mode: &str) -> String {
@@ -44,7 +67,7 @@ fn scenario(p: Point, mode: &str) -> String {
     let drives = "[[device]]\nkind = \"nvme\"\n".repeat(p.drives as usize);
     // Warm before measuring: the lazy pipeline fills in about 0.1 ms per CPU at these rates,
     // and deep queues take a few of their (long) latencies to settle.
-    let ramp_ms = 5 + p.cpus / 8 + p.iodepth / 4;
+    let ramp_ms = 5 + p.cpus / 8 + p.depth() / 4;
     let runtime_ms = runtime_ms(p);
     format!(
         r#"
@@ -61,7 +84,7 @@ mode = "{mode}"
 {drives}
 [workload]
 kind = "fio"
-ioengine = "libaio"
+{engine}
 rw = "randread"
 bs = 4096
 iodepth = {iodepth}
@@ -70,13 +93,14 @@ runtime_ms = {runtime_ms}
 ramp_ms = {ramp_ms}
 "#,
         cpus = p.cpus,
-        iodepth = p.iodepth,
+        iodepth = p.depth(),
+        engine = p.engine,
     )
 }
 
 /// The measured window: longer for deep queues, whose jobs reap in big batches.
 fn runtime_ms(p: Point) -> u32 {
-    6 + p.iodepth / 8
+    6 + p.depth() / 8
 }
 
 /// CPU time (user + system + spin, all CPUs, ns) per completed I/O over the window.
@@ -93,13 +117,68 @@ fn point() -> impl Strategy<Value = Point> {
         1u32..=16,
         prop::sample::select(vec![1u32, 4, 16, 32, 128]),
         any::<bool>(),
+        prop::sample::select(ENGINES.to_vec()),
     )
-        .prop_map(|(cpus, drives, iodepth, lockfree)| Point {
+        .prop_map(|(cpus, drives, iodepth, lockfree, engine)| Point {
             cpus,
             drives,
             iodepth,
             lockfree,
+            engine,
         })
+}
+
+/// The orderings at one point of the grid.
+fn modes_order(p: Point) -> Result<(), TestCaseError> {
+    let runs = ["strict", "lazy", "passthrough", "off"].map(|m| run(&scenario(p, m)));
+    let iops = runs.each_ref().map(|r| metric(r, "read.iops"));
+    let window_s = f64::from(runtime_ms(p)) / 1e3;
+    let cpu = runs.each_ref().map(|r| cpu_per_io(r, window_s));
+    let inflight = f64::from(p.cpus * p.depth());
+    // One batch of completions on either side of the window's edge, for each of the two
+    // runs compared.
+    let batch = |ios_per_s: f64| inflight / (ios_per_s * window_s).max(1.0);
+    let slack = |a: f64, b: f64| SLACK + batch(a) + batch(b);
+    let dma = runs.each_ref().map(|r| metric(r, "dma.map_ns") + metric(r, "dma.unmap_ns"));
+    let limit = f64::from(p.drives) * DRIVE_IOPS;
+    let cpu_bound = iops.iter().all(|&x| x < 0.9 * limit);
+    for i in 0..3 {
+        prop_assert!(
+            iops[i] <= iops[i + 1] * slack(iops[i], iops[i + 1]),
+            "{p:?}: IOPS strict/lazy/passthrough/off {iops:?}"
+        );
+        prop_assert!(
+            dma[i] * SLACK >= dma[i + 1],
+            "{p:?}: map + unmap ns per I/O strict/lazy/passthrough/off {dma:?}"
+        );
+        prop_assert!(
+            !cpu_bound || cpu[i] * slack(iops[i], iops[i + 1]) >= cpu[i + 1],
+            "{p:?}: CPU ns per I/O strict/lazy/passthrough/off {cpu:?}"
+        );
+    }
+    for r in &runs {
+        // The ramp is long enough: every window is steady (else the ordering would be
+        // judged on a transient, docs/model/scale.md).
+        prop_assert!(
+            !r.report.report_text.contains("steady state : no"),
+            "{p:?}: window not steady: {}",
+            r.report.report_text
+        );
+        // Completions reaped early in the window may have left the drive just before it:
+        // one batch of them is allowed above the rating.
+        let drives = f64::from(p.drives);
+        let (iops, bw) = (metric(r, "read.iops"), metric(r, "read.bw_bytes_per_s"));
+        let over = 1.0 + batch(iops);
+        prop_assert!(iops <= drives * DRIVE_IOPS * over, "{p:?}: {iops} IOPS over {drives} drives' rating");
+        prop_assert!(bw <= drives * DRIVE_BYTES_PER_S * over, "{p:?}: {bw} B/s over the drives' rating");
+    }
+    let again = run(&scenario(p, "lazy"));
+    prop_assert_eq!(&again.report.report_text, &runs[1].report.report_text);
+    prop_assert_eq!(
+        serde_json::to_string(&again.report.measurements).unwrap(),
+        serde_json::to_string(&runs[1].report.measurements).unwrap()
+    );
+    Ok(())
 }
 
 proptest! {
@@ -113,53 +192,22 @@ proptest! {
 
     #[test]
     fn modes_order_as_their_mechanisms_say(p in point()) {
-        let runs = ["strict", "lazy", "passthrough", "off"].map(|m| run(&scenario(p, m)));
-        let iops = runs.each_ref().map(|r| metric(r, "read.iops"));
-        let window_s = f64::from(runtime_ms(p)) / 1e3;
-        let cpu = runs.each_ref().map(|r| cpu_per_io(r, window_s));
-        let inflight = f64::from(p.cpus * p.iodepth);
-        // One batch of completions on either side of the window's edge, for each of the two
-        // runs compared.
-        let batch = |ios_per_s: f64| inflight / (ios_per_s * window_s).max(1.0);
-        let slack = |a: f64, b: f64| SLACK + batch(a) + batch(b);
-        let dma = runs.each_ref().map(|r| metric(r, "dma.map_ns") + metric(r, "dma.unmap_ns"));
-        let limit = f64::from(p.drives) * DRIVE_IOPS;
-        let cpu_bound = iops.iter().all(|&x| x < 0.9 * limit);
-        for i in 0..3 {
-            prop_assert!(
-                iops[i] <= iops[i + 1] * slack(iops[i], iops[i + 1]),
-                "{p:?}: IOPS strict/lazy/passthrough/off {iops:?}"
-            );
-            prop_assert!(
-                dma[i] * SLACK >= dma[i + 1],
-                "{p:?}: map + unmap ns per I/O strict/lazy/passthrough/off {dma:?}"
-            );
-            prop_assert!(
-                !cpu_bound || cpu[i] * slack(iops[i], iops[i + 1]) >= cpu[i + 1],
-                "{p:?}: CPU ns per I/O strict/lazy/passthrough/off {cpu:?}"
-            );
-        }
-        for r in &runs {
-            // The ramp is long enough: every window is steady (else the ordering would be
-            // judged on a transient, docs/model/scale.md).
-            prop_assert!(
-                !r.report.report_text.contains("steady state : no"),
-                "{p:?}: window not steady: {}",
-                r.report.report_text
-            );
-            // Completions reaped early in the window may have left the drive just before it:
-            // one batch of them is allowed above the rating.
-            let drives = f64::from(p.drives);
-            let (iops, bw) = (metric(r, "read.iops"), metric(r, "read.bw_bytes_per_s"));
-            let over = 1.0 + batch(iops);
-            prop_assert!(iops <= drives * DRIVE_IOPS * over, "{p:?}: {iops} IOPS over {drives} drives' rating");
-            prop_assert!(bw <= drives * DRIVE_BYTES_PER_S * over, "{p:?}: {bw} B/s over the drives' rating");
-        }
-        let again = run(&scenario(p, "lazy"));
-        prop_assert_eq!(&again.report.report_text, &runs[1].report.report_text);
-        prop_assert_eq!(
-            serde_json::to_string(&again.report.measurements).unwrap(),
-            serde_json::to_string(&runs[1].report.measurements).unwrap()
-        );
+        modes_order(p)?;
+    }
+}
+
+/// Every engine at one point (the grid draws engines at random, so each is also checked
+/// here).
+#[test]
+fn modes_order_under_every_engine() {
+    for engine in ENGINES {
+        let p = Point {
+            cpus: 2,
+            drives: 1,
+            iodepth: 16,
+            lockfree: true,
+            engine,
+        };
+        modes_order(p).unwrap_or_else(|e| panic!("{engine}: {e}"));
     }
 }
