@@ -40,6 +40,7 @@ use iolab_iommu::hw::{DmaPath, MappedBuffer, MappedSg, QueueWork};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use super::LabError;
+use crate::lab::defaults as d;
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cost::{CpuCostModel, RecordCost};
@@ -1002,6 +1003,8 @@ pub(crate) struct FioRun {
     pub cmdq_lock: (u64, u64, u64),
     /// The measured window's two halves, for the steady-state check.
     pub halves: WindowHalves,
+    /// Where the measured window was placed.
+    pub window: WindowUse,
     /// The protection report over the whole run.
     pub protection: LabProtection,
     /// What the hostile devices reached (`[device.hostile]`), if any is.
@@ -1221,9 +1224,95 @@ pub(super) fn start_stack(
 }
 
 /// Runs fio of `s` once with `seed`.
+/// How the measured window was placed: the ramp asked for, the ramp used, and whether the
+/// window is steady.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WindowUse {
+    /// `workload.ramp_ms`, ns: the least ramp.
+    pub asked_ramp_ns: u64,
+    /// The ramp the measured window followed, ns: longer than asked when the lab extended
+    /// it past a transient.
+    pub ramp_ns: u64,
+    /// Whether the measured window is steady ([`WindowHalves::is_steady`]).
+    pub steady: bool,
+}
+
+impl WindowUse {
+    /// How long the transient ran past the ramp asked for, ns (0 when not extended).
+    pub(crate) fn transient_ns(&self) -> u64 {
+        self.ramp_ns - self.asked_ramp_ns
+    }
+}
+
+/// Runs a fio workload and, unless `workload.exact_window` is set, makes its window stand
+/// for the long run: when the window after `ramp_ms` is not steady, the lab looks for the
+/// first window-long span after the ramp, in steps of half a window, whose halves are
+/// steady, up to [`d::FIO_RAMP_EXTENSION_WINDOWS`] windows past the ramp, and measures
+/// there. The run is deterministic, so the events before that window are the probe's.
 pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, LabError> {
+    let mut out = run_fio_window(s, f, seed)?;
+    if out.halves.is_steady() || f.exact_window {
+        return Ok(out);
+    }
+    let Some(ramp_ns) = steady_ramp(s, f, seed)? else {
+        return Ok(out);
+    };
+    let mut later = f.clone();
+    later.ramp_ns = ramp_ns;
+    out = run_fio_window(s, &later, seed)?;
+    out.window.asked_ramp_ns = f.ramp_ns;
+    Ok(out)
+}
+
+/// The first ramp (at least `f.ramp_ns`, in steps of half the window) after which a
+/// window-long span is steady, or `None` within the cap.
+fn steady_ramp(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<Option<u64>, LabError> {
+    let half = (f.runtime_ns / 2).max(1);
+    let cap = f.ramp_ns + d::FIO_RAMP_EXTENSION_WINDOWS.0 * f.runtime_ns;
+    let mut probe = f.clone();
+    // The jobs run through every candidate window.
+    probe.ramp_ns = cap;
+    let (mut sim, spec, stats, stack, _) = start_fio(s, &probe, seed)?;
+    {
+        let mut st = stats.borrow_mut();
+        st.slice_ns = half;
+        st.slices_from_ns = f.ramp_ns;
+    }
+    let end = SimTime::ZERO + SimDuration::ns(cap + f.runtime_ns);
+    let inflight = u64::from(f.iodepth) * u64::from(f.numjobs);
+    // Slices k and k + 1 are the halves of the window after a ramp of ramp + k x half.
+    let mut k = 0u64;
+    while f.ramp_ns + k * half <= cap {
+        let t = SimTime::ZERO + SimDuration::ns(f.ramp_ns + (k + 2) * half);
+        sim.run_until_observed(t, end)?;
+        if let Some(e) = stack.error.borrow().clone().or(stats.borrow().error.clone()) {
+            return Err(LabError::Model(e));
+        }
+        let st = stats.borrow();
+        let at = |i: u64| st.slices.get(i as usize).copied().unwrap_or(0);
+        let halves = WindowHalves {
+            ios: [at(k), at(k + 1)],
+            inflight,
+            tree_allocs: [0, 0],
+        };
+        // Past the ramp asked for (k = 0 was the window already found unsteady).
+        if k > 0 && halves.is_steady() {
+            return Ok(Some(f.ramp_ns + k * half));
+        }
+        k += 1;
+    }
+    drop(spec);
+    Ok(None)
+}
+
+/// The simulation of a fio workload, its jobs spawned: the sim, the job, the shared stats,
+/// the block stack, and how many CPUs take its interrupts.
+fn start_fio(
+    s: &LabScenario,
+    f: &FioSetup,
+    seed: u64,
+) -> Result<(Sim, Rc<FioJob>, SharedStats, Rc<Stack>, usize), LabError> {
     let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
-    let job = fio_job(s, f);
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
     let (stack, irq_cpus) = start_stack(
         s,
@@ -1235,7 +1324,7 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         // first only): sub-page buffers share pages, as they do under fio.
         f.bs,
     )?;
-    let spec = Rc::new(job.clone());
+    let spec = Rc::new(fio_job(s, f));
     let stats: SharedStats = Rc::new(RefCell::new(GroupStats::default()));
     let target = Rc::new(Target(stack.clone()));
     for j in 0..spec.numjobs as usize {
@@ -1252,6 +1341,13 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
             sim.spawn_on(cpu, move |ctx| fio::run_job(ctx, job_spec, j, target, stats))?;
         }
     }
+    Ok((sim, spec, stats, stack, irq_cpus))
+}
+
+/// One fio run measured in the window after `f.ramp_ns`.
+fn run_fio_window(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, LabError> {
+    let (mut sim, spec, stats, stack, irq_cpus) = start_fio(s, f, seed)?;
+    let job = (*spec).clone();
     let t0 = SimTime::ZERO + spec.ramp;
     let t1 = t0 + spec.runtime;
     let t_mid = t0 + SimDuration::ns(spec.runtime.as_ns() / 2);
@@ -1300,6 +1396,11 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         let (n1, c1, w1) = lock_window_wait(&before, &after, &cmdq_lock_name(k));
         (n + n1, c + c1, w + w1)
     });
+    let halves = WindowHalves {
+        ios: [ios_first, ios_total.saturating_sub(ios_first)],
+        inflight: u64::from(f.iodepth) * u64::from(f.numjobs),
+        tree_allocs: [tree_window(&before, &mid).0, tree_window(&mid, &after).0],
+    };
     Ok(FioRun {
         job,
         stats: g,
@@ -1311,10 +1412,11 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
         depot_lock: window_of(depot_lock_name, &before, &after),
         spin_by_lock,
         cmdq_lock,
-        halves: WindowHalves {
-            ios: [ios_first, ios_total.saturating_sub(ios_first)],
-            inflight: u64::from(f.iodepth) * u64::from(f.numjobs),
-            tree_allocs: [tree_window(&before, &mid).0, tree_window(&mid, &after).0],
+        halves,
+        window: WindowUse {
+            asked_ramp_ns: f.ramp_ns,
+            ramp_ns: f.ramp_ns,
+            steady: halves.is_steady(),
         },
         cmdq,
         queues,

@@ -182,6 +182,13 @@ pub const FIO_RAMP_MS: Sourced<u64> = (
     5,
     "assumption: long enough for every job to fill its queue before measuring",
 );
+/// How far past `workload.ramp_ms` the lab looks for a steady window, in windows
+/// (`runtime_ms`), unless `workload.exact_window` is set.
+pub const FIO_RAMP_EXTENSION_WINDOWS: Sourced<u64> = (
+    8,
+    "assumption: the transients the lab models (IOVA magazines and depot, lazy flush queues, device queues filling) settle within a few tens of ms at 128 CPUs (docs/model/scale.md: the 128-CPU lazy case needs about 30 ms), which 8 windows of 10 ms cover; a run still unsteady there says so",
+);
+
 /// fio `workload.ioengine`.
 pub const FIO_IOENGINE: Sourced<&str> = (
     "psync",

@@ -1038,13 +1038,36 @@ fn run_netperf(
     })
 }
 
+/// The note a fio run prints when the lab moved its window past a transient.
+fn extended_note(w: &block::WindowUse) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    format!(
+        "window       : ramp extended from {} ms to {} ms: the first {} ms after the ramp were a \
+         transient (caches, magazines, flush queues or device queues warming); the window \
+         after it is {} (workload.exact_window = true measures right after ramp_ms)",
+        ms(w.asked_ramp_ns),
+        ms(w.ramp_ns),
+        ms(w.transient_ns()),
+        if w.steady { "steady" } else { "still not steady" }
+    )
+}
+
 /// The note a fio run prints when its measured window was not in steady state.
-fn unsteady_note(h: &block::WindowHalves, job: &crate::workloads::fio::FioJob) -> String {
+fn unsteady_note(
+    h: &block::WindowHalves,
+    job: &crate::workloads::fio::FioJob,
+    exact: bool,
+) -> String {
     let half_s = job.runtime.as_ns() as f64 / 2e9;
     let iops = |n: u64| crate::workloads::fio::human_iops(n as f64 / half_s.max(1e-12));
+    let what = if exact {
+        "lengthen ramp_ms, or drop workload.exact_window so the lab finds the steady window"
+    } else {
+        "no steady window within the lab's extension of the ramp; lengthen ramp_ms"
+    };
     format!(
         "steady state : no: IOPS={} in the first half of the measured window, {} in the second \
-         ({:+.1}%); the IOVA tree lock was taken {} then {} times; lengthen ramp_ms \
+         ({:+.1}%); the IOVA tree lock was taken {} then {} times; {what} \
          (docs/model/scale.md)",
         iops(h.ios[0]),
         iops(h.ios[1]),
@@ -1166,11 +1189,27 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
         m = dma_metrics::iova_variants(m, &out.dma);
         m = dma_metrics::iova_tree_lock(m, out.tree_lock);
         m = dma_metrics::iova_depot_lock(m, out.depot_lock);
-        m = m.metric(Metric::new(
-            "window.iops_change_pct",
-            "%",
-            out.halves.iops_change_pct(),
-        ));
+        m = m
+            .metric(Metric::new(
+                "window.iops_change_pct",
+                "%",
+                out.halves.iops_change_pct(),
+            ))
+            .metric(Metric::new(
+                "window.ramp_ms",
+                "ms",
+                out.window.ramp_ns as f64 / 1e6,
+            ))
+            .metric(Metric::new(
+                "window.transient_ms",
+                "ms",
+                out.window.transient_ns() as f64 / 1e6,
+            ))
+            .metric(Metric::new(
+                "window.steady",
+                "bool",
+                f64::from(u8::from(out.window.steady)),
+            ));
         if out.iotlb {
             m = dma_metrics::iotlb(m, &out.dma);
         }
@@ -1293,8 +1332,11 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 ))
             );
         }
+        if out.window.transient_ns() > 0 {
+            let _ = writeln!(text, "  {}", extended_note(&out.window));
+        }
         if !out.halves.is_steady() {
-            let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job));
+            let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job, f.exact_window));
         }
         jobs.push(JobJson {
             jobname: config,

@@ -366,6 +366,20 @@ pub struct GroupStats {
     pub issued: u64,
     /// The first error a job hit, if any.
     pub error: Option<String>,
+    /// When non-zero, completions are also counted in slices of this many ns from
+    /// `slices_from_ns` on (`slices[k]`: reaped in slice `k`), window or not: how the lab
+    /// finds where a run's transient ends.
+    pub slice_ns: u64,
+    /// Start of slice 0, ns.
+    pub slices_from_ns: u64,
+    /// Completions reaped per slice.
+    pub slices: Vec<u64>,
+}
+
+/// Whether completions reaped at `now` are counted in slices ([`GroupStats::slice_ns`]).
+fn spec_counts_slices(stats: &SharedStats, now: SimTime) -> bool {
+    let s = stats.borrow();
+    s.slice_ns > 0 && now.as_ns() >= s.slices_from_ns
 }
 
 /// Shared, single-threaded stats cell.
@@ -487,6 +501,14 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
             ctx.cpu().defer(user, Account::User);
             inflight -= 1;
             free.push(c.slot);
+            if spec_counts_slices(&stats, now) {
+                let mut s = stats.borrow_mut();
+                let k = ((now.as_ns() - s.slices_from_ns) / s.slice_ns) as usize;
+                if s.slices.len() <= k {
+                    s.slices.resize(k + 1, 0);
+                }
+                s.slices[k] += 1;
+            }
             if now > window_start && now <= end {
                 let mut s = stats.borrow_mut();
                 let d = if c.is_read { &mut s.read } else { &mut s.write };

@@ -37,6 +37,8 @@ pub(in crate::lab::spec) struct FioSpec {
     #[serde(default)]
     user_ns_per_io: Option<u64>,
     #[serde(default)]
+    exact_window: Option<bool>,
+    #[serde(default)]
     ioengine: Option<String>,
     #[serde(default)]
     hipri: Option<bool>,
@@ -77,6 +79,9 @@ pub struct FioSetup {
     pub ramp_ns: u64,
     /// fio's own user time per I/O step, ns.
     pub user_ns_per_io: u64,
+    /// `exact_window`: measure right after `ramp_ns`, steady or not (otherwise the lab
+    /// extends the ramp past a transient).
+    pub exact_window: bool,
     /// `ioengine` and its options.
     pub engine: IoEngine,
     /// The CPU of each job's submission-polling thread (`sqthread_poll`; empty without).
@@ -253,6 +258,7 @@ pub(in crate::lab::spec) fn fio(
         runtime_ns: runtime_ms * 1_000_000,
         ramp_ns: ramp_ms * 1_000_000,
         user_ns_per_io,
+        exact_window: s.exact_window.unwrap_or(false),
         engine,
         sq_cpus,
     })
