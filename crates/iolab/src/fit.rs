@@ -437,7 +437,9 @@ fn workload_of(
     }
     if lab_engine == Some("io_uring") {
         for option in ["hipri", "sqthread_poll", "fixedbufs", "registerfiles"] {
-            let Some(v) = m.attrs.get(option) else { continue };
+            let Some(v) = m.attrs.get(option) else {
+                continue;
+            };
             let on = !matches!(v.trim(), "0" | "false" | "");
             let steps = parse_path(&format!("workload.{option}")).map_err(|e| e.to_string())?;
             set_field(table, &steps, toml::Value::Boolean(on), true)?;

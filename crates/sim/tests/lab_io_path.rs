@@ -9,7 +9,11 @@ use common::{metric, run};
 /// current PCIe 5 drive, 4 KiB random reads at depth 128 (1 for psync).
 fn one_core(platform: &str, engine: &str, rw: &str) -> String {
     let psync = engine.contains("psync");
-    let cpus = if engine.contains("sqthread_poll") { 2 } else { 1 };
+    let cpus = if engine.contains("sqthread_poll") {
+        2
+    } else {
+        1
+    };
     let depth = if psync { 1 } else { 128 };
     format!(
         r#"
@@ -45,11 +49,19 @@ const URING_POLLED: &str =
 
 #[test]
 fn on_one_core_each_engine_does_as_its_mechanism_says() {
-    for platform in ["intel-icelake-2s", "intel-sapphire-rapids-2s", "amd-epyc-genoa-2s"] {
-        let iops = |engine: &str| metric(&run(&one_core(platform, engine, "randread")), "read.iops");
+    for platform in [
+        "intel-icelake-2s",
+        "intel-sapphire-rapids-2s",
+        "amd-epyc-genoa-2s",
+    ] {
+        let iops =
+            |engine: &str| metric(&run(&one_core(platform, engine, "randread")), "read.iops");
         let [aio, uring, lean, polled] = [LIBAIO, URING, URING_LEAN, URING_POLLED].map(iops);
         // One core is the bound: fewer system calls and less per-I/O kernel work give more.
-        assert!(aio < uring && uring < lean && lean < polled, "{platform}: {aio} {uring} {lean} {polled}");
+        assert!(
+            aio < uring && uring < lean && lean < polled,
+            "{platform}: {aio} {uring} {lean} {polled}"
+        );
         // Polled: the job's CPU never idles.
         let r = run(&one_core(platform, URING_POLLED, "randread"));
         let busy = metric(&r, "cpu.all.usr_pct") + metric(&r, "cpu.all.sys_pct");
@@ -60,7 +72,11 @@ fn on_one_core_each_engine_does_as_its_mechanism_says() {
     }
     // psync keeps one I/O in flight: its IOPS are (a little under) one per drive latency
     // (the micron-9550 preset's 60 us typical read).
-    let r = run(&one_core("intel-icelake-2s", "ioengine = \"psync\"", "randread"));
+    let r = run(&one_core(
+        "intel-icelake-2s",
+        "ioengine = \"psync\"",
+        "randread",
+    ));
     let per_latency = metric(&r, "read.iops") * 60e-6;
     assert!((0.9..1.0).contains(&per_latency), "{per_latency}");
     // A polling submission thread takes the submissions off the job's CPU.
@@ -96,7 +112,11 @@ fn d06_128(mode: &str, exact: bool) -> String {
 fn a_128_cpu_window_after_a_short_ramp_is_moved_past_the_transient() {
     // As given, the window sits in lazy mode's warm-up (magazines and flush queues filling).
     let exact = run(&d06_128("lazy", true));
-    assert!(exact.report.report_text.contains("steady state : no"), "{}", exact.report.report_text);
+    assert!(
+        exact.report.report_text.contains("steady state : no"),
+        "{}",
+        exact.report.report_text
+    );
     assert_eq!(metric(&exact, "window.steady"), 0.0);
     assert_eq!(metric(&exact, "window.transient_ms"), 0.0);
     // By default the lab moves the window past it, says so, and lazy is not below strict.
@@ -104,7 +124,11 @@ fn a_128_cpu_window_after_a_short_ramp_is_moved_past_the_transient() {
     let strict = run(&d06_128("strict", false));
     assert!(metric(&lazy, "window.transient_ms") > 0.0);
     assert_eq!(metric(&lazy, "window.steady"), 1.0);
-    assert!(lazy.report.report_text.contains("ramp extended from 3 ms"), "{}", lazy.report.report_text);
+    assert!(
+        lazy.report.report_text.contains("ramp extended from 3 ms"),
+        "{}",
+        lazy.report.report_text
+    );
     assert!(!lazy.report.report_text.contains("steady state : no"));
     assert_eq!(
         metric(&lazy, "window.ramp_ms"),
@@ -112,5 +136,8 @@ fn a_128_cpu_window_after_a_short_ramp_is_moved_past_the_transient() {
     );
     let (l, s) = (metric(&lazy, "read.iops"), metric(&strict, "read.iops"));
     assert!(l >= s, "lazy {l} strict {s}");
-    assert!(metric(&exact, "read.iops") < l, "the transient's IOPS are below the steady window's");
+    assert!(
+        metric(&exact, "read.iops") < l,
+        "the transient's IOPS are below the steady window's"
+    );
 }

@@ -139,7 +139,9 @@ fn modes_order(p: Point) -> Result<(), TestCaseError> {
     // runs compared.
     let batch = |ios_per_s: f64| inflight / (ios_per_s * window_s).max(1.0);
     let slack = |a: f64, b: f64| SLACK + batch(a) + batch(b);
-    let dma = runs.each_ref().map(|r| metric(r, "dma.map_ns") + metric(r, "dma.unmap_ns"));
+    let dma = runs
+        .each_ref()
+        .map(|r| metric(r, "dma.map_ns") + metric(r, "dma.unmap_ns"));
     let limit = f64::from(p.drives) * DRIVE_IOPS;
     let cpu_bound = iops.iter().all(|&x| x < 0.9 * limit);
     for i in 0..3 {
@@ -169,8 +171,14 @@ fn modes_order(p: Point) -> Result<(), TestCaseError> {
         let drives = f64::from(p.drives);
         let (iops, bw) = (metric(r, "read.iops"), metric(r, "read.bw_bytes_per_s"));
         let over = 1.0 + batch(iops);
-        prop_assert!(iops <= drives * DRIVE_IOPS * over, "{p:?}: {iops} IOPS over {drives} drives' rating");
-        prop_assert!(bw <= drives * DRIVE_BYTES_PER_S * over, "{p:?}: {bw} B/s over the drives' rating");
+        prop_assert!(
+            iops <= drives * DRIVE_IOPS * over,
+            "{p:?}: {iops} IOPS over {drives} drives' rating"
+        );
+        prop_assert!(
+            bw <= drives * DRIVE_BYTES_PER_S * over,
+            "{p:?}: {bw} B/s over the drives' rating"
+        );
     }
     let again = run(&scenario(p, "lazy"));
     prop_assert_eq!(&again.report.report_text, &runs[1].report.report_text);

@@ -40,7 +40,6 @@ use iolab_iommu::hw::{DmaPath, MappedBuffer, MappedSg, QueueWork};
 use iolab_iommu::work::{LockId, WorkRecord};
 
 use super::LabError;
-use crate::lab::defaults as d;
 use crate::accounting::{Account, RunReport};
 use crate::block::{BlockCommand, BlockDir, BlockQueue, OnDone, QueueLimits, SubmitCommand};
 use crate::cost::{CpuCostModel, RecordCost};
@@ -52,6 +51,7 @@ use crate::devices::{BlockDev, BlockIo, DeviceDma, PortedDma};
 use crate::engine::{Channel, Ctx, Handle, Sim, SimConfig, SimDuration, SimTime};
 use crate::iommu::port::{DmaPort, Translated};
 use crate::iommu::TimedQueue;
+use crate::lab::defaults as d;
 use crate::metrics::CpuBreakdown;
 use crate::resources::{LockKind, SpinLock, SpinParams};
 use crate::time::round_ns;
@@ -1285,7 +1285,12 @@ fn steady_ramp(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<Option<u64>, 
     while f.ramp_ns + k * half <= cap {
         let t = SimTime::ZERO + SimDuration::ns(f.ramp_ns + (k + 2) * half);
         sim.run_until_observed(t, end)?;
-        if let Some(e) = stack.error.borrow().clone().or(stats.borrow().error.clone()) {
+        if let Some(e) = stack
+            .error
+            .borrow()
+            .clone()
+            .or(stats.borrow().error.clone())
+        {
             return Err(LabError::Model(e));
         }
         let st = stats.borrow();
@@ -1305,13 +1310,16 @@ fn steady_ramp(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<Option<u64>, 
     Ok(None)
 }
 
-/// The simulation of a fio workload, its jobs spawned: the sim, the job, the shared stats,
-/// the block stack, and how many CPUs take its interrupts.
+/// A fio simulation with its jobs spawned: the sim, the job, the shared stats, the block
+/// stack, and how many CPUs take its interrupts.
+type StartedFio = (Sim, Rc<FioJob>, SharedStats, Rc<Stack>, usize);
+
+/// The simulation of a fio workload, its jobs spawned.
 fn start_fio(
     s: &LabScenario,
     f: &FioSetup,
     seed: u64,
-) -> Result<(Sim, Rc<FioJob>, SharedStats, Rc<Stack>, usize), LabError> {
+) -> Result<StartedFio, LabError> {
     let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
     let (stack, irq_cpus) = start_stack(
@@ -1334,11 +1342,15 @@ fn start_fio(
             // The job places its requests in its ring; its polling thread submits them.
             let ring = Rc::new(fio::SqRing::new(sim.handle(), spec.iodepth as usize));
             let (r, t, st) = (ring.clone(), target.clone(), stats.clone());
-            sim.spawn_on(spec.sq_cpus[j], move |ctx| fio::run_sq_thread(ctx, r, t, st))?;
+            sim.spawn_on(spec.sq_cpus[j], move |ctx| {
+                fio::run_sq_thread(ctx, r, t, st)
+            })?;
             sim.spawn_on(cpu, move |ctx| fio::run_job(ctx, job_spec, j, ring, stats))?;
         } else {
             let target = target.clone();
-            sim.spawn_on(cpu, move |ctx| fio::run_job(ctx, job_spec, j, target, stats))?;
+            sim.spawn_on(cpu, move |ctx| {
+                fio::run_job(ctx, job_spec, j, target, stats)
+            })?;
         }
     }
     Ok((sim, spec, stats, stack, irq_cpus))

@@ -57,7 +57,6 @@ pub const FLUSH_TIMEOUT_MS: Sourced<u64> = (
     "Linux drivers/iommu/dma-iommu.c IOVA_FQ_TIMEOUT = 10 ms",
 );
 
-
 /// NVMe `device.io_queues`.
 pub const NVME_IO_QUEUES: Sourced<usize> = (
     64,

@@ -1048,7 +1048,11 @@ fn extended_note(w: &block::WindowUse) -> String {
         ms(w.asked_ramp_ns),
         ms(w.ramp_ns),
         ms(w.transient_ns()),
-        if w.steady { "steady" } else { "still not steady" }
+        if w.steady {
+            "steady"
+        } else {
+            "still not steady"
+        }
     )
 }
 
@@ -1336,7 +1340,11 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
             let _ = writeln!(text, "  {}", extended_note(&out.window));
         }
         if !out.halves.is_steady() {
-            let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job, f.exact_window));
+            let _ = writeln!(
+                text,
+                "  {}",
+                unsteady_note(&out.halves, &out.job, f.exact_window)
+            );
         }
         jobs.push(JobJson {
             jobname: config,

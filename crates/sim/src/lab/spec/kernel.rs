@@ -6,9 +6,9 @@ use serde::Deserialize;
 
 use crate::cost::{Cost, IoPathCosts, PlatformProfile};
 use crate::lab::defaults as d;
-use crate::workloads::fio::{EngineKind, IoEngine};
 use crate::lab::spec::fields::Fields;
 use crate::tomlfile::{InputError, TomlDoc};
+use crate::workloads::fio::{EngineKind, IoEngine};
 
 #[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -273,8 +273,13 @@ mod tests {
             }
         );
         // Another platform, other costs: Ice Lake's are cycles at 2.8 GHz.
-        let icx = ok(&libaio.replace("hisilicon-d06", "intel-icelake-2s").replace("\"smmuv3\"", "\"vtd\""));
-        assert_eq!(icx.kernel.block_submit_ns, profile_ns("intel-icelake-2s", "io_path.block_submit"));
+        let icx = ok(&libaio
+            .replace("hisilicon-d06", "intel-icelake-2s")
+            .replace("\"smmuv3\"", "\"vtd\""));
+        assert_eq!(
+            icx.kernel.block_submit_ns,
+            profile_ns("intel-icelake-2s", "io_path.block_submit")
+        );
         assert_eq!(icx.kernel.block_submit_ns, (3200.0f64 / 2.8).round() as u64);
         let s = ok(&with(
             &with(FIO_SAS, "kernel", "block_submit_ns = 111\nirq_entry_ns = 0"),
@@ -292,9 +297,7 @@ mod tests {
     #[test]
     fn each_engine_pays_its_own_share_of_the_block_path() {
         let d06 = |path: &str| profile_ns("hisilicon-d06", path);
-        let engine = |fields: &str| {
-            ok(&FIO_NVME.replace("ioengine = \"libaio\"", fields)).kernel
-        };
+        let engine = |fields: &str| ok(&FIO_NVME.replace("ioengine = \"libaio\"", fields)).kernel;
         let (submit, complete) = (d06("io_path.block_submit"), d06("io_path.block_complete"));
         // psync (fio's default): no aio work.
         let psync = ok(&FIO_NVME.replace("ioengine = \"libaio\"\n", "")).kernel;

@@ -95,7 +95,8 @@ impl BlockSpec for NvmeSpec {
         let ns = |c: &crate::cost::Cost| c.ns().round() as u64;
         (
             self.submit_ns.unwrap_or(ns(&profile.io_path.nvme_submit)),
-            self.complete_ns.unwrap_or(ns(&profile.io_path.nvme_complete)),
+            self.complete_ns
+                .unwrap_or(ns(&profile.io_path.nvme_complete)),
         )
     }
 
