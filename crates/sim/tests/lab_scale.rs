@@ -88,7 +88,12 @@ fn once_warm_strict_is_queue_bound_and_lazy_only_the_walks_from_passthrough() {
 
 #[test]
 fn a_window_inside_the_lazy_warm_up_is_flagged_not_steady() {
-    let r = run(&d06_128("lazy", 2, 20));
+    // As given (`exact_window`): by default the lab would move the window past the warm-up
+    // (crates/sim/tests/lab_io_path.rs).
+    let r = run(&d06_128("lazy", 2, 20).replace(
+        "ioengine = \"libaio\"",
+        "ioengine = \"libaio\"\nexact_window = true",
+    ));
     let change = metric(&r, "window.iops_change_pct");
     assert!(change > 5.0, "IOPS change {change}% between the halves");
     let note = r
