@@ -141,3 +141,33 @@ fn a_128_cpu_window_after_a_short_ramp_is_moved_past_the_transient() {
         "the transient's IOPS are below the steady window's"
     );
 }
+
+#[test]
+fn fio_s_steadystate_ends_the_job_where_its_criterion_holds_and_measures_that_window() {
+    let with_ss = |criterion: &str, runtime_ms: u32| {
+        d06_128("lazy", false)
+            .replace("runtime_ms = 10", &format!("runtime_ms = {runtime_ms}"))
+            .replace(
+                "ramp_ms = 3",
+                &format!("ramp_ms = 3\nsteadystate = \"{criterion}\"\nss_dur_ms = 5"),
+            )
+    };
+    let r = run(&with_ss("iops_slope:0.5%", 30));
+    assert_eq!(metric(&r, "steadystate.attained"), 1.0);
+    let at = metric(&r, "steadystate.attained_ms");
+    assert!(at > 8.0 && at <= 33.0, "attained at {at} ms");
+    assert!(metric(&r, "steadystate.criterion") <= 0.5);
+    // The measured window is the judged one, ss_dur_ms before the job ended, past the
+    // warm-up: its IOPS are the steady window's the lab finds by default (within 5%).
+    assert_eq!(metric(&r, "window.ramp_ms"), at - 5.0);
+    let steady = metric(&run(&d06_128("lazy", false)), "read.iops");
+    let judged = metric(&r, "read.iops");
+    assert!((judged / steady - 1.0).abs() < 0.05, "{judged} vs {steady}");
+    let text = &r.report.report_text;
+    assert!(text.contains("steadystate  : iops_slope:0.5% attained at"), "{text}");
+    // Not attained within a short runtime: said, and the window given is measured.
+    let r = run(&with_ss("iops:0.01%", 10));
+    assert_eq!(metric(&r, "steadystate.attained"), 0.0);
+    assert!(r.report.report_text.contains("not attained within the runtime"));
+    assert_eq!(metric(&r, "window.ramp_ms"), 3.0);
+}

@@ -1005,6 +1005,8 @@ pub(crate) struct FioRun {
     pub halves: WindowHalves,
     /// Where the measured window was placed.
     pub window: WindowUse,
+    /// What fio's `steadystate` found, when the job set it.
+    pub steadystate: Option<SteadyStateOutcome>,
     /// The protection report over the whole run.
     pub protection: LabProtection,
     /// What the hostile devices reached (`[device.hostile]`), if any is.
@@ -1250,6 +1252,9 @@ impl WindowUse {
 /// steady, up to [`d::FIO_RAMP_EXTENSION_WINDOWS`] windows past the ramp, and measures
 /// there. The run is deterministic, so the events before that window are the probe's.
 pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, LabError> {
+    if let Some(ss) = f.steadystate {
+        return run_fio_steadystate(s, f, seed, ss);
+    }
     let mut out = run_fio_window(s, f, seed)?;
     if out.halves.is_steady() || f.exact_window {
         return Ok(out);
@@ -1262,6 +1267,90 @@ pub(crate) fn run_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun
     out = run_fio_window(s, &later, seed)?;
     out.window.asked_ramp_ns = f.ramp_ns;
     Ok(out)
+}
+
+/// fio's `steadystate`: samples every `ss.interval_ns` from `ramp + ss_ramp` on; the job ends
+/// at the first sample at which the criterion holds over the last `ss_dur`, and those
+/// `ss_dur` are measured. Not attained within the runtime, the run is the window given.
+fn run_fio_steadystate(
+    s: &LabScenario,
+    f: &FioSetup,
+    seed: u64,
+    ss: fio::SteadyState,
+) -> Result<FioRun, LabError> {
+    let (mut sim, _spec, stats, stack, _) = start_fio(s, f, seed)?;
+    let from = f.ramp_ns + ss.ramp_ns;
+    {
+        let mut st = stats.borrow_mut();
+        st.slice_ns = ss.interval_ns;
+        st.slices_from_ns = from;
+    }
+    let end_ns = f.ramp_ns + f.runtime_ns;
+    let end = SimTime::ZERO + SimDuration::ns(end_ns);
+    let n = ss.samples();
+    let per_sample = |count: u64| {
+        let iops = count as f64 / (ss.interval_ns as f64 / 1e9);
+        if ss.on_bandwidth() {
+            iops * f.bs as f64 / 1024.0
+        } else {
+            iops
+        }
+    };
+    let mut attained = None;
+    let mut last = f64::INFINITY;
+    let mut k = 0u64;
+    while from + (k + 1) * ss.interval_ns <= end_ns {
+        let t = SimTime::ZERO + SimDuration::ns(from + (k + 1) * ss.interval_ns);
+        sim.run_until_observed(t, end)?;
+        if let Some(e) = stack
+            .error
+            .borrow()
+            .clone()
+            .or(stats.borrow().error.clone())
+        {
+            return Err(LabError::Model(e));
+        }
+        if k + 1 >= n as u64 {
+            let st = stats.borrow();
+            let samples: Vec<f64> = (k + 1 - n as u64..=k)
+                .map(|i| per_sample(st.slices.get(i as usize).copied().unwrap_or(0)))
+                .collect();
+            let (value, holds) = ss.judge(&samples);
+            last = value;
+            if holds {
+                attained = Some(from + (k + 1) * ss.interval_ns);
+                break;
+            }
+        }
+        k += 1;
+    }
+    drop(sim);
+    let mut out = match attained {
+        Some(at) => {
+            let mut judged = f.clone();
+            judged.ramp_ns = at - n as u64 * ss.interval_ns;
+            judged.runtime_ns = n as u64 * ss.interval_ns;
+            judged.steadystate = None;
+            let mut out = run_fio_window(s, &judged, seed)?;
+            out.window.asked_ramp_ns = out.window.ramp_ns;
+            out
+        }
+        None => run_fio_window(s, f, seed)?,
+    };
+    out.steadystate = Some(SteadyStateOutcome {
+        attained_at_ns: attained,
+        criterion: last,
+    });
+    Ok(out)
+}
+
+/// What fio's `steadystate` found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct SteadyStateOutcome {
+    /// When the criterion held (the job's end), ns; `None` if never within the runtime.
+    pub attained_at_ns: Option<u64>,
+    /// The criterion's last value (in the limit's unit).
+    pub criterion: f64,
 }
 
 /// The first ramp (at least `f.ramp_ns`, in steps of half the window) after which a
@@ -1315,11 +1404,7 @@ fn steady_ramp(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<Option<u64>, 
 type StartedFio = (Sim, Rc<FioJob>, SharedStats, Rc<Stack>, usize);
 
 /// The simulation of a fio workload, its jobs spawned.
-fn start_fio(
-    s: &LabScenario,
-    f: &FioSetup,
-    seed: u64,
-) -> Result<StartedFio, LabError> {
+fn start_fio(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<StartedFio, LabError> {
     let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let inflight_cap = f.iodepth as usize * f.numjobs as usize + 1;
     let (stack, irq_cpus) = start_stack(
@@ -1430,6 +1515,7 @@ fn run_fio_window(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<FioRun, La
             ramp_ns: f.ramp_ns,
             steady: halves.is_steady(),
         },
+        steadystate: None,
         cmdq,
         queues,
         irq_cpus,

@@ -188,6 +188,12 @@ pub const FIO_RAMP_EXTENSION_WINDOWS: Sourced<u64> = (
     "assumption: the transients the lab models (IOVA magazines and depot, lazy flush queues, device queues filling) settle within a few tens of ms at 128 CPUs (docs/model/scale.md: the 128-CPU lazy case needs about 30 ms), which 8 windows of 10 ms cover; a run still unsteady there says so",
 );
 
+/// fio `workload.ss_interval_ms`: the steady-state sampling period.
+pub const FIO_SS_INTERVAL_MS: Sourced<u64> = (
+    1,
+    "fio's ss_interval is 1 s against runs of minutes; assumption: the lab's runs are ms of virtual time, so 1 ms keeps several samples per window",
+);
+
 /// fio `workload.ioengine`.
 pub const FIO_IOENGINE: Sourced<&str> = (
     "psync",

@@ -1038,6 +1038,39 @@ fn run_netperf(
     })
 }
 
+/// The line a fio run with `steadystate` prints: attained or not, and what was measured.
+fn steadystate_note(
+    o: &block::SteadyStateOutcome,
+    ss: &crate::workloads::fio::SteadyState,
+) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let limit = if ss.percent {
+        format!("{}%", ss.limit)
+    } else {
+        format!("{}", ss.limit)
+    };
+    let value = if ss.percent {
+        format!("{:.3}%", o.criterion)
+    } else {
+        format!("{:.1}", o.criterion)
+    };
+    match o.attained_at_ns {
+        Some(at) => format!(
+            "steadystate  : {}:{limit} attained at {} ms ({value} over the last {} ms, sampled every {} ms); the job ended there and those {} ms were measured",
+            ss.criterion.name(),
+            ms(at),
+            ms(ss.dur_ns),
+            ms(ss.interval_ns),
+            ms(ss.dur_ns)
+        ),
+        None => format!(
+            "steadystate  : {}:{limit} not attained within the runtime (last {value} over {} ms); the window after ramp_ms was measured",
+            ss.criterion.name(),
+            ms(ss.dur_ns)
+        ),
+    }
+}
+
 /// The note a fio run prints when the lab moved its window past a transient.
 fn extended_note(w: &block::WindowUse) -> String {
     let ms = |ns: u64| ns as f64 / 1e6;
@@ -1056,18 +1089,35 @@ fn extended_note(w: &block::WindowUse) -> String {
     )
 }
 
+/// What a run whose window is not steady can do about it.
+#[derive(Clone, Copy)]
+enum Remedy {
+    /// `exact_window` kept the window: drop it or lengthen the ramp.
+    ExactWindow,
+    /// The lab's extension found no steady window.
+    Extension,
+    /// fio's `steadystate` was not attained.
+    SteadyState,
+}
+
 /// The note a fio run prints when its measured window was not in steady state.
 fn unsteady_note(
     h: &block::WindowHalves,
     job: &crate::workloads::fio::FioJob,
-    exact: bool,
+    remedy: Remedy,
 ) -> String {
     let half_s = job.runtime.as_ns() as f64 / 2e9;
     let iops = |n: u64| crate::workloads::fio::human_iops(n as f64 / half_s.max(1e-12));
-    let what = if exact {
-        "lengthen ramp_ms, or drop workload.exact_window so the lab finds the steady window"
-    } else {
-        "no steady window within the lab's extension of the ramp; lengthen ramp_ms"
+    let what = match remedy {
+        Remedy::ExactWindow => {
+            "lengthen ramp_ms, or drop workload.exact_window so the lab finds the steady window"
+        }
+        Remedy::Extension => {
+            "no steady window within the lab's extension of the ramp; lengthen ramp_ms"
+        }
+        Remedy::SteadyState => {
+            "its steadystate criterion was not attained; lengthen runtime_ms or ramp_ms"
+        }
     };
     format!(
         "steady state : no: IOPS={} in the first half of the measured window, {} in the second \
@@ -1214,6 +1264,34 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 "bool",
                 f64::from(u8::from(out.window.steady)),
             ));
+        if let Some(o) = &out.steadystate {
+            m = m
+                .metric(Metric::new(
+                    "steadystate.attained",
+                    "bool",
+                    f64::from(u8::from(o.attained_at_ns.is_some())),
+                ))
+                .metric(Metric::new(
+                    "steadystate.criterion",
+                    if f.steadystate.is_some_and(|s| s.percent) {
+                        "%"
+                    } else {
+                        "value"
+                    },
+                    if o.criterion.is_finite() {
+                        o.criterion
+                    } else {
+                        -1.0
+                    },
+                ));
+            if let Some(at) = o.attained_at_ns {
+                m = m.metric(Metric::new(
+                    "steadystate.attained_ms",
+                    "ms",
+                    at as f64 / 1e6,
+                ));
+            }
+        }
         if out.iotlb {
             m = dma_metrics::iotlb(m, &out.dma);
         }
@@ -1336,15 +1414,21 @@ fn run_fio(s: &LabScenario, f: &spec::FioSetup, base: u64, runs: u32) -> Result<
                 ))
             );
         }
+        if let (Some(o), Some(ss)) = (&out.steadystate, &f.steadystate) {
+            let _ = writeln!(text, "  {}", steadystate_note(o, ss));
+        }
         if out.window.transient_ns() > 0 {
             let _ = writeln!(text, "  {}", extended_note(&out.window));
         }
         if !out.halves.is_steady() {
-            let _ = writeln!(
-                text,
-                "  {}",
-                unsteady_note(&out.halves, &out.job, f.exact_window)
-            );
+            let remedy = if f.steadystate.is_some() {
+                Remedy::SteadyState
+            } else if f.exact_window {
+                Remedy::ExactWindow
+            } else {
+                Remedy::Extension
+            };
+            let _ = writeln!(text, "  {}", unsteady_note(&out.halves, &out.job, remedy));
         }
         jobs.push(JobJson {
             jobname: config,

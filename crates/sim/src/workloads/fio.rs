@@ -158,6 +158,123 @@ impl IoEngine {
     }
 }
 
+/// What fio's `steadystate` judges: IOPS or bandwidth, by their spread about the mean or by
+/// the slope of their least-squares line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SsCriterion {
+    /// `iops`: every sample within the limit of the samples' mean.
+    Iops,
+    /// `iops_slope`: the least-squares slope (per sample) within the limit.
+    IopsSlope,
+    /// `bw`: as `iops`, on bandwidth.
+    Bw,
+    /// `bw_slope`: as `iops_slope`, on bandwidth.
+    BwSlope,
+}
+
+impl SsCriterion {
+    /// fio's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            SsCriterion::Iops => "iops",
+            SsCriterion::IopsSlope => "iops_slope",
+            SsCriterion::Bw => "bw",
+            SsCriterion::BwSlope => "bw_slope",
+        }
+    }
+}
+
+/// fio's `steadystate` (`ss`), `ss_dur`, `ss_ramp` and `ss_interval`: the job ends once the
+/// criterion holds over the last `dur` of samples taken every `interval` after `ramp`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SteadyState {
+    /// What is judged.
+    pub criterion: SsCriterion,
+    /// The limit: a percent of the samples' mean when `percent`, else absolute (IOPS, or
+    /// KiB/s for bandwidth, fio's unit).
+    pub limit: f64,
+    /// Whether `limit` is a percentage.
+    pub percent: bool,
+    /// `ss_dur`: the rolling window judged, ns.
+    pub dur_ns: u64,
+    /// `ss_ramp`: time after the job's ramp before samples are taken, ns.
+    pub ramp_ns: u64,
+    /// `ss_interval`: one sample per this many ns.
+    pub interval_ns: u64,
+}
+
+impl SteadyState {
+    /// Parses fio's `criterion:limit` (`"iops:2%"`, `"iops_slope:0.1%"`, `"bw:20000"`).
+    pub fn parse_criterion(text: &str) -> Option<(SsCriterion, f64, bool)> {
+        let (name, limit) = text.split_once(':')?;
+        let criterion = match name.trim() {
+            "iops" => SsCriterion::Iops,
+            "iops_slope" => SsCriterion::IopsSlope,
+            "bw" => SsCriterion::Bw,
+            "bw_slope" => SsCriterion::BwSlope,
+            _ => return None,
+        };
+        let limit = limit.trim();
+        let (number, percent) = match limit.strip_suffix('%') {
+            Some(n) => (n, true),
+            None => (limit, false),
+        };
+        let value: f64 = number.trim().parse().ok()?;
+        (value.is_finite() && value >= 0.0).then_some((criterion, value, percent))
+    }
+
+    /// Samples per judged window (`dur / interval`, at least 2).
+    pub fn samples(&self) -> usize {
+        ((self.dur_ns / self.interval_ns.max(1)) as usize).max(2)
+    }
+
+    /// The criterion's value over `samples` (IOPS, or KiB/s for bandwidth) and whether it
+    /// is within the limit, as fio's steadystate.c judges: for `iops`/`bw` the largest
+    /// distance of a sample from their mean, for the slopes the least-squares slope per
+    /// sample; as a percent of the mean when the limit is one.
+    pub fn judge(&self, samples: &[f64]) -> (f64, bool) {
+        let n = samples.len() as f64;
+        if samples.is_empty() {
+            return (f64::INFINITY, false);
+        }
+        let mean = samples.iter().sum::<f64>() / n;
+        let raw = match self.criterion {
+            SsCriterion::Iops | SsCriterion::Bw => {
+                samples.iter().map(|y| (y - mean).abs()).fold(0.0, f64::max)
+            }
+            SsCriterion::IopsSlope | SsCriterion::BwSlope => {
+                let xm = (n - 1.0) / 2.0;
+                let (mut sxy, mut sxx) = (0.0, 0.0);
+                for (i, y) in samples.iter().enumerate() {
+                    let dx = i as f64 - xm;
+                    sxy += dx * (y - mean);
+                    sxx += dx * dx;
+                }
+                if sxx > 0.0 {
+                    (sxy / sxx).abs()
+                } else {
+                    0.0
+                }
+            }
+        };
+        let value = if self.percent {
+            if mean > 0.0 {
+                100.0 * raw / mean
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            raw
+        };
+        (value, value <= self.limit)
+    }
+
+    /// Whether bandwidth (not IOPS) is judged.
+    pub fn on_bandwidth(&self) -> bool {
+        matches!(self.criterion, SsCriterion::Bw | SsCriterion::BwSlope)
+    }
+}
+
 /// One fio job group (`numjobs` identical jobs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FioJob {
@@ -840,6 +957,42 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn steadystate_criteria_parse_and_judge_as_fio_s() {
+        assert_eq!(
+            SteadyState::parse_criterion("iops_slope:0.1%"),
+            Some((SsCriterion::IopsSlope, 0.1, true))
+        );
+        assert_eq!(
+            SteadyState::parse_criterion("bw:20000"),
+            Some((SsCriterion::Bw, 20000.0, false))
+        );
+        for bad in ["iops", "lat:1%", "iops:-1%", "iops:x", "iops:inf"] {
+            assert_eq!(SteadyState::parse_criterion(bad), None, "{bad}");
+        }
+        let ss = |criterion, limit, percent| SteadyState {
+            criterion,
+            limit,
+            percent,
+            dur_ns: 4_000_000,
+            ramp_ns: 0,
+            interval_ns: 1_000_000,
+        };
+        assert_eq!(ss(SsCriterion::Iops, 1.0, true).samples(), 4);
+        // Deviation: the largest distance from the mean (100): 10, i.e. 10%.
+        let (v, ok) = ss(SsCriterion::Iops, 10.0, true).judge(&[90.0, 100.0, 110.0, 100.0]);
+        assert!((v - 10.0).abs() < 1e-9 && ok, "{v}");
+        assert!(!ss(SsCriterion::Iops, 9.9, true).judge(&[90.0, 100.0, 110.0, 100.0]).1);
+        // Slope: 1, 2, 3 rise by 1 per sample, 50% of their mean 2; absolute 1.
+        let (v, _) = ss(SsCriterion::IopsSlope, 50.0, true).judge(&[1.0, 2.0, 3.0]);
+        assert!((v - 50.0).abs() < 1e-9, "{v}");
+        let (v, ok) = ss(SsCriterion::BwSlope, 1.0, false).judge(&[3.0, 2.0, 1.0]);
+        assert!((v - 1.0).abs() < 1e-9 && ok, "{v}");
+        // Flat samples are steady by any criterion; no samples never are.
+        assert!(ss(SsCriterion::IopsSlope, 0.0, true).judge(&[5.0; 4]).1);
+        assert!(!ss(SsCriterion::Iops, 100.0, true).judge(&[]).1);
+    }
 
     #[test]
     fn clat_summary_matches_a_comparison_sort() {

@@ -7,7 +7,7 @@ use crate::lab::defaults as d;
 use crate::lab::spec::fields::Fields;
 use crate::lab::spec::{Common, BUFFER_BASE};
 use crate::tomlfile::{InputError, TomlDoc};
-use crate::workloads::fio::{EngineKind, IoEngine, RwPattern};
+use crate::workloads::fio::{EngineKind, IoEngine, RwPattern, SteadyState};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,6 +38,14 @@ pub(in crate::lab::spec) struct FioSpec {
     user_ns_per_io: Option<u64>,
     #[serde(default)]
     exact_window: Option<bool>,
+    #[serde(default)]
+    steadystate: Option<String>,
+    #[serde(default)]
+    ss_dur_ms: Option<u64>,
+    #[serde(default)]
+    ss_ramp_ms: Option<u64>,
+    #[serde(default)]
+    ss_interval_ms: Option<u64>,
     #[serde(default)]
     ioengine: Option<String>,
     #[serde(default)]
@@ -82,6 +90,8 @@ pub struct FioSetup {
     /// `exact_window`: measure right after `ramp_ns`, steady or not (otherwise the lab
     /// extends the ramp past a transient).
     pub exact_window: bool,
+    /// fio's `steadystate` with its duration, ramp and interval, if set.
+    pub steadystate: Option<SteadyState>,
     /// `ioengine` and its options.
     pub engine: IoEngine,
     /// The CPU of each job's submission-polling thread (`sqthread_poll`; empty without).
@@ -259,9 +269,78 @@ pub(in crate::lab::spec) fn fio(
         ramp_ns: ramp_ms * 1_000_000,
         user_ns_per_io,
         exact_window: s.exact_window.unwrap_or(false),
+        steadystate: steadystate(doc, s, runtime_ms)?,
         engine,
         sq_cpus,
     })
+}
+
+/// fio's `steadystate` and its `ss_*` fields (times in ms of virtual time).
+fn steadystate(
+    doc: &TomlDoc<'_>,
+    s: &FioSpec,
+    runtime_ms: u64,
+) -> Result<Option<SteadyState>, InputError> {
+    let Some(text) = s.steadystate.as_deref() else {
+        for (field, v) in [
+            ("ss_dur_ms", s.ss_dur_ms),
+            ("ss_ramp_ms", s.ss_ramp_ms),
+            ("ss_interval_ms", s.ss_interval_ms),
+        ] {
+            if v.is_some() {
+                return Err(doc.field_error(
+                    &format!("workload.{field}"),
+                    "applies with workload.steadystate only",
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    let (criterion, limit, percent) = SteadyState::parse_criterion(text).ok_or_else(|| {
+        doc.field_error(
+            "workload.steadystate",
+            format!("\"{text}\": expected fio's criterion:limit, one of iops, iops_slope, bw, bw_slope with a limit >= 0, absolute or a percent, e.g. \"iops_slope:0.1%\""),
+        )
+    })?;
+    if s.exact_window == Some(true) {
+        return Err(doc.field_error(
+            "workload.exact_window",
+            "keeps the window after ramp_ms, which steadystate moves to where its criterion holds: set one",
+        ));
+    }
+    let wl = Fields::new(doc, "workload");
+    let dur_ms = s.ss_dur_ms.ok_or_else(|| {
+        doc.field_error(
+            "workload.ss_dur_ms",
+            "steadystate needs the window it judges (fio's ss_dur; its default 0 turns detection off)",
+        )
+    })?;
+    let dur_ms = wl.int(
+        "ss_dur_ms",
+        dur_ms,
+        2..=runtime_ms.max(2),
+        "ms (at most runtime_ms)",
+    )?;
+    let interval_ms = wl.int(
+        "ss_interval_ms",
+        s.ss_interval_ms.unwrap_or(d::FIO_SS_INTERVAL_MS.0),
+        1..=dur_ms / 2,
+        "ms (at most half of ss_dur_ms: two samples at least)",
+    )?;
+    let ramp_ms = wl.int(
+        "ss_ramp_ms",
+        s.ss_ramp_ms.unwrap_or(0),
+        0..=runtime_ms,
+        "ms (at most runtime_ms)",
+    )?;
+    Ok(Some(SteadyState {
+        criterion,
+        limit,
+        percent,
+        dur_ns: dur_ms * 1_000_000,
+        ramp_ns: ramp_ms * 1_000_000,
+        interval_ns: interval_ms * 1_000_000,
+    }))
 }
 
 /// First Linux release with io_uring (and its polled and SQ-thread modes).
@@ -391,6 +470,78 @@ mod tests {
             "workload.runtime_ms",
             "missing field `runtime_ms`",
         );
+    }
+
+    #[test]
+    fn engines_and_steadystate_are_checked_by_field() {
+        let psync = FIO_NVME.replace("ioengine = \"libaio\"\n", "");
+        // fio's default engine is psync: depth above 1 is refused with what to set.
+        refused(
+            &with(&psync, "workload", "iodepth = 8"),
+            "workload.iodepth",
+            "8 with ioengine = \"psync\" (fio's default): a synchronous engine keeps one I/O in flight per job",
+        );
+        refused(
+            &FIO_NVME.replace("\"libaio\"", "\"posixaio\""),
+            "workload.ioengine",
+            "unknown engine \"posixaio\": expected psync, libaio or io_uring",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "hipri = true"),
+            "workload.hipri",
+            "is an option of ioengine = \"io_uring\", not of \"libaio\"",
+        );
+        let uring = FIO_NVME.replace("\"libaio\"", "\"io_uring\"");
+        refused(
+            &with(&with(&uring, "workload", "sqthread_poll = true\nnumjobs = 5"), "kernel", ""),
+            "workload.sqthread_poll",
+            "needs a CPU per job for its polling thread",
+        );
+        refused(
+            &with(&uring, "kernel", "version = \"4.19\""),
+            "workload.ioengine",
+            "io_uring arrived in Linux 5.1; kernel.version is 4.19",
+        );
+        let f = fio_of(&with(&uring, "workload", "sqthread_poll = true\nnumjobs = 2"));
+        assert_eq!(f.sq_cpus, vec![2, 3]);
+        let f = fio_of(&with(
+            &uring,
+            "workload",
+            "sqthread_poll = true\nsqthread_poll_cpu = 7\nnumjobs = 2",
+        ));
+        assert_eq!(f.sq_cpus, vec![7, 7]);
+        // steadystate: fio's criterion:limit, with the duration it judges.
+        refused(
+            &with(FIO_NVME, "workload", "steadystate = \"lat:1%\"\nss_dur_ms = 4"),
+            "workload.steadystate",
+            "expected fio's criterion:limit",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "steadystate = \"iops:1%\""),
+            "workload.ss_dur_ms",
+            "steadystate needs the window it judges",
+        );
+        refused(
+            &with(FIO_NVME, "workload", "ss_dur_ms = 4"),
+            "workload.ss_dur_ms",
+            "applies with workload.steadystate only",
+        );
+        refused(
+            &with(
+                FIO_NVME,
+                "workload",
+                "steadystate = \"iops:1%\"\nss_dur_ms = 4\nexact_window = true",
+            ),
+            "workload.exact_window",
+            "keeps the window after ramp_ms",
+        );
+        let f = fio_of(&with(
+            FIO_NVME,
+            "workload",
+            "steadystate = \"iops_slope:0.1%\"\nss_dur_ms = 4\nss_ramp_ms = 2",
+        ));
+        let ss = f.steadystate.unwrap();
+        assert_eq!((ss.dur_ns, ss.ramp_ns, ss.interval_ns), (4_000_000, 2_000_000, 1_000_000));
     }
 
     #[test]
