@@ -1,8 +1,9 @@
-//! The outputs pasted in README.md, docs/SECURITY.md and docs/SCALE.md are what the binary prints: every
-//! excerpt whose command is deterministic and self-contained is re-run, and its lines (all
-//! but `...` elisions) must appear in the command's output, in order. Excerpts that depend on
-//! a results database built by earlier steps (`runs list`, `compare`, `report`), on the host
-//! (`host`, `bench`) or on files not in the repository are not checked here.
+//! The outputs pasted in README.md and every Markdown file under docs/ are what the binary
+//! prints: every excerpt whose command is deterministic and self-contained is re-run, and its
+//! lines (all but `...` elisions) must appear in the command's output, in order. A doc's
+//! shell session that builds a results database step by step (docs/EXPERIMENTS.md: imports,
+//! `reproduce`, `fit`, `run`, `compare`) is run in order on a fresh file. Excerpts that depend
+//! on the host (`host`, `bench`) or on files not in the repository are not checked.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -200,4 +201,144 @@ fn security_md_excerpts_are_what_the_binary_prints() {
 #[test]
 fn scale_md_excerpts_are_what_the_binary_prints() {
     assert!(check("docs/SCALE.md") >= 1);
+}
+
+/// Every other Markdown file under docs/ (docs/model/ included), checked as the three above;
+/// returns how many excerpts were checked.
+fn check_other_docs() -> usize {
+    let mut n = 0;
+    for dir in ["docs", "docs/model"] {
+        let mut names: Vec<String> = std::fs::read_dir(repo().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".md"))
+            .collect();
+        names.sort();
+        for name in names {
+            if dir == "docs" && ["SECURITY.md", "SCALE.md"].contains(&name.as_str()) {
+                continue;
+            }
+            n += check(&format!("{dir}/{name}"));
+        }
+    }
+    n
+}
+
+#[test]
+fn every_other_doc_s_excerpts_are_what_the_binary_prints() {
+    // docs/*.md and docs/model/*.md: whatever excerpt is deterministic and self-contained.
+    let n = check_other_docs();
+    eprintln!("{n} excerpts checked in the other docs");
+}
+
+/// A doc's shell session, run in order on a fresh results file: each fenced block's commands
+/// (`iolab ...` or `$ ...` lines; `# ...` comments dropped) run through `sh` in the repository
+/// with the binary for `iolab` and the session's files (`mine.db`, `fitted.toml`,
+/// `strict.toml`) in a temporary directory; the lines after a `$` command, or a following
+/// block without commands, must appear in that command's output in order (`...` elides).
+/// A block that starts with an import commented `# run 1` starts a new results file.
+/// Returns how many outputs were checked.
+fn check_session(file: &str) -> usize {
+    let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    let dir = std::env::temp_dir().join(format!("iolab-session-{}", std::process::id()));
+    let bin = env!("CARGO_BIN_EXE_iolab");
+    let mut session = 0;
+    let mut last_output: Option<(String, String)> = None;
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let expect = |cmd: &str, output: &str, want: &[&str], failures: &mut Vec<String>| {
+        let got: Vec<&str> = output.lines().collect();
+        let mut at = 0;
+        for w in want.iter().filter(|l| l.trim() != "...") {
+            match got[at..].iter().position(|g| g == w) {
+                Some(k) => at += k + 1,
+                None => {
+                    failures.push(format!(
+                        "{file}: `{cmd}` no longer prints, in order:\n  {w}"
+                    ));
+                    return;
+                }
+            }
+        }
+    };
+    for block in blocks(&text) {
+        let is_command = |l: &str| l.starts_with("iolab ") || l.starts_with("$ ");
+        if !block.iter().any(|l| is_command(l)) {
+            if let Some((cmd, out)) = last_output.take() {
+                if !block.is_empty() && !block[0].starts_with('[') && !block[0].contains(" = ") {
+                    expect(&cmd, &out, &block, &mut failures);
+                    checked += 1;
+                }
+            }
+            continue;
+        }
+        let first = block.iter().find(|l| is_command(l)).unwrap();
+        if first.contains("import") && first.contains("# run 1") {
+            session += 1;
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        if session == 0 {
+            continue;
+        }
+        let mut i = 0;
+        while i < block.len() {
+            let line = block[i];
+            i += 1;
+            if !is_command(line) {
+                continue;
+            }
+            let raw = line.strip_prefix("$ ").unwrap_or(line);
+            let cmd = raw.split("  #").next().unwrap().trim().to_owned();
+            let mut sh = cmd.clone();
+            if let Some(rest) = sh.strip_prefix("iolab ") {
+                sh = format!("{bin} {rest}");
+            }
+            for name in ["mine.db", "fitted.toml", "strict.toml"] {
+                sh = sh.replace(
+                    &format!(" {name}"),
+                    &format!(" {}", dir.join(name).display()),
+                );
+            }
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(&sh)
+                .current_dir(repo())
+                .env("NO_COLOR", "1")
+                .output()
+                .unwrap();
+            let output = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if !out.status.success() {
+                failures.push(format!("{file}: `{cmd}` failed:\n{output}"));
+            }
+            // The lines pasted after a `$` command are its output.
+            let mut want = Vec::new();
+            while i < block.len() && !is_command(block[i]) {
+                want.push(block[i]);
+                i += 1;
+            }
+            if line.starts_with("$ ") && !want.is_empty() {
+                expect(&cmd, &output, &want, &mut failures);
+                checked += 1;
+            }
+            last_output = Some((cmd, output));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "pasted outputs drifted from the binary (re-run and re-paste them):\n{}",
+        failures.join("\n")
+    );
+    checked
+}
+
+#[test]
+fn experiments_md_sessions_are_what_the_binary_prints() {
+    // The worked example's report, `iolab fit`'s output and the compare runs after it.
+    assert!(check_session("docs/EXPERIMENTS.md") >= 4);
 }

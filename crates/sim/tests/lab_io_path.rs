@@ -164,10 +164,16 @@ fn fio_s_steadystate_ends_the_job_where_its_criterion_holds_and_measures_that_wi
     let judged = metric(&r, "read.iops");
     assert!((judged / steady - 1.0).abs() < 0.05, "{judged} vs {steady}");
     let text = &r.report.report_text;
-    assert!(text.contains("steadystate  : iops_slope:0.5% attained at"), "{text}");
+    assert!(
+        text.contains("steadystate  : iops_slope:0.5% attained at"),
+        "{text}"
+    );
     // Not attained within a short runtime: said, and the window given is measured.
     let r = run(&with_ss("iops:0.01%", 10));
     assert_eq!(metric(&r, "steadystate.attained"), 0.0);
-    assert!(r.report.report_text.contains("not attained within the runtime"));
+    assert!(r
+        .report
+        .report_text
+        .contains("not attained within the runtime"));
     assert_eq!(metric(&r, "window.ramp_ms"), 3.0);
 }

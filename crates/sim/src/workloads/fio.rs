@@ -983,7 +983,11 @@ mod tests {
         // Deviation: the largest distance from the mean (100): 10, i.e. 10%.
         let (v, ok) = ss(SsCriterion::Iops, 10.0, true).judge(&[90.0, 100.0, 110.0, 100.0]);
         assert!((v - 10.0).abs() < 1e-9 && ok, "{v}");
-        assert!(!ss(SsCriterion::Iops, 9.9, true).judge(&[90.0, 100.0, 110.0, 100.0]).1);
+        assert!(
+            !ss(SsCriterion::Iops, 9.9, true)
+                .judge(&[90.0, 100.0, 110.0, 100.0])
+                .1
+        );
         // Slope: 1, 2, 3 rise by 1 per sample, 50% of their mean 2; absolute 1.
         let (v, _) = ss(SsCriterion::IopsSlope, 50.0, true).judge(&[1.0, 2.0, 3.0]);
         assert!((v - 50.0).abs() < 1e-9, "{v}");

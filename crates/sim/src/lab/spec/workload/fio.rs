@@ -493,7 +493,11 @@ mod tests {
         );
         let uring = FIO_NVME.replace("\"libaio\"", "\"io_uring\"");
         refused(
-            &with(&with(&uring, "workload", "sqthread_poll = true\nnumjobs = 5"), "kernel", ""),
+            &with(
+                &with(&uring, "workload", "sqthread_poll = true\nnumjobs = 5"),
+                "kernel",
+                "",
+            ),
             "workload.sqthread_poll",
             "needs a CPU per job for its polling thread",
         );
@@ -502,7 +506,11 @@ mod tests {
             "workload.ioengine",
             "io_uring arrived in Linux 5.1; kernel.version is 4.19",
         );
-        let f = fio_of(&with(&uring, "workload", "sqthread_poll = true\nnumjobs = 2"));
+        let f = fio_of(&with(
+            &uring,
+            "workload",
+            "sqthread_poll = true\nnumjobs = 2",
+        ));
         assert_eq!(f.sq_cpus, vec![2, 3]);
         let f = fio_of(&with(
             &uring,
@@ -512,7 +520,11 @@ mod tests {
         assert_eq!(f.sq_cpus, vec![7, 7]);
         // steadystate: fio's criterion:limit, with the duration it judges.
         refused(
-            &with(FIO_NVME, "workload", "steadystate = \"lat:1%\"\nss_dur_ms = 4"),
+            &with(
+                FIO_NVME,
+                "workload",
+                "steadystate = \"lat:1%\"\nss_dur_ms = 4",
+            ),
             "workload.steadystate",
             "expected fio's criterion:limit",
         );
@@ -541,7 +553,10 @@ mod tests {
             "steadystate = \"iops_slope:0.1%\"\nss_dur_ms = 4\nss_ramp_ms = 2",
         ));
         let ss = f.steadystate.unwrap();
-        assert_eq!((ss.dur_ns, ss.ramp_ns, ss.interval_ns), (4_000_000, 2_000_000, 1_000_000));
+        assert_eq!(
+            (ss.dur_ns, ss.ramp_ns, ss.interval_ns),
+            (4_000_000, 2_000_000, 1_000_000)
+        );
     }
 
     #[test]
