@@ -231,16 +231,21 @@ fn every_other_doc_s_excerpts_are_what_the_binary_prints() {
     eprintln!("{n} excerpts checked in the other docs");
 }
 
-/// A doc's shell session, run in order on a fresh results file: each fenced block's commands
-/// (`iolab ...` or `$ ...` lines; `# ...` comments dropped) run through `sh` in the repository
-/// with the binary for `iolab` and the session's files (`mine.db`, `fitted.toml`,
-/// `strict.toml`) in a temporary directory; the lines after a `$` command, or a following
-/// block without commands, must appear in that command's output in order (`...` elides).
-/// A block that starts with an import commented `# run 1` starts a new results file.
-/// Returns how many outputs were checked.
+/// A doc's shell session on `mine.db`, run in order on a fresh results file: each fenced
+/// block's commands (`iolab ...` or `$ ...` lines; `# ...` comments dropped) that use the
+/// session's files (`mine.db`, `fitted.toml`, `strict.toml`, kept in a temporary directory)
+/// run through `sh` in the repository with the binary for `iolab`; the lines after a `$`
+/// command, or a following block without commands, must appear in that command's output in
+/// order (`...` elides; a block of bare `iolab` lines has its output in the next block).
+/// A block that starts with an import into `mine.db` starts a new
+/// results file. Other commands are left to [`check`]. Returns how many outputs were checked.
 fn check_session(file: &str) -> usize {
     let text = std::fs::read_to_string(repo().join(file)).unwrap();
-    let dir = std::env::temp_dir().join(format!("iolab-session-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "iolab-session-{}-{}",
+        std::process::id(),
+        file.replace('/', "-")
+    ));
     let bin = env!("CARGO_BIN_EXE_iolab");
     let mut session = 0;
     let mut last_output: Option<(String, String)> = None;
@@ -273,7 +278,7 @@ fn check_session(file: &str) -> usize {
             continue;
         }
         let first = block.iter().find(|l| is_command(l)).unwrap();
-        if first.contains("import") && first.contains("# run 1") {
+        if first.contains("--db mine.db import ") {
             session += 1;
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
@@ -290,6 +295,16 @@ fn check_session(file: &str) -> usize {
             }
             let raw = line.strip_prefix("$ ").unwrap_or(line);
             let cmd = raw.split("  #").next().unwrap().trim().to_owned();
+            let in_session = ["mine.db", "fitted.toml", "strict.toml"]
+                .iter()
+                .any(|f| cmd.split_whitespace().any(|w| w == *f));
+            if !in_session {
+                last_output = None;
+                while i < block.len() && !is_command(block[i]) {
+                    i += 1;
+                }
+                continue;
+            }
             let mut sh = cmd.clone();
             if let Some(rest) = sh.strip_prefix("iolab ") {
                 sh = format!("{bin} {rest}");
@@ -321,11 +336,16 @@ fn check_session(file: &str) -> usize {
                 want.push(block[i]);
                 i += 1;
             }
-            if line.starts_with("$ ") && !want.is_empty() {
-                expect(&cmd, &output, &want, &mut failures);
-                checked += 1;
+            if line.starts_with("$ ") {
+                if !want.is_empty() {
+                    expect(&cmd, &output, &want, &mut failures);
+                    checked += 1;
+                }
+                last_output = None;
+            } else {
+                // A block of bare commands: its output is pasted in the next block.
+                last_output = Some((cmd, output));
             }
-            last_output = Some((cmd, output));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -335,6 +355,12 @@ fn check_session(file: &str) -> usize {
         failures.join("\n")
     );
     checked
+}
+
+#[test]
+fn readme_session_is_what_the_binary_prints() {
+    // The import, the worked example's report and `iolab fit`.
+    assert!(check_session("README.md") >= 3);
 }
 
 #[test]
