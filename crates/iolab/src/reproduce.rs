@@ -25,7 +25,7 @@ fn virtual_time_hook(
     bar: &indicatif::ProgressBar,
     repetition: u32,
     repetitions: u32,
-) -> impl FnMut(u64, u64) + 'static {
+) -> impl FnMut(u64, u64, iolab_sim::progress::Measure) + 'static {
     let (cmd, origin, bar) = (cmd.to_owned(), origin.to_owned(), bar.clone());
     let started = std::time::Instant::now();
     let mut last_line = started;
@@ -35,10 +35,14 @@ fn virtual_time_hook(
     } else {
         String::new()
     };
-    move |done: u64, total: u64| {
+    move |done: u64, total: u64, measure: iolab_sim::progress::Measure| {
         if total == 0 {
             return;
         }
+        let of = match measure {
+            iolab_sim::progress::Measure::VirtualTime => "virtual time",
+            iolab_sim::progress::Measure::Work(what) => what,
+        };
         let frac = done as f64 / total as f64;
         let elapsed = started.elapsed().as_secs_f64();
         let left = if frac > 0.0 {
@@ -46,10 +50,7 @@ fn virtual_time_hook(
         } else {
             String::new()
         };
-        let text = format!(
-            "{origin}{which}: {:.0}% of virtual time{left}",
-            100.0 * frac
-        );
+        let text = format!("{origin}{which}: {:.0}% of {of}{left}", 100.0 * frac);
         if lines {
             if last_line.elapsed() >= std::time::Duration::from_secs(60) {
                 last_line = std::time::Instant::now();

@@ -61,7 +61,9 @@ pub(crate) struct ChildrenRun {
 /// One re-aim run, shared by the `sba-vmerge` experiment and the workload scenarios: forks
 /// `users` children of `wf` (child `n` pinned to CPU `n % cpus`, its clock starting at the
 /// fork), their synchronous I/O going to `host`; runs `sim` to the end; checks that every
-/// child finished and no DMA mapping is left, and builds the re-aim row.
+/// child finished and no DMA mapping is left, and builds the re-aim row. With `progress`
+/// (children finished before this point, children of the whole ramp) each child that
+/// finishes is reported to the thread's progress hook.
 pub(crate) fn run_children(
     sim: &mut Sim,
     host: &ScsiHost,
@@ -69,6 +71,7 @@ pub(crate) fn run_children(
     child: &ChildSetup,
     users: u32,
     cpus: usize,
+    progress: Option<(u64, u64)>,
 ) -> Result<ChildrenRun, LabError> {
     let h = sim.handle().clone();
     let results: Rc<RefCell<Vec<ChildResult>>> = Rc::new(RefCell::new(Vec::new()));
@@ -90,11 +93,21 @@ pub(crate) fn run_children(
         let start = h.now();
         sim.spawn_on(n as usize % cpus, move |ctx| async move {
             match reaim::run_child(&ctx, &wf, &child, &host, &journal, &totals).await {
-                Ok((user, sys)) => results.borrow_mut().push(ChildResult {
-                    elapsed_ns: (ctx.now() - start).as_ns(),
-                    user_ns: user,
-                    sys_ns: sys,
-                }),
+                Ok((user, sys)) => {
+                    let mut r = results.borrow_mut();
+                    r.push(ChildResult {
+                        elapsed_ns: (ctx.now() - start).as_ns(),
+                        user_ns: user,
+                        sys_ns: sys,
+                    });
+                    if let Some((before, all)) = progress {
+                        crate::progress::report_work(
+                            before + r.len() as u64,
+                            all,
+                            "re-aim's children",
+                        );
+                    }
+                }
                 Err(e) => {
                     errors.borrow_mut().get_or_insert(e.to_string());
                 }
@@ -145,6 +158,8 @@ pub(crate) fn run_reaim(
     let mut cpu = CpuTimes::default();
     let (mut parent_total, mut contended) = (0u64, 0u64);
     let mut protection = LabProtection::default();
+    let all: u64 = r.users.iter().map(|&u| u64::from(u)).sum();
+    let mut before = 0u64;
     for (i, &users) in r.users.iter().enumerate() {
         let (
             ChildrenRun {
@@ -163,7 +178,9 @@ pub(crate) fn run_reaim(
             &r.workfile,
             users,
             crate::lab::run_seed(seed, i as u32),
+            crate::progress::observed().then_some((before, all)),
         )?;
+        before += u64::from(users);
         rows.push(row);
         totals.push(t);
         protection.merge(&probe.read(translated, report.end.as_ns()));
@@ -217,11 +234,12 @@ fn run_point(
     wf: &Workfile,
     users: u32,
     seed: u64,
+    progress: Option<(u64, u64)>,
 ) -> Result<(ChildrenRun, ScsiHost, ProtectionProbe, bool), LabError> {
     let mut sim = Sim::for_machine(SimConfig { cpus: s.cpus, seed }, &s.profile)?;
     let h = sim.handle().clone();
     let (host, probe, translated) = super::scsi::start_host(s, disk, &h)?;
-    let run = run_children(&mut sim, &host, wf, child, users, s.cpus)?;
+    let run = run_children(&mut sim, &host, wf, child, users, s.cpus, progress)?;
     Ok((run, host, probe, translated))
 }
 
@@ -285,6 +303,7 @@ pub fn fit_task_scale(
         &r.workfile,
         users,
         crate::lab::run_seed(seed, i as u32),
+        None,
     )?;
     let t = run.totals;
     if t.task_user == 0 || t.task_sys == 0 {

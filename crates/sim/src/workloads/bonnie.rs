@@ -418,9 +418,30 @@ struct Env {
     ram_pages: u64,
     /// Next free byte of the journal (a ring after the file's logical end).
     journal_cursor: Cell<u64>,
+    /// The last progress reported, in thousandths of the whole suite.
+    reported: Cell<u64>,
 }
 
 impl Env {
+    /// The phases bonnie runs: five sequential ones, the seeks and, when set, the file tests.
+    fn phases(&self) -> u64 {
+        6 + u64::from(self.cfg.file_tests.is_some())
+    }
+
+    /// Tells a progress hook that phase `phase` (0-based) is `done` of `total` through, in
+    /// thousandths of the suite, when that moved.
+    fn progress(&self, phase: u64, done: u64, total: u64) {
+        if !crate::progress::observed() {
+            return;
+        }
+        let all = self.phases() * 1000;
+        let at = phase * 1000 + done.saturating_mul(1000) / total.max(1);
+        if at != self.reported.get() {
+            self.reported.set(at);
+            crate::progress::report_work(at.min(all), all, "bonnie's phases");
+        }
+    }
+
     fn copy_ns(&self, bytes: u64) -> u64 {
         (bytes as f64 / self.cfg.copy_bytes_per_ns).round() as u64
     }
@@ -812,6 +833,7 @@ async fn sequential(env: &Env, p: &Proc<'_>, phase: Sequential) -> PhaseResult {
         if off % chunk == 0 || off >= file {
             ops.stop(p.ctx.now());
         }
+        env.progress(phase as u64, off, file);
     }
     if matches!(phase, OutChar | OutBlock | Rewrite) {
         env.fsync(p).await;
@@ -951,6 +973,7 @@ async fn seeker(ctx: Ctx, env: Rc<Env>, shared: Rc<SeekShared>) -> Result<(u64, 
     let mut lseek_count = 0u64;
     while shared.tickets.get() > 0 {
         shared.tickets.set(shared.tickets.get() - 1);
+        env.progress(5, env.cfg.seeks - shared.tickets.get(), env.cfg.seeks);
         ops.start(ctx.now());
         // bonnie++ 1.03: `if ((lseek_count++ % UpdateSeek) == 0) update = true`.
         let update = lseek_count % env.cfg.seek_update_every.max(1) == 0;
@@ -1028,6 +1051,7 @@ async fn phase_seeks(env: &Rc<Env>, p: &Proc<'_>) -> Result<PhaseResult, SimErro
         max_op_ns = max_op_ns.max(m);
     }
     p.unblock().await;
+    env.progress(5, 1, 1);
     Ok(PhaseResult {
         amount: env.cfg.seeks as f64,
         elapsed_ns: elapsed(t0, p.ctx.now()),
@@ -1115,13 +1139,26 @@ async fn file_tests(
     p: &Proc<'_>,
     ft: &FileTestConfig,
 ) -> Result<FileTestResult, SimError> {
+    let run = |k: u64| env.progress(6, k, 6);
+    let seq_create = file_test(env, p, ft, FileOp::Create, true).await?;
+    run(1);
+    let seq_stat = file_test(env, p, ft, FileOp::Stat, true).await?;
+    run(2);
+    let seq_delete = file_test(env, p, ft, FileOp::Delete, true).await?;
+    run(3);
+    let ran_create = file_test(env, p, ft, FileOp::Create, false).await?;
+    run(4);
+    let ran_stat = file_test(env, p, ft, FileOp::Stat, false).await?;
+    run(5);
+    let ran_delete = file_test(env, p, ft, FileOp::Delete, false).await?;
+    run(6);
     Ok(FileTestResult {
-        seq_create: file_test(env, p, ft, FileOp::Create, true).await?,
-        seq_stat: file_test(env, p, ft, FileOp::Stat, true).await?,
-        seq_delete: file_test(env, p, ft, FileOp::Delete, true).await?,
-        ran_create: file_test(env, p, ft, FileOp::Create, false).await?,
-        ran_stat: file_test(env, p, ft, FileOp::Stat, false).await?,
-        ran_delete: file_test(env, p, ft, FileOp::Delete, false).await?,
+        seq_create,
+        seq_stat,
+        seq_delete,
+        ran_create,
+        ran_stat,
+        ran_delete,
         files: ft.files,
     })
 }
@@ -1167,6 +1204,7 @@ pub fn start(
         irq_cpu,
         ram_pages,
         journal_cursor: Cell::new(0),
+        reported: Cell::new(u64::MAX),
     });
     let out = Rc::new(RefCell::new(None));
     let env_f = env.clone();
