@@ -391,6 +391,28 @@ fn check_addr(field: &'static str, f: Field, addr: u64) -> Result<u64, CommandEn
     Ok(addr)
 }
 
+/// The fields a VA invalidation shares between its NH and EL2 forms, encoded (word 0
+/// without opcode and VMID), each checked against its width.
+fn va_words(
+    asid: u16,
+    addr: u64,
+    leaf: bool,
+    ttl: u8,
+    tg: u8,
+    num: u8,
+    scale: u8,
+) -> Result<RawCommand, CommandEncodeError> {
+    Ok([
+        check_fits("NUM", TLBI_0_NUM, num.into())?
+            | check_fits("SCALE", TLBI_0_SCALE, scale.into())?
+            | TLBI_0_ASID.put(asid.into()),
+        TLBI_1_LEAF.put(leaf.into())
+            | check_fits("TTL", TLBI_1_TTL, ttl.into())?
+            | check_fits("TG", TLBI_1_TG, tg.into())?
+            | check_addr("VA", TLBI_1_VA, addr)?,
+    ])
+}
+
 impl Command {
     /// A `CMD_SYNC` completed by an MSI write of `msi_data` to `msi_addr`, with the
     /// shareability and attributes Linux uses.
@@ -578,16 +600,10 @@ impl Command {
                 tg,
                 num,
                 scale,
-            } => [
-                op | check_fits("NUM", TLBI_0_NUM, num.into())?
-                    | check_fits("SCALE", TLBI_0_SCALE, scale.into())?
-                    | TLBI_0_VMID.put(vmid.into())
-                    | TLBI_0_ASID.put(asid.into()),
-                TLBI_1_LEAF.put(leaf.into())
-                    | check_fits("TTL", TLBI_1_TTL, ttl.into())?
-                    | check_fits("TG", TLBI_1_TG, tg.into())?
-                    | check_addr("VA", TLBI_1_VA, addr)?,
-            ],
+            } => {
+                let [w0, w1] = va_words(asid, addr, leaf, ttl, tg, num, scale)?;
+                [op | w0 | TLBI_0_VMID.put(vmid.into()), w1]
+            }
             Command::TlbiNhAsid { vmid, asid } => [
                 op | TLBI_0_VMID.put(vmid.into()) | TLBI_0_ASID.put(asid.into()),
                 0,
@@ -601,15 +617,10 @@ impl Command {
                 tg,
                 num,
                 scale,
-            } => [
-                op | check_fits("NUM", TLBI_0_NUM, num.into())?
-                    | check_fits("SCALE", TLBI_0_SCALE, scale.into())?
-                    | TLBI_0_ASID.put(asid.into()),
-                TLBI_1_LEAF.put(leaf.into())
-                    | check_fits("TTL", TLBI_1_TTL, ttl.into())?
-                    | check_fits("TG", TLBI_1_TG, tg.into())?
-                    | check_addr("VA", TLBI_1_VA, addr)?,
-            ],
+            } => {
+                let [w0, w1] = va_words(asid, addr, leaf, ttl, tg, num, scale)?;
+                [op | w0, w1]
+            }
             Command::TlbiEl2Asid { asid } => [op | TLBI_0_ASID.put(asid.into()), 0],
             Command::CfgiSte { sid, leaf } => [
                 op | CFGI_0_SID.put(sid.into()),

@@ -1301,15 +1301,7 @@ fn run_fio_steadystate(
     let mut k = 0u64;
     while from + (k + 1) * ss.interval_ns <= end_ns {
         let t = SimTime::ZERO + SimDuration::ns(from + (k + 1) * ss.interval_ns);
-        sim.run_until_observed(t, end)?;
-        if let Some(e) = stack
-            .error
-            .borrow()
-            .clone()
-            .or(stats.borrow().error.clone())
-        {
-            return Err(LabError::Model(e));
-        }
+        advance(&mut sim, &stack, &stats, t, end)?;
         if k + 1 >= n as u64 {
             let st = stats.borrow();
             let samples: Vec<f64> = (k + 1 - n as u64..=k)
@@ -1344,6 +1336,27 @@ fn run_fio_steadystate(
     Ok(out)
 }
 
+/// Runs a probe's simulation to `t` (of `end`, for the progress hook); the first error the
+/// stack or a job hit stops it.
+fn advance(
+    sim: &mut Sim,
+    stack: &Stack,
+    stats: &SharedStats,
+    t: SimTime,
+    end: SimTime,
+) -> Result<(), LabError> {
+    sim.run_until_observed(t, end)?;
+    match stack
+        .error
+        .borrow()
+        .clone()
+        .or(stats.borrow().error.clone())
+    {
+        Some(e) => Err(LabError::Model(e)),
+        None => Ok(()),
+    }
+}
+
 /// What fio's `steadystate` found.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct SteadyStateOutcome {
@@ -1373,15 +1386,7 @@ fn steady_ramp(s: &LabScenario, f: &FioSetup, seed: u64) -> Result<Option<u64>, 
     let mut k = 0u64;
     while f.ramp_ns + k * half <= cap {
         let t = SimTime::ZERO + SimDuration::ns(f.ramp_ns + (k + 2) * half);
-        sim.run_until_observed(t, end)?;
-        if let Some(e) = stack
-            .error
-            .borrow()
-            .clone()
-            .or(stats.borrow().error.clone())
-        {
-            return Err(LabError::Model(e));
-        }
+        advance(&mut sim, &stack, &stats, t, end)?;
         let st = stats.borrow();
         let at = |i: u64| st.slices.get(i as usize).copied().unwrap_or(0);
         let halves = WindowHalves {
