@@ -29,6 +29,28 @@ fn blocks(text: &str) -> Vec<Vec<&str>> {
     out
 }
 
+/// The first pasted line of `want` (`...` elides) not found in order in `streams` (each
+/// stream in its own order: a line may come from either), if any. A `wrote PATH: ...` line
+/// matches whatever path the test wrote to (the test writes its files elsewhere).
+fn first_missing<'a>(streams: &[Vec<&str>], want: &[&'a str]) -> Option<&'a str> {
+    let after_path = |l: &str| {
+        l.strip_prefix("wrote ")
+            .and_then(|r| r.split_once(": "))
+            .map(|(_, rest)| rest.to_owned())
+    };
+    let mut at = vec![0usize; streams.len()];
+    for &w in want.iter().filter(|l| l.trim() != "...") {
+        let matches = |g: &&str| *g == w || after_path(w).is_some_and(|p| after_path(g) == Some(p));
+        let found = (0..streams.len())
+            .find_map(|s| streams[s][at[s]..].iter().position(matches).map(|k| (s, k)));
+        match found {
+            Some((s, k)) => at[s] += k + 1,
+            None => return Some(w),
+        }
+    }
+    None
+}
+
 /// The experiments `iolab reproduce NAME` runs from the bundled files.
 const BUNDLED: [&str; 6] = [
     "ipmmu-usb",
@@ -150,30 +172,12 @@ fn check(file: &str) -> usize {
                 String::from_utf8_lossy(&out.stdout).into_owned(),
                 String::from_utf8_lossy(&out.stderr).into_owned(),
             );
-            let streams: [Vec<&str>; 2] = [stdout.lines().collect(), stderr.lines().collect()];
-            let mut at = [0usize; 2];
-            for want in ex.lines.iter().filter(|l| l.trim() != "...") {
-                // Output files are named as pasted; the test wrote them elsewhere.
-                let after_path = |l: &str| {
-                    l.strip_prefix("wrote ")
-                        .and_then(|r| r.split_once(": "))
-                        .map(|(_, rest)| rest.to_owned())
-                };
-                let matches = |g: &&str| {
-                    g == want || after_path(want).is_some_and(|w| after_path(g) == Some(w))
-                };
-                let found = (0..2)
-                    .find_map(|s| streams[s][at[s]..].iter().position(matches).map(|k| (s, k)));
-                match found {
-                    Some((s, k)) => at[s] += k + 1,
-                    None => {
-                        failures.push(format!(
-                            "{file}: `iolab {}` no longer prints, in order:\n  {want}",
-                            ex.args.join(" ")
-                        ));
-                        break;
-                    }
-                }
+            let streams = [stdout.lines().collect(), stderr.lines().collect()];
+            if let Some(want) = first_missing(&streams, &ex.lines) {
+                failures.push(format!(
+                    "{file}: `iolab {}` no longer prints, in order:\n  {want}",
+                    ex.args.join(" ")
+                ));
             }
             checked += 1;
         }
@@ -252,18 +256,10 @@ fn check_session(file: &str) -> usize {
     let mut failures = Vec::new();
     let mut checked = 0;
     let expect = |cmd: &str, output: &str, want: &[&str], failures: &mut Vec<String>| {
-        let got: Vec<&str> = output.lines().collect();
-        let mut at = 0;
-        for w in want.iter().filter(|l| l.trim() != "...") {
-            match got[at..].iter().position(|g| g == w) {
-                Some(k) => at += k + 1,
-                None => {
-                    failures.push(format!(
-                        "{file}: `{cmd}` no longer prints, in order:\n  {w}"
-                    ));
-                    return;
-                }
-            }
+        if let Some(w) = first_missing(&[output.lines().collect()], want) {
+            failures.push(format!(
+                "{file}: `{cmd}` no longer prints, in order:\n  {w}"
+            ));
         }
     };
     for block in blocks(&text) {
