@@ -440,7 +440,8 @@ fn workload_of(
             let Some(v) = m.attrs.get(option) else {
                 continue;
             };
-            let on = !matches!(v.trim(), "0" | "false" | "");
+            // fio lists a flag given without a value with an empty value: set.
+            let on = !matches!(v.trim(), "0" | "false");
             let steps = parse_path(&format!("workload.{option}")).map_err(|e| e.to_string())?;
             set_field(table, &steps, toml::Value::Boolean(on), true)?;
             set.push(format!("workload.{option} = {on}"));

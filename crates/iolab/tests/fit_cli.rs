@@ -351,3 +351,55 @@ fn a_reaim_row_is_fitted_to_the_lab_run_of_its_user_count() {
     assert!(residuals.iter().all(|r| r.abs() < 5.0), "{text}");
     assert!(text.contains("identified"), "{text}");
 }
+
+#[test]
+fn a_run_s_engine_and_io_uring_options_set_its_twin() {
+    // The "real" run: io_uring with polled completions and registered buffers at depth 4.
+    let dir = temp_dir("fit-engine");
+    let truth = dir.join("truth.toml");
+    let text = scenario(Some(150.0)).replace(
+        "ioengine = \"libaio\"",
+        "ioengine = \"io_uring\"\nhipri = true\nfixedbufs = true",
+    );
+    std::fs::write(&truth, text.replace("iodepth = 1", "iodepth = 4")).unwrap();
+    let out = iolab(&["run", s(&truth), "--no-db", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json = dir.join("truth.json");
+    std::fs::write(&json, &out.stdout).unwrap();
+    let db = dir.join("r.db");
+    let out = iolab(&["--db", s(&db), "import", "fio", s(&json)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The base says libaio at depth 1: the run's options replace both.
+    let base = dir.join("base.toml");
+    std::fs::write(&base, scenario(None)).unwrap();
+    let fitted = dir.join("fitted.toml");
+    let out = fit(
+        &db,
+        &[
+            s(&base),
+            "--to",
+            "1",
+            "--unknown",
+            "device[0].read_latency_us=10..500",
+            "-o",
+            s(&fitted),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    for said in [
+        "workload.ioengine = \"io_uring\"",
+        "workload.hipri = true",
+        "workload.fixedbufs = true",
+        "workload.iodepth = 4",
+    ] {
+        assert!(err.contains(said), "{said}: {err}");
+    }
+    let t: toml::Table = toml::from_str(&std::fs::read_to_string(&fitted).unwrap()).unwrap();
+    let w = t["workload"].as_table().unwrap();
+    assert_eq!(w["ioengine"].as_str(), Some("io_uring"));
+    assert_eq!(w["hipri"].as_bool(), Some(true));
+    assert_eq!(w["fixedbufs"].as_bool(), Some(true));
+    let v = fitted_value(&fitted, "device[0].read_latency_us");
+    assert!((v / 150.0 - 1.0).abs() < 0.02, "fitted {v}");
+}
