@@ -60,6 +60,78 @@ impl Unlocking {
     }
 }
 
+/// Declares a lock kind's guard and unlock future (`$guard`, `$unlock`) over `$lock` (a
+/// struct with `h: Handle` and `idx: usize` that implements [`Release`]): the guard releases
+/// at no cost when dropped, `unlock` releases and spends the release cost through
+/// [`Unlocking`]. One definition for the spinlock and the sleeping lock, which differ only in
+/// what a release does (their `Release`).
+macro_rules! lock_guard {
+    ($lock:ident, $guard:ident, $unlock:ident, guard: $gdoc:literal, unlock: $udoc:literal) => {
+        #[doc = $gdoc]
+        #[must_use = "dropping the guard releases the lock without charging its release cost"]
+        pub struct $guard<'a> {
+            lock: &'a $lock,
+            ctx: &'a Ctx,
+            held: bool,
+        }
+
+        impl fmt::Debug for $guard<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($guard))
+                    .field("lock", self.lock)
+                    .finish()
+            }
+        }
+
+        impl<'a> $guard<'a> {
+            #[doc = $udoc]
+            pub fn unlock(mut self) -> $unlock<'a> {
+                self.held = false;
+                $unlock {
+                    lock: self.lock,
+                    ctx: self.ctx,
+                    unlocking: Unlocking::default(),
+                }
+            }
+        }
+
+        impl Drop for $guard<'_> {
+            fn drop(&mut self) {
+                if self.held {
+                    if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
+                        <$lock as Release>::release(&mut st, self.lock.idx, self.ctx.cpu);
+                    }
+                }
+            }
+        }
+
+        #[doc = concat!("Future of [`", stringify!($guard), "::unlock`].")]
+        #[must_use = "futures do nothing unless awaited; the lock is released when first polled"]
+        pub struct $unlock<'a> {
+            lock: &'a $lock,
+            ctx: &'a Ctx,
+            unlocking: Unlocking,
+        }
+
+        impl Future for $unlock<'_> {
+            type Output = ();
+            fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+                let this = &mut *self;
+                this.unlocking
+                    .poll::<$lock>(&this.lock.h, this.ctx, this.lock.idx)
+            }
+        }
+
+        impl Drop for $unlock<'_> {
+            fn drop(&mut self) {
+                self.unlocking
+                    .abandon::<$lock>(&self.lock.h, self.ctx, self.lock.idx);
+            }
+        }
+    };
+}
+pub(crate) use lock_guard;
+
 /// Registers a resource in one of the engine's resource tables (`table` picks it),
 /// counting it against the resource cap; returns its index.
 pub(crate) fn register<T>(

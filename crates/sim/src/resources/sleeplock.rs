@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use crate::accounting::{Account, LockStats};
 use crate::engine::kernel::{Burn, State};
 use crate::engine::{Ctx, Handle, SimError};
-use crate::resources::line::{lock_cpu, register, Release, Unlocking, WaitLine};
+use crate::resources::line::{lock_cpu, lock_guard, register, Release, Unlocking, WaitLine};
 
 /// Costs of a sleeping lock, in nanoseconds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -213,66 +213,10 @@ impl Drop for SleepLockFuture<'_> {
     }
 }
 
-/// Proof that a task holds a [`SleepLock`]. Release it with [`SleepGuard::unlock`];
-/// dropping the guard releases the lock at no cost.
-#[must_use = "dropping the guard releases the lock without charging its release cost"]
-pub struct SleepGuard<'a> {
-    lock: &'a SleepLock,
-    ctx: &'a Ctx,
-    held: bool,
-}
-
-impl fmt::Debug for SleepGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SleepGuard")
-            .field("lock", self.lock)
-            .finish()
-    }
-}
-
-impl<'a> SleepGuard<'a> {
-    /// Releases the lock, handing it to the first waiter, and spends the release cost
-    /// (plus the wake-up cost if a waiter was woken) as system time.
-    pub fn unlock(mut self) -> SleepUnlock<'a> {
-        self.held = false;
-        SleepUnlock {
-            lock: self.lock,
-            ctx: self.ctx,
-            unlocking: Unlocking::default(),
-        }
-    }
-}
-
-impl Drop for SleepGuard<'_> {
-    fn drop(&mut self) {
-        if self.held {
-            if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-                SleepLock::release(&mut st, self.lock.idx, self.ctx.cpu);
-            }
-        }
-    }
-}
-
-/// Future of [`SleepGuard::unlock`].
-#[must_use = "futures do nothing unless awaited; the lock is released when first polled"]
-pub struct SleepUnlock<'a> {
-    lock: &'a SleepLock,
-    ctx: &'a Ctx,
-    unlocking: Unlocking,
-}
-
-impl Future for SleepUnlock<'_> {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        this.unlocking
-            .poll::<SleepLock>(&this.lock.h, this.ctx, this.lock.idx)
-    }
-}
-
-impl Drop for SleepUnlock<'_> {
-    fn drop(&mut self) {
-        self.unlocking
-            .abandon::<SleepLock>(&self.lock.h, self.ctx, self.lock.idx);
-    }
-}
+lock_guard!(
+    SleepLock,
+    SleepGuard,
+    SleepUnlock,
+    guard: "Proof that a task holds a [`SleepLock`]. Release it with [`SleepGuard::unlock`]; dropping the guard releases the lock at no cost.",
+    unlock: "Releases the lock, handing it to the first waiter, and spends the release cost (plus the wake-up cost if a waiter was woken) as system time."
+);

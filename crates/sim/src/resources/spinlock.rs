@@ -39,7 +39,7 @@ use std::task::{Context, Poll};
 use crate::accounting::{Account, LockStats};
 use crate::engine::kernel::{Burn, State};
 use crate::engine::{Ctx, Handle, SimError};
-use crate::resources::line::{lock_cpu, register, Release, Unlocking, WaitLine};
+use crate::resources::line::{lock_cpu, lock_guard, register, Release, Unlocking, WaitLine};
 
 /// Costs of a spinlock, in nanoseconds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -319,66 +319,10 @@ impl Drop for SpinLockFuture<'_> {
     }
 }
 
-/// Proof that a task holds a [`SpinLock`]. Release it with [`SpinGuard::unlock`], which
-/// charges the release cost; dropping the guard releases the lock at no cost.
-#[must_use = "dropping the guard releases the lock without charging its release cost"]
-pub struct SpinGuard<'a> {
-    lock: &'a SpinLock,
-    ctx: &'a Ctx,
-    held: bool,
-}
-
-impl fmt::Debug for SpinGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SpinGuard")
-            .field("lock", self.lock)
-            .finish()
-    }
-}
-
-impl<'a> SpinGuard<'a> {
-    /// Releases the lock (the next waiter sees it `handoff_ns` later) and spends the
-    /// release cost as system time.
-    pub fn unlock(mut self) -> SpinUnlock<'a> {
-        self.held = false;
-        SpinUnlock {
-            lock: self.lock,
-            ctx: self.ctx,
-            unlocking: Unlocking::default(),
-        }
-    }
-}
-
-impl Drop for SpinGuard<'_> {
-    fn drop(&mut self) {
-        if self.held {
-            if let Ok(mut st) = self.lock.h.0.st.try_borrow_mut() {
-                SpinLock::release(&mut st, self.lock.idx, self.ctx.cpu);
-            }
-        }
-    }
-}
-
-/// Future of [`SpinGuard::unlock`].
-#[must_use = "futures do nothing unless awaited; the lock is released when first polled"]
-pub struct SpinUnlock<'a> {
-    lock: &'a SpinLock,
-    ctx: &'a Ctx,
-    unlocking: Unlocking,
-}
-
-impl Future for SpinUnlock<'_> {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        this.unlocking
-            .poll::<SpinLock>(&this.lock.h, this.ctx, this.lock.idx)
-    }
-}
-
-impl Drop for SpinUnlock<'_> {
-    fn drop(&mut self) {
-        self.unlocking
-            .abandon::<SpinLock>(&self.lock.h, self.ctx, self.lock.idx);
-    }
-}
+lock_guard!(
+    SpinLock,
+    SpinGuard,
+    SpinUnlock,
+    guard: "Proof that a task holds a [`SpinLock`]. Release it with [`SpinGuard::unlock`], which charges the release cost; dropping the guard releases the lock at no cost.",
+    unlock: "Releases the lock (the next waiter sees it `handoff_ns` later) and spends the release cost as system time."
+);
