@@ -39,9 +39,14 @@ ramp_ms = 5
 /// written as fio JSON and imported as a real run would be; and the base scenario to fit
 /// (the latency left out).
 fn setup(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    setup_with(name, &scenario(Some(150.0)))
+}
+
+/// [`setup`] with the "real" run made from scenario `truth`.
+fn setup_with(name: &str, truth_text: &str) -> (PathBuf, PathBuf, PathBuf) {
     let dir = temp_dir(name);
     let truth = dir.join("truth.toml");
-    std::fs::write(&truth, scenario(Some(150.0))).unwrap();
+    std::fs::write(&truth, truth_text).unwrap();
     let out = iolab(&["run", s(&truth), "--no-db", "--format", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let json = dir.join("truth.json");
@@ -354,24 +359,15 @@ fn a_reaim_row_is_fitted_to_the_lab_run_of_its_user_count() {
 
 #[test]
 fn a_run_s_engine_and_io_uring_options_set_its_twin() {
-    // The "real" run: io_uring with polled completions and registered buffers at depth 4.
-    let dir = temp_dir("fit-engine");
-    let truth = dir.join("truth.toml");
-    let text = scenario(Some(150.0)).replace(
-        "ioengine = \"libaio\"",
-        "ioengine = \"io_uring\"\nhipri = true\nfixedbufs = true",
-    );
-    std::fs::write(&truth, text.replace("iodepth = 1", "iodepth = 4")).unwrap();
-    let out = iolab(&["run", s(&truth), "--no-db", "--format", "json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json = dir.join("truth.json");
-    std::fs::write(&json, &out.stdout).unwrap();
-    let db = dir.join("r.db");
-    let out = iolab(&["--db", s(&db), "import", "fio", s(&json)]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    // The base says libaio at depth 1: the run's options replace both.
-    let base = dir.join("base.toml");
-    std::fs::write(&base, scenario(None)).unwrap();
+    // The "real" run: io_uring with polled completions and registered buffers at depth 4;
+    // the base says libaio at depth 1, and the run's options replace both.
+    let truth = scenario(Some(150.0))
+        .replace(
+            "ioengine = \"libaio\"",
+            "ioengine = \"io_uring\"\nhipri = true\nfixedbufs = true",
+        )
+        .replace("iodepth = 1", "iodepth = 4");
+    let (dir, db, base) = setup_with("fit-engine", &truth);
     let fitted = dir.join("fitted.toml");
     let out = fit(
         &db,
