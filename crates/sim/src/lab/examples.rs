@@ -44,6 +44,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/examples/fio-nvme-amdvi-strict.toml"),
     ),
     (
+        "fio-nvme-io_uring-polled",
+        include_str!("../../../../scenarios/examples/fio-nvme-io_uring-polled.toml"),
+    ),
+    (
         "fio-nvme-lazy",
         include_str!("../../../../scenarios/examples/fio-nvme-lazy.toml"),
     ),
