@@ -493,10 +493,19 @@ pub struct GroupStats {
     pub slices: Vec<u64>,
 }
 
-/// Whether completions reaped at `now` are counted in slices ([`GroupStats::slice_ns`]).
-fn spec_counts_slices(stats: &SharedStats, now: SimTime) -> bool {
-    let s = stats.borrow();
-    s.slice_ns > 0 && now.as_ns() >= s.slices_from_ns
+impl GroupStats {
+    /// Counts `n` completions reaped at `now` in their slice, when slices are counted
+    /// ([`GroupStats::slice_ns`]).
+    fn count_reaped(&mut self, now: SimTime, n: u64) {
+        if self.slice_ns == 0 || now.as_ns() < self.slices_from_ns {
+            return;
+        }
+        let k = ((now.as_ns() - self.slices_from_ns) / self.slice_ns) as usize;
+        if self.slices.len() <= k {
+            self.slices.resize(k + 1, 0);
+        }
+        self.slices[k] += n;
+    }
 }
 
 /// Shared, single-threaded stats cell.
@@ -614,18 +623,11 @@ pub async fn run_job<T: BlockTarget + ?Sized>(
             ctx.cpu().defer(syscall, Account::System);
         }
         let now = ctx.local_now();
+        stats.borrow_mut().count_reaped(now, got.len() as u64);
         for c in got.drain(..) {
             ctx.cpu().defer(user, Account::User);
             inflight -= 1;
             free.push(c.slot);
-            if spec_counts_slices(&stats, now) {
-                let mut s = stats.borrow_mut();
-                let k = ((now.as_ns() - s.slices_from_ns) / s.slice_ns) as usize;
-                if s.slices.len() <= k {
-                    s.slices.resize(k + 1, 0);
-                }
-                s.slices[k] += 1;
-            }
             if now > window_start && now <= end {
                 let mut s = stats.borrow_mut();
                 let d = if c.is_read { &mut s.read } else { &mut s.write };
