@@ -18,8 +18,8 @@ mod vtd_sm {
         SmContextEntry, SmRootEntry, TranslationType,
     };
     use iolab_iommu::vtd::{
-        Dmar, DmarConfig, DmarError, VtdPageTable, VtdRequest, VtdStage, VtdTableConfig,
-        VtdTranslation,
+        Dmar, DmarConfig, DmarDomain, DmarError, VtdPageTable, VtdRequest, VtdStage,
+        VtdTableConfig, VtdTranslation,
     };
     use iolab_iommu::work::WorkRecord;
     use proptest::prelude::*;
@@ -42,6 +42,19 @@ mod vtd_sm {
     fn sm_config(t: VtdTranslation) -> DmarConfig {
         let (cap, ecap) = sm_regs();
         DmarConfig::new(cap, ecap).with_translation(t)
+    }
+
+    /// A strict DMA-API domain of domain id `did` on `d`, IOVAs below 4 GiB.
+    fn strict_domain(d: &Arc<Dmar>, did: u16) -> DmarDomain {
+        let iovas = Arc::new(
+            LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap(),
+        );
+        d.new_domain(
+            did,
+            DomainConfig::new(DomainId(1), DomainMode::Strict),
+            iovas,
+        )
+        .unwrap()
     }
 
     fn alloc() -> Arc<PhysAllocator> {
@@ -695,12 +708,7 @@ mod vtd_sm {
     #[test]
     fn vtd_sm_first_stage_domain_through_the_dma_api() {
         let d = Dmar::new(sm_config(VtdTranslation::ScalableFirstStage), alloc()).unwrap();
-        let iovas = Arc::new(
-            LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap(),
-        );
-        let dom = d
-            .new_domain(2, DomainConfig::new(DomainId(1), DomainMode::Strict), iovas)
-            .unwrap();
+        let dom = strict_domain(&d, 2);
         assert_eq!((dom.stage(), dom.levels()), (VtdStage::First, 4));
         d.attach(SID, &dom, &mut WorkRecord::new()).unwrap();
         let ce = d.read_sm_context(SID).unwrap();
@@ -767,12 +775,7 @@ mod vtd_sm {
                 .vtd_first_stage;
             let cfg = sm_config(VtdTranslation::ScalableFirstStage).with_fl_exec(exec);
             let d = Dmar::new(cfg, alloc()).unwrap();
-            let iovas = Arc::new(
-                LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap(),
-            );
-            let dom = d
-                .new_domain(2, DomainConfig::new(DomainId(1), DomainMode::Strict), iovas)
-                .unwrap();
+            let dom = strict_domain(&d, 2);
             d.attach(SID, &dom, &mut WorkRecord::new()).unwrap();
             let dev = Device::new(1, 64).unwrap();
             let m = dom
@@ -813,12 +816,7 @@ mod vtd_sm {
     fn vtd_sm_second_stage_domain_with_caching_mode_flushes_on_attach_and_map() {
         let cfg = sm_config(VtdTranslation::ScalableSecondStage).caching_mode();
         let d = Dmar::new(cfg, alloc()).unwrap();
-        let iovas = Arc::new(
-            LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap(),
-        );
-        let dom = d
-            .new_domain(3, DomainConfig::new(DomainId(1), DomainMode::Strict), iovas)
-            .unwrap();
+        let dom = strict_domain(&d, 3);
         assert_eq!(dom.stage(), VtdStage::Second);
         let mut w = WorkRecord::new();
         d.attach(SID, &dom, &mut w).unwrap();
@@ -860,12 +858,7 @@ mod vtd_sm {
     fn vtd_devtlb_keeps_translating_until_a_device_tlb_invalidation() {
         for t in [VtdTranslation::Legacy, VtdTranslation::ScalableFirstStage] {
             let d = Dmar::new(sm_config(t), alloc()).unwrap();
-            let iovas = Arc::new(
-                LinuxIovaAllocator::new(IovaSpaceConfig::new(SZ_4K, Iova::new(SZ_4G))).unwrap(),
-            );
-            let dom = d
-                .new_domain(2, DomainConfig::new(DomainId(1), DomainMode::Strict), iovas)
-                .unwrap();
+            let dom = strict_domain(&d, 2);
             d.attach_ats(SID, &dom, 16, &mut WorkRecord::new()).unwrap();
             if t == VtdTranslation::Legacy {
                 let ce = d.read_context(SID).unwrap();

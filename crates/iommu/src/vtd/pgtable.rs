@@ -806,39 +806,27 @@ mod tests {
     #[test]
     fn first_stage_entries_and_canonical_range() {
         let a = alloc();
-        let mut t = VtdPageTable::new(VtdTableConfig::first_stage(4, false), a.clone()).unwrap();
+        let mut w = WorkRecord::new();
+        // A table of `cfg` with 2 MiB at IOVA 0 mapped writable, and its PML4 and PD entries.
+        let mapped = |cfg: VtdTableConfig, w: &mut WorkRecord| {
+            let mut t = VtdPageTable::new(cfg, a.clone()).unwrap();
+            t.map(Iova::new(0), PhysAddr::new(SZ_2M), SZ_2M, Prot::WRITE, w)
+                .unwrap();
+            let l4 = read_u64(a.memory(), t.root_pa().get());
+            let l3 = read_u64(a.memory(), l4 & spec::PTE_ADDR_MASK);
+            let l2 = read_u64(a.memory(), l3 & spec::PTE_ADDR_MASK);
+            (t, l4, l2)
+        };
+        let (mut t, l4, l2) = mapped(VtdTableConfig::first_stage(4, false), &mut w);
         assert_eq!(t.iova_range().1, Iova::new(1 << 47));
         assert_eq!(t.page_size_bitmap(), SZ_4K | SZ_2M);
-        let mut w = WorkRecord::new();
-        t.map(
-            Iova::new(0),
-            PhysAddr::new(SZ_2M),
-            SZ_2M,
-            Prot::WRITE,
-            &mut w,
-        )
-        .unwrap();
-        let l4 = read_u64(a.memory(), t.root_pa().get());
-        let l3 = read_u64(a.memory(), l4 & spec::PTE_ADDR_MASK);
-        let l2 = read_u64(a.memory(), l3 & spec::PTE_ADDR_MASK);
         assert_eq!(l4 & 0xFFF, 0x27);
         assert_eq!(l2, FlPte::leaf(SZ_2M, true, true));
         let tr = t.translate(Iova::new(0x1000), &mut w).unwrap();
         assert_eq!(tr.prot, Prot::READ_WRITE);
         // With Linux 6.3's encoding every entry carries XD, and the walk reads through it.
         let cfg = VtdTableConfig::first_stage(4, false).with_exec_control(FlExecControl::LINUX_6_3);
-        let mut x = VtdPageTable::new(cfg, a.clone()).unwrap();
-        x.map(
-            Iova::new(0),
-            PhysAddr::new(SZ_2M),
-            SZ_2M,
-            Prot::WRITE,
-            &mut w,
-        )
-        .unwrap();
-        let l4 = read_u64(a.memory(), x.root_pa().get());
-        let l3 = read_u64(a.memory(), l4 & spec::PTE_ADDR_MASK);
-        let l2 = read_u64(a.memory(), l3 & spec::PTE_ADDR_MASK);
+        let (x, l4, l2) = mapped(cfg, &mut w);
         assert_eq!(l4 & !spec::PTE_ADDR_MASK, spec::fl::XD | 0x27);
         assert_eq!(l2, spec::fl::XD | FlPte::leaf(SZ_2M, true, true));
         let tr = x.translate(Iova::new(0x1000), &mut w).unwrap();
