@@ -342,6 +342,31 @@ pub const NETPERF_SENDER_BURST_PACKETS: Sourced<u64> = (
     1,
     "assumption: the sending host's NIC interleaves its send queues (one per flow) packet by packet, so the receiver sees the flows' packets in turn; ConnectX's transmit arbitration granularity is not published",
 );
+/// NIC `pause_frames` (the direct-DMA receive path).
+pub const NIC_PAUSE_FRAMES: Sourced<bool> = (
+    true,
+    "Linux mlx5 and most NIC drivers enable global pause (ethtool -a: RX/TX on) by default; with it on the sender waits while the receiver's FIFO is full and nothing is dropped",
+);
+/// netperf `workload.tcp_ack_delay_us` (the direct-DMA receive path, pause frames off).
+pub const NETPERF_TCP_ACK_DELAY_US: Sourced<f64> = (
+    10.0,
+    "assumption: from the receiving NIC sending an ACK to the sender's TCP acting on it ~10 us: a switch hop and two wire times (~1-2 us), the sender NIC's DMA and its receive interrupt moderation and softirq (DIM at low packet rates: a few us to tens of us)",
+);
+/// netperf `workload.tcp_init_cwnd` (pause frames off).
+pub const NETPERF_TCP_INIT_CWND: Sourced<u64> = (
+    10,
+    "Linux TCP_INIT_CWND (RFC 6928): 10 segments",
+);
+/// netperf `workload.tcp_rwnd_bytes` (pause frames off).
+pub const NETPERF_TCP_RWND_BYTES: Sourced<u64> = (
+    3 << 20,
+    "Linux tcp_rmem[2] = 6 MiB (the autotuned receive buffer's ceiling) with tcp_adv_win_scale = 1: half of it is advertised as window, 3 MiB",
+);
+/// What the tail-loss probe timeout adds to twice the smoothed RTT, ns (pause frames off).
+pub const NETPERF_TCP_PTO_FLOOR_NS: Sourced<u64> = (
+    2_000_000,
+    "Linux tcp_schedule_loss_probe: 2 * srtt + TCP_TIMEOUT_MIN (2 jiffies; 2 ms at HZ = 1000)",
+);
 /// netperf `workload.ack_ns` (the direct-DMA receive path).
 pub const NETPERF_ACK_NS: Sourced<f64> = (
     500.0,

@@ -723,6 +723,21 @@ fn run_direct_rx(
         .metric(Metric::new("net.packets", "count", out.packets as f64))
         .metric(Metric::new("net.drops", "count", out.drops as f64))
         .metric(Metric::new(
+            "net.drop_pct",
+            "%",
+            per(out.drops as f64 * 100.0, out.packets + out.drops),
+        ))
+        .metric(Metric::new(
+            "net.retransmits",
+            "count",
+            out.retransmits as f64,
+        ))
+        .metric(Metric::new(
+            "net.out_of_order",
+            "count",
+            out.out_of_order as f64,
+        ))
+        .metric(Metric::new(
             "net.acks_per_4k",
             "count",
             per(out.acks as f64 * 4096.0, out.rx_bytes),

@@ -5,4 +5,5 @@ pub mod netperf;
 pub(crate) mod nic_dma;
 pub mod reaim;
 pub mod rx_stream;
+pub mod tcp_flow;
 pub mod tx_stream;

@@ -7,9 +7,14 @@
 //! The pieces, each a stated model (docs/model/fands-iotlb.md):
 //!
 //! - **Wire**: the sender paces packets at line rate, `burst_packets` of one flow at a time,
-//!   flows in turn. Packets wait in the NIC's receive FIFO (`fifo_bytes`); when it is full
-//!   the sender waits (a lossless stand-in for TCP's congestion control: throughput is what
-//!   the bottleneck passes, no drops or retransmissions are modelled).
+//!   flows in turn. Packets wait in the NIC's receive FIFO (`fifo_bytes`). With pause
+//!   frames on (`loss = None`) the sender waits while it is full: lossless, throughput is
+//!   what the bottleneck passes. With pause frames off (`loss = Some`), a packet that finds
+//!   the FIFO full is dropped, and each flow is a TCP connection
+//!   ([`crate::workloads::tcp_flow`]): its window decides what the sender may put on the
+//!   wire, out-of-order arrivals are acknowledged at once with a SACK, and the sender finds
+//!   and resends what was lost and halves its window, the ACKs reaching it `ack_delay_ns`
+//!   after the NIC has sent them.
 //! - **DMA engine**: the NIC's writes to memory in order, `dma_ns_per_4k` per 4 KiB moved,
 //!   each DMA translated through the unit (the devices module's `DeviceDma`: the misses
 //!   and walk reads are the unit's own) and timed by the DMA port (`crate::iommu::port`):
@@ -44,6 +49,7 @@ use crate::devices::nic::LinkConfig;
 use crate::devices::{DeviceDma, PortTiming};
 use crate::iommu::port::{DeviceLink, DmaStream, Translated};
 use crate::workloads::nic_dma::{dma_err, per_4k, NicDma};
+use crate::workloads::tcp_flow::{Arrival, TcpParams, TcpReceiver, TcpSender};
 
 /// Bytes of one receive or send completion entry (mlx5 CQE).
 const CQE_BYTES: u64 = 64;
@@ -96,6 +102,19 @@ pub struct RxStreamConfig {
     pub run_ns: u64,
     /// Start of the measured window, ns.
     pub warmup_ns: u64,
+    /// Pause frames off: the NIC drops what finds its FIFO full and the flows run TCP's
+    /// loss recovery; `None`: pause frames on, the sender waits (lossless).
+    pub loss: Option<LossyTransport>,
+}
+
+/// The transport when the NIC drops (pause frames off).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossyTransport {
+    /// Each flow's TCP parameters.
+    pub tcp: TcpParams,
+    /// From the NIC sending an ACK to the sender acting on it, ns (the switch, the
+    /// sender's NIC and its receive processing).
+    pub ack_delay_ns: u64,
 }
 
 /// The network stack's CPU costs on the receiving host, ns.
@@ -122,8 +141,16 @@ pub struct RxStreamResult {
     pub rx_bytes: u64,
     /// Packets received.
     pub packets: u64,
-    /// Packets that found no posted buffer (dropped by the NIC).
+    /// Packets the NIC dropped: no posted buffer, or (pause frames off) a full FIFO.
     pub drops: u64,
+    /// Packets sent again by the senders (pause frames off).
+    pub retransmits: u64,
+    /// Packets that arrived out of order or twice (each acknowledged at once).
+    pub out_of_order: u64,
+    /// Packets the senders put on the wire.
+    pub sent: u64,
+    /// Packets that arrived twice (needless retransmissions; not counted as throughput).
+    pub duplicates: u64,
     /// ACKs sent.
     pub acks: u64,
     /// The device's translations (IOTLB hits and misses, walk reads) over every DMA.
@@ -172,6 +199,34 @@ enum Ev {
     Rx,
     /// A flow's interrupt or NAPI repoll (generation).
     Poll(usize, u64),
+    /// The sender's wire is free (pause frames off).
+    Send,
+    /// Segment `.1` of flow `.0` has arrived at the NIC (pause frames off).
+    Arrive(usize, u64),
+    /// An ACK reaches flow `.0`'s sender: cumulative `.1`, SACK of `.2` (pause frames off).
+    Ack(usize, u64, Option<u64>),
+    /// Flow `.0`'s probe timeout (generation).
+    Probe(usize, u64),
+}
+
+/// The TCP side of the test with pause frames off.
+struct Lossy {
+    params: LossyTransport,
+    senders: Vec<TcpSender>,
+    receivers: Vec<TcpReceiver>,
+    /// Probe timer generation per flow, and whether one is armed.
+    probe: Vec<(u64, bool)>,
+    /// Packets waiting in the FIFO: (flow, segment).
+    fifo: VecDeque<(usize, u64)>,
+    /// The DMA engine has no `Rx` event pending.
+    dma_idle: bool,
+    /// The sender's wire: the flow whose burst is on it and what is left of that burst.
+    send_flow: usize,
+    burst_left: u64,
+    /// No `Send` event pending: no flow's window allowed a packet.
+    wire_idle: bool,
+    /// When the wire is next free, ns.
+    wire_at: f64,
 }
 
 struct Flow {
@@ -179,8 +234,8 @@ struct Flow {
     /// Fragments already filled in the front page of `rx_ring`.
     front_used: u64,
     /// DMA'd packets not yet processed: (the page, when this packet filled its last
-    /// fragment; completion time; frame bytes).
-    done: VecDeque<(Option<MappedBuffer>, u64, u64)>,
+    /// fragment; completion time; frame bytes; TCP segment).
+    done: VecDeque<(Option<MappedBuffer>, u64, u64, u64)>,
     rq: MappedBuffer,
     cq: MappedBuffer,
     sq: MappedBuffer,
@@ -222,6 +277,8 @@ struct State<'a> {
     wire_busy: f64,
     packet: u64,
     out: RxStreamResult,
+    /// Pause frames off: the TCP flows, the FIFO and the wire.
+    lossy: Option<Lossy>,
 }
 
 impl State<'_> {
@@ -292,7 +349,16 @@ impl State<'_> {
 
     /// The DMA engine takes packet `self.packet` at `now`.
     fn rx(&mut self, now: u64) -> Result<(), RxStreamError> {
-        let f = self.flow_of(self.packet);
+        let (f, seq) = match self.lossy.as_mut() {
+            Some(l) => match l.fifo.pop_front() {
+                Some(p) => p,
+                None => {
+                    l.dma_idle = true;
+                    return Ok(());
+                }
+            },
+            None => (self.flow_of(self.packet), 0),
+        };
         let frame = self.cfg.frame_bytes;
         let mut ns = 0.0;
         let start = self.dma_free.max(now as f64);
@@ -344,7 +410,7 @@ impl State<'_> {
                     cqe.stream_free - start
                 };
                 let done = cqe.done.ceil() as u64;
-                self.flows[f].done.push_back((page, done, frame));
+                self.flows[f].done.push_back((page, done, frame, seq));
                 self.completion(f, done);
                 true
             }
@@ -356,6 +422,17 @@ impl State<'_> {
                 self.out.packets += 1;
                 self.out.rx_bytes += frame;
             }
+        }
+        if let Some(l) = self.lossy.as_mut() {
+            // Pause frames off: the sender does not wait for the FIFO; the engine takes
+            // the next packet waiting, or idles until one arrives.
+            if l.fifo.is_empty() {
+                l.dma_idle = true;
+            } else {
+                let at = self.dma_free.ceil() as u64;
+                self.push(at, Ev::Rx);
+            }
+            return Ok(());
         }
         // The next packet: on the wire after this one, and into the FIFO once a packet
         // has left it when it is full.
@@ -419,13 +496,14 @@ impl State<'_> {
         }
         let mut skb_bytes = 0u64;
         let mut skb_segs = 0u64;
-        while let Some(&(_, done, _)) = self.flows[f].done.front() {
+        while let Some(&(_, done, _, _)) = self.flows[f].done.front() {
             if done > now {
                 break;
             }
-            let Some((buf, _, _)) = self.flows[f].done.pop_front() else {
+            let Some((buf, _, _, seq)) = self.flows[f].done.pop_front() else {
                 break;
             };
+            let arrival = self.lossy.as_mut().map(|l| l.receivers[f].receive(seq));
             let payload = self.link.mss;
             ns +=
                 self.costs.per_packet_ns + payload as f64 / self.costs.copy_bytes_per_ns.max(1e-9);
@@ -445,8 +523,25 @@ impl State<'_> {
                 }
                 ns += self.work_ns(&w, now);
             }
+            if let Some(a) = arrival.filter(|&a| a != Arrival::InOrder) {
+                // Out of order, a duplicate or a filled hole: GRO flushes what it holds,
+                // and TCP acknowledges this segment at once (with a SACK naming it when
+                // it lies beyond a hole).
+                if self.in_window(now) {
+                    self.out.out_of_order += u64::from(a != Arrival::FilledHole);
+                    self.out.duplicates += u64::from(a == Arrival::Duplicate);
+                }
+                if skb_segs > 0 {
+                    ns += self.skb(f, cpu, skb_segs, now, Ack::Delayed)?;
+                    skb_bytes = 0;
+                    skb_segs = 0;
+                }
+                let sack = (a == Arrival::OutOfOrder).then_some(seq);
+                ns += self.skb(f, cpu, 1, now, Ack::Now(sack))?;
+                continue;
+            }
             if skb_bytes + payload > self.cfg.gro_bytes && skb_segs > 0 {
-                ns += self.skb(f, cpu, skb_segs, now)?;
+                ns += self.skb(f, cpu, skb_segs, now, Ack::Delayed)?;
                 skb_bytes = 0;
                 skb_segs = 0;
             }
@@ -454,7 +549,7 @@ impl State<'_> {
             skb_segs += 1;
         }
         if skb_segs > 0 {
-            ns += self.skb(f, cpu, skb_segs, now)?;
+            ns += self.skb(f, cpu, skb_segs, now, Ack::Delayed)?;
         }
         let end = now + ns.ceil() as u64;
         self.core_free[cpu] = end;
@@ -465,7 +560,7 @@ impl State<'_> {
         match fl.done.front() {
             // NAPI polls again while the queue has work (a completion still in flight is
             // picked up when it lands).
-            Some(&(_, done, _)) => {
+            Some(&(_, done, _, _)) => {
                 fl.gen += 1;
                 let g = fl.gen;
                 self.push(done.max(end), Ev::Poll(f, g));
@@ -476,11 +571,18 @@ impl State<'_> {
     }
 
     /// One GRO skb of `segs` segments handed to TCP on flow `f`: its cost, and an ACK when
-    /// two full segments await one.
-    fn skb(&mut self, f: usize, cpu: usize, segs: u64, now: u64) -> Result<f64, RxStreamError> {
+    /// two full segments await one or `ack` asks for one now.
+    fn skb(
+        &mut self,
+        f: usize,
+        cpu: usize,
+        segs: u64,
+        now: u64,
+        ack: Ack,
+    ) -> Result<f64, RxStreamError> {
         let mut ns = self.costs.per_skb_ns;
         self.flows[f].unacked += segs;
-        if self.flows[f].unacked < 2 {
+        if self.flows[f].unacked < 2 && ack == Ack::Delayed {
             return Ok(ns);
         }
         self.flows[f].unacked = 0;
@@ -512,8 +614,122 @@ impl State<'_> {
             self.out.acks += 1;
         }
         self.flows[f].acks_out.push(buf);
+        if let Some(l) = self.lossy.as_ref() {
+            let cum = l.receivers[f].rcv_nxt();
+            let sack = match ack {
+                Ack::Now(sack) => sack,
+                Ack::Delayed => None,
+            };
+            let at = end.ceil() as u64 + l.params.ack_delay_ns;
+            self.push(at, Ev::Ack(f, cum, sack));
+        }
         Ok(ns)
     }
+
+    /// The sender's wire is free at `now` (pause frames off): the next packet of the
+    /// flow whose burst is on the wire, or of the next flow whose window allows one.
+    fn send(&mut self, now: u64) {
+        let wire = self.link.wire_ns(self.link.mss);
+        let flows = self.cfg.flows;
+        let burst = self.cfg.burst_packets.max(1);
+        let in_window = self.in_window(now);
+        let Some(l) = self.lossy.as_mut() else {
+            return;
+        };
+        let mut f = l.send_flow;
+        if l.burst_left == 0 || !l.senders[f].can_send() {
+            let Some(next) = (1..=flows)
+                .map(|k| (l.send_flow + k) % flows)
+                .find(|&j| l.senders[j].can_send())
+            else {
+                l.wire_idle = true;
+                return;
+            };
+            f = next;
+            l.send_flow = f;
+            l.burst_left = burst;
+        }
+        l.burst_left -= 1;
+        let resent = l.senders[f].retransmits;
+        let seq = l.senders[f].send(now);
+        let t = l.wire_at.max(now as f64) + wire;
+        l.wire_at = t;
+        if in_window {
+            self.wire_busy += wire;
+            self.out.sent += 1;
+            self.out.retransmits += l.senders[f].retransmits - resent;
+        }
+        let probe = (!l.probe[f].1).then(|| {
+            l.probe[f].1 = true;
+            (l.probe[f].0, l.senders[f].probe_timeout_ns())
+        });
+        let at = t.ceil() as u64;
+        self.push(at, Ev::Arrive(f, seq));
+        self.push(at, Ev::Send);
+        if let Some((gen, pto)) = probe {
+            self.push(now + pto, Ev::Probe(f, gen));
+        }
+    }
+
+    /// Segment `seq` of flow `f` reaches the NIC at `now`: into the FIFO, or dropped
+    /// when it is full (pause frames off).
+    fn arrive(&mut self, f: usize, seq: u64, now: u64) {
+        let in_service = usize::from(self.dma_free > now as f64);
+        let in_window = self.in_window(now);
+        let fifo_packets = self.fifo_packets;
+        let Some(l) = self.lossy.as_mut() else {
+            return;
+        };
+        if l.fifo.len() + in_service >= fifo_packets {
+            if in_window {
+                self.out.drops += 1;
+            }
+            return;
+        }
+        l.fifo.push_back((f, seq));
+        if l.dma_idle {
+            l.dma_idle = false;
+            let at = self.dma_free.max(now as f64).ceil() as u64;
+            self.push(at, Ev::Rx);
+        }
+    }
+
+    /// Flow `f`'s sender hears an ACK (`Some((cum, sack))`) or its probe timeout fires
+    /// (`None`) at `now`; its probe timer restarts and an idle wire wakes.
+    fn sender_event(&mut self, f: usize, ack: Option<(u64, Option<u64>)>, now: u64) {
+        let Some(l) = self.lossy.as_mut() else {
+            return;
+        };
+        match ack {
+            Some((cum, sack)) => l.senders[f].on_ack(cum, sack, now),
+            None => l.senders[f].probe(),
+        }
+        l.probe[f].0 += 1;
+        l.probe[f].1 = l.senders[f].outstanding();
+        let probe = l.probe[f]
+            .1
+            .then(|| (l.probe[f].0, l.senders[f].probe_timeout_ns()));
+        let wake = l.wire_idle && l.senders.iter().any(TcpSender::can_send);
+        let wire_at = l.wire_at;
+        if wake {
+            l.wire_idle = false;
+        }
+        if let Some((gen, pto)) = probe {
+            self.push(now + pto, Ev::Probe(f, gen));
+        }
+        if wake {
+            self.push(now.max(wire_at.ceil() as u64), Ev::Send);
+        }
+    }
+}
+
+/// Whether a segment handed to TCP calls for an ACK now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ack {
+    /// Every second full segment, once per GRO skb at most.
+    Delayed,
+    /// At once, with a SACK naming the segment when it lies beyond a hole.
+    Now(Option<u64>),
 }
 
 /// Runs the receive test: `path` is what the driver maps through, `dma` how the device's
@@ -550,6 +766,18 @@ pub(crate) fn run_rx_stream(
         wire_busy: 0.0,
         packet: 0,
         out: RxStreamResult::default(),
+        lossy: cfg.loss.map(|params| Lossy {
+            params,
+            senders: vec![TcpSender::new(params.tcp); cfg.flows],
+            receivers: vec![TcpReceiver::default(); cfg.flows],
+            probe: vec![(0, false); cfg.flows],
+            fifo: VecDeque::new(),
+            dma_idle: true,
+            send_flow: cfg.flows.saturating_sub(1),
+            burst_left: 0,
+            wire_idle: false,
+            wire_at: 0.0,
+        }),
     };
     // Set-up: each queue's rings (coherent, mapped once) and posted buffers, mapped on
     // the flow's CPU.
@@ -584,7 +812,7 @@ pub(crate) fn run_rx_stream(
             recycle_acc: 0,
         });
     }
-    st.push(0, Ev::Rx);
+    st.push(0, if st.lossy.is_some() { Ev::Send } else { Ev::Rx });
     while let Some(Reverse((t, _, ev))) = st.heap.pop() {
         if t >= cfg.run_ns {
             break;
@@ -593,13 +821,21 @@ pub(crate) fn run_rx_stream(
             Ev::Rx => st.rx(t)?,
             Ev::Poll(f, g) if st.flows[f].gen == g => st.poll(f, t)?,
             Ev::Poll(..) => {}
+            Ev::Send => st.send(t),
+            Ev::Arrive(f, seq) => st.arrive(f, seq, t),
+            Ev::Ack(f, cum, sack) => st.sender_event(f, Some((cum, sack)), t),
+            Ev::Probe(f, g) if st.lossy.as_ref().is_some_and(|l| l.probe[f].0 == g) => {
+                st.sender_event(f, None, t)
+            }
+            Ev::Probe(..) => {}
         }
     }
     let window = (cfg.run_ns - cfg.warmup_ns).max(1) as f64;
     let mut out = st.out;
     out.translation = st.nic.translation;
     out.dma_work = st.nic.dma_work;
-    out.throughput_gbps = out.packets as f64 * link.mss as f64 * 8.0 / window;
+    out.throughput_gbps =
+        out.packets.saturating_sub(out.duplicates) as f64 * link.mss as f64 * 8.0 / window;
     out.dma_busy_pct = (st.dma_busy / window * 100.0).min(100.0);
     out.link_busy_pct = (st.wire_busy / window * 100.0).min(100.0);
     let used = cfg.cpus.min(cfg.flows).max(1);

@@ -48,6 +48,8 @@ pub(in crate::lab::spec) struct NicSpec {
     dma_outstanding_pages: Option<u32>,
     #[serde(default)]
     relaxed_ordering: Option<bool>,
+    #[serde(default)]
+    pause_frames: Option<bool>,
 }
 
 /// The NIC fields only the direct-DMA receive path (x86 IOMMUs or none) reads.
@@ -55,12 +57,17 @@ pub(in crate::lab::spec) struct NicSpec {
 pub(in crate::lab::spec) struct NicDirect {
     /// The IP MTU, bytes.
     pub mtu: u64,
+    /// TCP payload per segment (the MTU less the TCP/IP headers), bytes.
+    pub mss: u64,
     /// DMA engine time per 4 KiB, ns.
     pub dma_ns_per_4k: f64,
     /// Receive FIFO, bytes.
     pub rx_fifo_bytes: u64,
     /// How far the NIC's DMA runs ahead at the IOMMU's port.
     pub dma_link: crate::iommu::port::DeviceLink,
+    /// Ethernet pause frames (flow control): on, the sender waits while the FIFO is full;
+    /// off, the NIC drops what finds it full.
+    pub pause_frames: bool,
     /// The first of those fields the file gives (the POWER TCE path refuses them).
     pub given: Option<&'static str>,
 }
@@ -191,6 +198,7 @@ pub(in crate::lab::spec) fn nic(
     }
     let direct = NicDirect {
         mtu,
+        mss: mtu - headers,
         dma_ns_per_4k: dev.real(
             "dma_ns_per_4k",
             s.dma_ns_per_4k
@@ -204,6 +212,7 @@ pub(in crate::lab::spec) fn nic(
             "bytes",
         )?,
         dma_link: super::dma_link(&dev, s.dma_outstanding_pages, s.relaxed_ordering)?,
+        pause_frames: s.pause_frames.unwrap_or(d::NIC_PAUSE_FRAMES.0),
         given: if s.dma_ns_per_4k.is_some() {
             Some("dma_ns_per_4k")
         } else if s.rx_fifo_bytes.is_some() {
@@ -212,6 +221,8 @@ pub(in crate::lab::spec) fn nic(
             Some("dma_outstanding_pages")
         } else if s.relaxed_ordering.is_some() {
             Some("relaxed_ordering")
+        } else if s.pause_frames.is_some() {
+            Some("pause_frames")
         } else {
             None
         },

@@ -49,6 +49,12 @@ pub(in crate::lab::spec) struct NetperfSpec {
     sender_burst_packets: Option<u64>,
     #[serde(default)]
     ack_ns: Option<f64>,
+    #[serde(default)]
+    tcp_ack_delay_us: Option<f64>,
+    #[serde(default)]
+    tcp_init_cwnd: Option<u64>,
+    #[serde(default, deserialize_with = "crate::size::opt_bytes")]
+    tcp_rwnd_bytes: Option<u64>,
 }
 
 /// A validated netperf-like stream workload.
@@ -233,6 +239,9 @@ pub(in crate::lab::spec) fn netperf(
             for (field, given) in [
                 ("sender_burst_packets", s.sender_burst_packets.is_some()),
                 ("ack_ns", s.ack_ns.is_some()),
+                ("tcp_ack_delay_us", s.tcp_ack_delay_us.is_some()),
+                ("tcp_init_cwnd", s.tcp_init_cwnd.is_some()),
+                ("tcp_rwnd_bytes", s.tcp_rwnd_bytes.is_some()),
             ] {
                 if given {
                     return Err(doc.field_error(
@@ -301,6 +310,56 @@ fn direct_rx(
     } else {
         stream.page_bytes
     };
+    let tcp_given = [
+        ("tcp_ack_delay_us", s.tcp_ack_delay_us.is_some()),
+        ("tcp_init_cwnd", s.tcp_init_cwnd.is_some()),
+        ("tcp_rwnd_bytes", s.tcp_rwnd_bytes.is_some()),
+    ]
+    .into_iter()
+    .find(|&(_, given)| given)
+    .map(|(field, _)| field);
+    let loss = if n.pause_frames {
+        if let Some(field) = tcp_given {
+            return Err(doc.field_error(
+                &format!("workload.{field}"),
+                "applies when the NIC drops packets: set device[0].pause_frames = false (with pause frames on the sender waits and TCP's loss recovery never runs)",
+            ));
+        }
+        None
+    } else {
+        if send.is_some() {
+            return Err(doc.field_error(
+                "device[0].pause_frames",
+                "applies to the receive test (workload.direction = \"read\"): the send test's NIC does not drop",
+            ));
+        }
+        let mss = n.mss.max(1);
+        let rwnd = wl.int(
+            "tcp_rwnd_bytes",
+            s.tcp_rwnd_bytes.unwrap_or(d::NETPERF_TCP_RWND_BYTES.0),
+            mss..=1 << 30,
+            "bytes (at least one segment)",
+        )?;
+        Some(crate::workloads::rx_stream::LossyTransport {
+            tcp: crate::workloads::tcp_flow::TcpParams {
+                init_cwnd: wl.int(
+                    "tcp_init_cwnd",
+                    s.tcp_init_cwnd.unwrap_or(d::NETPERF_TCP_INIT_CWND.0),
+                    1..=1 << 16,
+                    "segments",
+                )? as f64,
+                rwnd: (rwnd / mss) as f64,
+                min_pto_ns: d::NETPERF_TCP_PTO_FLOOR_NS.0,
+            },
+            ack_delay_ns: (wl.real(
+                "tcp_ack_delay_us",
+                s.tcp_ack_delay_us
+                    .unwrap_or(d::NETPERF_TCP_ACK_DELAY_US.0),
+                0.0..=1e6,
+            )? * 1000.0)
+                .round() as u64,
+        })
+    };
     let config = RxStreamConfig {
         flows: stream.threads,
         cpus: c.cpus,
@@ -325,6 +384,7 @@ fn direct_rx(
         recycle_pct: stream.rx_recycle_pct,
         run_ns: stream.run_ns,
         warmup_ns: stream.warmup_ns,
+        loss,
     };
     let costs = RxCosts {
         irq_ns: costs.irq_ns,
