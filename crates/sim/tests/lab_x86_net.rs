@@ -242,3 +242,90 @@ fn a_named_nic_sets_the_port_and_the_host_link() {
         "{e}"
     );
 }
+
+/// Pause frames off (`device.pause_frames = false`, as F&S's runs): a packet that finds
+/// the FIFO full is dropped and each flow runs TCP's loss recovery.
+#[test]
+fn without_pause_frames_a_slow_nic_drops_and_tcp_recovers_with_more_acks() {
+    let lossy = "pause_frames = false";
+    // Without an IOMMU the NIC keeps up: nothing drops, the wire is full either way.
+    let off_lossless = run(&rx("none", "off", 40, ""));
+    let off_lossy = run(&rx("none", "off", 40, lossy));
+    assert_eq!(metric(&off_lossy, "net.drops"), 0.0);
+    assert_eq!(metric(&off_lossy, "net.retransmits"), 0.0);
+    let (a, b) = (
+        metric(&off_lossless, "net.throughput_gbps"),
+        metric(&off_lossy, "net.throughput_gbps"),
+    );
+    assert!((a - b).abs() / a < 0.02, "pause on {a} vs off {b} Gb/s");
+    // Strict VT-d at 40 flows: the NIC falls behind the wire; with pause frames on the
+    // sender waits and nothing is lost, with them off packets drop, the flows resend
+    // them, and the out-of-order arrivals are acknowledged one by one.
+    let strict_lossless = run(&rx("vtd", "strict", 40, ""));
+    let strict_lossy = run(&rx("vtd", "strict", 40, lossy));
+    assert_eq!(metric(&strict_lossless, "net.drops"), 0.0);
+    let drops = metric(&strict_lossy, "net.drops");
+    let resent = metric(&strict_lossy, "net.retransmits");
+    let drop_pct = metric(&strict_lossy, "net.drop_pct");
+    assert!(
+        drops > 0.0 && resent > 0.0,
+        "drops {drops}, retransmits {resent}"
+    );
+    assert!(drop_pct > 0.0 && drop_pct < 50.0, "{drop_pct}% dropped");
+    // Every out-of-order arrival is acknowledged at once: at least as many ACKs as those
+    // (4,014-byte frames: an ACK count is ACKs per 4 KiB times the frames' 4 KiB units).
+    let out_of_order = metric(&strict_lossy, "net.out_of_order");
+    let acks =
+        metric(&strict_lossy, "net.acks_per_4k") * metric(&strict_lossy, "net.packets") * 4014.0
+            / 4096.0;
+    assert!(
+        out_of_order > 0.0 && acks >= out_of_order,
+        "{acks} ACKs for {out_of_order} out-of-order arrivals"
+    );
+    // TCP keeps the pipe full: strict still moves most of what it could.
+    let t = metric(&strict_lossy, "net.throughput_gbps");
+    assert!(
+        t > 0.3 * b && t < b,
+        "{t} Gb/s against {b} without an IOMMU"
+    );
+    // The lossy run is a pure function of its scenario too.
+    let again = run(&rx("vtd", "strict", 40, lossy));
+    assert_eq!(strict_lossy.report.measurements, again.report.measurements);
+}
+
+#[test]
+fn tcp_fields_need_pause_frames_off_and_the_receive_test() {
+    let e = refused(&rx("vtd", "strict", 5, "").replace(
+        "page_bytes = 4096",
+        "page_bytes = 4096\ntcp_ack_delay_us = 5",
+    ));
+    assert!(
+        e.contains("workload.tcp_ack_delay_us") && e.contains("pause_frames = false"),
+        "{e}"
+    );
+    let e = refused(&rx("vtd", "strict", 5, "pause_frames = false").replace(
+        "page_bytes = 4096",
+        "page_bytes = 4096\ntcp_rwnd_bytes = 100",
+    ));
+    assert!(
+        e.contains("workload.tcp_rwnd_bytes") && e.contains("at least one segment"),
+        "{e}"
+    );
+    let e = refused(
+        &rx("vtd", "strict", 5, "pause_frames = false")
+            .replace("page_bytes = 4096", "page_bytes = 4096\ntcp_init_cwnd = 0"),
+    );
+    assert!(e.contains("workload.tcp_init_cwnd"), "{e}");
+    let e = refused(&tx("vtd", "strict").replace(
+        "rx_coalesce_frames = 64",
+        "rx_coalesce_frames = 64\npause_frames = false",
+    ));
+    assert!(
+        e.contains("device[0].pause_frames") && e.contains("receive test"),
+        "{e}"
+    );
+    // The POWER TCE path refuses the NIC's pause frames like its other direct-path fields.
+    let power = "[machine]\nplatform = \"power-lpar\"\ncpus = 16\nmemory_gib = 128\n[iommu]\nmodel = \"pseries\"\nmode = \"default-window\"\n[[device]]\nkind = \"nic\"\nqueues = 16\npause_frames = false\n[workload]\nkind = \"netperf\"\nrun_ms = 20\n";
+    let e = refused(power);
+    assert!(e.contains("device[0].pause_frames"), "{e}");
+}

@@ -353,10 +353,7 @@ pub const NETPERF_TCP_ACK_DELAY_US: Sourced<f64> = (
     "assumption: from the receiving NIC sending an ACK to the sender's TCP acting on it ~10 us: a switch hop and two wire times (~1-2 us), the sender NIC's DMA and its receive interrupt moderation and softirq (DIM at low packet rates: a few us to tens of us)",
 );
 /// netperf `workload.tcp_init_cwnd` (pause frames off).
-pub const NETPERF_TCP_INIT_CWND: Sourced<u64> = (
-    10,
-    "Linux TCP_INIT_CWND (RFC 6928): 10 segments",
-);
+pub const NETPERF_TCP_INIT_CWND: Sourced<u64> = (10, "Linux TCP_INIT_CWND (RFC 6928): 10 segments");
 /// netperf `workload.tcp_rwnd_bytes` (pause frames off).
 pub const NETPERF_TCP_RWND_BYTES: Sourced<u64> = (
     3 << 20,

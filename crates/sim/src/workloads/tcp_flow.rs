@@ -107,7 +107,8 @@ impl TcpSender {
         if !self.lost.is_empty() {
             return (self.pipe() as f64) < self.cwnd;
         }
-        (self.pipe() as f64) < self.cwnd && ((self.snd_nxt - self.snd_una) as f64) < self.params.rwnd
+        (self.pipe() as f64) < self.cwnd
+            && ((self.snd_nxt - self.snd_una) as f64) < self.params.rwnd
     }
 
     /// Sends the next segment at `now` (a lost one first): its sequence number.
@@ -330,12 +331,19 @@ mod tests {
         let _ = send_all(&mut r, 0);
         r.on_ack(5, None, 100);
         assert_eq!(r.cwnd(), 12.0);
-        assert_eq!(send_all(&mut r, 200).len(), 7, "12 outstanding at most, 5 still are");
+        assert_eq!(
+            send_all(&mut r, 200).len(),
+            7,
+            "12 outstanding at most, 5 still are"
+        );
     }
 
     #[test]
     fn a_drop_is_found_after_three_sacks_halves_the_window_and_goes_out_first() {
-        let mut s = TcpSender::new(TcpParams { init_cwnd: 20.0, ..P });
+        let mut s = TcpSender::new(TcpParams {
+            init_cwnd: 20.0,
+            ..P
+        });
         let sent = send_all(&mut s, 0);
         assert_eq!(sent.len(), 20);
         let mut r = TcpReceiver::default();
@@ -365,7 +373,10 @@ mod tests {
 
     #[test]
     fn a_lost_retransmission_is_found_again_by_later_deliveries() {
-        let mut s = TcpSender::new(TcpParams { init_cwnd: 8.0, ..P });
+        let mut s = TcpSender::new(TcpParams {
+            init_cwnd: 8.0,
+            ..P
+        });
         let _ = send_all(&mut s, 0);
         for seq in 1..8 {
             s.on_ack(0, Some(seq), 100);
@@ -381,7 +392,10 @@ mod tests {
 
     #[test]
     fn the_probe_timeout_retransmits_a_tail_loss() {
-        let mut s = TcpSender::new(TcpParams { init_cwnd: 2.0, ..P });
+        let mut s = TcpSender::new(TcpParams {
+            init_cwnd: 2.0,
+            ..P
+        });
         let _ = send_all(&mut s, 0);
         s.on_ack(1, None, 50_000);
         assert_eq!(s.probe_timeout_ns(), 110_000);

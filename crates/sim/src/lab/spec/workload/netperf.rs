@@ -353,8 +353,7 @@ fn direct_rx(
             },
             ack_delay_ns: (wl.real(
                 "tcp_ack_delay_us",
-                s.tcp_ack_delay_us
-                    .unwrap_or(d::NETPERF_TCP_ACK_DELAY_US.0),
+                s.tcp_ack_delay_us.unwrap_or(d::NETPERF_TCP_ACK_DELAY_US.0),
                 0.0..=1e6,
             )? * 1000.0)
                 .round() as u64,
