@@ -553,8 +553,11 @@ impl State<'_> {
         }
         let end = now + ns.ceil() as u64;
         self.core_free[cpu] = end;
-        if self.in_window(now) {
-            self.cpu_busy[cpu] += ns;
+        // The part of the poll inside the measured window (a poll may straddle its ends).
+        let (from, to) = (self.cfg.warmup_ns, self.cfg.run_ns);
+        let inside = (end.min(to) as f64 - now.max(from) as f64).clamp(0.0, ns);
+        if inside > 0.0 {
+            self.cpu_busy[cpu] += inside;
         }
         let fl = &mut self.flows[f];
         match fl.done.front() {
