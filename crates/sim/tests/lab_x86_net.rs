@@ -303,18 +303,16 @@ fn tcp_fields_need_pause_frames_off_and_the_receive_test() {
         e.contains("workload.tcp_ack_delay_us") && e.contains("pause_frames = false"),
         "{e}"
     );
-    let e = refused(&rx("vtd", "strict", 5, "pause_frames = false").replace(
-        "page_bytes = 4096",
-        "page_bytes = 4096\ntcp_rwnd_bytes = 100",
-    ));
+    let lossy_with = |line: &str| {
+        rx("vtd", "strict", 5, "pause_frames = false")
+            .replace("page_bytes = 4096", &format!("page_bytes = 4096\n{line}"))
+    };
+    let e = refused(&lossy_with("tcp_rwnd_bytes = 100"));
     assert!(
         e.contains("workload.tcp_rwnd_bytes") && e.contains("at least one segment"),
         "{e}"
     );
-    let e = refused(
-        &rx("vtd", "strict", 5, "pause_frames = false")
-            .replace("page_bytes = 4096", "page_bytes = 4096\ntcp_init_cwnd = 0"),
-    );
+    let e = refused(&lossy_with("tcp_init_cwnd = 0"));
     assert!(e.contains("workload.tcp_init_cwnd"), "{e}");
     let e = refused(&tx("vtd", "strict").replace(
         "rx_coalesce_frames = 64",

@@ -653,14 +653,13 @@ impl State<'_> {
             l.burst_left = burst;
         }
         l.burst_left -= 1;
-        let resent = l.senders[f].retransmits;
-        let seq = l.senders[f].send(now);
+        let (seq, resent) = l.senders[f].send(now);
         let t = l.wire_at.max(now as f64) + wire;
         l.wire_at = t;
         if in_window {
             self.wire_busy += wire;
             self.out.sent += 1;
-            self.out.retransmits += l.senders[f].retransmits - resent;
+            self.out.retransmits += u64::from(resent);
         }
         let probe = (!l.probe[f].1).then(|| {
             l.probe[f].1 = true;

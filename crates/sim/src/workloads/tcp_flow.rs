@@ -111,8 +111,9 @@ impl TcpSender {
             && ((self.snd_nxt - self.snd_una) as f64) < self.params.rwnd
     }
 
-    /// Sends the next segment at `now` (a lost one first): its sequence number.
-    pub fn send(&mut self, now: u64) -> u64 {
+    /// Sends the next segment at `now` (a lost one first): its sequence number, and
+    /// whether it is a retransmission.
+    pub fn send(&mut self, now: u64) -> (u64, bool) {
         if let Some(seq) = self.lost.pop_first() {
             let seg = &mut self.segments[(seq - self.snd_una) as usize];
             seg.lost = false;
@@ -120,7 +121,7 @@ impl TcpSender {
             seg.sent_ns = now;
             self.lost_out -= 1;
             self.retransmits += 1;
-            return seq;
+            return (seq, true);
         }
         let seq = self.snd_nxt;
         self.snd_nxt += 1;
@@ -128,7 +129,7 @@ impl TcpSender {
             sent_ns: now,
             ..Segment::default()
         });
-        seq
+        (seq, false)
     }
 
     /// The congestion window, segments.
@@ -234,15 +235,11 @@ impl TcpSender {
         // or while recovering (no reordering window: the path does not reorder).
         if self.sacked_out > 0 && (self.sacked_out >= 3 || self.recovery_point.is_some()) {
             let rack = self.rack_sent_ns;
-            let lost: Vec<u64> = self
-                .segments
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| !g.sacked && !g.lost && g.sent_ns < rack)
-                .map(|(i, _)| self.snd_una + i as u64)
-                .collect();
-            for seq in lost {
-                self.mark_lost(seq);
+            for i in 0..self.segments.len() {
+                let g = self.segments[i];
+                if !g.sacked && !g.lost && g.sent_ns < rack {
+                    self.mark_lost(self.snd_una + i as u64);
+                }
             }
         }
     }
@@ -313,7 +310,7 @@ mod tests {
     fn send_all(s: &mut TcpSender, now: u64) -> Vec<u64> {
         let mut out = Vec::new();
         while s.can_send() {
-            out.push(s.send(now + out.len() as u64));
+            out.push(s.send(now + out.len() as u64).0);
         }
         out
     }
@@ -361,7 +358,7 @@ mod tests {
         }
         assert!(lost_found);
         assert_eq!(r.rcv_nxt(), 3);
-        assert_eq!(s.send(2_000), 3, "the lost segment goes first");
+        assert_eq!(s.send(2_000), (3, true), "the lost segment goes first");
         assert_eq!(r.receive(3), Arrival::FilledHole);
         assert_eq!(r.rcv_nxt(), 20);
         s.on_ack(20, None, 3_000);
@@ -381,11 +378,12 @@ mod tests {
         for seq in 1..8 {
             s.on_ack(0, Some(seq), 100);
         }
-        assert_eq!(s.send(200), 0, "segment 0 retransmitted");
+        assert_eq!(s.send(200), (0, true), "segment 0 retransmitted");
         // The retransmission is dropped; a new segment sent after it is delivered.
-        let fresh = s.send(300);
+        let (fresh, resent) = s.send(300);
+        assert!(!resent);
         s.on_ack(0, Some(fresh), 400);
-        assert_eq!(s.send(500), 0, "found lost again and retransmitted");
+        assert_eq!(s.send(500), (0, true), "found lost again and retransmitted");
         assert_eq!(s.retransmits, 2);
         assert_eq!(s.recoveries, 1, "one halving per window");
     }
@@ -401,7 +399,7 @@ mod tests {
         assert_eq!(s.probe_timeout_ns(), 110_000);
         s.probe();
         assert!(s.can_send());
-        assert_eq!(s.send(200_000), 1);
+        assert_eq!(s.send(200_000), (1, true));
         assert_eq!(s.cwnd(), 2.0, "halved from 3 and floored at 2");
     }
 }

@@ -57,6 +57,20 @@ pub(in crate::lab::spec) struct NetperfSpec {
     tcp_rwnd_bytes: Option<u64>,
 }
 
+impl NetperfSpec {
+    /// The first of the TCP fields (pause frames off only) the file gives.
+    fn tcp_field_given(&self) -> Option<&'static str> {
+        [
+            ("tcp_ack_delay_us", self.tcp_ack_delay_us.is_some()),
+            ("tcp_init_cwnd", self.tcp_init_cwnd.is_some()),
+            ("tcp_rwnd_bytes", self.tcp_rwnd_bytes.is_some()),
+        ]
+        .into_iter()
+        .find(|&(_, given)| given)
+        .map(|(field, _)| field)
+    }
+}
+
 /// A validated netperf-like stream workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetperfSetup {
@@ -236,19 +250,16 @@ pub(in crate::lab::spec) fn netperf(
     let direct = match direct {
         Some(n) => Some(direct_rx(doc, s, &stream, &costs, c, n)?),
         None => {
-            for (field, given) in [
-                ("sender_burst_packets", s.sender_burst_packets.is_some()),
-                ("ack_ns", s.ack_ns.is_some()),
-                ("tcp_ack_delay_us", s.tcp_ack_delay_us.is_some()),
-                ("tcp_init_cwnd", s.tcp_init_cwnd.is_some()),
-                ("tcp_rwnd_bytes", s.tcp_rwnd_bytes.is_some()),
-            ] {
-                if given {
-                    return Err(doc.field_error(
-                        &format!("workload.{field}"),
-                        "applies to the direct-DMA receive path (iommu.model = \"vtd\", \"amd-vi\" or \"none\"), not to the POWER TCE path",
-                    ));
-                }
+            let given = [
+                s.sender_burst_packets.map(|_| "sender_burst_packets"),
+                s.ack_ns.map(|_| "ack_ns"),
+                s.tcp_field_given(),
+            ];
+            if let Some(field) = given.into_iter().flatten().next() {
+                return Err(doc.field_error(
+                    &format!("workload.{field}"),
+                    "applies to the direct-DMA receive path (iommu.model = \"vtd\", \"amd-vi\" or \"none\"), not to the POWER TCE path",
+                ));
             }
             None
         }
@@ -310,16 +321,8 @@ fn direct_rx(
     } else {
         stream.page_bytes
     };
-    let tcp_given = [
-        ("tcp_ack_delay_us", s.tcp_ack_delay_us.is_some()),
-        ("tcp_init_cwnd", s.tcp_init_cwnd.is_some()),
-        ("tcp_rwnd_bytes", s.tcp_rwnd_bytes.is_some()),
-    ]
-    .into_iter()
-    .find(|&(_, given)| given)
-    .map(|(field, _)| field);
     let loss = if n.pause_frames {
-        if let Some(field) = tcp_given {
+        if let Some(field) = s.tcp_field_given() {
             return Err(doc.field_error(
                 &format!("workload.{field}"),
                 "applies when the NIC drops packets: set device[0].pause_frames = false (with pause frames on the sender waits and TCP's loss recovery never runs)",
