@@ -14,7 +14,9 @@ mod vtd {
     use iolab_iommu::vtd::spec::{
         fsts, reason, Cap, CcGranularity, FaultRecord, InvDesc, IotlbGranularity,
     };
-    use iolab_iommu::vtd::{iotlb_flush_desc, psi_mask, Dmar, DmarConfig, DmarDomain, QiError};
+    use iolab_iommu::vtd::{
+        iotlb_flush_desc, psi_mask, Dmar, DmarConfig, DmarDomain, NonLeafPsiScope, QiError,
+    };
     use iolab_iommu::work::{LockId, WorkRecord};
 
     /// Bus 1, device 2, function 0.
@@ -500,6 +502,51 @@ mod vtd {
             allocator(),
         );
         assert!(zero.is_err());
+    }
+
+    #[test]
+    fn vtd_psi_without_ih_drops_the_domain_s_nonleaf_entries_as_intel_iio_does() {
+        // Two pages 4 MiB apart: two PD entries beside the one PML4 and one PDPT entry.
+        for (scope, left) in [(NonLeafPsiScope::Domain, 0), (NonLeafPsiScope::Range, 1)] {
+            let d = unit(DmarConfig {
+                nonleaf_psi: scope,
+                ..DmarConfig::cascade_lake()
+            });
+            let dom = domain(&d, DomainMode::Strict);
+            let a = map(&dom, 0x10_0000, SZ_4K, Direction::ToDevice);
+            let _spacer = map(&dom, 0x100_0000, 2 * SZ_2M, Direction::ToDevice);
+            let c = map(&dom, 0x20_0000, SZ_4K, Direction::ToDevice);
+            // The page below `c`, in its 2 MiB: not translated yet.
+            let e = map(&dom, 0x30_0000, SZ_4K, Direction::ToDevice);
+            assert_eq!(iova(&c).get() >> 21, iova(&e).get() >> 21);
+            assert_ne!(iova(&a).get() >> 21, iova(&c).get() >> 21);
+            let mut w = WorkRecord::new();
+            d.translate(SID, iova(&a), Access::Read, &mut w).unwrap();
+            d.translate(SID, iova(&c), Access::Read, &mut w).unwrap();
+            assert_eq!(d.pscache_count(DID), 4, "{scope:?}");
+            let psi = InvDesc::Iotlb {
+                granularity: IotlbGranularity::Page {
+                    did: DID,
+                    addr: iova(&a).get(),
+                    am: 0,
+                    ih: false,
+                },
+                drain_reads: false,
+                drain_writes: false,
+            };
+            d.qi_submit_sync(&[psi], &mut w).unwrap();
+            // The IIO empties the domain's paging-structure caches; the spec's minimum
+            // keeps the PD entry of the other page.
+            assert_eq!(d.pscache_count(DID), left, "{scope:?}");
+            // The leaf level is page-selective either way.
+            assert!(d.iotlb_probe(DID, iova(&a)).is_none());
+            assert!(d.iotlb_probe(DID, iova(&c)).is_some());
+            // A miss in the other page's 2 MiB: after the domain-wide drop it walks all four
+            // levels; with the spec's minimum the surviving PD entry leaves one read.
+            let mut w = WorkRecord::new();
+            d.translate(SID, iova(&e), Access::Read, &mut w).unwrap();
+            assert_eq!(w.walk_reads, if left == 0 { 4 } else { 1 }, "{scope:?}");
+        }
     }
 
     #[test]

@@ -116,6 +116,26 @@ pub struct DmarConfig {
     /// entries, NXE in their PASID-table entry. Default: Linux 6.12's, neither; a scenario's
     /// release gives its own (`linux::DmaPathVariants::vtd_first_stage`).
     pub fl_exec: FlExecControl,
+    /// What a page-selective IOTLB invalidation with IH = 0 removes from the
+    /// paging-structure caches (default [`NonLeafPsiScope::Domain`], Intel's server IIO).
+    pub nonleaf_psi: NonLeafPsiScope,
+}
+
+/// The paging-structure-cache entries a page-selective-within-domain IOTLB invalidation
+/// removes when its Invalidation Hint is clear.
+///
+/// The spec requires the non-leaf entries used to translate the range to go and lets an
+/// implementation invalidate more. Intel's server IIO documents that it does: "IIO performs
+/// a domain-level invalidation on non-leaf entries and page-selective-domain-level
+/// invalidation at the leaf level" (Xeon E7 v2 datasheet vol. 2, `VTD_IOTLBINV.ih`,
+/// docs/MODEL.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NonLeafPsiScope {
+    /// Every paging-structure-cache entry of the domain (Intel server IIO).
+    #[default]
+    Domain,
+    /// Only the entries covering the invalidated range (the spec's minimum).
+    Range,
 }
 
 impl DmarConfig {
@@ -139,6 +159,7 @@ impl DmarConfig {
             translation: VtdTranslation::Legacy,
             pasid_cache: 64,
             fl_exec: FlExecControl::LINUX_6_11,
+            nonleaf_psi: NonLeafPsiScope::Domain,
         }
     }
 
@@ -1140,6 +1161,7 @@ impl Dmar {
         let mut c = self.caches.lock();
         let c = &mut *c;
         let scalable = self.is_scalable();
+        let nonleaf = self.config.nonleaf_psi;
         // The tags a type-2 descriptor of `did` reaches.
         let ss_tags = |c: &Caches, did: u16| -> Vec<Asid> {
             if scalable {
@@ -1165,8 +1187,12 @@ impl Dmar {
             for t in tags {
                 stats.iotlb_removed += c.iotlb.invalidate_range(t, Iova::new(start), size) as u64;
                 if !ih {
-                    stats.pscache_removed +=
-                        c.walk.invalidate_range(t, Iova::new(start), size) as u64;
+                    stats.pscache_removed += match nonleaf {
+                        NonLeafPsiScope::Domain => c.walk.invalidate_asid(t),
+                        NonLeafPsiScope::Range => {
+                            c.walk.invalidate_range(t, Iova::new(start), size)
+                        }
+                    } as u64;
                 }
             }
         };

@@ -91,6 +91,7 @@ pub mod spec;
 
 pub use device::{
     qi_status, Dmar, DmarConfig, DmarDomain, DmarError, DmarFault, DmarStats, DmarTranslation,
+    NonLeafPsiScope,
 };
 pub use devtlb::{AtcEntry, AtcSelect, DevTlb};
 pub use invalidator::{iotlb_flush_desc, psi_mask, QiError, VtdInvalidator};

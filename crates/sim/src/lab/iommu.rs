@@ -382,6 +382,7 @@ fn x86(
     // First-stage XD and PASID NXE as the scenario's release writes them.
     if let X86Unit::Vtd(d) = &mut unit {
         d.fl_exec = s.iommu.kernel.vtd_first_stage;
+        d.nonleaf_psi = s.iommu.vtd_nonleaf_psi;
     }
     if let Some(c) = s.profile.iommu.iotlb.as_ref().and_then(|g| g.config()) {
         match &mut unit {

@@ -741,6 +741,16 @@ fn run_direct_rx(
             "net.acks_per_4k",
             "count",
             per(out.acks as f64 * 4096.0, out.rx_bytes),
+        ))
+        .metric(Metric::new(
+            "net.packets_per_poll",
+            "count",
+            per(out.polled_packets as f64, out.polls),
+        ))
+        .metric(Metric::new(
+            "net.max_packets_per_poll",
+            "count",
+            out.max_poll_packets as f64,
         ));
         let m = nic_metrics(
             m,

@@ -153,6 +153,12 @@ pub struct RxStreamResult {
     pub duplicates: u64,
     /// ACKs sent.
     pub acks: u64,
+    /// NAPI polls that began in the measured window.
+    pub polls: u64,
+    /// Completions those polls took.
+    pub polled_packets: u64,
+    /// The most completions one poll took (at most the NAPI budget, 64).
+    pub max_poll_packets: u64,
     /// The device's translations (IOTLB hits and misses, walk reads) over every DMA.
     pub translation: WorkRecord,
     /// Map and unmap work of the driver.
@@ -199,6 +205,8 @@ enum Ev {
     Rx,
     /// A flow's interrupt or NAPI repoll (generation).
     Poll(usize, u64),
+    /// A flow's paused poll goes on.
+    PollResume(usize),
     /// The sender's wire is free (pause frames off).
     Send,
     /// Segment `.1` of flow `.0` has arrived at the NIC (pause frames off).
@@ -250,6 +258,25 @@ struct Flow {
     /// Full segments received since the last ACK.
     unacked: u64,
     recycle_acc: u32,
+    /// The poll under way, paused while the NIC's events due meanwhile run.
+    paused: Option<PollCursor>,
+}
+
+/// Completions one NAPI poll takes at most (Linux `NAPI_POLL_WEIGHT`, the budget mlx5
+/// registers its channels with).
+const NAPI_BUDGET: u64 = 64;
+
+/// Where a paused NAPI poll stands.
+struct PollCursor {
+    /// Whether the poll began in the measured window (its completions are counted).
+    counted: bool,
+    /// Completions taken so far (at most [`NAPI_BUDGET`]).
+    taken: u64,
+    /// Send completions' ACK buffers still to unmap.
+    acks: Vec<MappedBuffer>,
+    /// The GRO skb being built: payload bytes and segments.
+    skb_bytes: u64,
+    skb_segs: u64,
 }
 
 struct State<'a> {
@@ -264,6 +291,8 @@ struct State<'a> {
     dev: &'a Device,
     flows: Vec<Flow>,
     core_free: Vec<u64>,
+    /// A poll is paused on this CPU (it holds the CPU until its end).
+    cpu_polling: Vec<bool>,
     cpu_busy: Vec<f64>,
     dma_free: f64,
     dma_busy: f64,
@@ -454,6 +483,28 @@ impl State<'_> {
         Ok(())
     }
 
+    /// NAPI of flow `f` completed with `queued` completions in flight, the first landing
+    /// at `first`: the interrupt fires after the moderation time from it, or when the
+    /// `coalesce_frames`-th lands.
+    fn rearm(&mut self, f: usize, first: u64, queued: u64) {
+        let fl = &mut self.flows[f];
+        fl.armed = true;
+        fl.gen += 1;
+        let g = fl.gen;
+        let frames = self.cfg.coalesce_frames.max(1);
+        let at = if frames <= 1 {
+            first
+        } else if queued >= frames {
+            fl.done
+                .get(frames as usize - 1)
+                .map_or(first, |d| d.1)
+                .min(first + self.cfg.coalesce_ns)
+        } else {
+            first + self.cfg.coalesce_ns
+        };
+        self.push(at, Ev::Poll(f, g));
+    }
+
     /// Flow `f` has a completion at `done`: arm its interrupt.
     fn completion(&mut self, f: usize, done: u64) {
         let fl = &mut self.flows[f];
@@ -480,29 +531,89 @@ impl State<'_> {
     /// NAPI poll of flow `f` at `now`.
     fn poll(&mut self, f: usize, now: u64) -> Result<(), RxStreamError> {
         let cpu = f % self.cfg.cpus.max(1);
-        if self.core_free[cpu] > now {
+        if self.flows[f].paused.is_some() {
+            // This flow's poll is under way; it polls again at its end if work is left.
+            return Ok(());
+        }
+        if self.core_free[cpu] > now || self.cpu_polling[cpu] {
             let g = self.flows[f].gen;
             let at = self.core_free[cpu];
             self.push(at, Ev::Poll(f, g));
             return Ok(());
         }
-        let mut ns = self.costs.irq_ns;
-        // Send completions: the ACK buffers go.
-        let acks = std::mem::take(&mut self.flows[f].acks_out);
-        for b in acks {
-            let mut w = WorkRecord::new();
-            self.unmap(b, cpu, now, &mut w)?;
-            ns += self.work_ns(&w, now);
+        let mut acks = std::mem::take(&mut self.flows[f].acks_out);
+        // Taken from the back: oldest first.
+        acks.reverse();
+        if self.in_window(now) {
+            self.out.polls += 1;
         }
-        let mut skb_bytes = 0u64;
-        let mut skb_segs = 0u64;
-        while let Some(&(_, done, _, _)) = self.flows[f].done.front() {
-            if done > now {
+        let cursor = PollCursor {
+            counted: self.in_window(now),
+            taken: 0,
+            acks,
+            skb_bytes: 0,
+            skb_segs: 0,
+        };
+        self.poll_steps(f, cpu, now, self.costs.irq_ns, cursor)
+    }
+
+    /// Flow `f`'s paused poll goes on at `now`.
+    fn poll_resume(&mut self, f: usize, now: u64) -> Result<(), RxStreamError> {
+        let cpu = f % self.cfg.cpus.max(1);
+        let Some(cursor) = self.flows[f].paused.take() else {
+            return Ok(());
+        };
+        self.poll_steps(f, cpu, now, 0.0, cursor)
+    }
+
+    /// Whether an event other than this poll's is due before `t`: the poll then pauses
+    /// at `t` so that what the NIC does meanwhile meets the unit as the CPU has left it
+    /// by then (each unmap's invalidation lands when the CPU issues it).
+    fn event_before(&self, t: u64) -> bool {
+        self.heap.peek().is_some_and(|Reverse((at, _, _))| *at < t)
+    }
+
+    /// The poll's steps from `now`, `ns` of CPU time already spent in this slice: the
+    /// send completions' buffers, then each completed packet, one at a time in virtual
+    /// time; the poll pauses when another event falls due before its next step.
+    fn poll_steps(
+        &mut self,
+        f: usize,
+        cpu: usize,
+        now: u64,
+        mut ns: f64,
+        mut cur: PollCursor,
+    ) -> Result<(), RxStreamError> {
+        loop {
+            let t = now + ns.ceil() as u64;
+            let ack_left = !cur.acks.is_empty();
+            let packet_left = cur.taken < NAPI_BUDGET
+                && self.flows[f]
+                    .done
+                    .front()
+                    .is_some_and(|&(_, done, _, _)| done <= t);
+            if !ack_left && !packet_left {
                 break;
+            }
+            if ns > 0.0 && self.event_before(t) {
+                self.flows[f].paused = Some(cur);
+                self.cpu_polling[cpu] = true;
+                self.core_free[cpu] = t;
+                self.count_cpu(cpu, now, ns);
+                self.push(t, Ev::PollResume(f));
+                return Ok(());
+            }
+            // Send completions: the ACK buffers go.
+            if let Some(b) = cur.acks.pop() {
+                let mut w = WorkRecord::new();
+                self.unmap(b, cpu, t, &mut w)?;
+                ns += self.work_ns(&w, t);
+                continue;
             }
             let Some((buf, _, _, seq)) = self.flows[f].done.pop_front() else {
                 break;
             };
+            cur.taken += 1;
             let arrival = self.lossy.as_mut().map(|l| l.receivers[f].receive(seq));
             let payload = self.link.mss;
             ns +=
@@ -516,61 +627,78 @@ impl State<'_> {
                     fl.recycle_acc -= 100;
                     fl.rx_ring.push_back(buf);
                 } else {
-                    self.unmap(buf, cpu, now, &mut w)?;
+                    self.unmap(buf, cpu, t, &mut w)?;
                     let fresh =
                         self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?;
                     self.flows[f].rx_ring.push_back(fresh);
                 }
-                ns += self.work_ns(&w, now);
+                ns += self.work_ns(&w, t);
             }
             if let Some(a) = arrival.filter(|&a| a != Arrival::InOrder) {
                 // Out of order, a duplicate or a filled hole: GRO flushes what it holds,
                 // and TCP acknowledges this segment at once (with a SACK naming it when
                 // it lies beyond a hole).
-                if self.in_window(now) {
+                if self.in_window(t) {
                     self.out.out_of_order += u64::from(a != Arrival::FilledHole);
                     self.out.duplicates += u64::from(a == Arrival::Duplicate);
                 }
-                if skb_segs > 0 {
-                    ns += self.skb(f, cpu, skb_segs, now, Ack::Delayed)?;
-                    skb_bytes = 0;
-                    skb_segs = 0;
+                if cur.skb_segs > 0 {
+                    ns += self.skb(f, cpu, cur.skb_segs, t, Ack::Delayed)?;
+                    cur.skb_bytes = 0;
+                    cur.skb_segs = 0;
                 }
                 let sack = (a == Arrival::OutOfOrder).then_some(seq);
-                ns += self.skb(f, cpu, 1, now, Ack::Now(sack))?;
+                ns += self.skb(f, cpu, 1, t, Ack::Now(sack))?;
                 continue;
             }
-            if skb_bytes + payload > self.cfg.gro_bytes && skb_segs > 0 {
-                ns += self.skb(f, cpu, skb_segs, now, Ack::Delayed)?;
-                skb_bytes = 0;
-                skb_segs = 0;
+            if cur.skb_bytes + payload > self.cfg.gro_bytes && cur.skb_segs > 0 {
+                ns += self.skb(f, cpu, cur.skb_segs, t, Ack::Delayed)?;
+                cur.skb_bytes = 0;
+                cur.skb_segs = 0;
             }
-            skb_bytes += payload;
-            skb_segs += 1;
+            cur.skb_bytes += payload;
+            cur.skb_segs += 1;
         }
-        if skb_segs > 0 {
-            ns += self.skb(f, cpu, skb_segs, now, Ack::Delayed)?;
+        if cur.skb_segs > 0 {
+            let t = now + ns.ceil() as u64;
+            ns += self.skb(f, cpu, cur.skb_segs, t, Ack::Delayed)?;
         }
         let end = now + ns.ceil() as u64;
         self.core_free[cpu] = end;
-        // The part of the poll inside the measured window (a poll may straddle its ends).
+        self.cpu_polling[cpu] = false;
+        if cur.counted {
+            self.out.polled_packets += cur.taken;
+            self.out.max_poll_packets = self.out.max_poll_packets.max(cur.taken);
+        }
+        self.count_cpu(cpu, now, ns);
+        let fl = &mut self.flows[f];
+        fl.gen += 1;
+        if cur.taken == NAPI_BUDGET {
+            // The whole budget went: NAPI polls again at once.
+            let g = fl.gen;
+            self.push(end, Ev::Poll(f, g));
+        } else {
+            // NAPI completes and the interrupt is armed again: completions still in flight
+            // raise it as moderation allows.
+            fl.armed = false;
+            let first = fl.done.front().map(|d| d.1);
+            let queued = fl.done.len() as u64;
+            if let Some(first) = first {
+                self.rearm(f, first, queued);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts `ns` of CPU `cpu`'s time from `now`: the part inside the measured window (a
+    /// poll may straddle its ends).
+    fn count_cpu(&mut self, cpu: usize, now: u64, ns: f64) {
+        let end = now + ns.ceil() as u64;
         let (from, to) = (self.cfg.warmup_ns, self.cfg.run_ns);
         let inside = (end.min(to) as f64 - now.max(from) as f64).clamp(0.0, ns);
         if inside > 0.0 {
             self.cpu_busy[cpu] += inside;
         }
-        let fl = &mut self.flows[f];
-        match fl.done.front() {
-            // NAPI polls again while the queue has work (a completion still in flight is
-            // picked up when it lands).
-            Some(&(_, done, _, _)) => {
-                fl.gen += 1;
-                let g = fl.gen;
-                self.push(done.max(end), Ev::Poll(f, g));
-            }
-            None => fl.armed = false,
-        }
-        Ok(())
     }
 
     /// One GRO skb of `segs` segments handed to TCP on flow `f`: its cost, and an ACK when
@@ -756,6 +884,7 @@ pub(crate) fn run_rx_stream(
         dev,
         flows: Vec::new(),
         core_free: vec![0; cfg.cpus.max(1)],
+        cpu_polling: vec![false; cfg.cpus.max(1)],
         cpu_busy: vec![0.0; cfg.cpus.max(1)],
         dma_free: 0.0,
         dma_busy: 0.0,
@@ -812,6 +941,7 @@ pub(crate) fn run_rx_stream(
             gen: 0,
             unacked: 0,
             recycle_acc: 0,
+            paused: None,
         });
     }
     st.push(0, if st.lossy.is_some() { Ev::Send } else { Ev::Rx });
@@ -823,6 +953,7 @@ pub(crate) fn run_rx_stream(
             Ev::Rx => st.rx(t)?,
             Ev::Poll(f, g) if st.flows[f].gen == g => st.poll(f, t)?,
             Ev::Poll(..) => {}
+            Ev::PollResume(f) => st.poll_resume(f, t)?,
             Ev::Send => st.send(t),
             Ev::Arrive(f, seq) => st.arrive(f, seq, t),
             Ev::Ack(f, cum, sack) => st.sender_event(f, Some((cum, sack)), t),

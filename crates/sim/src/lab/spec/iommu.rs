@@ -4,7 +4,7 @@
 use iolab_iommu::hw::pseries::DdwPolicy;
 use iolab_iommu::linux::DmaPathVariants;
 use iolab_iommu::smmuv3::ProducerKind;
-use iolab_iommu::vtd::VtdTranslation;
+use iolab_iommu::vtd::{NonLeafPsiScope, VtdTranslation};
 use serde::Deserialize;
 
 use crate::cost::PlatformProfile;
@@ -56,6 +56,8 @@ pub(super) struct IommuSpec {
     caching_mode: Option<bool>,
     #[serde(default)]
     vtd_translation: Option<String>,
+    #[serde(default)]
+    vtd_nonleaf_psi: Option<String>,
     #[serde(default)]
     instances: Option<usize>,
     #[serde(default)]
@@ -255,6 +257,10 @@ pub struct IommuSetup {
     /// VT-d: legacy mode or scalable mode with first- or second-stage domains
     /// (`iommu.vtd_translation`).
     pub vtd_translation: VtdTranslation,
+    /// VT-d: what a page-selective invalidation without IH removes from the
+    /// paging-structure caches (`iommu.vtd_nonleaf_psi`: the domain's entries, as Intel's
+    /// server IIO documents, or only the range's).
+    pub vtd_nonleaf_psi: NonLeafPsiScope,
     /// IOMMU instances (SMMUs, DMAR units): each its own unit, domain, IOVA allocator and
     /// timed command or invalidation queue. 1 unless `iommu.instances` says more.
     pub instances: usize,
@@ -346,6 +352,27 @@ pub(super) fn iommu(
                         "unknown VT-d translation \"{other}\": {}",
                         one_of(&VTD_TRANSLATIONS)
                     ),
+                )
+                .into())
+        }
+    };
+    let vtd_nonleaf_psi = match s.vtd_nonleaf_psi.as_deref() {
+        None => NonLeafPsiScope::Domain,
+        Some(_) if model != IommuModel::Vtd => {
+            return Err(doc
+                .field_error(
+                    "iommu.vtd_nonleaf_psi",
+                    "applies to iommu.model = \"vtd\" only",
+                )
+                .into())
+        }
+        Some("domain") => NonLeafPsiScope::Domain,
+        Some("range") => NonLeafPsiScope::Range,
+        Some(other) => {
+            return Err(doc
+                .field_error(
+                    "iommu.vtd_nonleaf_psi",
+                    format!("unknown scope \"{other}\": expected \"domain\" or \"range\""),
                 )
                 .into())
         }
@@ -731,6 +758,7 @@ pub(super) fn iommu(
         kernel,
         caching_mode,
         vtd_translation,
+        vtd_nonleaf_psi,
         instances,
         device_instance: Vec::new(),
         evtq_log2size,
@@ -934,6 +962,11 @@ mod tests {
         refused(
             &with(FIO_NVME, "iommu", "caching_mode = true"),
             "iommu.caching_mode",
+            "applies to iommu.model = \"vtd\" only",
+        );
+        refused(
+            &with(FIO_NVME, "iommu", "vtd_nonleaf_psi = \"range\""),
+            "iommu.vtd_nonleaf_psi",
             "applies to iommu.model = \"vtd\" only",
         );
         refused(
