@@ -182,6 +182,9 @@ work_counters! {
     iotlb_stale_hits,
     /// Memory reads by the hardware page-table walker.
     walk_reads,
+    /// Hardware walks that found no walk-cache (paging-structure-cache) entry and read every
+    /// level from the root: a subset of the walks behind `walk_reads`.
+    full_walks,
     /// MMIO register writes.
     mmio_writes,
     /// MMIO register reads.

@@ -546,6 +546,7 @@ mod vtd {
             let mut w = WorkRecord::new();
             d.translate(SID, iova(&e), Access::Read, &mut w).unwrap();
             assert_eq!(w.walk_reads, if left == 0 { 4 } else { 1 }, "{scope:?}");
+            assert_eq!(w.full_walks, u64::from(left == 0), "{scope:?}");
         }
     }
 

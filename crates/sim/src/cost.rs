@@ -1335,6 +1335,9 @@ counter_charges! {
         "a subset of iotlb_hits (already charged); counted for safety reports"
     ),
     walk_reads => Charge::Translation("iommu.walk_read"),
+    full_walks => Charge::NotCharged(
+        "the walks' reads are counted in walk_reads (already charged)"
+    ),
     mmio_writes => Charge::Cpu("mmio.write"),
     mmio_reads => Charge::Cpu("mmio.read"),
     iova_tree_retries => Charge::NotCharged(

@@ -697,7 +697,7 @@ mod cost {
 
     /// Sets the `i`-th plain counter of `w` to 1 (field order of `WorkRecord::counters`).
     fn set_nth(w: &mut WorkRecord, i: usize) {
-        let fields: [&mut u64; 41] = [
+        let fields: [&mut u64; 42] = [
             &mut w.ptes_written,
             &mut w.ptes_cleared,
             &mut w.pte_reads,
@@ -734,6 +734,7 @@ mod cost {
             &mut w.iotlb_misses,
             &mut w.iotlb_stale_hits,
             &mut w.walk_reads,
+            &mut w.full_walks,
             &mut w.mmio_writes,
             &mut w.mmio_reads,
             &mut w.iova_tree_retries,

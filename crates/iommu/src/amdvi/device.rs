@@ -1189,7 +1189,10 @@ impl AmdVi {
         }
         let (mut level, mut table_pa) = match caches.pde.lookup_deepest(tag, iova) {
             Some(e) if 6 - (e.level as u32) <= mode => (5 - e.level as u32, e.table_pa.get()),
-            _ => (mode, dte.root),
+            _ => {
+                work.full_walks += 1;
+                (mode, dte.root)
+            }
         };
         let mut pde_prot = Prot::READ_WRITE;
         loop {

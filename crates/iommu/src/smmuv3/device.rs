@@ -755,6 +755,7 @@ impl Smmuv3 {
         missed: bool,
     ) -> Option<(PhysAddr, Prot, u64)> {
         let resume = c.walk.lookup_deepest_table(asid, iova);
+        work.full_walks += u64::from(resume.is_none());
         let gshift = t.granule_shift();
         let on_step = |step: &WalkStep| {
             work.walk_reads += 1;

@@ -535,7 +535,10 @@ impl Dmar {
         };
         let (mut level, mut table) = match deepest {
             Some(e) => (levels - 1 - e.level as u32, e.table_pa.get()),
-            None => (levels, root),
+            None => {
+                work.full_walks += 1;
+                (levels, root)
+            }
         };
         loop {
             let shift = 12 + 9 * (level - 1);
@@ -645,7 +648,10 @@ impl Dmar {
         // A cached non-leaf entry implies full rights above it (see the module docs).
         let (mut level, mut table) = match deepest {
             Some(e) => (levels - 1 - e.level as u32, e.table_pa.get()),
-            None => (levels, host(pe.fl_root, work)?),
+            None => {
+                work.full_walks += 1;
+                (levels, host(pe.fl_root, work)?)
+            }
         };
         let (mut write, mut user) = (true, true);
         loop {

@@ -751,6 +751,11 @@ fn run_direct_rx(
             "net.max_packets_per_poll",
             "count",
             out.max_poll_packets as f64,
+        ))
+        .metric(Metric::new(
+            "iotlb.full_walks_per_4k",
+            "count",
+            per(out.translation.full_walks as f64 * 4096.0, out.rx_bytes),
         ));
         let m = nic_metrics(
             m,
