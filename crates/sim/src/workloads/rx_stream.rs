@@ -26,8 +26,12 @@
 //!   64-byte completion (CQE); per ACK it reads the send descriptor and the ACK's header
 //!   buffer (reads: their walks overlap) and writes a send completion.
 //! - **Receive processing**: per flow, completions raise an interrupt after
-//!   `coalesce_usecs` or `coalesce_frames`, whichever first (NAPI then polls until the
-//!   queue is empty). A poll on the flow's CPU processes its completed packets: GRO merges
+//!   `coalesce_usecs` or `coalesce_frames`, whichever first. A NAPI poll on the flow's CPU
+//!   runs in virtual time, step by step (it pauses whenever another event falls due before
+//!   its next step, so each unmap's invalidation meets the NIC's walks when the CPU issues
+//!   it): the send completions' buffers, then the completions that have landed, at most
+//!   64 (Linux's NAPI budget); a poll that used its whole budget polls again, one that took fewer
+//!   completes and the interrupt is armed again. Per completion: GRO merges
 //!   consecutive packets of the flow up to `gro_bytes`; per packet the buffer is unmapped
 //!   (strict: a page-selective invalidation and a wait) unless the page cache recycles it
 //!   (`recycle_pct`), and a fresh page mapped and posted; TCP acknowledges every second
