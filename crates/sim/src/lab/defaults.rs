@@ -330,7 +330,7 @@ pub const NIC_DMA_NS_PER_4K: Sourced<f64> = (
 /// nic `device.rx_fifo_bytes` (the direct-DMA receive path).
 pub const NIC_RX_FIFO_BYTES: Sourced<u64> = (
     256 << 10,
-    "assumption: the NIC's receive buffer per port is not published for ConnectX-5; 256 KiB (about 64 packets of 4 KiB), the order of the on-NIC packet buffers of 100 GbE adapters",
+    "Mellanox's 'HowTo Tune Receive Buffers on Mellanox Adapter Cards' (MLNX_OFED 4.2+) reads a port buffer of 262,016 bytes from /sys/class/net/IF/qos/buffer_size; assumption: a ConnectX-5's is the same and the whole of it holds the received packets (its split among priority buffers is not modelled)",
 );
 
 // ---------------------------------------------------------------------------------------

@@ -743,6 +743,11 @@ fn run_direct_rx(
             per(out.acks as f64 * 4096.0, out.rx_bytes),
         ))
         .metric(Metric::new(
+            "net.immediate_acks",
+            "count",
+            out.immediate_acks as f64,
+        ))
+        .metric(Metric::new(
             "net.packets_per_poll",
             "count",
             per(out.polled_packets as f64, out.polls),

@@ -157,6 +157,8 @@ pub struct RxStreamResult {
     pub duplicates: u64,
     /// ACKs sent.
     pub acks: u64,
+    /// Of those, ACKs sent at once: for an out-of-order, duplicate or hole-filling skb.
+    pub immediate_acks: u64,
     /// NAPI polls that began in the measured window.
     pub polls: u64,
     /// Completions those polls took.
@@ -216,7 +218,7 @@ enum Ev {
     /// Segment `.1` of flow `.0` has arrived at the NIC (pause frames off).
     Arrive(usize, u64),
     /// An ACK reaches flow `.0`'s sender: cumulative `.1`, SACK of `.2` (pause frames off).
-    Ack(usize, u64, Option<u64>),
+    Ack(usize, u64, Option<(u64, u64)>),
     /// Flow `.0`'s probe timeout (generation).
     Probe(usize, u64),
 }
@@ -278,9 +280,12 @@ struct PollCursor {
     taken: u64,
     /// Send completions' ACK buffers still to unmap.
     acks: Vec<MappedBuffer>,
-    /// The GRO skb being built: payload bytes and segments.
+    /// The GRO skb being built: payload bytes, segments, its last segment, and whether TCP
+    /// acknowledges it at once (with the SACK of its latest segment beyond a hole).
     skb_bytes: u64,
     skb_segs: u64,
+    last_seq: u64,
+    urgent: Option<Option<(u64, u64)>>,
 }
 
 struct State<'a> {
@@ -557,6 +562,8 @@ impl State<'_> {
             acks,
             skb_bytes: 0,
             skb_segs: 0,
+            last_seq: 0,
+            urgent: None,
         };
         self.poll_steps(f, cpu, now, self.costs.irq_ns, cursor)
     }
@@ -638,34 +645,38 @@ impl State<'_> {
                 }
                 ns += self.work_ns(&w, t);
             }
-            if let Some(a) = arrival.filter(|&a| a != Arrival::InOrder) {
-                // Out of order, a duplicate or a filled hole: GRO flushes what it holds,
-                // and TCP acknowledges this segment at once (with a SACK naming it when
-                // it lies beyond a hole).
+            // Out of order, a duplicate or a filled hole: TCP acknowledges the skb at once,
+            // with a SACK naming it when it lies beyond a hole.
+            let urgent = arrival.filter(|&a| a != Arrival::InOrder).map(|a| {
                 if self.in_window(t) {
                     self.out.out_of_order += u64::from(a != Arrival::FilledHole);
                     self.out.duplicates += u64::from(a == Arrival::Duplicate);
                 }
-                if cur.skb_segs > 0 {
-                    ns += self.skb(f, cpu, cur.skb_segs, t, Ack::Delayed)?;
-                    cur.skb_bytes = 0;
-                    cur.skb_segs = 0;
-                }
-                let sack = (a == Arrival::OutOfOrder).then_some(seq);
-                ns += self.skb(f, cpu, 1, t, Ack::Now(sack))?;
-                continue;
-            }
-            if cur.skb_bytes + payload > self.cfg.gro_bytes && cur.skb_segs > 0 {
-                ns += self.skb(f, cpu, cur.skb_segs, t, Ack::Delayed)?;
-                cur.skb_bytes = 0;
-                cur.skb_segs = 0;
+                (a == Arrival::OutOfOrder).then_some(seq)
+            });
+            // GRO merges segments that follow each other in sequence, up to its size: a run
+            // of segments beyond a hole is one skb and one ACK. A segment that does not
+            // continue the skb, or that TCP treats otherwise, flushes it first.
+            let continues = self.lossy.is_none() || seq == cur.last_seq + 1;
+            if cur.skb_segs > 0
+                && (cur.skb_bytes + payload > self.cfg.gro_bytes
+                    || !continues
+                    || urgent.is_some() != cur.urgent.is_some())
+            {
+                ns += self.flush_skb(f, cpu, t, &mut cur)?;
             }
             cur.skb_bytes += payload;
             cur.skb_segs += 1;
+            cur.last_seq = seq;
+            if let Some(sack) = urgent {
+                // The SACK block: from the skb's first segment beyond the hole to this one.
+                let block = sack.map(|s| (cur.urgent.flatten().map_or(s, |(a, _)| a), s));
+                cur.urgent = Some(block.or(cur.urgent.flatten()));
+            }
         }
         if cur.skb_segs > 0 {
             let t = now + ns.ceil() as u64;
-            ns += self.skb(f, cpu, cur.skb_segs, t, Ack::Delayed)?;
+            ns += self.flush_skb(f, cpu, t, &mut cur)?;
         }
         let end = now + ns.ceil() as u64;
         self.core_free[cpu] = end;
@@ -703,6 +714,23 @@ impl State<'_> {
         if inside > 0.0 {
             self.cpu_busy[cpu] += inside;
         }
+    }
+
+    /// GRO hands the skb it holds to TCP at `now`: its cost.
+    fn flush_skb(
+        &mut self,
+        f: usize,
+        cpu: usize,
+        now: u64,
+        cur: &mut PollCursor,
+    ) -> Result<f64, RxStreamError> {
+        let ack = match cur.urgent.take() {
+            Some(sack) => Ack::Now(sack),
+            None => Ack::Delayed,
+        };
+        let segs = std::mem::take(&mut cur.skb_segs);
+        cur.skb_bytes = 0;
+        self.skb(f, cpu, segs, now, ack)
     }
 
     /// One GRO skb of `segs` segments handed to TCP on flow `f`: its cost, and an ACK when
@@ -747,6 +775,7 @@ impl State<'_> {
         if self.in_window(now) {
             self.dma_busy += dns;
             self.out.acks += 1;
+            self.out.immediate_acks += u64::from(ack != Ack::Delayed);
         }
         self.flows[f].acks_out.push(buf);
         if let Some(l) = self.lossy.as_ref() {
@@ -830,7 +859,7 @@ impl State<'_> {
 
     /// Flow `f`'s sender hears an ACK (`Some((cum, sack))`) or its probe timeout fires
     /// (`None`) at `now`; its probe timer restarts and an idle wire wakes.
-    fn sender_event(&mut self, f: usize, ack: Option<(u64, Option<u64>)>, now: u64) {
+    fn sender_event(&mut self, f: usize, ack: Option<(u64, Option<(u64, u64)>)>, now: u64) {
         let Some(l) = self.lossy.as_mut() else {
             return;
         };
@@ -862,8 +891,8 @@ impl State<'_> {
 enum Ack {
     /// Every second full segment, once per GRO skb at most.
     Delayed,
-    /// At once, with a SACK naming the segment when it lies beyond a hole.
-    Now(Option<u64>),
+    /// At once, with a SACK block (first, last segment) when the skb lies beyond a hole.
+    Now(Option<(u64, u64)>),
 }
 
 /// Runs the receive test: `path` is what the driver maps through, `dma` how the device's

@@ -196,8 +196,8 @@ impl TcpSender {
     }
 
     /// An acknowledgement arrives at `now`: everything below `cum` is held by the receiver,
-    /// and `sack` (if any) names one more segment it holds.
-    pub fn on_ack(&mut self, cum: u64, sack: Option<u64>, now: u64) {
+    /// and `sack` (if any) names a block of segments it holds, first to last.
+    pub fn on_ack(&mut self, cum: u64, sack: Option<(u64, u64)>, now: u64) {
         while self.snd_una < cum.min(self.snd_nxt) {
             let Some(seg) = self.segments.pop_front() else {
                 break;
@@ -214,7 +214,8 @@ impl TcpSender {
                 self.delivered(seg, now);
             }
         }
-        if let Some(s) = sack.filter(|&s| s >= self.snd_una && s < self.snd_nxt) {
+        let (first, last) = sack.unwrap_or((1, 0));
+        for s in first.max(self.snd_una)..=last.min(self.snd_nxt.saturating_sub(1)) {
             let i = (s - self.snd_una) as usize;
             let seg = self.segments[i];
             if !seg.sacked {
@@ -348,7 +349,7 @@ mod tests {
         let mut lost_found = false;
         for seq in sent.into_iter().filter(|&q| q != 3) {
             let a = r.receive(seq);
-            let sack = (a == Arrival::OutOfOrder).then_some(seq);
+            let sack = (a == Arrival::OutOfOrder).then_some((seq, seq));
             s.on_ack(r.rcv_nxt(), sack, 1_000 + seq);
             if s.recoveries == 1 && !lost_found {
                 lost_found = true;
@@ -376,16 +377,35 @@ mod tests {
         });
         let _ = send_all(&mut s, 0);
         for seq in 1..8 {
-            s.on_ack(0, Some(seq), 100);
+            s.on_ack(0, Some((seq, seq)), 100);
         }
         assert_eq!(s.send(200), (0, true), "segment 0 retransmitted");
         // The retransmission is dropped; a new segment sent after it is delivered.
         let (fresh, resent) = s.send(300);
         assert!(!resent);
-        s.on_ack(0, Some(fresh), 400);
+        s.on_ack(0, Some((fresh, fresh)), 400);
         assert_eq!(s.send(500), (0, true), "found lost again and retransmitted");
         assert_eq!(s.retransmits, 2);
         assert_eq!(s.recoveries, 1, "one halving per window");
+    }
+
+    #[test]
+    fn one_sack_block_of_three_finds_the_hole_lost() {
+        // GRO merged segments 4..=6, beyond the lost 3, into one skb: one ACK, one block.
+        let mut s = TcpSender::new(TcpParams {
+            init_cwnd: 10.0,
+            ..P
+        });
+        let _ = send_all(&mut s, 0);
+        s.on_ack(3, None, 100);
+        assert_eq!(s.recoveries, 0);
+        s.on_ack(3, Some((4, 6)), 200);
+        assert_eq!(s.recoveries, 1, "three SACKed segments in one block");
+        assert_eq!(s.send(300), (3, true), "the hole goes first");
+        // A block reaching below the cumulative point or beyond what was sent is clamped
+        // to what is outstanding.
+        s.on_ack(7, Some((0, 99)), 400);
+        assert_eq!(s.retransmits, 1);
     }
 
     #[test]
