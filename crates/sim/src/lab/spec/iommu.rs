@@ -322,26 +322,21 @@ pub(super) fn iommu(
         )
     })?;
     let modes = model.modes();
-    let caching_mode = s.caching_mode.unwrap_or(false);
-    if s.caching_mode.is_some() && model != IommuModel::Vtd {
-        return Err(doc
-            .field_error(
-                "iommu.caching_mode",
-                "applies to iommu.model = \"vtd\" only",
-            )
-            .into());
-    }
-    let vtd_translation = match s.vtd_translation.as_deref() {
-        None => VtdTranslation::Legacy,
-        Some(_) if model != IommuModel::Vtd => {
+    // The VT-d fields apply to a VT-d unit only.
+    for (given, field) in [
+        (s.caching_mode.is_some(), "iommu.caching_mode"),
+        (s.vtd_translation.is_some(), "iommu.vtd_translation"),
+        (s.vtd_nonleaf_psi.is_some(), "iommu.vtd_nonleaf_psi"),
+    ] {
+        if given && model != IommuModel::Vtd {
             return Err(doc
-                .field_error(
-                    "iommu.vtd_translation",
-                    "applies to iommu.model = \"vtd\" only",
-                )
-                .into())
+                .field_error(field, "applies to iommu.model = \"vtd\" only")
+                .into());
         }
-        Some("legacy") => VtdTranslation::Legacy,
+    }
+    let caching_mode = s.caching_mode.unwrap_or(false);
+    let vtd_translation = match s.vtd_translation.as_deref() {
+        None | Some("legacy") => VtdTranslation::Legacy,
         Some("scalable-second-stage") => VtdTranslation::ScalableSecondStage,
         Some("scalable-first-stage") => VtdTranslation::ScalableFirstStage,
         Some(other) => {
@@ -357,16 +352,7 @@ pub(super) fn iommu(
         }
     };
     let vtd_nonleaf_psi = match s.vtd_nonleaf_psi.as_deref() {
-        None => NonLeafPsiScope::Domain,
-        Some(_) if model != IommuModel::Vtd => {
-            return Err(doc
-                .field_error(
-                    "iommu.vtd_nonleaf_psi",
-                    "applies to iommu.model = \"vtd\" only",
-                )
-                .into())
-        }
-        Some("domain") => NonLeafPsiScope::Domain,
+        None | Some("domain") => NonLeafPsiScope::Domain,
         Some("range") => NonLeafPsiScope::Range,
         Some(other) => {
             return Err(doc
