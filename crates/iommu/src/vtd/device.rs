@@ -47,7 +47,9 @@
 //! - context-cache: global, by DID, or one source id (with the function mask);
 //! - IOTLB: global, domain-selective (IOTLB and paging-structure caches of the DID), or
 //!   page-selective: the 2^AM pages containing ADDR, aligned (address bits below the mask
-//!   ignored), from the IOTLB, and from the paging-structure caches unless IH is set;
+//!   ignored), from the IOTLB; unless IH is set, also the paging-structure caches: all of the
+//!   DID's entries by default, as Intel's server IIO does, or only those over the pages
+//!   ([`DmarConfig::nonleaf_psi`]);
 //! - PASID-based IOTLB: in legacy mode as the DID's page-selective or domain-selective
 //!   invalidation; in scalable mode on the (DID, PASID) first-stage tags ([`super::scalable`]);
 //! - PASID-cache: by DID, by DID and PASID, or all;
