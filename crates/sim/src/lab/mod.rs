@@ -712,56 +712,46 @@ fn run_direct_rx(
     for r in 0..runs {
         let seed = run_seed(base, r);
         let (out, protection) = net::run_direct_rx(s, d, link)?;
-        let m = nic_head(
+        let per_4k = |n: u64| per(n as f64 * 4096.0, out.rx_bytes);
+        let receive = [
+            ("net.packets", "count", out.packets as f64),
+            ("net.drops", "count", out.drops as f64),
+            (
+                "net.drop_pct",
+                "%",
+                per(out.drops as f64 * 100.0, out.packets + out.drops),
+            ),
+            ("net.retransmits", "count", out.retransmits as f64),
+            ("net.out_of_order", "count", out.out_of_order as f64),
+            ("net.acks_per_4k", "count", per_4k(out.acks)),
+            ("net.immediate_acks", "count", out.immediate_acks as f64),
+            (
+                "net.packets_per_poll",
+                "count",
+                per(out.polled_packets as f64, out.polls),
+            ),
+            (
+                "net.max_packets_per_poll",
+                "count",
+                out.max_poll_packets as f64,
+            ),
+            (
+                "iotlb.full_walks_per_4k",
+                "count",
+                per_4k(out.translation.full_walks),
+            ),
+        ];
+        let head = nic_head(
             s,
             c,
             "read",
             (seed, r, runs),
             out.throughput_gbps,
             out.cpu_busy_pct,
-        )
-        .metric(Metric::new("net.packets", "count", out.packets as f64))
-        .metric(Metric::new("net.drops", "count", out.drops as f64))
-        .metric(Metric::new(
-            "net.drop_pct",
-            "%",
-            per(out.drops as f64 * 100.0, out.packets + out.drops),
-        ))
-        .metric(Metric::new(
-            "net.retransmits",
-            "count",
-            out.retransmits as f64,
-        ))
-        .metric(Metric::new(
-            "net.out_of_order",
-            "count",
-            out.out_of_order as f64,
-        ))
-        .metric(Metric::new(
-            "net.acks_per_4k",
-            "count",
-            per(out.acks as f64 * 4096.0, out.rx_bytes),
-        ))
-        .metric(Metric::new(
-            "net.immediate_acks",
-            "count",
-            out.immediate_acks as f64,
-        ))
-        .metric(Metric::new(
-            "net.packets_per_poll",
-            "count",
-            per(out.polled_packets as f64, out.polls),
-        ))
-        .metric(Metric::new(
-            "net.max_packets_per_poll",
-            "count",
-            out.max_poll_packets as f64,
-        ))
-        .metric(Metric::new(
-            "iotlb.full_walks_per_4k",
-            "count",
-            per(out.translation.full_walks as f64 * 4096.0, out.rx_bytes),
-        ));
+        );
+        let m = receive.into_iter().fold(head, |m, (name, unit, v)| {
+            m.metric(Metric::new(name, unit, v))
+        });
         let m = nic_metrics(
             m,
             [out.cpu_busy_pct, out.link_busy_pct, out.dma_busy_pct],
