@@ -65,6 +65,21 @@ fn fit(db: &Path, args: &[&str]) -> std::process::Output {
     iolab(&all)
 }
 
+/// `iolab fit BASE --to 1 --unknown device[0].read_latency_us=10..500 EXTRA... -o OUT`:
+/// the synthetic runs' one unknown fitted to run 1 (and whatever `extra` adds).
+fn fit_latency(db: &Path, base: &Path, extra: &[&str], out: &Path) -> std::process::Output {
+    let mut args = vec![
+        s(base),
+        "--to",
+        "1",
+        "--unknown",
+        "device[0].read_latency_us=10..500",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-o", s(out)]);
+    fit(db, &args)
+}
+
 /// The fitted value of `field` in a written scenario's `[[fitted]]`.
 fn fitted_value(path: &Path, field: &str) -> f64 {
     let t: toml::Table = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -81,18 +96,7 @@ fn fitted_value(path: &Path, field: &str) -> f64 {
 fn a_known_latency_is_recovered_within_two_percent() {
     let (dir, db, base) = setup("fit-recover");
     let out_file = dir.join("fitted.toml");
-    let out = fit(
-        &db,
-        &[
-            s(&base),
-            "--to",
-            "1",
-            "--unknown",
-            "device[0].read_latency_us=10..500",
-            "-o",
-            s(&out_file),
-        ],
-    );
+    let out = fit_latency(&db, &base, &[], &out_file);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     let v = fitted_value(&out_file, "device[0].read_latency_us");
@@ -123,19 +127,11 @@ fn a_known_latency_is_recovered_within_two_percent() {
 #[test]
 fn an_unknown_no_figure_responds_to_is_reported_not_identifiable() {
     let (dir, db, base) = setup("fit-flat");
-    let out = fit(
+    let out = fit_latency(
         &db,
-        &[
-            s(&base),
-            "--to",
-            "1",
-            "--unknown",
-            "device[0].read_latency_us=10..500",
-            "--unknown",
-            "device[0].write_latency_us=1..500",
-            "-o",
-            s(&dir.join("f.toml")),
-        ],
+        &base,
+        &["--unknown", "device[0].write_latency_us=1..500"],
+        &dir.join("f.toml"),
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
@@ -157,20 +153,7 @@ fn a_fit_is_the_same_bytes_at_any_thread_count() {
     let (dir, db, base) = setup("fit-determinism");
     let run = |jobs: &str, name: &str| {
         let file = dir.join(name);
-        let out = fit(
-            &db,
-            &[
-                s(&base),
-                "--to",
-                "1",
-                "--unknown",
-                "device[0].read_latency_us=10..500",
-                "--jobs",
-                jobs,
-                "-o",
-                s(&file),
-            ],
-        );
+        let out = fit_latency(&db, &base, &["--jobs", jobs], &file);
         assert!(out.status.success(), "{}", stderr(&out));
         (out.stdout, std::fs::read(&file).unwrap())
     };
@@ -194,20 +177,7 @@ fn several_runs_are_fitted_together_and_each_is_predicted_without_itself() {
     let out = iolab(&["--db", s(&db), "import", "fio", s(&json)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out_file = dir.join("f.toml");
-    let out = fit(
-        &db,
-        &[
-            s(&base),
-            "--to",
-            "1",
-            "--to",
-            "2",
-            "--unknown",
-            "device[0].read_latency_us=10..500",
-            "-o",
-            s(&out_file),
-        ],
-    );
+    let out = fit_latency(&db, &base, &["--to", "2"], &out_file);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     // Run 2's depth came from its own job options.
@@ -369,18 +339,7 @@ fn a_run_s_engine_and_io_uring_options_set_its_twin() {
         .replace("iodepth = 1", "iodepth = 4");
     let (dir, db, base) = setup_with("fit-engine", &truth);
     let fitted = dir.join("fitted.toml");
-    let out = fit(
-        &db,
-        &[
-            s(&base),
-            "--to",
-            "1",
-            "--unknown",
-            "device[0].read_latency_us=10..500",
-            "-o",
-            s(&fitted),
-        ],
-    );
+    let out = fit_latency(&db, &base, &[], &fitted);
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     for said in [
