@@ -342,6 +342,11 @@ pub const NETPERF_SENDER_BURST_PACKETS: Sourced<u64> = (
     1,
     "assumption: the sending host's NIC interleaves its send queues (one per flow) packet by packet, so the receiver sees the flows' packets in turn; ConnectX's transmit arbitration granularity is not published",
 );
+/// NIC `rx_page_cache_pages` (the direct-DMA receive path).
+pub const NIC_RX_PAGE_CACHE_PAGES: Sourced<usize> = (
+    256,
+    "Linux 6.0 mlx5e: MLX5E_CACHE_SIZE = 4 x roundup_pow_of_two(max(MLX5_MPWRQ_PAGES_PER_WQE, NAPI_POLL_WEIGHT)) = 4 x 64 slots per receive queue (en.h); a used page goes in still mapped unless the ring is full (mlx5e_rx_cache_put), and the ring is refilled from its head only once the stack has let go of that page (mlx5e_rx_cache_get: page_ref_count == 1)",
+);
 /// NIC `pause_frames` (the direct-DMA receive path).
 pub const NIC_PAUSE_FRAMES: Sourced<bool> = (
     true,

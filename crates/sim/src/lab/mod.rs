@@ -693,7 +693,7 @@ fn run_direct_rx(
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "TCP RECEIVE TEST (lab, iperf-like): {} flows, {:.0} Gb/s link, MTU {} B, {} receive buffers per flow, {}",
+        "TCP RECEIVE TEST (lab, iperf-like): {} flows, {:.0} Gb/s link, MTU {} B, {} receive buffers per queue, {}",
         c.flows,
         link.gbps,
         c.frame_bytes - crate::workloads::rx_stream::ETH_HEADER_BYTES,
@@ -740,6 +740,10 @@ fn run_direct_rx(
                 "count",
                 per_4k(out.translation.full_walks),
             ),
+            ("net.rx_cache_reuse", "count", out.cache_reuse as f64),
+            ("net.rx_cache_busy", "count", out.cache_busy as f64),
+            ("net.rx_cache_empty", "count", out.cache_empty as f64),
+            ("net.rx_cache_full", "count", out.cache_full as f64),
         ];
         let head = nic_head(
             s,

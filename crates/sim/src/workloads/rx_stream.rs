@@ -1,8 +1,9 @@
 //! An iperf-like receive test on a NIC that DMAs through an x86 IOMMU (VT-d or AMD-Vi) or
-//! none: N flows, one receive queue each, a remote sender filling the wire, the NIC writing
-//! every packet into a mapped 4 KiB receive buffer through the IOMMU's IOTLB and
-//! paging-structure caches, and the receiving CPUs unmapping used buffers, mapping fresh
-//! ones and answering with TCP ACKs that the NIC reads through the same IOMMU.
+//! none: N flows on `cpus` cores, one channel (receive and send queues) per core that aRFS
+//! steers the core's flows to, a remote sender filling the wire, the NIC writing every
+//! packet into a mapped receive buffer through the IOMMU's IOTLB and paging-structure
+//! caches, and the receiving CPUs recycling used buffers, mapping fresh ones and answering
+//! with TCP ACKs that the NIC reads through the same IOMMU.
 //!
 //! The pieces, each a stated model (docs/model/fands-iotlb.md):
 //!
@@ -25,20 +26,23 @@
 //!   writes the frame into the next `stride_bytes` fragment of a receive page and writes a
 //!   64-byte completion (CQE); per ACK it reads the send descriptor and the ACK's header
 //!   buffer (reads: their walks overlap) and writes a send completion.
-//! - **Receive processing**: per flow, completions raise an interrupt after
-//!   `coalesce_usecs` or `coalesce_frames`, whichever first. A NAPI poll on the flow's CPU
-//!   runs in virtual time, step by step (it pauses whenever another event falls due before
-//!   its next step, so each unmap's invalidation meets the NIC's walks when the CPU issues
-//!   it): the send completions' buffers, then the completions that have landed, at most
-//!   64 (Linux's NAPI budget); a poll that used its whole budget polls again, one that took fewer
-//!   completes and the interrupt is armed again. Per completion: GRO merges
-//!   consecutive packets of the flow up to `gro_bytes`; per packet the buffer is unmapped
-//!   (strict: a page-selective invalidation and a wait) unless the page cache recycles it
-//!   (`recycle_pct`), and a fresh page mapped and posted; TCP acknowledges every second
-//!   full segment, once per GRO skb at most (an ACK is one mapped header buffer, unmapped
-//!   when its send completion is processed in the flow's next poll). CPU time is the stack
-//!   costs plus the map and unmap work as the profile prices it (hardware waits
-//!   uncontended).
+//! - **Receive processing**: per channel, completions raise an interrupt after
+//!   `coalesce_usecs` or `coalesce_frames`, whichever first. A NAPI poll on the channel's
+//!   CPU runs in virtual time, step by step (it pauses whenever another event falls due
+//!   before its next step, so each unmap's invalidation meets the NIC's walks when the CPU
+//!   issues it): the send completions' buffers, then the completions that have landed, at
+//!   most 64 (Linux's NAPI budget); a poll that used its whole budget polls again, one that
+//!   took fewer completes and the interrupt is armed again. Per completion: GRO merges
+//!   consecutive packets of each flow up to `gro_bytes` (at most 8 flows' skbs held); the
+//!   used page goes to the channel's page cache (mlx5's: a FIFO of `page_cache_pages`
+//!   slots), or is unmapped when the cache is full (strict: a page-selective invalidation
+//!   and a wait). At the poll's end the ring is refilled: from the cache's head when the
+//!   stack has let go of that page, else with a freshly mapped page; then the application
+//!   reads what TCP holds in order, letting go of those pages (out-of-order data holds its
+//!   pages until the hole is filled). TCP acknowledges every second full segment, once per
+//!   GRO skb at most (an ACK is one mapped header buffer, unmapped when its send
+//!   completion is processed in the channel's next poll). CPU time is the stack costs plus
+//!   the map and unmap work as the profile prices it (hardware waits uncontended).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -69,9 +73,10 @@ pub const ETH_HEADER_BYTES: u64 = 14;
 /// One receive test's configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RxStreamConfig {
-    /// Flows, one receive queue and one send queue each.
+    /// Flows.
     pub flows: usize,
-    /// CPUs; flow `i` is processed on CPU `i % cpus`.
+    /// Cores the flows run on: flow `i` on core `i % cpus`, each core one channel (a
+    /// receive and a send queue) that aRFS steers its flows to.
     pub cpus: usize,
     /// Receive buffers posted per queue (descriptors of one page each).
     pub ring_pages: usize,
@@ -100,8 +105,10 @@ pub struct RxStreamConfig {
     pub coalesce_ns: u64,
     /// Largest GRO skb, bytes of payload.
     pub gro_bytes: u64,
-    /// Percent of used receive pages the page cache recycles (still mapped).
-    pub recycle_pct: u32,
+    /// Slots of each receive queue's page cache (mlx5's `MLX5E_CACHE_SIZE`; one stays
+    /// empty): used pages wait there still mapped until the ring takes them back; 0: every
+    /// used page is unmapped and replaced.
+    pub page_cache_pages: usize,
     /// Virtual run length, ns.
     pub run_ns: u64,
     /// Start of the measured window, ns.
@@ -165,6 +172,15 @@ pub struct RxStreamResult {
     pub polled_packets: u64,
     /// The most completions one poll took (at most the NAPI budget, 64).
     pub max_poll_packets: u64,
+    /// Ring refills from the page cache (mlx5's `rx_cache_reuse`).
+    pub cache_reuse: u64,
+    /// Refills that found the cache's head page still held by the stack, so mapped a fresh
+    /// page (mlx5's `rx_cache_busy`).
+    pub cache_busy: u64,
+    /// Refills that found the cache empty (mlx5's `rx_cache_empty`).
+    pub cache_empty: u64,
+    /// Used pages unmapped because the cache was full (mlx5's `rx_cache_full`).
+    pub cache_full: u64,
     /// The device's translations (IOTLB hits and misses, walk reads) over every DMA.
     pub translation: WorkRecord,
     /// Map and unmap work of the driver.
@@ -209,9 +225,9 @@ pub struct RxPricing<'a> {
 enum Ev {
     /// The DMA engine takes the next packet off the FIFO.
     Rx,
-    /// A flow's interrupt or NAPI repoll (generation).
+    /// A channel's interrupt or NAPI repoll (generation).
     Poll(usize, u64),
-    /// A flow's paused poll goes on.
+    /// A channel's paused poll goes on.
     PollResume(usize),
     /// The sender's wire is free (pause frames off).
     Send,
@@ -243,13 +259,30 @@ struct Lossy {
     wire_at: f64,
 }
 
-struct Flow {
-    rx_ring: VecDeque<MappedBuffer>,
+/// A receive page: its mapping and its slot in [`State::held`].
+struct RxPage {
+    buf: MappedBuffer,
+    id: usize,
+}
+
+/// A packet the NIC has written and completed, not yet processed.
+struct Landed {
+    flow: usize,
+    /// The page, when this packet filled its last fragment.
+    page: Option<RxPage>,
+    /// Completion time, ns.
+    done: u64,
+    /// TCP segment.
+    seq: u64,
+}
+
+/// One core's channel: its receive and send queues, their NAPI context and the receive
+/// queue's page cache; the flows aRFS steers to the core share it.
+struct Channel {
+    rx_ring: VecDeque<RxPage>,
     /// Fragments already filled in the front page of `rx_ring`.
     front_used: u64,
-    /// DMA'd packets not yet processed: (the page, when this packet filled its last
-    /// fragment; completion time; frame bytes; TCP segment).
-    done: VecDeque<(Option<MappedBuffer>, u64, u64, u64)>,
+    done: VecDeque<Landed>,
     rq: MappedBuffer,
     cq: MappedBuffer,
     sq: MappedBuffer,
@@ -261,11 +294,32 @@ struct Flow {
     /// Whether an interrupt (or repoll) is pending, and its generation.
     armed: bool,
     gen: u64,
-    /// Full segments received since the last ACK.
-    unacked: u64,
-    recycle_acc: u32,
     /// The poll under way, paused while the NIC's events due meanwhile run.
     paused: Option<PollCursor>,
+    /// mlx5's page cache: used pages, still mapped, oldest first.
+    cache: VecDeque<RxPage>,
+}
+
+/// The receiving side of one flow.
+#[derive(Default)]
+struct FlowRx {
+    /// Full segments received since the last ACK.
+    unacked: u64,
+    /// Pages holding data the application has not read: (segment, page id).
+    held: Vec<(u64, usize)>,
+}
+
+/// GRO skbs a NAPI context holds at most (Linux `MAX_GRO_SKBS`).
+const MAX_GRO_SKBS: usize = 8;
+
+/// A GRO skb being built: its flow, payload bytes, segments, its last segment, and whether
+/// TCP acknowledges it at once (with the SACK of its segments beyond a hole).
+struct GroSkb {
+    flow: usize,
+    bytes: u64,
+    segs: u64,
+    last_seq: u64,
+    urgent: Option<Option<(u64, u64)>>,
 }
 
 /// Completions one NAPI poll takes at most (Linux `NAPI_POLL_WEIGHT`, the budget mlx5
@@ -280,12 +334,10 @@ struct PollCursor {
     taken: u64,
     /// Send completions' ACK buffers still to unmap.
     acks: Vec<MappedBuffer>,
-    /// The GRO skb being built: payload bytes, segments, its last segment, and whether TCP
-    /// acknowledges it at once (with the SACK of its latest segment beyond a hole).
-    skb_bytes: u64,
-    skb_segs: u64,
-    last_seq: u64,
-    urgent: Option<Option<(u64, u64)>>,
+    /// The GRO skbs held, oldest first.
+    gro: Vec<GroSkb>,
+    /// Pages taken off the ring, to post again at the poll's end.
+    refill: u64,
 }
 
 struct State<'a> {
@@ -298,7 +350,11 @@ struct State<'a> {
     /// How far the NIC's requests run ahead, and where its walks have got to.
     stream: DmaStream,
     dev: &'a Device,
-    flows: Vec<Flow>,
+    channels: Vec<Channel>,
+    flows: Vec<FlowRx>,
+    /// Per receive page (by id): whether the stack still holds it (an skb or the
+    /// socket's queues), so the page cache cannot give it back yet.
+    held: Vec<bool>,
     core_free: Vec<u64>,
     /// A poll is paused on this CPU (it holds the CPU until its end).
     cpu_polling: Vec<bool>,
@@ -385,6 +441,21 @@ impl State<'_> {
         ((packet / self.cfg.burst_packets.max(1)) % self.cfg.flows as u64) as usize
     }
 
+    /// The channel (and core) flow `f` is steered to.
+    fn channel_of(&self, f: usize) -> usize {
+        f % self.channels.len().max(1)
+    }
+
+    /// A freshly mapped receive page, on `cpu`.
+    fn fresh_page(&mut self, cpu: usize, w: &mut WorkRecord) -> Result<RxPage, RxStreamError> {
+        let buf = self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, w)?;
+        self.held.push(false);
+        Ok(RxPage {
+            buf,
+            id: self.held.len() - 1,
+        })
+    }
+
     /// The DMA engine takes packet `self.packet` at `now`.
     fn rx(&mut self, now: u64) -> Result<(), RxStreamError> {
         let (f, seq) = match self.lossy.as_mut() {
@@ -397,14 +468,15 @@ impl State<'_> {
             },
             None => (self.flow_of(self.packet), 0),
         };
+        let c = self.channel_of(f);
         let frame = self.cfg.frame_bytes;
         let mut ns = 0.0;
         let start = self.dma_free.max(now as f64);
         let per_page = (self.cfg.page_bytes / self.cfg.stride_bytes.max(1)).max(1);
-        let slot = self.flows[f].rx_ring.front().map(|p| {
-            let used = self.flows[f].front_used;
+        let slot = self.channels[c].rx_ring.front().map(|p| {
+            let used = self.channels[c].front_used;
             (
-                p.dma_addr().0 + used * self.cfg.stride_bytes,
+                p.buf.dma_addr().0 + used * self.cfg.stride_bytes,
                 used + 1 == per_page,
             )
         });
@@ -416,20 +488,21 @@ impl State<'_> {
                 false
             }
             Some((buf_at, last_fragment)) => {
+                let ch = &mut self.channels[c];
                 let page = if last_fragment {
-                    self.flows[f].front_used = 0;
-                    self.flows[f].rx_ring.pop_front()
+                    ch.front_used = 0;
+                    ch.rx_ring.pop_front()
                 } else {
-                    self.flows[f].front_used += 1;
+                    ch.front_used += 1;
                     None
                 };
-                let idx = self.flows[f].rx_index;
-                self.flows[f].rx_index += 1;
+                let idx = ch.rx_index;
+                ch.rx_index += 1;
                 let ring = self.cfg.ring_pages as u64;
                 // The receive descriptors are read ahead (a 64-byte line of four WQEs every
                 // fourth packet): the read's walk takes a walker, its latency is hidden.
                 if idx % 4 == 0 {
-                    let at = self.flows[f].rq.dma_addr().0 + (idx % ring) * RX_WQE_BYTES;
+                    let at = self.channels[c].rq.dma_addr().0 + (idx % ring) * RX_WQE_BYTES;
                     let t = self.device(at, 64.min(RX_WQE_BYTES * 4), Access::Read, now)?;
                     self.ported(start, 0.0, t, Access::Read);
                 }
@@ -439,7 +512,7 @@ impl State<'_> {
                 let framed = self.ported(start, data, t, Access::Write);
                 // The completion follows its frame; with Relaxed Ordering the next frames
                 // may pass a completion still waiting.
-                let at = self.flows[f].cq.dma_addr().0 + (idx % ring) * CQE_BYTES;
+                let at = self.channels[c].cq.dma_addr().0 + (idx % ring) * CQE_BYTES;
                 let t = self.device(at, CQE_BYTES, Access::Write, now)?;
                 let cqe = self.ported(framed.done, 0.0, t, Access::Write);
                 ns = if self.cfg.dma_link.relaxed_ordering {
@@ -448,8 +521,13 @@ impl State<'_> {
                     cqe.stream_free - start
                 };
                 let done = cqe.done.ceil() as u64;
-                self.flows[f].done.push_back((page, done, frame, seq));
-                self.completion(f, done);
+                self.channels[c].done.push_back(Landed {
+                    flow: f,
+                    page,
+                    done,
+                    seq,
+                });
+                self.completion(c, done);
                 true
             }
         };
@@ -492,65 +570,64 @@ impl State<'_> {
         Ok(())
     }
 
-    /// NAPI of flow `f` completed with `queued` completions in flight, the first landing
-    /// at `first`: the interrupt fires after the moderation time from it, or when the
-    /// `coalesce_frames`-th lands.
-    fn rearm(&mut self, f: usize, first: u64, queued: u64) {
-        let fl = &mut self.flows[f];
-        fl.armed = true;
-        fl.gen += 1;
-        let g = fl.gen;
+    /// NAPI of channel `c` completed with `queued` completions in flight, the first
+    /// landing at `first`: the interrupt fires after the moderation time from it, or when
+    /// the `coalesce_frames`-th lands.
+    fn rearm(&mut self, c: usize, first: u64, queued: u64) {
+        let ch = &mut self.channels[c];
+        ch.armed = true;
+        ch.gen += 1;
+        let g = ch.gen;
         let frames = self.cfg.coalesce_frames.max(1);
         let at = if frames <= 1 {
             first
         } else if queued >= frames {
-            fl.done
+            ch.done
                 .get(frames as usize - 1)
-                .map_or(first, |d| d.1)
+                .map_or(first, |d| d.done)
                 .min(first + self.cfg.coalesce_ns)
         } else {
             first + self.cfg.coalesce_ns
         };
-        self.push(at, Ev::Poll(f, g));
+        self.push(at, Ev::Poll(c, g));
     }
 
-    /// Flow `f` has a completion at `done`: arm its interrupt.
-    fn completion(&mut self, f: usize, done: u64) {
-        let fl = &mut self.flows[f];
-        if fl.armed {
+    /// Channel `c` has a completion at `done`: arm its interrupt.
+    fn completion(&mut self, c: usize, done: u64) {
+        let ch = &mut self.channels[c];
+        if ch.armed {
             // Enough frames: the moderation fires now.
-            if fl.done.len() as u64 == self.cfg.coalesce_frames {
-                fl.gen += 1;
-                let g = fl.gen;
-                self.push(done, Ev::Poll(f, g));
+            if ch.done.len() as u64 == self.cfg.coalesce_frames {
+                ch.gen += 1;
+                let g = ch.gen;
+                self.push(done, Ev::Poll(c, g));
             }
             return;
         }
-        fl.armed = true;
-        fl.gen += 1;
-        let g = fl.gen;
+        ch.armed = true;
+        ch.gen += 1;
+        let g = ch.gen;
         let at = if self.cfg.coalesce_frames <= 1 {
             done
         } else {
             done + self.cfg.coalesce_ns
         };
-        self.push(at, Ev::Poll(f, g));
+        self.push(at, Ev::Poll(c, g));
     }
 
-    /// NAPI poll of flow `f` at `now`.
-    fn poll(&mut self, f: usize, now: u64) -> Result<(), RxStreamError> {
-        let cpu = f % self.cfg.cpus.max(1);
-        if self.flows[f].paused.is_some() {
-            // This flow's poll is under way; it polls again at its end if work is left.
+    /// NAPI poll of channel `c` (on CPU `c`) at `now`.
+    fn poll(&mut self, c: usize, now: u64) -> Result<(), RxStreamError> {
+        if self.channels[c].paused.is_some() {
+            // This channel's poll is under way; it polls again at its end if work is left.
             return Ok(());
         }
-        if self.core_free[cpu] > now || self.cpu_polling[cpu] {
-            let g = self.flows[f].gen;
-            let at = self.core_free[cpu];
-            self.push(at, Ev::Poll(f, g));
+        if self.core_free[c] > now || self.cpu_polling[c] {
+            let g = self.channels[c].gen;
+            let at = self.core_free[c];
+            self.push(at, Ev::Poll(c, g));
             return Ok(());
         }
-        let mut acks = std::mem::take(&mut self.flows[f].acks_out);
+        let mut acks = std::mem::take(&mut self.channels[c].acks_out);
         // Taken from the back: oldest first.
         acks.reverse();
         if self.in_window(now) {
@@ -560,21 +637,18 @@ impl State<'_> {
             counted: self.in_window(now),
             taken: 0,
             acks,
-            skb_bytes: 0,
-            skb_segs: 0,
-            last_seq: 0,
-            urgent: None,
+            gro: Vec::new(),
+            refill: 0,
         };
-        self.poll_steps(f, cpu, now, self.costs.irq_ns, cursor)
+        self.poll_steps(c, now, self.costs.irq_ns, cursor)
     }
 
-    /// Flow `f`'s paused poll goes on at `now`.
-    fn poll_resume(&mut self, f: usize, now: u64) -> Result<(), RxStreamError> {
-        let cpu = f % self.cfg.cpus.max(1);
-        let Some(cursor) = self.flows[f].paused.take() else {
+    /// Channel `c`'s paused poll goes on at `now`.
+    fn poll_resume(&mut self, c: usize, now: u64) -> Result<(), RxStreamError> {
+        let Some(cursor) = self.channels[c].paused.take() else {
             return Ok(());
         };
-        self.poll_steps(f, cpu, now, 0.0, cursor)
+        self.poll_steps(c, now, 0.0, cursor)
     }
 
     /// Whether an event other than this poll's is due before `t`: the poll then pauses
@@ -584,34 +658,32 @@ impl State<'_> {
         self.heap.peek().is_some_and(|Reverse((at, _, _))| *at < t)
     }
 
-    /// The poll's steps from `now`, `ns` of CPU time already spent in this slice: the
-    /// send completions' buffers, then each completed packet, one at a time in virtual
-    /// time; the poll pauses when another event falls due before its next step.
+    /// Channel `c`'s poll steps from `now` on its CPU, `ns` of CPU time already spent in
+    /// this slice: the send completions' buffers, then each completed packet, one at a
+    /// time in virtual time; the poll pauses when another event falls due before its next
+    /// step.
     fn poll_steps(
         &mut self,
-        f: usize,
-        cpu: usize,
+        c: usize,
         now: u64,
         mut ns: f64,
         mut cur: PollCursor,
     ) -> Result<(), RxStreamError> {
+        let cpu = c;
         loop {
             let t = now + ns.ceil() as u64;
             let ack_left = !cur.acks.is_empty();
             let packet_left = cur.taken < NAPI_BUDGET
-                && self.flows[f]
-                    .done
-                    .front()
-                    .is_some_and(|&(_, done, _, _)| done <= t);
+                && self.channels[c].done.front().is_some_and(|l| l.done <= t);
             if !ack_left && !packet_left {
                 break;
             }
             if ns > 0.0 && self.event_before(t) {
-                self.flows[f].paused = Some(cur);
+                self.channels[c].paused = Some(cur);
                 self.cpu_polling[cpu] = true;
                 self.core_free[cpu] = t;
                 self.count_cpu(cpu, now, ns);
-                self.push(t, Ev::PollResume(f));
+                self.push(t, Ev::PollResume(c));
                 return Ok(());
             }
             // Send completions: the ACK buffers go.
@@ -621,29 +693,36 @@ impl State<'_> {
                 ns += self.work_ns(&w, t);
                 continue;
             }
-            let Some((buf, _, _, seq)) = self.flows[f].done.pop_front() else {
+            let Some(Landed {
+                flow, page, seq, ..
+            }) = self.channels[c].done.pop_front()
+            else {
                 break;
             };
             cur.taken += 1;
-            let arrival = self.lossy.as_mut().map(|l| l.receivers[f].receive(seq));
+            let arrival = self.lossy.as_mut().map(|l| l.receivers[flow].receive(seq));
             let payload = self.link.mss;
             ns +=
                 self.costs.per_packet_ns + payload as f64 / self.costs.copy_bytes_per_ns.max(1e-9);
-            // The page goes once its last fragment's packet is processed.
-            if let Some(buf) = buf {
-                let mut w = WorkRecord::new();
-                let fl = &mut self.flows[f];
-                fl.recycle_acc += self.cfg.recycle_pct;
-                if fl.recycle_acc >= 100 {
-                    fl.recycle_acc -= 100;
-                    fl.rx_ring.push_back(buf);
+            // The page goes once its last fragment's packet is processed
+            // (`mlx5e_free_rx_wqe`): into the page cache, still mapped and still held by
+            // the skb, or unmapped when the cache is full.
+            if let Some(page) = page {
+                cur.refill += 1;
+                self.held[page.id] = true;
+                let counted = self.in_window(t);
+                let ch = &mut self.channels[c];
+                if ch.cache.len() + 1 < self.cfg.page_cache_pages {
+                    self.flows[flow].held.push((seq, page.id));
+                    ch.cache.push_back(page);
                 } else {
-                    self.unmap(buf, cpu, t, &mut w)?;
-                    let fresh =
-                        self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?;
-                    self.flows[f].rx_ring.push_back(fresh);
+                    if counted {
+                        self.out.cache_full += 1;
+                    }
+                    let mut w = WorkRecord::new();
+                    self.unmap(page.buf, cpu, t, &mut w)?;
+                    ns += self.work_ns(&w, t);
                 }
-                ns += self.work_ns(&w, t);
             }
             // Out of order, a duplicate or a filled hole: TCP acknowledges the skb at once,
             // with a SACK naming it when it lies beyond a hole.
@@ -654,29 +733,99 @@ impl State<'_> {
                 }
                 (a == Arrival::OutOfOrder).then_some(seq)
             });
-            // GRO merges segments that follow each other in sequence, up to its size: a run
-            // of segments beyond a hole is one skb and one ACK. A segment that does not
-            // continue the skb, or that TCP treats otherwise, flushes it first.
-            let continues = self.lossy.is_none() || seq == cur.last_seq + 1;
-            if cur.skb_segs > 0
-                && (cur.skb_bytes + payload > self.cfg.gro_bytes
-                    || !continues
-                    || urgent.is_some() != cur.urgent.is_some())
-            {
-                ns += self.flush_skb(f, cpu, t, &mut cur)?;
+            // GRO merges segments of a flow that follow each other in sequence, up to its
+            // size: a run of segments beyond a hole is one skb and one ACK. A segment that
+            // does not continue its flow's skb, or that TCP treats otherwise, flushes it
+            // first; a flow with no skb held when 8 are flushes the oldest.
+            let held = cur.gro.iter().position(|g| g.flow == flow);
+            let flush = match held {
+                Some(i) => {
+                    let g = &cur.gro[i];
+                    let continues = self.lossy.is_none() || seq == g.last_seq + 1;
+                    (g.bytes + payload > self.cfg.gro_bytes
+                        || !continues
+                        || urgent.is_some() != g.urgent.is_some())
+                    .then_some(i)
+                }
+                None => (cur.gro.len() == MAX_GRO_SKBS).then_some(0),
+            };
+            if let Some(i) = flush {
+                let skb = cur.gro.remove(i);
+                ns += self.flush_skb(c, t, skb)?;
             }
-            cur.skb_bytes += payload;
-            cur.skb_segs += 1;
-            cur.last_seq = seq;
+            let i = match cur.gro.iter().position(|g| g.flow == flow) {
+                Some(i) => i,
+                None => {
+                    cur.gro.push(GroSkb {
+                        flow,
+                        bytes: 0,
+                        segs: 0,
+                        last_seq: seq,
+                        urgent: None,
+                    });
+                    cur.gro.len() - 1
+                }
+            };
+            let g = &mut cur.gro[i];
+            g.bytes += payload;
+            g.segs += 1;
+            g.last_seq = seq;
             if let Some(sack) = urgent {
                 // The SACK block: from the skb's first segment beyond the hole to this one.
-                let block = sack.map(|s| (cur.urgent.flatten().map_or(s, |(a, _)| a), s));
-                cur.urgent = Some(block.or(cur.urgent.flatten()));
+                let block = sack.map(|s| (g.urgent.flatten().map_or(s, |(a, _)| a), s));
+                g.urgent = Some(block.or(g.urgent.flatten()));
             }
         }
-        if cur.skb_segs > 0 {
+        for skb in std::mem::take(&mut cur.gro) {
             let t = now + ns.ceil() as u64;
-            ns += self.flush_skb(f, cpu, t, &mut cur)?;
+            ns += self.flush_skb(c, t, skb)?;
+        }
+        // The ring is posted again (`mlx5e_post_rx_wqes`): from the page cache's head
+        // when the stack has let go of it, else with a freshly mapped page.
+        if cur.refill > 0 {
+            let t = now + ns.ceil() as u64;
+            let counted = self.in_window(t);
+            let mut w = WorkRecord::new();
+            for _ in 0..cur.refill {
+                let ch = &mut self.channels[c];
+                let head = ch.cache.front().map(|p| self.held[p.id]);
+                let page = match head {
+                    Some(false) => ch.cache.pop_front(),
+                    _ => None,
+                };
+                let page = match page {
+                    Some(p) => {
+                        self.out.cache_reuse += u64::from(counted);
+                        p
+                    }
+                    None => {
+                        if counted {
+                            self.out.cache_busy += u64::from(head.is_some());
+                            self.out.cache_empty += u64::from(head.is_none());
+                        }
+                        self.fresh_page(cpu, &mut w)?
+                    }
+                };
+                self.channels[c].rx_ring.push_back(page);
+            }
+            ns += self.work_ns(&w, t);
+        }
+        // After the softirq the application reads what TCP holds in order: those pages
+        // are let go of; out-of-order data keeps its pages until the hole is filled.
+        let step = self.channels.len();
+        for f in (c..self.cfg.flows).step_by(step.max(1)) {
+            let upto = self
+                .lossy
+                .as_ref()
+                .map_or(u64::MAX, |l| l.receivers[f].rcv_nxt());
+            let held = &mut self.held;
+            self.flows[f].held.retain(|&(seq, id)| {
+                let read = seq < upto;
+                if read {
+                    held[id] = false;
+                }
+                !read
+            });
         }
         let end = now + ns.ceil() as u64;
         self.core_free[cpu] = end;
@@ -686,20 +835,20 @@ impl State<'_> {
             self.out.max_poll_packets = self.out.max_poll_packets.max(cur.taken);
         }
         self.count_cpu(cpu, now, ns);
-        let fl = &mut self.flows[f];
-        fl.gen += 1;
+        let ch = &mut self.channels[c];
+        ch.gen += 1;
         if cur.taken == NAPI_BUDGET {
             // The whole budget went: NAPI polls again at once.
-            let g = fl.gen;
-            self.push(end, Ev::Poll(f, g));
+            let g = ch.gen;
+            self.push(end, Ev::Poll(c, g));
         } else {
             // NAPI completes and the interrupt is armed again: completions still in flight
             // raise it as moderation allows.
-            fl.armed = false;
-            let first = fl.done.front().map(|d| d.1);
-            let queued = fl.done.len() as u64;
+            ch.armed = false;
+            let first = ch.done.front().map(|d| d.done);
+            let queued = ch.done.len() as u64;
             if let Some(first) = first {
-                self.rearm(f, first, queued);
+                self.rearm(c, first, queued);
             }
         }
         Ok(())
@@ -716,33 +865,26 @@ impl State<'_> {
         }
     }
 
-    /// GRO hands the skb it holds to TCP at `now`: its cost.
-    fn flush_skb(
-        &mut self,
-        f: usize,
-        cpu: usize,
-        now: u64,
-        cur: &mut PollCursor,
-    ) -> Result<f64, RxStreamError> {
-        let ack = match cur.urgent.take() {
+    /// GRO hands `skb` to TCP at `now` on channel `c`: its cost.
+    fn flush_skb(&mut self, c: usize, now: u64, skb: GroSkb) -> Result<f64, RxStreamError> {
+        let ack = match skb.urgent {
             Some(sack) => Ack::Now(sack),
             None => Ack::Delayed,
         };
-        let segs = std::mem::take(&mut cur.skb_segs);
-        cur.skb_bytes = 0;
-        self.skb(f, cpu, segs, now, ack)
+        self.skb(c, skb.flow, skb.segs, now, ack)
     }
 
-    /// One GRO skb of `segs` segments handed to TCP on flow `f`: its cost, and an ACK when
-    /// two full segments await one or `ack` asks for one now.
+    /// One GRO skb of `segs` segments handed to TCP on flow `f` of channel `c`: its cost,
+    /// and an ACK when two full segments await one or `ack` asks for one now.
     fn skb(
         &mut self,
+        c: usize,
         f: usize,
-        cpu: usize,
         segs: u64,
         now: u64,
         ack: Ack,
     ) -> Result<f64, RxStreamError> {
+        let cpu = c;
         let mut ns = self.costs.per_skb_ns;
         self.flows[f].unacked += segs;
         if self.flows[f].unacked < 2 && ack == Ack::Delayed {
@@ -754,11 +896,12 @@ impl State<'_> {
         let buf = self.map(ACK_BYTES, Direction::ToDevice, cpu, &mut w)?;
         ns += self.work_ns(&w, now);
         // The NIC reads the send descriptor and the frame and writes the completion.
-        let idx = self.flows[f].tx_index;
-        self.flows[f].tx_index += 1;
+        let ch = &mut self.channels[c];
+        let idx = ch.tx_index;
+        ch.tx_index += 1;
         let ring = self.cfg.tx_ring_entries as u64;
-        let sq = self.flows[f].sq.dma_addr().0 + (idx % ring) * TX_WQE_BYTES;
-        let cq = self.flows[f].txcq.dma_addr().0 + (idx % ring) * CQE_BYTES;
+        let sq = ch.sq.dma_addr().0 + (idx % ring) * TX_WQE_BYTES;
+        let cq = ch.txcq.dma_addr().0 + (idx % ring) * CQE_BYTES;
         // The two reads overlap on the walkers; the completion is a posted write in the
         // device's write stream.
         let at = now as f64;
@@ -777,7 +920,7 @@ impl State<'_> {
             self.out.acks += 1;
             self.out.immediate_acks += u64::from(ack != Ack::Delayed);
         }
-        self.flows[f].acks_out.push(buf);
+        self.channels[c].acks_out.push(buf);
         if let Some(l) = self.lossy.as_ref() {
             let cum = l.receivers[f].rcv_nxt();
             let sack = match ack {
@@ -915,7 +1058,9 @@ pub(crate) fn run_rx_stream(
         stream: DmaStream::new(cfg.dma_link),
         path,
         dev,
-        flows: Vec::new(),
+        channels: Vec::new(),
+        flows: (0..cfg.flows).map(|_| FlowRx::default()).collect(),
+        held: Vec::new(),
         core_free: vec![0; cfg.cpus.max(1)],
         cpu_polling: vec![false; cfg.cpus.max(1)],
         cpu_busy: vec![0.0; cfg.cpus.max(1)],
@@ -943,10 +1088,9 @@ pub(crate) fn run_rx_stream(
             wire_at: 0.0,
         }),
     };
-    // Set-up: each queue's rings (coherent, mapped once) and posted buffers, mapped on
-    // the flow's CPU.
-    for f in 0..cfg.flows {
-        let cpu = f % cfg.cpus.max(1);
+    // Set-up: each channel's rings (coherent, mapped once) and posted buffers, mapped on
+    // the channel's CPU.
+    for cpu in 0..cfg.cpus.min(cfg.flows).max(1) {
         let mut w = WorkRecord::new();
         let ring = cfg.ring_pages as u64;
         let tx = cfg.tx_ring_entries as u64;
@@ -957,9 +1101,9 @@ pub(crate) fn run_rx_stream(
         st.next_pa += 64 << 10;
         let mut rx_ring = VecDeque::with_capacity(cfg.ring_pages);
         for _ in 0..cfg.ring_pages {
-            rx_ring.push_back(st.map(cfg.page_bytes, Direction::FromDevice, cpu, &mut w)?);
+            rx_ring.push_back(st.fresh_page(cpu, &mut w)?);
         }
-        st.flows.push(Flow {
+        st.channels.push(Channel {
             rx_ring,
             front_used: 0,
             done: VecDeque::new(),
@@ -972,9 +1116,8 @@ pub(crate) fn run_rx_stream(
             acks_out: Vec::new(),
             armed: false,
             gen: 0,
-            unacked: 0,
-            recycle_acc: 0,
             paused: None,
+            cache: VecDeque::with_capacity(cfg.page_cache_pages),
         });
     }
     st.push(0, if st.lossy.is_some() { Ev::Send } else { Ev::Rx });
@@ -984,9 +1127,9 @@ pub(crate) fn run_rx_stream(
         }
         match ev {
             Ev::Rx => st.rx(t)?,
-            Ev::Poll(f, g) if st.flows[f].gen == g => st.poll(f, t)?,
+            Ev::Poll(c, g) if st.channels[c].gen == g => st.poll(c, t)?,
             Ev::Poll(..) => {}
-            Ev::PollResume(f) => st.poll_resume(f, t)?,
+            Ev::PollResume(c) => st.poll_resume(c, t)?,
             Ev::Send => st.send(t),
             Ev::Arrive(f, seq) => st.arrive(f, seq, t),
             Ev::Ack(f, cum, sack) => st.sender_event(f, Some((cum, sack)), t),

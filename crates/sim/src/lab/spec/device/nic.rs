@@ -41,6 +41,8 @@ pub(in crate::lab::spec) struct NicSpec {
     #[serde(default)]
     rx_recycle_pct: Option<u32>,
     #[serde(default)]
+    rx_page_cache_pages: Option<usize>,
+    #[serde(default)]
     dma_ns_per_4k: Option<f64>,
     #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     rx_fifo_bytes: Option<u64>,
@@ -68,6 +70,11 @@ pub(in crate::lab::spec) struct NicDirect {
     /// Ethernet pause frames (flow control): on, the sender waits while the FIFO is full;
     /// off, the NIC drops what finds it full.
     pub pause_frames: bool,
+    /// Slots of each receive queue's page cache (mlx5's).
+    pub page_cache_pages: usize,
+    /// Whether the file gives `rx_recycle_pct` (the POWER NIC model's page recycling,
+    /// which the direct-DMA path replaces with its page cache).
+    pub recycle_given: bool,
     /// The first of those fields the file gives (the POWER TCE path refuses them).
     pub given: Option<&'static str>,
 }
@@ -213,6 +220,14 @@ pub(in crate::lab::spec) fn nic(
         )?,
         dma_link: super::dma_link(&dev, s.dma_outstanding_pages, s.relaxed_ordering)?,
         pause_frames: s.pause_frames.unwrap_or(d::NIC_PAUSE_FRAMES.0),
+        page_cache_pages: dev.int(
+            "rx_page_cache_pages",
+            s.rx_page_cache_pages
+                .unwrap_or(d::NIC_RX_PAGE_CACHE_PAGES.0),
+            0..=1 << 16,
+            "slots (0: every used page is unmapped)",
+        )?,
+        recycle_given: s.rx_recycle_pct.is_some(),
         given: if s.dma_ns_per_4k.is_some() {
             Some("dma_ns_per_4k")
         } else if s.rx_fifo_bytes.is_some() {
@@ -223,6 +238,8 @@ pub(in crate::lab::spec) fn nic(
             Some("relaxed_ordering")
         } else if s.pause_frames.is_some() {
             Some("pause_frames")
+        } else if s.rx_page_cache_pages.is_some() {
+            Some("rx_page_cache_pages")
         } else {
             None
         },

@@ -18,6 +18,8 @@ pub(in crate::lab::spec) struct NetperfSpec {
     direction: Option<String>,
     #[serde(default)]
     threads: Option<usize>,
+    #[serde(default)]
+    flow_cpus: Option<usize>,
     #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     message_bytes: Option<u64>,
     run_ms: u64,
@@ -125,7 +127,7 @@ pub(in crate::lab::spec) fn netperf(
             "threads",
             s.threads.unwrap_or(1),
             1..=MAX_THREADS as usize,
-            "flows (cap MAX_THREADS; flow i runs on CPU i mod machine.cpus)",
+            "flows (cap MAX_THREADS; flow i runs on CPU i mod workload.flow_cpus)",
         )?
     } else {
         let max_threads = c.cpus.min(MAX_THREADS as usize);
@@ -252,6 +254,7 @@ pub(in crate::lab::spec) fn netperf(
         None => {
             let given = [
                 s.sender_burst_packets.map(|_| "sender_burst_packets"),
+                s.flow_cpus.map(|_| "flow_cpus"),
                 s.ack_ns.map(|_| "ack_ns"),
                 s.tcp_field_given(),
             ];
@@ -362,9 +365,20 @@ fn direct_rx(
                 .round() as u64,
         })
     };
+    if n.recycle_given {
+        return Err(doc.field_error(
+            "device[0].rx_recycle_pct",
+            "applies to the POWER TCE path's NIC; the direct-DMA path (iommu.model = \"vtd\", \"amd-vi\" or \"none\") recycles through mlx5's page cache: set device[0].rx_page_cache_pages",
+        ));
+    }
     let config = RxStreamConfig {
         flows: stream.threads,
-        cpus: c.cpus,
+        cpus: wl.int(
+            "flow_cpus",
+            s.flow_cpus.unwrap_or(c.cpus),
+            1..=c.cpus,
+            "cores the flows run on (at most machine.cpus)",
+        )?,
         ring_pages: stream.rx_ring_pages,
         tx_ring_entries: stream.tx_ring_entries,
         page_bytes: stream.page_bytes,
@@ -383,7 +397,7 @@ fn direct_rx(
         coalesce_frames: stream.rx_coalescing.frames,
         coalesce_ns: stream.rx_coalescing.usecs * 1000,
         gro_bytes: stream.tso_max_bytes,
-        recycle_pct: stream.rx_recycle_pct,
+        page_cache_pages: n.page_cache_pages,
         run_ns: stream.run_ns,
         warmup_ns: stream.warmup_ns,
         loss,
