@@ -33,7 +33,7 @@
 //!   issues it): the send completions' buffers, then the completions that have landed, at
 //!   most 64 (Linux's NAPI budget); a poll that used its whole budget polls again, one that
 //!   took fewer completes and the interrupt is armed again. Per completion: GRO merges
-//!   consecutive packets of each flow up to `gro_bytes` (at most 8 flows' skbs held); the
+//!   consecutive packets of each flow up to `gro_bytes` (8 skbs per hash bucket); the
 //!   used page goes to the channel's page cache (mlx5's: a FIFO of `page_cache_pages`
 //!   slots), or is unmapped when the cache is full (strict: a page-selective invalidation
 //!   and a wait). At the poll's end the ring is refilled: from the cache's head when the
@@ -309,8 +309,10 @@ struct FlowRx {
     held: Vec<(u64, usize)>,
 }
 
-/// GRO skbs a NAPI context holds at most (Linux `MAX_GRO_SKBS`).
+/// GRO skbs a NAPI context holds per hash bucket (Linux `MAX_GRO_SKBS`), and its buckets
+/// (`GRO_HASH_BUCKETS`); a flow's bucket here is its index modulo the buckets.
 const MAX_GRO_SKBS: usize = 8;
+const GRO_HASH_BUCKETS: usize = 8;
 
 /// A GRO skb being built: its flow, payload bytes, segments, its last segment, and whether
 /// TCP acknowledges it at once (with the SACK of its segments beyond a hole).
@@ -736,7 +738,7 @@ impl State<'_> {
             // GRO merges segments of a flow that follow each other in sequence, up to its
             // size: a run of segments beyond a hole is one skb and one ACK. A segment that
             // does not continue its flow's skb, or that TCP treats otherwise, flushes it
-            // first; a flow with no skb held when 8 are flushes the oldest.
+            // first; a flow with no skb held when its bucket holds 8 flushes the bucket's oldest.
             let held = cur.gro.iter().position(|g| g.flow == flow);
             let flush = match held {
                 Some(i) => {
@@ -747,7 +749,14 @@ impl State<'_> {
                         || urgent.is_some() != g.urgent.is_some())
                     .then_some(i)
                 }
-                None => (cur.gro.len() == MAX_GRO_SKBS).then_some(0),
+                None => {
+                    let bucket = |g: &GroSkb| g.flow % GRO_HASH_BUCKETS;
+                    let mine = flow % GRO_HASH_BUCKETS;
+                    let held = cur.gro.iter().filter(|g| bucket(g) == mine).count();
+                    (held == MAX_GRO_SKBS)
+                        .then(|| cur.gro.iter().position(|g| bucket(g) == mine))
+                        .flatten()
+                }
             };
             if let Some(i) = flush {
                 let skb = cur.gro.remove(i);
