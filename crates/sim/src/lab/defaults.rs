@@ -304,7 +304,7 @@ pub const NIC_RX_COALESCE_FRAMES: Sourced<u64> = (
 /// nic `device.rx_coalesce_usecs`.
 pub const NIC_RX_COALESCE_USECS: Sourced<u64> = (
     8,
-    "assumption: mlx5 default RX CQ moderation of ~8 us (adaptive moderation not modelled)",
+    "assumption: mlx5 default RX CQ moderation of ~8 us (MLX5E_PARAMS_DEFAULT_RX_CQ_MODERATION_USEC); on the POWER TCE path's NIC, which does not model DIM; the direct-DMA receive test runs DIM (rx_adaptive) unless a scenario gives these",
 );
 /// nic `device.rx_stride_bytes`.
 pub const NIC_RX_STRIDE_BYTES: Sourced<u64> = (
@@ -346,6 +346,11 @@ pub const NETPERF_SENDER_BURST_PACKETS: Sourced<u64> = (
 pub const NIC_RX_PAGE_CACHE_PAGES: Sourced<usize> = (
     256,
     "Linux 6.0 mlx5e: MLX5E_CACHE_SIZE = 4 x roundup_pow_of_two(max(MLX5_MPWRQ_PAGES_PER_WQE, NAPI_POLL_WEIGHT)) = 4 x 64 slots per receive queue (en.h); a used page goes in still mapped unless the ring is full (mlx5e_rx_cache_put), and the ring is refilled from its head only once the stack has let go of that page (mlx5e_rx_cache_get: page_ref_count == 1)",
+);
+/// NIC `rx_adaptive` (the direct-DMA receive path).
+pub const NIC_RX_ADAPTIVE: Sourced<bool> = (
+    true,
+    "mlx5 enables adaptive receive moderation (DIM) by default (mlx5e_build_nic_params: rx_dim_enabled = MLX5_CAP_GEN(mdev, cq_moderation)), in CQE period mode on devices that start the period from a completion, as ConnectX-5 and later do; a scenario that gives rx_coalesce_usecs or rx_coalesce_frames runs that fixed moderation instead",
 );
 /// NIC `pause_frames` (the direct-DMA receive path).
 pub const NIC_PAUSE_FRAMES: Sourced<bool> = (

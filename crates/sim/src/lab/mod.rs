@@ -744,6 +744,11 @@ fn run_direct_rx(
             ("net.rx_cache_busy", "count", out.cache_busy as f64),
             ("net.rx_cache_empty", "count", out.cache_empty as f64),
             ("net.rx_cache_full", "count", out.cache_full as f64),
+            (
+                "net.rx_usecs_per_interrupt",
+                "us",
+                per(out.interrupt_usecs as f64, out.interrupts),
+            ),
         ];
         let head = nic_head(
             s,

@@ -56,6 +56,7 @@ use crate::cost::CpuCostModel;
 use crate::devices::nic::LinkConfig;
 use crate::devices::{DeviceDma, PortTiming};
 use crate::iommu::port::{DeviceLink, DmaStream, Translated};
+use crate::workloads::net_dim::{NetDim, Sample, DEFAULT_PROFILE, RX_CQE_PROFILES};
 use crate::workloads::nic_dma::{dma_err, per_4k, NicDma};
 use crate::workloads::tcp_flow::{Arrival, TcpParams, TcpReceiver, TcpSender};
 
@@ -103,6 +104,10 @@ pub struct RxStreamConfig {
     pub coalesce_frames: u64,
     /// Interrupt moderation: longest hold of a completion, ns.
     pub coalesce_ns: u64,
+    /// Adaptive moderation (`ethtool -C adaptive-rx on`): each queue's DIM
+    /// ([`crate::workloads::net_dim`]) chooses its moderation from the CQE-mode profiles,
+    /// starting at (8 us, 128); `coalesce_*` are then not used.
+    pub adaptive: bool,
     /// Largest GRO skb, bytes of payload.
     pub gro_bytes: u64,
     /// Slots of each receive queue's page cache (mlx5's `MLX5E_CACHE_SIZE`; one stays
@@ -172,6 +177,10 @@ pub struct RxStreamResult {
     pub polled_packets: u64,
     /// The most completions one poll took (at most the NAPI budget, 64).
     pub max_poll_packets: u64,
+    /// Interrupts in the measured window.
+    pub interrupts: u64,
+    /// The sum of those interrupts' moderation periods, us.
+    pub interrupt_usecs: u64,
     /// Ring refills from the page cache (mlx5's `rx_cache_reuse`).
     pub cache_reuse: u64,
     /// Refills that found the cache's head page still held by the stack, so mapped a fresh
@@ -298,6 +307,17 @@ struct Channel {
     paused: Option<PollCursor>,
     /// mlx5's page cache: used pages, still mapped, oldest first.
     cache: VecDeque<RxPage>,
+    /// The queue's moderation: longest hold of a completion (ns) and completions per
+    /// interrupt; DIM's choice when adaptive.
+    coalesce_ns: u64,
+    coalesce_frames: u64,
+    dim: NetDim,
+    /// Interrupts, packets and bytes so far (the counters DIM samples).
+    events: u64,
+    rx_packets: u64,
+    rx_bytes: u64,
+    /// The pending poll is NAPI's repoll, not an interrupt.
+    repoll: bool,
 }
 
 /// The receiving side of one flow.
@@ -580,16 +600,16 @@ impl State<'_> {
         ch.armed = true;
         ch.gen += 1;
         let g = ch.gen;
-        let frames = self.cfg.coalesce_frames.max(1);
+        let frames = ch.coalesce_frames.max(1);
         let at = if frames <= 1 {
             first
         } else if queued >= frames {
             ch.done
                 .get(frames as usize - 1)
                 .map_or(first, |d| d.done)
-                .min(first + self.cfg.coalesce_ns)
+                .min(first + ch.coalesce_ns)
         } else {
-            first + self.cfg.coalesce_ns
+            first + ch.coalesce_ns
         };
         self.push(at, Ev::Poll(c, g));
     }
@@ -599,7 +619,7 @@ impl State<'_> {
         let ch = &mut self.channels[c];
         if ch.armed {
             // Enough frames: the moderation fires now.
-            if ch.done.len() as u64 == self.cfg.coalesce_frames {
+            if ch.done.len() as u64 == ch.coalesce_frames {
                 ch.gen += 1;
                 let g = ch.gen;
                 self.push(done, Ev::Poll(c, g));
@@ -609,10 +629,10 @@ impl State<'_> {
         ch.armed = true;
         ch.gen += 1;
         let g = ch.gen;
-        let at = if self.cfg.coalesce_frames <= 1 {
+        let at = if ch.coalesce_frames <= 1 {
             done
         } else {
-            done + self.cfg.coalesce_ns
+            done + ch.coalesce_ns
         };
         self.push(at, Ev::Poll(c, g));
     }
@@ -629,11 +649,19 @@ impl State<'_> {
             self.push(at, Ev::Poll(c, g));
             return Ok(());
         }
-        let mut acks = std::mem::take(&mut self.channels[c].acks_out);
+        let ch = &mut self.channels[c];
+        let interrupt = !std::mem::take(&mut ch.repoll);
+        ch.events += u64::from(interrupt);
+        let usecs = ch.coalesce_ns / 1000;
+        let mut acks = std::mem::take(&mut ch.acks_out);
         // Taken from the back: oldest first.
         acks.reverse();
         if self.in_window(now) {
             self.out.polls += 1;
+            if interrupt {
+                self.out.interrupts += 1;
+                self.out.interrupt_usecs += usecs;
+            }
         }
         let cursor = PollCursor {
             counted: self.in_window(now),
@@ -702,6 +730,9 @@ impl State<'_> {
                 break;
             };
             cur.taken += 1;
+            let ch = &mut self.channels[c];
+            ch.rx_packets += 1;
+            ch.rx_bytes += self.cfg.frame_bytes;
             let arrival = self.lossy.as_mut().map(|l| l.receivers[flow].receive(seq));
             let payload = self.link.mss;
             ns +=
@@ -849,10 +880,23 @@ impl State<'_> {
         if cur.taken == NAPI_BUDGET {
             // The whole budget went: NAPI polls again at once.
             let g = ch.gen;
+            ch.repoll = true;
             self.push(end, Ev::Poll(c, g));
         } else {
             // NAPI completes and the interrupt is armed again: completions still in flight
-            // raise it as moderation allows.
+            // raise it as moderation allows, with the moderation DIM has chosen.
+            if self.cfg.adaptive {
+                let sample = Sample {
+                    now_ns: end,
+                    events: ch.events,
+                    packets: ch.rx_packets,
+                    bytes: ch.rx_bytes,
+                };
+                if let Some(m) = ch.dim.on_poll_complete(sample) {
+                    ch.coalesce_ns = m.usecs * 1000;
+                    ch.coalesce_frames = m.frames;
+                }
+            }
             ch.armed = false;
             let first = ch.done.front().map(|d| d.done);
             let queued = ch.done.len() as u64;
@@ -1127,6 +1171,21 @@ pub(crate) fn run_rx_stream(
             gen: 0,
             paused: None,
             cache: VecDeque::with_capacity(cfg.page_cache_pages),
+            coalesce_ns: if cfg.adaptive {
+                RX_CQE_PROFILES[DEFAULT_PROFILE].usecs * 1000
+            } else {
+                cfg.coalesce_ns
+            },
+            coalesce_frames: if cfg.adaptive {
+                RX_CQE_PROFILES[DEFAULT_PROFILE].frames
+            } else {
+                cfg.coalesce_frames
+            },
+            dim: NetDim::new(),
+            events: 0,
+            rx_packets: 0,
+            rx_bytes: 0,
+            repoll: false,
         });
     }
     st.push(0, if st.lossy.is_some() { Ev::Send } else { Ev::Rx });

@@ -43,6 +43,8 @@ pub(in crate::lab::spec) struct NicSpec {
     #[serde(default)]
     rx_page_cache_pages: Option<usize>,
     #[serde(default)]
+    rx_adaptive: Option<bool>,
+    #[serde(default)]
     dma_ns_per_4k: Option<f64>,
     #[serde(default, deserialize_with = "crate::size::opt_bytes")]
     rx_fifo_bytes: Option<u64>,
@@ -72,6 +74,8 @@ pub(in crate::lab::spec) struct NicDirect {
     pub pause_frames: bool,
     /// Slots of each receive queue's page cache (mlx5's).
     pub page_cache_pages: usize,
+    /// Adaptive receive moderation (DIM) instead of the fixed `rx_coalesce_*`.
+    pub adaptive: bool,
     /// Whether the file gives `rx_recycle_pct` (the POWER NIC model's page recycling,
     /// which the direct-DMA path replaces with its page cache).
     pub recycle_given: bool,
@@ -228,6 +232,21 @@ pub(in crate::lab::spec) fn nic(
             "slots (0: every used page is unmapped)",
         )?,
         recycle_given: s.rx_recycle_pct.is_some(),
+        adaptive: match s.rx_adaptive {
+            Some(true) if s.rx_coalesce_usecs.is_some() || s.rx_coalesce_frames.is_some() => {
+                return Err(doc.field_error(
+                    "device[0].rx_adaptive",
+                    "DIM chooses the receive moderation: give rx_coalesce_usecs / rx_coalesce_frames with rx_adaptive = false, or neither",
+                ))
+            }
+            Some(adaptive) => adaptive,
+            // mlx5's default, unless the file states a fixed moderation.
+            None => {
+                d::NIC_RX_ADAPTIVE.0
+                    && s.rx_coalesce_usecs.is_none()
+                    && s.rx_coalesce_frames.is_none()
+            }
+        },
         given: if s.dma_ns_per_4k.is_some() {
             Some("dma_ns_per_4k")
         } else if s.rx_fifo_bytes.is_some() {
@@ -240,6 +259,8 @@ pub(in crate::lab::spec) fn nic(
             Some("pause_frames")
         } else if s.rx_page_cache_pages.is_some() {
             Some("rx_page_cache_pages")
+        } else if s.rx_adaptive.is_some() {
+            Some("rx_adaptive")
         } else {
             None
         },

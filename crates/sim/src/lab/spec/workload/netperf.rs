@@ -396,6 +396,7 @@ fn direct_rx(
         dma_ns_per_4k: n.dma_ns_per_4k,
         coalesce_frames: stream.rx_coalescing.frames,
         coalesce_ns: stream.rx_coalescing.usecs * 1000,
+        adaptive: n.adaptive,
         gro_bytes: stream.tso_max_bytes,
         page_cache_pages: n.page_cache_pages,
         run_ns: stream.run_ns,
