@@ -162,6 +162,7 @@ fn direct_rx_input_errors_name_the_field() {
             "device[0].rx_page_cache_pages",
             "rx_page_cache_pages = 16\n",
         ),
+        ("device[0].rx_adaptive", "rx_adaptive = true\n"),
         ("workload.flow_cpus", ""),
     ] {
         let text = power.replace("rx_fifo_bytes = 65536\n", line);
@@ -249,6 +250,33 @@ fn the_page_cache_gives_pages_back_once_read_and_out_of_order_data_holds_its_hea
     assert!(
         (empty - full).abs() <= 0.02 * full + 70.0,
         "each page unmapped ({full}) is replaced ({empty})"
+    );
+}
+
+#[test]
+fn dim_chooses_each_queue_s_moderation_unless_the_scenario_fixes_it() {
+    let fixed = run(&rx("vtd", "strict", 8, ""));
+    assert_eq!(metric(&fixed, "net.rx_usecs_per_interrupt"), 64.0);
+    // Neither rx_coalesce field: mlx5's default, DIM, which starts at 8 us and steps
+    // through its CQE profiles (2 to 64 us).
+    let adaptive_text = rx("vtd", "strict", 8, "")
+        .replace("rx_coalesce_usecs = 64\n", "")
+        .replace("rx_coalesce_frames = 64\n", "");
+    let adaptive = run(&adaptive_text);
+    let usecs = metric(&adaptive, "net.rx_usecs_per_interrupt");
+    assert!((2.0..=64.0).contains(&usecs), "{usecs} us");
+    assert!(usecs != 8.0, "DIM left its starting profile: {usecs} us");
+    assert_eq!(
+        run(&adaptive_text.replace("kind = \"nic\"", "kind = \"nic\"\nrx_adaptive = true"))
+            .report
+            .measurements,
+        adaptive.report.measurements
+    );
+    // Fixed moderation stated with DIM on is a contradiction.
+    let e = refused(&rx("vtd", "strict", 8, "rx_adaptive = true"));
+    assert!(
+        e.contains("device[0].rx_adaptive") && e.contains("rx_coalesce_usecs"),
+        "{e}"
     );
 }
 
