@@ -96,38 +96,30 @@ fn significant(val: u64, reference: u64) -> bool {
 }
 
 fn compare(curr: Stats, prev: Stats) -> Compare {
-    let by = |c: u64, p: u64, higher_better: bool| {
-        if (c > p) == higher_better {
+    // Bytes, then packets per ms: more is better; a zero reference only tells some from none.
+    for (c, p) in [(curr.bpms, prev.bpms), (curr.ppms, prev.ppms)] {
+        if p == 0 {
+            return if c != 0 {
+                Compare::Better
+            } else {
+                Compare::Same
+            };
+        }
+        if significant(c, p) {
+            return if c > p {
+                Compare::Better
+            } else {
+                Compare::Worse
+            };
+        }
+    }
+    // Then interrupts per ms: fewer is better.
+    if prev.epms != 0 && significant(curr.epms, prev.epms) {
+        return if curr.epms < prev.epms {
             Compare::Better
         } else {
             Compare::Worse
-        }
-    };
-    if prev.bpms == 0 {
-        return if curr.bpms != 0 {
-            Compare::Better
-        } else {
-            Compare::Same
         };
-    }
-    if significant(curr.bpms, prev.bpms) {
-        return by(curr.bpms, prev.bpms, true);
-    }
-    if prev.ppms == 0 {
-        return if curr.ppms != 0 {
-            Compare::Better
-        } else {
-            Compare::Same
-        };
-    }
-    if significant(curr.ppms, prev.ppms) {
-        return by(curr.ppms, prev.ppms, true);
-    }
-    if prev.epms == 0 {
-        return Compare::Same;
-    }
-    if significant(curr.epms, prev.epms) {
-        return by(curr.epms, prev.epms, false);
     }
     Compare::Same
 }
