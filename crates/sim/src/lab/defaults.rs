@@ -319,7 +319,7 @@ pub const NIC_RX_RING_PAGES: Sourced<usize> = (
 /// nic `device.rx_recycle_pct`.
 pub const NIC_RX_RECYCLE_PCT: Sourced<u32> = (
     90,
-    "assumption: mlx5e's RX page cache (mlx5e_rx_cache) gets most pages back once the copy to user has dropped their last reference; 10% are released and replaced by freshly mapped pages",
+    "assumption (the POWER TCE path's NIC; the direct-DMA path models the cache itself, rx_page_cache_pages): mlx5e's RX page cache (mlx5e_rx_cache) gets most pages back once the copy to user has dropped their last reference; 10% are released and replaced by freshly mapped pages",
 );
 
 /// nic `device.dma_ns_per_4k` (the direct-DMA receive path: x86 IOMMUs or none).

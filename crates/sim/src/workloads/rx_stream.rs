@@ -382,6 +382,8 @@ struct State<'a> {
     /// Per receive page (by id): whether the stack still holds it (an skb or the
     /// socket's queues), so the page cache cannot give it back yet.
     held: Vec<bool>,
+    /// Ids of pages unmapped, for the next fresh page.
+    free_ids: Vec<usize>,
     core_free: Vec<u64>,
     /// A poll is paused on this CPU (it holds the CPU until its end).
     cpu_polling: Vec<bool>,
@@ -476,11 +478,15 @@ impl State<'_> {
     /// A freshly mapped receive page, on `cpu`.
     fn fresh_page(&mut self, cpu: usize, w: &mut WorkRecord) -> Result<RxPage, RxStreamError> {
         let buf = self.map(self.cfg.page_bytes, Direction::FromDevice, cpu, w)?;
-        self.held.push(false);
-        Ok(RxPage {
-            buf,
-            id: self.held.len() - 1,
-        })
+        let id = match self.free_ids.pop() {
+            Some(id) => id,
+            None => {
+                self.held.push(false);
+                self.held.len() - 1
+            }
+        };
+        self.held[id] = false;
+        Ok(RxPage { buf, id })
     }
 
     /// The DMA engine takes packet `self.packet` at `now`.
@@ -773,6 +779,7 @@ impl State<'_> {
                     }
                     let mut w = WorkRecord::new();
                     self.unmap(page.buf, cpu, t, &mut w)?;
+                    self.free_ids.push(page.id);
                     ns += self.work_ns(&w, t);
                 }
             }
@@ -1167,6 +1174,7 @@ pub(crate) fn run_rx_stream(
         channels: Vec::new(),
         flows: (0..cfg.flows).map(|_| FlowRx::default()).collect(),
         held: Vec::new(),
+        free_ids: Vec::new(),
         core_free: vec![0; cfg.cpus.max(1)],
         cpu_polling: vec![false; cfg.cpus.max(1)],
         cpu_busy: vec![0.0; cfg.cpus.max(1)],
@@ -1196,6 +1204,13 @@ pub(crate) fn run_rx_stream(
     };
     // Set-up: each channel's rings (coherent, mapped once) and posted buffers, mapped on
     // the channel's CPU.
+    // Each queue's moderation to begin with: DIM's starting profile, or the fixed one.
+    let start = if cfg.adaptive {
+        let m = RX_CQE_PROFILES[DEFAULT_PROFILE];
+        (m.usecs * 1000, m.frames)
+    } else {
+        (cfg.coalesce_ns, cfg.coalesce_frames)
+    };
     for cpu in 0..cfg.cpus.min(cfg.flows).max(1) {
         let mut w = WorkRecord::new();
         let ring = cfg.ring_pages as u64;
@@ -1224,16 +1239,8 @@ pub(crate) fn run_rx_stream(
             gen: 0,
             paused: None,
             cache: VecDeque::with_capacity(cfg.page_cache_pages),
-            coalesce_ns: if cfg.adaptive {
-                RX_CQE_PROFILES[DEFAULT_PROFILE].usecs * 1000
-            } else {
-                cfg.coalesce_ns
-            },
-            coalesce_frames: if cfg.adaptive {
-                RX_CQE_PROFILES[DEFAULT_PROFILE].frames
-            } else {
-                cfg.coalesce_frames
-            },
+            coalesce_ns: start.0,
+            coalesce_frames: start.1,
             dim: NetDim::new(),
             events: 0,
             rx_packets: 0,
